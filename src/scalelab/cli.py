@@ -1,0 +1,92 @@
+"""What every entry script shares: one-line errors and a clean exit code.
+
+Users at a workshop must see `train.py: error: <what and how to fix>` and exit 2,
+never a usage dump or a traceback wall.
+"""
+
+import argparse
+import sys
+
+
+class UsageError(Exception):
+    """Bad input the user can fix: printed as one line, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line instead of the usage block."""
+
+    def error(self, message):  # noqa: D102 - argparse API
+        raise UsageError(message)
+
+
+def run_main(prog: str, main, argv=None) -> int:
+    """Run an entry point; turn UsageError into one stderr line and exit code 2."""
+    try:
+        return main(argv) or 0
+    except UsageError as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else "invalid input"
+        print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def human_count(n) -> str:
+    """3323392 -> '3.32M': parameter counts a person can read."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(int(n))
+
+
+# argparse value types: they raise ArgumentTypeError so the message names the flag.
+def positive_int(text) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0 or str(text).strip() in ("True", "False"):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def nonneg_int(text) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def positive_float(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def nonneg_float(text) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def unit_fraction(text) -> float:
+    """A probability such as dropout: 0 <= p < 1."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return value

@@ -1,0 +1,138 @@
+"""Where am I running? SLURM (srun, submitit), torchrun, or plain local processes.
+
+Detection is Lightning's (`SLURMEnvironment`, `TorchElasticEnvironment`); this module only
+reads the sizes they imply and refuses a mismatch *before* any process group starts:
+a Trainer that expects 8 ranks while SLURM started 4 waits forever at
+"Initializing distributed: MEMBER 1/8" — the classic multi-node hang.
+"""
+
+import os
+import socket
+from dataclasses import dataclass
+
+from scalelab.cli import UsageError
+
+
+@dataclass
+class Launch:
+    launcher: str  # "slurm", "torchrun", "external" (env set by submitit/others), or "local"
+    devices: int  # processes per node (one per GPU, or per CPU share)
+    num_nodes: int
+    accelerator: str  # "gpu" or "cpu"
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.num_nodes
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.accelerator == "gpu" else "gloo"
+
+
+def _slurm_tasks_per_node() -> int:
+    # SLURM_NTASKS_PER_NODE is set by --ntasks-per-node; SLURM_TASKS_PER_NODE ("4(x2)") always is.
+    raw = os.environ.get("SLURM_NTASKS_PER_NODE") or os.environ.get("SLURM_TASKS_PER_NODE", "1")
+    return int(raw.split("(")[0].split(",")[0])
+
+
+def _check(flag: str, given, actual: int, source: str, fix: str):
+    if given is not None and given != actual:
+        raise UsageError(
+            f"{flag} {given} does not match {source}={actual}: the run would hang waiting for ranks "
+            f"that never start; {fix}"
+        )
+
+
+def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
+    """Sizes of this run, from the launcher when there is one, else from the flags."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    accel = resolve_accelerator(accelerator)
+    if SLURMEnvironment.detect():
+        tasks, nodes = _slurm_tasks_per_node(), int(os.environ.get("SLURM_NNODES", "1"))
+        if tasks * nodes > 1 and "SLURM_STEP_ID" not in os.environ:
+            raise UsageError(
+                f"this SLURM job has {tasks * nodes} tasks but train.py runs outside srun; "
+                "start it as `srun python src/train.py ...`"
+            )
+        _check("--devices", devices, tasks, "SLURM --ntasks-per-node", f"set --ntasks-per-node={devices} in the "
+               f"sbatch header (one task per GPU) or drop --devices")
+        _check("--num_nodes", num_nodes, nodes, "SLURM --nodes", f"set --nodes={num_nodes} or drop --num_nodes")
+        return Launch("slurm", tasks, nodes, accel)
+    if TorchElasticEnvironment.detect():
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        nodes = max(1, int(os.environ["WORLD_SIZE"]) // local)
+        _check("--devices", devices, local, "torchrun --nproc_per_node", "make them equal or drop --devices")
+        _check("--num_nodes", num_nodes, nodes, "torchrun --nnodes", "make them equal or drop --num_nodes")
+        return Launch("torchrun", local, nodes, accel)
+    if "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ and "SCALELAB_LAUNCHER" in os.environ:
+        # Ranks created by someone else (submitit's local executor): sizes come from the environment.
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        return Launch(os.environ["SCALELAB_LAUNCHER"], local, max(1, world // local), accel)
+    nodes = num_nodes or 1
+    if nodes > 1:
+        raise UsageError(f"--num_nodes {nodes} needs a launcher that starts the other nodes: use srun or torchrun")
+    return Launch("local", devices or 1, 1, accel)
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if accelerator == "gpu" and not has_gpu:
+        raise UsageError("--accelerator gpu but torch sees no CUDA device; use --accelerator cpu (gloo)")
+    return "gpu" if accelerator in ("gpu", "auto") and has_gpu else "cpu"
+
+
+def cpu_threads(launch: Launch, requested=None) -> int:
+    """A fair share of the cores for each local process, so ranks do not fight over them."""
+    if requested:
+        return requested
+    if launch.launcher == "slurm" and os.environ.get("SLURM_CPUS_PER_TASK"):
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // launch.devices)
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def device_name(accelerator: str, local_rank: int = 0) -> str:
+    if accelerator == "gpu":
+        import torch
+
+        return torch.cuda.get_device_name(local_rank)
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def env_rank() -> int:
+    """This process's global rank as the launcher announced it (0 before any launch)."""
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def process_start_time() -> float:
+    """Wall-clock start of this process from the kernel, so interpreter start-up and imports count."""
+    import time
+
+    try:
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()

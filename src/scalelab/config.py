@@ -1,0 +1,223 @@
+"""Every knob of a training run, in one place: flags, YAML defaults, presets, validation.
+
+The same flags describe the job at every scale; only `--devices`/`--num_nodes` (or the
+launcher: srun, torchrun) change between the 1-, 4- and 8-GPU runs of a scaling group.
+Precedence: built-in default < YAML file (`--config`) < command line.
+"""
+
+import argparse
+import os
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+from scalelab.cli import (
+    OneLineParser,
+    UsageError,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    unit_fraction,
+)
+from scalelab.workloads.presets import PRESETS
+
+MODELS = ("mlp", "transformer")
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+
+# Per-model defaults where one value does not fit both workloads.
+MODEL_DEFAULTS = {
+    "mlp": {"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 5, "max_steps": None},
+    "transformer": {"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
+}
+
+# What the computation is: identical across a scaling group. Launch fields (devices, nodes,
+# threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group together.
+WORKLOAD_FIELDS = {
+    "common": ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps",
+               "warmup_steps", "precision", "compile"),
+    "mlp": ("num_samples", "noise", "hidden_dims", "dropout"),
+    "transformer": ("preset", "seq_len", "vocab_size", "num_samples"),
+}
+
+
+@dataclass
+class RunConfig:
+    model: str = "mlp"
+    # transformer shape
+    preset: str = "tiny"
+    seq_len: Optional[int] = None
+    vocab_size: Optional[int] = None
+    # MLP on the 2-D spiral
+    num_samples: Optional[int] = None
+    noise: float = 0.2
+    hidden_dims: List[int] = field(default_factory=lambda: [64, 32, 16])
+    dropout: float = 0.1
+    # optimisation and run length
+    batch_size: Optional[int] = None
+    learning_rate: Optional[float] = None
+    max_epochs: Optional[int] = None
+    max_steps: Optional[int] = None
+    warmup_steps: int = 5
+    scaling: str = "weak"
+    precision: str = "32"
+    compile: bool = False
+    seed: int = 42
+    num_workers: int = 0
+    # launch
+    devices: Optional[int] = None
+    num_nodes: Optional[int] = None
+    accelerator: str = "auto"
+    threads: Optional[int] = None
+    timeout: float = 180.0
+    output_dir: str = "outputs"
+    run_name: Optional[str] = None
+    config: Optional[str] = None
+    verbose: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def workload(self) -> dict:
+        """The fields that define the computation: identical across a scaling group."""
+        return {k: getattr(self, k) for k in WORKLOAD_FIELDS["common"] + WORKLOAD_FIELDS[self.model]}
+
+    def batch_per_device(self, world_size: int) -> int:
+        """Weak scaling keeps the per-device batch; strong scaling splits a fixed global batch."""
+        if self.scaling == "weak":
+            return self.batch_size
+        if self.batch_size % world_size:
+            raise UsageError(
+                f"--scaling strong splits the global --batch_size {self.batch_size} over {world_size} "
+                f"processes, which does not divide; use a multiple of {world_size}"
+            )
+        return self.batch_size // world_size
+
+
+def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=prog,
+        description="Train the same job at any scale and write outputs/<run_id>/result.json.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--config", help="YAML file of defaults (keys = flag names); the command line wins")
+    w = p.add_argument_group("workload")
+    w.add_argument("--model", choices=MODELS, help="mlp: spiral classifier; transformer: GPT-style decoder")
+    w.add_argument("--preset", choices=sorted(PRESETS), help="transformer size (tiny runs on a laptop CPU)")
+    w.add_argument("--seq_len", type=positive_int, help="transformer context length (default: preset's)")
+    w.add_argument("--vocab_size", type=positive_int, help="transformer vocabulary (default: preset's)")
+    w.add_argument("--num_samples", type=positive_int,
+                   help="training set size (mlp default 10000; transformer default: enough for max_steps)")
+    w.add_argument("--noise", type=nonneg_float, help="spiral noise (mlp)")
+    w.add_argument("--hidden_dims", type=positive_int, nargs="+", help="hidden layer widths (mlp)")
+    w.add_argument("--dropout", type=unit_fraction, help="dropout probability (mlp)")
+    o = p.add_argument_group("optimisation and timing")
+    o.add_argument("--batch_size", type=positive_int,
+                   help="per device with --scaling weak, global with --scaling strong (mlp 64, transformer 8)")
+    o.add_argument("--scaling", choices=("weak", "strong"),
+                   help="weak: batch per device fixed, global batch grows; strong: global batch fixed and split")
+    o.add_argument("--learning_rate", type=positive_float, help="(mlp 1e-3, transformer 3e-4)")
+    o.add_argument("--max_epochs", type=positive_int, help="(mlp default 5)")
+    o.add_argument("--max_steps", type=positive_int, help="stop after this many optimizer steps (transformer default 50)")
+    o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure")
+    o.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed/16-mixed are for GPUs")
+    o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    o.add_argument("--seed", type=nonneg_int)
+    o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
+    lg = p.add_argument_group("launch (defaults come from SLURM or torchrun when present)")
+    lg.add_argument("--devices", type=positive_int, help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
+    lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
+    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), help="auto: GPUs with NCCL when visible, else CPU with gloo")
+    lg.add_argument("--threads", type=positive_int, help="CPU threads per process (default: a fair share of the cores)")
+    lg.add_argument("--timeout", type=positive_float,
+                    help="seconds a rank waits for the others (start-up and collectives) before the run fails")
+    lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
+    lg.add_argument("--run_name", help="a label stored in the result and its run id")
+    lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
+    return p
+
+
+def _load_yaml(path: str, parser: argparse.ArgumentParser) -> dict:
+    import yaml
+
+    if not os.path.isfile(path):
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--config {path}: not readable YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of flag names to values")
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
+    out = {}
+    for key, value in data.items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest not in actions:
+            raise UsageError(f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)")
+        out[dest] = _coerce(actions[dest], value, f"--config {path}: {dest}")
+    return out
+
+
+def _coerce(action: argparse.Action, value, where: str):
+    """Give a YAML value the same checks the command line gets."""
+    if value is None:
+        return None
+    if isinstance(action, argparse._StoreTrueAction):
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: expected true or false, got {value!r}")
+        return value
+    many = action.nargs in ("+", "*")
+    values = value if isinstance(value, list) else [value]
+    if not many and isinstance(value, list):
+        raise UsageError(f"{where}: expected one value, got a list")
+    converted = []
+    for item in values:
+        if isinstance(item, (dict, list)):
+            raise UsageError(f"{where}: expected a value, got {item!r}")
+        try:
+            item = action.type(str(item)) if action.type else str(item)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        if action.choices is not None and item not in action.choices:
+            raise UsageError(f"{where}: {item!r} is not one of {', '.join(map(str, action.choices))}")
+        converted.append(item)
+    return converted if many else converted[0]
+
+
+def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
+    """Flags (+ optional YAML) -> a validated RunConfig with model defaults filled in."""
+    parser = build_parser(prog)
+    # Every flag defaults to None so we can tell "given" from "not given" and layer YAML below the CLI.
+    parser.set_defaults(**{a.dest: None for a in parser._actions if a.dest != "help"})
+    args = parser.parse_args(argv)
+    layered = _load_yaml(args.config, parser) if args.config else {}
+    layered.update({k: v for k, v in vars(args).items() if v is not None})
+    cfg = RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__})
+    return finalize(cfg)
+
+
+def finalize(cfg: RunConfig) -> RunConfig:
+    """Fill model-specific defaults and check combinations a single flag cannot."""
+    for key, value in MODEL_DEFAULTS[cfg.model].items():
+        if getattr(cfg, key) is None:
+            setattr(cfg, key, value)
+    if cfg.max_epochs is None and cfg.max_steps is None:
+        cfg.max_epochs = 1
+    if cfg.model == "transformer":
+        shape = PRESETS[cfg.preset]
+        cfg.seq_len = cfg.seq_len or shape.seq_len
+        cfg.vocab_size = cfg.vocab_size or shape.vocab_size
+        if cfg.vocab_size < 2:
+            raise UsageError("--vocab_size must be at least 2")
+    else:
+        cfg.num_samples = cfg.num_samples or 10000
+    if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
+        raise UsageError(
+            f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "
+            "use fewer warm-up steps or more steps"
+        )
+    if cfg.output_dir and os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
+        raise UsageError(f"--output_dir {cfg.output_dir} is a file, not a folder")
+    return cfg

@@ -1,0 +1,187 @@
+"""From a folder of result.json files to speedup and parallel-efficiency tables.
+
+Runs of the identical workload on the same hardware form a group; the smallest device count
+in a group is its baseline. Speedup = throughput / baseline throughput (for a fixed amount
+of work, epochs over the same data or strong scaling, that equals T_baseline / T);
+efficiency = speedup / (devices / baseline devices). Repeats of one configuration are
+combined: median, with min-max shown.
+"""
+
+import os
+import sys
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab import results
+from scalelab.cli import UsageError, human_count
+
+RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
+               "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
+               "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "samples_per_s",
+               "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
+               "slurm_job", "restart_count"]
+
+
+def runs_frame(found: list) -> pd.DataFrame:
+    """One row per training result, flat columns, readable in pandas or a CSV."""
+    rows = []
+    for r in found:
+        if r["kind"] != "training":
+            continue
+        w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}
+        slurm = r.get("slurm") or {}
+        epochs = t.get("epoch_times_s") or []
+        rows.append({
+            "run_id": r["run_id"],
+            "group": results.group_key(r),
+            "model": w.get("model"),
+            "describe": w.get("describe") or w.get("model"),
+            "params": w.get("params"),
+            "scaling": w.get("scaling"),
+            "batch_per_device": w.get("batch_per_device"),
+            "global_batch": w.get("global_batch"),
+            "precision": w.get("precision"),
+            "devices": launch["world_size"],
+            "nodes": launch["num_nodes"],
+            "procs_per_node": launch.get("procs_per_node"),
+            "launcher": launch.get("launcher"),
+            "accelerator": launch.get("accelerator"),
+            "device": (launch.get("device_names") or ["?"])[0],
+            "backend": launch.get("backend"),
+            "threads": launch.get("threads_per_proc"),
+            "status": r["status"],
+            "error": r.get("error"),
+            "train_time_s": t.get("train_time_s"),
+            "step_ms": (t.get("step_time_s") or {}).get("median", float("nan")) * 1e3,
+            "epoch_s": float(pd.Series(epochs).median()) if epochs else None,
+            "samples_per_s": t.get("samples_per_s"),
+            "tokens_per_s": t.get("tokens_per_s"),
+            "first_step_s": t.get("time_to_first_step_s"),
+            "whole_run_s": t.get("whole_run_s"),
+            "train_loss": m.get("final_train_loss"),
+            "val_loss": m.get("val_loss"),
+            "val_acc": m.get("val_acc"),
+            "created": r.get("created"),
+            "slurm_job": slurm.get("job_id"),
+            "restart_count": slurm.get("restart_count") or 0,
+        })
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    for col in ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
+                "whole_run_s", "train_loss", "val_loss", "val_acc", "params"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    return frame
+
+
+def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (group, devices, nodes): repeats combined, speedup and efficiency vs the group's baseline."""
+    ok = runs[runs["status"] == "completed"].copy()
+    if ok.empty:
+        return pd.DataFrame()
+    ok["throughput"] = ok["tokens_per_s"].where(ok["tokens_per_s"].notna(), ok["samples_per_s"])
+    agg = (ok.groupby(["group", "devices", "nodes"], sort=True)
+           .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
+                throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
+                train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
+                epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"))
+           .reset_index())
+    base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
+    agg["baseline_devices"] = agg["group"].map(base["devices"])
+    agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
+    agg["efficiency"] = agg["speedup"] / (agg["devices"] / agg["baseline_devices"])
+    agg["throughput_per_device"] = agg["throughput"] / agg["devices"]
+    return agg
+
+
+def _fmt(x, spec=",.1f", missing="—"):
+    return missing if x is None or pd.isna(x) else format(x, spec)
+
+
+def _group_title(first: pd.Series, letter: str) -> str:
+    batch = (f"batch {first['batch_per_device']}/device (weak scaling: global batch grows)"
+             if first["scaling"] == "weak" else f"global batch {first['global_batch']} split over devices "
+             "(strong scaling)")
+    if first["accelerator"] == "gpu":
+        hw = f"GPU: {first['device']}"
+    else:
+        hw = "CPU rehearsal (gloo; ranks share this machine's cores)"
+    params = f"{human_count(first['params'])} params" if pd.notna(first["params"]) else "params unknown"
+    return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
+
+
+def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple") -> str:
+    out = []
+    ok = runs[runs["status"] == "completed"]
+    for i, (group, members) in enumerate(ok.groupby("group", sort=False)):
+        letter = chr(ord("A") + i) if i < 26 else str(i + 1)
+        first = members.iloc[0]
+        unit = "tokens/s" if first["model"] == "transformer" else "samples/s"
+        thr_col = "tokens_per_s" if unit == "tokens/s" else "samples_per_s"
+        out.append(_group_title(first, letter))
+        members = members.sort_values(["devices", "nodes", "created"])
+        run_rows = [[r.run_id, r.devices, r.nodes, f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
+                     else r.procs_per_node, _fmt(r.first_step_s), _fmt(r.train_time_s, ".2f"), _fmt(r.step_ms),
+                     _fmt(r.epoch_s, ".2f"), _fmt(getattr(r, thr_col), ",.0f"), _fmt(r.train_loss, ".3f"),
+                     _fmt(r.val_acc, ".3f")] for r in members.itertuples()]
+        out.append(tabulate(run_rows, headers=["run id", "devices", "nodes", "procs/node" if first["accelerator"] == "gpu"
+                                               else "procs×threads", "1st step s", "train s", "step ms",
+                                               "epoch s", unit, "train loss", "val acc"],
+                            tablefmt=fmt, disable_numparse=True))
+        g = scaling[scaling["group"] == group].sort_values(["devices", "nodes"])
+        base = int(g["baseline_devices"].iloc[0])
+        out.append("")
+        out.append(f"Scaling (baseline: {base} device{'s' if base > 1 else ''}; speedup = {unit} ÷ baseline {unit})")
+        if len(g) == 1:
+            out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
+        sc_rows = [[r.devices, r.nodes, r.runs,
+                    _fmt(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]" if r.runs > 1 else ""),
+                    _fmt(r.speedup, ".2f") + "×", _fmt(r.efficiency * 100, ".0f") + " %",
+                    _fmt(r.throughput_per_device, ",.0f")] for r in g.itertuples()]
+        out.append(tabulate(sc_rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
+                                              "efficiency", f"{unit} per device"],
+                            tablefmt=fmt, disable_numparse=True))
+        out.append("")
+    failed = runs[runs["status"] != "completed"]
+    if not failed.empty:
+        out.append("Runs that did not complete (left out of every speedup):")
+        out.append(tabulate([[r.run_id, r.status, r.devices, r.nodes, (r.error or "")[:100]] for r in failed.itertuples()],
+                            headers=["run id", "status", "devices", "nodes", "error"], tablefmt=fmt,
+                            disable_numparse=True))
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    from scalelab.cli import OneLineParser
+
+    p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
+    p.add_argument("--output_dir", default="outputs", help="folder searched (recursively) for result.json")
+    p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.output_dir):
+        raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
+    found, skipped = results.scan(args.output_dir)
+    for path, reason in skipped:
+        print(f"benchmark.py: warning: skipped {path}: {reason}", file=sys.stderr)
+    runs = runs_frame(found)
+    if runs.empty:
+        print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
+        return 1
+    scaling = scaling_frame(runs)
+    n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
+    print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
+    print(render(runs, scaling, fmt="github" if args.markdown else "simple"))
+    if args.save_csv:
+        results.atomic_write_text(args.save_csv, scaling.to_csv(index=False))
+        print(f"scaling table written to {args.save_csv}")
+    return 0
+
+
+def cli():
+    """Console-script entry point (see setup.cfg)."""
+    import sys
+
+    from scalelab.cli import run_main
+
+    sys.exit(run_main("scalelab-report", main))

@@ -1,0 +1,243 @@
+"""The result schema: the one place that knows what a result.json holds and which version it is.
+
+Writers call `write()` (atomic: no reader ever sees half a file); readers call `load()`/`scan()`,
+which validate, upgrade older versions, and explain in one line why a file is skipped.
+Environment capture and secret filtering live here too, because what must never reach a
+result file is a property of the file format, not of whoever writes it.
+Bump SCHEMA_VERSION for any change a reader of the old version would misread, and teach
+`_upgrade()` the old layout.
+"""
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import secrets
+import tempfile
+
+SCHEMA = "scalelab.result"
+SCHEMA_VERSION = 1
+KINDS = ("training", "allreduce")
+STATUSES = ("completed", "failed", "timeout", "preempted")
+
+# Environment kept in a result: an allow-list, and even inside it nothing whose name looks secret.
+ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
+                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_")
+ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
+# A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
+_SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
+                 "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
+
+
+class ResultError(Exception):
+    """A file that is not a usable scalelab result; the message says why, in one line."""
+
+
+def looks_secret(name: str) -> bool:
+    """HF_TOKEN, WANDB_API_KEY, awsSecretAccessKey: yes. tokens_per_s, SLURM_JOB_ID: no."""
+    parts = re.split(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])", str(name))
+    for part in (p.lower() for p in parts if p):
+        if part in _SECRET_PARTS or part.endswith(("key", "token", "secret", "password")):
+            return True
+    return False
+
+
+def capture_environment(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    return {
+        k: v for k, v in sorted(environ.items())
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not looks_secret(k)
+    }
+
+
+def scrub(obj):
+    """Drop secret-looking keys at any depth (configs, logged hyperparameters)."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if not looks_secret(k)}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    return obj
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        out["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except ImportError:
+        pass
+    for name in ("lightning", "submitit"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    from scalelab import __version__
+
+    out["scalelab"] = __version__
+    return out
+
+
+def slurm_info(environ=None) -> dict:
+    environ = os.environ if environ is None else environ
+    if "SLURM_JOB_ID" not in environ:
+        return {}
+    return {
+        "job_id": environ.get("SLURM_JOB_ID"),
+        "array_job_id": environ.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": environ.get("SLURM_ARRAY_TASK_ID"),
+        "job_name": environ.get("SLURM_JOB_NAME"),
+        "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
+        "partition": environ.get("SLURM_JOB_PARTITION"),
+        "restart_count": int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+    }
+
+
+def new_run_id(model: str, world_size: int, run_name=None, environ=None) -> str:
+    """Unique even for concurrent runs: time + SLURM job (or host/pid) + random suffix."""
+    environ = os.environ if environ is None else environ
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    job = environ.get("SLURM_JOB_ID")
+    if job and environ.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{environ.get('SLURM_ARRAY_JOB_ID', job)}_{environ['SLURM_ARRAY_TASK_ID']}"
+    where = f"job{job}" if job else f"pid{os.getpid()}"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name)[:40] + "-" if run_name else ""
+    return f"{stamp}-{name}{model}-{world_size}x-{where}-{secrets.token_hex(3)}"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def envelope(kind: str, run_id: str) -> dict:
+    """The fields every result starts with."""
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kind": kind, "run_id": run_id,
+            "created": now_iso()}
+
+
+def atomic_write_text(path: str, text: str) -> str:
+    """Write to a temporary file in the same folder, fsync, then rename over the target."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str, obj) -> str:
+    return atomic_write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
+
+
+def write(output_dir: str, payload: dict) -> str:
+    """outputs/<run_id>/result.json, secrets scrubbed, written atomically."""
+    payload = scrub(payload)
+    validate(payload)
+    return atomic_write_json(os.path.join(output_dir, payload["run_id"], "result.json"), payload)
+
+
+# Workload fields derived from the launch size (they differ inside a scaling group by design).
+DERIVED_WORKLOAD_FIELDS = ("describe", "params", "tokens_per_sample", "batch_per_device", "global_batch")
+
+
+def group_key(result: dict) -> str:
+    """Runs with equal keys did the identical job on the same kind of hardware: one scaling group."""
+    workload = {k: v for k, v in result["workload"].items() if k not in DERIVED_WORKLOAD_FIELDS}
+    launch = result["launch"]
+    hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}
+    return json.dumps({"workload": workload, "hardware": hardware}, sort_keys=True, default=str)
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+_REQUIRED = {
+    "training": {"workload": dict, "launch": dict, "timing": dict, "status": str},
+    "allreduce": {"launch": dict, "rows": list, "status": str},
+}
+
+
+def _upgrade(data: dict) -> dict:
+    """Bring an older schema version up to SCHEMA_VERSION (none exist before version 1)."""
+    return data
+
+
+def validate(data) -> dict:
+    if not isinstance(data, dict):
+        raise ResultError(f"not a JSON object but {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ResultError("not a scalelab result (no \"schema\": \"scalelab.result\")")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ResultError(f"bad schema_version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ResultError(f"schema_version {version} is newer than this scalelab reads ({SCHEMA_VERSION}); upgrade scalelab")
+    data = _upgrade(data)
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise ResultError(f"unknown result kind {kind!r}")
+    if not isinstance(data.get("run_id"), str) or not data["run_id"]:
+        raise ResultError("missing run_id")
+    for key, typ in _REQUIRED[kind].items():
+        if not isinstance(data.get(key), typ):
+            raise ResultError(f"field {key!r} missing or not a {typ.__name__}")
+    if data["status"] not in STATUSES:
+        raise ResultError(f"unknown status {data['status']!r}")
+    launch = data["launch"]
+    for key in ("world_size", "num_nodes"):
+        value = launch.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ResultError(f"launch.{key} missing or not a positive integer")
+    if kind == "training":
+        for key in ("samples_per_s", "train_time_s"):
+            value = data["timing"].get(key)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
+                raise ResultError(f"timing.{key} is not a number >= 0")
+        if not isinstance(data["workload"].get("model"), str):
+            raise ResultError("workload.model missing")
+    return data
+
+
+def load(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ResultError(f"unreadable ({exc.strerror})") from None
+    if not raw.strip():
+        raise ResultError("empty file")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ResultError(f"not valid JSON ({str(exc).splitlines()[0][:80]})") from None
+    return validate(data)
+
+
+def scan(root: str):
+    """Every result.json below root -> (results, [(path, reason)] for files that were skipped)."""
+    results, skipped = [], []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            if name != "result.json":
+                continue
+            path = os.path.join(folder, name)
+            try:
+                data = load(path)
+            except ResultError as exc:
+                skipped.append((path, str(exc)))
+                continue
+            data["_path"] = path
+            results.append(data)
+    return results, skipped

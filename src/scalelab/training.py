@@ -1,0 +1,160 @@
+"""Train and time one run, then write its result: configure -> launch check -> fit -> result.json.
+
+Reads top to bottom. The same code runs as a single process, as N local CPU processes
+(Lightning re-launches this script), under srun, torchrun or submitit.
+"""
+
+import logging
+import os
+import time
+import warnings
+from datetime import timedelta
+
+from scalelab import cluster, config, results
+from scalelab.cli import UsageError, human_count
+
+
+def main(argv=None, process_start=None) -> int:
+    process_start = process_start or cluster.process_start_time()
+    cfg = config.parse_config(argv)
+    launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
+    batch = cfg.batch_per_device(launch.world_size)
+    if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
+        raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
+    if cluster.env_rank() == 0:
+        check_output_dir(cfg.output_dir)
+    _quiet_lightning(cfg.verbose)
+
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.strategies import DDPStrategy
+
+    from scalelab import timing, workloads
+
+    threads = cluster.cpu_threads(launch, cfg.threads) if launch.accelerator == "cpu" else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    wl = workloads.build(cfg, batch, launch.world_size)
+    timer = timing.StepTimer(cfg.warmup_steps, process_start)
+    strategy = "auto"
+    if launch.world_size > 1:
+        strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout))
+    trainer = pl.Trainer(
+        accelerator=launch.accelerator,
+        devices=launch.devices,
+        num_nodes=launch.num_nodes,
+        strategy=strategy,
+        precision=cfg.precision,
+        max_epochs=cfg.max_epochs or -1,
+        max_steps=cfg.max_steps or -1,
+        callbacks=[timer],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=cfg.verbose,
+        num_sanity_val_steps=0,
+    )
+    if trainer.global_rank == 0:
+        print(banner(cfg, launch, wl, batch, threads), flush=True)
+    trainer.fit(wl.module, train_dataloaders=wl.train_loader)
+    val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
+
+    if trainer.global_rank == 0:
+        summary = timing.summarize(timer.per_rank, min(cfg.warmup_steps, len(timer.step_times) - 1),
+                                   batch * launch.world_size, wl.tokens_per_sample)
+        payload = build_payload(cfg, launch, wl, batch, timer.per_rank, summary, val, process_start)
+        path = results.write(cfg.output_dir, payload)
+        print(one_line_summary(payload, path), flush=True)
+    return 0
+
+
+def check_output_dir(path: str):
+    """Fail before any process group starts, not after an hour of training."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output_dir {path} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output_dir {path} cannot be created ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--output_dir {path} is not writable")
+
+
+def _quiet_lightning(verbose: bool):
+    if verbose:
+        return
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for pattern in (".*does not have many workers.*", ".*srun.*", ".*smaller than the logging interval.*",
+                    ".*sync_dist=True.*", ".*LeafSpec.*", ".*validation_step.*val_dataloader.*"):
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def banner(cfg, launch, wl, batch, threads) -> str:
+    world = launch.world_size
+    comm = launch.backend if world > 1 else "no communication"
+    where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
+             else f"CPU rehearsal: {world} process(es), {comm}, {threads} thread(s) per process")
+    return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
+            f"batch {batch}/device = {batch * world} global, precision {cfg.precision} | {where} | "
+            f"launcher: {launch.launcher}")
+
+
+def build_payload(cfg, launch, wl, batch, per_rank, summary, val, process_start) -> dict:
+    summary = dict(summary)
+    final_loss = summary.pop("final_train_loss")
+    payload = results.envelope("training", results.new_run_id(cfg.model, launch.world_size, cfg.run_name))
+    payload.update(
+        status="completed",
+        error=None,
+        run_name=cfg.run_name,
+        workload={
+            **cfg.workload(),
+            "describe": wl.describe,
+            "params": wl.n_params,
+            "tokens_per_sample": wl.tokens_per_sample,
+            "batch_per_device": batch,
+            "global_batch": batch * launch.world_size,
+        },
+        config=cfg.to_dict(),
+        launch={
+            "launcher": launch.launcher,
+            "world_size": launch.world_size,
+            "num_nodes": launch.num_nodes,
+            "procs_per_node": launch.devices,
+            "accelerator": launch.accelerator,
+            "backend": launch.backend if launch.world_size > 1 else None,
+            "device_names": sorted({r["device_name"] for r in per_rank}),
+            "hostnames": sorted({r["host"] for r in per_rank}),
+            "threads_per_proc": per_rank[0]["threads"],
+        },
+        timing={**summary, "whole_run_s": time.time() - process_start},
+        metrics={"final_train_loss": final_loss,
+                 "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
+        versions=results.versions(),
+        slurm=results.slurm_info(),
+        environment=results.capture_environment(),
+        ranks=per_rank,
+    )
+    return payload
+
+
+def _num(value):
+    return None if value is None else float(value)
+
+
+def one_line_summary(payload, path) -> str:
+    t = payload["timing"]
+    thr = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else f"{t['samples_per_s']:,.0f} samples/s"
+    return (f"scalelab: done in {t['whole_run_s']:.1f} s (train {t['train_time_s']:.2f} s over "
+            f"{t['timed_steps']} timed steps, {t['step_time_s']['median'] * 1e3:.1f} ms/step median, {thr}) "
+            f"-> {path}")
+
+
+def cli():
+    """Console-script entry point (see setup.cfg)."""
+    import sys
+
+    from scalelab.cli import run_main
+
+    sys.exit(run_main("scalelab-training", main))

@@ -1,0 +1,57 @@
+"""Workloads: a LightningModule plus its seeded data. Add a workload = add a module and a branch here."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from scalelab.workloads.presets import PRESETS, TransformerShape
+
+
+@dataclass
+class Workload:
+    module: "object"
+    train_loader: "object"  # torch DataLoader (torch is imported lazily: presets stay cheap to import)
+    val_loader: Optional["object"]
+    n_params: int
+    tokens_per_sample: int  # 0 for workloads without tokens
+    describe: str
+
+
+def build(cfg, batch_per_device: int, world_size: int) -> Workload:
+    """The module and loaders for cfg (a RunConfig) at this per-device batch and world size."""
+    from torch.utils.data import DataLoader
+
+    from scalelab.workloads import data
+
+    loader = dict(batch_size=batch_per_device, num_workers=cfg.num_workers, drop_last=True,
+                  persistent_workers=cfg.num_workers > 0)
+    if cfg.model == "mlp":
+        from scalelab.workloads.mlp import SpiralMLP
+
+        module = SpiralMLP(cfg.hidden_dims, cfg.dropout, cfg.learning_rate)
+        train = data.spiral(cfg.num_samples, cfg.noise, cfg.seed)
+        val = data.spiral(max(cfg.num_samples // 5, batch_per_device * world_size), cfg.noise, cfg.seed + 1)
+        return Workload(
+            module=module,
+            train_loader=DataLoader(train, shuffle=True, **loader),
+            val_loader=DataLoader(val, shuffle=False, **{**loader, "drop_last": False}),
+            n_params=sum(p.numel() for p in module.parameters()),
+            tokens_per_sample=0,
+            describe="mlp " + "-".join(map(str, cfg.hidden_dims)),
+        )
+    from scalelab.workloads.transformer import GPTModule
+
+    base = PRESETS[cfg.preset]
+    shape = TransformerShape(base.n_layer, base.n_head, base.d_model, cfg.seq_len, cfg.vocab_size)
+    module = GPTModule(shape, cfg.learning_rate, compile=cfg.compile)
+    # Enough sequences for every rank to reach max_steps inside one epoch (no epoch-boundary stalls).
+    steps = cfg.max_steps or 1000
+    num_samples = cfg.num_samples or steps * batch_per_device * world_size
+    train = data.TokenSequences(num_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
+    return Workload(
+        module=module,
+        train_loader=DataLoader(train, shuffle=True, **loader),
+        val_loader=None,
+        n_params=shape.total_params(),
+        tokens_per_sample=cfg.seq_len,
+        describe=f"transformer {cfg.preset}",
+    )

@@ -1,0 +1,14 @@
+"""Train the same job at any scale and write outputs/<run_id>/result.json.
+
+    python src/train.py --model mlp                       # 1 process
+    python src/train.py --model transformer --devices 2   # 2 local processes (CPU: gloo)
+    srun python src/train.py --model mlp                  # sizes from SLURM
+"""
+
+import sys
+
+from scalelab.cli import run_main
+from scalelab.training import main
+
+if __name__ == "__main__":
+    sys.exit(run_main("train.py", main))
