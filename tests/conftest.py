@@ -1,0 +1,36 @@
+"""Shared helpers: run the real entry scripts as a user would, in subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+sys.path.insert(0, str(SRC))
+
+FAKE_SECRETS = {
+    "WANDB_API_KEY": "wandb-fake-4f1c9e",
+    "HF_TOKEN": "hf_fake_8d2b7a",
+    "AWS_SECRET_ACCESS_KEY": "aws-fake-secret-77e1",
+    "NCCL_FAKE_TOKEN": "nccl-fake-token-31aa",  # secret-looking even inside the NCCL_* allow-list
+}
+
+
+def run_script(script, *args, env=None, timeout=300, cwd=ROOT):
+    """Run src/<script> with this interpreter; returns CompletedProcess (text)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(SRC / script), *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_results(folder):
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).rglob("result.json"))]
+
+
+@pytest.fixture
+def run(tmp_path):
+    return run_script

@@ -1,0 +1,73 @@
+"""Configuration: YAML defaults under the command line, and one-line errors for bad input."""
+
+import pytest
+
+from conftest import run_script
+from scalelab import config
+from scalelab.cli import UsageError
+
+
+def test_model_defaults_fill_in():
+    mlp = config.parse_config(["--model", "mlp"])
+    assert (mlp.batch_size, mlp.max_epochs, mlp.hidden_dims, mlp.num_samples) == (64, 5, [64, 32, 16], 10000)
+    gpt = config.parse_config(["--model", "transformer", "--preset", "tiny"])
+    assert (gpt.batch_size, gpt.max_steps, gpt.seq_len, gpt.vocab_size) == (8, 50, 128, 512)
+
+
+def test_yaml_values_are_defaults_and_cli_wins(tmp_path):
+    cfg_file = tmp_path / "run.yaml"
+    cfg_file.write_text("batch_size: 32\nhidden_dims: [8, 4]\nlearning_rate: 0.01\nmax_epochs: 2\n")
+    cfg = config.parse_config(["--config", str(cfg_file), "--batch_size", "16"])
+    assert cfg.batch_size == 16  # command line wins
+    assert cfg.hidden_dims == [8, 4] and cfg.learning_rate == 0.01 and cfg.max_epochs == 2  # YAML beats defaults
+
+
+@pytest.mark.parametrize("text, message", [
+    ("batch_sizee: 3\n", "unknown key 'batch_sizee'"),
+    ("batch_size: -4\n", "batch_size: expected a positive integer"),
+    ("model: resnet\n", "'resnet' is not one of"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("batch_size: [1\n", "not readable YAML"),
+])
+def test_bad_yaml_is_one_clear_error(tmp_path, text, message):
+    cfg_file = tmp_path / "bad.yaml"
+    cfg_file.write_text(text)
+    with pytest.raises(UsageError, match=message.replace("[", r"\[")):
+        config.parse_config(["--config", str(cfg_file)])
+
+
+def test_strong_scaling_splits_the_global_batch():
+    cfg = config.parse_config(["--scaling", "strong", "--batch_size", "64"])
+    assert cfg.batch_per_device(4) == 16
+    with pytest.raises(UsageError, match="does not divide"):
+        cfg.batch_per_device(3)
+    weak = config.parse_config(["--batch_size", "64"])
+    assert weak.batch_per_device(4) == 64
+
+
+def test_workload_identity_ignores_launch_fields():
+    one = config.parse_config(["--model", "transformer", "--devices", "1", "--output_dir", "a", "--seed", "1"])
+    four = config.parse_config(["--model", "transformer", "--devices", "4", "--output_dir", "b", "--seed", "2"])
+    assert one.workload() == four.workload()
+    assert "hidden_dims" not in one.workload()  # MLP knobs do not split transformer groups
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+    (["--preset", "huge", "--model", "transformer"], "argument --preset: invalid choice: 'huge'"),
+    (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
+    (["--max_steps", "5", "--warmup_steps", "5"], "leaves no timed step"),
+    (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml: no such file"),
+    (["--output_dir", "/etc/hostname"], "is a file, not a folder"),
+    (["--num_nodes", "2"], "needs a launcher that starts the other nodes"),
+    (["--precision", "16-mixed", "--accelerator", "cpu"], "16-mixed needs a GPU"),
+    (["--scaling", "strong", "--batch_size", "65", "--devices", "2"], "does not divide"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_script("train.py", *args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("train.py: error: ") and message in lines[0]

@@ -1,0 +1,63 @@
+"""The report's arithmetic and grouping, on constructed results (real runs are in test_ddp_cpu.py)."""
+
+import pytest
+
+from conftest import run_script
+from scalelab import report, results
+from test_results import make_result
+
+
+def frames(found):
+    runs = report.runs_frame(found)
+    return runs, report.scaling_frame(runs)
+
+
+def test_speedup_efficiency_and_repeats():
+    found = [make_result("a1", 1, samples_per_s=100), make_result("a1b", 1, samples_per_s=120),
+             make_result("a1c", 1, samples_per_s=110),  # three repeats at 1 device: median 110
+             make_result("a4", 4, samples_per_s=330), make_result("a8", 8, nodes=2, samples_per_s=528)]
+    _, scaling = frames(found)
+    rows = {r.devices: r for r in scaling.itertuples()}
+    assert rows[1].runs == 3 and rows[1].throughput == 110
+    assert (rows[1].throughput_min, rows[1].throughput_max) == (100, 120)
+    assert rows[4].speedup == pytest.approx(3.0) and rows[4].efficiency == pytest.approx(0.75)
+    assert rows[8].speedup == pytest.approx(4.8) and rows[8].efficiency == pytest.approx(0.6)
+    assert rows[8].throughput_per_device == pytest.approx(66)
+
+
+def test_groups_split_by_workload_and_baseline_is_smallest():
+    found = [make_result("m2", 2, samples_per_s=200), make_result("m4", 4, samples_per_s=300),
+             make_result("b1", 1, samples_per_s=50, batch_size=32)]
+    _, scaling = frames(found)
+    assert scaling["group"].nunique() == 2
+    g = scaling[scaling["devices"] != 1]
+    assert list(g["baseline_devices"]) == [2, 2]
+    assert g.set_index("devices").loc[4, "efficiency"] == pytest.approx(300 / 200 / 2)
+
+
+def test_failed_runs_never_enter_a_speedup():
+    found = [make_result("ok1", 1, samples_per_s=100), make_result("bad2", 2, samples_per_s=1e9, status="failed")]
+    runs, scaling = frames(found)
+    assert list(scaling["devices"]) == [1]
+    text = report.render(runs, scaling)
+    assert "did not complete" in text and "bad2" in text
+
+
+def test_benchmark_cli_prints_tables_and_csv(tmp_path):
+    for r in (make_result("x1", 1, samples_per_s=100), make_result("x2", 2, samples_per_s=180)):
+        results.write(str(tmp_path / "out"), r)
+    (tmp_path / "out" / "junk").mkdir()
+    (tmp_path / "out" / "junk" / "result.json").write_text("{trunc")
+    csv = tmp_path / "scaling.csv"
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--save_csv", csv, "--markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "| 2 " in proc.stdout and "1.80×" in proc.stdout and "90 %" in proc.stdout
+    assert proc.stderr.count("warning: skipped") == 1 and "not valid JSON" in proc.stderr
+    assert "speedup" in csv.read_text().splitlines()[0]
+
+
+def test_benchmark_cli_errors_are_one_line(tmp_path):
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "missing")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is not a folder" in proc.stderr
+    proc = run_script("benchmark.py", "--output_dir", tmp_path)
+    assert proc.returncode == 1 and "No training results" in proc.stdout

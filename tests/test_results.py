@@ -1,0 +1,85 @@
+"""The result schema: secrets never written, atomic writes, and a loader that explains every skip."""
+
+import json
+import os
+
+import pytest
+
+from scalelab import results
+
+
+def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp", status="completed", **workload):
+    """A minimal valid training result, as the report reads it (used by report tests too)."""
+    data = results.envelope("training", run_id)
+    data.update(
+        status=status, error=None if status == "completed" else "boom",
+        workload={"model": model, "batch_size": 64, "scaling": "weak", "precision": "32",
+                  "describe": model, "params": 1000, "batch_per_device": 64, "global_batch": 64 * world,
+                  **workload},
+        launch={"launcher": "local", "world_size": world, "num_nodes": nodes, "procs_per_node": world // nodes,
+                "accelerator": "cpu", "device_names": ["cpu"], "threads_per_proc": 1},
+        timing={"samples_per_s": samples_per_s, "tokens_per_s": None, "train_time_s": 1000 / samples_per_s,
+                "step_time_s": {"median": 0.01}, "epoch_times_s": [1.0], "time_to_first_step_s": 3.0,
+                "whole_run_s": 5.0},
+        metrics={"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
+    )
+    return data
+
+
+@pytest.mark.parametrize("name", ["WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "awsSecretAccessKey",
+                                  "GITHUB_PAT", "DB_PASSWORD", "NCCL_FAKE_TOKEN", "api_key", "SSH_AUTH_SOCK"])
+def test_secret_names_are_recognised(name):
+    assert results.looks_secret(name)
+
+
+@pytest.mark.parametrize("name", ["tokens_per_s", "tokens_per_sample", "SLURM_JOB_ID", "NCCL_IB_HCA",
+                                  "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "max_steps"])
+def test_ordinary_names_are_kept(name):
+    assert not results.looks_secret(name)
+
+
+def test_environment_capture_is_an_allow_list_without_secrets():
+    env = {"NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "4",
+           "HOME": "/root", "WANDB_API_KEY": "x", "NCCL_SECRET_TOKEN": "y", "PATH": "/bin"}
+    assert results.capture_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
+                                                 "OMP_NUM_THREADS": "4", "SLURM_JOB_ID": "42"}
+
+
+def test_write_scrubs_secret_keys_at_any_depth(tmp_path):
+    data = make_result()
+    data["config"] = {"lr": 1, "nested": {"api_key": "sk-123", "ok": [{"hf_token": "t"}]}}
+    path = results.write(str(tmp_path), data)
+    text = open(path).read()
+    assert "sk-123" not in text and "hf_token" not in text and '"ok"' in text
+    assert not [f for f in os.listdir(os.path.dirname(path)) if f.startswith(".tmp-")]
+
+
+def test_run_ids_are_unique_and_carry_the_slurm_job():
+    ids = {results.new_run_id("mlp", 8, environ={}) for _ in range(200)}
+    assert len(ids) == 200
+    rid = results.new_run_id("mlp", 8, run_name="a b/c", environ={"SLURM_JOB_ID": "123"})
+    assert "job123" in rid and "a-b-c" in rid and "/" not in rid
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("", "empty file"),
+    ('{"schema": "scalelab.result", "schema_ver', "not valid JSON"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"name": "some other tool"}', "not a scalelab result"),
+    ('{"schema": "scalelab.result", "schema_version": 99}', "newer than this scalelab reads"),
+])
+def test_loader_explains_what_it_skips(tmp_path, content, reason):
+    path = tmp_path / "bad" / "result.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    results.write(str(tmp_path), make_result("good"))
+    found, skipped = results.scan(str(tmp_path))
+    assert [r["run_id"] for r in found] == ["good"]
+    assert len(skipped) == 1 and reason in skipped[0][1] and skipped[0][0] == str(path)
+
+
+def test_validate_rejects_wrong_types():
+    data = make_result()
+    data["launch"]["world_size"] = "2"
+    with pytest.raises(results.ResultError, match="world_size"):
+        results.validate(json.loads(json.dumps(data)))
