@@ -8,6 +8,7 @@ combined: median, with min-max shown.
 """
 
 import os
+import statistics
 import sys
 
 import pandas as pd
@@ -54,7 +55,7 @@ def runs_frame(found: list) -> pd.DataFrame:
             "error": r.get("error"),
             "train_time_s": t.get("train_time_s"),
             "step_ms": (t.get("step_time_s") or {}).get("median", float("nan")) * 1e3,
-            "epoch_s": float(pd.Series(epochs).median()) if epochs else None,
+            "epoch_s": statistics.median(epochs) if epochs else None,
             "samples_per_s": t.get("samples_per_s"),
             "tokens_per_s": t.get("tokens_per_s"),
             "first_step_s": t.get("time_to_first_step_s"),
@@ -109,7 +110,8 @@ def _group_title(first: pd.Series, letter: str) -> str:
     return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
 
 
-def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple") -> str:
+def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12) -> str:
+    """Per group: the runs (the newest `max_runs` per configuration; None = all) and the scaling table."""
     out = []
     ok = runs[runs["status"] == "completed"]
     for i, (group, members) in enumerate(ok.groupby("group", sort=False)):
@@ -119,6 +121,10 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple") -> st
         thr_col = "tokens_per_s" if unit == "tokens/s" else "samples_per_s"
         out.append(_group_title(first, letter))
         members = members.sort_values(["devices", "nodes", "created"])
+        hidden = 0
+        if max_runs is not None and len(members) > max_runs:
+            shown = members.groupby(["devices", "nodes"]).tail(max(1, max_runs // members[["devices", "nodes"]].drop_duplicates().shape[0]))
+            hidden, members = len(members) - len(shown), shown
         run_rows = [[r.run_id, r.devices, r.nodes, f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
                      else r.procs_per_node, _fmt(r.first_step_s), _fmt(r.train_time_s, ".2f"), _fmt(r.step_ms),
                      _fmt(r.epoch_s, ".2f"), _fmt(getattr(r, thr_col), ",.0f"), _fmt(r.train_loss, ".3f"),
@@ -127,6 +133,8 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple") -> st
                                                else "procs×threads", "1st step s", "train s", "step ms",
                                                "epoch s", unit, "train loss", "val acc"],
                             tablefmt=fmt, disable_numparse=True))
+        if hidden:
+            out.append(f"  ... {hidden} older run(s) not listed (all are in the scaling table; --all_runs lists them)")
         g = scaling[scaling["group"] == group].sort_values(["devices", "nodes"])
         base = int(g["baseline_devices"].iloc[0])
         out.append("")
@@ -158,6 +166,7 @@ def main(argv=None) -> int:
     p.add_argument("--output_dir", default="outputs", help="folder searched (recursively) for result.json")
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
+    p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
     args = p.parse_args(argv)
     if not os.path.isdir(args.output_dir):
         raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
@@ -171,7 +180,7 @@ def main(argv=None) -> int:
     scaling = scaling_frame(runs)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
-    print(render(runs, scaling, fmt="github" if args.markdown else "simple"))
+    print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=None if args.all_runs else 12))
     if args.save_csv:
         results.atomic_write_text(args.save_csv, scaling.to_csv(index=False))
         print(f"scaling table written to {args.save_csv}")

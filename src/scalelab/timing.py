@@ -42,13 +42,13 @@ class StepTimer(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         _sync(trainer)
         now = time.perf_counter()
-        self.step_times.append(now - self._last)
+        self.step_times.append(round(now - self._last, 6))  # 1 us: far below run-to-run noise
         self._last = now
         if self.first_step_end is None:
             self.first_step_end = time.time()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
-            self.losses.append(float(loss.detach()))
+            self.losses.append(float(f"{float(loss.detach()):.6g}"))
 
     def on_validation_end(self, trainer, pl_module):
         # Mid-epoch validation must not be billed to the next training step.

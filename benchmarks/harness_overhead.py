@@ -1,0 +1,63 @@
+"""Speed targets 1 and 2: harness overhead vs a plain DDP loop, and honest whole-run clocks.
+
+Runs the tiny transformer through scalelab (`src/train.py`) and through benchmarks/plain_ddp.py, at 1 and 2
+CPU processes, alternating, `--repeats` times each; prints median tokens/s of both, their ratio (target >= 0.97),
+and scalelab's recorded whole-run time vs the wall time measured from outside (target within 5 %).
+
+    python benchmarks/harness_overhead.py --repeats 3
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import plain_ddp  # noqa: E402
+
+
+def scalelab_run(procs, steps, warmup, out):
+    cmd = [sys.executable, os.path.join(ROOT, "src", "train.py"), "--model", "transformer", "--preset", "tiny",
+           "--max_steps", str(steps), "--warmup_steps", str(warmup), "--devices", str(procs), "--output_dir", out]
+    before = set(glob.glob(os.path.join(out, "*", "result.json")))
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    (path,) = set(glob.glob(os.path.join(out, "*", "result.json"))) - before
+    timing = json.load(open(path))["timing"]
+    return timing["tokens_per_s"], timing["whole_run_s"], wall
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    out = tempfile.mkdtemp(prefix="scalelab-overhead-")
+    print(f"tiny transformer, batch 8/process, {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, "
+          f"{os.cpu_count()} cores")
+    print(f"{'procs':>5} {'plain tok/s':>12} {'scalelab tok/s':>15} {'ratio':>6} {'recorded s':>11} {'wall s':>7} {'clock err':>9}")
+    for procs in (1, 2):
+        plain, ours, errs, rec, walls = [], [], [], [], []
+        for _ in range(a.repeats):
+            plain.append(plain_ddp.measure(procs, a.steps, a.warmup))
+            tps, recorded, wall = scalelab_run(procs, a.steps, a.warmup, out)
+            ours.append(tps)
+            rec.append(recorded)
+            walls.append(wall)
+            errs.append(abs(recorded - wall) / wall)
+        ratio = statistics.median(ours) / statistics.median(plain)
+        print(f"{procs:>5} {statistics.median(plain):>12,.0f} {statistics.median(ours):>15,.0f} {ratio:>6.3f} "
+              f"{statistics.median(rec):>11.2f} {statistics.median(walls):>7.2f} {max(errs) * 100:>8.1f}%")
+
+
+if __name__ == "__main__":
+    main()
