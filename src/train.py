@@ -5,10 +5,8 @@
     srun python src/train.py --model mlp                  # sizes from SLURM
 """
 
-import sys
-
-from scalelab.cli import run_main
+from scalelab.cli import fast_exit, run_main
 from scalelab.training import main
 
 if __name__ == "__main__":
-    sys.exit(run_main("train.py", main))
+    fast_exit(run_main("train.py", main))

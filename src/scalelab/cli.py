@@ -5,6 +5,7 @@ never a usage dump or a traceback wall.
 """
 
 import argparse
+import os
 import sys
 
 
@@ -38,6 +39,24 @@ def human_count(n) -> str:
         if n >= scale:
             return f"{n / scale:.3g}{unit}"
     return str(int(n))
+
+
+def fast_exit(code: int):
+    """Exit without Python's module teardown (~1 s with torch and Lightning loaded).
+
+    Only after everything that matters is on disk: result files are fsynced before this, and here the
+    standard streams and logging are flushed. Keeps a run's recorded whole-run time honest against the
+    wall time a user measures from outside.
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 # argparse value types: they raise ArgumentTypeError so the message names the flag.

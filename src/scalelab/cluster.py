@@ -125,14 +125,17 @@ def env_rank() -> int:
 
 
 def process_start_time() -> float:
-    """Wall-clock start of this process from the kernel, so interpreter start-up and imports count."""
+    """Wall-clock start of this process from the kernel, so interpreter start-up and imports count.
+
+    /proc/self/stat gives the start in clock ticks since boot (10 ms); CLOCK_BOOTTIME gives "now" on the
+    same clock, so the age is exact to a tick (btime in /proc/stat is whole seconds: too coarse).
+    """
     import time
 
     try:
         with open("/proc/self/stat") as fh:
             ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as fh:
-            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()

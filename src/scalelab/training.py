@@ -17,13 +17,13 @@ from scalelab.cli import UsageError, human_count
 def main(argv=None, process_start=None) -> int:
     process_start = process_start or cluster.process_start_time()
     cfg = config.parse_config(argv)
+    _quiet_lightning(cfg.verbose)
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
     if cluster.env_rank() == 0:
         check_output_dir(cfg.output_dir)
-    _quiet_lightning(cfg.verbose)
 
     import lightning.pytorch as pl
     import torch
@@ -83,6 +83,8 @@ def check_output_dir(path: str):
 def _quiet_lightning(verbose: bool):
     if verbose:
         return
+    import lightning.pytorch  # noqa: F401  (it sets its loggers to INFO on import: import first, then quieten)
+
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     for pattern in (".*does not have many workers.*", ".*srun.*", ".*smaller than the logging interval.*",

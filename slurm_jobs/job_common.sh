@@ -1,0 +1,29 @@
+# Sourced by every job script, inside the job: site settings, a banner, and the one workload definition.
+# The workload arguments are identical in every script, so 1-, 4- and 8-GPU results form one scaling group.
+set -euo pipefail
+export SCALELAB_ROOT="${SLURM_SUBMIT_DIR:-$PWD}"   # sbatch copies the script away; the repo is where you submitted
+cd "$SCALELAB_ROOT"
+source slurm_jobs/site.sh
+
+MODEL=${MODEL:-mlp}  # MODEL=transformer sbatch slurm_jobs/...
+case "$MODEL" in
+  mlp)         WORKLOAD=(--model mlp --num_samples 20000 --max_epochs 3 --batch_size 64 --warmup_steps 5) ;;
+  transformer) WORKLOAD=(--model transformer --preset "${PRESET:-tiny}" --max_steps 50 --batch_size 8 --warmup_steps 5) ;;
+  *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
+esac
+[ "${SCALELAB_ACCELERATOR:-}" = gpu ] && [ "$MODEL" = transformer ] && WORKLOAD+=(--precision bf16-mixed)
+
+GPUS_PER_NODE=${GPUS_PER_NODE:?set by the job script}
+echo "scalelab job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \
+     "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-cpu}," \
+     "model $MODEL, restart ${SLURM_RESTART_COUNT:-0}"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+fi
+
+# Train with the sizes this script asks for: train.py checks them against SLURM's and fails fast on a mismatch.
+run_train() {
+  srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/train.py "${WORKLOAD[@]}" \
+      --devices "$GPUS_PER_NODE" --num_nodes "$1" --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
+      --output_dir "${OUTPUT_DIR:-outputs}" "${@:2}"
+}

@@ -1,0 +1,159 @@
+"""Submit the identical job at several shapes (nodes x GPUs per node) with submitit, wait, then report.
+
+`--cluster slurm` uses submitit's SlurmExecutor with the settings of slurm_jobs/site.sh;
+`--cluster local` uses its LocalExecutor (CPU, gloo, one node) so the sweep can be rehearsed anywhere.
+Repeats of one shape go out as one job array; different shapes need different resources, so they are
+separate jobs.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+from scalelab.cli import OneLineParser, UsageError, positive_float, positive_int
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_SHAPES = ["1x1", "1x4", "2x4"]
+
+
+class TrainTask:
+    """What each submitit task runs: train.py's main, in-process, with torch.distributed's env exported."""
+
+    def __init__(self, argv, accelerator):
+        self.argv, self.accelerator = list(argv), accelerator
+
+    def __call__(self):
+        import submitit
+
+        # Keep every GPU visible: Lightning picks cuda:LOCAL_RANK itself (submitit's binding would fight it).
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        if "SLURM_JOB_ID" not in os.environ or os.environ.get("SUBMITIT_EXECUTOR") == "local":
+            os.environ["SCALELAB_LAUNCHER"] = "submitit-local"
+        from scalelab.training import main
+
+        code = main(self.argv)
+        if code:
+            raise RuntimeError(f"train.py exited {code}")
+        return code
+
+    def checkpoint(self, *args, **kwargs):
+        """On timeout or preemption submitit calls this and requeues: the rerun's result supersedes."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(TrainTask(self.argv, self.accelerator))
+
+
+def parse_shape(text: str):
+    m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise UsageError(f"--shapes: {text!r} is not NODESxGPUS_PER_NODE (e.g. 1x4, 2x4)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def site_settings(profile: str) -> dict:
+    """SBATCH_* values the site file exports (partition, account, constraint), read by running it in bash."""
+    cmd = f"set -e; export SCALELAB_PROFILE={shlex.quote(profile)}; source slurm_jobs/site.sh >/dev/null; env -0"
+    proc = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True)
+    if proc.returncode != 0:
+        raise UsageError(f"slurm_jobs/site.sh failed: {proc.stderr.decode(errors='replace').strip()[:200]}")
+    env = dict(item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item)
+    return {k: v for k, v in env.items() if k.startswith(("SBATCH_", "SCALELAB_"))}
+
+
+def build_parser():
+    p = OneLineParser(prog="submit.py", description="Submit the same training job at several shapes and report.")
+    p.add_argument("--cluster", choices=("slurm", "local"), default="slurm")
+    p.add_argument("--shapes", nargs="+", default=None,
+                   help="NODESxGPUS_PER_NODE (default: 1x1 1x4 2x4 on slurm, 1x1 1x2 on local)")
+    p.add_argument("--repeats", type=positive_int, default=1, help="runs per shape (a job array each)")
+    p.add_argument("--profile", default=os.environ.get("SCALELAB_PROFILE", "cpu"),
+                   help="site.sh profile: cpu (rehearsal) or a100 (edit slurm_jobs/site.sh for your site)")
+    p.add_argument("--partition"), p.add_argument("--account"), p.add_argument("--constraint")
+    p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
+    p.add_argument("--cpus_per_task", type=positive_int, default=4)
+    p.add_argument("--gres_type", default="a100", help="GPU type in --gres=gpu:TYPE:N (empty: --gpus-per-node)")
+    p.add_argument("--output_dir", default="outputs")
+    p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
+    p.add_argument("--poll_s", type=positive_float, default=2.0)
+    p.add_argument("train_args", nargs="*", help="after --: the workload flags passed to train.py unchanged")
+    return p
+
+
+def main(argv=None) -> int:
+    import submitit
+    from tqdm import tqdm
+
+    from scalelab import config, report
+
+    args = build_parser().parse_args(argv)
+    shapes = [parse_shape(s) for s in (args.shapes or (DEFAULT_SHAPES if args.cluster == "slurm" else ["1x1", "1x2"]))]
+    if args.cluster == "local" and any(n > 1 for n, _ in shapes):
+        raise UsageError("--cluster local runs on this machine only: use shapes with 1 node (e.g. 1x1 1x2)")
+    train_args = list(args.train_args)
+    if any(a in ("--devices", "--num_nodes") or a.startswith(("--devices=", "--num_nodes=")) for a in train_args):
+        raise UsageError("submit.py sets --devices/--num_nodes from --shapes; leave them out of the train flags")
+    config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
+    site = site_settings(args.profile) if args.cluster == "slurm" else {}
+    accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
+    folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+
+    jobs = []
+    for nodes, gpus in shapes:
+        if args.cluster == "local":
+            executor = submitit.LocalExecutor(folder=folder)
+            executor.update_parameters(nodes=1, tasks_per_node=gpus, timeout_min=args.time_min)
+        else:
+            executor = submitit.SlurmExecutor(folder=folder)
+            gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
+            executor.update_parameters(
+                nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
+                job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
+                partition=args.partition or site.get("SBATCH_PARTITION"),
+                account=args.account or site.get("SBATCH_ACCOUNT"),
+                constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+                setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
+                       "source slurm_jobs/site.sh"],
+                **gres,
+            )
+        argv_job = train_args + ["--devices", str(gpus), "--num_nodes", str(nodes), "--accelerator", accelerator,
+                                 "--output_dir", os.path.abspath(args.output_dir)]
+        tasks = [TrainTask(argv_job, accelerator) for _ in range(args.repeats)]
+        if args.repeats > 1:
+            with executor.batch():
+                submitted = [executor.submit(t) for t in tasks]
+        else:
+            submitted = [executor.submit(tasks[0])]
+        jobs += [(f"{nodes}x{gpus}", j) for j in submitted]
+    print(f"submitted {len(jobs)} job(s) to {args.cluster}: " +
+          ", ".join(f"{shape} -> {job.job_id}" for shape, job in jobs) + f" (logs in {folder})")
+    if not args.wait:
+        print(f"when they finish: python src/benchmark.py --output_dir {args.output_dir}")
+        return 0
+
+    failed = []
+    with tqdm(total=len(jobs), desc="jobs", unit="job") as bar:
+        pending = list(jobs)
+        while pending:
+            for item in [p for p in pending if p[1].done()]:
+                pending.remove(item)
+                bar.update(1)
+                exc = item[1].exception()
+                if exc is not None:
+                    last = [l for l in str(exc).splitlines() if l.strip()]
+                    failed.append(f"{item[0]} job {item[1].job_id}: {last[-1] if last else type(exc).__name__}")
+            if pending:
+                time.sleep(args.poll_s)
+    for line in failed:
+        print(f"submit.py: job failed: {line}", file=sys.stderr)
+    code = report.main(["--output_dir", args.output_dir])
+    return 1 if failed else code
+
+
+def cli():
+    """Console-script entry point (see setup.cfg)."""
+    from scalelab.cli import run_main
+
+    sys.exit(run_main("scalelab-submit", main))
