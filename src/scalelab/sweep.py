@@ -46,6 +46,21 @@ class TrainTask:
         return submitit.helpers.DelayedSubmission(TrainTask(self.argv, self.accelerator))
 
 
+def wait_for(jobs, bar, failed: list, poll_s: float):
+    """Poll until every job is done; one line per failed job goes into `failed`."""
+    pending = list(jobs)
+    while pending:
+        for item in [p for p in pending if p[1].done()]:
+            pending.remove(item)
+            bar.update(1)
+            exc = item[1].exception()
+            if exc is not None:
+                last = [line for line in str(exc).splitlines() if line.strip()]
+                failed.append(f"{item[0]} job {item[1].job_id}: {last[-1] if last else type(exc).__name__}")
+        if pending:
+            time.sleep(poll_s)
+
+
 def parse_shape(text: str):
     m = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text)
     if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
@@ -100,52 +115,54 @@ def main(argv=None) -> int:
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 
-    jobs = []
-    for nodes, gpus in shapes:
+    def make_executor(nodes, gpus):
         if args.cluster == "local":
             executor = submitit.LocalExecutor(folder=folder)
             executor.update_parameters(nodes=1, tasks_per_node=gpus, timeout_min=args.time_min)
-        else:
-            executor = submitit.SlurmExecutor(folder=folder)
-            gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
-            executor.update_parameters(
-                nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
-                job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
-                partition=args.partition or site.get("SBATCH_PARTITION"),
-                account=args.account or site.get("SBATCH_ACCOUNT"),
-                constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
-                setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
-                       "source slurm_jobs/site.sh"],
-                **gres,
-            )
+            return executor
+        executor = submitit.SlurmExecutor(folder=folder)
+        gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
+        executor.update_parameters(
+            nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
+            job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
+            partition=args.partition or site.get("SBATCH_PARTITION"),
+            account=args.account or site.get("SBATCH_ACCOUNT"),
+            constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+            setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
+                   "source slurm_jobs/site.sh"],
+            **gres,
+        )
+        return executor
+
+    def submit(nodes, gpus, repeats):
+        executor = make_executor(nodes, gpus)
         argv_job = train_args + ["--devices", str(gpus), "--num_nodes", str(nodes), "--accelerator", accelerator,
                                  "--output_dir", os.path.abspath(args.output_dir)]
-        tasks = [TrainTask(argv_job, accelerator) for _ in range(args.repeats)]
-        if args.repeats > 1:
-            with executor.batch():
-                submitted = [executor.submit(t) for t in tasks]
-        else:
-            submitted = [executor.submit(tasks[0])]
-        jobs += [(f"{nodes}x{gpus}", j) for j in submitted]
-    print(f"submitted {len(jobs)} job(s) to {args.cluster}: " +
-          ", ".join(f"{shape} -> {job.job_id}" for shape, job in jobs) + f" (logs in {folder})")
-    if not args.wait:
-        print(f"when they finish: python src/benchmark.py --output_dir {args.output_dir}")
-        return 0
+        tasks = [TrainTask(argv_job, accelerator) for _ in range(repeats)]
+        if repeats == 1:
+            return [(f"{nodes}x{gpus}", executor.submit(tasks[0]))]
+        with executor.batch():  # one job array for the repeats of a shape
+            submitted = [executor.submit(t) for t in tasks]
+        return [(f"{nodes}x{gpus}", j) for j in submitted]
 
     failed = []
-    with tqdm(total=len(jobs), desc="jobs", unit="job") as bar:
-        pending = list(jobs)
-        while pending:
-            for item in [p for p in pending if p[1].done()]:
-                pending.remove(item)
-                bar.update(1)
-                exc = item[1].exception()
-                if exc is not None:
-                    last = [l for l in str(exc).splitlines() if l.strip()]
-                    failed.append(f"{item[0]} job {item[1].job_id}: {last[-1] if last else type(exc).__name__}")
-            if pending:
-                time.sleep(args.poll_s)
+    total = len(shapes) * args.repeats
+    if args.cluster == "local":
+        # One job at a time: concurrent local jobs would share the cores and spoil each other's timings.
+        print(f"running {total} job(s) one after another on this machine (logs in {folder})")
+        with tqdm(total=total, desc="jobs", unit="job") as bar:
+            for nodes, gpus in shapes:
+                for _ in range(args.repeats):
+                    wait_for(submit(nodes, gpus, 1), bar, failed, args.poll_s)
+    else:
+        jobs = [j for nodes, gpus in shapes for j in submit(nodes, gpus, args.repeats)]
+        print(f"submitted {len(jobs)} job(s) to slurm: " +
+              ", ".join(f"{shape} -> {job.job_id}" for shape, job in jobs) + f" (logs in {folder})")
+        if not args.wait:
+            print(f"when they finish: python src/benchmark.py --output_dir {args.output_dir}")
+            return 0
+        with tqdm(total=total, desc="jobs", unit="job") as bar:
+            wait_for(jobs, bar, failed, args.poll_s)
     for line in failed:
         print(f"submit.py: job failed: {line}", file=sys.stderr)
     code = report.main(["--output_dir", args.output_dir])
