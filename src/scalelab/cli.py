@@ -28,6 +28,11 @@ def run_main(prog: str, main, argv=None) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else "invalid input"
         print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
         return 2
+    except Exception as exc:  # a run that failed: one line here, the traceback in the run's error.log
+        if type(exc).__name__ != "RunFailed":
+            raise
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         return 130

@@ -28,6 +28,7 @@ def main(argv=None, process_start=None) -> int:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.strategies import DDPStrategy
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from scalelab import timing, workloads
 
@@ -56,8 +57,13 @@ def main(argv=None, process_start=None) -> int:
     )
     if trainer.global_rank == 0:
         print(banner(cfg, launch, wl, batch, threads), flush=True)
-    trainer.fit(wl.module, train_dataloaders=wl.train_loader)
-    val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
+    try:
+        trainer.fit(wl.module, train_dataloaders=wl.train_loader)
+        val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
+    except BaseException as exc:  # noqa: B902 - record every way a run can end, then re-raise as one line
+        status = "timeout" if isinstance(exc, (SIGTERMException, KeyboardInterrupt)) else "failed"
+        path = record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc)
+        raise RunFailed(status, exc, path) from None
 
     if trainer.global_rank == 0:
         summary = timing.summarize(timer.per_rank, min(cfg.warmup_steps, len(timer.step_times) - 1),
@@ -66,6 +72,42 @@ def main(argv=None, process_start=None) -> int:
         path = results.write(cfg.output_dir, payload)
         print(one_line_summary(payload, path), flush=True)
     return 0
+
+
+class RunFailed(Exception):
+    """A run that started and did not complete; its partial result is already on disk."""
+
+    def __init__(self, status, exc, path):
+        self.status, self.path = status, path
+        super().__init__(f"run ended with status {status}: {error_line(exc)}"
+                         + (f" (partial result: {path})" if path else ""))
+
+
+def error_line(exc) -> str:
+    if type(exc).__name__ == "SIGTERMException":
+        return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc):
+    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback."""
+    import traceback
+
+    from scalelab import timing
+
+    if trainer.global_rank != 0:
+        return None
+    own = [timer.rank_record(trainer)]
+    steps = len(timer.step_times)
+    summary = (timing.summarize(own, min(cfg.warmup_steps, steps - 1), batch * launch.world_size,
+                                wl.tokens_per_sample) if steps else {"steps": 0, "final_train_loss": None})
+    payload = build_payload(cfg, launch, wl, batch, own, summary, {}, process_start)
+    payload.update(status=status, error=error_line(exc))
+    path = results.write(cfg.output_dir, payload)
+    results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
+                              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return path
 
 
 def check_output_dir(path: str):

@@ -1,0 +1,36 @@
+"""A run that does not complete still leaves a record (status, one-line error, timings so far), never half a file."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SRC, load_results
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
+    cmd = [sys.executable, str(SRC / "train.py"), "--model", "transformer", "--max_steps", "100000",
+           "--warmup_steps", "2", "--output_dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # wait until training is under way (the banner is printed just before fit)
+        line = proc.stdout.readline()
+        if line.startswith("scalelab:"):
+            break
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err.strip().splitlines()[-1].startswith("train.py: error: run ended with status timeout: received SIGTERM")
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "timeout" and "SIGTERM" in r["error"]
+    assert r["timing"]["steps"] >= 1 and len(r["ranks"]) == 1
+    folder = os.path.dirname(next(tmp_path.rglob("result.json")))
+    assert "SIGTERMException" in open(os.path.join(folder, "error.log")).read()
+    assert not [f for f in os.listdir(folder) if f.startswith(".tmp-")]
