@@ -379,7 +379,7 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
     measured = dict(inputs.busbw_GBps or {})
     rows = []
     for label, nodes, gpus in scales(inputs.gpus_per_node, inputs.nodes):
-        ring = ring_for(nodes, inputs.gpus_per_node, inputs.intra_GBps, inputs.inter_GBps,
+        ring = ring_for(nodes, gpus // nodes, inputs.intra_GBps, inputs.inter_GBps,
                         inputs.intra_latency_s, inputs.inter_latency_s)
         link, bw, latency_term = ring.link, ring.bandwidth_GBps, 0.0
         if gpus == 1:
@@ -439,17 +439,19 @@ def formula(inputs: ScalingInputs) -> str:
 def bandwidth_assumption(inputs: ScalingInputs) -> str:
     """The bandwidth/latency assumption in plain words (what a reader must check against their cluster)."""
     measured = dict(inputs.busbw_GBps or {})
-    text = (f"bandwidth (unidirectional): 1 node = one ring over its {inputs.gpus_per_node} GPUs at"
-            f" {inputs.intra_GBps:g} GB/s per GPU intra-node, alpha = {inputs.intra_latency_s * 1e6:g} us;"
-            f" several nodes = one ring over all GPUs whose slowest hop is the inter-node link,"
-            f" {inputs.inter_GBps:g} GB/s ({GBps_to_gbit(inputs.inter_GBps):g} Gbit/s) per node,"
-            f" alpha = {inputs.inter_latency_s * 1e6:g} us.")
+    lines = [
+        f"bandwidth (unidirectional): 1 node = one ring over its {inputs.gpus_per_node} GPUs on the intra-node link,"
+        f" beta = {inputs.intra_GBps:g} GB/s per GPU, alpha = {inputs.intra_latency_s * 1e6:g} us;",
+        f"  several nodes = one ring over all GPUs whose slowest hop is the inter-node link,"
+        f" beta = {inputs.inter_GBps:g} GB/s ({GBps_to_gbit(inputs.inter_GBps):g} Gbit/s) per node,"
+        f" alpha = {inputs.inter_latency_s * 1e6:g} us.",
+    ]
     if measured:
-        text += " Measured busbw replaces the link at " + ", ".join(
-            f"{n} node{'s' if n > 1 else ''}: {bw:g} GB/s" for n, bw in sorted(measured.items())) + "."
-    text += (" Advertised figures; applications reach ~80 %. Ring model, not the '2*S over duplex NVLink'"
-             " shortcut.")
-    return text
+        lines.append("  measured busbw replaces the link figure at " + ", ".join(
+            f"{n} node{'s' if n > 1 else ''}: {bw:g} GB/s" for n, bw in sorted(measured.items())) + ".")
+    lines.append("  advertised link figures (applications reach ~80 %); ring model, not the '2*S over duplex"
+                 " NVLink' shortcut.")
+    return "\n".join(lines)
 
 
 def required_bandwidth_GBps(row: ScaleRow) -> Optional[float]:

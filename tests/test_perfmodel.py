@@ -1,0 +1,260 @@
+"""The analytic model: the field notes' worked example, nccl-tests arithmetic, peaks, and scaling by hand."""
+
+import sys
+
+import pytest
+
+from scalelab import perfmodel as pm
+from scalelab.workloads.presets import PRESETS
+
+GB = 1e9
+S_2B_FP32 = 2e9 * 4  # 8 GB of fp32 gradients
+
+
+# --- the worked example (/work/shared/notes/field-math.md) --------------------------------------------
+
+def test_worked_example_compute():
+    tflop = pm.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=True)
+    assert tflop == pytest.approx(65.536)
+    assert pm.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=False) == pytest.approx(65.536 * 3 / 4)
+    assert tflop / (312 * 0.5) == pytest.approx(0.42, abs=0.001)  # 156 TFLOP/s = 50 % MFU on A100
+
+
+def test_worked_example_one_node_nvlink():
+    assert pm.allreduce_bytes_per_rank(S_2B_FP32, 8) == pytest.approx(14 * GB)
+    assert pm.allreduce_time_s(S_2B_FP32, 8, 300) == pytest.approx(0.0467, abs=1e-4)
+
+
+def test_worked_example_four_nodes_hdr_and_ndr():
+    assert pm.allreduce_bytes_per_rank(S_2B_FP32, 32) == pytest.approx(15.5 * GB)
+    assert pm.allreduce_time_s(S_2B_FP32, 32, pm.gbit_to_GBps(200)) == pytest.approx(0.62)
+    assert pm.allreduce_time_s(S_2B_FP32, 32, pm.gbit_to_GBps(400)) == pytest.approx(0.31)
+
+
+def worked_example_inputs(**overrides):
+    kw = dict(gpus_per_node=8, nodes=(1, 4), n_params=2e9, grad_dtype_bytes=4, intra_GBps=300,
+              inter_GBps=pm.gbit_to_GBps(200), flops_per_step=65.536e12, tflops=312, mfu=0.5)
+    return pm.ScalingInputs(**{**kw, **overrides})
+
+
+def test_worked_example_prediction_rows_and_flags():
+    rows = pm.predict(worked_example_inputs())
+    assert [(r.label, r.gpus, r.link) for r in rows] == [("1 GPU", 1, "none"), ("1 node", 8, "intra"),
+                                                         ("4 nodes", 32, "inter")]
+    one, node, four = rows
+    assert one.comm_s == 0 and not one.comm_bound and one.efficiency_no_overlap == 1
+    assert all(r.compute_s == pytest.approx(0.42, abs=0.001) for r in rows)  # weak: per-GPU work fixed
+    assert node.comm_s == pytest.approx(0.0467, abs=1e-4) and not node.comm_bound
+    assert four.comm_s == pytest.approx(0.62) and four.comm_bound
+    assert four.bandwidth_GBps == 25
+    assert four.step_s_no_overlap == pytest.approx(four.compute_s + 0.62)
+    assert four.step_s_overlap == pytest.approx(0.62)
+    faster = pm.predict(worked_example_inputs(inter_GBps=pm.gbit_to_GBps(400)))[-1]
+    assert faster.comm_s == pytest.approx(0.31) and not faster.comm_bound
+    line = pm.verdict(rows)
+    assert line.startswith("communication-bound from 4 nodes (32 GPUs): all-reduce 0.62 s > compute 0.42 s")
+    assert "36.9 GB/s (295 Gbit/s)" in line  # 15.5 GB / 0.42 s
+
+
+def test_duplex_shortcut_is_not_the_model():
+    # "2·S over duplex NVLink" would give 0.027 s and 0.64 s; the ring model must not.
+    assert pm.allreduce_time_s(S_2B_FP32, 8, 300) != pytest.approx(2 * S_2B_FP32 / 600e9, rel=0.1)
+    assert pm.allreduce_time_s(S_2B_FP32, 32, 25) != pytest.approx(0.64, rel=0.01)
+
+
+# --- nccl-tests arithmetic ----------------------------------------------------------------------------
+
+def test_busbw_hand_cases():
+    assert pm.busbw_from_algbw(10.0, 2) == pytest.approx(10.0)  # n=2: busbw = algbw
+    assert pm.busbw_from_algbw(10.0, 8) == pytest.approx(17.5)  # n=8: 2·7/8 = 1.75x
+    assert pm.busbw_from_algbw(10.0, 1) == 0
+    assert pm.algbw_from_busbw(17.5, 8) == pytest.approx(10.0)
+
+
+def test_measured_busbw_replaces_beta():
+    # t = S·2(n−1)/n / busbw; and the algbw it implies gives back the same busbw.
+    t = pm.allreduce_time_from_busbw_s(S_2B_FP32, 32, 25)
+    assert t == pytest.approx(0.62)
+    assert pm.busbw_from_algbw(S_2B_FP32 / t / GB, 32) == pytest.approx(25)
+    assert pm.allreduce_time_from_busbw_s(1 * GB, 2, 10) == pytest.approx(0.1)  # n=2: S / busbw
+
+
+def test_latency_term():
+    assert pm.allreduce_time_s(0, 8, 100, latency_s=1e-5) == pytest.approx(14e-5)  # 2(n−1) steps
+    assert pm.allreduce_time_s(0, 8, 100, latency_s=1e-5, buckets=3) == pytest.approx(3 * 14e-5)
+    assert pm.allreduce_time_s(1 * GB, 8, 100, latency_s=1e-6) == pytest.approx(14e-6 + 1.75 / 100)
+    assert pm.allreduce_time_s(1 * GB, 1, 100, latency_s=1) == 0  # one rank: nothing to reduce
+
+
+def test_ring_for_topology():
+    assert pm.ring_for(1, 8, 300, 25, 2e-6, 5e-6) == pm.Ring(8, 300, 2e-6, "intra")
+    assert pm.ring_for(4, 8, 300, 25, 2e-6, 5e-6) == pm.Ring(32, 25, 5e-6, "inter")
+    assert pm.ring_for(1, 1, 300, 25).link == "none"
+
+
+def test_unit_helpers():
+    assert pm.gbit_to_GBps(200) == 25 and pm.gbit_to_GBps(400) == 50
+    assert pm.GBps_to_gbit(25) == 200
+
+
+@pytest.mark.parametrize("bad", [dict(n=0), dict(bandwidth_GBps=0), dict(bandwidth_GBps=-1), dict(latency_s=-1)])
+def test_communication_rejects_bad_values(bad):
+    kw = {**dict(grad_bytes=GB, n=8, bandwidth_GBps=100), **bad}
+    with pytest.raises(ValueError):
+        pm.allreduce_time_s(**kw)
+
+
+# --- peaks and MFU ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device, precision, peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989), ("NVIDIA H100 80GB HBM3", "32", 67),
+    ("NVIDIA H100 PCIe", "bf16-mixed", 756), ("NVIDIA H100 PCIe", "32-true", 51),
+    ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312), ("NVIDIA A100-SXM4-80GB", "16-mixed", 312),
+    ("NVIDIA A100-SXM4-80GB", "32", 19.5), ("NVIDIA A100-SXM4-80GB", "tf32", 156),
+    ("NVIDIA A100 80GB PCIe", "bf16-true", 312),
+    ("NVIDIA H200", "bf16-mixed", 989), ("NVIDIA H200", "32-true", 67),
+])
+def test_peak_lookup(device, precision, peak):
+    assert pm.peak_tflops(device, precision) == peak
+
+
+@pytest.mark.parametrize("device, precision", [
+    ("cpu", "32"), ("cpu", "bf16-mixed"), ("", "32"), ("AMD Instinct MI250X", "bf16-mixed"),
+    ("NVIDIA RTX A1000", "32"),  # not an A100
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "bf16-mixed"),  # a slice: its peak is a fraction
+    ("NVIDIA H100 NVL", "bf16-mixed"), ("NVIDIA A100-SXM4-80GB", "64-true"), ("NVIDIA A100-SXM4-80GB", "nonsense"),
+    ("Tesla V100-SXM2-16GB", "bf16-mixed"),  # Volta has no bf16 tensor cores
+])
+def test_peak_is_none_rather_than_made_up(device, precision):
+    assert pm.peak_tflops(device, precision) is None
+
+
+def test_mfu():
+    assert pm.mfu(156, 312) == pytest.approx(0.5)
+    assert pm.mfu(156, pm.peak_tflops("NVIDIA A100-SXM4-80GB", "bf16-mixed")) == pytest.approx(0.5)
+    assert pm.mfu(1.0, pm.peak_tflops("cpu", "32")) is None
+    assert pm.mfu(1.0, 0) is None
+
+
+# --- FLOPs --------------------------------------------------------------------------------------------
+
+def test_tiny_preset_flops_per_token_by_hand():
+    # tiny: L=4, H=4, d=256 (Q=64), T=128. Per block 12·256² + 13·256 = 789,760; 4 blocks + final LN 512.
+    n = 4 * (12 * 256 * 256 + 13 * 256) + 2 * 256
+    assert n == 3_159_552
+    attention = 12 * 4 * 4 * 64 * 128  # 1,572,864
+    tiny = PRESETS["tiny"]
+    assert pm.transformer_flops_per_token(tiny) == 6 * 3_159_552 + 1_572_864 == 20_530_176
+    assert pm.transformer_flops_per_token(tiny, causal=True) == 6 * 3_159_552 + 786_432
+    # the same from an explicit parameter count, and a run's seq_len overriding the preset's
+    assert pm.transformer_flops_per_token(n, 4, 4, 64, 128) == 20_530_176
+    assert pm.transformer_flops_per_token(tiny, seq_len=256) == 6 * n + 2 * attention
+    with pytest.raises(ValueError, match="seq_len"):
+        pm.transformer_flops_per_token(n, 4, 4, 64)
+
+
+def test_dense_flops():
+    assert pm.dense_flops_per_sample(1000) == 6000
+
+
+def test_module_does_not_import_torch():
+    import subprocess
+
+    code = "import sys; import scalelab.perfmodel; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(pm.__file__).rsplit("/scalelab/", 1)[0]})
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# --- weak vs strong by hand ---------------------------------------------------------------------------
+
+def small_cluster(scaling, **kw):
+    # S = 1 GB, 4 GPUs per node; intra 100 GB/s, inter 10 GB/s; 1 s of compute per step on 1 GPU.
+    return pm.predict(pm.ScalingInputs(gpus_per_node=4, nodes=(1, 2), grad_bytes=GB, intra_GBps=100, inter_GBps=10,
+                                       compute_s=1.0, scaling=scaling, bucket_bytes=None, **kw))
+
+
+def test_weak_scaling_by_hand():
+    one, node, two = small_cluster("weak")
+    assert node.comm_s == pytest.approx(2 * 3 / 4 * 1 / 100)  # 0.015 s
+    assert two.comm_s == pytest.approx(2 * 7 / 8 * 1 / 10)  # 0.175 s
+    assert node.compute_s == two.compute_s == 1.0
+    assert node.efficiency_no_overlap == pytest.approx(1 / 1.015)
+    assert node.speedup_no_overlap == pytest.approx(4 / 1.015)
+    assert two.efficiency_no_overlap == pytest.approx(1 / 1.175)
+    assert two.efficiency_overlap == pytest.approx(1.0) and two.speedup_overlap == pytest.approx(8)
+    assert not any(r.comm_bound for r in (one, node, two))
+
+
+def test_strong_scaling_by_hand():
+    one, node, two = small_cluster("strong")
+    assert node.compute_s == pytest.approx(0.25) and two.compute_s == pytest.approx(0.125)
+    assert node.speedup_no_overlap == pytest.approx(1 / 0.265)
+    assert node.efficiency_no_overlap == pytest.approx(1 / 0.265 / 4)
+    assert node.speedup_overlap == pytest.approx(4) and node.efficiency_overlap == pytest.approx(1)
+    assert two.comm_bound  # 0.175 s > 0.125 s
+    assert two.speedup_no_overlap == pytest.approx(1 / 0.3)
+    assert two.efficiency_no_overlap == pytest.approx(1 / 0.3 / 8)
+    assert two.speedup_overlap == pytest.approx(1 / 0.175)
+    assert two.efficiency_overlap == pytest.approx(1 / 0.175 / 8)
+    assert pm.verdict([one, node, two]).startswith("communication-bound from 2 nodes (8 GPUs)")
+
+
+def test_measured_busbw_per_scale_replaces_the_link():
+    _, node, two = small_cluster("weak", busbw_GBps={2: 5.0})
+    assert node.link == "intra" and two.link == "busbw" and two.bandwidth_GBps == 5
+    assert two.comm_s == pytest.approx(1.75 / 5)
+
+
+def test_latency_is_paid_per_ddp_bucket():
+    kw = dict(gpus_per_node=8, nodes=(1,), grad_bytes=100 * 2**20, compute_s=1.0, intra_latency_s=1e-5)
+    node = pm.predict(pm.ScalingInputs(bucket_bytes=25 * 2**20, **kw))[-1]
+    assert node.latency_term_s == pytest.approx(4 * 14 * 1e-5)
+    assert node.comm_s == pytest.approx(4 * 14e-5 + 1.75 * 100 * 2**20 / 300e9)
+    whole = pm.predict(pm.ScalingInputs(bucket_bytes=None, **kw))[-1]
+    assert whole.latency_term_s == pytest.approx(14e-5)
+
+
+def test_time_and_cost_to_train():
+    rows = small_cluster("weak", tokens_per_step=1000, token_budget=8e6, gpu_hour_price=3.0)
+    two = rows[-1]
+    assert two.tokens_per_step == 8000  # weak: tokens per step grow with GPUs
+    steps = 8e6 / 8000
+    assert two.train_h_no_overlap == pytest.approx(steps * 1.175 / 3600)
+    assert two.train_h_overlap == pytest.approx(steps * 1.0 / 3600)
+    assert two.cost_no_overlap == pytest.approx(steps * 1.175 / 3600 * 8 * 3.0)
+    strong = small_cluster("strong", tokens_per_step=1000, token_budget=8e6)[-1]
+    assert strong.tokens_per_step == 1000 and strong.cost_overlap is None
+
+
+def test_formula_states_model_and_bandwidth_assumption():
+    text = pm.formula(worked_example_inputs())
+    assert "2(n-1)/n * S / beta" in text and "unidirectional" in text
+    assert "25 GB/s (200 Gbit/s) per node" in text and "300 GB/s per GPU" in text
+    assert "not the '2*S over duplex NVLink' shortcut" in text
+
+
+def test_predict_from_busbw_for_the_report():
+    p = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=32, nodes=4, busbw_GBps=25)
+    assert p.comm_s == pytest.approx(0.62) and p.comm_bound
+    assert p.efficiency_no_overlap == pytest.approx(0.42 / 1.04)
+    assert p.efficiency_overlap == pytest.approx(0.42 / 0.62)
+    solo = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=1, nodes=1, busbw_GBps=None)
+    assert solo.comm_s == 0 and solo.efficiency_no_overlap == 1 == solo.efficiency_overlap
+    strong = pm.predict_from_busbw(1.0, GB, world_size=8, nodes=2, busbw_GBps=10, scaling="strong")
+    assert strong.compute_s == pytest.approx(0.125) and strong.comm_s == pytest.approx(0.175)
+    assert strong.efficiency_overlap == pytest.approx(1 / 0.175 / 8)
+    with pytest.raises(ValueError):
+        pm.predict_from_busbw(1.0, GB, world_size=8, nodes=3, busbw_GBps=10)
+    with pytest.raises(ValueError):
+        pm.predict_from_busbw(1.0, GB, world_size=8, nodes=1, busbw_GBps=None)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(n_params=0), dict(n_params=-1), dict(compute_s=0), dict(mfu=1.5), dict(scaling="sideways"),
+    dict(nodes=(0,)), dict(gpus_per_node=0), dict(busbw_GBps={2: 0}), dict(compute_s=None, tflops=None),
+])
+def test_inputs_reject_bad_values(bad):
+    kw = dict(gpus_per_node=8, nodes=(1, 2), n_params=1e9, compute_s=1.0)
+    with pytest.raises(ValueError):
+        pm.ScalingInputs(**{**kw, **bad})

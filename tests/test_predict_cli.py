@@ -1,0 +1,80 @@
+"""src/predict.py as a user runs it: the worked example in one command, and one-line errors."""
+
+import pytest
+
+from conftest import run_script
+
+WORKED = ["--params", "2B", "--grad_dtype", "fp32", "--gpus_per_node", "8", "--nodes", "1", "4",
+          "--seq_len", "2048", "--global_batch", "16", "--recompute", "--tflops", "312", "--mfu", "0.5"]
+
+
+def table_row(out, label):
+    """The cells of the table row that starts with label."""
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(label)]
+    assert len(rows) == 1, out
+    return rows[0]
+
+
+def test_worked_example_one_command():
+    res = run_script("predict.py", *WORKED, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert res.stderr == ""
+    assert "S = 8 GB" in out
+    assert "65.536 TFLOP per GPU per step" in out and "156 TFLOP/s: 0.42 s" in out
+    assert "16 at 8 GPUs, 64 at 32 GPUs" in out  # what global batch means at 32 GPUs (weak scaling)
+    # scale, GPUs, link, beta, all-reduce GB/GPU, comm s, compute s, ..., comm-bound
+    assert table_row(out, "1 GPU")[2:11] == ["1", "none", "-", "0", "0", "0.42", "0.42", "0.42", "no"]
+    assert table_row(out, "1 node")[2:11] == ["8", "intra", "300", "14", "0.0467", "0.42", "0.467", "0.42", "no"]
+    assert table_row(out, "4 nodes")[2:11] == ["32", "inter", "25", "15.5", "0.62", "0.42", "1.04", "0.62", "yes"]
+    assert "2(n-1)/n * S / beta" in out and "unidirectional" in out and "25 GB/s (200 Gbit/s) per node" in out
+    verdict = [line for line in out.splitlines() if line.startswith("verdict:")]
+    assert verdict == ["verdict: communication-bound from 4 nodes (32 GPUs): all-reduce 0.62 s > compute 0.42 s; "
+                       "full overlap needs >= 36.9 GB/s (295 Gbit/s) per node between nodes, or more work per GPU"]
+
+
+def test_ndr_halves_the_inter_node_all_reduce():
+    res = run_script("predict.py", *WORKED, "--inter_gbit", "400", timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert table_row(res.stdout, "4 nodes")[2:11] == ["32", "inter", "50", "15.5", "0.31", "0.42", "0.73", "0.42",
+                                                      "no"]
+    assert "verdict: compute-bound at every scale" in res.stdout
+
+
+def test_measured_compute_busbw_strong_scaling_budget_and_cost():
+    res = run_script("predict.py", "--preset", "tiny", "--compute_s", "0.8", "--gpus_per_node", "4",
+                     "--nodes", "2", "--global_batch", "8", "--scaling", "strong", "--busbw_GBps", "1",
+                     "--token_budget", "1M", "--gpu_hour_price", "2.5", timeout=60)
+    assert res.returncode == 0, res.stderr
+    row = table_row(res.stdout, "2 nodes")
+    assert row[2:5] == ["8", "1,024", "busbw"]  # strong: tokens per step fixed at 8 x 128
+    assert row[8] == "0.1"  # compute 0.8 s / 8 GPUs (row[7] is the all-reduce time)
+    assert "train h" in res.stdout and "cost" in res.stdout
+    assert "measured busbw replaces the link figure at 2 nodes: 1 GB/s" in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--params", "0", "--compute_s", "1"], "argument --params: expected a count"),
+    (["--params", "-2B", "--compute_s", "1"], "argument --params: expected a count"),
+    (["--params", "2X", "--compute_s", "1"], "got '2X'"),
+    (["--preset", "huge", "--compute_s", "1"], "argument --preset: invalid choice: 'huge'"),
+    (["--params", "2B"], "missing compute inputs"),
+    (["--params", "2B", "--seq_len", "2048", "--global_batch", "16", "--tflops", "312"], "(missing --mfu)"),
+    (["--params", "2B", "--compute_s", "0"], "argument --compute_s: expected a positive number"),
+    (["--params", "2B", "--compute_s", "1", "--gpus_per_node", "-8"], "argument --gpus_per_node"),
+    (["--params", "2B", "--compute_s", "1", "--nodes", "0"], "argument --nodes"),
+    (["--params", "2B", "--compute_s", "1", "--intra_GBps", "0"], "argument --intra_GBps"),
+    (["--params", "2B", "--compute_s", "1", "--tflops", "312", "--mfu", "0.5"], "not both"),
+    (["--params", "2B", "--compute_s", "1", "--global_batch", "16", "--scaling", "strong", "--nodes", "4"],
+     "does not divide evenly over 32 GPUs"),
+    (["--params", "2B", "--compute_s", "1", "--token_budget", "1e9"], "--token_budget needs tokens per step"),
+    (["--params", "2B", "--compute_s", "1", "--nodes", "1", "--busbw_GBps", "20"], "count above 1"),
+    (["--compute_s", "1"], "one of the arguments --params --preset is required"),
+])
+def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
+    res = run_script("predict.py", *args, timeout=60)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("predict.py: error: "), res.stderr
+    assert message in lines[0]
