@@ -1,0 +1,132 @@
+"""Against a real SLURM: real sbatch, real srun tasks on node1 and node2, one gloo process group across them.
+
+The cluster is the project's own (tests/slurm_cluster/start.sh: slurmctld, slurmdbd, two slurmd on this host).
+Where it cannot run (not root, no apt) these tests skip with the reason; under CI (CI=true) they must run.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, load_results, run_script
+from scalelab import report
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+CLUSTER = ROOT / "tests" / "slurm_cluster"
+STATE_DIR = os.environ.get("SCALELAB_SLURM_DIR", "/tmp/scalelab-slurm")
+
+
+def _cannot_run_reason():
+    if os.geteuid() != 0:
+        return "the local SLURM cluster needs root (it installs slurm-wlm and starts daemons)"
+    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        return "no apt-get and no slurmctld: not a Debian machine"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    reason = _cannot_run_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"SLURM tests must run under CI, but: {reason}")
+        pytest.skip(reason)
+    started = time.time()
+    proc = subprocess.run(["bash", str(CLUSTER / "start.sh"), STATE_DIR], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"start.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    conf = proc.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    print(f"\nlocal SLURM cluster up in {time.time() - started:.1f} s ({conf})")
+    env = {**os.environ, "SLURM_CONF": conf, "SCALELAB_PROFILE": "cpu"}
+    yield env
+    subprocess.run(["bash", str(CLUSTER / "stop.sh"), STATE_DIR], capture_output=True, text=True, timeout=120)
+
+
+def sbatch_wait(env, script, *args, sbatch_args=(), timeout=600):
+    """sbatch --wait from the repo root; returns (returncode, job id, job log text)."""
+    log_dir = env["SCALELAB_TEST_LOGS"]
+    cmd = ["sbatch", "--wait", "--parsable", f"--output={log_dir}/slurm-%j.out", *sbatch_args, str(script), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else None
+    log = ""
+    if job_id and os.path.exists(f"{log_dir}/slurm-{job_id}.out"):
+        log = open(f"{log_dir}/slurm-{job_id}.out").read()
+    return proc.returncode, job_id, log + proc.stderr
+
+
+def sacct_state(env, job_id, timeout=30):
+    """The job's final state from accounting (sacct lags a little behind squeue: poll)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=State"], env=env,
+                             capture_output=True, text=True).stdout.strip()
+        if out and out.split()[0] not in ("PENDING", "RUNNING", "COMPLETING"):
+            return out.split()[0]
+        time.sleep(1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sbatch_outputs(slurm_env, tmp_path_factory):
+    """The three workshop scripts, as users submit them, with identical workload arguments."""
+    out = tmp_path_factory.mktemp("slurm-outputs")
+    env = {**slurm_env, "OUTPUT_DIR": str(out), "SCALELAB_TEST_LOGS": str(out)}
+    started, jobs = time.time(), {}
+    for script in ("single_gpu.sh", "single_node_multi_gpu.sh", "multi_node_multi_gpu.sh"):
+        rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / script, "--threads", "1")
+        assert rc == 0, f"{script} failed (job {job_id}):\n{log[-4000:]}"
+        jobs[script] = (job_id, log)
+    print(f"\nthree sbatch scripts ran in {time.time() - started:.1f} s")
+    return out, env, jobs
+
+
+def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
+    out, env, jobs = sbatch_outputs
+    found = {r["launch"]["world_size"]: r for r in load_results(out)}
+    assert sorted(found) == [1, 4, 8]
+    eight = found[8]
+    assert eight["launch"]["launcher"] == "slurm" and eight["launch"]["num_nodes"] == 2
+    assert eight["launch"]["hostnames"] == ["node1", "node2"]  # real srun tasks on both nodes, one process group
+    assert sorted({r["host"] for r in eight["ranks"]}) == ["node1", "node2"] and len(eight["ranks"]) == 8
+    assert eight["slurm"]["job_id"] == jobs["multi_node_multi_gpu.sh"][0]
+    assert eight["environment"]["SLURM_NNODES"] == "2"
+    for job_id, log in jobs.values():
+        assert f"scalelab job {job_id}" in log  # the banner
+        assert sacct_state(env, job_id) == "COMPLETED"
+    runs = report.runs_frame(load_results(out))
+    assert runs["group"].nunique() == 1
+    proc = run_script("benchmark.py", "--output_dir", out)
+    assert proc.returncode == 0
+    print(proc.stdout)
+    scaling = report.scaling_frame(runs).set_index("devices")
+    assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2
+
+
+def test_size_mismatch_fails_fast_with_the_fix(slurm_env, tmp_path):
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
+    started = time.time()
+    rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / "single_node_multi_gpu.sh", "--threads", "1",
+                                  sbatch_args=["--ntasks-per-node=2"], timeout=120)
+    took = time.time() - started
+    assert rc != 0 and took < 60, f"took {took:.0f} s, rc {rc}"
+    assert "train.py: error: --devices 4 does not match SLURM --ntasks-per-node=2" in log
+    assert "--ntasks-per-node=4" in log  # the fix
+    assert sacct_state(env, job_id) == "FAILED"
+    assert load_results(tmp_path) == []
+
+
+def test_submitit_sweep_on_slurm(slurm_env, tmp_path):
+    started = time.time()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "submit.py"), "--cluster", "slurm", "--output_dir", str(tmp_path),
+         "--poll_s", "1", "--", "--model", "mlp", "--num_samples", "4096", "--max_epochs", "1", "--threads", "1"],
+        cwd=ROOT, env=slurm_env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(f"\nsubmitit sweep (1x1, 1x4, 2x4) took {time.time() - started:.1f} s")
+    found = {r["launch"]["world_size"]: r for r in load_results(tmp_path)}
+    assert sorted(found) == [1, 4, 8]
+    assert found[8]["launch"]["hostnames"] == ["node1", "node2"]
+    assert "Scaling (baseline: 1 device" in proc.stdout and "submitted 3 job(s) to slurm" in proc.stdout
