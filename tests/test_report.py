@@ -61,3 +61,14 @@ def test_benchmark_cli_errors_are_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is not a folder" in proc.stderr
     proc = run_script("benchmark.py", "--output_dir", tmp_path)
     assert proc.returncode == 1 and "No training results" in proc.stdout
+
+
+def test_requeued_job_supersedes_its_first_attempt():
+    first = make_result("try0", 4, samples_per_s=50, status="timeout")
+    second = make_result("try1", 4, samples_per_s=300)
+    other_step = make_result("step1", 4, samples_per_s=310)
+    for r, restarts, step in ((first, 0, "0"), (second, 1, "0"), (other_step, 0, "1")):
+        r["slurm"] = {"job_id": "77", "array_job_id": None, "array_task_id": None, "step_id": step,
+                      "restart_count": restarts}
+    runs, _ = frames([first, second, other_step, make_result("base", 1, samples_per_s=100)])
+    assert sorted(runs["run_id"]) == ["base", "step1", "try1"]  # the requeued step counts once, at its newest

@@ -27,7 +27,7 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
 def runs_frame(found: list) -> pd.DataFrame:
     """One row per training result, flat columns, readable in pandas or a CSV."""
     rows = []
-    for r in found:
+    for r in results.latest_attempts(found):
         if r["kind"] != "training":
             continue
         w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}

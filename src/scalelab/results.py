@@ -93,6 +93,7 @@ def slurm_info(environ=None) -> dict:
         "job_name": environ.get("SLURM_JOB_NAME"),
         "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
         "partition": environ.get("SLURM_JOB_PARTITION"),
+        "step_id": environ.get("SLURM_STEP_ID"),
         "restart_count": int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
     }
 
@@ -222,6 +223,28 @@ def load(path: str) -> dict:
     except (ValueError, RecursionError) as exc:
         raise ResultError(f"not valid JSON ({str(exc).splitlines()[0][:80]})") from None
     return validate(data)
+
+
+def attempt_key(result: dict):
+    """Results of one SLURM job step share this key across requeues (None outside SLURM)."""
+    slurm = result.get("slurm") or {}
+    if not slurm.get("job_id"):
+        return None
+    return (slurm.get("array_job_id") or slurm["job_id"], slurm.get("array_task_id"), slurm.get("step_id"))
+
+
+def latest_attempts(found: list) -> list:
+    """A requeued job's newest result supersedes its earlier (partial) ones: one row, not two."""
+    best = {}
+    for r in found:
+        key = attempt_key(r)
+        if key is None:
+            continue
+        rank = ((r.get("slurm") or {}).get("restart_count") or 0, r.get("created") or "")
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, r["run_id"])
+    keep = {run_id for _, run_id in best.values()}
+    return [r for r in found if attempt_key(r) is None or r["run_id"] in keep]
 
 
 def scan(root: str):

@@ -54,6 +54,9 @@ def main(argv=None, process_start=None) -> int:
         enable_model_summary=False,
         enable_progress_bar=cfg.verbose,
         num_sanity_val_steps=0,
+        # Lightning's SLURM auto-requeue (SIGUSR1 from `--signal`) saves its checkpoint here, and a requeued
+        # job resumes from it: one folder per job, inside the outputs, never in the repository.
+        default_root_dir=os.path.join(cfg.output_dir, "lightning", os.environ.get("SLURM_JOB_ID", "local")),
     )
     if trainer.global_rank == 0:
         print(banner(cfg, launch, wl, batch, threads), flush=True)
