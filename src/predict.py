@@ -19,8 +19,8 @@ import sys
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import (OneLineParser, UsageError, human_count, nonneg_float, positive_float, positive_int,
-                          run_main)
+from scalelab.cli import (OneLineParser, UsageError, human_count, nonneg_float, number_type, positive_float,
+                          positive_int, run_main)
 from scalelab.workloads.presets import PRESETS
 
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
@@ -35,15 +35,7 @@ def count(text) -> float:
     return value
 
 
-def fraction(text) -> float:
-    """An MFU: 0 < x <= 1."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], e.g. 0.5 for 50 %, got {text!r}")
-    return value
+fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
 
 
 def parse_args(argv):

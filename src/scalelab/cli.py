@@ -65,52 +65,24 @@ def fast_exit(code: int):
 
 
 # argparse value types: they raise ArgumentTypeError so the message names the flag.
-def positive_int(text) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0 or str(text).strip() in ("True", "False"):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def number_type(convert, ok, expected: str):
+    """An argparse `type=` that converts with `convert` and accepts values where `ok(value)` holds."""
+
+    def parse(text):
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def nonneg_int(text) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def positive_float(text) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def nonneg_float(text) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def unit_fraction(text) -> float:
-    """A probability such as dropout: 0 <= p < 1."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return value
+_finite = float("inf").__gt__
+positive_int = number_type(int, lambda v: v > 0, "a positive integer")
+nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
+positive_float = number_type(float, lambda v: 0 < v and _finite(v), "a positive number")
+nonneg_float = number_type(float, lambda v: 0 <= v and _finite(v), "a number >= 0")
+unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
