@@ -35,6 +35,7 @@ def slurm_env():
         if os.environ.get("CI") == "true":
             pytest.fail(f"SLURM tests must run under CI, but: {reason}")
         pytest.skip(reason)
+    already_up = _cluster_running()  # someone else's cluster (another session): use it, never stop it
     started = time.time()
     proc = subprocess.run(["bash", str(CLUSTER / "start.sh"), STATE_DIR], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"start.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -42,7 +43,16 @@ def slurm_env():
     print(f"\nlocal SLURM cluster up in {time.time() - started:.1f} s ({conf})")
     env = {**os.environ, "SLURM_CONF": conf, "SCALELAB_PROFILE": "cpu"}
     yield env
-    subprocess.run(["bash", str(CLUSTER / "stop.sh"), STATE_DIR], capture_output=True, text=True, timeout=120)
+    if not already_up:
+        subprocess.run(["bash", str(CLUSTER / "stop.sh"), STATE_DIR], capture_output=True, text=True, timeout=120)
+
+
+def _cluster_running() -> bool:
+    try:
+        pid = int(open(os.path.join(STATE_DIR, "slurmctld.pid")).read().strip())
+        return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
+    except (OSError, ValueError):
+        return False
 
 
 def sbatch_wait(env, script, *args, sbatch_args=(), timeout=600):
