@@ -13,6 +13,10 @@ class UsageError(Exception):
     """Bad input the user can fix: printed as one line, exit code 2."""
 
 
+class RunFailed(Exception):
+    """A run that started and did not complete (its partial result is on disk): one line, exit code 1."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line instead of the usage block."""
 
@@ -28,9 +32,7 @@ def run_main(prog: str, main, argv=None) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else "invalid input"
         print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
         return 2
-    except Exception as exc:  # a run that failed: one line here, the traceback in the run's error.log
-        if type(exc).__name__ != "RunFailed":
-            raise
+    except RunFailed as exc:  # one line here; the traceback is in the run's error.log
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:

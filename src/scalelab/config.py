@@ -218,6 +218,4 @@ def finalize(cfg: RunConfig) -> RunConfig:
             f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "
             "use fewer warm-up steps or more steps"
         )
-    if cfg.output_dir and os.path.exists(cfg.output_dir) and not os.path.isdir(cfg.output_dir):
-        raise UsageError(f"--output_dir {cfg.output_dir} is a file, not a folder")
     return cfg

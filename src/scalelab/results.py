@@ -142,6 +142,20 @@ def atomic_write_json(path: str, obj) -> str:
     return atomic_write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
+def ensure_output_dir(path: str):
+    """Create the results folder or fail in one line: before any process group starts, not after training."""
+    from scalelab.cli import UsageError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--output_dir {path} is a file, not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output_dir {path} cannot be created ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--output_dir {path} is not writable")
+
+
 def write(output_dir: str, payload: dict) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically."""
     payload = scrub(payload)

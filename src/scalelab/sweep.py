@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     import submitit
     from tqdm import tqdm
 
-    from scalelab import config, report
+    from scalelab import config, report, results
 
     args = build_parser().parse_args(argv)
     shapes = [parse_shape(s) for s in (args.shapes or (DEFAULT_SHAPES if args.cluster == "slurm" else ["1x1", "1x2"]))]
@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     if any(a in ("--devices", "--num_nodes") or a.startswith(("--devices=", "--num_nodes=")) for a in train_args):
         raise UsageError("submit.py sets --devices/--num_nodes from --shapes; leave them out of the train flags")
     config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
+    results.ensure_output_dir(args.output_dir)
     site = site_settings(args.profile) if args.cluster == "slurm" else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")

@@ -11,7 +11,7 @@ import warnings
 from datetime import timedelta
 
 from scalelab import cluster, config, results
-from scalelab.cli import UsageError, human_count
+from scalelab.cli import RunFailed, UsageError, human_count
 
 
 def main(argv=None, process_start=None) -> int:
@@ -23,7 +23,7 @@ def main(argv=None, process_start=None) -> int:
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
     if cluster.env_rank() == 0:
-        check_output_dir(cfg.output_dir)
+        results.ensure_output_dir(cfg.output_dir)
 
     import lightning.pytorch as pl
     import torch
@@ -66,63 +66,49 @@ def main(argv=None, process_start=None) -> int:
     except BaseException as exc:  # noqa: B902 - record every way a run can end, then re-raise as one line
         status = "timeout" if isinstance(exc, (SIGTERMException, KeyboardInterrupt)) else "failed"
         path = record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc)
-        raise RunFailed(status, exc, path) from None
+        raise RunFailed(f"run ended with status {status}: {error_line(exc)}"
+                        + (f" (partial result: {path})" if path else "")) from None
 
     if trainer.global_rank == 0:
-        summary = timing.summarize(timer.per_rank, min(cfg.warmup_steps, len(timer.step_times) - 1),
-                                   batch * launch.world_size, wl.tokens_per_sample)
+        summary = run_summary(cfg, launch, wl, batch, timer.per_rank)
         payload = build_payload(cfg, launch, wl, batch, timer.per_rank, summary, val, process_start)
         path = results.write(cfg.output_dir, payload)
         print(one_line_summary(payload, path), flush=True)
     return 0
 
 
-class RunFailed(Exception):
-    """A run that started and did not complete; its partial result is already on disk."""
-
-    def __init__(self, status, exc, path):
-        self.status, self.path = status, path
-        super().__init__(f"run ended with status {status}: {error_line(exc)}"
-                         + (f" (partial result: {path})" if path else ""))
-
-
 def error_line(exc) -> str:
-    if type(exc).__name__ == "SIGTERMException":
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    if isinstance(exc, SIGTERMException):
         return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def run_summary(cfg, launch, wl, batch, per_rank) -> dict:
+    """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
+    from scalelab import timing
+
+    steps = len(per_rank[0]["step_times_s"])
+    return timing.summarize(per_rank, min(cfg.warmup_steps, steps - 1), batch * launch.world_size,
+                            wl.tokens_per_sample)
 
 
 def record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc):
     """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback."""
     import traceback
 
-    from scalelab import timing
-
     if trainer.global_rank != 0:
         return None
     own = [timer.rank_record(trainer)]
-    steps = len(timer.step_times)
-    summary = (timing.summarize(own, min(cfg.warmup_steps, steps - 1), batch * launch.world_size,
-                                wl.tokens_per_sample) if steps else {"steps": 0, "final_train_loss": None})
+    summary = run_summary(cfg, launch, wl, batch, own) if timer.step_times else {"steps": 0, "final_train_loss": None}
     payload = build_payload(cfg, launch, wl, batch, own, summary, {}, process_start)
     payload.update(status=status, error=error_line(exc))
     path = results.write(cfg.output_dir, payload)
     results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
                               "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return path
-
-
-def check_output_dir(path: str):
-    """Fail before any process group starts, not after an hour of training."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"--output_dir {path} is a file, not a folder")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--output_dir {path} cannot be created ({exc.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--output_dir {path} is not writable")
 
 
 def _quiet_lightning(verbose: bool):
