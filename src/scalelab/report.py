@@ -14,14 +14,18 @@ import sys
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab import results
+from scalelab import explain, results
 from scalelab.cli import UsageError, human_count
 
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
                "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "samples_per_s",
                "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
-               "slurm_job", "restart_count"]
+               "slurm_job", "restart_count", "compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
+               "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu"]
+NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
+           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "exposed_comm_s", "comm_share",
+           "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu")
 
 
 def runs_frame(found: list) -> pd.DataFrame:
@@ -33,6 +37,7 @@ def runs_frame(found: list) -> pd.DataFrame:
         w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}
         slurm = r.get("slurm") or {}
         epochs = t.get("epoch_times_s") or []
+        c = t.get("comm") or {}
         rows.append({
             "run_id": r["run_id"],
             "group": results.group_key(r),
@@ -66,10 +71,12 @@ def runs_frame(found: list) -> pd.DataFrame:
             "created": r.get("created"),
             "slurm_job": slurm.get("job_id"),
             "restart_count": slurm.get("restart_count") or 0,
+            **{k: c.get(k) for k in ("compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
+                                     "grad_bytes", "buckets", "train_busbw_GBps")},
+            **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
         })
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
-    for col in ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
-                "whole_run_s", "train_loss", "val_loss", "val_acc", "params"):
+    for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     return frame
 
@@ -84,13 +91,21 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
                 train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
-                epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"))
+                epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
+                accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
+                scaling=("scaling", "first"), model=("model", "first"), samples_per_s=("samples_per_s", "median"),
+                tokens_per_s=("tokens_per_s", "median"),
+                **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
+                                               "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
+                                               "peak_tflops", "mfu")})
            .reset_index())
     base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
     agg["baseline_devices"] = agg["group"].map(base["devices"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
     agg["efficiency"] = agg["speedup"] / (agg["devices"] / agg["baseline_devices"])
     agg["throughput_per_device"] = agg["throughput"] / agg["devices"]
+    agg["baseline_step_ms"] = agg["group"].map(base["step_ms"])
+    agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
     return agg
 
 
@@ -110,9 +125,46 @@ def _group_title(first: pd.Series, letter: str) -> str:
     return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
 
 
+def _pct(x, spec=".0f") -> str:
+    return "—" if x is None or pd.isna(x) else f"{x * 100:{spec}} %"
+
+
+def _predicted(r) -> str:
+    lo, hi = r.pred_eff_no_overlap, r.pred_eff_overlap
+    if pd.isna(lo) or pd.isna(hi):
+        return "—"
+    if round(lo * 100) == round(hi * 100):
+        return f"{hi * 100:.0f} %"
+    return f"{lo * 100:.0f}–{hi * 100:.0f} %"
+
+
+def _money_headers(g, unit) -> list:
+    heads = []
+    if g["cost_per_1k_samples"].notna().any():
+        heads.append("cost / 1K samples")
+    if g["budget_hours"].notna().any():
+        heads.append("hours for token budget")
+        if g["budget_cost"].notna().any():
+            heads.append("cost for token budget")
+    return heads
+
+
+def _money(r, unit) -> list:
+    cells = []
+    if pd.notna(r.cost_per_1k_samples):
+        cells.append(f"{r.cost_per_1k_samples:.4g}")
+    if pd.notna(r.budget_hours):
+        cells.append(f"{r.budget_hours:,.1f}")
+        if pd.notna(r.budget_cost):
+            cells.append(f"{r.budget_cost:,.0f}")
+    return cells
+
+
 def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12) -> str:
     """Per group: the runs (the newest `max_runs` per configuration; None = all) and the scaling table."""
     out = []
+    if not scaling.empty and "pred_eff_overlap" not in scaling:
+        scaling = explain.annotate(scaling, explain.bench_frame([]))
     ok = runs[runs["status"] == "completed"]
     for i, (group, members) in enumerate(ok.groupby("group", sort=False)):
         letter = chr(ord("A") + i) if i < 26 else str(i + 1)
@@ -143,11 +195,32 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
         sc_rows = [[r.devices, r.nodes, r.runs,
                     _fmt(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]" if r.runs > 1 else ""),
-                    _fmt(r.speedup, ".2f") + "×", _fmt(r.efficiency * 100, ".0f") + " %",
-                    _fmt(r.throughput_per_device, ",.0f")] for r in g.itertuples()]
+                    _fmt(r.speedup, ".2f") + "×", _fmt(r.efficiency * 100, ".0f") + " %", _predicted(r),
+                    _fmt(r.throughput_per_device, ",.0f")] + _money(r, unit) for r in g.itertuples()]
         out.append(tabulate(sc_rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
-                                              "efficiency", f"{unit} per device"],
-                            tablefmt=fmt, disable_numparse=True))
+                                              "efficiency", "predicted eff.", f"{unit} per device"]
+                            + _money_headers(g, unit), tablefmt=fmt, disable_numparse=True))
+        if g["compute_s"].notna().any():
+            out.append("")
+            out.append("Where the step goes (medians; compute from no-sync probe steps, all-reduce from DDP's timed "
+                       "hook; predicted from the all-reduce benchmark's busbw)")
+            tg_rows = [[r.devices, r.nodes, _fmt(r.step_ms, ",.1f"), _fmt(r.compute_s * 1e3, ",.1f"),
+                        _fmt(r.comm_busy_s * 1e3, ",.1f"), _fmt(r.pred_comm_s * 1e3, ",.1f"),
+                        _fmt(r.exposed_comm_s * 1e3, ",.1f"), _pct(r.comm_share), _pct(r.overlap), _fmt(r.grad_bytes / 1e6, ",.1f"),
+                        _fmt(r.train_busbw_GBps, ".3g"), _fmt(r.bench_busbw_GBps, ".3g"),
+                        _fmt(r.tflops_per_device, ".3g"), _pct(r.mfu_shown, ".1f")]
+                       for r in g.itertuples()]
+            out.append(tabulate(tg_rows, headers=["devices", "nodes", "step ms", "compute ms", "all-reduce ms",
+                                                  "predicted ms", "waited ms", "comm share", "hidden", "grad MB",
+                                                  "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"],
+                                tablefmt=fmt, disable_numparse=True))
+            lines = [explain.limiting_line(r) for r in g.itertuples()]
+            out.extend(f"  {line}" for line in lines if line)
+            if g["devices"].max() > 1 and g["bench_busbw_GBps"].isna().all():
+                out.append(f"  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py "
+                           f"--devices {int(g['devices'].max())}` adds the predicted columns.)")
+            if g["mfu_shown"].isna().all():
+                out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
         out.append("")
     failed = runs[runs["status"] != "completed"]
     if not failed.empty:
@@ -160,13 +233,18 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
 
 
 def main(argv=None) -> int:
-    from scalelab.cli import OneLineParser
+    from scalelab.cli import OneLineParser, positive_float
 
     p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
     p.add_argument("--output_dir", default="outputs", help="folder searched (recursively) for result.json")
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
     p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
+    p.add_argument("--peak_tflops", type=positive_float, help="peak TFLOP/s per device for MFU (default: known GPUs)")
+    p.add_argument("--gpu_hour_price", type=positive_float, metavar="PRICE",
+                   help="price of one device-hour: adds cost per 1K samples (and per token budget)")
+    p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
+                   help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
     args = p.parse_args(argv)
     if not os.path.isdir(args.output_dir):
         raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
@@ -178,6 +256,9 @@ def main(argv=None) -> int:
         print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
         return 1
     scaling = scaling_frame(runs)
+    if not scaling.empty:
+        scaling = explain.annotate(scaling, explain.bench_frame(found), args.peak_tflops, args.gpu_hour_price,
+                                   args.token_budget)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
     print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=None if args.all_runs else 12))

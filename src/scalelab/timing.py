@@ -3,7 +3,8 @@
 A step is measured from the end of the previous one (so data loading, forward, backward,
 gradient all-reduce and the optimizer all count), after synchronising the device: CUDA
 kernels run asynchronously and a clock read without a sync times the launch, not the work.
-Validation and the first `warmup_steps` steps never enter a timing figure.
+Validation and the first `warmup_steps` steps never enter a timing figure. Compute-only probe
+steps (see comm.py) are timed apart and never enter a throughput figure either.
 """
 
 import statistics
@@ -12,6 +13,8 @@ import time
 import lightning.pytorch as pl
 import torch
 
+from scalelab import comm
+
 
 def _sync(trainer):
     if trainer.strategy.root_device.type == "cuda":
@@ -19,10 +22,17 @@ def _sync(trainer):
 
 
 class StepTimer(pl.Callback):
-    def __init__(self, warmup_steps: int, process_start: float):
+    def __init__(self, warmup_steps: int, process_start: float, probe_every: int = 0):
         self.warmup_steps = warmup_steps
+        self.probe_every = probe_every
         self.process_start = process_start  # wall clock (time.time) when this process started
         self.step_times = []  # seconds, every step including warm-up
+        self.grads_ready = []  # seconds from step start until gradients were reduced (or local, in a probe)
+        self.comm_times = []  # seconds the gradient all-reduce was busy in the step (this rank's view)
+        self.buckets = []
+        self.probes = []  # True where the step was a compute-only probe
+        self.clock = comm.BucketClock()
+        self.grad_bytes = None
         self.losses = []
         self.epoch_times = []
         self.first_step_end = None  # wall clock
@@ -32,8 +42,31 @@ class StepTimer(pl.Callback):
         self._epoch_start = None
 
     def on_train_start(self, trainer, pl_module):
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.grad_bytes = comm.grad_bytes(pl_module)
+        ddp = trainer.strategy.model
+        if isinstance(ddp, DistributedDataParallel):
+            # Lightning registers comm hooks on CUDA only; this one only times DDP's default all-reduce.
+            ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
         _sync(trainer)
         self.train_start = time.time()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        probe = comm.is_probe(len(self.step_times), self.warmup_steps, self.probe_every)
+        self.probes.append(probe)
+        ddp = trainer.strategy.model
+        if hasattr(ddp, "require_backward_grad_sync"):
+            ddp.require_backward_grad_sync = not probe  # what DDP.no_sync() sets, for this step only
+        self._grads_ready = None
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        _sync(trainer)
+        self._grads_ready = time.perf_counter()
+        if self.probes[-1]:
+            for group in optimizer.param_groups:  # local gradients: drop them, so no replica moves
+                for p in group["params"]:
+                    p.grad = None
 
     def on_train_epoch_start(self, trainer, pl_module):
         _sync(trainer)
@@ -43,6 +76,11 @@ class StepTimer(pl.Callback):
         _sync(trainer)
         now = time.perf_counter()
         self.step_times.append(round(now - self._last, 6))  # 1 us: far below run-to-run noise
+        ready = self._grads_ready if self._grads_ready is not None else now
+        self.grads_ready.append(round(ready - self._last, 6))
+        busy, buckets = self.clock.take()
+        self.comm_times.append(round(busy, 6))
+        self.buckets.append(buckets)
         self._last = now
         if self.first_step_end is None:
             self.first_step_end = time.time()
@@ -76,6 +114,11 @@ class StepTimer(pl.Callback):
             "process_start": self.process_start,
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
+            "grads_ready_s": self.grads_ready,
+            "comm_busy_s": self.comm_times,
+            "buckets": self.buckets,
+            "probe_steps": [i for i, p in enumerate(self.probes) if p],
+            "grad_bytes": self.grad_bytes,
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }
@@ -99,7 +142,9 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
     a step's time is the max over ranks, and throughput counts every rank's samples.
     """
     steps = min(len(r["step_times_s"]) for r in per_rank)
-    timed = [max(r["step_times_s"][i] for r in per_rank) for i in range(warmup_steps, steps)]
+    probes = set(per_rank[0].get("probe_steps") or [])
+    normal = [i for i in range(warmup_steps, steps) if i not in probes]
+    timed = [max(r["step_times_s"][i] for r in per_rank) for i in normal]
     train_time = sum(timed)
     samples = samples_per_step * len(timed)
     rank0 = per_rank[0]
@@ -117,8 +162,44 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
         "epoch_times_s": rank0["epoch_times_s"],
         "time_to_first_step_s": (rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
         "final_train_loss": statistics.fmean(final_losses) if final_losses else None,
+        "comm": comm_summary(per_rank, normal, [i for i in sorted(probes) if warmup_steps <= i < steps]),
     }
     return out
+
+
+def comm_summary(per_rank: list, normal: list, probes: list):
+    """Compute vs communication of a step, from the probe steps and the timed all-reduce hook.
+
+    compute = time to gradients-ready in a probe step (no sync), slowest rank;
+    exposed = the same in a normal step minus compute: what the step waited for the network;
+    busy = how long the all-reduce ran (per step, the rank that waited least: the others' extra
+    wait is skew, not transfer); hidden = busy - exposed, the part overlapped with backward.
+    """
+    if not probes or not normal or "grads_ready_s" not in per_rank[0]:
+        return None
+    ready = lambda i: max(r["grads_ready_s"][i] for r in per_rank)  # noqa: E731
+    compute = statistics.median(ready(i) for i in probes)
+    synced = statistics.median(ready(i) for i in normal)
+    step = statistics.median(max(r["step_times_s"][i] for r in per_rank) for i in normal)
+    busy = statistics.median(min(r["comm_busy_s"][i] for r in per_rank) for i in normal)
+    world = len(per_rank)
+    # One process has nothing to communicate: a probe/normal difference there is noise, not network.
+    exposed = max(0.0, synced - compute) if world > 1 else 0.0
+    grad_bytes = per_rank[0].get("grad_bytes")
+    busbw = (2 * (world - 1) / world * grad_bytes / busy / 1e9) if world > 1 and busy > 0 and grad_bytes else None
+    return {
+        "probe_steps": len(probes),
+        "compute_s": compute,
+        "exposed_comm_s": exposed,
+        "comm_busy_s": busy,
+        "hidden_comm_s": max(0.0, busy - exposed),
+        "overlap": min(1.0, max(0.0, busy - exposed) / busy) if busy > 0 else None,
+        "comm_share": exposed / step if step > 0 else None,
+        "step_s": step,
+        "grad_bytes": grad_bytes,
+        "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
+        "train_busbw_GBps": busbw,
+    }
 
 
 def _stats(values):

@@ -1,0 +1,85 @@
+"""How much of a DDP step is gradient communication, measured inside the real run.
+
+Two measurements, because neither alone answers the question:
+- A timed all-reduce hook (DDP's own bucketed all-reduce, wrapped) records when each bucket's
+  all-reduce started and finished: the union of those intervals is the time the network was busy
+  in a step, hidden behind backward or not.
+- Compute-only probe steps: every Nth step after warm-up skips gradient sync (what DDP's
+  `no_sync()` does) and skips the update (so the replicas stay identical). Time to gradients-ready
+  in a normal step minus the same in a probe step is the communication the step actually waited
+  for (exposed); the rest of the busy time was hidden by overlap.
+"""
+
+import time
+
+import torch
+
+
+class BucketClock:
+    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `take()`."""
+
+    def __init__(self):
+        self.process_group = None  # None: the default (world) group, as DDP's default hook uses
+        self.intervals = []
+        self.cuda_events = []  # GPU: (start, end) events, turned into intervals after a device sync
+
+    def take(self) -> tuple:
+        """Busy seconds (union of intervals) and bucket count since the last call."""
+        spans = list(self.intervals)
+        for t0, start, end in self.cuda_events:  # call after a device sync: the events have completed
+            spans.append((t0, t0 + start.elapsed_time(end) / 1e3))
+        n = len(spans)
+        self.intervals, self.cuda_events = [], []
+        return union_length(spans), n
+
+
+def timed_allreduce_hook(state: BucketClock, bucket):
+    """DDP's default all-reduce hook (sum, divide by world size), with its start and end recorded.
+
+    On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
+    callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buffer = bucket.buffer()
+    t0 = time.perf_counter()
+    if buffer.is_cuda:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+    fut = default_hooks.allreduce_hook(state.process_group, bucket)
+
+    def done(f):
+        if buffer.is_cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            state.cuda_events.append((t0, start, end))
+        else:
+            state.intervals.append((t0, time.perf_counter()))
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+def union_length(spans) -> float:
+    """Total length covered by possibly overlapping (start, end) intervals."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(spans):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def is_probe(step: int, warmup_steps: int, every: int) -> bool:
+    """Every `every`-th step after warm-up is a compute-only probe (0 = no probes)."""
+    return every > 0 and step >= warmup_steps and (step - warmup_steps) % every == every - 1
+
+
+def grad_bytes(module) -> int:
+    """Bytes DDP all-reduces per step: every parameter that receives a gradient."""
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)

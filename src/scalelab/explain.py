@@ -1,0 +1,143 @@
+"""Why not more: where each configuration's step went, what the network and the model predict.
+
+Adds columns to the report's scaling frame (never changes a measured one): MFU, the all-reduce
+benchmark's busbw at the run's bucket size, predicted communication and predicted efficiency
+(perfmodel, fed with that busbw), cost and time-to-train; and writes one plain-words line per
+configuration that names what limits scaling.
+"""
+
+import math
+from typing import Optional
+
+import pandas as pd
+
+from scalelab import perfmodel
+
+
+def bench_frame(found: list) -> pd.DataFrame:
+    """Completed all-reduce benchmark results, newest first."""
+    rows = []
+    for r in found:
+        if r.get("kind") != "allreduce" or r.get("status") != "completed" or not r.get("rows"):
+            continue
+        launch = r["launch"]
+        rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "nodes": launch["num_nodes"],
+                     "accelerator": launch.get("accelerator"), "backend": launch.get("backend"),
+                     "device": (launch.get("device_names") or ["?"])[0], "created": r.get("created") or "",
+                     "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
+                     "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"]})
+    frame = pd.DataFrame(rows, columns=["run_id", "world_size", "nodes", "accelerator", "backend", "device",
+                                        "created", "busbw_GBps", "dtype", "rows"])
+    return frame.sort_values("created", ascending=False)
+
+
+def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device) -> Optional[pd.Series]:
+    """The newest benchmark at the same size, node count and hardware as a training configuration."""
+    if bench.empty:
+        return None
+    match = bench[(bench["world_size"] == world_size) & (bench["nodes"] == nodes)
+                  & (bench["accelerator"] == accelerator)]
+    if accelerator == "gpu":
+        match = match[match["device"] == device]
+    return None if match.empty else match.iloc[0]
+
+
+def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
+    """Time of one all-reduce of nbytes, from a benchmark's rows.
+
+    Interpolated busbw inside the measured sizes; below the smallest size the smallest size's time
+    (latency floor: a smaller message is not faster), above the largest the largest size's busbw.
+    """
+    from scalelab.allreduce import busbw_at
+
+    rows = sorted(rows, key=lambda r: r["bytes"])
+    if nbytes <= rows[0]["bytes"]:
+        return rows[0]["time_s"]
+    return perfmodel.allreduce_time_from_busbw_s(nbytes, n, busbw_at(rows, nbytes))
+
+
+def predicted_comm_s(rows: list, grad_bytes: float, buckets: float, n: int) -> float:
+    """DDP all-reduces the gradient in `buckets` messages: their predicted times added."""
+    buckets = max(1, int(round(buckets or 1)))
+    return buckets * allreduce_time_s(rows, grad_bytes / buckets, n)
+
+
+def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
+             gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
+    out = scaling.copy()
+    new = {k: [] for k in ("bench_busbw_GBps", "pred_comm_s", "pred_eff_no_overlap", "pred_eff_overlap",
+                           "mfu_shown", "cost_per_1k_samples", "budget_hours", "budget_cost")}
+    for r in out.itertuples():
+        bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
+        busbw = pred = eff_lo = eff_hi = None
+        if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
+            size = r.grad_bytes / max(1, round(r.buckets if _ok(r.buckets) else 1))
+            from scalelab.allreduce import busbw_at
+
+            busbw = busbw_at(bench_row["rows"], size)
+            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, r.buckets if _ok(r.buckets) else 1, r.devices)
+            if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
+                factor = 2 * (r.devices - 1) / r.devices
+                p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, r.grad_bytes, r.devices, r.nodes,
+                                                 factor * r.grad_bytes / pred / 1e9, r.scaling or "weak")
+                eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
+        elif r.devices == 1:
+            eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None
+        new["bench_busbw_GBps"].append(busbw)
+        new["pred_comm_s"].append(pred)
+        new["pred_eff_no_overlap"].append(eff_lo)
+        new["pred_eff_overlap"].append(eff_hi)
+        mfu = r.mfu
+        if peak_tflops and _ok(r.tflops_per_device):
+            mfu = perfmodel.mfu(r.tflops_per_device, peak_tflops)
+        new["mfu_shown"].append(mfu)
+        samples_per_s = r.samples_per_s if _ok(r.samples_per_s) else None
+        new["cost_per_1k_samples"].append(gpu_hour_price * r.devices / 3600 / samples_per_s * 1000
+                                          if gpu_hour_price and samples_per_s else None)
+        hours = token_budget / r.tokens_per_s / 3600 if token_budget and _ok(r.tokens_per_s) else None
+        new["budget_hours"].append(hours)
+        new["budget_cost"].append(hours * r.devices * gpu_hour_price if hours and gpu_hour_price else None)
+    for k, v in new.items():
+        out[k] = pd.to_numeric(pd.Series(v, index=out.index, dtype="object"), errors="coerce")
+    return out
+
+
+def limiting_line(r) -> Optional[str]:
+    """One row of the annotated frame -> what limits its scaling, in plain words (None for the baseline)."""
+    if r.devices == r.baseline_devices:
+        return None
+    where = f"{r.devices} devices on {r.nodes} node{'s' if r.nodes > 1 else ''}"
+    head = f"{where}: efficiency {r.efficiency * 100:.0f} %."
+    if not _ok(r.compute_s):
+        return head + " No communication measurement in these runs (--comm_probe_every 0, or an older scalelab)."
+    causes = []
+    expected = r.baseline_compute_s if r.scaling != "strong" else r.baseline_compute_s * r.baseline_devices / r.devices
+    slower = r.compute_s - expected if _ok(expected) else 0.0
+    if _ok(expected) and slower > 0.1 * expected:
+        why = " (CPU rehearsal: the ranks share this machine's cores)" if r.accelerator == "cpu" else ""
+        causes.append((slower, f"slower compute per device: {slower * 1e3:,.0f} ms more per step than at "
+                               f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
+    share = r.comm_share if _ok(r.comm_share) else 0.0
+    comm = (f"communication: {share * 100:.0f} % of the step ({r.exposed_comm_s * 1e3:,.0f} ms waited; "
+            f"{(r.overlap if _ok(r.overlap) else 0) * 100:.0f} % of the {r.comm_busy_s * 1e3:,.0f} ms all-reduce "
+            "hidden behind backward)")
+    link = "the inter-node link" if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
+                                                       else "the local gloo transport")
+    if _ok(r.train_busbw_GBps):
+        comm += f"; {link} delivered {_gbps(r.train_busbw_GBps)} busbw to DDP"
+        if _ok(r.bench_busbw_GBps):
+            comm += f" (all-reduce benchmark: {_gbps(r.bench_busbw_GBps)} at this bucket size)"
+    causes.append((r.exposed_comm_s if _ok(r.exposed_comm_s) else 0.0, comm))
+    causes.sort(key=lambda c: -c[0])
+    texts = [text for _, text in causes]
+    if share < 0.05 and len(causes) == 1:
+        texts[0] = "nothing large: " + texts[0]
+    return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
+
+
+def _gbps(x: float) -> str:
+    return f"{x:.3g} GB/s"
+
+
+def _ok(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))

@@ -1,0 +1,115 @@
+"""Compute vs communication, predicted efficiency, cost: the arithmetic, on constructed results."""
+
+import pytest
+
+from conftest import run_script
+from scalelab import comm, explain, report, results, timing
+from scalelab.allreduce import busbw_at
+from test_results import make_result
+
+
+def test_union_of_bucket_intervals():
+    assert comm.union_length([]) == 0
+    assert comm.union_length([(0, 1), (2, 3)]) == 2
+    assert comm.union_length([(0, 2), (1, 3), (5, 6)]) == 4  # overlapping buckets count once
+    assert comm.union_length([(1, 4), (2, 3)]) == 3
+
+
+def test_probe_steps_come_after_warmup_every_nth():
+    probes = [i for i in range(20) if comm.is_probe(i, 5, 5)]
+    assert probes == [9, 14, 19]
+    assert not any(comm.is_probe(i, 5, 0) for i in range(20))
+
+
+def _rank(rank, steps, ready, busy, probes):
+    return {"rank": rank, "step_times_s": steps, "grads_ready_s": ready, "comm_busy_s": busy, "buckets": [2] * len(steps),
+            "probe_steps": probes, "grad_bytes": 8_000_000, "losses": [1.0] * len(steps), "epoch_times_s": [1.0],
+            "first_step_end": None, "process_start": 0.0}
+
+
+def test_comm_summary_splits_exposed_and_hidden():
+    # steps 0-1 warm-up; step 3 is a probe (no sync): gradients ready after 0.30 s instead of 0.34 s.
+    r0 = _rank(0, [1, 1, .40, .35, .40, .40], [.9, .9, .34, .30, .34, .34], [.1, .1, .05, 0, .05, .05], [3])
+    r1 = _rank(1, [1, 1, .41, .36, .41, .41], [.9, .9, .33, .29, .33, .33], [.1, .1, .06, 0, .06, .06], [3])
+    s = timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0)
+    assert s["timed_steps"] == 3  # the probe never enters a throughput figure
+    assert s["samples_per_s"] == pytest.approx(16 * 3 / (3 * 0.41))
+    c = s["comm"]
+    assert c["compute_s"] == pytest.approx(0.30)  # slowest rank's probe
+    assert c["exposed_comm_s"] == pytest.approx(0.04)
+    assert c["comm_busy_s"] == pytest.approx(0.05)  # the rank that waited least: skew is not transfer
+    assert c["hidden_comm_s"] == pytest.approx(0.01) and c["overlap"] == pytest.approx(0.2)
+    assert c["comm_share"] == pytest.approx(0.04 / 0.41)
+    assert c["train_busbw_GBps"] == pytest.approx(2 * 1 / 2 * 8e6 / 0.05 / 1e9)
+
+
+def _with_comm(result, compute_s, busy_s, exposed_s, step_s, grad_bytes=8_000_000, buckets=1):
+    result["timing"]["step_time_s"] = {"median": step_s}
+    result["timing"]["comm"] = {"compute_s": compute_s, "comm_busy_s": busy_s, "exposed_comm_s": exposed_s,
+                                "hidden_comm_s": busy_s - exposed_s, "overlap": (busy_s - exposed_s) / busy_s if busy_s else None,
+                                "comm_share": exposed_s / step_s, "grad_bytes": grad_bytes, "buckets": buckets,
+                                "train_busbw_GBps": None if not busy_s else grad_bytes / busy_s / 1e9}
+    return result
+
+
+def _bench(world, rows, nodes=1):
+    data = results.envelope("allreduce", f"ar{world}")
+    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": world, "num_nodes": nodes, "accelerator": "cpu", "backend": "gloo",
+                        "device_names": ["cpu"]}, config={"dtype": "float32"})
+    return data
+
+
+ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5}, {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
+
+
+def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
+    # 8 MB in 2 buckets of 4 MB; busbw at 4 MB, log-log between (1 MB, 0.5) and (10 MB, 1.0).
+    busbw_4mb = 0.5 * 2 ** (0.6020599913279624)
+    assert explain.predicted_comm_s(ROWS, 8e6, 2, 2) == pytest.approx(2 * (2 * 1 / 2) * 4e6 / (busbw_4mb * 1e9))
+    assert explain.allreduce_time_s(ROWS, 1000, 2) == 0.002  # below the smallest size: its latency floor
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
+             _bench(2, ROWS)]
+    runs = report.runs_frame(found)
+    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    two = scaling.set_index("devices").loc[2]
+    assert two.pred_comm_s == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 1, 2))
+    step1 = 0.1
+    assert two.pred_eff_no_overlap == pytest.approx(step1 / (step1 + two.pred_comm_s))
+    assert two.pred_eff_overlap == pytest.approx(1.0)  # comm < compute: fully hidden at best
+    assert two.bench_busbw_GBps == pytest.approx(busbw_at(ROWS, 8e6))
+
+
+def test_limiting_line_names_the_larger_cause():
+    comm_bound = [_with_comm(make_result("c1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+                  _with_comm(make_result("c2", 2, samples_per_s=110), 0.1, 0.09, 0.08, 0.18)]
+    compute_bound = [_with_comm(make_result("k1", 1, samples_per_s=100, batch_size=32), 0.1, 0.0, 0.0, 0.1),
+                     _with_comm(make_result("k2", 2, samples_per_s=110, batch_size=32), 0.17, 0.01, 0.005, 0.18)]
+    for found, expected, other in ((comm_bound, "Limited by communication: 44 % of the step", "slower compute"),
+                                   (compute_bound, "Limited by slower compute per device: 70 ms more", None)):
+        runs = report.runs_frame(found)
+        scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+        line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+        assert expected in line, line
+        assert other is None or other not in line
+        assert explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 1)) is None
+
+
+def test_cost_and_token_budget_columns(tmp_path):
+    for r in (make_result("t1", 1, samples_per_s=100, model="transformer"),
+              make_result("t2", 2, samples_per_s=180, model="transformer")):
+        r["timing"]["tokens_per_s"] = r["timing"]["samples_per_s"] * 128
+        r["timing"]["tflops_per_device"] = 50.0
+        _with_comm(r, 0.1, 0.0, 0.0, 0.1)
+        results.write(str(tmp_path), r)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path, "--gpu_hour_price", "2.5", "--token_budget", "1e9")
+    assert proc.returncode == 0, proc.stderr
+    line2 = next(line for line in proc.stdout.splitlines() if line.startswith("2 ") and "×" in line)
+    # 2 devices at 180 samples/s: 2.5 $/h * 2 / 3600 s / 180 * 1000 = 0.007716; 1e9 / (180*128) / 3600 = 12.06 h
+    assert "0.007716" in line2 and "12.1" in line2 and f"{12.056 * 2 * 2.5:,.0f}" in line2
+    assert "MFU: — (no peak known" in proc.stdout
+    with_peak = run_script("benchmark.py", "--output_dir", tmp_path, "--peak_tflops", "200")
+    assert "25.0 %" in with_peak.stdout and "MFU: —" not in with_peak.stdout
+    bad = run_script("benchmark.py", "--output_dir", tmp_path, "--peak_tflops", "0")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
