@@ -52,6 +52,18 @@ def test_workload_identity_ignores_launch_fields():
     assert "hidden_dims" not in one.workload()  # MLP knobs do not split transformer groups
 
 
+def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
+    cfg_file = tmp_path / "lora.yaml"
+    cfg_file.write_text("model: transformer\nlora_rank: 8\n")
+    lora = config.parse_config(["--config", str(cfg_file)])
+    full = config.parse_config(["--config", str(cfg_file), "--lora_rank", "0"])  # command line wins
+    assert (lora.lora_rank, full.lora_rank) == (8, 0)
+    assert lora.workload() != full.workload() and lora.workload()["lora_rank"] == 8
+    cfg_file.write_text("model: transformer\nlora_rank: -1\n")
+    with pytest.raises(UsageError, match="lora_rank: expected an integer >= 0"):
+        config.parse_config(["--config", str(cfg_file)])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
     (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
@@ -64,6 +76,7 @@ def test_workload_identity_ignores_launch_fields():
     (["--precision", "16-mixed", "--accelerator", "cpu"], "16-mixed needs a GPU"),
     (["--scaling", "strong", "--batch_size", "65", "--devices", "2"], "does not divide"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
     proc = run_script("train.py", *args, timeout=120)

@@ -34,3 +34,22 @@ def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
     folder = os.path.dirname(next(tmp_path.rglob("result.json")))
     assert "SIGTERMException" in open(os.path.join(folder, "error.log")).read()
     assert not [f for f in os.listdir(folder) if f.startswith(".tmp-")]
+
+
+def test_sigterm_to_a_two_process_run_is_a_timeout_not_a_failed_rank(tmp_path):
+    """SIGTERM to rank 0 (scancel, a time limit): Lightning forwards it to the rank it launched, both stop after
+    the step; rank 1 says it stopped for a signal, so rank 0 does not mistake its exit for the cause. (Lightning's
+    handler broadcasts inside the signal handler: now and then the ranks fall out of step and the run ends at
+    --timeout instead; still status timeout, and the message says so.)"""
+    cmd = [sys.executable, str(SRC / "train.py"), "--model", "mlp", "--max_epochs", "1000", "--devices", "2",
+           "--timeout", "10", "--output_dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not proc.stdout.readline().startswith("scalelab:"):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+    time.sleep(8)  # start-up of rank 1 and some steps (a SIGTERM before the first step is recorded too)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err.strip().splitlines()[-1].startswith("train.py: error: run ended with status timeout: received SIGTERM")
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "timeout" and "SIGTERM" in r["error"]

@@ -140,3 +140,23 @@ def test_submitit_sweep_on_slurm(slurm_env, tmp_path):
     assert sorted(found) == [1, 4, 8]
     assert found[8]["launch"]["hostnames"] == ["node1", "node2"]
     assert "Scaling (baseline: 1 device" in proc.stdout and "submitted 3 job(s) to slurm" in proc.stdout
+
+
+def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
+    """slurm_jobs/allreduce_bench.sh as submitted (2 nodes x 4 tasks): one gloo group over node1 and node2."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
+    started = time.time()
+    rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / "allreduce_bench.sh", "--max_bytes", "256K",
+                                  "--iters", "2", "--warmup_iters", "1", timeout=300)
+    print(f"\nallreduce_bench.sh (2 nodes x 4 tasks) took {time.time() - started:.1f} s")
+    assert rc == 0, f"job {job_id} failed:\n{log[-4000:]}"
+    assert f"scalelab all-reduce job {job_id}" in log and "Avg bus bandwidth:" in log
+    (r,) = load_results(tmp_path)
+    launch = r["launch"]
+    assert r["kind"] == "allreduce" and r["status"] == "completed" and r["error"] is None
+    assert (launch["launcher"], launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == ("slurm", 8, 2, 4)
+    assert launch["hostnames"] == ["node1", "node2"] and launch["backend"] == "gloo"
+    assert [row["bytes"] for row in r["rows"]] == [32768, 65536, 131072, 262144]
+    assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in r["rows"])
+    assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]
+    assert r["slurm"]["job_id"] == job_id and sacct_state(env, job_id) == "COMPLETED"

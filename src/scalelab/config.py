@@ -34,9 +34,9 @@ MODEL_DEFAULTS = {
 # threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group together.
 WORKLOAD_FIELDS = {
     "common": ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps",
-               "warmup_steps", "precision", "compile"),
+               "warmup_steps", "comm_probe_every", "precision", "compile"),
     "mlp": ("num_samples", "noise", "hidden_dims", "dropout"),
-    "transformer": ("preset", "seq_len", "vocab_size", "num_samples"),
+    "transformer": ("preset", "seq_len", "vocab_size", "num_samples", "lora_rank"),
 }
 
 
@@ -47,6 +47,7 @@ class RunConfig:
     preset: str = "tiny"
     seq_len: Optional[int] = None
     vocab_size: Optional[int] = None
+    lora_rank: int = 0  # 0 = full training
     # MLP on the 2-D spiral
     num_samples: Optional[int] = None
     noise: float = 0.2
@@ -58,6 +59,7 @@ class RunConfig:
     max_epochs: Optional[int] = None
     max_steps: Optional[int] = None
     warmup_steps: int = 5
+    comm_probe_every: int = 5
     scaling: str = "weak"
     precision: str = "32"
     compile: bool = False
@@ -105,6 +107,9 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     w.add_argument("--preset", choices=sorted(PRESETS), help="transformer size (tiny runs on a laptop CPU)")
     w.add_argument("--seq_len", type=positive_int, help="transformer context length (default: preset's)")
     w.add_argument("--vocab_size", type=positive_int, help="transformer vocabulary (default: preset's)")
+    w.add_argument("--lora_rank", type=nonneg_int,
+                   help="train only rank-R adapters (base frozen): a tiny gradient, to see how scaling changes; "
+                        "0 = full training")
     w.add_argument("--num_samples", type=positive_int,
                    help="training set size (mlp default 10000; transformer default: enough for max_steps)")
     w.add_argument("--noise", type=nonneg_float, help="spiral noise (mlp)")
@@ -119,6 +124,9 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--max_epochs", type=positive_int, help="(mlp default 5)")
     o.add_argument("--max_steps", type=positive_int, help="stop after this many optimizer steps (transformer default 50)")
     o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure")
+    o.add_argument("--comm_probe_every", type=nonneg_int,
+                   help="every Nth step after warm-up runs without gradient sync and without an update, to time "
+                        "compute alone (communication = the difference); 0 = off")
     o.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed/16-mixed are for GPUs")
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     o.add_argument("--seed", type=nonneg_int)
@@ -212,6 +220,8 @@ def finalize(cfg: RunConfig) -> RunConfig:
         if cfg.vocab_size < 2:
             raise UsageError("--vocab_size must be at least 2")
     else:
+        if cfg.lora_rank:
+            raise UsageError("--lora_rank applies to --model transformer only")
         cfg.num_samples = cfg.num_samples or 10000
     if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
         raise UsageError(

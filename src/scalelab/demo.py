@@ -15,6 +15,7 @@ from scalelab import report
 from scalelab.cli import OneLineParser, positive_int
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
+BENCH = os.path.join(os.path.dirname(TRAIN), "allreduce_bench.py")
 WORKLOADS = {
     "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
     "transformer": ["--model", "transformer", "--preset", "tiny", "--max_steps", "30", "--warmup_steps", "5"],
@@ -30,12 +31,15 @@ def main(argv=None) -> int:
     logs = os.path.join(args.output_dir, "logs")
     os.makedirs(logs, exist_ok=True)
     jobs = [(m, n) for m in args.models for n in args.devices]
+    if max(args.devices) > 1:  # the network's busbw, for the report's predicted columns
+        jobs.append(("allreduce", max(args.devices)))
     start = time.time()
     print(f"CPU rehearsal of the scaling sweep: {len(jobs)} runs ({', '.join(args.models)} at "
           f"{' and '.join(map(str, args.devices))} processes, gloo), results in {args.output_dir}/")
     for model, n in tqdm(jobs, desc="runs", unit="run"):
         log = os.path.join(logs, f"{model}-{n}proc-{time.strftime('%Y%m%d-%H%M%S')}.log")
-        cmd = [sys.executable, TRAIN, *WORKLOADS[model], "--devices", str(n), "--output_dir", args.output_dir]
+        cmd = ([sys.executable, BENCH, "--max_bytes", "16M"] if model == "allreduce"
+               else [sys.executable, TRAIN, *WORKLOADS[model]]) + ["--devices", str(n), "--output_dir", args.output_dir]
         with open(log, "w") as fh:
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
         if rc != 0:

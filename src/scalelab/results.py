@@ -25,6 +25,7 @@ STATUSES = ("completed", "failed", "timeout", "preempted")
 ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
                 "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_")
 ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
+ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of faults.py: never part of a result
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
 _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
                  "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
@@ -47,7 +48,7 @@ def capture_environment(environ=None) -> dict:
     environ = os.environ if environ is None else environ
     return {
         k: v for k, v in sorted(environ.items())
-        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not looks_secret(k)
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and k not in ENV_NOT_RECORDED and not looks_secret(k)
     }
 
 
@@ -99,15 +100,19 @@ def slurm_info(environ=None) -> dict:
 
 
 def new_run_id(model: str, world_size: int, run_name=None, environ=None) -> str:
-    """Unique even for concurrent runs: time + SLURM job (or host/pid) + random suffix."""
+    """Unique even for concurrent runs: time + SLURM job + process id + 32 random bits.
+
+    Two processes alive at once never share a pid on one host, and the random part separates hosts and
+    repeats; should two ids still meet, `write()` gives the second its own folder instead of overwriting.
+    """
     environ = os.environ if environ is None else environ
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     job = environ.get("SLURM_JOB_ID")
     if job and environ.get("SLURM_ARRAY_TASK_ID"):
         job = f"{environ.get('SLURM_ARRAY_JOB_ID', job)}_{environ['SLURM_ARRAY_TASK_ID']}"
-    where = f"job{job}" if job else f"pid{os.getpid()}"
+    where = f"job{job}-pid{os.getpid()}" if job else f"pid{os.getpid()}"
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name)[:40] + "-" if run_name else ""
-    return f"{stamp}-{name}{model}-{world_size}x-{where}-{secrets.token_hex(3)}"
+    return f"{stamp}-{name}{model}-{world_size}x-{where}-{secrets.token_hex(4)}"
 
 
 def now_iso() -> str:
@@ -152,15 +157,32 @@ def ensure_output_dir(path: str):
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--output_dir {path} cannot be created ({exc.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--output_dir {path} is not writable")
+    # Create (and remove) a real folder, as every run will: os.access() answers yes for root even where the
+    # kernel refuses (/sys, read-only or root-squashed mounts), and the run would only fail after training.
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=path, prefix=".probe-"))
+    except OSError as exc:
+        raise UsageError(f"--output_dir {path} is not writable ({exc.strerror})") from None
 
 
 def write(output_dir: str, payload: dict) -> str:
-    """outputs/<run_id>/result.json, secrets scrubbed, written atomically."""
+    """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
+
+    The run folder is claimed with mkdir, which exactly one process wins: a second run with the same id (it
+    should not happen, see new_run_id) gets the id plus a suffix, and both results survive.
+    """
     payload = scrub(payload)
     validate(payload)
-    return atomic_write_json(os.path.join(output_dir, payload["run_id"], "result.json"), payload)
+    os.makedirs(output_dir, exist_ok=True)
+    base = payload["run_id"]
+    while True:
+        folder = os.path.join(output_dir, payload["run_id"])
+        try:
+            os.mkdir(folder)
+            break
+        except FileExistsError:
+            payload["run_id"] = f"{base}-{secrets.token_hex(2)}"
+    return atomic_write_json(os.path.join(folder, "result.json"), payload)
 
 
 # Workload fields derived from the launch size (they differ inside a scaling group by design).

@@ -28,15 +28,14 @@ def main(argv=None, process_start=None) -> int:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.strategies import DDPStrategy
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from scalelab import timing, workloads
+    from scalelab import faults, timing, workloads
 
     threads = cluster.cpu_threads(launch, cfg.threads) if launch.accelerator == "cpu" else torch.get_num_threads()
     torch.set_num_threads(threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
-    timer = timing.StepTimer(cfg.warmup_steps, process_start)
+    timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
     strategy = "auto"
     if launch.world_size > 1:
         strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout))
@@ -48,7 +47,7 @@ def main(argv=None, process_start=None) -> int:
         precision=cfg.precision,
         max_epochs=cfg.max_epochs or -1,
         max_steps=cfg.max_steps or -1,
-        callbacks=[timer],
+        callbacks=[timer, faults.RankWatch(cfg.timeout), *faults.from_env()],
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
@@ -64,10 +63,13 @@ def main(argv=None, process_start=None) -> int:
         trainer.fit(wl.module, train_dataloaders=wl.train_loader)
         val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
     except BaseException as exc:  # noqa: B902 - record every way a run can end, then re-raise as one line
-        status = "timeout" if isinstance(exc, (SIGTERMException, KeyboardInterrupt)) else "failed"
-        path = record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc)
-        raise RunFailed(f"run ended with status {status}: {error_line(exc)}"
-                        + (f" (partial result: {path})" if path else "")) from None
+        # faults.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
+        status, line = faults.classify(exc, trainer, len(timer.step_times), error_line(exc))
+        faults.stop_children(trainer)  # ranks launched from here cannot finish without this one
+        note = record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, line, exc)
+        if trainer.global_rank != 0:
+            raise RunFailed(f"rank {trainer.global_rank} stopped: {line}") from None
+        raise RunFailed(f"run ended with status {status}: {line}{note}") from None
 
     if trainer.global_rank == 0:
         summary = run_summary(cfg, launch, wl, batch, timer.per_rank)
@@ -78,12 +80,23 @@ def main(argv=None, process_start=None) -> int:
 
 
 def error_line(exc) -> str:
+    import re
+
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     if isinstance(exc, SIGTERMException):
         return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+    name, text = type(exc).__name__, lines[0] if lines else ""
+    # torch wraps an error in a gradient hook as "Got the following error when running the callback: X: ..."
+    # (twice), and gloo starts with its source position: keep the innermost error, as a person would read it.
+    while True:
+        inner = re.match(r"Got the following error when running the callback: (?:(\w+): )?(.*)", text)
+        if not inner:
+            break
+        name, text = inner.group(1) or name, inner.group(2)
+    text = re.sub(r"^\[[^\]]*:\d+\]\s*", "", text)
+    return f"{name}: {text}"[:300]
 
 
 def run_summary(cfg, launch, wl, batch, per_rank) -> dict:
@@ -95,20 +108,28 @@ def run_summary(cfg, launch, wl, batch, per_rank) -> dict:
                             wl.tokens_per_sample)
 
 
-def record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, exc):
-    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback."""
+def record_failure(cfg, launch, wl, batch, timer, trainer, process_start, status, line, exc) -> str:
+    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback.
+
+    Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
+    Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
+    """
     import traceback
 
     if trainer.global_rank != 0:
-        return None
-    own = [timer.rank_record(trainer)]
-    summary = run_summary(cfg, launch, wl, batch, own) if timer.step_times else {"steps": 0, "final_train_loss": None}
-    payload = build_payload(cfg, launch, wl, batch, own, summary, {}, process_start)
-    payload.update(status=status, error=error_line(exc))
-    path = results.write(cfg.output_dir, payload)
-    results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
-                              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    return path
+        return ""
+    try:
+        own = [timer.rank_record(trainer)]
+        summary = (run_summary(cfg, launch, wl, batch, own) if timer.step_times
+                   else {"steps": 0, "final_train_loss": None})
+        payload = build_payload(cfg, launch, wl, batch, own, summary, {}, process_start)
+        payload.update(status=status, error=line)
+        path = results.write(cfg.output_dir, payload)
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
+                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
+        return f" (and no result could be written: {error_line(err)})"
+    return f" (partial result: {path})"
 
 
 def _quiet_lightning(verbose: bool):
@@ -161,7 +182,8 @@ def build_payload(cfg, launch, wl, batch, per_rank, summary, val, process_start)
             "hostnames": sorted({r["host"] for r in per_rank}),
             "threads_per_proc": per_rank[0]["threads"],
         },
-        timing={**summary, "whole_run_s": time.time() - process_start},
+        timing={**summary, "whole_run_s": time.time() - process_start,
+                **throughput(summary, wl, launch, cfg.precision, per_rank)},
         metrics={"final_train_loss": final_loss,
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         versions=results.versions(),
@@ -170,6 +192,19 @@ def build_payload(cfg, launch, wl, batch, per_rank, summary, val, process_start)
         ranks=per_rank,
     )
     return payload
+
+
+def throughput(summary, wl, launch, precision, per_rank) -> dict:
+    """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where a peak is known."""
+    from scalelab import perfmodel
+
+    flops = getattr(wl, "flops_per_sample", None)
+    if not flops or not summary.get("samples_per_s"):
+        return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
+    achieved = flops * summary["samples_per_s"] / launch.world_size / 1e12
+    peak = perfmodel.peak_tflops(per_rank[0]["device_name"], precision) if launch.accelerator == "gpu" else None
+    return {"flops_per_sample": flops, "tflops_per_device": achieved, "peak_tflops": peak,
+            "mfu": perfmodel.mfu(achieved, peak)}
 
 
 def _num(value):

@@ -1,0 +1,536 @@
+"""All-reduce bandwidth, nccl-tests `all_reduce_perf` style: one job measures, checks and writes one result.
+
+    python src/allreduce_bench.py                      # 1 process
+    python src/allreduce_bench.py --devices 2          # 2 local processes (CPU: gloo)
+    srun python src/allreduce_bench.py                 # sizes from SLURM (one task per GPU)
+    torchrun --nproc_per_node 4 src/allreduce_bench.py
+
+Why it exists: training's step time mixes compute and communication; this isolates the second, so the report
+can say what busbw a run's gradient all-reduce could have had (`busbw_at`). Definitions are nccl-tests':
+algbw = S / t, busbw = algbw * 2(n-1)/n (perfmodel.busbw_from_algbw), 1 GB = 1e9 B. torch.distributed is
+used directly (no Lightning): nothing else may run between the timed collectives.
+"""
+
+import argparse
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from datetime import timedelta
+
+from scalelab import cluster, perfmodel, results
+from scalelab.cli import (OneLineParser, RunFailed, UsageError, nonneg_int, number_type, positive_float,
+                          positive_int)
+
+PROG = "allreduce_bench.py"
+DTYPES = ("float32", "bfloat16", "float16")
+LARGE_MSG_BYTES = 2**20  # "large message" figures (avg line, large_msg_busbw) use sizes from 1 MiB up
+# Defaults that depend on the accelerator: (gpu, cpu). CPU sizes stay small enough for a laptop rehearsal.
+DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 5), "warmup_iters": (5, 2)}
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+# --- sizes ----------------------------------------------------------------------------------------
+
+
+def parse_size(text) -> int:
+    """'32K' -> 32768, '64M', '4G', '4GiB', '4gb', '1000' (bytes). 1K = 1024, as nccl-tests' -b/-e."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(I?B)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise ValueError(f"not a size: {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+size_type = number_type(parse_size, lambda v: v > 0, "a size in bytes like 32K, 64M or 4G (1K = 1024)")
+factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
+
+
+def human_bytes(n: int) -> str:
+    """32768 -> '32 KiB', 1536 -> '1.5 KiB', 100 -> '100 B'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"
+
+
+def message_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> list:
+    """(bytes, count) per message: min_bytes * factor^k up to max_bytes; at least one element each.
+
+    Sizes that round to the same element count are measured once; bytes are what actually moves.
+    """
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        count = max(1, size // itemsize)
+        if not out or out[-1][1] != count:
+            out.append((count * itemsize, count))
+        size *= factor
+    return out
+
+
+# --- arithmetic (pure: the report and the tests use it without torch) -----------------------------
+
+
+def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple:
+    """(algbw, busbw) in GB/s. For n = 1 the factor 2(n-1)/n is 0, so busbw is 0, as nccl-tests reports:
+    one rank moves nothing over any bus, and algbw then only measures a local no-op."""
+    algbw = nbytes / time_s / perfmodel.GB
+    return algbw, perfmodel.busbw_from_algbw(algbw, world_size)
+
+
+def summarize(rows: list) -> dict:
+    """avg over sizes >= 1 MiB (all sizes when none is that large), peak, and the large-message busbw.
+
+    large_msg_busbw_GBps is the median over sizes >= 1 MiB (robust to one noisy size), else the largest
+    size's: the figure the report reads, keyed by (world_size, num_nodes, accelerator, backend).
+    """
+    if not rows:
+        return {"avg_busbw_GBps": None, "peak_busbw_GBps": None, "large_msg_busbw_GBps": None}
+    large = [r["busbw_GBps"] for r in rows if r["bytes"] >= LARGE_MSG_BYTES]
+    over = large or [r["busbw_GBps"] for r in rows]
+    largest = max(rows, key=lambda r: r["bytes"])["busbw_GBps"]
+    return {"avg_busbw_GBps": sum(over) / len(over), "peak_busbw_GBps": max(r["busbw_GBps"] for r in rows),
+            "large_msg_busbw_GBps": _median(large) if large else largest}
+
+
+def _median(values):
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def busbw_at(rows, nbytes: float) -> float:
+    """busbw (GB/s) a message of nbytes would see, from a result's rows: linear in log(bytes)-log(busbw)
+    between the neighbouring measured sizes, clamped to the smallest/largest size outside the range.
+
+    Bandwidth curves are straight-ish on log-log axes (latency-bound, then saturating), which is why
+    nccl-tests sweeps sizes by a factor. Where a neighbour's busbw is 0 (n = 1) the log is undefined:
+    then busbw is interpolated linearly against log(bytes).
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    points = sorted((r["bytes"], r["busbw_GBps"]) for r in rows if r.get("busbw_GBps") is not None)
+    if not points:
+        raise ValueError("no rows with a busbw to interpolate")
+    if nbytes <= points[0][0]:
+        return points[0][1]
+    if nbytes >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= nbytes <= x1:
+            if x1 == x0:
+                return y1
+            w = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            if y0 > 0 and y1 > 0:
+                return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+            return y0 + w * (y1 - y0)
+    raise AssertionError("unreachable: nbytes lies inside the measured range")
+
+
+# --- flags ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description="All-reduce bus bandwidth over message sizes (nccl-tests style).")
+    p.add_argument("--devices", type=positive_int,
+                   help="processes per node (one per GPU); default: from the launcher, else 1")
+    p.add_argument("--num_nodes", type=positive_int, help="nodes; default: from the launcher, else 1")
+    p.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
+    p.add_argument("--min_bytes", type=size_type, default=parse_size("32K"),
+                   help="smallest message (default 32K)")
+    p.add_argument("--max_bytes", type=size_type, help="largest message (default 4G on GPU, 64M on CPU)")
+    p.add_argument("--factor", type=factor_type, default=2,
+                   help="each size is the previous one times this (default 2)")
+    p.add_argument("--iters", type=positive_int, help="timed all-reduces per size (default 20 on GPU, 5 on CPU)")
+    p.add_argument("--warmup_iters", type=nonneg_int,
+                   help="untimed all-reduces per size first (default 5 GPU / 2 CPU)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--output_dir", default="outputs")
+    p.add_argument("--run_name", default=None)
+    p.add_argument("--timeout", type=positive_float, default=120.0,
+                   help="seconds a collective may wait for the other ranks before the run fails (default 120)")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="after timing, all-reduce a known pattern once per size and count wrong values")
+    # Test hook: the last rank adds 1 to one element it contributes, so the check must catch a wrong sum.
+    p.add_argument("--inject_wrong", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def resolve(args, launch):
+    """Fill the accelerator-dependent defaults and check the flags against each other, before any rank starts."""
+    gpu = launch.accelerator == "gpu"
+    for name, (on_gpu, on_cpu) in DEFAULTS.items():
+        if getattr(args, name) is None:
+            value = on_gpu if gpu else on_cpu
+            setattr(args, name, parse_size(value) if name == "max_bytes" else value)
+    if args.min_bytes > args.max_bytes:
+        raise UsageError(f"--min_bytes {human_bytes(args.min_bytes)} is larger than --max_bytes "
+                         f"{human_bytes(args.max_bytes)}")
+    if gpu and launch.launcher == "local":
+        import torch
+
+        if launch.devices > torch.cuda.device_count():
+            raise UsageError(f"--devices {launch.devices} but this machine has {torch.cuda.device_count()} GPU(s)")
+    return args
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)  # flag syntax first: fails before torch is even imported
+    # Lightning's SLURM detection warns wherever srun is installed but not used: noise for a local run.
+    warnings.filterwarnings("ignore", message=".*`srun` command is available.*")
+    launch = cluster.detect(args.devices, args.num_nodes, args.accelerator)
+    args = resolve(args, launch)
+    if cluster.env_rank() == 0:
+        results.ensure_output_dir(args.output_dir)
+    if launch.launcher == "local" and launch.world_size > 1 and not _is_started_rank():
+        return spawn_local(argv, launch.world_size)
+    return run(args, launch)
+
+
+def _is_started_rank() -> bool:
+    """A rank someone already started (spawn_local too): cluster.detect's "external" launch. It never spawns."""
+    return all(k in os.environ for k in ("SCALELAB_LAUNCHER", "LOCAL_RANK", "WORLD_SIZE", "RANK"))
+
+
+def spawned_rank_main(argv=None) -> int:
+    """Entry of a rank that spawn_local started. The parent already ran cluster.detect and checked the flags;
+    the launch is what detect would say here (external, sizes from the environment), built without
+    detect's Lightning import: seconds per rank on a small machine."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get("SCALELAB_LAUNCHER") != "local" or not _is_started_rank():
+        return main(argv)
+    args = build_parser().parse_args(argv)
+    world = int(os.environ["WORLD_SIZE"])
+    launch = cluster.Launch("local", world, 1, cluster.resolve_accelerator(args.accelerator))
+    return run(resolve(args, launch), launch)
+
+
+# --- local launch ---------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_local(argv, world: int, grace_s: float = 5.0) -> int:
+    """Start `world` ranks of this module on this machine and wait for them.
+
+    Their environment is what cluster.detect reads as an external launch (SCALELAB_LAUNCHER=local,
+    RANK/LOCAL_RANK/WORLD_SIZE, MASTER_ADDR/PORT), and spawned_rank_main builds the same Launch. When a rank
+    fails the others get grace_s to end on their own (a correctness failure ends every rank, rank 0 last,
+    after writing the result), then are killed.
+    """
+    port = _free_port()
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "NODE_RANK": "0", "SCALELAB_LAUNCHER": "local",
+            "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen([sys.executable, "-m", "scalelab.allreduce", *argv],
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
+    killed, first_bad = False, None
+    restore = _exit_on_sigterm()
+    try:
+        deadline = None
+        while any(p.poll() is None for p in procs):
+            bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if bad and first_bad is None:  # a rank killed by a signal is the likelier cause than its peers
+                first_bad, deadline = min(bad, key=lambda rc: (rc[1] > 0, rc[0])), time.time() + grace_s
+            if deadline is not None and time.time() > deadline:
+                killed = _stop(procs)
+                break
+            time.sleep(0.05)
+    finally:
+        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave ranks behind
+        restore()
+    codes = [p.wait() for p in procs]
+    if not any(codes):
+        return 0
+    if not killed and all(c == codes[0] for c in codes):
+        return codes[0]  # every rank ended the run itself, and rank 0 said why in its own one line
+    r, code = first_bad or next((r, c) for r, c in enumerate(codes) if c)
+    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    raise RunFailed(f"rank {r} of {world} {how}" + ("; stopped the other ranks" if killed else ""))
+
+
+def _signal_name(num: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _exit_on_sigterm():
+    """Let SIGTERM (scancel, a CI timeout) unwind the parent like Ctrl-C, so its ranks are stopped too.
+    Returns the function that puts the previous handler back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # handlers can only be set from the main thread
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(procs) -> bool:
+    """Terminate, then kill, ranks still running; True when there were any."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    for p in alive:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return bool(alive)
+
+
+# --- one rank ---------------------------------------------------------------------------------------
+
+
+def _rank_info(launch):
+    """(rank, local_rank, world_size, main address, main port) as this launcher announces them."""
+    if launch.launcher == "slurm":
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        env = SLURMEnvironment()
+        return env.global_rank(), env.local_rank(), env.world_size(), env.main_address, env.main_port
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    port = os.environ.get("MASTER_PORT") or (_free_port() if world == 1 else None)
+    if port is None:
+        raise UsageError("WORLD_SIZE > 1 but MASTER_PORT is not set: start the ranks with srun or torchrun")
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world,
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port))
+
+
+def run(args, launch) -> int:
+    """This rank's whole job: join the group, measure every size, rank 0 prints and writes the result."""
+    import torch
+    import torch.distributed as dist
+
+    rank, local_rank, world, addr, port = _rank_info(launch)
+    if world != launch.world_size:
+        raise UsageError(f"the launcher announces {world} ranks but the launch has {launch.world_size}")
+    if launch.accelerator == "gpu":
+        count = torch.cuda.device_count()
+        device = torch.device("cuda", local_rank if count >= launch.devices else local_rank % count)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(cluster.cpu_threads(launch))
+    host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address needs brackets in a URL
+    dist.init_process_group(launch.backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.timeout))
+    try:
+        bench = Bench(args, launch, device, rank, world)
+        return bench.execute()
+    finally:
+        dist.destroy_process_group()
+
+
+class Bench:
+    """State of one rank's measurement; rank 0 also owns the output."""
+
+    def __init__(self, args, launch, device, rank, world):
+        import torch
+
+        self.args, self.launch, self.device, self.rank, self.world = args, launch, device, rank, world
+        self.dtype = getattr(torch, args.dtype)
+        self.itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        self.rows, self.hosts, self.device_names = [], [], []
+
+    # collectives ---------------------------------------------------------------------------------
+    def _sync(self):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _barrier(self):
+        import torch.distributed as dist
+
+        if self.device.type == "cuda":
+            dist.barrier(device_ids=[self.device.index])
+        else:
+            dist.barrier()
+
+    def _reduce(self, value: float, op) -> float:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=op)
+        return float(t.item())
+
+    # one size ------------------------------------------------------------------------------------
+    def time_size(self, buf) -> float:
+        """Seconds per all-reduce of buf: slowest rank's mean over the timed iterations."""
+        import torch.distributed as dist
+
+        for _ in range(self.args.warmup_iters):
+            dist.all_reduce(buf)
+        self._sync()
+        self._barrier()
+        self._sync()
+        start = time.perf_counter()
+        for _ in range(self.args.iters):
+            dist.all_reduce(buf)
+        self._sync()
+        per_op = (time.perf_counter() - start) / self.args.iters
+        return self._reduce(per_op, dist.ReduceOp.MAX)
+
+    def check_size(self, buf) -> int:
+        """Wrong elements after one SUM of a known pattern, summed over ranks (each rank checks its copy).
+
+        Element i belongs to rank i % n, which contributes 1 + rank % 7 there and 0 elsewhere: every sum is a
+        small integer (exact in float16 and bfloat16 at any n, in any reduction order), and a lost, doubled or
+        misplaced contribution changes it.
+        """
+        import torch
+        import torch.distributed as dist
+
+        owner = torch.arange(self.world, device=self.device)
+        expected = (1 + owner % 7).to(self.dtype)
+        mine = torch.where(owner == self.rank, expected, torch.zeros_like(expected))
+        _tile_into(buf, mine)
+        if self.args.inject_wrong and self.rank == self.world - 1:
+            buf[0] += 1  # the hidden test hook: one wrong contribution
+        dist.all_reduce(buf)
+        return int(self._reduce(_count_mismatches(buf, expected), dist.ReduceOp.SUM))
+
+    def measure(self):
+        import torch
+
+        for nbytes, count in message_sizes(self.args.min_bytes, self.args.max_bytes, self.args.factor,
+                                           self.itemsize):
+            # Zeros: the contents do not change the speed of a sum, and zeros never overflow over repeated
+            # in-place reductions (float16 would reach inf within a few rounds at large n).
+            buf = torch.zeros(count, dtype=self.dtype, device=self.device)
+            t = self.time_size(buf)
+            wrong = self.check_size(buf) if self.args.check else None
+            del buf
+            algbw, busbw = bandwidths(nbytes, t, self.world)
+            self.rows.append({"bytes": nbytes, "count": count, "dtype": self.args.dtype, "time_s": t,
+                              "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": wrong})
+
+    # the job -------------------------------------------------------------------------------------
+    def execute(self) -> int:
+        import torch.distributed as dist
+
+        where = [None] * self.world
+        dist.all_gather_object(where, (cluster.hostname(), cluster.device_name(self.launch.accelerator,
+                                                                            self.device.index or 0)))
+        self.hosts = sorted({h for h, _ in where})
+        self.device_names = sorted({d for _, d in where})
+        if self.rank == 0:
+            print(self.banner(), flush=True)
+        try:
+            self.measure()
+        except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
+            if self.rank == 0:
+                path = self.write("failed", _error_line(exc))
+                raise RunFailed(f"all-reduce failed: {_error_line(exc)} (partial result: {path})") from None
+            raise RunFailed(f"rank {self.rank}: all-reduce failed: {_error_line(exc)}") from None
+        error = self.correctness_error()
+        if self.rank == 0:
+            print(self.table(), flush=True)
+            print(self.avg_line(), flush=True)
+            path = self.write("failed" if error else "completed", error)
+            print(f"-> {path}", flush=True)
+        self._barrier()  # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
+        if error:
+            if self.rank == 0:
+                raise RunFailed(error)
+            return 1  # rank 0 says why; the others stay quiet
+        return 0
+
+    def correctness_error(self):
+        bad = [r for r in self.rows if r["wrong"]]
+        if not bad:
+            return None
+        more = f" (and at {len(bad) - 1} more size(s))" if len(bad) > 1 else ""
+        return f"all-reduce returned {bad[0]['wrong']} wrong values at size {human_bytes(bad[0]['bytes'])}{more}"
+
+    # output (rank 0) -----------------------------------------------------------------------------
+    def banner(self) -> str:
+        a, launch = self.args, self.launch
+        return (f"scalelab all-reduce: world size {self.world} = {launch.num_nodes} node(s) x {launch.devices} "
+                f"process(es), backend {launch.backend}, device {', '.join(self.device_names)} | {a.dtype}, "
+                f"{human_bytes(a.min_bytes)} to {human_bytes(a.max_bytes)} x{a.factor}, {a.iters} timed + "
+                f"{a.warmup_iters} warm-up all-reduces per size, check {'on' if a.check else 'off'} | "
+                f"launcher: {launch.launcher}")
+
+    def table(self) -> str:
+        from tabulate import tabulate
+
+        body = [[human_bytes(r["bytes"]), r["count"], r["dtype"], f"{r['time_s'] * 1e6:.1f}",
+                 f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}", "n/a" if r["wrong"] is None else r["wrong"]]
+                for r in self.rows]
+        return tabulate(body, headers=["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                                       "#wrong"], stralign="right", disable_numparse=True)
+
+    def avg_line(self) -> str:
+        avg = summarize(self.rows)["avg_busbw_GBps"]
+        which = ("sizes >= 1 MiB" if any(r["bytes"] >= LARGE_MSG_BYTES for r in self.rows) else "all sizes")
+        return f"Avg bus bandwidth: {avg:.3f} GB/s ({which})"
+
+    def write(self, status: str, error) -> str:
+        launch = self.launch
+        config = {k: v for k, v in vars(self.args).items() if k != "inject_wrong" or v}
+        payload = results.envelope("allreduce", results.new_run_id("allreduce", self.world, self.args.run_name))
+        payload.update(
+            status=status,
+            error=error,
+            run_name=self.args.run_name,
+            launch={"launcher": launch.launcher, "world_size": self.world, "num_nodes": launch.num_nodes,
+                    "procs_per_node": launch.devices, "accelerator": launch.accelerator, "backend": launch.backend,
+                    "device_names": self.device_names, "hostnames": self.hosts},
+            config=config,
+            rows=self.rows,
+            summary=summarize(self.rows),
+            versions=results.versions(),
+            slurm=results.slurm_info(),
+            environment=results.capture_environment(),
+        )
+        return results.write(self.args.output_dir, payload)
+
+
+def _tile_into(buf, period):
+    """buf[i] = period[i % len(period)] without a second buffer-sized tensor (buffers reach 4 GiB)."""
+    n, count = period.numel(), buf.numel()
+    full = count // n
+    if full:
+        buf[:full * n].view(full, n).copy_(period.expand(full, n))
+    if count - full * n:
+        buf[full * n:].copy_(period[:count - full * n])
+
+
+def _count_mismatches(buf, period) -> int:
+    """How many buf[i] differ from period[i % len(period)]."""
+    n, count = period.numel(), buf.numel()
+    full = count // n
+    wrong = 0
+    if full:
+        wrong += int((buf[:full * n].view(full, n) != period).sum())
+    if count - full * n:
+        wrong += int((buf[full * n:] != period[:count - full * n]).sum())
+    return wrong
+
+
+def _error_line(exc) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+if __name__ == "__main__":  # how spawn_local starts each local rank (python -m scalelab.allreduce)
+    from scalelab.cli import fast_exit, run_main
+
+    fast_exit(run_main(PROG, spawned_rank_main))

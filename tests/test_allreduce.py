@@ -1,0 +1,194 @@
+"""The all-reduce benchmark: nccl-tests arithmetic, sizes, interpolation, flag errors, and real gloo runs."""
+
+import argparse
+import math
+
+import pytest
+
+from conftest import load_results, run_script
+from scalelab import allreduce, results
+from scalelab.allreduce import bandwidths, busbw_at, human_bytes, message_sizes, parse_size, size_type, summarize
+from scalelab.cli import UsageError
+
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+HEADERS = ["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]
+
+
+# --- arithmetic -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, busbw", [(2, 10.0), (4, 15.0), (8, 17.5)])
+def test_busbw_is_algbw_times_2_n_minus_1_over_n(n, busbw):
+    # 1e9 B in 0.1 s: algbw 10 GB/s; busbw = 10 * 2(n-1)/n = 10, 15, 17.5
+    algbw, bus = bandwidths(10**9, 0.1, n)
+    assert algbw == pytest.approx(10.0) and bus == pytest.approx(busbw)
+
+
+def test_one_rank_has_zero_busbw_as_in_nccl_tests():
+    assert bandwidths(4 * MiB, 1e-3, 1) == (pytest.approx(4 * MiB / 1e-3 / 1e9), 0.0)
+
+
+# --- sizes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [("32K", 32 * KiB), ("1M", MiB), ("4G", 4 * GiB), ("64m", 64 * MiB),
+                                         ("4GiB", 4 * GiB), ("16KB", 16 * KiB), ("1000", 1000), ("1T", 2**40)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "K", "1.5M", "-1", "4X", "32 K B", "0x10", "0"])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="like 32K, 64M or 4G"):
+        size_type(text)
+
+
+def test_sizes_double_from_min_to_max_and_round_to_whole_elements():
+    sizes = message_sizes(32 * KiB, 64 * MiB, 2, 4)
+    assert len(sizes) == 12 and sizes[0] == (32 * KiB, 8192) and sizes[-1] == (64 * MiB, 16 * MiB)
+    # 1 and 2 bytes of float32 are both one element: measured once, as the 4 bytes that move
+    assert message_sizes(1, 16, 2, 4) == [(4, 1), (8, 2), (16, 4)]
+    assert message_sizes(1 * KiB, 100 * KiB, 10, 2) == [(KiB, 512), (10 * KiB, 5 * KiB), (100 * KiB, 50 * KiB)]
+    assert [human_bytes(b) for b in (100, 1536, 32 * KiB, MiB, 4 * GiB)] == ["100 B", "1.5 KiB", "32 KiB", "1 MiB",
+                                                                               "4 GiB"]
+
+
+# --- interpolation and summary ----------------------------------------------------------------------
+
+
+ROWS = [{"bytes": b, "busbw_GBps": bw} for b, bw in ((4 * KiB, 4.0), (1 * KiB, 1.0), (16 * KiB, 8.0))]  # unsorted
+
+
+def test_busbw_at_is_log_log_linear_between_neighbours():
+    assert busbw_at(ROWS, 2 * KiB) == pytest.approx(2.0)  # halfway in log bytes, geometric mean of 1 and 4
+    assert busbw_at(ROWS, 8 * KiB) == pytest.approx((4.0 * 8.0) ** 0.5)
+    assert busbw_at(ROWS, 4 * KiB) == pytest.approx(4.0)  # a measured size gives its measurement
+    w = math.log(3) / math.log(4)  # 3 KiB lies this far from 1 KiB to 4 KiB on a log axis
+    assert busbw_at(ROWS, 3 * KiB) == pytest.approx(1.0 * 4.0 ** w)
+
+
+def test_busbw_at_clamps_outside_the_measured_sizes():
+    assert busbw_at(ROWS, 1) == 1.0 and busbw_at(ROWS, 0) == 1.0
+    assert busbw_at(ROWS, 10 * GiB) == 8.0
+
+
+def test_busbw_at_with_zero_busbw_and_bad_input():
+    zeros = [{"bytes": KiB, "busbw_GBps": 0.0}, {"bytes": 4 * KiB, "busbw_GBps": 0.0}]
+    assert busbw_at(zeros, 2 * KiB) == 0.0  # one rank: no bus, no log
+    assert busbw_at([{"bytes": KiB, "busbw_GBps": 0.0}, {"bytes": 4 * KiB, "busbw_GBps": 2.0}], 2 * KiB) == (
+        pytest.approx(1.0))  # linear against log(bytes) where a log is undefined
+    with pytest.raises(ValueError):
+        busbw_at([], KiB)
+    with pytest.raises(ValueError):
+        busbw_at(ROWS, -1)
+
+
+def test_summary_uses_sizes_from_1_MiB_else_the_largest():
+    rows = [{"bytes": b, "busbw_GBps": bw} for b, bw in ((KiB, 9.0), (MiB, 1.0), (2 * MiB, 3.0), (4 * MiB, 2.0))]
+    s = summarize(rows)
+    assert s == {"avg_busbw_GBps": pytest.approx(2.0), "peak_busbw_GBps": 9.0, "large_msg_busbw_GBps": 2.0}
+    small = summarize(rows[:1] + [{"bytes": 2 * KiB, "busbw_GBps": 5.0}])
+    assert small == {"avg_busbw_GBps": 7.0, "peak_busbw_GBps": 9.0, "large_msg_busbw_GBps": 5.0}
+
+
+# --- flag errors: one line, exit 2, before any process group ----------------------------------------
+
+
+@pytest.fixture
+def no_process_group(monkeypatch):
+    import torch.distributed as dist
+
+    def forbidden(*a, **k):
+        raise AssertionError("a process group started despite bad input")
+
+    monkeypatch.setattr(dist, "init_process_group", forbidden)
+    monkeypatch.setattr(allreduce, "spawn_local", forbidden)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--min_bytes", "1M", "--max_bytes", "32K"], "--min_bytes 1 MiB is larger than --max_bytes 32 KiB"),
+    (["--min_bytes", "128M"], "larger than --max_bytes 64 MiB"),  # the CPU default maximum
+    (["--num_nodes", "2"], "--num_nodes 2 needs a launcher"),
+    (["--devices", "2", "--factor", "1"], "argument --factor: expected an integer >= 2, got '1'"),
+    (["--max_bytes", "1.5G"], "argument --max_bytes: expected a size in bytes like 32K"),
+    (["--dtype", "int8"], "argument --dtype: invalid choice"),
+    (["--iters", "0"], "argument --iters: expected a positive integer"),
+])
+def test_bad_flags_fail_before_anything_starts(argv, message, tmp_path, no_process_group):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        allreduce.main([*argv, "--accelerator", "cpu", "--output_dir", str(out)])
+    assert not out.exists()
+
+
+def test_bad_flag_from_the_command_line_is_one_line_and_exit_2(tmp_path):
+    proc = run_script("allreduce_bench.py", "--max_bytes", "lots", "--output_dir", tmp_path / "out")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["allreduce_bench.py: error: argument --max_bytes: expected a size in bytes "
+                                        "like 32K, 64M or 4G (1K = 1024), got 'lots'"]
+    assert not (tmp_path / "out").exists()
+
+
+# --- real runs --------------------------------------------------------------------------------------
+
+
+def _table_rows(stdout):
+    lines = stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["size", "count"])
+    assert all(h in lines[head] for h in HEADERS)
+    return [line.split() for line in lines[head + 2:] if line and not line.startswith("Avg")
+            and not line.startswith("->")]
+
+
+def test_one_process_in_this_process(tmp_path, capsys):
+    """World size 1: a real gloo group of one, busbw 0 by the nccl-tests definition."""
+    assert allreduce.main(["--accelerator", "cpu", "--max_bytes", "64K", "--iters", "1", "--warmup_iters", "0",
+                           "--output_dir", str(tmp_path)]) == 0
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "completed" and r["launch"]["world_size"] == 1 and r["launch"]["launcher"] == "local"
+    assert [row["busbw_GBps"] for row in r["rows"]] == [0.0, 0.0] and all(row["algbw_GBps"] > 0 for row in r["rows"])
+    assert "Avg bus bandwidth: 0.000 GB/s (all sizes)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_two_local_processes_measure_check_and_write(tmp_path):
+    proc = run_script("allreduce_bench.py", "--devices", 2, "--max_bytes", "1M", "--iters", 3, "--run_name", "t",
+                      "--output_dir", tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("scalelab all-reduce: world size 2 = 1 node(s) x 2 process(es), backend gloo")
+    table = _table_rows(proc.stdout)
+    assert [row[0] + row[1] for row in table] == ["32KiB", "64KiB", "128KiB", "256KiB", "512KiB", "1MiB"]
+    assert all(row[-1] == "0" and row[3] == "float32" for row in table)
+    assert "Avg bus bandwidth: " in proc.stdout and "GB/s (sizes >= 1 MiB)" in proc.stdout
+
+    (path,) = list(tmp_path.rglob("result.json"))
+    assert proc.stdout.rstrip().endswith(f"-> {path}")
+    r = results.load(str(path))
+    assert r["kind"] == "allreduce" and r["status"] == "completed" and r["error"] is None
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (2, 1, 2)
+    assert (launch["launcher"], launch["accelerator"], launch["backend"]) == ("local", "cpu", "gloo")
+    assert [row["bytes"] for row in r["rows"]] == [32 * KiB * 2**k for k in range(6)]
+    for row in r["rows"]:
+        assert row["wrong"] == 0 and row["count"] == row["bytes"] // 4 and row["time_s"] > 0
+        assert row["busbw_GBps"] > 0 and row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2(n-1)/n = 1
+    assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]  # the only size >= 1 MiB
+    assert r["config"]["iters"] == 3 and r["config"]["warmup_iters"] == 2 and "-t-allreduce-2x-" in r["run_id"]
+    assert r["environment"]["WORLD_SIZE"] == "2"  # captured on a rank, not in the parent
+
+
+@pytest.mark.slow
+def test_a_wrong_contribution_fails_the_check(tmp_path):
+    """One rank adds 1 to one element it contributes: each rank sees 1 wrong value per size, 2 in all.
+
+    bfloat16 on purpose: every other element must still be exact, or the counts would be larger.
+    """
+    proc = run_script("allreduce_bench.py", "--devices", 2, "--max_bytes", "64K", "--iters", 1, "--warmup_iters", 0,
+                      "--dtype", "bfloat16", "--inject_wrong", "--output_dir", tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["allreduce_bench.py: error: all-reduce returned 2 wrong values at size 32 KiB"
+                                        " (and at 1 more size(s))"]
+    assert [row[-1] for row in _table_rows(proc.stdout)] == ["2", "2"]
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("all-reduce returned 2 wrong values at size 32 KiB")
+    assert [row["wrong"] for row in r["rows"]] == [2, 2] and r["rows"][0]["dtype"] == "bfloat16"

@@ -1,0 +1,269 @@
+"""Nothing lost, nothing leaked, nothing hangs: real processes, real faults (CPU DDP with gloo).
+
+Each test starts `src/train.py` as a user would and breaks it: a rank killed with SIGKILL, a rank that raises or
+crashes mid-step (SCALELAB_FAULT, the hidden test hook of scalelab/faults.py), a rank that joins too late, SIGUSR1
+with and without SLURM's auto-requeue, two runs writing into one folder at once. Each checks what the user sees
+(exit code, the last stderr line), what is recorded (status, error), how long failing took, and that no process
+is left behind.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script
+
+pytestmark = pytest.mark.slow
+TIMEOUT = 20  # --timeout: seconds a rank waits for the others
+MARGIN = 10  # what failing may take beyond it (teardown, writing the record, a loaded machine)
+MLP_FOREVER = ["--model", "mlp", "--num_samples", "4096", "--max_epochs", "1000", "--warmup_steps", "2"]
+
+
+def start(out, *args, env=None):
+    cmd = [sys.executable, str(SRC / "train.py"), *map(str, args), "--output_dir", str(out)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def wait_for_banner(proc, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("scalelab:"):
+            return
+        assert line, f"train.py ended before training started: {proc.communicate()[1][-2000:]}"
+    raise AssertionError("no banner")
+
+
+def _stat(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])  # state, parent pid
+
+
+def alive(pid) -> bool:
+    try:
+        return _stat(pid)[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def launched_rank(parent_pid, local_rank=1, limit=60) -> int:
+    """The pid of the rank Lightning launched from `parent_pid` (its environment has LOCAL_RANK=<local_rank>)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if _stat(name)[1] != parent_pid:
+                    continue
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    if f"LOCAL_RANK={local_rank}".encode() in fh.read().split(b"\0"):
+                        return int(name)
+            except (OSError, IndexError, ValueError):
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no rank with LOCAL_RANK={local_rank} under pid {parent_pid}")
+
+
+def wait_until_joined(pid, limit=90):
+    """The process group has formed once the rank holds sockets to its peers (store + gloo pairs)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds) >= 2:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("rank 1 never joined the process group")
+
+
+def finish(proc, limit):
+    t0 = time.time()
+    try:
+        _, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"train.py still running {limit} s later: {err[-2000:]}") from None
+    return err, time.time() - t0
+
+
+def the_record(out):
+    (r,) = load_results(out)
+    folder = os.path.dirname(next(out.rglob("result.json")))
+    return r, folder
+
+
+def assert_no_secret_in_any_file(out):
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any(p.name == "error.log" for p in files)
+    for path in files:
+        text = path.read_text(errors="replace")
+        for name, value in FAKE_SECRETS.items():
+            assert value not in text and name not in text, f"{name} leaked into {path}"
+
+
+def test_rank_killed_with_sigkill_is_named_and_recorded(tmp_path):
+    """kill -9 of rank 1 mid-training: rank 0 sees gloo's "Connection closed by peer", knows from the child it
+    launched that rank 1 died of SIGKILL, writes a failed record and exits 1 (Lightning alone: exit -9, nothing)."""
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT, env=FAKE_SECRETS)
+    wait_for_banner(proc)
+    rank1 = launched_rank(proc.pid)
+    wait_until_joined(rank1)
+    time.sleep(3)  # training under way
+    os.kill(rank1, signal.SIGKILL)
+    err, took = finish(proc, TIMEOUT + MARGIN)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and took < TIMEOUT + MARGIN, err[-2000:]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert re.match(r"train\.py: error: run ended with status failed: rank 1 stopped responding \(killed by SIGKILL\) "
+                    r"(during step \d+|before the first step) \(partial result: .*result\.json\)$", lines[0]), lines[0]
+    r, folder = the_record(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("rank 1 stopped responding (killed by SIGKILL)")
+    assert len(r["ranks"]) == 1 and r["ranks"][0]["rank"] == 0  # rank 0's own timings, the others are gone
+    assert re.search(r"Connection (closed|reset) by peer", open(os.path.join(folder, "error.log")).read())
+    assert not [f for f in os.listdir(folder) if f.startswith(".tmp-")]
+    assert_no_secret_in_any_file(tmp_path)  # the fault path's files too: partial result.json and error.log
+    print(f"\nkill -9 rank 1: failed {took:.1f} s after the kill; {lines[0]}")
+
+
+def test_rank_0_killed_takes_its_launched_ranks_with_it(tmp_path):
+    """kill -9 of rank 0 (nothing can be recorded then): the rank it launched dies at once (PR_SET_PDEATHSIG)
+    instead of lingering until its own timeout."""
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT)
+    wait_for_banner(proc)
+    rank1 = launched_rank(proc.pid)
+    wait_until_joined(rank1)
+    proc.kill()
+    finish(proc, 10)  # its pipes close only when rank 1, which shares them, is gone too
+    deadline = time.time() + 5
+    while alive(rank1) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(rank1), "rank 1 outlived the rank 0 that launched it"
+
+
+@pytest.mark.parametrize("fault, says", [
+    ("raise@step=3,rank=1", "rank 1 failed during step 3: RuntimeError: injected fault (SCALELAB_FAULT, rank 1, step 3)"),
+    ("exit@step=3,rank=1", "rank 1 stopped responding (exited with code 3) during step 3"),
+])
+def test_rank_that_fails_mid_step_is_named(tmp_path, fault, says):
+    """A rank that raises posts its one-line error for rank 0 (the process group's store) before it exits;
+    a rank that crashes (os._exit) is named by its exit code."""
+    t0 = time.time()
+    proc = run_script("train.py", *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT, "--output_dir", tmp_path,
+                      env={"SCALELAB_FAULT": fault, **FAKE_SECRETS}, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith(f"train.py: error: run ended with status failed: {says} (partial result: "), lines
+    r, folder = the_record(tmp_path)
+    assert r["status"] == "failed" and r["error"] == says
+    assert r["timing"]["steps"] == 2  # rank 0 finished steps 1 and 2, then waited for rank 1 in step 3
+    assert "SCALELAB_FAULT" not in r["environment"]  # the test hook is never part of a result
+    assert_no_secret_in_any_file(tmp_path)
+    print(f"\n{fault}: run took {time.time() - t0:.1f} s in all; {lines[-1]}")
+
+
+def test_rank_that_crashes_under_torchrun_is_named(tmp_path):
+    """torchrun starts the ranks (rank 0 is not their parent) and SIGTERMs the others once one dies: rank 0 still
+    names the rank (its pid, posted at start-up, is gone from this host) and records "failed", not "timeout"."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if not os.path.exists(torchrun):
+        pytest.skip("torchrun not installed")
+    cmd = [torchrun, "--nproc_per_node", "2", "--master_port", "29537", str(SRC / "train.py"), *MLP_FOREVER,
+           "--timeout", str(TIMEOUT), "--output_dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "SCALELAB_FAULT": "exit@step=3,rank=1"})
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("train.py: error:")]
+    assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]
+    assert ours[0].startswith("train.py: error: run ended with status failed: rank 1 stopped responding "
+                              "(its process is gone) during step 3"), ours
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "failed" and r["launch"]["launcher"] == "torchrun"
+
+
+def test_rank_that_never_joins_fails_within_the_timeout(tmp_path):
+    """Rank 1 sleeps past --timeout before it joins: rank 0's rendezvous wait is governed by --timeout, it records
+    a failed run without timings, says what is missing, and stops the sleeping rank (no orphan)."""
+    timeout = 10
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", timeout,
+                 env={"SCALELAB_FAULT": "sleep@start=120,rank=1"})
+    wait_for_banner(proc)
+    t0 = time.time()
+    rank1 = launched_rank(proc.pid)
+    err, _ = finish(proc, timeout + MARGIN + 10)
+    took = time.time() - t0
+    assert proc.returncode == 1 and took < timeout + MARGIN, (took, err[-2000:])
+    (line,) = err.strip().splitlines()
+    assert line.startswith("train.py: error: run ended with status failed: rank(s) did not join within 10 s "
+                           "(--timeout): waited for 2 processes, 1 arrived; rank 1 started but never joined"), line
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "failed" and "did not join" in r["error"] and r["timing"]["steps"] == 0
+    time.sleep(0.5)
+    assert not alive(rank1), "the late rank was left running"
+    print(f"\nlate joiner: failed {took:.1f} s after the banner; {line}")
+
+
+def test_sigusr1_outside_slurm_stops_with_a_record(tmp_path):
+    """SIGUSR1's default action kills a process without a word; outside SLURM's auto-requeue it now stops the run
+    like SIGTERM: after the current step, status timeout."""
+    proc = start(tmp_path, *MLP_FOREVER)
+    wait_for_banner(proc)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR1)
+    err, took = finish(proc, 30)
+    (line,) = err.strip().splitlines()
+    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status timeout: received SIGUSR1")
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "timeout" and "SIGUSR1" in r["error"] and r["timing"]["steps"] >= 1
+    print(f"\nSIGUSR1 outside SLURM: stopped {took:.1f} s after the signal; {line}")
+
+
+def test_slurm_requeue_signal_then_sigterm_is_preempted(tmp_path):
+    """Under SLURM (faked: its environment and an `scontrol` that logs), Lightning's auto-requeue handler takes
+    SIGUSR1: checkpoint + `scontrol requeue JOB`. The SIGTERM that follows ends this attempt as "preempted"."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1",
+             "SLURM_JOB_NAME": "scalelab-fault-test", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+             "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    proc = start(out, *MLP_FOREVER, env=slurm)
+    wait_for_banner(proc)
+    time.sleep(2)
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.time() + 30
+    while not log.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert log.read_text().split() == ["requeue", "4242"]
+    proc.send_signal(signal.SIGTERM)
+    err, took = finish(proc, 30)
+    line = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status preempted: "), err[-2000:]
+    r, _ = the_record(out)
+    assert r["status"] == "preempted" and "requeue" in r["error"] and r["slurm"]["job_id"] == "4242"
+    assert list((out / "lightning" / "4242").glob("hpc_ckpt_*.ckpt"))  # what the requeued job resumes from
+    print(f"\nSIGUSR1 + SIGTERM under SLURM: stopped {took:.1f} s after SIGTERM; {line}")
+
+
+def test_two_runs_into_one_folder_at_once(tmp_path):
+    """Same --output_dir, same --run_name, at the same time: two results, two run ids, both in the report."""
+    args = ["--model", "mlp", "--num_samples", "2048", "--max_epochs", "1", "--warmup_steps", "2", "--run_name", "same"]
+    procs = [start(tmp_path, *args) for _ in range(2)]
+    for proc in procs:
+        err, _ = finish(proc, 120)
+        assert proc.returncode == 0, err[-2000:]
+    found = load_results(tmp_path)
+    assert len(found) == 2 and len({r["run_id"] for r in found}) == 2
+    assert all(r["status"] == "completed" and r["run_name"] == "same" for r in found)
+    report = run_script("benchmark.py", "--output_dir", tmp_path, "--all_runs")
+    assert report.returncode == 0, report.stderr
+    assert all(r["run_id"] in report.stdout for r in found) and "2 run(s)" in report.stdout
