@@ -31,12 +31,14 @@ def test_two_process_result_has_every_rank_and_excludes_warmup(mlp_runs):
     assert [k["rank"] for k in r["ranks"]] == [0, 1]
     steps_per_epoch = 4096 // 2 // 64
     t = r["timing"]
-    assert t["steps"] == 2 * steps_per_epoch and t["timed_steps"] == t["steps"] - 3
+    probes = r["ranks"][0]["probe_steps"]  # every 5th step after warm-up: compute-only, never in throughput
+    assert probes == list(range(3 + 4, t["steps"], 5)) and t["comm"]["probe_steps"] == len(probes)
+    assert t["steps"] == 2 * steps_per_epoch and t["timed_steps"] == t["steps"] - 3 - len(probes)
     for rank in r["ranks"]:
         assert len(rank["step_times_s"]) == t["steps"] and all(s > 0 for s in rank["step_times_s"])
         assert rank["threads"] >= 1
-    # train time = slowest rank per step, summed over the timed (post-warm-up) steps only
-    expected = sum(max(k["step_times_s"][i] for k in r["ranks"]) for i in range(3, t["steps"]))
+    # train time = slowest rank per step, summed over the timed (post-warm-up, non-probe) steps only
+    expected = sum(max(k["step_times_s"][i] for k in r["ranks"]) for i in range(3, t["steps"]) if i not in probes)
     assert t["train_time_s"] == pytest.approx(expected)
     assert t["samples_per_s"] == pytest.approx(t["timed_steps"] * 128 / t["train_time_s"])
     assert 0 < t["time_to_first_step_s"] < t["whole_run_s"]
@@ -65,6 +67,10 @@ def test_report_on_real_runs(mlp_runs):
     assert row["efficiency"] == pytest.approx(row["speedup"] / 2)
     proc = run_script("benchmark.py", "--output_dir", out)
     assert proc.returncode == 0 and "Scaling (baseline: 1 device" in proc.stdout and "CPU rehearsal" in proc.stdout
+    c = by_world[2]["timing"]["comm"]  # a real 2-process run measured its gradient all-reduce
+    assert c["compute_s"] > 0 and c["comm_busy_s"] > 0 and c["buckets"] >= 1 and c["train_busbw_GBps"] > 0
+    assert c["grad_bytes"] == by_world[2]["workload"]["params"] * 4
+    assert "Where the step goes" in proc.stdout and "2 devices on 1 node: efficiency" in proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
