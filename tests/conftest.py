@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ def run_script(script, *args, env=None, timeout=300, cwd=ROOT):
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run([sys.executable, str(SRC / script), *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def start(out, *args, env=None):
+    """train.py running in the background (output_dir = out); read its pipes, or wait_for_banner()."""
+    cmd = [sys.executable, str(SRC / "train.py"), *map(str, args), "--output_dir", str(out)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def wait_for_banner(proc, limit=120):
+    """Until training is under way (the banner is printed just before fit)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("scalelab:"):
+            return
+        assert line, f"train.py ended before training started: {proc.communicate()[1][-2000:]}"
+    raise AssertionError("no banner")
 
 
 def load_results(folder):

@@ -1,28 +1,19 @@
 """A run that does not complete still leaves a record (status, one-line error, timings so far), never half a file."""
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import ROOT, SRC, load_results
+from conftest import load_results, start, wait_for_banner
 
 pytestmark = pytest.mark.slow
 
 
 def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
-    cmd = [sys.executable, str(SRC / "train.py"), "--model", "transformer", "--max_steps", "100000",
-           "--warmup_steps", "2", "--output_dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:  # wait until training is under way (the banner is printed just before fit)
-        line = proc.stdout.readline()
-        if line.startswith("scalelab:"):
-            break
+    proc = start(tmp_path, "--model", "transformer", "--max_steps", "100000", "--warmup_steps", "2")
+    wait_for_banner(proc)
     time.sleep(4)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -41,11 +32,8 @@ def test_sigterm_to_a_two_process_run_is_a_timeout_not_a_failed_rank(tmp_path):
     the step; rank 1 says it stopped for a signal, so rank 0 does not mistake its exit for the cause. (Lightning's
     handler broadcasts inside the signal handler: now and then the ranks fall out of step and the run ends at
     --timeout instead; still status timeout, and the message says so.)"""
-    cmd = [sys.executable, str(SRC / "train.py"), "--model", "mlp", "--max_epochs", "1000", "--devices", "2",
-           "--timeout", "10", "--output_dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while not proc.stdout.readline().startswith("scalelab:"):
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc = start(tmp_path, "--model", "mlp", "--max_epochs", "1000", "--devices", "2", "--timeout", "10")
+    wait_for_banner(proc)
     time.sleep(8)  # start-up of rank 1 and some steps (a SIGTERM before the first step is recorded too)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

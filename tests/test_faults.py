@@ -16,28 +16,12 @@ import time
 
 import pytest
 
-from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script
+from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script, start, wait_for_banner
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 20  # --timeout: seconds a rank waits for the others
 MARGIN = 10  # what failing may take beyond it (teardown, writing the record, a loaded machine)
 MLP_FOREVER = ["--model", "mlp", "--num_samples", "4096", "--max_epochs", "1000", "--warmup_steps", "2"]
-
-
-def start(out, *args, env=None):
-    cmd = [sys.executable, str(SRC / "train.py"), *map(str, args), "--output_dir", str(out)]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-
-
-def wait_for_banner(proc, limit=120):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("scalelab:"):
-            return
-        assert line, f"train.py ended before training started: {proc.communicate()[1][-2000:]}"
-    raise AssertionError("no banner")
 
 
 def _stat(pid):

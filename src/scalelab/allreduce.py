@@ -16,6 +16,7 @@ import math
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -93,13 +94,7 @@ def summarize(rows: list) -> dict:
     over = large or [r["busbw_GBps"] for r in rows]
     largest = max(rows, key=lambda r: r["bytes"])["busbw_GBps"]
     return {"avg_busbw_GBps": sum(over) / len(over), "peak_busbw_GBps": max(r["busbw_GBps"] for r in rows),
-            "large_msg_busbw_GBps": _median(large) if large else largest}
-
-
-def _median(values):
-    v = sorted(values)
-    mid = len(v) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+            "large_msg_busbw_GBps": statistics.median(large) if large else largest}
 
 
 def busbw_at(rows, nbytes: float) -> float:

@@ -13,6 +13,7 @@ Two measurements, because neither alone answers the question:
 import time
 
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 
 class BucketClock:
@@ -39,8 +40,6 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
     callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead.
     """
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
     buffer = bucket.buffer()
     t0 = time.perf_counter()
     if buffer.is_cuda:

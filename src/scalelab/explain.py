@@ -58,8 +58,13 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
 
 def predicted_comm_s(rows: list, grad_bytes: float, buckets: float, n: int) -> float:
     """DDP all-reduces the gradient in `buckets` messages: their predicted times added."""
-    buckets = max(1, int(round(buckets or 1)))
+    buckets = _bucket_count(buckets)
     return buckets * allreduce_time_s(rows, grad_bytes / buckets, n)
+
+
+def _bucket_count(buckets) -> int:
+    """A run's median bucket count as a whole number of messages (at least one; unknown = one)."""
+    return max(1, int(round(buckets))) if _ok(buckets) else 1
 
 
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
@@ -71,15 +76,16 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
         busbw = pred = eff_lo = eff_hi = None
         if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
-            size = r.grad_bytes / max(1, round(r.buckets if _ok(r.buckets) else 1))
             from scalelab.allreduce import busbw_at
 
-            busbw = busbw_at(bench_row["rows"], size)
-            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, r.buckets if _ok(r.buckets) else 1, r.devices)
+            buckets = _bucket_count(r.buckets)
+            busbw = busbw_at(bench_row["rows"], r.grad_bytes / buckets)
+            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, buckets, r.devices)
             if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
-                factor = 2 * (r.devices - 1) / r.devices
+                # the busbw that moves the whole gradient in `pred` seconds: the model then reproduces pred
+                effective = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices)
                 p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, r.grad_bytes, r.devices, r.nodes,
-                                                 factor * r.grad_bytes / pred / 1e9, r.scaling or "weak")
+                                                 effective, r.scaling or "weak")
                 eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
         elif r.devices == 1:
             eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None

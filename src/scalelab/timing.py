@@ -13,7 +13,7 @@ import time
 import lightning.pytorch as pl
 import torch
 
-from scalelab import comm
+from scalelab import comm, perfmodel
 
 
 def _sync(trainer):
@@ -186,7 +186,8 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
     exposed = max(0.0, synced - compute) if world > 1 else 0.0
     grad_bytes = per_rank[0].get("grad_bytes")
-    busbw = (2 * (world - 1) / world * grad_bytes / busy / 1e9) if world > 1 and busy > 0 and grad_bytes else None
+    busbw = (perfmodel.busbw_from_algbw(grad_bytes / busy / perfmodel.GB, world)
+             if world > 1 and busy > 0 and grad_bytes else None)
     return {
         "probe_steps": len(probes),
         "compute_s": compute,

@@ -198,7 +198,7 @@ def throughput(summary, wl, launch, precision, per_rank) -> dict:
     """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where a peak is known."""
     from scalelab import perfmodel
 
-    flops = getattr(wl, "flops_per_sample", None)
+    flops = wl.flops_per_sample
     if not flops or not summary.get("samples_per_s"):
         return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
     achieved = flops * summary["samples_per_s"] / launch.world_size / 1e12
