@@ -206,7 +206,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
                        "hook; predicted from the all-reduce benchmark's busbw)")
             tg_rows = [[r.devices, r.nodes, _fmt(r.step_ms, ",.1f"), _fmt(r.compute_s * 1e3, ",.1f"),
                         _fmt(r.comm_busy_s * 1e3, ",.1f"), _fmt(r.pred_comm_s * 1e3, ",.1f"),
-                        _fmt(r.exposed_comm_s * 1e3, ",.1f"), _pct(r.comm_share), _pct(r.overlap), _fmt(r.grad_bytes / 1e6, ",.1f"),
+                        _fmt(r.exposed_comm_s * 1e3, ",.1f"), _pct(r.comm_share), _pct(r.overlap), _fmt(r.grad_bytes / 1e6, ".3g"),
                         _fmt(r.train_busbw_GBps, ".3g"), _fmt(r.bench_busbw_GBps, ".3g"),
                         _fmt(r.tflops_per_device, ".3g"), _pct(r.mfu_shown, ".1f")]
                        for r in g.itertuples()]
