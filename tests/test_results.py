@@ -83,3 +83,9 @@ def test_validate_rejects_wrong_types():
     data["launch"]["world_size"] = "2"
     with pytest.raises(results.ResultError, match="world_size"):
         results.validate(json.loads(json.dumps(data)))
+
+
+def test_results_are_readable_by_others_like_any_file(tmp_path):
+    """An instructor reads participants' outputs: not mkstemp's private 0600."""
+    path = results.write(str(tmp_path), make_result())
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~results._UMASK

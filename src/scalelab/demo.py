@@ -50,7 +50,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 1
     print(f"sweep took {time.time() - start:.0f} s\n")
-    return report.main(["--output_dir", args.output_dir])
+    return report.main(["--output_dir", args.output_dir, "--plot", os.path.join(args.output_dir, "plots"),
+                        "--export", os.path.join(args.output_dir, "export")])
 
 
 def cli():

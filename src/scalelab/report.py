@@ -93,7 +93,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
-                scaling=("scaling", "first"), model=("model", "first"), samples_per_s=("samples_per_s", "median"),
+                scaling=("scaling", "first"), model=("model", "first"), describe=("describe", "first"),
+                samples_per_s=("samples_per_s", "median"),
                 tokens_per_s=("tokens_per_s", "median"),
                 **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
                                                "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
@@ -232,11 +233,29 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     return "\n".join(out)
 
 
+def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None) -> tuple:
+    """Folder -> (runs, annotated scaling, all-reduce benchmarks, skipped files): what every view draws from."""
+    if not os.path.isdir(output_dir):
+        raise UsageError(f"{output_dir} is not a folder (run `make demo` or src/train.py first)")
+    found, skipped = results.scan(output_dir)
+    runs = runs_frame(found)
+    bench = explain.bench_frame(found)
+    scaling = scaling_frame(runs)
+    if not scaling.empty:
+        scaling = explain.annotate(scaling, bench, peak_tflops, gpu_hour_price, token_budget)
+    return runs, scaling, bench, skipped
+
+
 def main(argv=None) -> int:
     from scalelab.cli import OneLineParser, positive_float
 
     p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
     p.add_argument("--output_dir", default="outputs", help="folder searched (recursively) for result.json")
+    p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
+                                               "all-reduce busbw vs message size")
+    p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="two outputs folders (or summary.json files) side by side, with B ÷ A per configuration")
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
     p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
@@ -246,26 +265,51 @@ def main(argv=None) -> int:
     p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
                    help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.output_dir):
-        raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
-    found, skipped = results.scan(args.output_dir)
-    for path, reason in skipped:
-        print(f"benchmark.py: warning: skipped {path}: {reason}", file=sys.stderr)
-    runs = runs_frame(found)
+    for flag, path in (("--plot", args.plot), ("--export", args.export)):
+        if path:
+            results.ensure_output_dir(path, flag)
+    money = (args.peak_tflops, args.gpu_hour_price, args.token_budget)
+    if args.compare:
+        from scalelab import compare, export
+
+        def summarize_folder(folder):
+            runs, scaling, bench, skipped = build(folder, *money)
+            _warn(skipped)
+            return export.summary(scaling, bench, len(runs), folder)
+
+        return compare.main(args, summarize_folder)
+    try:
+        runs, scaling, bench, skipped = build(args.output_dir, *money)
+    except UsageError as exc:
+        raise UsageError(f"--output_dir {exc}") from None
+    _warn(skipped)
     if runs.empty:
         print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
         return 1
-    scaling = scaling_frame(runs)
-    if not scaling.empty:
-        scaling = explain.annotate(scaling, explain.bench_frame(found), args.peak_tflops, args.gpu_hour_price,
-                                   args.token_budget)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
-    print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=None if args.all_runs else 12))
+    max_runs = None if args.all_runs else 12
+    print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=max_runs))
+    written = []
     if args.save_csv:
-        results.atomic_write_text(args.save_csv, scaling.to_csv(index=False))
-        print(f"scaling table written to {args.save_csv}")
+        written.append(results.atomic_write_text(args.save_csv, scaling.to_csv(index=False)))
+    if args.export:
+        from scalelab import export
+
+        written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
+                                    args.output_dir)
+    if args.plot:
+        from scalelab import plots
+
+        written += plots.write_all(args.plot, scaling, bench)
+    for path in written:
+        print(f"written: {path}")
     return 0
+
+
+def _warn(skipped):
+    for path, reason in skipped:
+        print(f"benchmark.py: warning: skipped {path}: {reason}", file=sys.stderr)
 
 
 def cli():

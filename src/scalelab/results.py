@@ -18,6 +18,10 @@ import tempfile
 
 SCHEMA = "scalelab.result"
 SCHEMA_VERSION = 1
+# The report's own summary (`benchmark.py --export`): what one outputs folder showed, small enough to mail
+# to another site and `--compare` against. Versioned like a result.
+SUMMARY_SCHEMA = "scalelab.report_summary"
+SUMMARY_VERSION = 1
 KINDS = ("training", "allreduce")
 STATUSES = ("completed", "failed", "timeout", "preempted")
 
@@ -125,6 +129,10 @@ def envelope(kind: str, run_id: str) -> dict:
             "created": now_iso()}
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write_text(path: str, text: str) -> str:
     """Write to a temporary file in the same folder, fsync, then rename over the target."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -135,6 +143,7 @@ def atomic_write_text(path: str, text: str) -> str:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; a result is for others to read too
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -147,22 +156,22 @@ def atomic_write_json(path: str, obj) -> str:
     return atomic_write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
-def ensure_output_dir(path: str):
+def ensure_output_dir(path: str, flag: str = "--output_dir"):
     """Create the results folder or fail in one line: before any process group starts, not after training."""
     from scalelab.cli import UsageError
 
     if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"--output_dir {path} is a file, not a folder")
+        raise UsageError(f"{flag} {path} is a file, not a folder")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--output_dir {path} cannot be created ({exc.strerror})") from None
+        raise UsageError(f"{flag} {path} cannot be created ({exc.strerror})") from None
     # Create (and remove) a real folder, as every run will: os.access() answers yes for root even where the
     # kernel refuses (/sys, read-only or root-squashed mounts), and the run would only fail after training.
     try:
         os.rmdir(tempfile.mkdtemp(dir=path, prefix=".probe-"))
     except OSError as exc:
-        raise UsageError(f"--output_dir {path} is not writable ({exc.strerror})") from None
+        raise UsageError(f"{flag} {path} is not writable ({exc.strerror})") from None
 
 
 def write(output_dir: str, payload: dict) -> str:
@@ -300,3 +309,22 @@ def scan(root: str):
             data["_path"] = path
             results.append(data)
     return results, skipped
+
+
+def load_summary(path: str) -> dict:
+    """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultError(f"cannot read it ({exc.strerror if isinstance(exc, OSError) else exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
+        raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SUMMARY_VERSION:
+        raise ResultError(f"summary schema_version {version!r} is not one this scalelab reads ({SUMMARY_VERSION})")
+    if not isinstance(data.get("configurations"), list):
+        raise ResultError("summary has no \"configurations\" list")
+    return data

@@ -1,0 +1,95 @@
+"""Two outputs side by side (`benchmark.py --compare A B`): gpu vs gpu-bw nodes, before/after an NCCL setting.
+
+Each side is an outputs folder or a `summary.json` from `--export` (how results travel between
+sites). Configurations match when they ran the identical workload at the same devices × nodes;
+the hardware may differ, since that is usually the point. The ratio is B ÷ A throughput:
+above 1, B is faster.
+"""
+
+import json
+import os
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab import results
+from scalelab.cli import UsageError
+
+KEY = ["workload_key", "devices", "nodes"]
+
+
+def load_side(path: str, build) -> tuple:
+    """(label, configurations frame) of a folder (via `build`, the report pipeline) or of a summary.json."""
+    if os.path.isdir(path):
+        summary = build(path)
+    elif os.path.isfile(path):
+        try:
+            summary = results.load_summary(path)
+        except results.ResultError as exc:
+            raise UsageError(f"--compare {path}: {exc}") from None
+    else:
+        raise UsageError(f"--compare {path}: no such folder or summary.json")
+    frame = pd.DataFrame(summary["configurations"])
+    if frame.empty:
+        raise UsageError(f"--compare {path}: no completed training runs there")
+    frame["workload_key"] = [json.dumps(w, sort_keys=True) for w in frame["workload"]]
+    return f"{path} ({', '.join(sorted(set(frame['hardware'])))})", frame
+
+
+def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration in both; ratio = B ÷ A throughput; only-in-one rows kept with NaN."""
+    cols = KEY + ["describe", "scaling", "unit", "throughput", "efficiency", "step_s", "comm_share"]
+    both = a[cols].merge(b[cols], on=KEY, how="outer", suffixes=("_a", "_b"), indicator=True)
+    both["describe"] = both["describe_a"].fillna(both["describe_b"])
+    both["unit"] = both["unit_a"].fillna(both["unit_b"])
+    both["scaling"] = both["scaling_a"].fillna(both["scaling_b"])
+    both["ratio"] = both["throughput_b"] / both["throughput_a"]
+    return both.sort_values(["describe", "devices", "nodes"]).reset_index(drop=True)
+
+
+def _f(x, spec):
+    return "—" if x is None or pd.isna(x) else format(x, spec)
+
+
+def _pct(x):
+    return "—" if x is None or pd.isna(x) else f"{x * 100:.0f} %"
+
+
+def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") -> str:
+    out = [f"A = {label_a}", f"B = {label_b}", "ratio = B ÷ A throughput (above 1: B is faster)", ""]
+    for (workload, _), g in both.groupby(["describe", "workload_key"], sort=False):
+        unit = g["unit"].iloc[0]
+        out.append(f"{workload} · {g['scaling'].iloc[0]} scaling")
+        rows = [[int(r.devices), int(r.nodes), _f(r.throughput_a, ",.0f"), _f(r.throughput_b, ",.0f"),
+                 _f(r.ratio, ".2f") + ("×" if pd.notna(r.ratio) else ""), _pct(r.efficiency_a), _pct(r.efficiency_b),
+                 _f(r.step_s_a * 1e3, ",.1f"), _f(r.step_s_b * 1e3, ",.1f"), _pct(r.comm_share_a),
+                 _pct(r.comm_share_b)] for r in g.itertuples()]
+        out.append(tabulate(rows, headers=["devices", "nodes", f"A {unit}", f"B {unit}", "B ÷ A", "A eff.", "B eff.",
+                                           "A step ms", "B step ms", "A comm share", "B comm share"],
+                            tablefmt=fmt, disable_numparse=True))
+        only = g[g["_merge"] != "both"]
+        if len(only):
+            out.append("  (— : that configuration ran on one side only)")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(args, build) -> int:
+    label_a, a = load_side(args.compare[0], build)
+    label_b, b = load_side(args.compare[1], build)
+    both = side_by_side(a, b)
+    if not (both["_merge"] == "both").any():
+        raise UsageError(f"--compare: no configuration ran the same workload at the same devices × nodes in "
+                         f"{args.compare[0]} and {args.compare[1]}")
+    text = render(label_a, label_b, both, fmt="github" if args.markdown else "simple")
+    print(text)
+    if args.export:
+        os.makedirs(args.export, exist_ok=True)
+        table = both[["describe", "scaling", "unit", "devices", "nodes", "throughput_a", "throughput_b", "ratio",
+                      "efficiency_a", "efficiency_b", "step_s_a", "step_s_b", "comm_share_a", "comm_share_b",
+                      "workload_key"]]
+        paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), table.to_csv(index=False)),
+                 results.atomic_write_text(os.path.join(args.export, "compare.md"),
+                                           render(label_a, label_b, both, fmt="github"))]
+        print("\n".join(f"written: {p}" for p in paths))
+    return 0

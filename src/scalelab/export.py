@@ -1,0 +1,109 @@
+"""The report as files (`benchmark.py --export DIR`): CSV and Markdown of every table, one JSON summary.
+
+CSVs hold raw numbers (seconds, fractions, bytes) with the unit in the column name, for pandas
+or a spreadsheet; `report.md` is the printed report in Markdown, for slides and issues;
+`summary.json` (results.SUMMARY_SCHEMA) is what one folder showed, small enough to send to
+another site and `--compare` against. Every file is written atomically.
+"""
+
+import datetime as _dt
+import json
+import math
+import os
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab import __version__, explain, results
+
+SCALING_COLUMNS = {  # CSV name: frame column
+    "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",
+    "nodes": "nodes", "runs": "runs", "unit": "unit", "throughput": "throughput",
+    "throughput_min": "throughput_min", "throughput_max": "throughput_max", "speedup": "speedup",
+    "efficiency": "efficiency", "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
+    "predicted_efficiency_overlap": "pred_eff_overlap", "throughput_per_device": "throughput_per_device",
+    "global_batch": "global_batch", "cost_per_1k_samples": "cost_per_1k_samples",
+    "hours_for_token_budget": "budget_hours", "cost_for_token_budget": "budget_cost",
+}
+STEP_COLUMNS = {
+    "group": "letter", "workload": "describe", "devices": "devices", "nodes": "nodes", "step_s": "step_s",
+    "compute_s": "compute_s", "allreduce_s": "comm_busy_s", "predicted_allreduce_s": "pred_comm_s",
+    "waited_s": "exposed_comm_s", "comm_share": "comm_share", "hidden_fraction": "overlap",
+    "grad_bytes": "grad_bytes", "buckets": "buckets", "ddp_busbw_GBps": "train_busbw_GBps",
+    "bench_busbw_GBps": "bench_busbw_GBps", "tflops_per_device": "tflops_per_device", "mfu": "mfu_shown",
+}
+BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
+                 "algbw_GBps", "busbw_GBps", "wrong"]
+
+
+def labelled(scaling: pd.DataFrame) -> pd.DataFrame:
+    """The scaling frame with the columns people read: group letter, unit, hardware, step in seconds."""
+    out = scaling.copy()
+    letters = {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(out["group"]))}
+    out["letter"] = out["group"].map(letters)
+    out["unit"] = ["tokens/s" if m == "transformer" else "samples/s" for m in out["model"]]
+    out["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(out["accelerator"], out["device"])]
+    out["step_s"] = out["step_ms"] / 1e3
+    return out
+
+
+def bench_rows(bench: pd.DataFrame) -> pd.DataFrame:
+    rows = [{**{k: b[k] for k in ("run_id", "world_size", "nodes", "backend", "device")}, **row}
+            for _, b in bench.iterrows() for row in sorted(b["rows"], key=lambda r: r["bytes"])]
+    return pd.DataFrame(rows, columns=BENCH_COLUMNS)
+
+
+def _clean(x):
+    """JSON has no NaN: missing numbers become null; numpy scalars become Python ones."""
+    if x is None:
+        return None
+    if hasattr(x, "item"):
+        x = x.item()
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir: str) -> dict:
+    """What the report showed, per configuration, with the workload and hardware that identify it."""
+    frame = labelled(scaling) if not scaling.empty else scaling
+    configurations = []
+    for _, r in frame.iterrows():
+        key = json.loads(r["group"])
+        configurations.append({
+            "group": r["letter"], "workload": key["workload"], "hardware_detail": key["hardware"],
+            "describe": _clean(r["describe"]),
+            **{name: _clean(r[col]) for name, col in SCALING_COLUMNS.items() if name not in ("group", "workload")},
+            **{name: _clean(r[col]) for name, col in STEP_COLUMNS.items()
+               if name not in ("group", "workload", "devices", "nodes")},
+            "limiting": explain.limiting_line(r),
+        })
+    allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "nodes": int(b["nodes"]),
+                  "backend": b["backend"], "device": b["device"], "large_msg_busbw_GBps": _clean(b["busbw_GBps"]),
+                  "rows": b["rows"]} for _, b in bench.iterrows()]
+    return {"schema": results.SUMMARY_SCHEMA, "schema_version": results.SUMMARY_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "scalelab_version": __version__, "output_dir": output_dir, "training_runs": n_runs,
+            "configurations": configurations, "allreduce": allreduce}
+
+
+def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.DataFrame,
+              report_markdown: str, output_dir: str) -> list:
+    """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json."""
+    os.makedirs(folder, exist_ok=True)
+    files = {"runs.csv": runs.to_csv(index=False)}
+    if not scaling.empty:
+        frame = labelled(scaling)
+        files["scaling.csv"] = frame[list(SCALING_COLUMNS.values())].set_axis(list(SCALING_COLUMNS), axis=1).to_csv(index=False)
+        files["step_breakdown.csv"] = (frame[list(STEP_COLUMNS.values())].set_axis(list(STEP_COLUMNS), axis=1)
+                                       .to_csv(index=False))
+    markdown = report_markdown
+    if not bench.empty:
+        table = bench_rows(bench)
+        files["allreduce.csv"] = table.to_csv(index=False)
+        markdown += "\n\nAll-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n)\n\n" + tabulate(
+            table[["run_id", "world_size", "nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
+                   "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
+    files["report.md"] = markdown.rstrip() + "\n"
+    files["summary.json"] = json.dumps(summary(scaling, bench, len(runs), output_dir), indent=2) + "\n"
+    return [results.atomic_write_text(os.path.join(folder, name), text) for name, text in files.items()]

@@ -1,0 +1,187 @@
+"""The report as pictures (`benchmark.py --plot DIR`): PNGs to look at and paste into slides.
+
+One figure per question, drawn from the same annotated scaling frame the tables print:
+how much faster (speedup, with the ideal and the predicted line), how efficient (per
+configuration), how busy each device stays (throughput per device), and what the network
+delivers (all-reduce busbw vs message size). Every builder returns a Figure, so tests can
+read the plotted data back; `write_all` saves them.
+"""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a login node or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from scalelab.allreduce import human_bytes  # noqa: E402
+
+DPI = 120
+
+
+def _letters(scaling: pd.DataFrame) -> dict:
+    """Group key -> "A", "B", … in the order the tables use (first appearance)."""
+    return {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(scaling["group"]))}
+
+
+def _hardware(r) -> str:
+    return r["device"] if r["accelerator"] == "gpu" else "CPU (gloo)"
+
+
+def _label(g: pd.DataFrame, letter: str) -> str:
+    r = g.iloc[0]
+    return f"{letter}: {r['describe']}, {r['scaling']} scaling"
+
+
+def _title(what: str, scaling: pd.DataFrame) -> str:
+    """"What — on which hardware", the workload too when there is only one."""
+    hw = sorted({_hardware(r) for _, r in scaling.iterrows()})
+    describes = sorted(set(scaling["describe"]))
+    workload = f"{describes[0]}, " if len(describes) == 1 else ""
+    return f"{what}\n{workload}{' / '.join(hw)}"
+
+
+def _config(r) -> str:
+    return f"{int(r['devices'])}×" + (f" ({int(r['nodes'])} nodes)" if r["nodes"] > 1 else "")
+
+
+def speedup_figure(scaling: pd.DataFrame):
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    letters = _letters(scaling)
+    top = 1
+    for group, g in scaling.groupby("group", sort=False):
+        g = g.sort_values(["devices", "nodes"])
+        letter = letters[group]
+        line, = ax.plot(g["devices"], g["speedup"], "o-", lw=2, label=f"{_label(g, letter)}: measured")
+        base = g["baseline_devices"].iloc[0]
+        ideal = g["devices"] / base
+        top = max(top, ideal.max(), g["speedup"].max())
+        for x, y in zip(g["devices"], g["speedup"]):
+            ax.annotate(f"{y:.2f}×", (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8,
+                        color=line.get_color())
+        lo = g["pred_eff_no_overlap"] * ideal
+        hi = g["pred_eff_overlap"] * ideal
+        if hi.notna().sum() >= 2:
+            ax.plot(g["devices"], lo, "--", color=line.get_color(), alpha=0.9,
+                    label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
+            ax.fill_between(g["devices"], lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+    xs = sorted(set(scaling["devices"]) | {1})
+    base = scaling["baseline_devices"].min()
+    ax.plot(xs, [x / base for x in xs], ":", color="black", lw=1.5, label="ideal (linear)")
+    ax.set_xlabel("devices (GPUs, or CPU processes)")
+    ax.set_ylabel("speedup over the group's baseline (×)")
+    ax.set_title(_title("Speedup vs devices", scaling))
+    ax.set_xticks(xs)
+    ax.margins(x=0.1)
+    ax.set_ylim(0, top * 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    _finish(fig, scaling)
+    return fig
+
+
+def _finish(fig, scaling):
+    """Lay out; on CPU, a caption saying why the curve is flat (it is not the network)."""
+    if (scaling["accelerator"] == "cpu").any():
+        fig.text(0.01, 0.01, "CPU rehearsal: the processes share this machine's cores, so compute slows as "
+                 "processes are added.", fontsize=7, color="dimgray")
+        fig.tight_layout(rect=(0, 0.035, 1, 1))
+    else:
+        fig.tight_layout()
+
+
+def efficiency_figure(scaling: pd.DataFrame):
+    fig, ax = plt.subplots(figsize=(7, 5.4))
+    letters = _letters(scaling)
+    configs = sorted({(int(d), int(n)) for d, n in zip(scaling["devices"], scaling["nodes"])})
+    slot = {c: i for i, c in enumerate(configs)}
+    groups = list(scaling.groupby("group", sort=False))
+    width = 0.8 / len(groups)
+    for k, (group, g) in enumerate(groups):
+        g = g.sort_values(["devices", "nodes"])
+        pos = [slot[(int(d), int(n))] + (k - (len(groups) - 1) / 2) * width for d, n in zip(g["devices"], g["nodes"])]
+        bars = ax.bar(pos, g["efficiency"] * 100, width, label=f"{_label(g, letters[group])}: measured")
+        ax.bar_label(bars, fmt="%.0f %%", fontsize=8)
+        lo, hi = g["pred_eff_no_overlap"] * 100, g["pred_eff_overlap"] * 100
+        if hi.notna().any():
+            ax.errorbar(pos, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="_", color="black", ms=14, capsize=3,
+                        label="predicted (no overlap … full overlap)" if k == 0 else None)
+    ax.axhline(100, ls=":", color="black", lw=1)
+    ax.set_xticks(range(len(configs)), [f"{d}×" + (f" ({n} nodes)" if n > 1 else "") for d, n in configs])
+    ax.set_xlabel("configuration (devices, nodes)")
+    ax.set_ylabel("parallel efficiency (%)")
+    ax.set_ylim(0, 120)
+    ax.set_title(_title("Parallel efficiency per configuration", scaling))
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+    _finish(fig, scaling)
+    return fig
+
+
+def throughput_figure(scaling: pd.DataFrame):
+    """One panel per group: samples/s and tokens/s do not share an axis."""
+    letters = _letters(scaling)
+    groups = list(scaling.groupby("group", sort=False))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 4.4), squeeze=False)
+    for ax, (group, g) in zip(axes[0], groups):
+        g = g.sort_values(["devices", "nodes"])
+        unit = "tokens/s" if g["model"].iloc[0] == "transformer" else "samples/s"
+        bars = ax.bar([_config(r) for _, r in g.iterrows()], g["throughput_per_device"], color="tab:green")
+        ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
+        base = g["throughput_per_device"].iloc[0]
+        ax.axhline(base, ls=":", color="black", lw=1)
+        ax.annotate("baseline: perfect scaling stays here", xy=(1, base), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7)
+        ax.set_title(_label(g, letters[group]), fontsize=9)
+        ax.set_xlabel("configuration")
+        ax.set_ylabel(f"{unit} per device")
+        ax.set_ylim(0, max(base, g["throughput_per_device"].max()) * 1.2)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(_title("Throughput per device", scaling).replace("\n", " — "), fontsize=11)
+    _finish(fig, scaling)
+    return fig
+
+
+def busbw_figure(bench: pd.DataFrame):
+    """nccl-tests' picture: busbw climbs with message size until the link is full."""
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for _, b in bench.iterrows():
+        rows = sorted(b["rows"], key=lambda r: r["bytes"])
+        hw = b["device"] if b["accelerator"] == "gpu" else "CPU"
+        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4,
+                label=f"{b['world_size']} ranks on {b['nodes']} node{'s' if b['nodes'] > 1 else ''}, "
+                      f"{b['backend']}, {hw} ({b['run_id'][-8:]})")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x))))
+    ax.set_xlabel("message size (bytes per rank, log scale)")
+    ax.set_ylabel("bus bandwidth busbw (GB/s = 1e9 B/s)")
+    hws = sorted({f"{b['backend']} on {b['device'] if b['accelerator'] == 'gpu' else 'CPU'}"
+                  for _, b in bench.iterrows()})
+    ax.set_title(f"All-reduce bus bandwidth vs message size\n{' / '.join(hws)}")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
+    """Save every figure there is data for; return the paths written."""
+    os.makedirs(folder, exist_ok=True)
+    figures = []
+    if not scaling.empty:
+        figures += [("speedup.png", speedup_figure(scaling)), ("efficiency.png", efficiency_figure(scaling)),
+                    ("throughput_per_device.png", throughput_figure(scaling))]
+    if not bench.empty:
+        figures.append(("allreduce_busbw.png", busbw_figure(bench)))
+    paths = []
+    for name, fig in figures:
+        path = os.path.join(folder, name)
+        tmp = path + ".tmp.png"
+        fig.savefig(tmp, dpi=DPI)
+        plt.close(fig)
+        os.replace(tmp, path)  # a reader never sees half a PNG
+        paths.append(path)
+    return paths

@@ -1,0 +1,139 @@
+"""benchmark.py --plot / --export / --compare: the files a workshop pastes into slides, read back."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib import image
+
+from conftest import run_script
+from scalelab import explain, plots, report, results
+from test_explain import ROWS, _bench, _with_comm
+from test_results import make_result
+
+
+def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("a2", 2, samples_per_s=two_device_rate), 0.1, 0.008, 0.004, 0.104),
+             _with_comm(make_result("t1", 1, samples_per_s=40, model="transformer"), 0.2, 0.0, 0.0, 0.2),
+             _with_comm(make_result("t2", 2, samples_per_s=70, model="transformer"), 0.2, 0.01, 0.005, 0.21),
+             *extra]
+    if with_bench:
+        found.append(_bench(2, ROWS))
+    for r in found:
+        results.write(str(path), r)
+    return path
+
+
+def test_plots_are_real_pictures_of_the_report(tmp_path):
+    out = _folder(tmp_path / "out")
+    proc = run_script("benchmark.py", "--output_dir", out, "--plot", tmp_path / "plots")
+    assert proc.returncode == 0, proc.stderr
+    names = ["speedup.png", "efficiency.png", "throughput_per_device.png", "allreduce_busbw.png"]
+    for name in names:
+        path = tmp_path / "plots" / name
+        assert f"written: {path}" in proc.stdout
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = image.imread(path)[..., :3]
+        colours = np.unique((pixels * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+        assert pixels.shape[0] > 400 and pixels.shape[1] > 600, name
+        assert len(colours) > 100 and pixels.std() > 0.05, f"{name} looks blank"
+
+
+def test_speedup_figure_draws_measured_ideal_and_predicted(tmp_path):
+    found, _ = results.scan(str(_folder(tmp_path / "out")))
+    scaling = explain.annotate(report.scaling_frame(report.runs_frame(found)), explain.bench_frame(found))
+    fig = plots.speedup_figure(scaling)
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    measured = next(v for k, v in lines.items() if k.startswith("A:") and k.endswith("measured"))
+    assert list(measured.get_ydata()) == pytest.approx([1.0, 1.5])
+    assert list(lines["ideal (linear)"].get_ydata()) == [1.0, 2.0]
+    predicted = next(v for k, v in lines.items() if k.startswith("A: predicted"))
+    a2 = scaling[(scaling["model"] == "mlp") & (scaling["devices"] == 2)].iloc[0]
+    assert predicted.get_ydata()[-1] == pytest.approx(2 * a2.pred_eff_no_overlap)
+    assert "Speedup" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+    busbw = plots.busbw_figure(explain.bench_frame(found)).axes[0]
+    assert busbw.get_xscale() == "log"
+    assert list(busbw.get_lines()[0].get_xdata()) == [r["bytes"] for r in ROWS]
+
+
+def test_no_benchmark_means_no_busbw_plot(tmp_path):
+    out = _folder(tmp_path / "out", with_bench=False)
+    proc = run_script("benchmark.py", "--output_dir", out, "--plot", tmp_path / "plots")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "efficiency.png", "speedup.png", "throughput_per_device.png"]
+
+
+def test_export_writes_every_table_and_a_strict_json_summary(tmp_path):
+    out = _folder(tmp_path / "out")
+    proc = run_script("benchmark.py", "--output_dir", out, "--export", tmp_path / "ex")
+    assert proc.returncode == 0, proc.stderr
+    ex = tmp_path / "ex"
+    assert {p.name for p in ex.iterdir()} == {"runs.csv", "scaling.csv", "step_breakdown.csv", "allreduce.csv",
+                                              "report.md", "summary.json"}
+    scaling = pd.read_csv(ex / "scaling.csv")
+    row = scaling[(scaling["workload"] == "mlp") & (scaling["devices"] == 2)].iloc[0]
+    assert row["speedup"] == pytest.approx(1.5) and row["efficiency"] == pytest.approx(0.75)
+    assert row["unit"] == "samples/s" and row["group"] in ("A", "B")
+    step = pd.read_csv(ex / "step_breakdown.csv")
+    assert step.loc[step["devices"] == 2, "waited_s"].tolist() == pytest.approx([0.004, 0.005])
+    assert len(pd.read_csv(ex / "runs.csv")) == 4
+    assert pd.read_csv(ex / "allreduce.csv")["bytes"].tolist() == [r["bytes"] for r in ROWS]
+    md = (ex / "report.md").read_text()
+    assert "| 2 " in md and "Where the step goes" in md and "All-reduce benchmark" in md
+
+    def no_nan(text):
+        raise AssertionError(f"{text} in summary.json: not JSON")
+
+    summary = json.loads((ex / "summary.json").read_text(), parse_constant=no_nan)
+    assert summary == results.load_summary(str(ex / "summary.json"))
+    assert summary["schema"] == results.SUMMARY_SCHEMA and len(summary["configurations"]) == 4
+    two = next(c for c in summary["configurations"] if c["workload"]["model"] == "mlp" and c["devices"] == 2)
+    assert two["efficiency"] == pytest.approx(0.75) and two["limiting"].startswith("2 devices on 1 node")
+
+
+def test_compare_puts_two_folders_side_by_side(tmp_path):
+    a = _folder(tmp_path / "a", two_device_rate=150)
+    b = _folder(tmp_path / "b", two_device_rate=180, extra=[make_result("a4", 4, samples_per_s=300)])
+    proc = run_script("benchmark.py", "--compare", a, b, "--export", tmp_path / "cmp")
+    assert proc.returncode == 0, proc.stderr
+    mlp = proc.stdout.split("mlp · weak scaling")[1].split("\n\n")[0]
+    two = next(line for line in mlp.splitlines() if line.startswith("2 "))
+    assert "150" in two and "180" in two and "1.20×" in two
+    four = next(line for line in mlp.splitlines() if line.startswith("4 "))
+    assert "—" in four and "one side only" in mlp  # only B ran 4 devices: shown, no ratio
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert table.loc[table["devices"] == 2, "ratio"].tolist() == pytest.approx([1.2, 70 / 70])
+
+    # a summary.json travels between sites and stands in for its folder
+    run_script("benchmark.py", "--output_dir", b, "--export", tmp_path / "bex")
+    again = run_script("benchmark.py", "--compare", a, tmp_path / "bex" / "summary.json")
+    assert again.returncode == 0 and "1.20×" in again.stdout
+
+
+@pytest.mark.parametrize("case", ["missing", "foreign", "disjoint"])
+def test_compare_errors_are_one_line(tmp_path, case):
+    a = _folder(tmp_path / "a")
+    other = {"missing": tmp_path / "nope",
+             "foreign": tmp_path / "x.json",
+             "disjoint": _folder(tmp_path / "d", extra=(), with_bench=False)}[case]
+    (tmp_path / "x.json").write_text('{"schema": "something.else"}')
+    if case == "disjoint":  # same models, another batch size: not the same workload anywhere
+        for p in other.rglob("result.json"):
+            data = json.loads(p.read_text())
+            data["workload"]["batch_size"] = 7
+            p.write_text(json.dumps(data))
+    proc = run_script("benchmark.py", "--compare", a, other)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("benchmark.py: error: --compare") and "Traceback" not in proc.stderr
+
+
+def test_plot_into_an_unwritable_place_fails_before_any_work(tmp_path):
+    out = _folder(tmp_path / "out")
+    (tmp_path / "file").write_text("x")
+    proc = run_script("benchmark.py", "--output_dir", out, "--plot", tmp_path / "file")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"benchmark.py: error: --plot {tmp_path / 'file'} is a file, not a folder"
+    assert proc.stdout == ""
