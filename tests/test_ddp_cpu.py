@@ -70,6 +70,11 @@ def test_report_on_real_runs(mlp_runs):
     c = by_world[2]["timing"]["comm"]  # a real 2-process run measured its gradient all-reduce
     assert c["compute_s"] > 0 and c["comm_busy_s"] > 0 and c["buckets"] >= 1 and c["train_busbw_GBps"] > 0
     assert c["grad_bytes"] == by_world[2]["workload"]["params"] * 4
+    # the same buckets all-reduced alone in the probe steps, one figure per probe on every rank
+    assert sum(c["bucket_bytes"]) >= c["grad_bytes"] and c["comm_alone_s"] > 0
+    assert all(len(k["comm_alone_s"]) == len(k["probe_steps"]) for k in by_world[2]["ranks"])
+    assert by_world[1]["timing"]["comm"]["comm_alone_s"] is None  # one process: nothing to all-reduce
+    assert "alone ms" in proc.stdout
     assert "Where the step goes" in proc.stdout and "2 devices on 1 node: efficiency" in proc.stdout
 
 

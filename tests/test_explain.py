@@ -113,3 +113,21 @@ def test_cost_and_token_budget_columns(tmp_path):
     assert "25.0 %" in with_peak.stdout and "MFU: —" not in with_peak.stdout
     bad = run_script("benchmark.py", "--output_dir", tmp_path, "--peak_tflops", "0")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_prediction_uses_the_real_bucket_sizes_when_recorded():
+    # DDP's small first bucket gets the low busbw of a small message: not the same as two equal halves
+    real = explain.predicted_comm_s(ROWS, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000))
+    assert real == pytest.approx(0.01 + 0.002)
+    assert real != pytest.approx(explain.predicted_comm_s(ROWS, 11e6, 2, 2))
+
+
+def test_limiting_line_names_the_cost_of_sharing_with_backward():
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.03, 0.004, 0.104)]
+    found[1]["timing"]["comm"]["comm_alone_s"] = 0.02
+    runs = report.runs_frame(found)
+    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
+    assert "share the same cores" in line

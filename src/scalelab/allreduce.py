@@ -31,7 +31,7 @@ PROG = "allreduce_bench.py"
 DTYPES = ("float32", "bfloat16", "float16")
 LARGE_MSG_BYTES = 2**20  # "large message" figures (avg line, large_msg_busbw) use sizes from 1 MiB up
 # Defaults that depend on the accelerator: (gpu, cpu). CPU sizes stay small enough for a laptop rehearsal.
-DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 5), "warmup_iters": (5, 2)}
+DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5)}
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -139,9 +139,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--max_bytes", type=size_type, help="largest message (default 4G on GPU, 64M on CPU)")
     p.add_argument("--factor", type=factor_type, default=2,
                    help="each size is the previous one times this (default 2)")
-    p.add_argument("--iters", type=positive_int, help="timed all-reduces per size (default 20 on GPU, 5 on CPU)")
+    p.add_argument("--iters", type=positive_int, help="timed all-reduces per size (default 20)")
     p.add_argument("--warmup_iters", type=nonneg_int,
-                   help="untimed all-reduces per size first (default 5 GPU / 2 CPU)")
+                   help="untimed all-reduces per size first (default 5)")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--run_name", default=None)

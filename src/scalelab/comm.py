@@ -8,6 +8,10 @@ Two measurements, because neither alone answers the question:
   `no_sync()` does) and skips the update (so the replicas stay identical). Time to gradients-ready
   in a normal step minus the same in a probe step is the communication the step actually waited
   for (exposed); the rest of the busy time was hidden by overlap.
+  A probe step also all-reduces buffers of DDP's bucket sizes once more, after a barrier and with
+  nothing else running: the communication alone, which is what the all-reduce benchmark and the
+  analytic model describe. Busy minus alone is what compute and communication cost each other
+  when they share the cores (CPU) or the SMs and memory bandwidth (GPU).
 """
 
 import time
@@ -23,6 +27,8 @@ class BucketClock:
         self.process_group = None  # None: the default (world) group, as DDP's default hook uses
         self.intervals = []
         self.cuda_events = []  # GPU: (start, end) events, turned into intervals after a device sync
+        self.sizes = []  # bytes of each bucket since the last take()
+        self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
 
     def take(self) -> tuple:
         """Busy seconds (union of intervals) and bucket count since the last call."""
@@ -30,7 +36,9 @@ class BucketClock:
         for t0, start, end in self.cuda_events:  # call after a device sync: the events have completed
             spans.append((t0, t0 + start.elapsed_time(end) / 1e3))
         n = len(spans)
-        self.intervals, self.cuda_events = [], []
+        if self.sizes:
+            self.bucket_bytes = sorted(self.sizes, reverse=True)
+        self.intervals, self.cuda_events, self.sizes = [], [], []
         return union_length(spans), n
 
 
@@ -41,6 +49,7 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead.
     """
     buffer = bucket.buffer()
+    state.sizes.append(buffer.numel() * buffer.element_size())
     t0 = time.perf_counter()
     if buffer.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
@@ -57,6 +66,35 @@ def timed_allreduce_hook(state: BucketClock, bucket):
         return f.value()[0]
 
     return fut.then(done)
+
+
+class AloneClock:
+    """All-reduces of DDP's bucket sizes with nothing else running: seconds for one step's worth."""
+
+    def __init__(self):
+        self.buffers = {}
+
+    def measure(self, bucket_bytes: list, device, passes: int = 3) -> float:
+        """Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores."""
+        import statistics
+
+        import torch.distributed as dist
+
+        bufs = [self.buffers.setdefault(n, torch.zeros(n // 4, dtype=torch.float32, device=device))
+                for n in bucket_bytes]  # zeros: sums never overflow; contents do not change the speed
+        cuda = device.type == "cuda"
+        times = []
+        for _ in range(passes):
+            dist.barrier()  # all ranks start together: waiting for a late rank is not transfer
+            if cuda:
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            for buf in bufs:  # one after another, as DDP's buckets go through one communicator
+                dist.all_reduce(buf)
+            if cuda:
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
 
 
 def union_length(spans) -> float:

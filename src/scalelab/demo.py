@@ -38,7 +38,7 @@ def main(argv=None) -> int:
           f"{' and '.join(map(str, args.devices))} processes, gloo), results in {args.output_dir}/")
     for model, n in tqdm(jobs, desc="runs", unit="run"):
         log = os.path.join(logs, f"{model}-{n}proc-{time.strftime('%Y%m%d-%H%M%S')}.log")
-        cmd = ([sys.executable, BENCH, "--max_bytes", "16M"] if model == "allreduce"
+        cmd = ([sys.executable, BENCH, "--min_bytes", "4K", "--max_bytes", "16M"] if model == "allreduce"
                else [sys.executable, TRAIN, *WORKLOADS[model]]) + ["--devices", str(n), "--output_dir", args.output_dir]
         with open(log, "w") as fh:
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode

@@ -56,8 +56,14 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     return perfmodel.allreduce_time_from_busbw_s(nbytes, n, busbw_at(rows, nbytes))
 
 
-def predicted_comm_s(rows: list, grad_bytes: float, buckets: float, n: int) -> float:
-    """DDP all-reduces the gradient in `buckets` messages: their predicted times added."""
+def predicted_comm_s(rows: list, grad_bytes: float, buckets: float, n: int, bucket_bytes=None) -> float:
+    """DDP all-reduces the gradient in buckets, one after another: their predicted times added.
+
+    With the run's real bucket sizes when it recorded them (DDP's first bucket is small, 1 MB, and a
+    small message gets a lower busbw); else `buckets` equal parts of the gradient.
+    """
+    if bucket_bytes:
+        return sum(allreduce_time_s(rows, b, n) for b in bucket_bytes)
     buckets = _bucket_count(buckets)
     return buckets * allreduce_time_s(rows, grad_bytes / buckets, n)
 
@@ -76,11 +82,11 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
         busbw = pred = eff_lo = eff_hi = None
         if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
-            from scalelab.allreduce import busbw_at
-
             buckets = _bucket_count(r.buckets)
-            busbw = busbw_at(bench_row["rows"], r.grad_bytes / buckets)
-            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, buckets, r.devices)
+            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, buckets, r.devices,
+                                    r.bucket_bytes if isinstance(r.bucket_bytes, tuple) else None)
+            # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
+            busbw = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices) if pred > 0 else None
             if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
                 # the busbw that moves the whole gradient in `pred` seconds: the model then reproduces pred
                 effective = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices)
@@ -132,7 +138,13 @@ def limiting_line(r) -> Optional[str]:
     if _ok(r.train_busbw_GBps):
         comm += f"; {link} delivered {_gbps(r.train_busbw_GBps)} busbw to DDP"
         if _ok(r.bench_busbw_GBps):
-            comm += f" (all-reduce benchmark: {_gbps(r.bench_busbw_GBps)} at this bucket size)"
+            comm += f" (all-reduce benchmark: {_gbps(r.bench_busbw_GBps)} at these bucket sizes)"
+    if _ok(getattr(r, "comm_alone_s", None)) and r.comm_alone_s > 0:
+        lost = r.comm_busy_s - r.comm_alone_s
+        if lost > 0.15 * r.comm_alone_s:
+            shared = "the same cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
+            comm += (f". Alone, the same all-reduce takes {r.comm_alone_s * 1e3:,.1f} ms: running beside backward "
+                     f"cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
     causes.append((r.exposed_comm_s if _ok(r.exposed_comm_s) else 0.0, comm))
     causes.sort(key=lambda c: -c[0])
     texts = [text for _, text in causes]

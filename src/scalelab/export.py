@@ -27,7 +27,8 @@ SCALING_COLUMNS = {  # CSV name: frame column
 }
 STEP_COLUMNS = {
     "group": "letter", "workload": "describe", "devices": "devices", "nodes": "nodes", "step_s": "step_s",
-    "compute_s": "compute_s", "allreduce_s": "comm_busy_s", "predicted_allreduce_s": "pred_comm_s",
+    "compute_s": "compute_s", "allreduce_s": "comm_busy_s", "allreduce_alone_s": "comm_alone_s",
+    "predicted_allreduce_s": "pred_comm_s",
     "waited_s": "exposed_comm_s", "comm_share": "comm_share", "hidden_fraction": "overlap",
     "grad_bytes": "grad_bytes", "buckets": "buckets", "ddp_busbw_GBps": "train_busbw_GBps",
     "bench_busbw_GBps": "bench_busbw_GBps", "tflops_per_device": "tflops_per_device", "mfu": "mfu_shown",

@@ -21,11 +21,12 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
                "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "samples_per_s",
                "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
-               "slurm_job", "restart_count", "compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
-               "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu"]
+               "slurm_job", "restart_count", "compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+               "comm_share", "overlap", "grad_bytes", "buckets", "bucket_bytes", "train_busbw_GBps",
+               "tflops_per_device", "peak_tflops", "mfu"]
 NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
-           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "exposed_comm_s", "comm_share",
-           "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu")
+           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+           "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu")
 
 
 def runs_frame(found: list) -> pd.DataFrame:
@@ -71,8 +72,9 @@ def runs_frame(found: list) -> pd.DataFrame:
             "created": r.get("created"),
             "slurm_job": slurm.get("job_id"),
             "restart_count": slurm.get("restart_count") or 0,
-            **{k: c.get(k) for k in ("compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
-                                     "grad_bytes", "buckets", "train_busbw_GBps")},
+            **{k: c.get(k) for k in ("compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s", "comm_share",
+                                     "overlap", "grad_bytes", "buckets", "train_busbw_GBps")},
+            "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
             **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
         })
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -94,10 +96,10 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
                 scaling=("scaling", "first"), model=("model", "first"), describe=("describe", "first"),
-                samples_per_s=("samples_per_s", "median"),
+                samples_per_s=("samples_per_s", "median"), bucket_bytes=("bucket_bytes", "first"),
                 tokens_per_s=("tokens_per_s", "median"),
-                **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "exposed_comm_s", "comm_share", "overlap",
-                                               "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
+                **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+                                               "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
                                                "peak_tflops", "mfu")})
            .reset_index())
     base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
@@ -203,16 +205,17 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
                             + _money_headers(g, unit), tablefmt=fmt, disable_numparse=True))
         if g["compute_s"].notna().any():
             out.append("")
-            out.append("Where the step goes (medians; compute from no-sync probe steps, all-reduce from DDP's timed "
-                       "hook; predicted from the all-reduce benchmark's busbw)")
+            out.append("Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
+                       "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)")
             tg_rows = [[r.devices, r.nodes, _fmt(r.step_ms, ",.1f"), _fmt(r.compute_s * 1e3, ",.1f"),
-                        _fmt(r.comm_busy_s * 1e3, ",.1f"), _fmt(r.pred_comm_s * 1e3, ",.1f"),
+                        _fmt(r.comm_busy_s * 1e3, ",.1f"), _fmt(r.comm_alone_s * 1e3, ",.1f"),
+                        _fmt(r.pred_comm_s * 1e3, ",.1f"),
                         _fmt(r.exposed_comm_s * 1e3, ",.1f"), _pct(r.comm_share), _pct(r.overlap), _fmt(r.grad_bytes / 1e6, ".3g"),
                         _fmt(r.train_busbw_GBps, ".3g"), _fmt(r.bench_busbw_GBps, ".3g"),
                         _fmt(r.tflops_per_device, ".3g"), _pct(r.mfu_shown, ".1f")]
                        for r in g.itertuples()]
             out.append(tabulate(tg_rows, headers=["devices", "nodes", "step ms", "compute ms", "all-reduce ms",
-                                                  "predicted ms", "waited ms", "comm share", "hidden", "grad MB",
+                                                  "alone ms", "predicted ms", "waited ms", "comm share", "hidden", "grad MB",
                                                   "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"],
                                 tablefmt=fmt, disable_numparse=True))
             lines = [explain.limiting_line(r) for r in g.itertuples()]

@@ -32,6 +32,8 @@ class StepTimer(pl.Callback):
         self.buckets = []
         self.probes = []  # True where the step was a compute-only probe
         self.clock = comm.BucketClock()
+        self.alone_clock = comm.AloneClock()
+        self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.grad_bytes = None
         self.losses = []
         self.epoch_times = []
@@ -64,6 +66,9 @@ class StepTimer(pl.Callback):
         _sync(trainer)
         self._grads_ready = time.perf_counter()
         if self.probes[-1]:
+            if self.clock.bucket_bytes and _world_size() > 1:
+                self.alone.append(round(self.alone_clock.measure(self.clock.bucket_bytes,
+                                                                 trainer.strategy.root_device), 6))
             for group in optimizer.param_groups:  # local gradients: drop them, so no replica moves
                 for p in group["params"]:
                     p.grad = None
@@ -119,9 +124,17 @@ class StepTimer(pl.Callback):
             "buckets": self.buckets,
             "probe_steps": [i for i, p in enumerate(self.probes) if p],
             "grad_bytes": self.grad_bytes,
+            "bucket_bytes": self.clock.bucket_bytes,
+            "comm_alone_s": self.alone,
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def gather(record: dict) -> list:
@@ -173,7 +186,8 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     compute = time to gradients-ready in a probe step (no sync), slowest rank;
     exposed = the same in a normal step minus compute: what the step waited for the network;
     busy = how long the all-reduce ran (per step, the rank that waited least: the others' extra
-    wait is skew, not transfer); hidden = busy - exposed, the part overlapped with backward.
+    wait is skew, not transfer); hidden = busy - exposed, the part overlapped with backward;
+    alone = the same buckets all-reduced with nothing else running (probe steps, after a barrier).
     """
     if not probes or not normal or "grads_ready_s" not in per_rank[0]:
         return None
@@ -182,6 +196,9 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     synced = statistics.median(ready(i) for i in normal)
     step = statistics.median(max(r["step_times_s"][i] for r in per_rank) for i in normal)
     busy = statistics.median(min(r["comm_busy_s"][i] for r in per_rank) for i in normal)
+    alone_runs = [r.get("comm_alone_s") or [] for r in per_rank]
+    n_alone = min(len(a) for a in alone_runs)
+    alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
     world = len(per_rank)
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
     exposed = max(0.0, synced - compute) if world > 1 else 0.0
@@ -193,11 +210,13 @@ def comm_summary(per_rank: list, normal: list, probes: list):
         "compute_s": compute,
         "exposed_comm_s": exposed,
         "comm_busy_s": busy,
+        "comm_alone_s": alone,
         "hidden_comm_s": max(0.0, busy - exposed),
         "overlap": min(1.0, max(0.0, busy - exposed) / busy) if busy > 0 else None,
         "comm_share": exposed / step if step > 0 else None,
         "step_s": step,
         "grad_bytes": grad_bytes,
+        "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
         "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
         "train_busbw_GBps": busbw,
     }

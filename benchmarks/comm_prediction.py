@@ -1,0 +1,71 @@
+"""How well the all-reduce benchmark predicts the communication measured inside training.
+
+For each repeat: the all-reduce benchmark at N processes, then the MLP and the tiny transformer
+at N processes, into one folder; the report's own pipeline (report.build) then predicts each run's
+all-reduce from the benchmark's busbw at the run's real bucket sizes. Printed per run: the
+all-reduce measured during backward (DDP's timed hook), the same buckets all-reduced alone (probe
+steps), the prediction, and the ratios. Issue 4's target: predicted / measured within 15 %.
+
+    python benchmarks/comm_prediction.py --repeats 3          # CPU, gloo, 2 processes
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from tabulate import tabulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from scalelab import report  # noqa: E402
+
+WORKLOADS = {
+    "transformer tiny": ["--model", "transformer", "--preset", "tiny", "--max_steps", "40", "--warmup_steps", "5"],
+    "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
+}
+
+
+def run(cmd):
+    proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"comm_prediction.py: error: {' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:]}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--output_dir", default=None, help="default: a temporary folder")
+    args = p.parse_args()
+    top = args.output_dir or tempfile.mkdtemp(prefix="scalelab-comm-")
+    rows, ratios = [], {w: ([], []) for w in WORKLOADS}
+    for k in range(args.repeats):
+        out = os.path.join(top, f"repeat{k}")
+        run([os.path.join(ROOT, "src", "allreduce_bench.py"), "--devices", str(args.devices), "--min_bytes", "4K",
+             "--max_bytes", "16M", "--output_dir", out])
+        for flags in WORKLOADS.values():
+            run([os.path.join(ROOT, "src", "train.py"), *flags, "--devices", str(args.devices), "--output_dir", out])
+        _, scaling, _, _ = report.build(out)
+        for name in WORKLOADS:
+            r = scaling[(scaling["describe"].str.startswith(name.split()[0]))].iloc[0]
+            alone, busy, pred = r["comm_alone_s"], r["comm_busy_s"], r["pred_comm_s"]
+            ratios[name][0].append(pred / alone)
+            ratios[name][1].append(pred / busy)
+            rows.append([k, name, f"{r['grad_bytes'] / 1e6:.3g}", " + ".join(f"{b / 1e6:.3g}" for b in r["bucket_bytes"]),
+                         f"{busy * 1e3:.2f}", f"{alone * 1e3:.2f}", f"{pred * 1e3:.2f}", f"{pred / alone:.2f}",
+                         f"{pred / busy:.2f}"])
+    print(f"CPU/gloo, {args.devices} processes, results under {top}/")
+    print(tabulate(rows, headers=["repeat", "workload", "grad MB", "buckets MB", "all-reduce ms (in backward)",
+                                  "alone ms", "predicted ms", "pred ÷ alone", "pred ÷ in backward"],
+                   disable_numparse=True))
+    for name, (vs_alone, vs_busy) in ratios.items():
+        print(f"{name}: median predicted ÷ alone {statistics.median(vs_alone):.2f}, "
+              f"÷ in backward {statistics.median(vs_busy):.2f} (target 0.85–1.15)")
+
+
+if __name__ == "__main__":
+    main()
