@@ -139,7 +139,7 @@ def build(args):
             per_token = pm.transformer_flops_per_token(shape, seq_len=seq_len) * k / 3
             flops = per_token * seq_len * samples_1gpu
             how = (f"(6*N + 12*L*H*Q*T) * {k}/3 * tokens = {per_token / 1e9:.4g} GFLOP/token x {seq_len} x "
-                   f"{samples_1gpu} (N = {human_count(shape.non_embedding_params())} non-embedding params, full "
+                   f"{samples_1gpu} (N = {human_count(shape.matmul_params())} matmul weights incl. the LM head, full "
                    f"T^2 attention as nanoGPT counts it, k = {k})")
         else:
             node_batch = samples_1gpu * (gpn if args.scaling == "weak" else 1)

@@ -139,15 +139,15 @@ def test_mfu():
 # --- FLOPs --------------------------------------------------------------------------------------------
 
 def test_tiny_preset_flops_per_token_by_hand():
-    # tiny: L=4, H=4, d=256 (Q=64), T=128. Per block 12·256² + 13·256 = 789,760; 4 blocks + final LN 512.
-    n = 4 * (12 * 256 * 256 + 13 * 256) + 2 * 256
-    assert n == 3_159_552
+    # tiny: L=4, H=4, d=256 (Q=64), T=128, vocab 512. Matmul weights: 12·256² per block, plus the LM head 256·512.
+    n = 4 * 12 * 256 * 256 + 256 * 512
+    assert n == 3_276_800 == PRESETS["tiny"].matmul_params()
     attention = 12 * 4 * 4 * 64 * 128  # 1,572,864
     tiny = PRESETS["tiny"]
-    assert pm.transformer_flops_per_token(tiny) == 6 * 3_159_552 + 1_572_864 == 20_530_176
-    assert pm.transformer_flops_per_token(tiny, causal=True) == 6 * 3_159_552 + 786_432
+    assert pm.transformer_flops_per_token(tiny) == 6 * 3_276_800 + 1_572_864 == 21_233_664
+    assert pm.transformer_flops_per_token(tiny, causal=True) == 6 * 3_276_800 + 786_432
     # the same from an explicit parameter count, and a run's seq_len overriding the preset's
-    assert pm.transformer_flops_per_token(n, 4, 4, 64, 128) == 20_530_176
+    assert pm.transformer_flops_per_token(n, 4, 4, 64, 128) == 21_233_664
     assert pm.transformer_flops_per_token(tiny, seq_len=256) == 6 * n + 2 * attention
     with pytest.raises(ValueError, match="seq_len"):
         pm.transformer_flops_per_token(n, 4, 4, 64)

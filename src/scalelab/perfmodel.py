@@ -126,16 +126,17 @@ def transformer_flops_per_token(shape_or_params, n_layer: Optional[int] = None, 
                                 causal: bool = False) -> float:
     """Training FLOPs per token of a decoder transformer: 6·N + 12·L·H·Q·T.
 
-    N = non-embedding parameters (2 FLOPs per multiply-accumulate forward, x3 with backward). The attention
+    N = the weights that take part in a matmul (2 FLOPs per multiply-accumulate forward, x3 with backward):
+    with a TransformerShape, the blocks' weights plus the LM head (TransformerShape.matmul_params). The attention
     term counts the full T² score and value matmuls, as nanoGPT and torchtitan do; causal=True halves it,
     as causal flash-attention kernels skip the masked half.
 
     shape_or_params: a TransformerShape (its fields are defaults that the keywords may override, e.g. a
-    run's seq_len), or an explicit non-embedding parameter count with n_layer, n_head, head_dim, seq_len.
+    run's seq_len), or an explicit matmul parameter count with n_layer, n_head, head_dim, seq_len.
     """
     if hasattr(shape_or_params, "non_embedding_params"):
         shape = shape_or_params
-        n_params = shape.non_embedding_params()
+        n_params = shape.matmul_params()
         n_layer = shape.n_layer if n_layer is None else n_layer
         n_head = shape.n_head if n_head is None else n_head
         head_dim = shape.head_dim if head_dim is None else head_dim

@@ -21,10 +21,18 @@ class TransformerShape:
         return self.d_model // self.n_head
 
     def non_embedding_params(self) -> int:
-        """Weights in the blocks (attention 4d^2 + MLP 8d^2 + biases/LN), the N of 6N."""
+        """Weights in the blocks (attention 4d^2 + MLP 8d^2 + biases/LN): what "model size" tables quote."""
         d = self.d_model
         per_block = 12 * d * d + 13 * d  # qkv+proj (4d^2+4d), mlp (8d^2+5d), 2 layernorms (4d)
         return self.n_layer * per_block + 2 * d  # final layernorm
+
+    def matmul_params(self) -> int:
+        """Weights that take part in a matmul, the N of 6N: qkv, proj and MLP in every block, plus the LM head.
+
+        The head is tied to the token embedding (one tensor) but x @ W^T over d_model x vocab is real
+        compute; the embedding lookups are gathers, and biases and layernorms elementwise: no matmul FLOPs.
+        """
+        return self.n_layer * 12 * self.d_model ** 2 + self.d_model * self.vocab_size
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.d_model + self.seq_len * self.d_model  # tied token emb + positions

@@ -17,13 +17,8 @@ from scalelab.workloads.presets import TransformerShape
 
 
 def matmul_params(shape: TransformerShape) -> int:
-    """Weights that take part in a matmul: qkv, proj and MLP in every block, plus the LM head.
-
-    The head is tied to the token embedding (one tensor) but x @ W^T over d_model x vocab is real
-    compute; the embedding lookups are gathers, and biases and layernorms elementwise: no matmul FLOPs.
-    """
-    d = shape.d_model
-    return shape.n_layer * 12 * d * d + d * shape.vocab_size
+    """See TransformerShape.matmul_params (kept here beside lora_params for the model's own users)."""
+    return shape.matmul_params()
 
 
 def lora_params(shape: TransformerShape, rank: int) -> int:
