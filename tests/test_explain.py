@@ -131,3 +131,12 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
     assert "share the same cores" in line
+
+
+def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.02, 0.045, 0.145)]
+    runs = report.runs_frame(found)
+    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line

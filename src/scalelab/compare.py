@@ -38,7 +38,9 @@ def load_side(path: str, build) -> tuple:
 
 def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration in both; ratio = B ÷ A throughput; only-in-one rows kept with NaN."""
-    cols = KEY + ["describe", "scaling", "unit", "throughput", "efficiency", "step_s", "comm_share"]
+    cols = KEY + ["describe", "scaling", "unit", "throughput", "efficiency", "baseline_devices", "step_s",
+                  "comm_share"]
+    a, b = (f if "baseline_devices" in f else f.assign(baseline_devices=float("nan")) for f in (a, b))
     both = a[cols].merge(b[cols], on=KEY, how="outer", suffixes=("_a", "_b"), indicator=True)
     both["describe"] = both["describe_a"].fillna(both["describe_b"])
     both["unit"] = both["unit_a"].fillna(both["unit_b"])
@@ -70,6 +72,10 @@ def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") 
         only = g[g["_merge"] != "both"]
         if len(only):
             out.append("  (— : that configuration ran on one side only)")
+        base_a, base_b = g["baseline_devices_a"].dropna(), g["baseline_devices_b"].dropna()
+        if len(base_a) and len(base_b) and base_a.iloc[0] != base_b.iloc[0]:
+            out.append(f"  (each efficiency is against its own side's baseline: A {base_a.iloc[0]:.0f} device(s), "
+                       f"B {base_b.iloc[0]:.0f}; compare throughput, not efficiency)")
         out.append("")
     return "\n".join(out)
 
@@ -86,7 +92,7 @@ def main(args, build) -> int:
     if args.export:
         os.makedirs(args.export, exist_ok=True)
         table = both[["describe", "scaling", "unit", "devices", "nodes", "throughput_a", "throughput_b", "ratio",
-                      "efficiency_a", "efficiency_b", "step_s_a", "step_s_b", "comm_share_a", "comm_share_b",
+                      "efficiency_a", "efficiency_b", "baseline_devices_a", "baseline_devices_b", "step_s_a", "step_s_b", "comm_share_a", "comm_share_b",
                       "workload_key"]]
         paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), table.to_csv(index=False)),
                  results.atomic_write_text(os.path.join(args.export, "compare.md"),

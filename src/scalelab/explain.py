@@ -130,9 +130,14 @@ def limiting_line(r) -> Optional[str]:
         causes.append((slower, f"slower compute per device: {slower * 1e3:,.0f} ms more per step than at "
                                f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
-    comm = (f"communication: {share * 100:.0f} % of the step ({r.exposed_comm_s * 1e3:,.0f} ms waited; "
-            f"{(r.overlap if _ok(r.overlap) else 0) * 100:.0f} % of the {r.comm_busy_s * 1e3:,.0f} ms all-reduce "
-            "hidden behind backward)")
+    if _ok(r.exposed_comm_s) and r.exposed_comm_s > 1.1 * r.comm_busy_s:
+        # the step lost more than the all-reduce's own duration: compute ran slower beside it
+        detail = (f"{r.exposed_comm_s * 1e3:,.0f} ms lost, more than the {r.comm_busy_s * 1e3:,.0f} ms the all-reduce "
+                  "itself took: compute also ran slower while it was in flight")
+    else:
+        detail = (f"{r.exposed_comm_s * 1e3:,.0f} ms waited; {(r.overlap if _ok(r.overlap) else 0) * 100:.0f} % of "
+                  f"the {r.comm_busy_s * 1e3:,.0f} ms all-reduce hidden behind backward")
+    comm = f"communication: {share * 100:.0f} % of the step ({detail})"
     link = "the inter-node link" if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
                                                        else "the local gloo transport")
     if _ok(r.train_busbw_GBps):

@@ -20,7 +20,7 @@ SCALING_COLUMNS = {  # CSV name: frame column
     "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",
     "nodes": "nodes", "runs": "runs", "unit": "unit", "throughput": "throughput",
     "throughput_min": "throughput_min", "throughput_max": "throughput_max", "speedup": "speedup",
-    "efficiency": "efficiency", "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
+    "baseline_devices": "baseline_devices", "efficiency": "efficiency", "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
     "predicted_efficiency_overlap": "pred_eff_overlap", "throughput_per_device": "throughput_per_device",
     "global_batch": "global_batch", "cost_per_1k_samples": "cost_per_1k_samples",
     "hours_for_token_budget": "budget_hours", "cost_for_token_budget": "budget_cost",

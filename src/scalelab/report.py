@@ -163,6 +163,16 @@ def _money(r, unit) -> list:
     return cells
 
 
+def _bench_hint(g: pd.DataFrame) -> str:
+    """The benchmark command that matches the group's largest configuration."""
+    big = g.sort_values(["devices", "nodes"]).iloc[-1]
+    devices, nodes = int(big["devices"]), int(big["nodes"])
+    if big["accelerator"] == "gpu" or nodes > 1:  # the job script runs one task per GPU, as training did
+        return (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
+                f"{devices // nodes} tasks per node, as the training runs had)")
+    return f"`python src/allreduce_bench.py --devices {devices}`"
+
+
 def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12) -> str:
     """Per group: the runs (the newest `max_runs` per configuration; None = all) and the scaling table."""
     out = []
@@ -221,8 +231,8 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             lines = [explain.limiting_line(r) for r in g.itertuples()]
             out.extend(f"  {line}" for line in lines if line)
             if g["devices"].max() > 1 and g["bench_busbw_GBps"].isna().all():
-                out.append(f"  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py "
-                           f"--devices {int(g['devices'].max())}` adds the predicted columns.)")
+                out.append(f"  (No all-reduce benchmark in this folder at these sizes: {_bench_hint(g)} adds the "
+                           "predicted columns.)")
             if g["mfu_shown"].isna().all():
                 out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
         out.append("")

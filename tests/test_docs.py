@@ -1,0 +1,161 @@
+"""The workshop chapters in docs/ work as written.
+
+* A ```bash block preceded by the line `<!-- docs-test: run -->` is something a participant runs on a CPU
+  machine: it runs here, with `bash -euo pipefail`, in a temporary folder where src/, slurm_jobs/, benchmarks/,
+  tests/ and the build files are symlinks to the repository (so `outputs/...` lands in the temporary folder)
+  and `python` is this interpreter. Blocks of one chapter run in order in one folder (a later block may read
+  what an earlier one wrote); each chapter gets its own folder. A run block must exit 0 and print no
+  traceback (scalelab's errors are one line).
+* Every other ```bash block (sbatch, srun, module load, GPU runs) is checked statically: each
+  `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's --help lists (the flags
+  after `submit.py ... --` and after a slurm_jobs/*.sh script are checked against the script they reach).
+* Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
+* Every relative Markdown link in docs/ points to an existing file.
+"""
+
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+DOCS = ROOT / "docs"
+CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
+RUN_MARK = "<!-- docs-test: run -->"
+LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "Makefile", "setup.cfg", "pyproject.toml")
+# Repository paths a chapter may name (in code or prose); each must exist.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs)/[\w./-]*\.(?:py|sh|md))")
+SCRIPT = re.compile(r"^(src|benchmarks)/[\w-]+\.py$")
+# Arguments after a job script go to the Python script it runs.
+JOB_SCRIPTS = {"slurm_jobs/single_gpu.sh": "src/train.py", "slurm_jobs/single_node_multi_gpu.sh": "src/train.py",
+               "slurm_jobs/multi_node_multi_gpu.sh": "src/train.py",
+               "slurm_jobs/allreduce_bench.sh": "src/allreduce_bench.py"}
+# Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
+LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
+                          r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")
+
+
+def bash_blocks(path):
+    """[(index, run?, first line number, text)] for every ```bash block of a chapter."""
+    lines = path.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```bash":
+            prev = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+            assert end is not None, f"{path.name}:{i + 1}: ```bash block never closed"
+            blocks.append((len(blocks) + 1, prev == RUN_MARK, i + 1, "\n".join(lines[i + 1:end])))
+            i = end
+        i += 1
+    return blocks
+
+
+def commands(text):
+    """Shell words of each logical line (continuations joined, comments dropped)."""
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.strip():
+            lexer = shlex.shlex(line, posix=True, punctuation_chars="|&;<>")
+            lexer.whitespace_split = True
+            lexer.commenters = "#"
+            try:
+                yield list(lexer)
+            except ValueError as exc:
+                raise AssertionError(f"cannot parse shell line {line!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def accepted_flags(script):
+    proc = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, f"{script} --help failed: {proc.stderr[-1000:]}"
+    return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", proc.stdout))
+
+
+def flag_problems(words):
+    """Flags in one command line that its script does not accept."""
+    problems = []
+    for k, word in enumerate(words):
+        script = word if SCRIPT.match(word) else JOB_SCRIPTS.get(word)
+        if script is None:
+            continue
+        for arg in words[k + 1:]:
+            if arg and set(arg) <= set("|&;<>"):  # a shell operator: the command ends here
+                break
+            if arg == "--" and script.endswith("submit.py"):
+                script = "src/train.py"  # submit.py passes what follows `--` to train.py unchanged
+                continue
+            if arg.startswith("--") and len(arg) > 2:
+                flag = arg.split("=", 1)[0]
+                if flag not in accepted_flags(script):
+                    problems.append(f"{script} does not accept {flag}")
+    return problems
+
+
+def test_the_chapters_are_there():
+    names = [p.name for p in CHAPTERS]
+    assert len(names) == 10 and [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 11)], names
+    index = (DOCS / "README.md").read_text()
+    for name in names:
+        assert f"]({name})" in index, f"docs/README.md does not link {name}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_cluster_commands_use_real_flags(chapter):
+    problems = []
+    for n, run, line, text in bash_blocks(chapter):
+        if run:
+            continue
+        for words in commands(text):
+            problems += [f"block {n} (line {line}): {p}" for p in flag_problems(words)]
+    assert not problems, f"{chapter.name}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_named_repository_paths_exist(page):
+    missing = [path for path in sorted(set(REPO_PATH.findall(page.read_text()))) if not (ROOT / path).exists()]
+    assert not missing, f"{page.name} names files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # links inside code blocks are not links
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # http:, https:, mailto:, an anchor on this page
+        if not (page.parent / target.split("#", 1)[0]).exists():
+            broken.append(target)
+    assert not broken, f"{page.name}: broken links {broken}"
+
+
+@pytest.fixture
+def workshop(tmp_path):
+    """A participant's checkout: the repository's code, an empty outputs/, and this interpreter as `python`."""
+    for name in LINKED:
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
+    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
+    return tmp_path, env
+
+
+RUNNABLE = [p for p in CHAPTERS if any(run for _, run, _, _ in bash_blocks(p))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", RUNNABLE, ids=[p.stem for p in RUNNABLE])
+def test_run_blocks_run(chapter, workshop):
+    folder, env = workshop
+    for n, run, line, text in bash_blocks(chapter):
+        if not run:
+            continue
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=folder, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        where = f"{chapter.name}, bash block {n} (line {line}: {text.splitlines()[0]!r})"
+        tail = proc.stdout[-3000:]
+        assert proc.returncode == 0, f"{where} exited {proc.returncode}; last output:\n{tail}"
+        assert "Traceback (most recent call last)" not in proc.stdout, f"{where} printed a traceback:\n{tail}"
