@@ -11,7 +11,7 @@ from scalelab.allreduce import bandwidths, busbw_at, human_bytes, message_sizes,
 from scalelab.cli import UsageError
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
-HEADERS = ["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]
+HEADERS = ["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "1 op (us)", "#wrong"]
 
 
 # --- arithmetic -------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_two_local_processes_measure_check_and_write(tmp_path):
     assert (launch["launcher"], launch["accelerator"], launch["backend"]) == ("local", "cpu", "gloo")
     assert [row["bytes"] for row in r["rows"]] == [32 * KiB * 2**k for k in range(6)]
     for row in r["rows"]:
-        assert row["wrong"] == 0 and row["count"] == row["bytes"] // 4 and row["time_s"] > 0
+        assert row["wrong"] == 0 and row["count"] == row["bytes"] // 4 and row["time_s"] > 0 and row["single_op_s"] > 0
         assert row["busbw_GBps"] > 0 and row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2(n-1)/n = 1
     assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]  # the only size >= 1 MiB
     assert r["config"]["iters"] == 3 and r["config"]["warmup_iters"] == 5 and "-t-allreduce-2x-" in r["run_id"]

@@ -140,3 +140,9 @@ def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
+
+
+def test_prediction_prefers_single_all_reduces_to_the_back_to_back_mean():
+    rows = [dict(r, single_op_s=r["time_s"] / 2) for r in ROWS]  # each op alone: twice as fast
+    assert explain.allreduce_time_s(rows, 1000, 2) == 0.001
+    assert explain.predicted_comm_s(rows, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000)) == pytest.approx(0.006)

@@ -47,10 +47,16 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
 
     Interpolated busbw inside the measured sizes; below the smallest size the smallest size's time
     (latency floor: a smaller message is not faster), above the largest the largest size's busbw.
+    Where the benchmark timed single all-reduces (`single_op_s`: each started together on all ranks,
+    as DDP issues its few buckets), those times are used rather than nccl-tests' back-to-back mean.
     """
     from scalelab.allreduce import busbw_at
 
     rows = sorted(rows, key=lambda r: r["bytes"])
+    if rows and all(r.get("single_op_s") for r in rows):
+        rows = [{"bytes": r["bytes"], "time_s": r["single_op_s"],
+                 "busbw_GBps": perfmodel.busbw_from_algbw(r["bytes"] / r["single_op_s"] / perfmodel.GB, n)}
+                for r in rows]
     if nbytes <= rows[0]["bytes"]:
         return rows[0]["time_s"]
     return perfmodel.allreduce_time_from_busbw_s(nbytes, n, busbw_at(rows, nbytes))
