@@ -32,7 +32,8 @@ WORKLOADS = {
 def run(cmd):
     proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"comm_prediction.py: error: {' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        sys.exit(f"comm_prediction.py: error: {os.path.basename(cmd[0])} failed: {last}")
 
 
 def main():
@@ -53,6 +54,8 @@ def main():
         for name in WORKLOADS:
             r = scaling[(scaling["describe"].str.startswith(name.split()[0]))].iloc[0]
             alone, busy, pred = r["comm_alone_s"], r["comm_busy_s"], r["pred_comm_s"]
+            if not all(x > 0 for x in (alone, busy, pred)):  # NaN compares False too
+                sys.exit(f"comm_prediction.py: error: {name} in {out} has no alone/all-reduce/predicted figure")
             ratios[name][0].append(pred / alone)
             ratios[name][1].append(pred / busy)
             rows.append([k, name, f"{r['grad_bytes'] / 1e6:.3g}", " + ".join(f"{b / 1e6:.3g}" for b in r["bucket_bytes"]),

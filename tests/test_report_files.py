@@ -137,3 +137,76 @@ def test_plot_into_an_unwritable_place_fails_before_any_work(tmp_path):
     proc = run_script("benchmark.py", "--output_dir", out, "--plot", tmp_path / "file")
     assert proc.returncode == 2 and proc.stderr.strip() == f"benchmark.py: error: --plot {tmp_path / 'file'} is a file, not a folder"
     assert proc.stdout == ""
+
+
+def test_letters_agree_between_report_plots_and_files(tmp_path):
+    # transformer runs first in scan order, so it is group A in the printed report: everywhere else too
+    found = [make_result("b1", 1, samples_per_s=40, model="transformer"),
+             make_result("b2", 2, samples_per_s=70, model="transformer"),
+             make_result("z1", 1, samples_per_s=100), make_result("z2", 2, samples_per_s=150)]
+    for r in found:
+        results.write(str(tmp_path / "out"), r)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--export", tmp_path / "ex")
+    assert proc.returncode == 0, proc.stderr
+    printed = {line.split(":")[0][-1]: line.split(": ")[1].split(" ")[0] for line in proc.stdout.splitlines()
+               if line.startswith("Group ")}
+    exported = dict(pd.read_csv(tmp_path / "ex" / "scaling.csv")[["group", "workload"]].drop_duplicates().values)
+    assert printed == exported
+    found, _ = results.scan(str(tmp_path / "out"))
+    scaling = report.scaling_frame(report.runs_frame(found))
+    legend = [t.get_text() for t in plots.speedup_figure(explain.annotate(scaling, explain.bench_frame([])))
+              .axes[0].get_legend().get_texts()]
+    assert all(f"{letter}: {workload}," in " ".join(legend) for letter, workload in printed.items())
+
+
+def test_ideal_line_per_group_when_baselines_differ(tmp_path):
+    found = [make_result("a2", 2, samples_per_s=100), make_result("a4", 4, samples_per_s=200),  # perfect from 2
+             make_result("t1", 1, samples_per_s=40, model="transformer"),
+             make_result("t2", 2, samples_per_s=80, model="transformer")]
+    scaling = explain.annotate(report.scaling_frame(report.runs_frame(found)), explain.bench_frame([]))
+    lines = {line.get_label(): line for line in plots.speedup_figure(scaling).axes[0].get_lines()}
+    mlp = next(v for k, v in lines.items() if k.endswith(": ideal") and "mlp" not in k and
+               list(v.get_xdata()) == [2, 4])
+    assert list(mlp.get_ydata()) == [1.0, 2.0]  # 2 -> 4 devices: ideal 2×, and the measured 2× sits on it
+    assert "ideal (linear)" not in lines
+
+
+def test_no_throughput_and_zero_baselines_give_files_not_tracebacks(tmp_path):
+    found = [make_result("z1", 1), make_result("z2", 2, samples_per_s=10.0),
+             make_result("n1", 1, batch_size=8), make_result("n2", 2, batch_size=8)]
+    found[0]["timing"]["samples_per_s"] = 0.0  # a zero baseline: infinite speedup
+    for r in found[2:]:  # --comm_probe_every 1: every step a probe, no throughput at all
+        r["timing"]["samples_per_s"] = None
+    for r in found:
+        results.write(str(tmp_path / "out"), r)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--plot", tmp_path / "pl",
+                      "--export", tmp_path / "ex")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    json.loads((tmp_path / "ex" / "summary.json").read_text(),
+               parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    assert (tmp_path / "pl" / "speedup.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("case", ["bad-configuration", "version-0", "compare-with-plot", "mixed-hardware",
+                                  "export-onto-a-folder"])
+def test_more_bad_input_is_one_line(tmp_path, case):
+    a = _folder(tmp_path / "a")
+    args = ["--compare", a, tmp_path / "s.json"]
+    summary = {"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [{"foo": 1}]}
+    if case == "version-0":
+        summary = {**summary, "schema_version": 0, "configurations": []}
+    if case == "compare-with-plot":
+        args = ["--compare", a, a, "--plot", tmp_path / "pl"]
+    if case == "mixed-hardware":
+        gpu = make_result("g1", 1, samples_per_s=500)
+        gpu["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
+        results.write(str(a), gpu)
+        args = ["--compare", a, a]
+    if case == "export-onto-a-folder":
+        (tmp_path / "ex" / "summary.json").mkdir(parents=True)
+        args = ["--output_dir", a, "--export", tmp_path / "ex"]
+    (tmp_path / "s.json").write_text(json.dumps(summary))
+    proc = run_script("benchmark.py", *args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("benchmark.py: error: ")
+    assert not (tmp_path / "pl").exists()

@@ -85,7 +85,12 @@ def test_validate_rejects_wrong_types():
         results.validate(json.loads(json.dumps(data)))
 
 
-def test_results_are_readable_by_others_like_any_file(tmp_path):
-    """An instructor reads participants' outputs: not mkstemp's private 0600."""
-    path = results.write(str(tmp_path), make_result())
-    assert os.stat(path).st_mode & 0o777 == 0o666 & ~results._UMASK
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_results_follow_the_umask_like_any_file(tmp_path, umask):
+    """An instructor reads participants' outputs: 0644 under the usual umask, not mkstemp's private 0600."""
+    old = os.umask(umask)
+    try:
+        path = results.write(str(tmp_path), make_result())
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask

@@ -68,33 +68,35 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     return fut.then(done)
 
 
-class AloneClock:
-    """All-reduces of DDP's bucket sizes with nothing else running: seconds for one step's worth."""
+def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3) -> float:
+    """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it).
 
-    def __init__(self):
-        self.buffers = {}
+    Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores.
+    """
+    import statistics
 
-    def measure(self, bucket_bytes: list, device, passes: int = 3) -> float:
-        """Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores."""
-        import statistics
+    import torch.distributed as dist
 
-        import torch.distributed as dist
-
-        bufs = [self.buffers.setdefault(n, torch.zeros(n // 4, dtype=torch.float32, device=device))
-                for n in bucket_bytes]  # zeros: sums never overflow; contents do not change the speed
-        cuda = device.type == "cuda"
-        times = []
-        for _ in range(passes):
-            dist.barrier()  # all ranks start together: waiting for a late rank is not transfer
-            if cuda:
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            for buf in bufs:  # one after another, as DDP's buckets go through one communicator
-                dist.all_reduce(buf)
-            if cuda:
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+    # Fresh each probe and freed after: a gradient-sized copy kept for the whole run would cost GPU memory
+    # (5 GB for xl). Zeros: sums never overflow; contents do not change the speed.
+    bufs = [torch.zeros(n // 4, dtype=torch.float32, device=device) for n in bucket_bytes]
+    cuda = device.type == "cuda"
+    times = []
+    for _ in range(passes):
+        if cuda:  # all ranks start together: waiting for a late rank is not transfer
+            dist.barrier(device_ids=[device.index])
+        else:
+            dist.barrier()
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for buf in bufs:  # one after another, as DDP's buckets go through one communicator
+            dist.all_reduce(buf)
+        if cuda:
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    del bufs
+    return statistics.median(times)
 
 
 def union_length(spans) -> float:

@@ -33,6 +33,12 @@ def load_side(path: str, build) -> tuple:
     if frame.empty:
         raise UsageError(f"--compare {path}: no completed training runs there")
     frame["workload_key"] = [json.dumps(w, sort_keys=True) for w in frame["workload"]]
+    detail = frame["hardware_detail"] if "hardware_detail" in frame else frame["hardware"]
+    frame["hardware_key"] = [json.dumps(d, sort_keys=True) for d in detail]
+    if (frame.groupby(KEY)["hardware_key"].nunique() > 1).any():
+        kinds = sorted({f"{d.get('accelerator')} {d.get('device')}" if isinstance(d, dict) else str(d) for d in detail})
+        raise UsageError(f"--compare {path}: the same workload ran on several kinds of hardware there "
+                         f"({', '.join(kinds)}); give one folder per hardware")
     return f"{path} ({', '.join(sorted(set(frame['hardware'])))})", frame
 
 
@@ -87,10 +93,10 @@ def main(args, build) -> int:
     if not (both["_merge"] == "both").any():
         raise UsageError(f"--compare: no configuration ran the same workload at the same devices × nodes in "
                          f"{args.compare[0]} and {args.compare[1]}")
-    text = render(label_a, label_b, both, fmt="github" if args.markdown else "simple")
-    print(text)
     if args.export:
-        os.makedirs(args.export, exist_ok=True)
+        results.ensure_output_dir(args.export, "--export")
+    print(render(label_a, label_b, both, fmt="github" if args.markdown else "simple"))
+    if args.export:
         table = both[["describe", "scaling", "unit", "devices", "nodes", "throughput_a", "throughput_b", "ratio",
                       "efficiency_a", "efficiency_b", "baseline_devices_a", "baseline_devices_b", "step_s_a", "step_s_b", "comm_share_a", "comm_share_b",
                       "workload_key"]]

@@ -1,7 +1,7 @@
 """Why not more: where each configuration's step went, what the network and the model predict.
 
-Adds columns to the report's scaling frame (never changes a measured one): MFU, the all-reduce
-benchmark's busbw at the run's bucket size, predicted communication and predicted efficiency
+Adds columns to the report's scaling frame (never changes a measured one): MFU, the busbw the all-reduce
+benchmark's single-op times give over the run's real buckets, predicted communication and predicted efficiency
 (perfmodel, fed with that busbw), cost and time-to-train; and writes one plain-words line per
 configuration that names what limits scaling.
 """
@@ -94,10 +94,9 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
             busbw = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices) if pred > 0 else None
             if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
-                # the busbw that moves the whole gradient in `pred` seconds: the model then reproduces pred
-                effective = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices)
+                # busbw moves the whole gradient in `pred` seconds: the model then reproduces pred
                 p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, r.grad_bytes, r.devices, r.nodes,
-                                                 effective, r.scaling or "weak")
+                                                 busbw, r.scaling or "weak")
                 eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
         elif r.devices == 1:
             eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None

@@ -15,6 +15,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab import __version__, explain, results
+from scalelab.cli import UsageError
 
 SCALING_COLUMNS = {  # CSV name: frame column
     "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",
@@ -30,18 +31,17 @@ STEP_COLUMNS = {
     "compute_s": "compute_s", "allreduce_s": "comm_busy_s", "allreduce_alone_s": "comm_alone_s",
     "predicted_allreduce_s": "pred_comm_s",
     "waited_s": "exposed_comm_s", "comm_share": "comm_share", "hidden_fraction": "overlap",
-    "grad_bytes": "grad_bytes", "buckets": "buckets", "ddp_busbw_GBps": "train_busbw_GBps",
+    "grad_bytes": "grad_bytes", "buckets": "buckets", "bucket_bytes": "bucket_bytes",
+    "ddp_busbw_GBps": "train_busbw_GBps",
     "bench_busbw_GBps": "bench_busbw_GBps", "tflops_per_device": "tflops_per_device", "mfu": "mfu_shown",
 }
 BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
-                 "algbw_GBps", "busbw_GBps", "wrong"]
+                 "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]
 
 
 def labelled(scaling: pd.DataFrame) -> pd.DataFrame:
     """The scaling frame with the columns people read: group letter, unit, hardware, step in seconds."""
     out = scaling.copy()
-    letters = {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(out["group"]))}
-    out["letter"] = out["group"].map(letters)
     out["unit"] = ["tokens/s" if m == "transformer" else "samples/s" for m in out["model"]]
     out["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(out["accelerator"], out["device"])]
     out["step_s"] = out["step_ms"] / 1e3
@@ -55,12 +55,12 @@ def bench_rows(bench: pd.DataFrame) -> pd.DataFrame:
 
 
 def _clean(x):
-    """JSON has no NaN: missing numbers become null; numpy scalars become Python ones."""
+    """JSON has no NaN or inf: such numbers become null; numpy scalars become Python ones."""
     if x is None:
         return None
     if hasattr(x, "item"):
         x = x.item()
-    if isinstance(x, float) and math.isnan(x):
+    if isinstance(x, float) and not math.isfinite(x):  # NaN or ±inf (a zero baseline throughput)
         return None
     return x
 
@@ -104,7 +104,16 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
         files["allreduce.csv"] = table.to_csv(index=False)
         markdown += "\n\nAll-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n)\n\n" + tabulate(
             table[["run_id", "world_size", "nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
-                   "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
+                   "single_op_s", "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
     files["report.md"] = markdown.rstrip() + "\n"
-    files["summary.json"] = json.dumps(summary(scaling, bench, len(runs), output_dir), indent=2) + "\n"
-    return [results.atomic_write_text(os.path.join(folder, name), text) for name, text in files.items()]
+    files["summary.json"] = json.dumps(summary(scaling, bench, len(runs), output_dir), indent=2,
+                                       allow_nan=False) + "\n"
+    written = []
+    for name, text in files.items():
+        path = os.path.join(folder, name)
+        try:
+            written.append(results.atomic_write_text(path, text))
+        except OSError as exc:
+            raise UsageError(f"--export: cannot write {path} ({exc.strerror}); written so far: "
+                             f"{', '.join(written) or 'nothing'}") from None
+    return written

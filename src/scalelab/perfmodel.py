@@ -134,7 +134,7 @@ def transformer_flops_per_token(shape_or_params, n_layer: Optional[int] = None, 
     shape_or_params: a TransformerShape (its fields are defaults that the keywords may override, e.g. a
     run's seq_len), or an explicit matmul parameter count with n_layer, n_head, head_dim, seq_len.
     """
-    if hasattr(shape_or_params, "non_embedding_params"):
+    if hasattr(shape_or_params, "matmul_params"):
         shape = shape_or_params
         n_params = shape.matmul_params()
         n_layer = shape.n_layer if n_layer is None else n_layer

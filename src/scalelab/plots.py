@@ -13,17 +13,19 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a login node or in CI
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from scalelab.allreduce import human_bytes  # noqa: E402
+from scalelab.cli import UsageError  # noqa: E402
 
 DPI = 120
 
 
 def _letters(scaling: pd.DataFrame) -> dict:
-    """Group key -> "A", "B", … in the order the tables use (first appearance)."""
-    return {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(scaling["group"]))}
+    """Group key -> the letter the printed report uses."""
+    return dict(zip(scaling["group"], scaling["letter"]))
 
 
 def _hardware(r) -> str:
@@ -51,12 +53,17 @@ def speedup_figure(scaling: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7, 4.8))
     letters = _letters(scaling)
     top = 1
+    bases = set(scaling["baseline_devices"])
     for group, g in scaling.groupby("group", sort=False):
-        g = g.sort_values(["devices", "nodes"])
+        g = g[np.isfinite(g["speedup"])].sort_values(["devices", "nodes"])  # no throughput: nothing to draw
+        if g.empty:
+            continue
         letter = letters[group]
         line, = ax.plot(g["devices"], g["speedup"], "o-", lw=2, label=f"{_label(g, letter)}: measured")
         base = g["baseline_devices"].iloc[0]
         ideal = g["devices"] / base
+        if len(bases) > 1:  # groups start at different device counts: each its own ideal line
+            ax.plot(g["devices"], ideal, ":", color=line.get_color(), lw=1.5, label=f"{letter}: ideal")
         top = max(top, ideal.max(), g["speedup"].max())
         for x, y in zip(g["devices"], g["speedup"]):
             ax.annotate(f"{y:.2f}×", (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8,
@@ -68,8 +75,9 @@ def speedup_figure(scaling: pd.DataFrame):
                     label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
             ax.fill_between(g["devices"], lo, hi, color=line.get_color(), alpha=0.15, lw=0)
     xs = sorted(set(scaling["devices"]) | {1})
-    base = scaling["baseline_devices"].min()
-    ax.plot(xs, [x / base for x in xs], ":", color="black", lw=1.5, label="ideal (linear)")
+    if len(bases) == 1:
+        base = bases.pop()
+        ax.plot(xs, [x / base for x in xs], ":", color="black", lw=1.5, label="ideal (linear)")
     ax.set_xlabel("devices (GPUs, or CPU processes)")
     ax.set_ylabel("speedup over the group's baseline (×)")
     ax.set_title(_title("Speedup vs devices", scaling))
@@ -131,13 +139,15 @@ def throughput_figure(scaling: pd.DataFrame):
         bars = ax.bar([_config(r) for _, r in g.iterrows()], g["throughput_per_device"], color="tab:green")
         ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
         base = g["throughput_per_device"].iloc[0]
-        ax.axhline(base, ls=":", color="black", lw=1)
-        ax.annotate("baseline: perfect scaling stays here", xy=(1, base), xycoords=("axes fraction", "data"),
-                    xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7)
+        if np.isfinite(base):
+            ax.axhline(base, ls=":", color="black", lw=1)
+            ax.annotate("baseline: perfect scaling stays here", xy=(1, base), xycoords=("axes fraction", "data"),
+                        xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7)
         ax.set_title(_label(g, letters[group]), fontsize=9)
         ax.set_xlabel("configuration")
         ax.set_ylabel(f"{unit} per device")
-        ax.set_ylim(0, max(base, g["throughput_per_device"].max()) * 1.2)
+        finite = g["throughput_per_device"][np.isfinite(g["throughput_per_device"])]
+        ax.set_ylim(0, max([1.0, *finite]) * 1.2)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(_title("Throughput per device", scaling).replace("\n", " — "), fontsize=11)
     _finish(fig, scaling)
@@ -179,9 +189,15 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
     paths = []
     for name, fig in figures:
         path = os.path.join(folder, name)
-        tmp = path + ".tmp.png"
-        fig.savefig(tmp, dpi=DPI)
-        plt.close(fig)
-        os.replace(tmp, path)  # a reader never sees half a PNG
+        tmp = os.path.join(folder, f".tmp-{os.getpid()}-{name}")
+        try:
+            fig.savefig(tmp, dpi=DPI)
+            os.replace(tmp, path)  # a reader never sees half a PNG
+        except OSError as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise UsageError(f"--plot: cannot write {path} ({exc.strerror})") from None
+        finally:
+            plt.close(fig)
         paths.append(path)
     return paths

@@ -102,6 +102,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                                                "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
                                                "peak_tflops", "mfu")})
            .reset_index())
+    agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
     agg["baseline_devices"] = agg["group"].map(base["devices"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
@@ -110,6 +111,11 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     agg["baseline_step_ms"] = agg["group"].map(base["step_ms"])
     agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
     return agg
+
+
+def group_letters(groups) -> dict:
+    """Group key -> "A", "B", … in the order the groups first appear: one naming for tables, plots and files."""
+    return {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(groups))}
 
 
 def _fmt(x, spec=",.1f", missing="—"):
@@ -179,8 +185,9 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     if not scaling.empty and "pred_eff_overlap" not in scaling:
         scaling = explain.annotate(scaling, explain.bench_frame([]))
     ok = runs[runs["status"] == "completed"]
-    for i, (group, members) in enumerate(ok.groupby("group", sort=False)):
-        letter = chr(ord("A") + i) if i < 26 else str(i + 1)
+    letters = group_letters(ok["group"])
+    for group, members in ok.groupby("group", sort=False):
+        letter = letters[group]
         first = members.iloc[0]
         unit = "tokens/s" if first["model"] == "transformer" else "samples/s"
         thr_col = "tokens_per_s" if unit == "tokens/s" else "samples_per_s"
@@ -263,7 +270,7 @@ def main(argv=None) -> int:
     from scalelab.cli import OneLineParser, positive_float
 
     p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
-    p.add_argument("--output_dir", default="outputs", help="folder searched (recursively) for result.json")
+    p.add_argument("--output_dir", default=None, help="folder searched (recursively) for result.json (default outputs)")
     p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
                                                "all-reduce busbw vs message size")
     p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
@@ -278,12 +285,14 @@ def main(argv=None) -> int:
     p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
                    help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
     args = p.parse_args(argv)
-    for flag, path in (("--plot", args.plot), ("--export", args.export)):
-        if path:
-            results.ensure_output_dir(path, flag)
     money = (args.peak_tflops, args.gpu_hour_price, args.token_budget)
     if args.compare:
         from scalelab import compare, export
+
+        extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
+                                      ("--save_csv", args.save_csv), ("--all_runs", args.all_runs)) if v]
+        if extra:
+            raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
 
         def summarize_folder(folder):
             runs, scaling, bench, skipped = build(folder, *money)
@@ -291,6 +300,7 @@ def main(argv=None) -> int:
             return export.summary(scaling, bench, len(runs), folder)
 
         return compare.main(args, summarize_folder)
+    args.output_dir = args.output_dir or "outputs"
     try:
         runs, scaling, bench, skipped = build(args.output_dir, *money)
     except UsageError as exc:
@@ -299,6 +309,9 @@ def main(argv=None) -> int:
     if runs.empty:
         print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
         return 1
+    for flag, path in (("--plot", args.plot), ("--export", args.export)):
+        if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
+            results.ensure_output_dir(path, flag)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
     max_runs = None if args.all_runs else 12

@@ -129,21 +129,18 @@ def envelope(kind: str, run_id: str) -> dict:
             "created": now_iso()}
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
 def atomic_write_text(path: str, text: str) -> str:
     """Write to a temporary file in the same folder, fsync, then rename over the target."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+    # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; a result is for others to read too
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -323,8 +320,17 @@ def load_summary(path: str) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")
-    if not isinstance(version, int) or version > SUMMARY_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= SUMMARY_VERSION:
         raise ResultError(f"summary schema_version {version!r} is not one this scalelab reads ({SUMMARY_VERSION})")
-    if not isinstance(data.get("configurations"), list):
+    configurations = data.get("configurations")
+    if not isinstance(configurations, list):
         raise ResultError("summary has no \"configurations\" list")
+    for i, c in enumerate(configurations):
+        missing = [k for k in _SUMMARY_FIELDS if not isinstance(c, dict) or k not in c]
+        if missing or not isinstance(c["workload"], dict):
+            raise ResultError(f"summary configuration {i} lacks {', '.join(missing) or 'a workload object'}")
     return data
+
+
+_SUMMARY_FIELDS = ("workload", "hardware", "describe", "scaling", "unit", "devices", "nodes", "throughput",
+                   "efficiency", "baseline_devices", "step_s", "comm_share")

@@ -32,7 +32,6 @@ class StepTimer(pl.Callback):
         self.buckets = []
         self.probes = []  # True where the step was a compute-only probe
         self.clock = comm.BucketClock()
-        self.alone_clock = comm.AloneClock()
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.grad_bytes = None
         self.losses = []
@@ -67,8 +66,8 @@ class StepTimer(pl.Callback):
         self._grads_ready = time.perf_counter()
         if self.probes[-1]:
             if self.clock.bucket_bytes and _world_size() > 1:
-                self.alone.append(round(self.alone_clock.measure(self.clock.bucket_bytes,
-                                                                 trainer.strategy.root_device), 6))
+                self.alone.append(round(comm.allreduce_alone_s(self.clock.bucket_bytes,
+                                                               trainer.strategy.root_device), 6))
             for group in optimizer.param_groups:  # local gradients: drop them, so no replica moves
                 for p in group["params"]:
                     p.grad = None
