@@ -11,16 +11,22 @@ from conftest import load_results, start, wait_for_banner
 pytestmark = pytest.mark.slow
 
 
-def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
-    proc = start(tmp_path, "--model", "transformer", "--max_steps", "100000", "--warmup_steps", "2")
+def _sigterm_after(tmp_path, seconds, *args):
+    """Start train.py, SIGTERM it `seconds` after its banner: it must end as a timeout, in one line."""
+    proc = start(tmp_path, *args)
     wait_for_banner(proc)
-    time.sleep(4)
+    time.sleep(seconds)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert err.strip().splitlines()[-1].startswith("train.py: error: run ended with status timeout: received SIGTERM")
     (r,) = load_results(tmp_path)
     assert r["status"] == "timeout" and "SIGTERM" in r["error"]
+    return r, err
+
+
+def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
+    r, _ = _sigterm_after(tmp_path, 4, "--model", "transformer", "--max_steps", "100000", "--warmup_steps", "2")
     assert r["timing"]["steps"] >= 1 and len(r["ranks"]) == 1
     folder = os.path.dirname(next(tmp_path.rglob("result.json")))
     assert "SIGTERMException" in open(os.path.join(folder, "error.log")).read()
@@ -32,12 +38,5 @@ def test_sigterm_to_a_two_process_run_is_a_timeout_not_a_failed_rank(tmp_path):
     the step; rank 1 says it stopped for a signal, so rank 0 does not mistake its exit for the cause. (Lightning's
     handler broadcasts inside the signal handler: now and then the ranks fall out of step and the run ends at
     --timeout instead; still status timeout, and the message says so.)"""
-    proc = start(tmp_path, "--model", "mlp", "--max_epochs", "1000", "--devices", "2", "--timeout", "10")
-    wait_for_banner(proc)
-    time.sleep(8)  # start-up of rank 1 and some steps (a SIGTERM before the first step is recorded too)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
-    assert err.strip().splitlines()[-1].startswith("train.py: error: run ended with status timeout: received SIGTERM")
-    (r,) = load_results(tmp_path)
-    assert r["status"] == "timeout" and "SIGTERM" in r["error"]
+    # 8 s: start-up of rank 1 and some steps (a SIGTERM before the first step is recorded too)
+    r, err = _sigterm_after(tmp_path, 8, "--model", "mlp", "--max_epochs", "1000", "--devices", "2", "--timeout", "10")

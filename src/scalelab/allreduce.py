@@ -344,18 +344,14 @@ class Bench:
 
     # collectives ---------------------------------------------------------------------------------
     def _sync(self):
-        import torch
+        from scalelab import comm
 
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        comm.sync(self.device)
 
     def _barrier(self):
-        import torch.distributed as dist
+        from scalelab import comm
 
-        if self.device.type == "cuda":
-            dist.barrier(device_ids=[self.device.index])
-        else:
-            dist.barrier()
+        comm.barrier(self.device)
 
     def _reduce(self, value: float, op) -> float:
         import torch
@@ -377,16 +373,11 @@ class Bench:
         """
         import torch.distributed as dist
 
-        times = []
-        for _ in range(max(self.args.iters, min(100, int(0.5 / max(back_to_back_s, 1e-6))))):
-            self._barrier()
-            self._sync()
-            start = time.perf_counter()
-            dist.all_reduce(buf)
-            self._sync()
-            times.append(time.perf_counter() - start)
+        from scalelab import comm
+
+        ops = max(self.args.iters, min(100, int(0.5 / max(back_to_back_s, 1e-6))))
         # MIN over ranks, as the run's "alone" figure: the rank that left the barrier last waited least
-        return self._reduce(statistics.median(times), dist.ReduceOp.MIN)
+        return self._reduce(comm.median_allreduce_s([buf], self.device, ops), dist.ReduceOp.MIN)
 
     def time_size(self, buf) -> float:
         """Seconds per all-reduce of buf: slowest rank's mean over the timed iterations."""

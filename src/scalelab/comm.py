@@ -68,35 +68,52 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     return fut.then(done)
 
 
-def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3) -> float:
-    """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it).
+def sync(device):
+    """Wait for the device's queued work: a clock read without it times the launch, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
-    Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores.
+
+def barrier(device):
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
+
+
+def median_allreduce_s(bufs: list, device, passes: int) -> float:
+    """Median over `passes` of all-reducing `bufs` one after another, each pass started together on all ranks.
+
+    Every rank must call it. The barrier first: waiting for a late rank is not transfer. This is how DDP
+    issues a step's few buckets, so the run's "alone" figure and the benchmark's single-op time are this.
     """
     import statistics
 
     import torch.distributed as dist
 
-    # Fresh each probe and freed after: a gradient-sized copy kept for the whole run would cost GPU memory
-    # (5 GB for xl). Zeros: sums never overflow; contents do not change the speed.
-    bufs = [torch.zeros(n // 4, dtype=torch.float32, device=device) for n in bucket_bytes]
-    cuda = device.type == "cuda"
     times = []
     for _ in range(passes):
-        if cuda:  # all ranks start together: waiting for a late rank is not transfer
-            dist.barrier(device_ids=[device.index])
-        else:
-            dist.barrier()
-        if cuda:
-            torch.cuda.synchronize(device)
+        barrier(device)
+        sync(device)
         t0 = time.perf_counter()
         for buf in bufs:  # one after another, as DDP's buckets go through one communicator
             dist.all_reduce(buf)
-        if cuda:
-            torch.cuda.synchronize(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
-    del bufs
     return statistics.median(times)
+
+
+def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3) -> float:
+    """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it).
+
+    Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores. The
+    buffers are fresh each probe and freed after: a gradient-sized copy kept for the whole run would cost
+    GPU memory (5 GB for xl). Zeros: sums never overflow; contents do not change the speed.
+    """
+    bufs = [torch.zeros(n // 4, dtype=torch.float32, device=device) for n in bucket_bytes]
+    return median_allreduce_s(bufs, device, passes)
 
 
 def union_length(spans) -> float:

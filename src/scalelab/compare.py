@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from scalelab import results
 from scalelab.cli import UsageError
+from scalelab.report import fmt_num, fmt_pct
 
 KEY = ["workload_key", "devices", "nodes"]
 
@@ -55,23 +56,16 @@ def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return both.sort_values(["describe", "devices", "nodes"]).reset_index(drop=True)
 
 
-def _f(x, spec):
-    return "—" if x is None or pd.isna(x) else format(x, spec)
-
-
-def _pct(x):
-    return "—" if x is None or pd.isna(x) else f"{x * 100:.0f} %"
-
-
 def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") -> str:
     out = [f"A = {label_a}", f"B = {label_b}", "ratio = B ÷ A throughput (above 1: B is faster)", ""]
     for (workload, _), g in both.groupby(["describe", "workload_key"], sort=False):
         unit = g["unit"].iloc[0]
         out.append(f"{workload} · {g['scaling'].iloc[0]} scaling")
-        rows = [[int(r.devices), int(r.nodes), _f(r.throughput_a, ",.0f"), _f(r.throughput_b, ",.0f"),
-                 _f(r.ratio, ".2f") + ("×" if pd.notna(r.ratio) else ""), _pct(r.efficiency_a), _pct(r.efficiency_b),
-                 _f(r.step_s_a * 1e3, ",.1f"), _f(r.step_s_b * 1e3, ",.1f"), _pct(r.comm_share_a),
-                 _pct(r.comm_share_b)] for r in g.itertuples()]
+        rows = [[int(r.devices), int(r.nodes), fmt_num(r.throughput_a, ",.0f"), fmt_num(r.throughput_b, ",.0f"),
+                 fmt_num(r.ratio, ".2f") + ("×" if pd.notna(r.ratio) else ""), fmt_pct(r.efficiency_a),
+                 fmt_pct(r.efficiency_b),
+                 fmt_num(r.step_s_a * 1e3, ",.1f"), fmt_num(r.step_s_b * 1e3, ",.1f"), fmt_pct(r.comm_share_a),
+                 fmt_pct(r.comm_share_b)] for r in g.itertuples()]
         out.append(tabulate(rows, headers=["devices", "nodes", f"A {unit}", f"B {unit}", "B ÷ A", "A eff.", "B eff.",
                                            "A step ms", "B step ms", "A comm share", "B comm share"],
                             tablefmt=fmt, disable_numparse=True))
@@ -98,7 +92,8 @@ def main(args, build) -> int:
     print(render(label_a, label_b, both, fmt="github" if args.markdown else "simple"))
     if args.export:
         table = both[["describe", "scaling", "unit", "devices", "nodes", "throughput_a", "throughput_b", "ratio",
-                      "efficiency_a", "efficiency_b", "baseline_devices_a", "baseline_devices_b", "step_s_a", "step_s_b", "comm_share_a", "comm_share_b",
+                      "efficiency_a", "efficiency_b", "baseline_devices_a", "baseline_devices_b", "step_s_a",
+                      "step_s_b", "comm_share_a", "comm_share_b",
                       "workload_key"]]
         paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), table.to_csv(index=False)),
                  results.atomic_write_text(os.path.join(args.export, "compare.md"),

@@ -88,8 +88,7 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
         busbw = pred = eff_lo = eff_hi = None
         if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
-            buckets = _bucket_count(r.buckets)
-            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, buckets, r.devices,
+            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
                                     r.bucket_bytes if isinstance(r.bucket_bytes, tuple) else None)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
             busbw = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices) if pred > 0 else None

@@ -21,7 +21,8 @@ SCALING_COLUMNS = {  # CSV name: frame column
     "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",
     "nodes": "nodes", "runs": "runs", "unit": "unit", "throughput": "throughput",
     "throughput_min": "throughput_min", "throughput_max": "throughput_max", "speedup": "speedup",
-    "baseline_devices": "baseline_devices", "efficiency": "efficiency", "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
+    "baseline_devices": "baseline_devices", "efficiency": "efficiency",
+    "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
     "predicted_efficiency_overlap": "pred_eff_overlap", "throughput_per_device": "throughput_per_device",
     "global_batch": "global_batch", "cost_per_1k_samples": "cost_per_1k_samples",
     "hours_for_token_budget": "budget_hours", "cost_for_token_budget": "budget_cost",
@@ -40,10 +41,9 @@ BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", 
 
 
 def labelled(scaling: pd.DataFrame) -> pd.DataFrame:
-    """The scaling frame with the columns people read: group letter, unit, hardware, step in seconds."""
+    """The scaling frame with the columns people read: unit, and the step in seconds."""
     out = scaling.copy()
     out["unit"] = ["tokens/s" if m == "transformer" else "samples/s" for m in out["model"]]
-    out["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(out["accelerator"], out["device"])]
     out["step_s"] = out["step_ms"] / 1e3
     return out
 
@@ -95,9 +95,8 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
     files = {"runs.csv": runs.to_csv(index=False)}
     if not scaling.empty:
         frame = labelled(scaling)
-        files["scaling.csv"] = frame[list(SCALING_COLUMNS.values())].set_axis(list(SCALING_COLUMNS), axis=1).to_csv(index=False)
-        files["step_breakdown.csv"] = (frame[list(STEP_COLUMNS.values())].set_axis(list(STEP_COLUMNS), axis=1)
-                                       .to_csv(index=False))
+        for name, columns in (("scaling.csv", SCALING_COLUMNS), ("step_breakdown.csv", STEP_COLUMNS)):
+            files[name] = frame[list(columns.values())].set_axis(list(columns), axis=1).to_csv(index=False)
     markdown = report_markdown
     if not bench.empty:
         table = bench_rows(bench)

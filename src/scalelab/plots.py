@@ -28,10 +28,6 @@ def _letters(scaling: pd.DataFrame) -> dict:
     return dict(zip(scaling["group"], scaling["letter"]))
 
 
-def _hardware(r) -> str:
-    return r["device"] if r["accelerator"] == "gpu" else "CPU (gloo)"
-
-
 def _label(g: pd.DataFrame, letter: str) -> str:
     r = g.iloc[0]
     return f"{letter}: {r['describe']}, {r['scaling']} scaling"
@@ -39,7 +35,7 @@ def _label(g: pd.DataFrame, letter: str) -> str:
 
 def _title(what: str, scaling: pd.DataFrame) -> str:
     """"What — on which hardware", the workload too when there is only one."""
-    hw = sorted({_hardware(r) for _, r in scaling.iterrows()})
+    hw = sorted(set(scaling["hardware"]))
     describes = sorted(set(scaling["describe"]))
     workload = f"{describes[0]}, " if len(describes) == 1 else ""
     return f"{what}\n{workload}{' / '.join(hw)}"

@@ -25,8 +25,9 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
                "comm_share", "overlap", "grad_bytes", "buckets", "bucket_bytes", "train_busbw_GBps",
                "tflops_per_device", "peak_tflops", "mfu"]
 NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
-           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
-           "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device", "peak_tflops", "mfu")
+           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "comm_alone_s",
+           "exposed_comm_s", "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
+           "peak_tflops", "mfu")
 
 
 def runs_frame(found: list) -> pd.DataFrame:
@@ -99,10 +100,11 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 samples_per_s=("samples_per_s", "median"), bucket_bytes=("bucket_bytes", "first"),
                 tokens_per_s=("tokens_per_s", "median"),
                 **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
-                                               "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
-                                               "peak_tflops", "mfu")})
+                                               "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps",
+                                               "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
+    agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
     base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
     agg["baseline_devices"] = agg["group"].map(base["devices"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
@@ -118,7 +120,8 @@ def group_letters(groups) -> dict:
     return {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(groups))}
 
 
-def _fmt(x, spec=",.1f", missing="—"):
+def fmt_num(x, spec=",.1f", missing="—"):
+    """A number for a table cell; "—" where it is missing (None or NaN)."""
     return missing if x is None or pd.isna(x) else format(x, spec)
 
 
@@ -134,7 +137,7 @@ def _group_title(first: pd.Series, letter: str) -> str:
     return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
 
 
-def _pct(x, spec=".0f") -> str:
+def fmt_pct(x, spec=".0f") -> str:
     return "—" if x is None or pd.isna(x) else f"{x * 100:{spec}} %"
 
 
@@ -198,9 +201,9 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             shown = members.groupby(["devices", "nodes"]).tail(max(1, max_runs // members[["devices", "nodes"]].drop_duplicates().shape[0]))
             hidden, members = len(members) - len(shown), shown
         run_rows = [[r.run_id, r.devices, r.nodes, f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
-                     else r.procs_per_node, _fmt(r.first_step_s), _fmt(r.train_time_s, ".2f"), _fmt(r.step_ms),
-                     _fmt(r.epoch_s, ".2f"), _fmt(getattr(r, thr_col), ",.0f"), _fmt(r.train_loss, ".3f"),
-                     _fmt(r.val_acc, ".3f")] for r in members.itertuples()]
+                     else r.procs_per_node, fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"), fmt_num(r.step_ms),
+                     fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, thr_col), ",.0f"), fmt_num(r.train_loss, ".3f"),
+                     fmt_num(r.val_acc, ".3f")] for r in members.itertuples()]
         out.append(tabulate(run_rows, headers=["run id", "devices", "nodes", "procs/node" if first["accelerator"] == "gpu"
                                                else "procs×threads", "1st step s", "train s", "step ms",
                                                "epoch s", unit, "train loss", "val acc"],
@@ -214,9 +217,9 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
         if len(g) == 1:
             out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
         sc_rows = [[r.devices, r.nodes, r.runs,
-                    _fmt(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]" if r.runs > 1 else ""),
-                    _fmt(r.speedup, ".2f") + "×", _fmt(r.efficiency * 100, ".0f") + " %", _predicted(r),
-                    _fmt(r.throughput_per_device, ",.0f")] + _money(r, unit) for r in g.itertuples()]
+                    fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]" if r.runs > 1 else ""),
+                    fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %", _predicted(r),
+                    fmt_num(r.throughput_per_device, ",.0f")] + _money(r, unit) for r in g.itertuples()]
         out.append(tabulate(sc_rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
                                               "efficiency", "predicted eff.", f"{unit} per device"]
                             + _money_headers(g, unit), tablefmt=fmt, disable_numparse=True))
@@ -224,16 +227,17 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             out.append("")
             out.append("Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
                        "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)")
-            tg_rows = [[r.devices, r.nodes, _fmt(r.step_ms, ",.1f"), _fmt(r.compute_s * 1e3, ",.1f"),
-                        _fmt(r.comm_busy_s * 1e3, ",.1f"), _fmt(r.comm_alone_s * 1e3, ",.1f"),
-                        _fmt(r.pred_comm_s * 1e3, ",.1f"),
-                        _fmt(r.exposed_comm_s * 1e3, ",.1f"), _pct(r.comm_share), _pct(r.overlap), _fmt(r.grad_bytes / 1e6, ".3g"),
-                        _fmt(r.train_busbw_GBps, ".3g"), _fmt(r.bench_busbw_GBps, ".3g"),
-                        _fmt(r.tflops_per_device, ".3g"), _pct(r.mfu_shown, ".1f")]
+            tg_rows = [[r.devices, r.nodes, fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
+                        fmt_num(r.comm_busy_s * 1e3, ",.1f"), fmt_num(r.comm_alone_s * 1e3, ",.1f"),
+                        fmt_num(r.pred_comm_s * 1e3, ",.1f"),
+                        fmt_num(r.exposed_comm_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.overlap),
+                        fmt_num(r.grad_bytes / 1e6, ".3g"),
+                        fmt_num(r.train_busbw_GBps, ".3g"), fmt_num(r.bench_busbw_GBps, ".3g"),
+                        fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu_shown, ".1f")]
                        for r in g.itertuples()]
             out.append(tabulate(tg_rows, headers=["devices", "nodes", "step ms", "compute ms", "all-reduce ms",
-                                                  "alone ms", "predicted ms", "waited ms", "comm share", "hidden", "grad MB",
-                                                  "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"],
+                                                  "alone ms", "predicted ms", "waited ms", "comm share", "hidden",
+                                                  "grad MB", "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"],
                                 tablefmt=fmt, disable_numparse=True))
             lines = [explain.limiting_line(r) for r in g.itertuples()]
             out.extend(f"  {line}" for line in lines if line)

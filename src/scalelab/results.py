@@ -252,7 +252,7 @@ def validate(data) -> dict:
     return data
 
 
-def load(path: str) -> dict:
+def _read_json(path: str):
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
@@ -261,10 +261,13 @@ def load(path: str) -> dict:
     if not raw.strip():
         raise ResultError("empty file")
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ResultError(f"not valid JSON ({str(exc).splitlines()[0][:80]})") from None
-    return validate(data)
+
+
+def load(path: str) -> dict:
+    return validate(_read_json(path))
 
 
 def attempt_key(result: dict):
@@ -310,13 +313,7 @@ def scan(root: str):
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultError(f"cannot read it ({exc.strerror if isinstance(exc, OSError) else exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

@@ -140,7 +140,7 @@ def gather(record: dict) -> list:
     """All ranks' records, ordered by rank (every rank must call this)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if _world_size() == 1:
         return [record]
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, record)
