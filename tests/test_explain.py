@@ -81,6 +81,29 @@ def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
     assert two.bench_busbw_GBps == pytest.approx(busbw_at(ROWS, 8e6))
 
 
+def test_repeated_benchmarks_are_combined_per_size_by_median():
+    # Three benchmark runs of the same hardware: the newest one is slow (a busy minute on a shared machine).
+    # The prediction takes, per message size, the median over the runs, not the newest run alone.
+    slow = [{"bytes": 1_000_000, "time_s": 0.02, "busbw_GBps": 0.05, "single_op_s": 0.03},
+            {"bytes": 10_000_000, "time_s": 0.1, "busbw_GBps": 0.1, "single_op_s": 0.2}]
+    fast = [dict(r, single_op_s=r["time_s"]) for r in ROWS]
+    mid = [dict(r, time_s=r["time_s"] * 1.5, busbw_GBps=r["busbw_GBps"] / 1.5, single_op_s=r["time_s"] * 1.5)
+           for r in ROWS] + [{"bytes": 100_000_000, "time_s": 0.2, "busbw_GBps": 0.5, "single_op_s": 0.2}]
+    benches = [_bench(2, fast), _bench(2, mid), _bench(2, slow)]
+    for k, b in enumerate(benches):
+        b["created"] = f"2026-11-23T10:0{k}:00"
+    combined = explain.bench_for(explain.bench_frame(benches), 2, 1, "cpu", "cpu")
+    assert combined["runs"] == 3
+    assert [r["bytes"] for r in combined["rows"]] == [1_000_000, 10_000_000, 100_000_000]
+    assert combined["rows"][0]["single_op_s"] == pytest.approx(0.003)  # median of 0.002, 0.003, 0.03
+    assert combined["rows"][1]["busbw_GBps"] == pytest.approx(1.0 / 1.5)
+    assert combined["rows"][2]["time_s"] == 0.2  # measured by one run only: its own figure
+    # An older run without single-op times: that figure is left out for the sizes it covers, not mixed.
+    old = explain.median_rows([ROWS, fast])
+    assert "single_op_s" not in old[0] and old[0]["time_s"] == pytest.approx(0.002)
+    assert explain.bench_for(explain.bench_frame(benches), 4, 1, "cpu", "cpu") is None
+
+
 def test_limiting_line_names_the_larger_cause():
     comm_bound = [_with_comm(make_result("c1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
                   _with_comm(make_result("c2", 2, samples_per_s=110), 0.1, 0.09, 0.08, 0.18)]

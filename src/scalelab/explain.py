@@ -32,14 +32,43 @@ def bench_frame(found: list) -> pd.DataFrame:
 
 
 def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device) -> Optional[pd.Series]:
-    """The newest benchmark at the same size, node count and hardware as a training configuration."""
+    """The benchmark at the same size, node count and hardware as a training configuration.
+
+    Repeated benchmarks are combined like repeated training runs: per message size, the median of each
+    figure (one run can land in a slow minute of a shared machine; the median of a few does not).
+    """
     if bench.empty:
         return None
     match = bench[(bench["world_size"] == world_size) & (bench["nodes"] == nodes)
                   & (bench["accelerator"] == accelerator)]
     if accelerator == "gpu":
         match = match[match["device"] == device]
-    return None if match.empty else match.iloc[0]
+    if match.empty:
+        return None
+    newest = match.iloc[0].copy()
+    newest["rows"] = median_rows(list(match["rows"]))
+    newest["runs"] = len(match)
+    return newest
+
+
+def median_rows(runs: list) -> list:
+    """Rows of several benchmark runs -> one row per message size, each figure the median over the runs
+    that measured that size (a figure some run lacks, e.g. an older run without single_op_s, is left out)."""
+    import statistics
+
+    by_size = {}
+    for rows in runs:
+        for r in rows:
+            by_size.setdefault(r["bytes"], []).append(r)
+    out = []
+    for size, rs in sorted(by_size.items()):
+        row = {"bytes": size}
+        for key in ("time_s", "algbw_GBps", "busbw_GBps", "single_op_s"):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if len(vals) == len(rs):
+                row[key] = statistics.median(vals)
+        out.append(row)
+    return out
 
 
 def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:

@@ -168,7 +168,7 @@ def ensure_output_dir(path: str, flag: str = "--output_dir"):
     try:
         os.rmdir(tempfile.mkdtemp(dir=path, prefix=".probe-"))
     except OSError as exc:
-        raise UsageError(f"{flag} {path} is not writable ({exc.strerror})") from None
+        raise UsageError(f"{flag} {path} is not writable: a folder cannot be made in it ({exc.strerror})") from None
 
 
 def write(output_dir: str, payload: dict) -> str:
