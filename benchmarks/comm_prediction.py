@@ -2,7 +2,8 @@
 
 For each repeat: the all-reduce benchmark at N processes, then the MLP and the tiny transformer
 at N processes, into one folder; the report's own pipeline (report.build) then predicts each run's
-all-reduce from the benchmark's busbw at the run's real bucket sizes. Printed per run: the
+all-reduce from the benchmark's busbw at the run's real bucket sizes. Last, all repeats are copied into
+one folder ("pooled") and reported together, as a user who repeats runs sees them (medians). Printed per run: the
 all-reduce measured during backward (DDP's timed hook), the same buckets all-reduced alone (probe
 steps), the prediction, and the ratios. Issue 4's target: predicted / measured within 15 %.
 
@@ -58,6 +59,7 @@ def main():
     # All repeats in one folder, as a user repeats runs: the report takes medians of the training runs and,
     # per message size, of the benchmark runs.
     pooled = os.path.join(top, "pooled")
+    shutil.rmtree(pooled, ignore_errors=True)  # a reused --output_dir: only this invocation's repeats
     for k in range(args.repeats):
         for run_dir in os.listdir(os.path.join(top, f"repeat{k}")):
             shutil.copytree(os.path.join(top, f"repeat{k}", run_dir), os.path.join(pooled, run_dir), dirs_exist_ok=True)

@@ -96,12 +96,48 @@ def test_repeated_benchmarks_are_combined_per_size_by_median():
     assert combined["runs"] == 3
     assert [r["bytes"] for r in combined["rows"]] == [1_000_000, 10_000_000, 100_000_000]
     assert combined["rows"][0]["single_op_s"] == pytest.approx(0.003)  # median of 0.002, 0.003, 0.03
-    assert combined["rows"][1]["busbw_GBps"] == pytest.approx(1.0 / 1.5)
+    assert combined["rows"][1]["time_s"] == pytest.approx(0.015)
+    assert combined["rows"][1]["busbw_GBps"] == pytest.approx(10e6 / 0.015 / 1e9)  # the bandwidth of that time
     assert combined["rows"][2]["time_s"] == 0.2  # measured by one run only: its own figure
-    # An older run without single-op times: that figure is left out for the sizes it covers, not mixed.
-    old = explain.median_rows([ROWS, fast])
-    assert "single_op_s" not in old[0] and old[0]["time_s"] == pytest.approx(0.002)
     assert explain.bench_for(explain.bench_frame(benches), 4, 1, "cpu", "cpu") is None
+    # Two runs: the median time is their mean, and busbw is that time's, not the mean of the two busbw.
+    two = explain.median_rows([fast, slow], 2)
+    assert two[0]["time_s"] == pytest.approx(0.011) and two[0]["busbw_GBps"] == pytest.approx(1e6 / 0.011 / 1e9)
+
+
+def test_combined_benchmark_keeps_single_op_times_and_one_dtype():
+    fast = [dict(r, single_op_s=r["time_s"] / 3) for r in ROWS]  # single all-reduces 3x faster than back to back
+    older = [dict(r) for r in ROWS]  # an older scalelab: no single_op_s
+    bf16 = [dict(r, time_s=r["time_s"] * 10, single_op_s=r["time_s"] * 10) for r in ROWS]
+    benches = [_bench(2, older), _bench(2, fast), _bench(2, bf16)]
+    benches[2]["config"]["dtype"] = "bfloat16"
+    for k, b in enumerate(benches):
+        b["created"] = f"2026-11-23T10:0{k}:00"  # bf16 newest, older run oldest
+    combined = explain.bench_for(explain.bench_frame(benches), 2, 1, "cpu", "cpu")
+    assert combined["runs"] == 2 and combined["dtype"] == "float32"  # the bf16 run is not blended in
+    # The run without single-op times is left out: the prediction still adds single all-reduces.
+    alone = explain.predicted_comm_s(fast, 8e6, 2, 2)
+    assert explain.predicted_comm_s(combined["rows"], 8e6, 2, 2) == pytest.approx(alone)
+    assert alone == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 2, 2) / 3)
+    # Only runs without single-op times: their back-to-back times.
+    assert explain.median_rows([older, older], 2)[0] == {"bytes": 1_000_000, "time_s": 0.002,
+                                                        "algbw_GBps": pytest.approx(0.5), "busbw_GBps": pytest.approx(0.5)}
+    # Only bf16 runs: those are what there is.
+    assert explain.bench_for(explain.bench_frame([benches[2]]), 2, 1, "cpu", "cpu")["dtype"] == "bfloat16"
+
+
+def test_report_says_how_many_benchmark_runs_the_prediction_combines():
+    found = [_with_comm(make_result("m1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("m2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)]
+    one = found + [_bench(2, ROWS)]
+    two = one + [_bench(2, [dict(r, time_s=r["time_s"] * 2) for r in ROWS])]
+    texts = []
+    for folder in (one, two):
+        runs = report.runs_frame(folder)
+        texts.append(report.render(runs, explain.annotate(report.scaling_frame(runs), explain.bench_frame(folder)),
+                                   "plain", None))
+    assert "benchmark runs in this folder" not in texts[0]
+    assert "the median of 2 all-reduce benchmark runs in this folder" in texts[1]
 
 
 def test_limiting_line_names_the_larger_cause():

@@ -34,8 +34,10 @@ def bench_frame(found: list) -> pd.DataFrame:
 def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device) -> Optional[pd.Series]:
     """The benchmark at the same size, node count and hardware as a training configuration.
 
-    Repeated benchmarks are combined like repeated training runs: per message size, the median of each
-    figure (one run can land in a slow minute of a shared machine; the median of a few does not).
+    Repeated benchmarks are combined like repeated training runs: per message size, the median time
+    (one run can land in a slow minute of a shared machine; the median of a few does not). Only runs of
+    one dtype are combined: float32 where there is one, as DDP all-reduces float32 gradients even under
+    bf16-mixed; else the newest run's dtype.
     """
     if bench.empty:
         return None
@@ -45,28 +47,36 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
         match = match[match["device"] == device]
     if match.empty:
         return None
-    newest = match.iloc[0].copy()
-    newest["rows"] = median_rows(list(match["rows"]))
-    newest["runs"] = len(match)
-    return newest
+    dtypes = match["dtype"].fillna("float32")
+    match = match[dtypes == ("float32" if (dtypes == "float32").any() else dtypes.iloc[0])]
+    combined = match.iloc[0].copy()  # the newest run's labels; its rows replaced by the combined ones
+    combined["rows"] = median_rows(list(match["rows"]), world_size)
+    combined["runs"] = len(match)
+    return combined
 
 
-def median_rows(runs: list) -> list:
-    """Rows of several benchmark runs -> one row per message size, each figure the median over the runs
-    that measured that size (a figure some run lacks, e.g. an older run without single_op_s, is left out)."""
+def median_rows(runs: list, world_size: int) -> list:
+    """Rows of several benchmark runs -> one row per message size: the median time over the runs that
+    measured that size, and the bandwidths of that time (medians of times and of bandwidths disagree).
+
+    Where some runs timed single all-reduces (`single_op_s`) and older ones did not, only the runs that did
+    are used: mixing them would switch the prediction to back-to-back times for every size.
+    """
     import statistics
 
+    from scalelab.allreduce import bandwidths
+
+    with_single = [rows for rows in runs if rows and all(r.get("single_op_s") for r in rows)]
     by_size = {}
-    for rows in runs:
+    for rows in with_single or runs:
         for r in rows:
             by_size.setdefault(r["bytes"], []).append(r)
     out = []
     for size, rs in sorted(by_size.items()):
-        row = {"bytes": size}
-        for key in ("time_s", "algbw_GBps", "busbw_GBps", "single_op_s"):
-            vals = [r[key] for r in rs if r.get(key) is not None]
-            if len(vals) == len(rs):
-                row[key] = statistics.median(vals)
+        row = {"bytes": size, "time_s": statistics.median(r["time_s"] for r in rs)}
+        row["algbw_GBps"], row["busbw_GBps"] = bandwidths(size, row["time_s"], world_size)
+        if with_single:
+            row["single_op_s"] = statistics.median(r["single_op_s"] for r in rs)
         out.append(row)
     return out
 
@@ -111,7 +121,7 @@ def _bucket_count(buckets) -> int:
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
     out = scaling.copy()
-    new = {k: [] for k in ("bench_busbw_GBps", "pred_comm_s", "pred_eff_no_overlap", "pred_eff_overlap",
+    new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "pred_comm_s", "pred_eff_no_overlap", "pred_eff_overlap",
                            "mfu_shown", "cost_per_1k_samples", "budget_hours", "budget_cost")}
     for r in out.itertuples():
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
@@ -129,6 +139,7 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         elif r.devices == 1:
             eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None
         new["bench_busbw_GBps"].append(busbw)
+        new["bench_runs"].append(bench_row["runs"] if bench_row is not None else None)
         new["pred_comm_s"].append(pred)
         new["pred_eff_no_overlap"].append(eff_lo)
         new["pred_eff_overlap"].append(eff_hi)

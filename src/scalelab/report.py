@@ -244,6 +244,9 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             if g["devices"].max() > 1 and g["bench_busbw_GBps"].isna().all():
                 out.append(f"  (No all-reduce benchmark in this folder at these sizes: {_bench_hint(g)} adds the "
                            "predicted columns.)")
+            elif g["bench_runs"].max() > 1:
+                out.append(f"  (predicted ms and bench busbw: the median of {g['bench_runs'].max():.0f} all-reduce "
+                           "benchmark runs in this folder, per message size)")
             if g["mfu_shown"].isna().all():
                 out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
         out.append("")
