@@ -140,6 +140,35 @@ def test_report_says_how_many_benchmark_runs_the_prediction_combines():
     assert "the median of 2 all-reduce benchmark runs in this folder" in texts[1]
 
 
+def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
+    # Gradients ready after 0.30 s in normal steps but 0.40 s in the probe (no sync): communication cannot
+    # make a step faster, so the split is noise. The report must not print "0 ms waited; 100 % hidden".
+    r0 = _rank(0, [1, 1, .40, .45, .40, .40], [.9, .9, .30, .40, .30, .30], [.1, .1, .05, 0, .05, .05], [3])
+    r1 = _rank(1, [1, 1, .41, .46, .41, .41], [.9, .9, .30, .39, .30, .30], [.1, .1, .06, 0, .06, .06], [3])
+    c = timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0)["comm"]
+    assert c["synced_s"] == pytest.approx(0.30) and c["compute_s"] == pytest.approx(0.40)
+    assert c["overlap"] == 1.0  # the clamped figure the line must not present as measured
+    base = make_result("n1", 1, samples_per_s=100)
+    base["timing"]["comm"] = dict(c, compute_s=0.30, synced_s=0.30, exposed_comm_s=0.0, comm_busy_s=0.0)
+    two = make_result("n2", 2, samples_per_s=150)
+    two["timing"]["step_time_s"] = {"median": 0.41}
+    two["timing"]["comm"] = c
+    runs = report.runs_frame([base, two])
+    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame([]))
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    assert "not separable from compute in these runs (the no-sync probe steps were 33 % slower" in line, line
+    assert "hidden" not in line and "nothing large" not in line
+    text = report.render(runs, scaling, "plain", None)
+    row = next(ln for ln in text.splitlines() if ln.split()[:2] == ["2", "1"] and "?" in ln)
+    assert row.split().count("?") == 3 and "100 %" not in row
+    # Results written before synced_s existed keep the old wording.
+    c_old = {k: v for k, v in c.items() if k != "synced_s"}
+    two["timing"]["comm"] = c_old
+    runs = report.runs_frame([base, two])
+    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame([]))
+    assert "hidden behind backward" in explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+
+
 def test_limiting_line_names_the_larger_cause():
     comm_bound = [_with_comm(make_result("c1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
                   _with_comm(make_result("c2", 2, samples_per_s=110), 0.1, 0.09, 0.08, 0.18)]

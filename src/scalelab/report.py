@@ -21,11 +21,11 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
                "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "samples_per_s",
                "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
-               "slurm_job", "restart_count", "compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+               "slurm_job", "restart_count", "compute_s", "synced_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
                "comm_share", "overlap", "grad_bytes", "buckets", "bucket_bytes", "train_busbw_GBps",
                "tflops_per_device", "peak_tflops", "mfu"]
 NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
-           "train_loss", "val_loss", "val_acc", "params", "compute_s", "comm_busy_s", "comm_alone_s",
+           "train_loss", "val_loss", "val_acc", "params", "compute_s", "synced_s", "comm_busy_s", "comm_alone_s",
            "exposed_comm_s", "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps", "tflops_per_device",
            "peak_tflops", "mfu")
 
@@ -73,7 +73,7 @@ def runs_frame(found: list) -> pd.DataFrame:
             "created": r.get("created"),
             "slurm_job": slurm.get("job_id"),
             "restart_count": slurm.get("restart_count") or 0,
-            **{k: c.get(k) for k in ("compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s", "comm_share",
+            **{k: c.get(k) for k in ("compute_s", "synced_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s", "comm_share",
                                      "overlap", "grad_bytes", "buckets", "train_busbw_GBps")},
             "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
             **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
@@ -99,7 +99,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 scaling=("scaling", "first"), model=("model", "first"), describe=("describe", "first"),
                 samples_per_s=("samples_per_s", "median"), bucket_bytes=("bucket_bytes", "first"),
                 tokens_per_s=("tokens_per_s", "median"),
-                **{k: (k, "median") for k in ("compute_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+                **{k: (k, "median") for k in ("compute_s", "synced_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
                                                "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps",
                                                "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
@@ -230,7 +230,8 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
             tg_rows = [[r.devices, r.nodes, fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
                         fmt_num(r.comm_busy_s * 1e3, ",.1f"), fmt_num(r.comm_alone_s * 1e3, ",.1f"),
                         fmt_num(r.pred_comm_s * 1e3, ",.1f"),
-                        fmt_num(r.exposed_comm_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.overlap),
+                        *(["?"] * 3 if explain.split_within_noise(r) else
+                          [fmt_num(r.exposed_comm_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.overlap)]),
                         fmt_num(r.grad_bytes / 1e6, ".3g"),
                         fmt_num(r.train_busbw_GBps, ".3g"), fmt_num(r.bench_busbw_GBps, ".3g"),
                         fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu_shown, ".1f")]

@@ -207,6 +207,7 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     return {
         "probe_steps": len(probes),
         "compute_s": compute,
+        "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
         "exposed_comm_s": exposed,
         "comm_busy_s": busy,
         "comm_alone_s": alone,
