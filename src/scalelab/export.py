@@ -34,7 +34,8 @@ STEP_COLUMNS = {
     "waited_s": "exposed_comm_s", "comm_share": "comm_share", "hidden_fraction": "overlap",
     "grad_bytes": "grad_bytes", "buckets": "buckets", "bucket_bytes": "bucket_bytes",
     "ddp_busbw_GBps": "train_busbw_GBps",
-    "bench_busbw_GBps": "bench_busbw_GBps", "bench_runs": "bench_runs", "tflops_per_device": "tflops_per_device", "mfu": "mfu_shown",
+    "bench_busbw_GBps": "bench_busbw_GBps", "bench_runs": "bench_runs", "tflops_per_device": "tflops_per_device",
+    "mfu": "mfu_shown",
 }
 BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
                  "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]

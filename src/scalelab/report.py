@@ -73,8 +73,8 @@ def runs_frame(found: list) -> pd.DataFrame:
             "created": r.get("created"),
             "slurm_job": slurm.get("job_id"),
             "restart_count": slurm.get("restart_count") or 0,
-            **{k: c.get(k) for k in ("compute_s", "synced_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s", "comm_share",
-                                     "overlap", "grad_bytes", "buckets", "train_busbw_GBps")},
+            **{k: c.get(k) for k in ("compute_s", "synced_s", "comm_busy_s", "comm_alone_s", "exposed_comm_s",
+                                     "comm_share", "overlap", "grad_bytes", "buckets", "train_busbw_GBps")},
             "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
             **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
         })
