@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scalelab import config
 from scalelab.workloads import build
-from scalelab.workloads.transformer import lora_params, matmul_params
+from scalelab.workloads.transformer import lora_params
 
 BATCH = 3
 aten = torch.ops.aten
@@ -80,7 +80,7 @@ def test_mlp_flops_are_6n_less_the_first_input_gradient(hidden):
 def test_tiny_transformer_flops_by_hand():
     # L=4, H=4, d=256 (Q=64), T=128, V=512: matmul weights 4·12·256² + 256·512 (the tied LM head) = 3,276,800
     wl = workload("--model", "transformer", "--preset", "tiny")
-    assert matmul_params(shape_of(wl)) == 3_276_800
+    assert shape_of(wl).matmul_params() == 3_276_800
     attention = 12 * 4 * 4 * 64 * 128
     assert wl.flops_per_sample == 128 * (6 * 3_276_800 + attention) == 2_717_908_992
     assert wl.trainable_params == wl.n_params == shape_of(wl).total_params() == 3_323_392
@@ -117,7 +117,7 @@ def test_lora_flops_skip_the_frozen_weight_gradients():
     shape = shape_of(wl)
     d, t = shape.d_model, shape.seq_len
     attention = 12 * shape.n_layer * shape.n_head * shape.head_dim * t
-    assert wl.flops_per_sample == t * (4 * matmul_params(shape) + 6 * lora_params(shape, r) + attention)
+    assert wl.flops_per_sample == t * (4 * shape.matmul_params() + 6 * lora_params(shape, r) + attention)
     assert wl.trainable_params == lora_params(shape, r) == 65_536
     counted, _ = counted_per_sample(wl)
     # Nothing before block 0's qkv needs a gradient (embeddings frozen): autograd skips its input gradients,

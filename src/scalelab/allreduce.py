@@ -78,8 +78,7 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) ->
 def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple:
     """(algbw, busbw) in GB/s. For n = 1 the factor 2(n-1)/n is 0, so busbw is 0, as nccl-tests reports:
     one rank moves nothing over any bus, and algbw then only measures a local no-op."""
-    algbw = nbytes / time_s / perfmodel.GB
-    return algbw, perfmodel.busbw_from_algbw(algbw, world_size)
+    return nbytes / time_s / perfmodel.GB, perfmodel.busbw_from_time(nbytes, time_s, world_size)
 
 
 def summarize(rows: list) -> dict:
@@ -343,16 +342,6 @@ class Bench:
         self.rows, self.hosts, self.device_names = [], [], []
 
     # collectives ---------------------------------------------------------------------------------
-    def _sync(self):
-        from scalelab import comm
-
-        comm.sync(self.device)
-
-    def _barrier(self):
-        from scalelab import comm
-
-        comm.barrier(self.device)
-
     def _reduce(self, value: float, op) -> float:
         import torch
         import torch.distributed as dist
@@ -383,15 +372,17 @@ class Bench:
         """Seconds per all-reduce of buf: slowest rank's mean over the timed iterations."""
         import torch.distributed as dist
 
+        from scalelab import comm
+
         for _ in range(self.args.warmup_iters):
             dist.all_reduce(buf)
-        self._sync()
-        self._barrier()
-        self._sync()
+        comm.sync(self.device)
+        comm.barrier(self.device)
+        comm.sync(self.device)
         start = time.perf_counter()
         for _ in range(self.args.iters):
             dist.all_reduce(buf)
-        self._sync()
+        comm.sync(self.device)
         per_op = (time.perf_counter() - start) / self.args.iters
         return self._reduce(per_op, dist.ReduceOp.MAX)
 
@@ -434,6 +425,8 @@ class Bench:
     def execute(self) -> int:
         import torch.distributed as dist
 
+        from scalelab import comm
+
         where = [None] * self.world
         dist.all_gather_object(where, (cluster.hostname(), cluster.device_name(self.launch.accelerator,
                                                                             self.device.index or 0)))
@@ -454,7 +447,7 @@ class Bench:
             print(self.avg_line(), flush=True)
             path = self.write("failed" if error else "completed", error)
             print(f"-> {path}", flush=True)
-        self._barrier()  # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
+        comm.barrier(self.device)  # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
         if error:
             if self.rank == 0:
                 raise RunFailed(error)

@@ -94,7 +94,7 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     rows = sorted(rows, key=lambda r: r["bytes"])
     if rows and all(r.get("single_op_s") for r in rows):
         rows = [{"bytes": r["bytes"], "time_s": r["single_op_s"],
-                 "busbw_GBps": perfmodel.busbw_from_algbw(r["bytes"] / r["single_op_s"] / perfmodel.GB, n)}
+                 "busbw_GBps": perfmodel.busbw_from_time(r["bytes"], r["single_op_s"], n)}
                 for r in rows]
     if nbytes <= rows[0]["bytes"]:
         return rows[0]["time_s"]
@@ -130,7 +130,7 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
             pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
                                     r.bucket_bytes if isinstance(r.bucket_bytes, tuple) else None)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
-            busbw = perfmodel.busbw_from_algbw(r.grad_bytes / pred / perfmodel.GB, r.devices) if pred > 0 else None
+            busbw = perfmodel.busbw_from_time(r.grad_bytes, pred, r.devices) if pred > 0 else None
             if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
                 # busbw moves the whole gradient in `pred` seconds: the model then reproduces pred
                 p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, r.grad_bytes, r.devices, r.nodes,
@@ -174,7 +174,8 @@ def limiting_line(r) -> Optional[str]:
         causes.append((slower, f"slower compute per device: {slower * 1e3:,.0f} ms more per step than at "
                                f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
-    if split_within_noise(r):
+    noisy = split_within_noise(r)
+    if noisy:
         comm = (f"communication: not separable from compute in these runs (the no-sync probe steps were "
                 f"{(r.compute_s / r.synced_s - 1) * 100:.0f} % slower than the normal steps, which is noise; more "
                 "--max_steps gives more probe steps)")
@@ -202,7 +203,7 @@ def limiting_line(r) -> Optional[str]:
     causes.append((r.exposed_comm_s if _ok(r.exposed_comm_s) else 0.0, comm))
     causes.sort(key=lambda c: -c[0])
     texts = [text for _, text in causes]
-    if share < 0.05 and len(causes) == 1 and not split_within_noise(r):
+    if share < 0.05 and len(causes) == 1 and not noisy:
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
 

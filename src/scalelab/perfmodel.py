@@ -190,6 +190,11 @@ def busbw_from_algbw(algbw: float, n: int) -> float:
     return algbw * 2 * (n - 1) / n
 
 
+def busbw_from_time(nbytes: float, seconds: float, n: int) -> float:
+    """busbw of an all-reduce of nbytes per rank that took `seconds` (algbw = bytes / time, 1 GB = 1e9 B)."""
+    return busbw_from_algbw(nbytes / seconds / GB, n)
+
+
 def algbw_from_busbw(busbw: float, n: int) -> float:
     """Inverse of busbw_from_algbw (n = 1 has no bus traffic: returns inf)."""
     _positive(n=n)

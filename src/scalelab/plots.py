@@ -7,6 +7,7 @@ delivers (all-reduce busbw vs message size). Every builder returns a Figure, so 
 read the plotted data back; `write_all` saves them.
 """
 
+import io
 import os
 
 import matplotlib
@@ -17,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from scalelab import results  # noqa: E402
 from scalelab.allreduce import human_bytes  # noqa: E402
 from scalelab.cli import UsageError  # noqa: E402
 
@@ -41,8 +43,8 @@ def _title(what: str, scaling: pd.DataFrame) -> str:
     return f"{what}\n{workload}{' / '.join(hw)}"
 
 
-def _config(r) -> str:
-    return f"{int(r['devices'])}×" + (f" ({int(r['nodes'])} nodes)" if r["nodes"] > 1 else "")
+def _config(devices, nodes) -> str:
+    return f"{int(devices)}×" + (f" ({int(nodes)} nodes)" if nodes > 1 else "")
 
 
 def speedup_figure(scaling: pd.DataFrame):
@@ -113,7 +115,7 @@ def efficiency_figure(scaling: pd.DataFrame):
             ax.errorbar(pos, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="_", color="black", ms=14, capsize=3,
                         label="predicted (no overlap … full overlap)" if k == 0 else None)
     ax.axhline(100, ls=":", color="black", lw=1)
-    ax.set_xticks(range(len(configs)), [f"{d}×" + (f" ({n} nodes)" if n > 1 else "") for d, n in configs])
+    ax.set_xticks(range(len(configs)), [_config(d, n) for d, n in configs])
     ax.set_xlabel("configuration (devices, nodes)")
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 120)
@@ -132,7 +134,7 @@ def throughput_figure(scaling: pd.DataFrame):
     for ax, (group, g) in zip(axes[0], groups):
         g = g.sort_values(["devices", "nodes"])
         unit = "tokens/s" if g["model"].iloc[0] == "transformer" else "samples/s"
-        bars = ax.bar([_config(r) for _, r in g.iterrows()], g["throughput_per_device"], color="tab:green")
+        bars = ax.bar([_config(d, n) for d, n in zip(g["devices"], g["nodes"])], g["throughput_per_device"], color="tab:green")
         ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
         base = g["throughput_per_device"].iloc[0]
         if np.isfinite(base):
@@ -185,15 +187,11 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
     paths = []
     for name, fig in figures:
         path = os.path.join(folder, name)
-        tmp = os.path.join(folder, f".tmp-{os.getpid()}-{name}")
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=DPI)
+        plt.close(fig)
         try:
-            fig.savefig(tmp, dpi=DPI)
-            os.replace(tmp, path)  # a reader never sees half a PNG
+            paths.append(results.atomic_write_bytes(path, png.getvalue()))  # a reader never sees half a PNG
         except OSError as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
             raise UsageError(f"--plot: cannot write {path} ({exc.strerror})") from None
-        finally:
-            plt.close(fig)
-        paths.append(path)
     return paths

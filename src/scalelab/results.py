@@ -130,6 +130,10 @@ def envelope(kind: str, run_id: str) -> dict:
 
 
 def atomic_write_text(path: str, text: str) -> str:
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str, data: bytes) -> str:
     """Write to a temporary file in the same folder, fsync, then rename over the target."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -137,8 +141,8 @@ def atomic_write_text(path: str, text: str) -> str:
     # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -202,8 +202,7 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
     exposed = max(0.0, synced - compute) if world > 1 else 0.0
     grad_bytes = per_rank[0].get("grad_bytes")
-    busbw = (perfmodel.busbw_from_algbw(grad_bytes / busy / perfmodel.GB, world)
-             if world > 1 and busy > 0 and grad_bytes else None)
+    busbw = perfmodel.busbw_from_time(grad_bytes, busy, world) if world > 1 and busy > 0 and grad_bytes else None
     return {
         "probe_steps": len(probes),
         "compute_s": compute,

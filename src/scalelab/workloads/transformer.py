@@ -16,11 +16,6 @@ from scalelab import perfmodel
 from scalelab.workloads.presets import TransformerShape
 
 
-def matmul_params(shape: TransformerShape) -> int:
-    """See TransformerShape.matmul_params (kept here beside lora_params for the model's own users)."""
-    return shape.matmul_params()
-
-
 def lora_params(shape: TransformerShape, rank: int) -> int:
     """Adapter weights: r x (in + out) for qkv (d->3d), proj (d->d), fc (d->4d) and fc-out (4d->d)."""
     d = shape.d_model
@@ -39,7 +34,7 @@ def flops_per_token(shape: TransformerShape, lora_rank: int = 0) -> float:
     none; like 6N, the convention ignores that: under 3 % of tiny with LoRA, less for bigger models.)
     """
     dims = (shape.n_layer, shape.n_head, shape.head_dim, shape.seq_len)
-    n = matmul_params(shape)
+    n = shape.matmul_params()
     if not lora_rank:
         return perfmodel.transformer_flops_per_token(n, *dims)  # 6·N + attention
     return 4 * n + perfmodel.transformer_flops_per_token(lora_params(shape, lora_rank), *dims)
