@@ -6,7 +6,7 @@
     torchrun --nproc_per_node 4 src/allreduce_bench.py
 """
 
-from scalelab.allreduce import PROG, main
+from scalelab.bench.allreduce import PROG, main
 from scalelab.cli import fast_exit, run_main
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ import sys
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import (OneLineParser, UsageError, human_count, nonneg_float, number_type, positive_float,
-                          positive_int, run_main)
+from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_main
+from scalelab.errors import UsageError
 from scalelab.workloads.presets import PRESETS
 
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

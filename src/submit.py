@@ -8,7 +8,7 @@
 import sys
 
 from scalelab.cli import run_main
-from scalelab.sweep import main
+from scalelab.launch.sweep import main
 
 if __name__ == "__main__":
     sys.exit(run_main("submit.py", main))

@@ -6,7 +6,7 @@
 """
 
 from scalelab.cli import fast_exit, run_main
-from scalelab.training import main
+from scalelab.train.run import main
 
 if __name__ == "__main__":
     fast_exit(run_main("train.py", main))

@@ -6,9 +6,11 @@ import math
 import pytest
 
 from conftest import load_results, run_script
-from scalelab import allreduce, results
-from scalelab.allreduce import bandwidths, busbw_at, human_bytes, message_sizes, parse_size, size_type, summarize
-from scalelab.cli import UsageError
+from scalelab import results
+from scalelab.bench import allreduce
+from scalelab.bench.allreduce import size_type
+from scalelab.errors import UsageError
+from scalelab.perfmodel.network import bandwidths, bench_summary, busbw_at, human_bytes, message_sizes, parse_size
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 HEADERS = ["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "1 op (us)", "#wrong"]
@@ -85,9 +87,9 @@ def test_busbw_at_with_zero_busbw_and_bad_input():
 
 def test_summary_uses_sizes_from_1_MiB_else_the_largest():
     rows = [{"bytes": b, "busbw_GBps": bw} for b, bw in ((KiB, 9.0), (MiB, 1.0), (2 * MiB, 3.0), (4 * MiB, 2.0))]
-    s = summarize(rows)
+    s = bench_summary(rows)
     assert s == {"avg_busbw_GBps": pytest.approx(2.0), "peak_busbw_GBps": 9.0, "large_msg_busbw_GBps": 2.0}
-    small = summarize(rows[:1] + [{"bytes": 2 * KiB, "busbw_GBps": 5.0}])
+    small = bench_summary(rows[:1] + [{"bytes": 2 * KiB, "busbw_GBps": 5.0}])
     assert small == {"avg_busbw_GBps": 7.0, "peak_busbw_GBps": 9.0, "large_msg_busbw_GBps": 5.0}
 
 

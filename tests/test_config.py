@@ -4,7 +4,7 @@ import pytest
 
 from conftest import run_script
 from scalelab import config
-from scalelab.cli import UsageError
+from scalelab.errors import UsageError
 
 
 def test_model_defaults_fill_in():

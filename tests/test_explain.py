@@ -3,8 +3,9 @@
 import pytest
 
 from conftest import run_script
-from scalelab import comm, explain, report, results, timing
-from scalelab.allreduce import busbw_at
+from scalelab import explain, report, results
+from scalelab.perfmodel.network import busbw_at
+from scalelab.train import comm, timing
 from test_results import make_result
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from scalelab import config
-from scalelab.cli import UsageError
+from scalelab.errors import UsageError
 from scalelab.workloads import build
 from scalelab.workloads.presets import TransformerShape
 from scalelab.workloads.transformer import GPT, GPTModule, LoRALinear, lora_params

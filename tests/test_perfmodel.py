@@ -11,7 +11,7 @@ GB = 1e9
 S_2B_FP32 = 2e9 * 4  # 8 GB of fp32 gradients
 
 
-# --- the worked example (/work/shared/notes/field-math.md) --------------------------------------------
+# --- the worked example (docs/07-network-arithmetic.md) --------------------------------------------------
 
 def test_worked_example_compute():
     tflop = pm.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=True)

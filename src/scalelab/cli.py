@@ -8,13 +8,7 @@ import argparse
 import os
 import sys
 
-
-class UsageError(Exception):
-    """Bad input the user can fix: printed as one line, exit code 2."""
-
-
-class RunFailed(Exception):
-    """A run that started and did not complete (its partial result is on disk): one line, exit code 1."""
+from scalelab.errors import RunFailed, UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -13,7 +13,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab import results
-from scalelab.cli import UsageError
+from scalelab.errors import UsageError
 from scalelab.report import fmt_num, fmt_pct
 
 KEY = ["workload_key", "devices", "nodes"]

@@ -10,15 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
-from scalelab.cli import (
-    OneLineParser,
-    UsageError,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    unit_fraction,
-)
+from scalelab.cli import OneLineParser, nonneg_float, nonneg_int, positive_float, positive_int, unit_fraction
+from scalelab.errors import UsageError
 from scalelab.workloads.presets import PRESETS
 
 MODELS = ("mlp", "transformer")

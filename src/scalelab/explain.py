@@ -64,7 +64,7 @@ def median_rows(runs: list, world_size: int) -> list:
     """
     import statistics
 
-    from scalelab.allreduce import bandwidths
+    from scalelab.perfmodel.network import bandwidths
 
     with_single = [rows for rows in runs if rows and all(r.get("single_op_s") for r in rows)]
     by_size = {}
@@ -89,7 +89,7 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     Where the benchmark timed single all-reduces (`single_op_s`: each started together on all ranks,
     as DDP issues its few buckets), those times are used rather than nccl-tests' back-to-back mean.
     """
-    from scalelab.allreduce import busbw_at
+    from scalelab.perfmodel.network import busbw_at
 
     rows = sorted(rows, key=lambda r: r["bytes"])
     if rows and all(r.get("single_op_s") for r in rows):

@@ -15,7 +15,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab import __version__, explain, results
-from scalelab.cli import UsageError
+from scalelab.errors import UsageError
 
 SCALING_COLUMNS = {  # CSV name: frame column
     "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",

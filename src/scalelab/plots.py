@@ -19,8 +19,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from scalelab import results  # noqa: E402
-from scalelab.allreduce import human_bytes  # noqa: E402
 from scalelab.cli import UsageError  # noqa: E402
+from scalelab.perfmodel.network import human_bytes  # noqa: E402
 
 DPI = 120
 

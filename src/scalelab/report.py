@@ -15,7 +15,8 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab import explain, results
-from scalelab.cli import UsageError, human_count
+from scalelab.cli import human_count
+from scalelab.errors import UsageError
 
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",

@@ -159,7 +159,7 @@ def atomic_write_json(path: str, obj) -> str:
 
 def ensure_output_dir(path: str, flag: str = "--output_dir"):
     """Create the results folder or fail in one line: before any process group starts, not after training."""
-    from scalelab.cli import UsageError
+    from scalelab.errors import UsageError
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {path} is a file, not a folder")

@@ -7,7 +7,7 @@
 # logs (STATE_DIR/log/) and spool under STATE_DIR; system services are neither used nor touched.
 # Progress goes to stderr; stdout is a single line, `export SLURM_CONF=<STATE_DIR>/slurm.conf`, the only
 # thing a client needs. Idempotent: an already running cluster is left as it is.
-# See /work/shared/notes/local-slurm-cluster.md for why the pieces are set up this way.
+# docs/10-rehearsing-locally.md says why the pieces are set up this way (and the pitfalls it avoids).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

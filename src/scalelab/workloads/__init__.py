@@ -18,6 +18,13 @@ class Workload:
     trainable_params: int  # parameters with gradients, what DDP all-reduces: n_params unless LoRA
 
 
+def throughput_unit(tokens_per_sample) -> str:
+    """The unit a workload's throughput is read in: tokens/s where a sample has tokens, else samples/s.
+
+    The one rule for every table, plot and export (they read tokens_per_sample from the result)."""
+    return "tokens/s" if tokens_per_sample else "samples/s"
+
+
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     """The module and loaders for cfg (a RunConfig) at this per-device batch and world size."""
     from torch.utils.data import DataLoader

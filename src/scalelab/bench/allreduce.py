@@ -7,121 +7,40 @@
 
 Why it exists: training's step time mixes compute and communication; this isolates the second, so the report
 can say what busbw a run's gradient all-reduce could have had (`busbw_at`). Definitions are nccl-tests':
-algbw = S / t, busbw = algbw * 2(n-1)/n (perfmodel.busbw_from_algbw), 1 GB = 1e9 B. torch.distributed is
+algbw = S / t, busbw = algbw * 2(n-1)/n (perfmodel.network.busbw_from_algbw), 1 GB = 1e9 B. torch.distributed is
 used directly (no Lightning): nothing else may run between the timed collectives.
 """
 
 import argparse
-import math
 import os
-import re
 import socket
-import statistics
 import subprocess
 import sys
 import time
 import warnings
 from datetime import timedelta
 
-from scalelab import cluster, perfmodel, results
-from scalelab.cli import (OneLineParser, RunFailed, UsageError, nonneg_int, number_type, positive_float,
-                          positive_int)
+from scalelab import results
+from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
+from scalelab.errors import RunFailed, UsageError
+from scalelab.launch import cluster
+from scalelab.perfmodel.network import (
+    LARGE_MSG_BYTES,
+    bandwidths,
+    bench_summary,
+    human_bytes,
+    message_sizes,
+    parse_size,
+)
 
 PROG = "allreduce_bench.py"
 DTYPES = ("float32", "bfloat16", "float16")
-LARGE_MSG_BYTES = 2**20  # "large message" figures (avg line, large_msg_busbw) use sizes from 1 MiB up
 # Defaults that depend on the accelerator: (gpu, cpu). CPU sizes stay small enough for a laptop rehearsal.
 DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5)}
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-# --- sizes ----------------------------------------------------------------------------------------
-
-
-def parse_size(text) -> int:
-    """'32K' -> 32768, '64M', '4G', '4GiB', '4gb', '1000' (bytes). 1K = 1024, as nccl-tests' -b/-e."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(I?B)?\s*", str(text), re.IGNORECASE)
-    if not match:
-        raise ValueError(f"not a size: {text!r}")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
 size_type = number_type(parse_size, lambda v: v > 0, "a size in bytes like 32K, 64M or 4G (1K = 1024)")
 factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
-
-
-def human_bytes(n: int) -> str:
-    """32768 -> '32 KiB', 1536 -> '1.5 KiB', 100 -> '100 B'."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n} B"
-
-
-def message_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> list:
-    """(bytes, count) per message: min_bytes * factor^k up to max_bytes; at least one element each.
-
-    Sizes that round to the same element count are measured once; bytes are what actually moves.
-    """
-    out, size = [], min_bytes
-    while size <= max_bytes:
-        count = max(1, size // itemsize)
-        if not out or out[-1][1] != count:
-            out.append((count * itemsize, count))
-        size *= factor
-    return out
-
-
-# --- arithmetic (pure: the report and the tests use it without torch) -----------------------------
-
-
-def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple:
-    """(algbw, busbw) in GB/s. For n = 1 the factor 2(n-1)/n is 0, so busbw is 0, as nccl-tests reports:
-    one rank moves nothing over any bus, and algbw then only measures a local no-op."""
-    return nbytes / time_s / perfmodel.GB, perfmodel.busbw_from_time(nbytes, time_s, world_size)
-
-
-def summarize(rows: list) -> dict:
-    """avg over sizes >= 1 MiB (all sizes when none is that large), peak, and the large-message busbw.
-
-    large_msg_busbw_GBps is the median over sizes >= 1 MiB (robust to one noisy size), else the largest
-    size's: the figure the report reads, keyed by (world_size, num_nodes, accelerator, backend).
-    """
-    if not rows:
-        return {"avg_busbw_GBps": None, "peak_busbw_GBps": None, "large_msg_busbw_GBps": None}
-    large = [r["busbw_GBps"] for r in rows if r["bytes"] >= LARGE_MSG_BYTES]
-    over = large or [r["busbw_GBps"] for r in rows]
-    largest = max(rows, key=lambda r: r["bytes"])["busbw_GBps"]
-    return {"avg_busbw_GBps": sum(over) / len(over), "peak_busbw_GBps": max(r["busbw_GBps"] for r in rows),
-            "large_msg_busbw_GBps": statistics.median(large) if large else largest}
-
-
-def busbw_at(rows, nbytes: float) -> float:
-    """busbw (GB/s) a message of nbytes would see, from a result's rows: linear in log(bytes)-log(busbw)
-    between the neighbouring measured sizes, clamped to the smallest/largest size outside the range.
-
-    Bandwidth curves are straight-ish on log-log axes (latency-bound, then saturating), which is why
-    nccl-tests sweeps sizes by a factor. Where a neighbour's busbw is 0 (n = 1) the log is undefined:
-    then busbw is interpolated linearly against log(bytes).
-    """
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    points = sorted((r["bytes"], r["busbw_GBps"]) for r in rows if r.get("busbw_GBps") is not None)
-    if not points:
-        raise ValueError("no rows with a busbw to interpolate")
-    if nbytes <= points[0][0]:
-        return points[0][1]
-    if nbytes >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x0 <= nbytes <= x1:
-            if x1 == x0:
-                return y1
-            w = (math.log(nbytes) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            if y0 > 0 and y1 > 0:
-                return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
-            return y0 + w * (y1 - y0)
-    raise AssertionError("unreachable: nbytes lies inside the measured range")
 
 
 # --- flags ----------------------------------------------------------------------------------------
@@ -221,11 +140,11 @@ def spawn_local(argv, world: int, grace_s: float = 5.0) -> int:
     after writing the result), then are killed.
     """
     port = _free_port()
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
             "LOCAL_WORLD_SIZE": str(world), "NODE_RANK": "0", "SCALELAB_LAUNCHER": "local",
             "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
-    procs = [subprocess.Popen([sys.executable, "-m", "scalelab.allreduce", *argv],
+    procs = [subprocess.Popen([sys.executable, "-m", "scalelab.bench.allreduce", *argv],
                               env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
     killed, first_bad = False, None
     restore = _exit_on_sigterm()
@@ -362,7 +281,7 @@ class Bench:
         """
         import torch.distributed as dist
 
-        from scalelab import comm
+        from scalelab.train import comm
 
         ops = max(self.args.iters, min(100, int(0.5 / max(back_to_back_s, 1e-6))))
         # MIN over ranks, as the run's "alone" figure: the rank that left the barrier last waited least
@@ -372,7 +291,7 @@ class Bench:
         """Seconds per all-reduce of buf: slowest rank's mean over the timed iterations."""
         import torch.distributed as dist
 
-        from scalelab import comm
+        from scalelab.train import comm
 
         for _ in range(self.args.warmup_iters):
             dist.all_reduce(buf)
@@ -425,7 +344,7 @@ class Bench:
     def execute(self) -> int:
         import torch.distributed as dist
 
-        from scalelab import comm
+        from scalelab.train import comm
 
         where = [None] * self.world
         dist.all_gather_object(where, (cluster.hostname(), cluster.device_name(self.launch.accelerator,
@@ -480,7 +399,7 @@ class Bench:
                                        "1 op (us)", "#wrong"], stralign="right", disable_numparse=True)
 
     def avg_line(self) -> str:
-        avg = summarize(self.rows)["avg_busbw_GBps"]
+        avg = bench_summary(self.rows)["avg_busbw_GBps"]
         which = ("sizes >= 1 MiB" if any(r["bytes"] >= LARGE_MSG_BYTES for r in self.rows) else "all sizes")
         return f"Avg bus bandwidth: {avg:.3f} GB/s ({which})"
 
@@ -492,12 +411,10 @@ class Bench:
             status=status,
             error=error,
             run_name=self.args.run_name,
-            launch={"launcher": launch.launcher, "world_size": self.world, "num_nodes": launch.num_nodes,
-                    "procs_per_node": launch.devices, "accelerator": launch.accelerator, "backend": launch.backend,
-                    "device_names": self.device_names, "hostnames": self.hosts},
+            launch=launch.record(self.device_names, self.hosts),
             config=config,
             rows=self.rows,
-            summary=summarize(self.rows),
+            summary=bench_summary(self.rows),
             versions=results.versions(),
             slurm=results.slurm_info(),
             environment=results.capture_environment(),
@@ -532,7 +449,7 @@ def _error_line(exc) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-if __name__ == "__main__":  # how spawn_local starts each local rank (python -m scalelab.allreduce)
+if __name__ == "__main__":  # how spawn_local starts each local rank (python -m scalelab.bench.allreduce)
     from scalelab.cli import fast_exit, run_main
 
     fast_exit(run_main(PROG, spawned_rank_main))

@@ -10,7 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from scalelab.cli import UsageError
+from scalelab.errors import UsageError
 
 
 @dataclass
@@ -27,6 +27,14 @@ class Launch:
     @property
     def backend(self) -> str:
         return "nccl" if self.accelerator == "gpu" else "gloo"
+
+    def record(self, device_names, hostnames, **extra) -> dict:
+        """The `launch` block of a result.json. One builder for every writer (training, benchmarks), so the
+        report reads the same fields from each; `backend` is None where no process group ran (one rank)."""
+        return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,
+                "procs_per_node": self.devices, "accelerator": self.accelerator,
+                "backend": self.backend if self.world_size > 1 else None,
+                "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)), **extra}
 
 
 def _slurm_tasks_per_node() -> int:

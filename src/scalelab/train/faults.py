@@ -493,8 +493,8 @@ def parse_fault(text: str) -> dict:
 def from_env(environ=None) -> list:
     """Callbacks for SCALELAB_FAULT (tests only); [] when it is unset. A `sleep` fault sleeps right here,
     before the process group forms, so the rank joins late."""
-    from scalelab import cluster
-    from scalelab.cli import UsageError
+    from scalelab.errors import UsageError
+    from scalelab.launch import cluster
 
     environ = os.environ if environ is None else environ
     if not environ.get("SCALELAB_FAULT"):

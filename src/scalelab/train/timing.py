@@ -13,7 +13,8 @@ import time
 import lightning.pytorch as pl
 import torch
 
-from scalelab import comm, perfmodel
+from scalelab import perfmodel
+from scalelab.train import comm
 
 
 def _sync(trainer):
@@ -104,7 +105,7 @@ class StepTimer(pl.Callback):
         self.per_rank = gather(self.rank_record(trainer))
 
     def rank_record(self, trainer) -> dict:
-        from scalelab import cluster
+        from scalelab.launch import cluster
 
         return {
             "rank": trainer.global_rank,

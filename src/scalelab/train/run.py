@@ -10,8 +10,10 @@ import time
 import warnings
 from datetime import timedelta
 
-from scalelab import cluster, config, results
-from scalelab.cli import RunFailed, UsageError, human_count
+from scalelab import config, results
+from scalelab.cli import human_count
+from scalelab.errors import RunFailed, UsageError
+from scalelab.launch import cluster
 
 
 def main(argv=None, process_start=None) -> int:
@@ -29,7 +31,8 @@ def main(argv=None, process_start=None) -> int:
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
-    from scalelab import faults, timing, workloads
+    from scalelab import workloads
+    from scalelab.train import faults, timing
 
     threads = cluster.cpu_threads(launch, cfg.threads) if launch.accelerator == "cpu" else torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -101,7 +104,7 @@ def error_line(exc) -> str:
 
 def run_summary(cfg, launch, wl, batch, per_rank) -> dict:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
-    from scalelab import timing
+    from scalelab.train import timing
 
     steps = len(per_rank[0]["step_times_s"])
     return timing.summarize(per_rank, min(cfg.warmup_steps, steps - 1), batch * launch.world_size,
@@ -173,17 +176,8 @@ def build_payload(cfg, launch, wl, batch, per_rank, summary, val, process_start)
             "global_batch": batch * launch.world_size,
         },
         config=cfg.to_dict(),
-        launch={
-            "launcher": launch.launcher,
-            "world_size": launch.world_size,
-            "num_nodes": launch.num_nodes,
-            "procs_per_node": launch.devices,
-            "accelerator": launch.accelerator,
-            "backend": launch.backend if launch.world_size > 1 else None,
-            "device_names": sorted({r["device_name"] for r in per_rank}),
-            "hostnames": sorted({r["host"] for r in per_rank}),
-            "threads_per_proc": per_rank[0]["threads"],
-        },
+        launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
+                             threads_per_proc=per_rank[0]["threads"]),
         timing={**summary, "whole_run_s": time.time() - process_start,
                 **throughput(summary, wl, launch, cfg.precision, per_rank)},
         metrics={"final_train_loss": final_loss,

@@ -13,9 +13,10 @@ import subprocess
 import sys
 import time
 
-from scalelab.cli import OneLineParser, UsageError, positive_float, positive_int
+from scalelab.cli import OneLineParser, positive_float, positive_int
+from scalelab.errors import UsageError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_SHAPES = ["1x1", "1x4", "2x4"]
 
 
@@ -32,7 +33,7 @@ class TrainTask:
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         if "SLURM_JOB_ID" not in os.environ or os.environ.get("SUBMITIT_EXECUTOR") == "local":
             os.environ["SCALELAB_LAUNCHER"] = "submitit-local"
-        from scalelab.training import main
+        from scalelab.train.run import main
 
         code = main(self.argv)
         if code:
