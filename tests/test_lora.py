@@ -6,8 +6,9 @@ import torch
 from scalelab import config
 from scalelab.errors import UsageError
 from scalelab.workloads import build
+from scalelab.workloads.nets.gpt import GPT, GPTModule, LoRALinear
 from scalelab.workloads.presets import TransformerShape
-from scalelab.workloads.transformer import GPT, GPTModule, LoRALinear, lora_params
+from scalelab.workloads.transformer import lora_params
 
 SHAPE = TransformerShape(n_layer=2, n_head=2, d_model=32, seq_len=16, vocab_size=64)
 RANK = 4

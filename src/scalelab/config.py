@@ -6,46 +6,29 @@ Precedence: built-in default < YAML file (`--config`) < command line.
 """
 
 import argparse
+import copy
+import functools
 import os
-from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from dataclasses import asdict, dataclass, field, make_dataclass
+from typing import Any, Optional
 
-from scalelab.cli import OneLineParser, nonneg_float, nonneg_int, positive_float, positive_int, unit_fraction
+from scalelab import workloads
+from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int
 from scalelab.errors import UsageError
-from scalelab.workloads.presets import PRESETS
 
-MODELS = ("mlp", "transformer")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 
-# Per-model defaults where one value does not fit both workloads.
-MODEL_DEFAULTS = {
-    "mlp": {"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 5, "max_steps": None},
-    "transformer": {"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
-}
-
-# What the computation is: identical across a scaling group. Launch fields (devices, nodes,
-# threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group together.
-WORKLOAD_FIELDS = {
-    "common": ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps",
-               "warmup_steps", "comm_probe_every", "precision", "compile"),
-    "mlp": ("num_samples", "noise", "hidden_dims", "dropout"),
-    "transformer": ("preset", "seq_len", "vocab_size", "num_samples", "lora_rank"),
-}
+# What the computation is: identical across a scaling group (each workload adds its own `identity` options).
+# Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
+WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
+                   "comm_probe_every", "precision", "compile", "num_samples")
 
 
 @dataclass
-class RunConfig:
+class CommonConfig:
+    """The flags every workload shares; RunConfig adds each registered workload's own options as fields."""
     model: str = "mlp"
-    # transformer shape
-    preset: str = "tiny"
-    seq_len: Optional[int] = None
-    vocab_size: Optional[int] = None
-    lora_rank: int = 0  # 0 = full training
-    # MLP on the 2-D spiral
     num_samples: Optional[int] = None
-    noise: float = 0.2
-    hidden_dims: List[int] = field(default_factory=lambda: [64, 32, 16])
-    dropout: float = 0.1
     # optimisation and run length
     batch_size: Optional[int] = None
     learning_rate: Optional[float] = None
@@ -74,7 +57,7 @@ class RunConfig:
 
     def workload(self) -> dict:
         """The fields that define the computation: identical across a scaling group."""
-        return {k: getattr(self, k) for k in WORKLOAD_FIELDS["common"] + WORKLOAD_FIELDS[self.model]}
+        return {k: getattr(self, k) for k in WORKLOAD_FIELDS + workloads.get(self.model).identity}
 
     def batch_per_device(self, world_size: int) -> int:
         """Weak scaling keeps the per-device batch; strong scaling splits a fixed global batch."""
@@ -88,6 +71,27 @@ class RunConfig:
         return self.batch_size // world_size
 
 
+def _options():
+    """(owning workload, Option) for every workload option, in registry order."""
+    return [(spec.name, option) for spec in workloads.REGISTRY.values() for option in spec.options]
+
+
+# One flat record, as result.json stores it: cfg.preset, cfg.hidden_dims, ... beside the common fields.
+RunConfig = make_dataclass(
+    "RunConfig",
+    [(o.name, Any, field(default_factory=functools.partial(copy.deepcopy, o.default))) for _, o in _options()],
+    bases=(CommonConfig,),
+)
+RunConfig.__doc__ = "Every knob of a training run: the common flags plus each registered workload's options."
+
+
+def _per_workload(key: str) -> str:
+    """'mlp 64, transformer 8': a common flag's per-workload defaults, for its --help."""
+    shown = [(spec.name, spec.defaults.get(key)) for spec in workloads.REGISTRY.values()]
+    return ", ".join(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}"
+                     for name, value in shown if value is not None) or "no default"
+
+
 def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=prog,
@@ -96,26 +100,24 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="YAML file of defaults (keys = flag names); the command line wins")
     w = p.add_argument_group("workload")
-    w.add_argument("--model", choices=MODELS, help="mlp: spiral classifier; transformer: GPT-style decoder")
-    w.add_argument("--preset", choices=sorted(PRESETS), help="transformer size (tiny runs on a laptop CPU)")
-    w.add_argument("--seq_len", type=positive_int, help="transformer context length (default: preset's)")
-    w.add_argument("--vocab_size", type=positive_int, help="transformer vocabulary (default: preset's)")
-    w.add_argument("--lora_rank", type=nonneg_int,
-                   help="train only rank-R adapters (base frozen): a tiny gradient, to see how scaling changes; "
-                        "0 = full training")
+    w.add_argument("--model", choices=tuple(workloads.REGISTRY),
+                   help="; ".join(spec.help for spec in workloads.REGISTRY.values()))
     w.add_argument("--num_samples", type=positive_int,
-                   help="training set size (mlp default 10000; transformer default: enough for max_steps)")
-    w.add_argument("--noise", type=nonneg_float, help="spiral noise (mlp)")
-    w.add_argument("--hidden_dims", type=positive_int, nargs="+", help="hidden layer widths (mlp)")
-    w.add_argument("--dropout", type=unit_fraction, help="dropout probability (mlp)")
+                   help=f"training set size ({_per_workload('num_samples')}; else enough for max_steps)")
+    for spec in workloads.REGISTRY.values():
+        group = p.add_argument_group(f"{spec.name} workload")
+        for option in spec.options:
+            group.add_argument(f"--{option.name}", **option.argparse)
     o = p.add_argument_group("optimisation and timing")
     o.add_argument("--batch_size", type=positive_int,
-                   help="per device with --scaling weak, global with --scaling strong (mlp 64, transformer 8)")
+                   help="per device with --scaling weak, global with --scaling strong "
+                        f"({_per_workload('batch_size')})")
     o.add_argument("--scaling", choices=("weak", "strong"),
                    help="weak: batch per device fixed, global batch grows; strong: global batch fixed and split")
-    o.add_argument("--learning_rate", type=positive_float, help="(mlp 1e-3, transformer 3e-4)")
-    o.add_argument("--max_epochs", type=positive_int, help="(mlp default 5)")
-    o.add_argument("--max_steps", type=positive_int, help="stop after this many optimizer steps (transformer default 50)")
+    o.add_argument("--learning_rate", type=positive_float, help=f"({_per_workload('learning_rate')})")
+    o.add_argument("--max_epochs", type=positive_int, help=f"({_per_workload('max_epochs')})")
+    o.add_argument("--max_steps", type=positive_int,
+                   help=f"stop after this many optimizer steps ({_per_workload('max_steps')})")
     o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure")
     o.add_argument("--comm_probe_every", type=nonneg_int,
                    help="every Nth step after warm-up runs without gradient sync and without an update, to time "
@@ -125,9 +127,11 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--seed", type=nonneg_int)
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
     lg = p.add_argument_group("launch (defaults come from SLURM or torchrun when present)")
-    lg.add_argument("--devices", type=positive_int, help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
+    lg.add_argument("--devices", type=positive_int,
+                    help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
     lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
-    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), help="auto: GPUs with NCCL when visible, else CPU with gloo")
+    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"),
+                    help="auto: GPUs with NCCL when visible, else CPU with gloo")
     lg.add_argument("--threads", type=positive_int, help="CPU threads per process (default: a fair share of the cores)")
     lg.add_argument("--timeout", type=positive_float,
                     help="seconds a rank waits for the others (start-up and collectives) before the run fails")
@@ -200,22 +204,17 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
 
 
 def finalize(cfg: RunConfig) -> RunConfig:
-    """Fill model-specific defaults and check combinations a single flag cannot."""
-    for key, value in MODEL_DEFAULTS[cfg.model].items():
+    """Fill workload-specific defaults and check combinations a single flag cannot."""
+    spec = workloads.get(cfg.model)
+    for key, value in spec.defaults.items():
         if getattr(cfg, key) is None:
             setattr(cfg, key, value)
     if cfg.max_epochs is None and cfg.max_steps is None:
         cfg.max_epochs = 1
-    if cfg.model == "transformer":
-        shape = PRESETS[cfg.preset]
-        cfg.seq_len = cfg.seq_len or shape.seq_len
-        cfg.vocab_size = cfg.vocab_size or shape.vocab_size
-        if cfg.vocab_size < 2:
-            raise UsageError("--vocab_size must be at least 2")
-    else:
-        if cfg.lora_rank:
-            raise UsageError("--lora_rank applies to --model transformer only")
-        cfg.num_samples = cfg.num_samples or 10000
+    for owner, option in _options():
+        if owner != cfg.model and getattr(cfg, option.name) != option.default:
+            raise UsageError(f"--{option.name} applies to --model {owner} only")
+    spec.finalize(cfg)
     if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
         raise UsageError(
             f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "

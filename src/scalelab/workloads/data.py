@@ -3,7 +3,14 @@
 import math
 
 import torch
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+def loader(dataset, batch_size: int, num_workers: int, shuffle: bool, drop_last: bool = True) -> DataLoader:
+    """Every workload's loader: whole batches only while training (a short last batch would be a step of
+    another size), workers kept alive across epochs."""
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, drop_last=drop_last,
+                      persistent_workers=num_workers > 0)
 
 
 def spiral(num_samples: int, noise: float, seed: int, num_classes: int = 2) -> TensorDataset:

@@ -1,34 +1,43 @@
 """The tutorial MLP: a small classifier on 2-D spirals (little compute, so communication shows)."""
 
-import lightning.pytorch as pl
-import torch
-import torch.nn.functional as F
-from torch import nn
+from scalelab.cli import nonneg_float, positive_int, unit_fraction
+from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 
-class SpiralMLP(pl.LightningModule):
-    def __init__(self, hidden_dims, dropout: float, learning_rate: float, num_classes: int = 2):
-        super().__init__()
-        layers, width = [], 2
-        for h in hidden_dims:
-            layers += [nn.Linear(width, h), nn.ReLU(), nn.Dropout(dropout)]
-            width = h
-        layers.append(nn.Linear(width, num_classes))
-        self.net = nn.Sequential(*layers)
-        self.learning_rate = learning_rate
+def build(cfg, batch_per_device: int, world_size: int) -> Workload:
+    from torch import nn
 
-    def forward(self, x):
-        return self.net(x)
+    from scalelab import perfmodel
+    from scalelab.workloads import data
+    from scalelab.workloads.nets.mlp import SpiralMLP
 
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return F.cross_entropy(self(x), y)
+    module = SpiralMLP(cfg.hidden_dims, cfg.dropout, cfg.learning_rate)
+    # 6 per weight (forward, input and weight gradient; biases and ReLU are elementwise). The standard 6N
+    # convention: autograd skips the first layer's input gradient (the data needs none), 2*in*h1 fewer.
+    weights = sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+    train = data.spiral(cfg.num_samples, cfg.noise, cfg.seed)
+    val = data.spiral(max(cfg.num_samples // 5, batch_per_device * world_size), cfg.noise, cfg.seed + 1)
+    return Workload(
+        module=module,
+        train_loader=data.loader(train, batch_per_device, cfg.num_workers, shuffle=True),
+        val_loader=data.loader(val, batch_per_device, cfg.num_workers, shuffle=False, drop_last=False),
+        n_params=sum(p.numel() for p in module.parameters()),
+        tokens_per_sample=0,
+        describe="mlp " + "-".join(map(str, cfg.hidden_dims)),
+        flops_per_sample=perfmodel.dense_flops_per_sample(weights),
+        trainable_params=sum(p.numel() for p in module.parameters() if p.requires_grad),
+    )
 
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self(x)
-        self.log("val_loss", F.cross_entropy(logits, y), sync_dist=True)
-        self.log("val_acc", (logits.argmax(-1) == y).float().mean(), sync_dist=True)
 
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+SPEC = WorkloadSpec(
+    name="mlp",
+    help="mlp: spiral classifier",
+    defaults={"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 5, "max_steps": None, "num_samples": 10000},
+    options=(
+        Option("noise", 0.2, {"type": nonneg_float, "help": "spiral noise (mlp)"}),
+        Option("hidden_dims", [64, 32, 16], {"type": positive_int, "nargs": "+", "help": "hidden layer widths (mlp)"}),
+        Option("dropout", 0.1, {"type": unit_fraction, "help": "dropout probability (mlp)"}),
+    ),
+    identity=("noise", "hidden_dims", "dropout"),
+    build=build,
+)

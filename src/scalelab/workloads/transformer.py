@@ -1,19 +1,14 @@
-"""A GPT-style decoder in the spirit of nanoGPT: pre-LN blocks, causal SDPA attention, tied embeddings.
+"""The GPT-style decoder workload: a preset shape (tiny runs on a laptop CPU, xl is GPT-3 XL), synthetic tokens.
 
-Optional LoRA (--lora_rank R): the base model is frozen and only low-rank adapters train, so DDP
-all-reduces a far smaller gradient (1/50 of tiny's at rank 4) for about 2/3 of the compute.
+Declaration and arithmetic only (torch-free); the network is nets/gpt.py. Optional LoRA (--lora_rank R):
+the base model is frozen and only low-rank adapters train, so DDP all-reduces a far smaller gradient.
 """
 
-import math
-from typing import Optional
-
-import lightning.pytorch as pl
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 from scalelab import perfmodel
-from scalelab.workloads.presets import TransformerShape
+from scalelab.cli import nonneg_int, positive_int
+from scalelab.errors import UsageError
+from scalelab.workloads.presets import PRESETS, TransformerShape
+from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 
 def lora_params(shape: TransformerShape, rank: int) -> int:
@@ -40,105 +35,54 @@ def flops_per_token(shape: TransformerShape, lora_rank: int = 0) -> float:
     return 4 * n + perfmodel.transformer_flops_per_token(lora_params(shape, lora_rank), *dims)
 
 
-class LoRALinear(nn.Module):
-    """A frozen nn.Linear plus a trainable low-rank path: y = W x + b + (alpha / r) · B A x.
-
-    B starts at zero, so a fresh adapter leaves the model's output exactly as it was (Hu et al. 2021).
-    """
-
-    def __init__(self, base: nn.Linear, rank: int, alpha: Optional[float] = None):
-        super().__init__()
-        self.base = base.requires_grad_(False)
-        self.lora_a = nn.Linear(base.in_features, rank, bias=False)
-        self.lora_b = nn.Linear(rank, base.out_features, bias=False)
-        nn.init.kaiming_uniform_(self.lora_a.weight, a=math.sqrt(5))  # nn.Linear's own init, as in loralib
-        nn.init.zeros_(self.lora_b.weight)
-        self.scale = (alpha or rank) / rank
-
-    def forward(self, x):
-        return self.base(x) + self.lora_b(self.lora_a(x)) * self.scale
+def shape_of(cfg) -> TransformerShape:
+    """The run's shape: its preset, with --seq_len and --vocab_size applied."""
+    base = PRESETS[cfg.preset]
+    return TransformerShape(base.n_layer, base.n_head, base.d_model, cfg.seq_len, cfg.vocab_size)
 
 
-def add_lora(model: nn.Module, rank: int) -> nn.Module:
-    """Freeze every weight of model, then wrap each nn.Linear inside its blocks in a LoRALinear."""
-    model.requires_grad_(False)
-    for block in model.blocks:
-        for parent in list(block.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is nn.Linear:
-                    setattr(parent, name, LoRALinear(child, rank))
-    return model
+def build(cfg, batch_per_device: int, world_size: int) -> Workload:
+    from scalelab.workloads import data
+    from scalelab.workloads.nets.gpt import GPTModule
+
+    shape = shape_of(cfg)
+    module = GPTModule(shape, cfg.learning_rate, compile=cfg.compile, lora_rank=cfg.lora_rank)
+    # Enough sequences for every rank to reach max_steps inside one epoch (no epoch-boundary stalls).
+    steps = cfg.max_steps or 1000
+    num_samples = cfg.num_samples or steps * batch_per_device * world_size
+    train = data.TokenSequences(num_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
+    return Workload(
+        module=module,
+        train_loader=data.loader(train, batch_per_device, cfg.num_workers, shuffle=True),
+        val_loader=None,
+        n_params=sum(p.numel() for p in module.parameters()),  # the tied head counted once; adapters included
+        tokens_per_sample=cfg.seq_len,
+        describe=f"transformer {cfg.preset}" + (f" + LoRA r{cfg.lora_rank}" if cfg.lora_rank else ""),
+        flops_per_sample=flops_per_token(shape, cfg.lora_rank) * cfg.seq_len,
+        trainable_params=sum(p.numel() for p in module.parameters() if p.requires_grad),
+    )
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_head: int):
-        super().__init__()
-        self.n_head = n_head
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+def finalize(cfg) -> None:
+    shape = PRESETS[cfg.preset]
+    cfg.seq_len = cfg.seq_len or shape.seq_len
+    cfg.vocab_size = cfg.vocab_size or shape.vocab_size
+    if cfg.vocab_size < 2:
+        raise UsageError("--vocab_size must be at least 2")
 
 
-class Block(nn.Module):
-    def __init__(self, d_model: int, n_head: int):
-        super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(d_model), CausalSelfAttention(d_model, n_head)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, shape: TransformerShape, lora_rank: int = 0):
-        super().__init__()
-        self.shape = shape
-        self.tok = nn.Embedding(shape.vocab_size, shape.d_model)
-        self.pos = nn.Embedding(shape.seq_len, shape.d_model)
-        self.blocks = nn.ModuleList(Block(shape.d_model, shape.n_head) for _ in range(shape.n_layer))
-        self.ln_f = nn.LayerNorm(shape.d_model)
-        self.head = nn.Linear(shape.d_model, shape.vocab_size, bias=False)
-        self.head.weight = self.tok.weight  # weight tying, as in GPT-2
-        self.apply(self._init)
-        if lora_rank:  # after the base init: the same seed gives the same base weights with or without LoRA
-            add_lora(self, lora_rank)
-
-    @staticmethod
-    def _init(module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def forward(self, idx):
-        t = idx.shape[1]
-        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))
-
-
-class GPTModule(pl.LightningModule):
-    def __init__(self, shape: TransformerShape, learning_rate: float, compile: bool = False, lora_rank: int = 0):
-        super().__init__()
-        self.model = GPT(shape, lora_rank)
-        self.learning_rate = learning_rate
-        if compile:
-            self.model = torch.compile(self.model)
-
-    def training_step(self, batch, batch_idx):
-        idx, targets = batch
-        logits = self.model(idx)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-    def configure_optimizers(self):
-        trainable = [p for p in self.parameters() if p.requires_grad]  # all of them without LoRA
-        return torch.optim.AdamW(trainable, lr=self.learning_rate, weight_decay=0.1, betas=(0.9, 0.95))
+SPEC = WorkloadSpec(
+    name="transformer",
+    help="transformer: GPT-style decoder",
+    defaults={"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
+    options=(
+        Option("preset", "tiny", {"choices": sorted(PRESETS), "help": "transformer size (tiny runs on a laptop CPU)"}),
+        Option("seq_len", None, {"type": positive_int, "help": "transformer context length (default: preset's)"}),
+        Option("vocab_size", None, {"type": positive_int, "help": "transformer vocabulary (default: preset's)"}),
+        Option("lora_rank", 0, {"type": nonneg_int, "help": "train only rank-R adapters (base frozen): a tiny "
+                                "gradient, to see how scaling changes; 0 = full training"}),
+    ),
+    identity=("preset", "seq_len", "vocab_size", "lora_rank"),
+    build=build,
+    finalize=finalize,
+)

@@ -1,0 +1,36 @@
+"""What a workload declares (WorkloadSpec) and what building it gives a run (Workload). Torch-free."""
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag of a workload: `--name`, its default, and the rest of argparse's add_argument keywords."""
+    name: str
+    default: Any
+    argparse: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str  # the value of --model
+    help: str  # what it is, for --model's help
+    defaults: Dict[str, Any]  # common flags whose default differs per workload (batch_size, learning_rate, ...)
+    options: Tuple[Option, ...]  # flags only this workload reads
+    identity: Tuple[str, ...]  # option names that define the computation: they join the scaling-group key
+    build: Callable[..., "Workload"]  # (cfg, batch_per_device, world_size) -> Workload; imports torch itself
+    finalize: Callable[[Any], None] = lambda cfg: None  # fill defaults that depend on other flags; check combos
+
+
+@dataclass
+class Workload:
+    """What `build` returns: the Lightning module, its seeded loaders and the figures every result records."""
+    module: Any
+    train_loader: Any  # torch DataLoader
+    val_loader: Optional[Any]
+    n_params: int
+    tokens_per_sample: int  # 0 for workloads without tokens: throughput is then read in samples/s
+    describe: str
+    flops_per_sample: float  # training (forward + backward) FLOPs of one sample, analytic: see each workload
+    trainable_params: int  # parameters with gradients, what DDP all-reduces: n_params unless LoRA
