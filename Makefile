@@ -1,26 +1,37 @@
 # Two commands do all set-up on a fresh Debian machine:
 #   make demo   virtualenv + install + CPU rehearsal sweep (1 and 2 processes) + report
-#   make test   virtualenv + install (with test tools) + the test suite
+#   make test   virtualenv + install (with test tools) + lint + the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
+# A quick subset while editing: make test-quick (no multi-process training, no SLURM cluster, no chapters).
+QUICK  ?= -m "not slow and not slurm" --ignore=tests/test_docs.py
 
-.PHONY: demo test install clean
+.PHONY: help demo test test-quick lint install clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH) -e '.[test]'
 	@touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed  ## create .venv and install scalelab with its test tools
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed  ## CPU rehearsal sweep (MLP and tiny GPT at 1 and 2 processes) and its report
 	$(PY) -m scalelab.demo --output_dir outputs/demo
 
-test: $(VENV)/.installed
+lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
+	$(PY) -m ruff check --output-format concise .
+
+test: lint  ## lint, then the whole test suite (what CI runs)
 	$(PY) -m pytest
 
-clean:
-	rm -rf $(VENV) src/*.egg-info .pytest_cache
+test-quick: $(VENV)/.installed  ## unit tests only, about 2 minutes
+	$(PY) -m pytest $(QUICK)
+
+clean:  ## remove the virtualenv and caches
+	rm -rf $(VENV) src/*.egg-info .pytest_cache .ruff_cache

@@ -5,6 +5,7 @@ never a usage dump or a traceback wall.
 """
 
 import argparse
+import logging
 import os
 import sys
 
@@ -49,8 +50,6 @@ def fast_exit(code: int):
     standard streams and logging are flushed. Keeps a run's recorded whole-run time honest against the
     wall time a user measures from outside.
     """
-    import logging
-
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

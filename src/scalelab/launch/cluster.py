@@ -7,7 +7,9 @@ a Trainer that expects 8 ranks while SLURM started 4 waits forever at
 """
 
 import os
+import platform
 import socket
+import time
 from dataclasses import dataclass
 
 from scalelab.errors import UsageError
@@ -119,8 +121,6 @@ def device_name(accelerator: str, local_rank: int = 0) -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or "cpu"
 
 
@@ -138,8 +138,6 @@ def process_start_time() -> float:
     /proc/self/stat gives the start in clock ticks since boot (10 ms); CLOCK_BOOTTIME gives "now" on the
     same clock, so the age is exact to a tick (btime in /proc/stat is whole seconds: too coarse).
     """
-    import time
-
     try:
         with open("/proc/self/stat") as fh:
             ticks = int(fh.read().rsplit(")", 1)[1].split()[19])

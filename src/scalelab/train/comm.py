@@ -14,6 +14,7 @@ Two measurements, because neither alone answers the question:
   when they share the cores (CPU) or the SMs and memory bandwidth (GPU).
 """
 
+import statistics
 import time
 
 import torch
@@ -89,8 +90,6 @@ def median_allreduce_s(bufs: list, device, passes: int) -> float:
     Every rank must call it. The barrier first: waiting for a late rank is not transfer. This is how DDP
     issues a step's few buckets, so the run's "alone" figure and the benchmark's single-op time are this.
     """
-    import statistics
-
     import torch.distributed as dist
 
     times = []
