@@ -1,4 +1,4 @@
-"""The analytic model: the field notes' worked example, nccl-tests arithmetic, peaks, and scaling by hand."""
+"""The analytic model: the worked example of docs/07, nccl-tests arithmetic, peaks, and scaling by hand."""
 
 import sys
 
@@ -161,6 +161,16 @@ def test_module_does_not_import_torch():
     import subprocess
 
     code = "import sys; import scalelab.perfmodel; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(pm.__file__).rsplit("/scalelab/", 1)[0]})
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_predict_cli_does_not_import_torch():
+    """The predict CLI's logic (scalelab.predict) stays instant: pure arithmetic, no torch."""
+    import subprocess
+
+    code = "import sys; import scalelab.predict; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(pm.__file__).rsplit("/scalelab/", 1)[0]})
     assert out.stdout.strip() == "False", out.stderr

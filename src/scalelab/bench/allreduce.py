@@ -8,13 +8,11 @@
 Why it exists: training's step time mixes compute and communication; this isolates the second, so the report
 can say what busbw a run's gradient all-reduce could have had (`busbw_at`). Definitions are nccl-tests':
 algbw = S / t, busbw = algbw * 2(n-1)/n (perfmodel.network.busbw_from_algbw), 1 GB = 1e9 B. torch.distributed is
-used directly (no Lightning): nothing else may run between the timed collectives.
+used directly (no Lightning): nothing else may run between the timed collectives. Local ranks are started by
+scalelab.launch.local (`python -m scalelab.bench.allreduce` per rank); this module is the engine each rank runs.
 """
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -24,6 +22,7 @@ from scalelab import results
 from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
 from scalelab.errors import RunFailed, UsageError
 from scalelab.launch import cluster
+from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import (
     LARGE_MSG_BYTES,
     bandwidths,
@@ -34,6 +33,7 @@ from scalelab.perfmodel.network import (
 )
 
 PROG = "allreduce_bench.py"
+MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE
 DTYPES = ("float32", "bfloat16", "float16")
 # Defaults that depend on the accelerator: (gpu, cpu). CPU sizes stay small enough for a laptop rehearsal.
 DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5)}
@@ -99,14 +99,9 @@ def main(argv=None) -> int:
     args = resolve(args, launch)
     if cluster.env_rank() == 0:
         results.ensure_output_dir(args.output_dir)
-    if launch.launcher == "local" and launch.world_size > 1 and not _is_started_rank():
-        return spawn_local(argv, launch.world_size)
+    if launch.launcher == "local" and launch.world_size > 1 and not is_started_rank():
+        return spawn_local(MODULE, argv, launch.world_size)
     return run(args, launch)
-
-
-def _is_started_rank() -> bool:
-    """A rank someone already started (spawn_local too): cluster.detect's "external" launch. It never spawns."""
-    return all(k in os.environ for k in ("SCALELAB_LAUNCHER", "LOCAL_RANK", "WORLD_SIZE", "RANK"))
 
 
 def spawned_rank_main(argv=None) -> int:
@@ -114,114 +109,15 @@ def spawned_rank_main(argv=None) -> int:
     the launch is what detect would say here (external, sizes from the environment), built without
     detect's Lightning import: seconds per rank on a small machine."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if os.environ.get("SCALELAB_LAUNCHER") != "local" or not _is_started_rank():
+    world = spawned_world()
+    if world is None:
         return main(argv)
     args = build_parser().parse_args(argv)
-    world = int(os.environ["WORLD_SIZE"])
     launch = cluster.Launch("local", world, 1, cluster.resolve_accelerator(args.accelerator))
     return run(resolve(args, launch), launch)
 
 
-# --- local launch ---------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def spawn_local(argv, world: int, grace_s: float = 5.0) -> int:
-    """Start `world` ranks of this module on this machine and wait for them.
-
-    Their environment is what cluster.detect reads as an external launch (SCALELAB_LAUNCHER=local,
-    RANK/LOCAL_RANK/WORLD_SIZE, MASTER_ADDR/PORT), and spawned_rank_main builds the same Launch. When a rank
-    fails the others get grace_s to end on their own (a correctness failure ends every rank, rank 0 last,
-    after writing the result), then are killed.
-    """
-    port = _free_port()
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world), "NODE_RANK": "0", "SCALELAB_LAUNCHER": "local",
-            "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
-    procs = [subprocess.Popen([sys.executable, "-m", "scalelab.bench.allreduce", *argv],
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
-    killed, first_bad = False, None
-    restore = _exit_on_sigterm()
-    try:
-        deadline = None
-        while any(p.poll() is None for p in procs):
-            bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if bad and first_bad is None:  # a rank killed by a signal is the likelier cause than its peers
-                first_bad, deadline = min(bad, key=lambda rc: (rc[1] > 0, rc[0])), time.time() + grace_s
-            if deadline is not None and time.time() > deadline:
-                killed = _stop(procs)
-                break
-            time.sleep(0.05)
-    finally:
-        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave ranks behind
-        restore()
-    codes = [p.wait() for p in procs]
-    if not any(codes):
-        return 0
-    if not killed and all(c == codes[0] for c in codes):
-        return codes[0]  # every rank ended the run itself, and rank 0 said why in its own one line
-    r, code = first_bad or next((r, c) for r, c in enumerate(codes) if c)
-    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-    raise RunFailed(f"rank {r} of {world} {how}" + ("; stopped the other ranks" if killed else ""))
-
-
-def _signal_name(num: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
-def _exit_on_sigterm():
-    """Let SIGTERM (scancel, a CI timeout) unwind the parent like Ctrl-C, so its ranks are stopped too.
-    Returns the function that puts the previous handler back."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None  # handlers can only be set from the main thread
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(procs) -> bool:
-    """Terminate, then kill, ranks still running; True when there were any."""
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        p.terminate()
-    for p in alive:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return bool(alive)
-
-
 # --- one rank ---------------------------------------------------------------------------------------
-
-
-def _rank_info(launch):
-    """(rank, local_rank, world_size, main address, main port) as this launcher announces them."""
-    if launch.launcher == "slurm":
-        from lightning.fabric.plugins.environments import SLURMEnvironment
-
-        env = SLURMEnvironment()
-        return env.global_rank(), env.local_rank(), env.world_size(), env.main_address, env.main_port
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    port = os.environ.get("MASTER_PORT") or (_free_port() if world == 1 else None)
-    if port is None:
-        raise UsageError("WORLD_SIZE > 1 but MASTER_PORT is not set: start the ranks with srun or torchrun")
-    return (int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world,
-            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port))
 
 
 def run(args, launch) -> int:
@@ -229,7 +125,7 @@ def run(args, launch) -> int:
     import torch
     import torch.distributed as dist
 
-    rank, local_rank, world, addr, port = _rank_info(launch)
+    rank, local_rank, world, addr, port = rank_info(launch)
     if world != launch.world_size:
         raise UsageError(f"the launcher announces {world} ranks but the launch has {launch.world_size}")
     if launch.accelerator == "gpu":
@@ -366,7 +262,8 @@ class Bench:
             print(self.avg_line(), flush=True)
             path = self.write("failed" if error else "completed", error)
             print(f"-> {path}", flush=True)
-        comm.barrier(self.device)  # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
+        # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
+        comm.barrier(self.device)
         if error:
             if self.rank == 0:
                 raise RunFailed(error)
@@ -449,7 +346,7 @@ def _error_line(exc) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-if __name__ == "__main__":  # how spawn_local starts each local rank (python -m scalelab.bench.allreduce)
+if __name__ == "__main__":  # how spawn_local starts each local rank (python -m MODULE)
     from scalelab.cli import fast_exit, run_main
 
     fast_exit(run_main(PROG, spawned_rank_main))

@@ -1,0 +1,132 @@
+"""Start N ranks of a torch.distributed tool on this machine, and read a started rank's place in the group.
+
+spawn_local runs `python -m MODULE argv` once per rank with the rendezvous environment that cluster.detect
+reads as an external launch (SCALELAB_LAUNCHER=local, RANK/LOCAL_RANK/WORLD_SIZE, MASTER_ADDR/PORT), waits,
+stops the others when one fails and says why in one line (RunFailed).
+
+Training does not use it: Lightning's DDP strategy relaunches the training script itself, and training's
+failure path supervises those children. So there are two local launchers, each for its own kind of job:
+Lightning's for training, this one for tools that use torch.distributed alone (the all-reduce benchmark).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from scalelab.errors import RunFailed, UsageError
+
+_STARTED_ENV = ("SCALELAB_LAUNCHER", "LOCAL_RANK", "WORLD_SIZE", "RANK")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_started_rank() -> bool:
+    """A rank someone already started (spawn_local too): cluster.detect's "external" launch. It never spawns."""
+    return all(k in os.environ for k in _STARTED_ENV)
+
+
+def spawned_world():
+    """WORLD_SIZE when spawn_local started this process, else None: such a rank can build its Launch
+    ("local", world ranks on one node) from the environment, without cluster.detect's Lightning import
+    (seconds per rank on a small machine)."""
+    if os.environ.get("SCALELAB_LAUNCHER") != "local" or not is_started_rank():
+        return None
+    return int(os.environ["WORLD_SIZE"])
+
+
+def spawn_local(module: str, argv, world: int, grace_s: float = 5.0) -> int:
+    """Start `world` ranks of `python -m module argv` on this machine and wait for them.
+
+    When a rank fails the others get grace_s to end on their own (a correctness failure ends every rank,
+    rank 0 last, after writing the result), then are killed. Returns the ranks' common exit code when every
+    rank ended the run itself; otherwise raises RunFailed naming the rank that failed first.
+    """
+    port = free_port()
+    # src/, so `python -m module` in each rank imports this checkout even when scalelab is not installed
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "NODE_RANK": "0", "SCALELAB_LAUNCHER": "local",
+            "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen([sys.executable, "-m", module, *argv],
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
+    first_bad, killed = None, False
+    restore = _exit_on_sigterm()
+    try:
+        first_bad, killed = _wait(procs, grace_s)
+    finally:
+        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave ranks behind
+        restore()
+    codes = [p.wait() for p in procs]
+    if not any(codes):
+        return 0
+    if not killed and all(c == codes[0] for c in codes):
+        return codes[0]  # every rank ended the run itself, and rank 0 said why in its own one line
+    r, code = first_bad or next((r, c) for r, c in enumerate(codes) if c)
+    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    raise RunFailed(f"rank {r} of {world} {how}" + ("; stopped the other ranks" if killed else ""))
+
+
+def _wait(procs, grace_s: float):
+    """Poll until every rank ended, or grace_s after the first failure; (first failed (rank, code), killed)."""
+    first_bad, deadline = None, None
+    while None in [p.poll() for p in procs]:  # poll every rank: any() would stop at the first one running
+        bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
+        if bad and first_bad is None:  # a rank killed by a signal is the likelier cause than its peers
+            first_bad, deadline = min(bad, key=lambda rc: (rc[1] > 0, rc[0])), time.time() + grace_s
+        if deadline is not None and time.time() > deadline:
+            return first_bad, _stop(procs)
+        time.sleep(0.05)
+    return first_bad, False
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _exit_on_sigterm():
+    """Let SIGTERM (scancel, a CI timeout) unwind the parent like Ctrl-C, so its ranks are stopped too.
+    Returns the function that puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # handlers can only be set from the main thread
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(procs) -> bool:
+    """Terminate, then kill, ranks still running; True when there were any."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    for p in alive:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return bool(alive)
+
+
+def rank_info(launch):
+    """(rank, local_rank, world_size, main address, main port) as this launch's launcher announces them."""
+    if launch.launcher == "slurm":
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        env = SLURMEnvironment()
+        return env.global_rank(), env.local_rank(), env.world_size(), env.main_address, env.main_port
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    port = os.environ.get("MASTER_PORT") or (free_port() if world == 1 else None)
+    if port is None:
+        raise UsageError("WORLD_SIZE > 1 but MASTER_PORT is not set: start the ranks with srun or torchrun")
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world,
+            os.environ.get("MASTER_ADDR", "127.0.0.1"), int(port))

@@ -1,0 +1,262 @@
+"""Predict data-parallel scaling before running it: step time, speedup and efficiency at 1 GPU, one node
+and several nodes, from gradient size, link bandwidths and compute per GPU (ring all-reduce model).
+
+The logic of src/predict.py: flags -> perfmodel.ScalingInputs (plus the lines that explain the work per GPU
+and the compute) -> perfmodel.predict -> table, formula and verdict. Pure arithmetic: importing it must not
+import torch, so the prediction is instant on a laptop.
+"""
+
+import argparse
+import math
+import os
+import re
+import sys
+
+from tabulate import tabulate
+
+from scalelab import perfmodel as pm
+from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_main
+from scalelab.errors import UsageError
+from scalelab.workloads.presets import PRESETS
+
+PROG = "predict.py"
+_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def count(text) -> float:
+    """'2e9', '2B', '1.3B', '350M', '100k' -> a positive number (argparse type)."""
+    match = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(text))
+    value = float(match.group(1)) * _SUFFIX[match.group(2).upper()] if match else math.nan
+    if not 1 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a count such as 2e9, 2B, 1.3B or 350M, got {text!r}")
+    return value
+
+
+fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
+
+
+def parse_args(argv):
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--params", type=count, help="parameter count: 2e9, 2B, 1.3B, 350M")
+    what.add_argument("--preset", choices=sorted(PRESETS), help="a scalelab GPT shape (uses its total params)")
+    p.add_argument("--grad_dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="gradient dtype DDP all-reduces (fp32 for fp32 params, also under bf16-mixed)")
+    p.add_argument("--gpus_per_node", type=positive_int, default=8)
+    p.add_argument("--nodes", type=positive_int, nargs="+", default=[1, 2, 4], help="node counts (default 1 2 4)")
+    p.add_argument("--intra_GBps", type=positive_float, default=300.0,
+                   help="intra-node GB/s per GPU, unidirectional (default 300: NVLink 3; NVLink 4 450, PCIe 4 31)")
+    p.add_argument("--inter_gbit", type=positive_float, default=200.0,
+                   help="inter-node Gbit/s per node, unidirectional (default 200: HDR; NDR 400)")
+    p.add_argument("--intra_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
+    p.add_argument("--inter_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
+    p.add_argument("--bucket_mb", type=positive_float, default=25.0,
+                   help="DDP bucket size in MiB: latency is paid once per bucket (default 25)")
+    p.add_argument("--busbw_GBps", type=positive_float, nargs="+",
+                   help="measured all-reduce busbw (GB/s) replacing the link figures for node counts > 1: "
+                        "one value for all, or one per node count > 1")
+    p.add_argument("--compute_s", type=positive_float, help="measured compute time of one step on 1 GPU")
+    p.add_argument("--seq_len", type=positive_int, help="tokens per sequence (default: the preset's)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--global_batch", type=positive_int,
+                       help="sequences per step across one full node (16 on 8 GPUs = 2 per GPU)")
+    batch.add_argument("--batch_per_gpu", type=positive_int, help="sequences per GPU per step at one node")
+    p.add_argument("--recompute", action="store_true", help="activation recomputation: k = 4 instead of 3")
+    p.add_argument("--tflops", type=positive_float, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989)")
+    p.add_argument("--mfu", type=fraction, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
+    p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
+                   help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")
+    p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
+    p.add_argument("--gpu_hour_price", type=nonneg_float, help="price per GPU-hour, for the cost columns")
+    return p.parse_args(argv)
+
+
+def _t(x) -> str:
+    """Seconds/hours/ratios to 3 significant digits without exponents below 1e6."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+def _batch_per_gpu(args, seq_len, node_counts):
+    """(sequences one step on 1 GPU processes, the 'work per GPU' lines): both batch flags describe one full
+    node; --scaling says what stays fixed when GPUs change. (None, []) when no batch was given."""
+    gpn = args.gpus_per_node
+    if not (args.global_batch or args.batch_per_gpu):
+        return None, []
+    scale_gpus = [g for _, _, g in pm.scales(gpn, node_counts)]
+    node_batch = args.global_batch or args.batch_per_gpu * gpn
+    tokens = f" x {seq_len} tokens" if seq_len else ""
+    if args.scaling == "weak":
+        if node_batch % gpn:
+            raise UsageError(f"--global_batch {node_batch} does not split evenly over --gpus_per_node {gpn}; "
+                             "with --scaling weak it is the global batch at one full node")
+        samples_1gpu = node_batch // gpn
+        shown = ", ".join(f"{samples_1gpu * g} at {g} GPU{'s' if g > 1 else ''}" for g in scale_gpus)
+        seqs = f"{samples_1gpu} sequence{'s' if samples_1gpu > 1 else ''}"
+        return samples_1gpu, [f"work per GPU: {seqs}{tokens} per step at every scale; per-GPU work sets compute "
+                              f"time (weak scaling: global batch {shown})"]
+    bad = [g for g in scale_gpus if node_batch % g]
+    if bad:
+        raise UsageError(f"--scaling strong splits the global batch {node_batch} over the GPUs: it does not "
+                         f"divide evenly over {bad[0]} GPUs; use a multiple of {max(scale_gpus)}")
+    shown = ", ".join(f"{node_batch // g} at {g} GPU{'s' if g > 1 else ''}" for g in scale_gpus)
+    return node_batch, [f"work per GPU: global batch {node_batch}{tokens} split over the GPUs; per-GPU work sets "
+                        f"compute time (strong scaling: sequences per GPU {shown})"]
+
+
+def _compute(args, shape, n_params, seq_len, samples_1gpu):
+    """(the compute keywords of ScalingInputs, the 'compute:' line): a measured --compute_s, or FLOPs at an MFU."""
+    flops_route = args.tflops is not None or args.mfu is not None
+    if args.compute_s is not None and flops_route:
+        raise UsageError("give either --compute_s (a measured 1-GPU step) or --tflops with --mfu, not both")
+    if args.compute_s is not None and args.recompute:
+        raise UsageError("--recompute changes the FLOPs count (--tflops/--mfu route); "
+                         "a measured --compute_s already includes it")
+    if args.compute_s is not None:
+        return {"compute_s": args.compute_s}, (
+            f"compute: {_t(args.compute_s)} s per step on 1 GPU (--compute_s)"
+            + (", the same per GPU at every scale" if args.scaling == "weak" else ", divided by the GPUs"))
+    missing = [flag for flag, v in (("--seq_len", seq_len), ("--global_batch or --batch_per_gpu", samples_1gpu),
+                                    ("--tflops", args.tflops), ("--mfu", args.mfu)) if v is None]
+    if missing:
+        raise UsageError("missing compute inputs: give --compute_s, or --seq_len, --global_batch, --tflops and "
+                         f"--mfu (missing {', '.join(missing)})")
+    flops, how = _flops_per_step(args, shape, n_params, seq_len, samples_1gpu)
+    rate = args.tflops * args.mfu
+    where = "per GPU per step at every scale" if args.scaling == "weak" else "per step on 1 GPU, / GPUs beyond"
+    note = (f"compute: {how} = {flops / 1e12:.5g} TFLOP {where}; at {args.tflops:g} TFLOP/s x "
+            f"{args.mfu:g} MFU = {rate:.4g} TFLOP/s: {_t(flops / (rate * 1e12))} s"
+            + (" (k = 4 with activation recomputation)" if args.recompute and not shape else ""))
+    return {"flops_per_step": flops, "tflops": args.tflops, "mfu": args.mfu}, note
+
+
+def _flops_per_step(args, shape, n_params, seq_len, samples_1gpu):
+    """(FLOPs of one 1-GPU step, how they were counted): the preset's exact shape, or 2 * k * params per token."""
+    k = 4 if args.recompute else 3
+    if shape:
+        per_token = pm.transformer_flops_per_token(shape, seq_len=seq_len) * k / 3
+        how = (f"(6*N + 12*L*H*Q*T) * {k}/3 * tokens = {per_token / 1e9:.4g} GFLOP/token x {seq_len} x "
+               f"{samples_1gpu} (N = {human_count(shape.matmul_params())} matmul weights incl. the LM head, full "
+               f"T^2 attention as nanoGPT counts it, k = {k})")
+        return per_token * seq_len * samples_1gpu, how
+    gpus = args.gpus_per_node if args.scaling == "weak" else 1
+    node_batch = samples_1gpu * gpus
+    tflop = pm.iteration_tflop_per_gpu(n_params / 1e9, seq_len, node_batch, gpus, args.recompute)
+    how = (f"params_B * k * 2 * seq_len * global_batch / (gpus * 1e3) = {n_params / 1e9:g} * {k} * 2 * "
+           f"{seq_len} * {node_batch} / ({gpus} * 1e3)")
+    return tflop * 1e12, how
+
+
+def _check_budget(args, tokens):
+    if args.token_budget is not None and tokens is None:
+        raise UsageError("--token_budget needs tokens per step: give --seq_len and --global_batch")
+    if args.gpu_hour_price is not None and args.token_budget is None:
+        raise UsageError("--gpu_hour_price needs --token_budget (cost = time to train x GPUs x price)")
+
+
+def _busbw_by_nodes(values, node_counts):
+    """--busbw_GBps as {node count > 1: busbw}: one value for all, or one per node count (None: not given)."""
+    if not values:
+        return None
+    multi = [n for n in node_counts if n > 1]
+    if not multi:
+        raise UsageError("--busbw_GBps replaces the inter-node link: give --nodes with a count above 1")
+    if len(values) == 1:
+        return {n: values[0] for n in multi}
+    if len(values) == len(multi):
+        return dict(zip(multi, values))
+    raise UsageError(f"--busbw_GBps takes one value or one per node count > 1 ({len(multi)}: "
+                     f"{' '.join(map(str, multi))}), got {len(values)}")
+
+
+def build(args):
+    """Turn the flags into ScalingInputs plus the lines that explain the work per GPU and the compute."""
+    shape = PRESETS[args.preset] if args.preset else None
+    n_params = shape.total_params() if shape else args.params
+    seq_len = args.seq_len or (shape.seq_len if shape else None)
+    gpn = args.gpus_per_node
+    node_counts = sorted(set(args.nodes))
+    samples_1gpu, notes = _batch_per_gpu(args, seq_len, node_counts)
+    compute_kw, compute_note = _compute(args, shape, n_params, seq_len, samples_1gpu)
+    notes.append(compute_note)
+    tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
+    _check_budget(args, tokens)
+    busbw = _busbw_by_nodes(args.busbw_GBps, node_counts)
+    inputs = pm.ScalingInputs(
+        gpus_per_node=gpn, nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
+        intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
+        intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
+        busbw_GBps=busbw, scaling=args.scaling, bucket_bytes=args.bucket_mb * 2**20, tokens_per_step=tokens,
+        token_budget=args.token_budget, gpu_hour_price=args.gpu_hour_price, **compute_kw)
+    source = f"--preset {args.preset}, total params" if shape else "--params"
+    head = (f"model: {human_count(n_params)} parameters ({source}), {args.grad_dtype} gradients: "
+            f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step; {gpn} GPUs per node; "
+            f"{args.scaling} scaling")
+    return inputs, [head, *notes]
+
+
+def table(inputs, rows) -> str:
+    headers = ["scale", "GPUs", "link", "beta\nGB/s", "all-reduce\nGB/GPU", "comm\ns", "compute\ns",
+               "step s\nno overlap", "step s\noverlap", "comm-\nbound", "speedup\nno overlap", "speedup\noverlap",
+               "efficiency\nno overlap", "efficiency\noverlap"]
+    budget, price = inputs.token_budget is not None, inputs.gpu_hour_price is not None
+    if budget:
+        headers.insert(2, "tokens\n/step")
+    if budget:
+        headers += ["train h\nno overlap", "train h\noverlap"]
+    if price:
+        headers += ["cost\nno overlap", "cost\noverlap"]
+    body = []
+    for r in rows:
+        line = [r.label, r.gpus, r.link, "-" if r.bandwidth_GBps is None else f"{r.bandwidth_GBps:g}",
+                f"{r.allreduce_bytes_per_gpu / pm.GB:.4g}", _t(r.comm_s), _t(r.compute_s), _t(r.step_s_no_overlap),
+                _t(r.step_s_overlap), "yes" if r.comm_bound else "no", f"{r.speedup_no_overlap:.3g}x",
+                f"{r.speedup_overlap:.3g}x", f"{r.efficiency_no_overlap:.1%}", f"{r.efficiency_overlap:.1%}"]
+        if budget:
+            line.insert(2, f"{r.tokens_per_step:,.0f}")
+        if budget:
+            line += [_t(r.train_h_no_overlap), _t(r.train_h_overlap)]
+        if price:
+            line += [_t(r.cost_no_overlap), _t(r.cost_overlap)]
+        body.append(line)
+    return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True, stralign="right")
+
+
+def _glue_negative_counts(argv):
+    """'--params -2B' -> '--params=-2B': argparse would read '-2B' as an unknown flag, not as a bad count."""
+    out = []
+    for arg in argv:
+        if out and out[-1] in ("--params", "--token_budget") and re.match(r"-[0-9.]", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(_glue_negative_counts(sys.argv[1:] if argv is None else list(argv)))
+    try:
+        inputs, notes = build(args)
+        rows = pm.predict(inputs)
+    except ValueError as exc:  # perfmodel's own checks: still the user's input
+        raise UsageError(str(exc)) from None
+    print("\n".join(notes))
+    print()
+    print(table(inputs, rows))
+    print()
+    print(pm.formula(inputs))
+    print("verdict: " + pm.verdict(rows))
+    return 0
+
+
+def cli() -> int:
+    """run_main for the script, where `predict.py ... | head` is normal: when the reader leaves, stop quietly
+    (exit 0, no BrokenPipe traceback, and no second error when Python flushes stdout at exit)."""
+    try:
+        code = run_main(PROG, main)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    return code
