@@ -1,10 +1,10 @@
 """Nothing lost, nothing leaked, nothing hangs: real processes, real faults (CPU DDP with gloo).
 
 Each test starts `src/train.py` as a user would and breaks it: a rank killed with SIGKILL, a rank that raises or
-crashes mid-step (SCALELAB_FAULT, the hidden test hook of scalelab/faults.py), a rank that joins too late, SIGUSR1
-with and without SLURM's auto-requeue, two runs writing into one folder at once. Each checks what the user sees
-(exit code, the last stderr line), what is recorded (status, error), how long failing took, and that no process
-is left behind.
+crashes mid-step (SCALELAB_FAULT, the hidden test hook of scalelab/testing/faults.py), a rank that joins too late,
+SIGUSR1 with and without SLURM's auto-requeue, two runs writing into one folder at once. Each checks what the user
+sees (exit code, the last stderr line), what is recorded (status, error), how long failing took, and that no
+process is left behind.
 """
 
 import os
@@ -134,7 +134,8 @@ def test_rank_0_killed_takes_its_launched_ranks_with_it(tmp_path):
 
 
 @pytest.mark.parametrize("fault, says", [
-    ("raise@step=3,rank=1", "rank 1 failed during step 3: RuntimeError: injected fault (SCALELAB_FAULT, rank 1, step 3)"),
+    ("raise@step=3,rank=1",
+     "rank 1 failed during step 3: RuntimeError: injected fault (SCALELAB_FAULT, rank 1, step 3)"),
     ("exit@step=3,rank=1", "rank 1 stopped responding (exited with code 3) during step 3"),
 ])
 def test_rank_that_fails_mid_step_is_named(tmp_path, fault, says):

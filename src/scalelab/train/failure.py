@@ -1,0 +1,119 @@
+"""When a run fails: say which rank failed and how, in one line, and leave a record (never hang doing it).
+
+`classify` turns the exception that ended this rank into (status, one-line error):
+
+* "failed": a rank raised or died. Rank 0 names the rank that failed first when a collective broke (the
+  RankWatch of watch.py knows); another rank posts its own error for rank 0 (peers.py) unless it only saw a
+  broken collective itself: then it is a victim, not the cause.
+* "timeout": SIGTERM (job time limit, scancel), Ctrl+C, or SIGUSR1 outside SLURM's auto-requeue.
+* "preempted": SLURM's auto-requeue signal (SIGUSR1) fired, then something ended this attempt (SLURM's
+  SIGTERM): the job comes back and `results.latest_attempts` lets the new attempt's record supersede this one.
+  SLURM_RESTART_COUNT is not used for the status: it says an earlier attempt was requeued, nothing about why
+  this one stopped (the result keeps it as slurm.restart_count).
+
+`record_failure` then writes rank 0's partial result and the traceback (error.log).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import traceback
+from typing import TYPE_CHECKING
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from scalelab import results
+from scalelab.train import peers
+from scalelab.train.peers import is_peer_failure
+from scalelab.train.record import RunContext, build_payload, run_summary
+
+if TYPE_CHECKING:
+    from scalelab.train.watch import RankWatch
+
+
+def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done: int,
+             own_line: str) -> tuple[str, str]:
+    """(status, one-line error) of a run that ended with `exc` on this rank (global_rank: the Trainer's)."""
+    signals = watch.signals
+    by_signal = isinstance(exc, (SIGTERMException, KeyboardInterrupt)) or (
+        isinstance(exc, SystemExit) and isinstance(exc.__context__, KeyboardInterrupt))  # Lightning's Ctrl+C exit
+    watch.begin_failure()
+    if watch.rank != 0 and (by_signal or signals.sigterm_seen):
+        peers.post_error(watch.rank, peers.MARK_SIGNAL)
+    if signals.sigusr1 == "requeue":  # the job comes back: whatever ended this attempt
+        cause = "" if isinstance(exc, SIGTERMException) else f"; then {own_line}"
+        return "preempted", signals.line() + cause
+    if by_signal:
+        if signals.sigusr1 == "stop" and isinstance(exc, SIGTERMException):
+            return "timeout", signals.line()
+        if watch.rank == 0 and watch.world_size > 1 and isinstance(exc, SIGTERMException):
+            # torchrun (and srun) send SIGTERM to every rank once one failed: then that rank is the story
+            peer = watch.culprit(None, steps_done, wait_s=0)
+            if peer:
+                return "failed", peer
+        if isinstance(exc, SIGTERMException):
+            return "timeout", ("received SIGTERM (job time limit, preemption or scancel) " +
+                               ("and stopped after the current step" if steps_done else "before the first step"))
+        return "timeout", "interrupted (Ctrl+C)"
+    if global_rank != 0:
+        if not signals.sigterm_seen:  # else it posted MARK_SIGNAL above
+            peers.post_error(watch.rank, peers.MARK_PEER if is_peer_failure(exc) else own_line)
+        return "failed", own_line
+    joined = _rendezvous_timeout(exc)
+    if joined is not None:
+        return "failed", watch.not_joined(*joined)
+    peer = watch.culprit(exc, steps_done, silent=False)
+    if peer:
+        return "failed", peer
+    if signals.sigterm_seen:
+        # Lightning (2.5+) broadcasts inside its SIGTERM handler on every rank; when that lands between the
+        # collectives of a step, the ranks fall out of step and a collective times out (--timeout).
+        return "timeout", ("received SIGTERM (job time limit, preemption or scancel), then the ranks did not stop "
+                           f"together: {watch.culprit(exc, steps_done, wait_s=0) or own_line}")
+    return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
+
+
+def error_line(exc: BaseException) -> str:
+    """This rank's own error in one line, as a person would read it."""
+    if isinstance(exc, SIGTERMException):
+        return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    name, text = type(exc).__name__, lines[0] if lines else ""
+    # torch wraps an error in a gradient hook as "Got the following error when running the callback: X: ..."
+    # (twice), and gloo starts with its source position: keep the innermost error, as a person would read it.
+    while True:
+        inner = re.match(r"Got the following error when running the callback: (?:(\w+): )?(.*)", text)
+        if not inner:
+            break
+        name, text = inner.group(1) or name, inner.group(2)
+    text = re.sub(r"^\[[^\]]*:\d+\]\s*", "", text)
+    return f"{name}: {text}"[:300]
+
+
+def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str, exc: BaseException) -> str:
+    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback.
+
+    Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
+    Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
+    """
+    if trainer.global_rank != 0:
+        return ""
+    try:
+        own = [ctx.timer.rank_record(trainer)]
+        summary = run_summary(ctx, own) if ctx.timer.step_times else {"steps": 0, "final_train_loss": None}
+        payload = build_payload(ctx, own, summary, {})
+        payload.update(status=status, error=line)
+        path = results.write(ctx.cfg.output_dir, payload)
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
+                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
+        return f" (and no result could be written: {error_line(err)})"
+    return f" (partial result: {path})"
+
+
+def _rendezvous_timeout(exc: BaseException) -> tuple[int, int] | None:
+    """(arrived, expected) when the process group never formed: torch's "1/2 clients joined"."""
+    match = re.search(r"(\d+)/(\d+) clients joined", str(exc))
+    return (int(match.group(1)), int(match.group(2))) if match else None

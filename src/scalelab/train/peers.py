@@ -1,0 +1,140 @@
+"""What the ranks tell each other through the process group's key-value store, so rank 0 can name a failed peer.
+
+Gloo's "Connection closed by peer [127.0.0.1]:port" names the port of a gloo pair, not a rank. The store is
+served by a thread of rank 0's process, so rank 0 can read it also while it is blocked in a collective:
+
+* A rank that fails with an exception (any launcher: torchrun, srun, several nodes) posts its one-line error
+  before it exits; rank 0 reads it when its own collective breaks. A rank that stopped for a signal, or only
+  saw a broken collective, posts a marker instead (MARK_SIGNAL, MARK_PEER): it is a victim, not the cause.
+* Every rank posts where it runs (host and pid) at start-up, so rank 0 finds ranks that torchrun or srun
+  started on its own host gone by their pid.
+
+Everything here is best effort and never blocks for long: the store may be gone with rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+import torch.distributed as dist
+
+STORE_PREFIX = "scalelab/error/"
+WHERE_PREFIX = "scalelab/where/"
+MARK_SIGNAL, MARK_PEER = "~stopped by a signal", "~saw another rank fail"  # posted by ranks that are not the cause
+
+
+def post_where(rank: int) -> None:
+    """This rank's host and pid, so rank 0 can tell a vanished peer on its own host."""
+    store = _store()
+    if store is not None:
+        try:
+            store.set(f"{WHERE_PREFIX}{rank}", f"{socket.gethostname()} {os.getpid()}")
+        except Exception:  # noqa: BLE001 - best effort: only sharpens a message
+            pass
+
+
+def post_error(rank: int, line: str) -> None:
+    """A non-zero rank leaves its one-line error for rank 0 (best effort, never blocks for long): its own
+    exception, or a marker (MARK_SIGNAL, MARK_PEER) that says it is not the cause."""
+    store = _store()
+    if store is not None:
+        try:
+            store.set(f"{STORE_PREFIX}{rank}", line[:300])
+        except Exception:  # noqa: BLE001 - rank 0 may be gone already; its own error says enough
+            pass
+
+
+def posts(world_size: int) -> dict[int, str]:
+    """{rank: what it posted}: errors and markers."""
+    store = _store()
+    if store is None:
+        return {}
+    out = {}
+    for rank in range(1, world_size):
+        key = f"{STORE_PREFIX}{rank}"
+        try:
+            if store.check([key]):
+                out[rank] = store.get(key).decode(errors="replace")
+        except Exception:  # noqa: BLE001 - store unusable: fall back to what else we know
+            return out
+    return out
+
+
+def posted_errors(world_size: int) -> list[tuple[int, str]]:
+    """[(rank, error line)] of ranks that failed with their own exception, lowest rank first."""
+    return [(rank, text) for rank, text in sorted(posts(world_size).items()) if not text.startswith("~")]
+
+
+def gone_on_this_host(world_size: int) -> list[tuple[int, None]]:
+    """[(rank, None)] of ranks on this host whose process is gone without saying why (started by torchrun or
+    srun, not by us)."""
+    store, here, gone = _store(), socket.gethostname(), []
+    if store is None:
+        return gone
+    posted = posts(world_size)
+    for rank in range(1, world_size):
+        if rank in posted:
+            continue
+        try:
+            if not store.check([f"{WHERE_PREFIX}{rank}"]):
+                continue
+            host, pid = store.get(f"{WHERE_PREFIX}{rank}").decode().rsplit(" ", 1)
+        except Exception:  # noqa: BLE001
+            return gone
+        if host == here and not _alive(int(pid)):
+            gone.append((rank, None))
+    return gone
+
+
+def describe_dead(dead: list[tuple[int, int | None]]) -> str:
+    """'rank 1 stopped responding (killed by SIGKILL)' for each (rank, returncode; None: process gone)."""
+    parts = []
+    for rank, code in dead:
+        if code is None:
+            how = "its process is gone"
+        elif code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        parts.append(f"rank {rank} stopped responding ({how})")
+    return "; ".join(parts) if parts else "a rank stopped responding"
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """A collective or rendezvous broke: the cause may be another rank."""
+    dist_error = getattr(dist, "DistError", None)  # torch 2.1+
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("gloo", "Gloo", "Connection closed", "Connection reset", "Broken pipe",
+                                      "NCCL", "timed out", "Timed out", "timeout", "ProcessGroup"))
+
+
+def _store():
+    """The default process group's store, or None (no process group, or the private API moved)."""
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - private API: without it we still name dead launched children
+        pass
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True

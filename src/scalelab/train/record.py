@@ -1,0 +1,78 @@
+"""What a training run's result.json holds: one builder for the result of a completed run and for the partial
+record a failed one leaves (failure.record_failure), both from one RunContext."""
+
+import time
+from dataclasses import dataclass
+
+from scalelab import perfmodel, results
+from scalelab.config import RunConfig
+from scalelab.launch.cluster import Launch
+from scalelab.train import timing
+from scalelab.workloads import Workload
+
+
+@dataclass
+class RunContext:
+    """The values of one run that every result writer needs, together."""
+
+    cfg: RunConfig
+    launch: Launch
+    workload: Workload
+    batch: int  # per device
+    timer: timing.StepTimer
+    process_start: float  # wall clock (time.time) when this process started
+
+
+def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
+    """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
+    steps = len(per_rank[0]["step_times_s"])
+    return timing.summarize(per_rank, min(ctx.cfg.warmup_steps, steps - 1), ctx.batch * ctx.launch.world_size,
+                            ctx.workload.tokens_per_sample)
+
+
+def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:
+    cfg, launch, wl, batch = ctx.cfg, ctx.launch, ctx.workload, ctx.batch
+    summary = dict(summary)
+    final_loss = summary.pop("final_train_loss")
+    payload = results.envelope("training", results.new_run_id(cfg.model, launch.world_size, cfg.run_name))
+    payload.update(
+        status="completed",
+        error=None,
+        run_name=cfg.run_name,
+        workload={
+            **cfg.workload(),
+            "describe": wl.describe,
+            "params": wl.n_params,
+            "tokens_per_sample": wl.tokens_per_sample,
+            "batch_per_device": batch,
+            "global_batch": batch * launch.world_size,
+        },
+        config=cfg.to_dict(),
+        launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
+                             threads_per_proc=per_rank[0]["threads"]),
+        timing={**summary, "whole_run_s": time.time() - ctx.process_start,
+                **throughput(ctx, summary, per_rank)},
+        metrics={"final_train_loss": final_loss,
+                 "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
+        versions=results.versions(),
+        slurm=results.slurm_info(),
+        environment=results.capture_environment(),
+        ranks=per_rank,
+    )
+    return payload
+
+
+def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
+    """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where a peak is known."""
+    flops = ctx.workload.flops_per_sample
+    if not flops or not summary.get("samples_per_s"):
+        return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
+    achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12
+    peak = (perfmodel.peak_tflops(per_rank[0]["device_name"], ctx.cfg.precision)
+            if ctx.launch.accelerator == "gpu" else None)
+    return {"flops_per_sample": flops, "tflops_per_device": achieved, "peak_tflops": peak,
+            "mfu": perfmodel.mfu(achieved, peak)}
+
+
+def _num(value):
+    return None if value is None else float(value)

@@ -1,0 +1,185 @@
+"""Rank 0's view of the other ranks: which one failed first and how, and no rank left running.
+
+`RankWatch` is a callback every run registers (run.main owns it and hands it to failure.classify). It answers
+rank 0's question "why did my collective fail?" from what rank 0 can *know* (gloo's "Connection closed by peer
+[127.0.0.1]:port" names a gloo pair's port, not a rank):
+
+* Ranks Lightning launched from this process (`python src/train.py --devices N`): rank 0 is their parent and
+  holds their `Popen` objects, so it knows which child ended, with which exit code or signal. Lightning's own
+  child observer would SIGKILL rank 0 within 5 s of a child's death, before rank 0 could write anything
+  (measured: exit -9, no record, nothing on stderr); RankWatch takes its place (same polling), lets rank 0
+  record the failure first, and kills everything itself only if rank 0 has not ended `--timeout` + 30 s
+  after the death.
+* Other ranks, under any launcher: what they posted in the process group's store, and ranks gone from this
+  host (peers.py).
+* A collective that timed out (`--timeout`) names the launched ranks that are alive but silent, with their
+  process state (stopped, running, waiting on I/O).
+* A rendezvous that timed out (torch's "1/2 clients joined") says how many ranks arrived of how many.
+
+Signals (signals.py) are set up here too, because the callback is what exists in every rank from start-up on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import lightning.pytorch as pl
+
+from scalelab.train import peers
+from scalelab.train.peers import describe_dead, is_peer_failure
+from scalelab.train.signals import RunSignals, die_with_launcher, forget_launcher
+
+PEER_WAIT_S = 3.0  # how long rank 0 waits for a failed peer to be seen dead (or to post its error)
+LAST_RESORT_GRACE_S = 30.0
+
+
+class RankWatch(pl.Callback):
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.children: list[tuple[int, subprocess.Popen]] = []  # (global rank, Popen) launched from this process
+        self.world_size = 1
+        self.rank = 0
+        self.signals = RunSignals()
+        self._killed_by_us: set[int] = set()
+        self._take_over_lightning_observer()
+        die_with_launcher()
+        self.signals.install_startup_handler()
+
+    # --- launched children --------------------------------------------------------------------------
+    def _take_over_lightning_observer(self):
+        try:
+            from lightning.pytorch.strategies.launchers import subprocess_script
+        except ImportError:
+            return
+        if hasattr(subprocess_script, "_launch_process_observer"):  # else: Lightning's behaviour stays
+            subprocess_script._launch_process_observer = self._watch_children
+
+    def _watch_children(self, procs: list[subprocess.Popen]):
+        forget_launcher()  # only the ranks just launched carry it
+        node_rank, per_node = int(os.environ.get("NODE_RANK", "0")), len(procs) + 1
+        self.children = [(node_rank * per_node + i + 1, proc) for i, proc in enumerate(procs)]
+        threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
+
+    def _poll(self):
+        first_death = None
+        while True:
+            time.sleep(0.25)
+            codes = [proc.poll() for _, proc in self.children]
+            if all(code == 0 for code in codes):
+                return
+            if first_death is None and any(code not in (None, 0) for code in codes):
+                first_death = time.monotonic()
+            if (first_death is not None and not self.signals.ending
+                    and time.monotonic() - first_death > self.timeout_s + LAST_RESORT_GRACE_S):
+                dead = self.dead_children()
+                print(f"scalelab: {describe_dead(dead)}; rank 0 did not end within --timeout + "
+                      f"{LAST_RESORT_GRACE_S:.0f} s: stopping all ranks", file=sys.stderr, flush=True)
+                self.stop_children()
+                os.kill(os.getpid(), signal.SIGKILL)
+                return
+
+    def dead_children(self) -> list[tuple[int, int]]:
+        """[(rank, returncode)] of launched ranks that ended badly (not counting the ones we stopped, nor the
+        ones that said why they stopped: a signal, or a peer's failure)."""
+        posted = peers.posts(self.world_size)
+        return [(rank, proc.poll()) for rank, proc in self.children
+                if proc.poll() not in (None, 0) and rank not in self._killed_by_us and rank not in posted]
+
+    def stop_children(self):
+        """SIGKILL every launched rank still running (rank 0 is ending; they cannot finish without it)."""
+        for rank, proc in self.children:
+            if proc.poll() is None:
+                self._killed_by_us.add(rank)
+                proc.kill()
+        for _, proc in self.children:
+            try:
+                proc.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - a zombie we cannot reap is not worth a second error
+                pass
+
+    # --- Lightning hooks --------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage):
+        forget_launcher()  # launched nothing (torchrun, srun, one process): nothing to mark
+        self.world_size, self.rank = trainer.world_size, trainer.global_rank
+        if self.world_size > 1:
+            peers.post_where(self.rank)
+
+    def on_train_start(self, trainer, pl_module):
+        self.signals.training = True
+        self.signals.wrap_lightning_handlers()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self.signals.ending = True  # Lightning tears down next (and hands SIGTERM back to us): the run is ending
+
+    # --- when the run fails -----------------------------------------------------------------------------
+    def begin_failure(self):
+        self.signals.ending = True
+        forget_launcher()
+
+    def culprit(self, exc: BaseException | None, steps_done: int, wait_s: float = PEER_WAIT_S,
+                silent: bool = True) -> str | None:
+        """One line naming the rank that failed first, or None when this rank's own error is the cause.
+
+        A closed connection means a peer is dying: wait up to `wait_s` to see its exit (or its posted error).
+        A timed-out collective means a peer is alive but silent: name launched ranks that are still running.
+        exc=None: only what is known already (a posted error, a rank gone without saying why).
+        silent=False: leave out the alive-but-silent ranks (they may be stuck because of this rank).
+        """
+        if exc is not None and not is_peer_failure(exc):
+            return None
+        where = f" during step {steps_done + 1}" if steps_done else " before the first step"
+        timed_out = exc is not None and any(word in str(exc).lower() for word in ("timed out", "timeout"))
+        deadline = time.monotonic() + (0 if timed_out else wait_s)
+        while True:
+            posted = peers.posted_errors(self.world_size)
+            if posted:
+                rank, line = posted[0]
+                return f"rank {rank} failed{where}: {line}"
+            dead = self.dead_children() or peers.gone_on_this_host(self.world_size)
+            if dead:
+                # A rank posts before it exits, but the store serves the post asynchronously: look once more.
+                time.sleep(0.3)
+                posts = peers.posts(self.world_size)
+                dead = [(rank, code) for rank, code in dead if rank not in posts]
+                if dead and not peers.posted_errors(self.world_size):
+                    return f"{describe_dead(dead)}{where}"
+                continue
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        silent = silent and [(rank, _state(proc.pid)) for rank, proc in self.children if proc.poll() is None]
+        silent = silent and [(rank, state) for rank, state in silent if state != "state Z"]  # Z: just ended
+        if timed_out and silent:
+            return "; ".join(f"rank {rank} did not answer within {self.timeout_s:g} s (--timeout){where}; its "
+                             f"process is alive ({state})" for rank, state in silent)
+        return None
+
+    def not_joined(self, arrived: int, expected: int) -> str:
+        """The one line of a rendezvous that timed out: who arrived, who died, who never joined."""
+        line = (f"rank(s) did not join within {self.timeout_s:g} s (--timeout): waited for {expected} processes, "
+                f"{arrived} arrived")
+        dead = self.dead_children()
+        late = [rank for rank, proc in self.children if proc.poll() is None]
+        if dead:
+            line += f"; {describe_dead(dead)} before joining"
+        if late:
+            line += f"; rank {', '.join(map(str, late))} started but never joined"
+        return line
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped, e.g. by SIGSTOP",
+           "t": "stopped by a debugger"}
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            code = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "state unknown"
+    return _STATES.get(code, f"state {code}")
