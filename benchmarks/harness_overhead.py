@@ -44,7 +44,8 @@ def main():
     out = tempfile.mkdtemp(prefix="scalelab-overhead-")
     print(f"tiny transformer, batch 8/process, {a.steps} steps ({a.warmup} warm-up), {a.repeats} repeats, "
           f"{os.cpu_count()} cores")
-    print(f"{'procs':>5} {'plain tok/s':>12} {'scalelab tok/s':>15} {'ratio':>6} {'recorded s':>11} {'wall s':>7} {'clock err':>9}")
+    print(f"{'procs':>5} {'plain tok/s':>12} {'scalelab tok/s':>15} {'ratio':>6} {'recorded s':>11} {'wall s':>7} "
+          f"{'clock err':>9}")
     for procs in (1, 2):
         plain, ours, errs, rec, walls = [], [], [], [], []
         for _ in range(a.repeats):

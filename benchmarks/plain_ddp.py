@@ -16,9 +16,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-from scalelab.workloads.data import TokenSequences  # noqa: E402
-from scalelab.workloads.nets.gpt import GPT  # noqa: E402
-from scalelab.workloads.presets import PRESETS  # noqa: E402
+from scalelab.workloads.data import TokenSequences
+from scalelab.workloads.nets.gpt import GPT
+from scalelab.workloads.presets import PRESETS
 
 
 def worker(rank, args, queue):

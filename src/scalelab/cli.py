@@ -15,7 +15,7 @@ from scalelab.errors import RunFailed, UsageError
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line instead of the usage block."""
 
-    def error(self, message):  # noqa: D102 - argparse API
+    def error(self, message):
         raise UsageError(message)
 
 

@@ -49,7 +49,7 @@ def main(argv=None, process_start=None) -> int:
     try:
         trainer.fit(wl.module, train_dataloaders=wl.train_loader)
         val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
-    except BaseException as exc:  # noqa: B902 - record every way a run can end, then re-raise as one line
+    except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
         # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
         status, line = failure.classify(exc, watch, trainer.global_rank, len(timer.step_times),
                                         failure.error_line(exc))
