@@ -1,7 +1,7 @@
 """How well the all-reduce benchmark predicts the communication measured inside training.
 
 For each repeat: the all-reduce benchmark at N processes, then the MLP and the tiny transformer
-at N processes, into one folder; the report's own pipeline (report.build) then predicts each run's
+at N processes, into one folder; the report's own pipeline (report.cli.build) then predicts each run's
 all-reduce from the benchmark's busbw at the run's real bucket sizes. Last, all repeats are copied into
 one folder ("pooled") and reported together, as a user who repeats runs sees them (medians). Printed per run: the
 all-reduce measured during backward (DDP's timed hook), the same buckets all-reduced alone (probe
@@ -24,7 +24,7 @@ rows = []  # the printed table, one line per (repeat, workload)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from scalelab import report  # noqa: E402
+from scalelab.report.cli import build  # noqa: E402
 
 WORKLOADS = {
     "transformer tiny": ["--model", "transformer", "--preset", "tiny", "--max_steps", "40", "--warmup_steps", "5"],
@@ -76,15 +76,16 @@ def main():
 
 def figures(folder, label) -> dict:
     """The report's figures for each workload in `folder`, appended to the table; -> {name: (pred÷alone, pred÷busy)}."""
-    _, scaling, _, _ = report.build(folder)
+    _, scaling, _, _ = build(folder)
     out = {}
     for name in WORKLOADS:
         r = scaling[(scaling["describe"].str.startswith(name.split()[0]))].iloc[0]
-        alone, busy, pred = r["comm_alone_s"], r["comm_busy_s"], r["pred_comm_s"]
+        alone, busy, pred = r["allreduce_alone_s"], r["allreduce_s"], r["predicted_allreduce_s"]
         if not all(x > 0 for x in (alone, busy, pred)):  # NaN compares False too
             sys.exit(f"comm_prediction.py: error: {name} in {folder} has no alone/all-reduce/predicted figure")
         out[name] = (pred / alone, pred / busy)
-        rows.append([label, name, f"{r['grad_bytes'] / 1e6:.3g}", " + ".join(f"{b / 1e6:.3g}" for b in r["bucket_bytes"]),
+        buckets = " + ".join(f"{b / 1e6:.3g}" for b in r["bucket_bytes"])
+        rows.append([label, name, f"{r['grad_bytes'] / 1e6:.3g}", buckets,
                      f"{busy * 1e3:.2f}", f"{alone * 1e3:.2f}", f"{pred * 1e3:.2f}", f"{pred / alone:.2f}",
                      f"{pred / busy:.2f}"])
     return out

@@ -26,6 +26,7 @@ def synthetic(i: int, rng: random.Random) -> dict:
         status="completed", error=None,
         workload={"model": "transformer", "preset": "tiny", "batch_size": 8, "scaling": "weak",
                   "precision": "32", "describe": "transformer tiny", "params": 3323392, "seq_len": 128,
+                  "tokens_per_sample": 128,
                   "group": i % 20, "batch_per_device": 8, "global_batch": 8 * world},
         launch={"launcher": "slurm", "world_size": world, "num_nodes": max(1, world // 4),
                 "procs_per_node": min(world, 4), "accelerator": "cpu", "device_names": ["cpu"],

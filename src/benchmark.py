@@ -6,7 +6,7 @@
 import sys
 
 from scalelab.cli import run_main
-from scalelab.report import main
+from scalelab.report.cli import main
 
 if __name__ == "__main__":
     sys.exit(run_main("benchmark.py", main))

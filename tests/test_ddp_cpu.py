@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script
-from scalelab import report
+from scalelab.report import frames
 
 pytestmark = pytest.mark.slow
 MLP = ["--model", "mlp", "--num_samples", "4096", "--max_epochs", "2", "--warmup_steps", "3", "--timeout", "60"]
@@ -58,8 +58,8 @@ def test_no_secret_reaches_any_file(mlp_runs):
 
 def test_report_on_real_runs(mlp_runs):
     out, by_world = mlp_runs
-    runs = report.runs_frame(load_results(out))
-    scaling = report.scaling_frame(runs)
+    runs = frames.runs_frame(load_results(out))
+    scaling = frames.scaling_frame(runs)
     assert runs["group"].nunique() == 1  # 1 and 2 processes of the identical job form one group
     row = scaling.set_index("devices").loc[2]
     thr = {n: by_world[n]["timing"]["samples_per_s"] for n in (1, 2)}
@@ -68,17 +68,18 @@ def test_report_on_real_runs(mlp_runs):
     proc = run_script("benchmark.py", "--output_dir", out)
     assert proc.returncode == 0 and "Scaling (baseline: 1 device" in proc.stdout and "CPU rehearsal" in proc.stdout
     c = by_world[2]["timing"]["comm"]  # a real 2-process run measured its gradient all-reduce
-    assert c["compute_s"] > 0 and c["comm_busy_s"] > 0 and c["buckets"] >= 1 and c["train_busbw_GBps"] > 0
+    assert c["compute_s"] > 0 and c["allreduce_s"] > 0 and c["buckets"] >= 1 and c["ddp_busbw_GBps"] > 0
     assert c["grad_bytes"] == by_world[2]["workload"]["params"] * 4
     # the same buckets all-reduced alone in the probe steps, one figure per probe on every rank
-    assert sum(c["bucket_bytes"]) >= c["grad_bytes"] and c["comm_alone_s"] > 0
-    assert all(len(k["comm_alone_s"]) == len(k["probe_steps"]) for k in by_world[2]["ranks"])
-    assert by_world[1]["timing"]["comm"]["comm_alone_s"] is None  # one process: nothing to all-reduce
+    assert sum(c["bucket_bytes"]) >= c["grad_bytes"] and c["allreduce_alone_s"] > 0
+    assert all(len(k["allreduce_alone_s"]) == len(k["probe_steps"]) for k in by_world[2]["ranks"])
+    assert by_world[1]["timing"]["comm"]["allreduce_alone_s"] is None  # one process: nothing to all-reduce
     assert "alone ms" in proc.stdout
     assert "Where the step goes" in proc.stdout and "2 devices on 1 node: efficiency" in proc.stdout
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
+@pytest.mark.skipif(shutil.which("torchrun") is None
+                    and not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
                     reason="torchrun not installed")
 def test_transformer_under_torchrun(tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

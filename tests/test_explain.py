@@ -3,8 +3,9 @@
 import pytest
 
 from conftest import run_script
-from scalelab import explain, report, results
+from scalelab import results
 from scalelab.perfmodel.network import busbw_at
+from scalelab.report import explain, frames, tables
 from scalelab.train import comm, timing
 from test_results import make_result
 
@@ -23,7 +24,8 @@ def test_probe_steps_come_after_warmup_every_nth():
 
 
 def _rank(rank, steps, ready, busy, probes):
-    return {"rank": rank, "step_times_s": steps, "grads_ready_s": ready, "comm_busy_s": busy, "buckets": [2] * len(steps),
+    return {"rank": rank, "step_times_s": steps, "grads_ready_s": ready, "allreduce_s": busy,
+            "buckets": [2] * len(steps),
             "probe_steps": probes, "grad_bytes": 8_000_000, "losses": [1.0] * len(steps), "epoch_times_s": [1.0],
             "first_step_end": None, "process_start": 0.0}
 
@@ -37,19 +39,20 @@ def test_comm_summary_splits_exposed_and_hidden():
     assert s["samples_per_s"] == pytest.approx(16 * 3 / (3 * 0.41))
     c = s["comm"]
     assert c["compute_s"] == pytest.approx(0.30)  # slowest rank's probe
-    assert c["exposed_comm_s"] == pytest.approx(0.04)
-    assert c["comm_busy_s"] == pytest.approx(0.05)  # the rank that waited least: skew is not transfer
-    assert c["hidden_comm_s"] == pytest.approx(0.01) and c["overlap"] == pytest.approx(0.2)
+    assert c["waited_s"] == pytest.approx(0.04)
+    assert c["allreduce_s"] == pytest.approx(0.05)  # the rank that waited least: skew is not transfer
+    assert c["hidden_s"] == pytest.approx(0.01) and c["hidden_fraction"] == pytest.approx(0.2)
     assert c["comm_share"] == pytest.approx(0.04 / 0.41)
-    assert c["train_busbw_GBps"] == pytest.approx(2 * 1 / 2 * 8e6 / 0.05 / 1e9)
+    assert c["ddp_busbw_GBps"] == pytest.approx(2 * 1 / 2 * 8e6 / 0.05 / 1e9)
 
 
 def _with_comm(result, compute_s, busy_s, exposed_s, step_s, grad_bytes=8_000_000, buckets=1):
     result["timing"]["step_time_s"] = {"median": step_s}
-    result["timing"]["comm"] = {"compute_s": compute_s, "comm_busy_s": busy_s, "exposed_comm_s": exposed_s,
-                                "hidden_comm_s": busy_s - exposed_s, "overlap": (busy_s - exposed_s) / busy_s if busy_s else None,
+    result["timing"]["comm"] = {"compute_s": compute_s, "allreduce_s": busy_s, "waited_s": exposed_s,
+                                "hidden_s": busy_s - exposed_s,
+                                "hidden_fraction": (busy_s - exposed_s) / busy_s if busy_s else None,
                                 "comm_share": exposed_s / step_s, "grad_bytes": grad_bytes, "buckets": buckets,
-                                "train_busbw_GBps": None if not busy_s else grad_bytes / busy_s / 1e9}
+                                "ddp_busbw_GBps": None if not busy_s else grad_bytes / busy_s / 1e9}
     return result
 
 
@@ -61,7 +64,8 @@ def _bench(world, rows, nodes=1):
     return data
 
 
-ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5}, {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
+ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
+        {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
 
 
 def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
@@ -72,13 +76,13 @@ def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
              _bench(2, ROWS)]
-    runs = report.runs_frame(found)
-    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
     two = scaling.set_index("devices").loc[2]
-    assert two.pred_comm_s == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 1, 2))
+    assert two.predicted_allreduce_s == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 1, 2))
     step1 = 0.1
-    assert two.pred_eff_no_overlap == pytest.approx(step1 / (step1 + two.pred_comm_s))
-    assert two.pred_eff_overlap == pytest.approx(1.0)  # comm < compute: fully hidden at best
+    assert two.predicted_efficiency_no_overlap == pytest.approx(step1 / (step1 + two.predicted_allreduce_s))
+    assert two.predicted_efficiency_overlap == pytest.approx(1.0)  # comm < compute: fully hidden at best
     assert two.bench_busbw_GBps == pytest.approx(busbw_at(ROWS, 8e6))
 
 
@@ -122,7 +126,8 @@ def test_combined_benchmark_keeps_single_op_times_and_one_dtype():
     assert alone == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 2, 2) / 3)
     # Only runs without single-op times: their back-to-back times.
     assert explain.median_rows([older, older], 2)[0] == {"bytes": 1_000_000, "time_s": 0.002,
-                                                        "algbw_GBps": pytest.approx(0.5), "busbw_GBps": pytest.approx(0.5)}
+                                                        "algbw_GBps": pytest.approx(0.5),
+                                                        "busbw_GBps": pytest.approx(0.5)}
     # Only bf16 runs: those are what there is.
     assert explain.bench_for(explain.bench_frame([benches[2]]), 2, 1, "cpu", "cpu")["dtype"] == "bfloat16"
 
@@ -134,8 +139,8 @@ def test_report_says_how_many_benchmark_runs_the_prediction_combines():
     two = one + [_bench(2, [dict(r, time_s=r["time_s"] * 2) for r in ROWS])]
     texts = []
     for folder in (one, two):
-        runs = report.runs_frame(folder)
-        texts.append(report.render(runs, explain.annotate(report.scaling_frame(runs), explain.bench_frame(folder)),
+        runs = frames.runs_frame(folder)
+        texts.append(tables.render(runs, explain.annotate(frames.scaling_frame(runs), explain.bench_frame(folder)),
                                    "plain", None))
     assert "benchmark runs in this folder" not in texts[0]
     assert "the median of 2 all-reduce benchmark runs in this folder" in texts[1]
@@ -148,25 +153,25 @@ def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
     r1 = _rank(1, [1, 1, .41, .46, .41, .41], [.9, .9, .30, .39, .30, .30], [.1, .1, .06, 0, .06, .06], [3])
     c = timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0)["comm"]
     assert c["synced_s"] == pytest.approx(0.30) and c["compute_s"] == pytest.approx(0.40)
-    assert c["overlap"] == 1.0  # the clamped figure the line must not present as measured
+    assert c["hidden_fraction"] == 1.0  # the clamped figure the line must not present as measured
     base = make_result("n1", 1, samples_per_s=100)
-    base["timing"]["comm"] = dict(c, compute_s=0.30, synced_s=0.30, exposed_comm_s=0.0, comm_busy_s=0.0)
+    base["timing"]["comm"] = dict(c, compute_s=0.30, synced_s=0.30, waited_s=0.0, allreduce_s=0.0)
     two = make_result("n2", 2, samples_per_s=150)
     two["timing"]["step_time_s"] = {"median": 0.41}
     two["timing"]["comm"] = c
-    runs = report.runs_frame([base, two])
-    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame([]))
+    runs = frames.runs_frame([base, two])
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
     line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
     assert "not separable from compute in these runs (the no-sync probe steps were 33 % slower" in line, line
     assert "hidden" not in line and "nothing large" not in line
-    text = report.render(runs, scaling, "plain", None)
+    text = tables.render(runs, scaling, "plain", None)
     row = next(ln for ln in text.splitlines() if ln.split()[:2] == ["2", "1"] and "?" in ln)
     assert row.split().count("?") == 3 and "100 %" not in row
     # Results written before synced_s existed keep the old wording.
     c_old = {k: v for k, v in c.items() if k != "synced_s"}
     two["timing"]["comm"] = c_old
-    runs = report.runs_frame([base, two])
-    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame([]))
+    runs = frames.runs_frame([base, two])
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
     assert "hidden behind backward" in explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
 
 
@@ -177,8 +182,8 @@ def test_limiting_line_names_the_larger_cause():
                      _with_comm(make_result("k2", 2, samples_per_s=110, batch_size=32), 0.17, 0.01, 0.005, 0.18)]
     for found, expected, other in ((comm_bound, "Limited by communication: 44 % of the step", "slower compute"),
                                    (compute_bound, "Limited by slower compute per device: 70 ms more", None)):
-        runs = report.runs_frame(found)
-        scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+        runs = frames.runs_frame(found)
+        scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
         line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
         assert expected in line, line
         assert other is None or other not in line
@@ -186,8 +191,8 @@ def test_limiting_line_names_the_larger_cause():
 
 
 def test_cost_and_token_budget_columns(tmp_path):
-    for r in (make_result("t1", 1, samples_per_s=100, model="transformer"),
-              make_result("t2", 2, samples_per_s=180, model="transformer")):
+    for r in (make_result("t1", 1, samples_per_s=100, model="transformer", tokens_per_sample=128),
+              make_result("t2", 2, samples_per_s=180, model="transformer", tokens_per_sample=128)):
         r["timing"]["tokens_per_s"] = r["timing"]["samples_per_s"] * 128
         r["timing"]["tflops_per_device"] = 50.0
         _with_comm(r, 0.1, 0.0, 0.0, 0.1)
@@ -214,9 +219,9 @@ def test_prediction_uses_the_real_bucket_sizes_when_recorded():
 def test_limiting_line_names_the_cost_of_sharing_with_backward():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.03, 0.004, 0.104)]
-    found[1]["timing"]["comm"]["comm_alone_s"] = 0.02
-    runs = report.runs_frame(found)
-    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    found[1]["timing"]["comm"]["allreduce_alone_s"] = 0.02
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
     assert "share the same cores" in line
@@ -225,8 +230,8 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
 def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.02, 0.045, 0.145)]
-    runs = report.runs_frame(found)
-    scaling = explain.annotate(report.scaling_frame(runs), explain.bench_frame(found))
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
 

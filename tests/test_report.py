@@ -3,13 +3,15 @@
 import pytest
 
 from conftest import run_script
-from scalelab import report, results
+from scalelab import results
+from scalelab.report import tables
+from scalelab.report.frames import runs_frame, scaling_frame
 from test_results import make_result
 
 
 def frames(found):
-    runs = report.runs_frame(found)
-    return runs, report.scaling_frame(runs)
+    runs = runs_frame(found)
+    return runs, scaling_frame(runs)
 
 
 def test_speedup_efficiency_and_repeats():
@@ -39,7 +41,7 @@ def test_failed_runs_never_enter_a_speedup():
     found = [make_result("ok1", 1, samples_per_s=100), make_result("bad2", 2, samples_per_s=1e9, status="failed")]
     runs, scaling = frames(found)
     assert list(scaling["devices"]) == [1]
-    text = report.render(runs, scaling)
+    text = tables.render(runs, scaling)
     assert "did not complete" in text and "bad2" in text
 
 

@@ -8,7 +8,8 @@ import pytest
 from matplotlib import image
 
 from conftest import run_script
-from scalelab import explain, plots, report, results
+from scalelab import results
+from scalelab.report import explain, frames, plots
 from test_explain import ROWS, _bench, _with_comm
 from test_results import make_result
 
@@ -43,7 +44,7 @@ def test_plots_are_real_pictures_of_the_report(tmp_path):
 
 def test_speedup_figure_draws_measured_ideal_and_predicted(tmp_path):
     found, _ = results.scan(str(_folder(tmp_path / "out")))
-    scaling = explain.annotate(report.scaling_frame(report.runs_frame(found)), explain.bench_frame(found))
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
     fig = plots.speedup_figure(scaling)
     ax = fig.axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -52,7 +53,7 @@ def test_speedup_figure_draws_measured_ideal_and_predicted(tmp_path):
     assert list(lines["ideal (linear)"].get_ydata()) == [1.0, 2.0]
     predicted = next(v for k, v in lines.items() if k.startswith("A: predicted"))
     a2 = scaling[(scaling["model"] == "mlp") & (scaling["devices"] == 2)].iloc[0]
-    assert predicted.get_ydata()[-1] == pytest.approx(2 * a2.pred_eff_no_overlap)
+    assert predicted.get_ydata()[-1] == pytest.approx(2 * a2.predicted_efficiency_no_overlap)
     assert "Speedup" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
     busbw = plots.busbw_figure(explain.bench_frame(found)).axes[0]
     assert busbw.get_xscale() == "log"
@@ -135,7 +136,8 @@ def test_plot_into_an_unwritable_place_fails_before_any_work(tmp_path):
     out = _folder(tmp_path / "out")
     (tmp_path / "file").write_text("x")
     proc = run_script("benchmark.py", "--output_dir", out, "--plot", tmp_path / "file")
-    assert proc.returncode == 2 and proc.stderr.strip() == f"benchmark.py: error: --plot {tmp_path / 'file'} is a file, not a folder"
+    expected = f"benchmark.py: error: --plot {tmp_path / 'file'} is a file, not a folder"
+    assert proc.returncode == 2 and proc.stderr.strip() == expected
     assert proc.stdout == ""
 
 
@@ -153,7 +155,7 @@ def test_letters_agree_between_report_plots_and_files(tmp_path):
     exported = dict(pd.read_csv(tmp_path / "ex" / "scaling.csv")[["group", "workload"]].drop_duplicates().values)
     assert printed == exported
     found, _ = results.scan(str(tmp_path / "out"))
-    scaling = report.scaling_frame(report.runs_frame(found))
+    scaling = frames.scaling_frame(frames.runs_frame(found))
     legend = [t.get_text() for t in plots.speedup_figure(explain.annotate(scaling, explain.bench_frame([])))
               .axes[0].get_legend().get_texts()]
     assert all(f"{letter}: {workload}," in " ".join(legend) for letter, workload in printed.items())
@@ -163,7 +165,7 @@ def test_ideal_line_per_group_when_baselines_differ(tmp_path):
     found = [make_result("a2", 2, samples_per_s=100), make_result("a4", 4, samples_per_s=200),  # perfect from 2
              make_result("t1", 1, samples_per_s=40, model="transformer"),
              make_result("t2", 2, samples_per_s=80, model="transformer")]
-    scaling = explain.annotate(report.scaling_frame(report.runs_frame(found)), explain.bench_frame([]))
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
     lines = {line.get_label(): line for line in plots.speedup_figure(scaling).axes[0].get_lines()}
     mlp = next(v for k, v in lines.items() if k.endswith(": ideal") and "mlp" not in k and
                list(v.get_xdata()) == [2, 4])

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from scalelab import results
+from scalelab.report import frames, tables
 
 
 def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp", status="completed", **workload):
@@ -94,3 +95,34 @@ def test_results_follow_the_umask_like_any_file(tmp_path, umask):
     finally:
         os.umask(old)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_version_1_results_are_read_under_the_version_2_names(tmp_path):
+    """A folder written before the rename (schema_version 1) reports exactly as a new one."""
+    old = make_result("v1", 2)
+    old["schema_version"] = 1
+    old["timing"]["comm"] = {"probe_steps": 2, "compute_s": 0.1, "synced_s": 0.104, "exposed_comm_s": 0.004,
+                             "comm_busy_s": 0.008, "comm_alone_s": 0.005, "hidden_comm_s": 0.004, "overlap": 0.5,
+                             "comm_share": 0.04, "step_s": 0.104, "grad_bytes": 8_000_000, "bucket_bytes": [8_000_000],
+                             "buckets": 1, "train_busbw_GBps": 1.0}
+    old["ranks"] = [{"rank": 0, "comm_busy_s": [0.008], "comm_alone_s": [0.005], "step_times_s": [0.104]}]
+    path = tmp_path / "v1" / "result.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(old))
+    data = results.load(str(path))
+    assert data["schema_version"] == results.SCHEMA_VERSION == 2
+    assert data["timing"]["comm"] == {"probe_steps": 2, "compute_s": 0.1, "synced_s": 0.104, "waited_s": 0.004,
+                                      "allreduce_s": 0.008, "allreduce_alone_s": 0.005, "hidden_s": 0.004,
+                                      "hidden_fraction": 0.5, "comm_share": 0.04, "step_s": 0.104,
+                                      "grad_bytes": 8_000_000, "bucket_bytes": [8_000_000], "buckets": 1,
+                                      "ddp_busbw_GBps": 1.0}
+    assert data["ranks"] == [{"rank": 0, "allreduce_s": [0.008], "allreduce_alone_s": [0.005], "step_times_s": [0.104]}]
+    new = make_result("v2", 2)
+    new["timing"]["comm"] = data["timing"]["comm"]
+    reports = []
+    for found in ([data], [new]):
+        runs = frames.runs_frame(found)
+        assert runs.loc[0, ["waited_s", "allreduce_s", "allreduce_alone_s", "hidden_fraction",
+                            "ddp_busbw_GBps"]].tolist() == [0.004, 0.008, 0.005, 0.5, 1.0]
+        reports.append(tables.render(runs, frames.scaling_frame(runs)).replace("v1", "v2"))
+    assert reports[0] == reports[1] and "waited ms" in reports[0]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import ROOT, load_results, run_script
-from scalelab import report
+from scalelab.report import frames
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = ROOT / "tests" / "slurm_cluster"
@@ -106,12 +106,12 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     for job_id, log in jobs.values():
         assert f"scalelab job {job_id}" in log  # the banner
         assert sacct_state(env, job_id) == "COMPLETED"
-    runs = report.runs_frame(load_results(out))
+    runs = frames.runs_frame(load_results(out))
     assert runs["group"].nunique() == 1
     proc = run_script("benchmark.py", "--output_dir", out)
     assert proc.returncode == 0
     print(proc.stdout)
-    scaling = report.scaling_frame(runs).set_index("devices")
+    scaling = frames.scaling_frame(runs).set_index("devices")
     assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2
 
 
@@ -154,7 +154,8 @@ def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
     (r,) = load_results(tmp_path)
     launch = r["launch"]
     assert r["kind"] == "allreduce" and r["status"] == "completed" and r["error"] is None
-    assert (launch["launcher"], launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == ("slurm", 8, 2, 4)
+    shape = (launch["launcher"], launch["world_size"], launch["num_nodes"], launch["procs_per_node"])
+    assert shape == ("slurm", 8, 2, 4)
     assert launch["hostnames"] == ["node1", "node2"] and launch["backend"] == "gloo"
     assert [row["bytes"] for row in r["rows"]] == [32768, 65536, 131072, 262144]
     assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in r["rows"])

@@ -11,8 +11,8 @@ import time
 
 from tqdm import tqdm
 
-from scalelab import report
-from scalelab.cli import OneLineParser, positive_int
+from scalelab.cli import OneLineParser, positive_int, run_main
+from scalelab.report.cli import main as report_main
 
 TRAIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 BENCH = os.path.join(os.path.dirname(TRAIN), "allreduce_bench.py")
@@ -50,16 +50,12 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 1
     print(f"sweep took {time.time() - start:.0f} s\n")
-    return report.main(["--output_dir", args.output_dir, "--plot", os.path.join(args.output_dir, "plots"),
+    return report_main(["--output_dir", args.output_dir, "--plot", os.path.join(args.output_dir, "plots"),
                         "--export", os.path.join(args.output_dir, "export")])
 
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    import sys
-
-    from scalelab.cli import run_main
-
     sys.exit(run_main("scalelab-demo", main))
 
 

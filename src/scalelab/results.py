@@ -17,7 +17,7 @@ import secrets
 import tempfile
 
 SCHEMA = "scalelab.result"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: timing.comm and per-rank communication fields renamed (see _upgrade)
 # The report's own summary (`benchmark.py --export`): what one outputs folder showed, small enough to mail
 # to another site and `--compare` against. Versioned like a result.
 SUMMARY_SCHEMA = "scalelab.report_summary"
@@ -29,7 +29,7 @@ STATUSES = ("completed", "failed", "timeout", "preempted")
 ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
                 "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_")
 ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
-ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of faults.py: never part of a result
+ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of scalelab/testing/faults.py: never part of a result
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
 _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
                  "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
@@ -215,8 +215,27 @@ _REQUIRED = {
 }
 
 
+# Version 1 -> 2: one name per quantity, the report's and the CSVs' (old name: new name).
+_V1_COMM = {"exposed_comm_s": "waited_s", "comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s",
+            "hidden_comm_s": "hidden_s", "overlap": "hidden_fraction", "train_busbw_GBps": "ddp_busbw_GBps"}
+_V1_RANK = {"comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s"}
+
+
+def _renamed(record, names: dict):
+    """A copy of a dict with its keys renamed (in place of the old ones, order kept); anything else as it is."""
+    if not isinstance(record, dict):
+        return record
+    return {names.get(k, k): v for k, v in record.items()}
+
+
 def _upgrade(data: dict) -> dict:
-    """Bring an older schema version up to SCHEMA_VERSION (none exist before version 1)."""
+    """Bring an older schema version up to SCHEMA_VERSION, so old folders report exactly as new ones."""
+    if data["schema_version"] == 1:
+        data = dict(data, schema_version=2)
+        if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("comm"), dict):
+            data["timing"] = dict(data["timing"], comm=_renamed(data["timing"]["comm"], _V1_COMM))
+        if isinstance(data.get("ranks"), list):
+            data["ranks"] = [_renamed(r, _V1_RANK) for r in data["ranks"]]
     return data
 
 
@@ -229,7 +248,8 @@ def validate(data) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ResultError(f"bad schema_version {version!r}")
     if version > SCHEMA_VERSION:
-        raise ResultError(f"schema_version {version} is newer than this scalelab reads ({SCHEMA_VERSION}); upgrade scalelab")
+        raise ResultError(f"schema_version {version} is newer than this scalelab reads ({SCHEMA_VERSION}); "
+                          "upgrade scalelab")
     data = _upgrade(data)
     kind = data.get("kind")
     if kind not in KINDS:

@@ -98,11 +98,53 @@ def build_parser():
     return p
 
 
+class Submitter:
+    """One sweep's submissions: a submitit executor per shape, the same train.py flags for every job."""
+
+    def __init__(self, args, site: dict, folder: str, accelerator: str, train_args: list):
+        self.args, self.site, self.folder = args, site, folder
+        self.accelerator, self.train_args = accelerator, train_args
+
+    def executor(self, nodes: int, gpus: int):
+        import submitit
+
+        args, site = self.args, self.site
+        if args.cluster == "local":
+            executor = submitit.LocalExecutor(folder=self.folder)
+            executor.update_parameters(nodes=1, tasks_per_node=gpus, timeout_min=args.time_min)
+            return executor
+        executor = submitit.SlurmExecutor(folder=self.folder)
+        gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
+        executor.update_parameters(
+            nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
+            job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
+            partition=args.partition or site.get("SBATCH_PARTITION"),
+            account=args.account or site.get("SBATCH_ACCOUNT"),
+            constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+            setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
+                   "source slurm_jobs/site.sh"],
+            **gres,
+        )
+        return executor
+
+    def submit(self, nodes: int, gpus: int, repeats: int) -> list:
+        """[(shape, job)]: the repeats of one shape, as one job array when there are several."""
+        executor = self.executor(nodes, gpus)
+        argv_job = self.train_args + ["--devices", str(gpus), "--num_nodes", str(nodes), "--accelerator",
+                                      self.accelerator, "--output_dir", os.path.abspath(self.args.output_dir)]
+        tasks = [TrainTask(argv_job, self.accelerator) for _ in range(repeats)]
+        if repeats == 1:
+            return [(f"{nodes}x{gpus}", executor.submit(tasks[0]))]
+        with executor.batch():  # one job array for the repeats of a shape
+            submitted = [executor.submit(t) for t in tasks]
+        return [(f"{nodes}x{gpus}", j) for j in submitted]
+
+
 def main(argv=None) -> int:
-    import submitit
     from tqdm import tqdm
 
-    from scalelab import config, report, results
+    from scalelab import config, results
+    from scalelab.report.cli import main as report_main
 
     args = build_parser().parse_args(argv)
     shapes = [parse_shape(s) for s in (args.shapes or (DEFAULT_SHAPES if args.cluster == "slurm" else ["1x1", "1x2"]))]
@@ -117,36 +159,7 @@ def main(argv=None) -> int:
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 
-    def make_executor(nodes, gpus):
-        if args.cluster == "local":
-            executor = submitit.LocalExecutor(folder=folder)
-            executor.update_parameters(nodes=1, tasks_per_node=gpus, timeout_min=args.time_min)
-            return executor
-        executor = submitit.SlurmExecutor(folder=folder)
-        gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
-        executor.update_parameters(
-            nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
-            job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
-            partition=args.partition or site.get("SBATCH_PARTITION"),
-            account=args.account or site.get("SBATCH_ACCOUNT"),
-            constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
-            setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
-                   "source slurm_jobs/site.sh"],
-            **gres,
-        )
-        return executor
-
-    def submit(nodes, gpus, repeats):
-        executor = make_executor(nodes, gpus)
-        argv_job = train_args + ["--devices", str(gpus), "--num_nodes", str(nodes), "--accelerator", accelerator,
-                                 "--output_dir", os.path.abspath(args.output_dir)]
-        tasks = [TrainTask(argv_job, accelerator) for _ in range(repeats)]
-        if repeats == 1:
-            return [(f"{nodes}x{gpus}", executor.submit(tasks[0]))]
-        with executor.batch():  # one job array for the repeats of a shape
-            submitted = [executor.submit(t) for t in tasks]
-        return [(f"{nodes}x{gpus}", j) for j in submitted]
-
+    submitter = Submitter(args, site, folder, accelerator, train_args)
     failed = []
     total = len(shapes) * args.repeats
     if args.cluster == "local":
@@ -155,9 +168,9 @@ def main(argv=None) -> int:
         with tqdm(total=total, desc="jobs", unit="job") as bar:
             for nodes, gpus in shapes:
                 for _ in range(args.repeats):
-                    wait_for(submit(nodes, gpus, 1), bar, failed, args.poll_s)
+                    wait_for(submitter.submit(nodes, gpus, 1), bar, failed, args.poll_s)
     else:
-        jobs = [j for nodes, gpus in shapes for j in submit(nodes, gpus, args.repeats)]
+        jobs = [j for nodes, gpus in shapes for j in submitter.submit(nodes, gpus, args.repeats)]
         print(f"submitted {len(jobs)} job(s) to slurm: " +
               ", ".join(f"{shape} -> {job.job_id}" for shape, job in jobs) + f" (logs in {folder})")
         if not args.wait:
@@ -167,7 +180,7 @@ def main(argv=None) -> int:
             wait_for(jobs, bar, failed, args.poll_s)
     for line in failed:
         print(f"submit.py: job failed: {line}", file=sys.stderr)
-    code = report.main(["--output_dir", args.output_dir])
+    code = report_main(["--output_dir", args.output_dir])
     return 1 if failed else code
 
 

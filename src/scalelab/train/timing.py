@@ -120,12 +120,12 @@ class StepTimer(pl.Callback):
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
             "grads_ready_s": self.grads_ready,
-            "comm_busy_s": self.comm_times,
+            "allreduce_s": self.comm_times,
             "buckets": self.buckets,
             "probe_steps": [i for i, p in enumerate(self.probes) if p],
             "grad_bytes": self.grad_bytes,
             "bucket_bytes": self.clock.bucket_bytes,
-            "comm_alone_s": self.alone,
+            "allreduce_alone_s": self.alone,
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }
@@ -183,11 +183,12 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
 def comm_summary(per_rank: list, normal: list, probes: list):
     """Compute vs communication of a step, from the probe steps and the timed all-reduce hook.
 
-    compute = time to gradients-ready in a probe step (no sync), slowest rank;
-    exposed = the same in a normal step minus compute: what the step waited for the network;
-    busy = how long the all-reduce ran (per step, the rank that waited least: the others' extra
-    wait is skew, not transfer); hidden = busy - exposed, the part overlapped with backward;
-    alone = the same buckets all-reduced with nothing else running (probe steps, after a barrier).
+    compute_s = time to gradients-ready in a probe step (no sync), slowest rank;
+    waited_s = the same in a normal step minus compute: what the step waited for the network;
+    allreduce_s = how long the all-reduce ran (per step, the rank that waited least: the others' extra
+    wait is skew, not transfer); hidden_s = allreduce_s - waited_s, the part overlapped with backward
+    (hidden_fraction of allreduce_s); allreduce_alone_s = the same buckets all-reduced with nothing else
+    running (probe steps, after a barrier). The names are the report's and the CSVs' column names.
     """
     if not probes or not normal or "grads_ready_s" not in per_rank[0]:
         return None
@@ -195,8 +196,8 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     compute = statistics.median(ready(i) for i in probes)
     synced = statistics.median(ready(i) for i in normal)
     step = statistics.median(max(r["step_times_s"][i] for r in per_rank) for i in normal)
-    busy = statistics.median(min(r["comm_busy_s"][i] for r in per_rank) for i in normal)
-    alone_runs = [r.get("comm_alone_s") or [] for r in per_rank]
+    busy = statistics.median(min(r["allreduce_s"][i] for r in per_rank) for i in normal)
+    alone_runs = [r.get("allreduce_alone_s") or [] for r in per_rank]
     n_alone = min(len(a) for a in alone_runs)
     alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
     world = len(per_rank)
@@ -208,17 +209,17 @@ def comm_summary(per_rank: list, normal: list, probes: list):
         "probe_steps": len(probes),
         "compute_s": compute,
         "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
-        "exposed_comm_s": exposed,
-        "comm_busy_s": busy,
-        "comm_alone_s": alone,
-        "hidden_comm_s": max(0.0, busy - exposed),
-        "overlap": min(1.0, max(0.0, busy - exposed) / busy) if busy > 0 else None,
+        "waited_s": exposed,
+        "allreduce_s": busy,
+        "allreduce_alone_s": alone,
+        "hidden_s": max(0.0, busy - exposed),
+        "hidden_fraction": min(1.0, max(0.0, busy - exposed) / busy) if busy > 0 else None,
         "comm_share": exposed / step if step > 0 else None,
         "step_s": step,
         "grad_bytes": grad_bytes,
         "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
         "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
-        "train_busbw_GBps": busbw,
+        "ddp_busbw_GBps": busbw,
     }
 
 

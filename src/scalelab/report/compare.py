@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from scalelab import results
 from scalelab.errors import UsageError
-from scalelab.report import fmt_num, fmt_pct
+from scalelab.report.cells import fmt_num, fmt_pct
 
 KEY = ["workload_key", "devices", "nodes"]
 

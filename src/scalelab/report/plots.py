@@ -4,23 +4,21 @@ One figure per question, drawn from the same annotated scaling frame the tables 
 how much faster (speedup, with the ideal and the predicted line), how efficient (per
 configuration), how busy each device stays (throughput per device), and what the network
 delivers (all-reduce busbw vs message size). Every builder returns a Figure, so tests can
-read the plotted data back; `write_all` saves them.
+read the plotted data back; `write_all` saves them. Figures are made without pyplot: files only, no display
+(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg.
 """
 
 import io
 import os
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")  # files only: no display on a login node or in CI
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from scalelab import results  # noqa: E402
-from scalelab.cli import UsageError  # noqa: E402
-from scalelab.perfmodel.network import human_bytes  # noqa: E402
+from scalelab import results
+from scalelab.errors import UsageError
+from scalelab.perfmodel.network import human_bytes
 
 DPI = 120
 
@@ -48,7 +46,8 @@ def _config(devices, nodes) -> str:
 
 
 def speedup_figure(scaling: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig = Figure(figsize=(7, 4.8))
+    ax = fig.subplots()
     letters = _letters(scaling)
     top = 1
     bases = set(scaling["baseline_devices"])
@@ -66,8 +65,8 @@ def speedup_figure(scaling: pd.DataFrame):
         for x, y in zip(g["devices"], g["speedup"]):
             ax.annotate(f"{y:.2f}×", (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8,
                         color=line.get_color())
-        lo = g["pred_eff_no_overlap"] * ideal
-        hi = g["pred_eff_overlap"] * ideal
+        lo = g["predicted_efficiency_no_overlap"] * ideal
+        hi = g["predicted_efficiency_overlap"] * ideal
         if hi.notna().sum() >= 2:
             ax.plot(g["devices"], lo, "--", color=line.get_color(), alpha=0.9,
                     label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
@@ -99,7 +98,8 @@ def _finish(fig, scaling):
 
 
 def efficiency_figure(scaling: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(7, 5.4))
+    fig = Figure(figsize=(7, 5.4))
+    ax = fig.subplots()
     letters = _letters(scaling)
     configs = sorted({(int(d), int(n)) for d, n in zip(scaling["devices"], scaling["nodes"])})
     slot = {c: i for i, c in enumerate(configs)}
@@ -110,7 +110,7 @@ def efficiency_figure(scaling: pd.DataFrame):
         pos = [slot[(int(d), int(n))] + (k - (len(groups) - 1) / 2) * width for d, n in zip(g["devices"], g["nodes"])]
         bars = ax.bar(pos, g["efficiency"] * 100, width, label=f"{_label(g, letters[group])}: measured")
         ax.bar_label(bars, fmt="%.0f %%", fontsize=8)
-        lo, hi = g["pred_eff_no_overlap"] * 100, g["pred_eff_overlap"] * 100
+        lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
             ax.errorbar(pos, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="_", color="black", ms=14, capsize=3,
                         label="predicted (no overlap … full overlap)" if k == 0 else None)
@@ -130,11 +130,13 @@ def throughput_figure(scaling: pd.DataFrame):
     """One panel per group: samples/s and tokens/s do not share an axis."""
     letters = _letters(scaling)
     groups = list(scaling.groupby("group", sort=False))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 4.4), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(groups) + 1, 4.4))
+    axes = fig.subplots(1, len(groups), squeeze=False)
     for ax, (group, g) in zip(axes[0], groups):
         g = g.sort_values(["devices", "nodes"])
-        unit = "tokens/s" if g["model"].iloc[0] == "transformer" else "samples/s"
-        bars = ax.bar([_config(d, n) for d, n in zip(g["devices"], g["nodes"])], g["throughput_per_device"], color="tab:green")
+        unit = g["unit"].iloc[0]
+        bars = ax.bar([_config(d, n) for d, n in zip(g["devices"], g["nodes"])], g["throughput_per_device"],
+                      color="tab:green")
         ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
         base = g["throughput_per_device"].iloc[0]
         if np.isfinite(base):
@@ -154,7 +156,8 @@ def throughput_figure(scaling: pd.DataFrame):
 
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig = Figure(figsize=(7, 4.8))
+    ax = fig.subplots()
     for _, b in bench.iterrows():
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         hw = b["device"] if b["accelerator"] == "gpu" else "CPU"
@@ -189,7 +192,6 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
         path = os.path.join(folder, name)
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=DPI)
-        plt.close(fig)
         try:
             paths.append(results.atomic_write_bytes(path, png.getvalue()))  # a reader never sees half a PNG
         except OSError as exc:

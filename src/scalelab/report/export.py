@@ -14,39 +14,31 @@ import os
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab import __version__, explain, results
+from scalelab import __version__, results
 from scalelab.errors import UsageError
+from scalelab.report import explain
 
-SCALING_COLUMNS = {  # CSV name: frame column
-    "group": "letter", "workload": "describe", "hardware": "hardware", "scaling": "scaling", "devices": "devices",
-    "nodes": "nodes", "runs": "runs", "unit": "unit", "throughput": "throughput",
-    "throughput_min": "throughput_min", "throughput_max": "throughput_max", "speedup": "speedup",
-    "baseline_devices": "baseline_devices", "efficiency": "efficiency",
-    "predicted_efficiency_no_overlap": "pred_eff_no_overlap",
-    "predicted_efficiency_overlap": "pred_eff_overlap", "throughput_per_device": "throughput_per_device",
-    "global_batch": "global_batch", "cost_per_1k_samples": "cost_per_1k_samples",
-    "hours_for_token_budget": "budget_hours", "cost_for_token_budget": "budget_cost",
-}
-STEP_COLUMNS = {
-    "group": "letter", "workload": "describe", "devices": "devices", "nodes": "nodes", "step_s": "step_s",
-    "compute_s": "compute_s", "allreduce_s": "comm_busy_s", "allreduce_alone_s": "comm_alone_s",
-    "predicted_allreduce_s": "pred_comm_s",
-    "waited_s": "exposed_comm_s", "comm_share": "comm_share", "hidden_fraction": "overlap",
-    "grad_bytes": "grad_bytes", "buckets": "buckets", "bucket_bytes": "bucket_bytes",
-    "ddp_busbw_GBps": "train_busbw_GBps",
-    "bench_busbw_GBps": "bench_busbw_GBps", "bench_runs": "bench_runs", "tflops_per_device": "tflops_per_device",
-    "mfu": "mfu_shown",
-}
+# CSV / summary.json columns: the frame's own names, but for the scaling group's letter and the workload's label
+RENAMED = {"group": "letter", "workload": "describe"}  # CSV name: frame column
+SCALING_COLUMNS = ["group", "workload", "hardware", "scaling", "devices", "nodes", "runs", "unit", "throughput",
+                   "throughput_min", "throughput_max", "speedup", "baseline_devices", "efficiency",
+                   "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "throughput_per_device",
+                   "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget"]
+STEP_COLUMNS = ["group", "workload", "devices", "nodes", "step_s", "compute_s", "allreduce_s", "allreduce_alone_s",
+                "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction", "grad_bytes", "buckets",
+                "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs", "tflops_per_device", "mfu"]
 BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
                  "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]
 
 
 def labelled(scaling: pd.DataFrame) -> pd.DataFrame:
-    """The scaling frame with the columns people read: unit, and the step in seconds."""
-    out = scaling.copy()
-    out["unit"] = ["tokens/s" if m == "transformer" else "samples/s" for m in out["model"]]
-    out["step_s"] = out["step_ms"] / 1e3
-    return out
+    """The scaling frame with the step in seconds, as the files hold every time (the tables print ms)."""
+    return scaling.assign(step_s=scaling["step_ms"] / 1e3)
+
+
+def _table(frame: pd.DataFrame, columns: list) -> pd.DataFrame:
+    """The frame's columns under their CSV names."""
+    return frame[[RENAMED.get(c, c) for c in columns]].set_axis(columns, axis=1)
 
 
 def bench_rows(bench: pd.DataFrame) -> pd.DataFrame:
@@ -75,9 +67,8 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
         configurations.append({
             "group": r["letter"], "workload": key["workload"], "hardware_detail": key["hardware"],
             "describe": _clean(r["describe"]),
-            **{name: _clean(r[col]) for name, col in SCALING_COLUMNS.items() if name not in ("group", "workload")},
-            **{name: _clean(r[col]) for name, col in STEP_COLUMNS.items()
-               if name not in ("group", "workload", "devices", "nodes")},
+            **{name: _clean(r[name]) for name in SCALING_COLUMNS if name not in RENAMED},
+            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in (*RENAMED, "devices", "nodes")},
             "limiting": explain.limiting_line(r),
         })
     allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "nodes": int(b["nodes"]),
@@ -97,7 +88,7 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
     if not scaling.empty:
         frame = labelled(scaling)
         for name, columns in (("scaling.csv", SCALING_COLUMNS), ("step_breakdown.csv", STEP_COLUMNS)):
-            files[name] = frame[list(columns.values())].set_axis(list(columns), axis=1).to_csv(index=False)
+            files[name] = _table(frame, columns).to_csv(index=False)
     markdown = report_markdown
     if not bench.empty:
         table = bench_rows(bench)

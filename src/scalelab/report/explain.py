@@ -1,17 +1,20 @@
 """Why not more: where each configuration's step went, what the network and the model predict.
 
-Adds columns to the report's scaling frame (never changes a measured one): MFU, the busbw the all-reduce
-benchmark's single-op times give over the run's real buckets, predicted communication and predicted efficiency
+Adds columns to the report's scaling frame (never changes a measured one; `mfu`, derived from a peak, is
+recomputed where the user gives --peak_tflops): the busbw the all-reduce benchmark's single-op times give over
+the run's real buckets, predicted communication and predicted efficiency
 (perfmodel, fed with that busbw), cost and time-to-train; and writes one plain-words line per
 configuration that names what limits scaling.
 """
 
 import math
+import statistics
 from typing import Optional
 
 import pandas as pd
 
 from scalelab import perfmodel
+from scalelab.perfmodel.network import bandwidths, busbw_at
 
 
 def bench_frame(found: list) -> pd.DataFrame:
@@ -62,10 +65,6 @@ def median_rows(runs: list, world_size: int) -> list:
     Where some runs timed single all-reduces (`single_op_s`) and older ones did not, only the runs that did
     are used: mixing them would switch the prediction to back-to-back times for every size.
     """
-    import statistics
-
-    from scalelab.perfmodel.network import bandwidths
-
     with_single = [rows for rows in runs if rows and all(r.get("single_op_s") for r in rows)]
     by_size = {}
     for rows in with_single or runs:
@@ -89,8 +88,6 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     Where the benchmark timed single all-reduces (`single_op_s`: each started together on all ranks,
     as DDP issues its few buckets), those times are used rather than nccl-tests' back-to-back mean.
     """
-    from scalelab.perfmodel.network import busbw_at
-
     rows = sorted(rows, key=lambda r: r["bytes"])
     if rows and all(r.get("single_op_s") for r in rows):
         rows = [{"bytes": r["bytes"], "time_s": r["single_op_s"],
@@ -120,9 +117,11 @@ def _bucket_count(buckets) -> int:
 
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
+    """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given."""
     out = scaling.copy()
-    new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "pred_comm_s", "pred_eff_no_overlap", "pred_eff_overlap",
-                           "mfu_shown", "cost_per_1k_samples", "budget_hours", "budget_cost")}
+    new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "predicted_allreduce_s",
+                           "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
+                           "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
         busbw = pred = eff_lo = eff_hi = None
@@ -140,19 +139,19 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
             eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None
         new["bench_busbw_GBps"].append(busbw)
         new["bench_runs"].append(bench_row["runs"] if bench_row is not None else None)
-        new["pred_comm_s"].append(pred)
-        new["pred_eff_no_overlap"].append(eff_lo)
-        new["pred_eff_overlap"].append(eff_hi)
+        new["predicted_allreduce_s"].append(pred)
+        new["predicted_efficiency_no_overlap"].append(eff_lo)
+        new["predicted_efficiency_overlap"].append(eff_hi)
         mfu = r.mfu
         if peak_tflops and _ok(r.tflops_per_device):
             mfu = perfmodel.mfu(r.tflops_per_device, peak_tflops)
-        new["mfu_shown"].append(mfu)
+        new["mfu"].append(mfu)
         samples_per_s = r.samples_per_s if _ok(r.samples_per_s) else None
         new["cost_per_1k_samples"].append(gpu_hour_price * r.devices / 3600 / samples_per_s * 1000
                                           if gpu_hour_price and samples_per_s else None)
         hours = token_budget / r.tokens_per_s / 3600 if token_budget and _ok(r.tokens_per_s) else None
-        new["budget_hours"].append(hours)
-        new["budget_cost"].append(hours * r.devices * gpu_hour_price if hours and gpu_hour_price else None)
+        new["hours_for_token_budget"].append(hours)
+        new["cost_for_token_budget"].append(hours * r.devices * gpu_hour_price if hours and gpu_hour_price else None)
     for k, v in new.items():
         out[k] = pd.to_numeric(pd.Series(v, index=out.index, dtype="object"), errors="coerce")
     return out
@@ -180,27 +179,28 @@ def limiting_line(r) -> Optional[str]:
                 f"{(r.compute_s / r.synced_s - 1) * 100:.0f} % slower than the normal steps, which is noise; more "
                 "--max_steps gives more probe steps)")
     else:
-        if _ok(r.exposed_comm_s) and r.exposed_comm_s > 1.1 * r.comm_busy_s:
+        if _ok(r.waited_s) and r.waited_s > 1.1 * r.allreduce_s:
             # the step lost more than the all-reduce's own duration: compute ran slower beside it
-            detail = (f"{r.exposed_comm_s * 1e3:,.0f} ms lost, more than the {r.comm_busy_s * 1e3:,.0f} ms the "
+            detail = (f"{r.waited_s * 1e3:,.0f} ms lost, more than the {r.allreduce_s * 1e3:,.0f} ms the "
                       "all-reduce itself took: compute also ran slower while it was in flight")
         else:
-            detail = (f"{r.exposed_comm_s * 1e3:,.0f} ms waited; {(r.overlap if _ok(r.overlap) else 0) * 100:.0f} % "
-                      f"of the {r.comm_busy_s * 1e3:,.0f} ms all-reduce hidden behind backward")
+            hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
+            detail = (f"{r.waited_s * 1e3:,.0f} ms waited; {hidden * 100:.0f} % "
+                      f"of the {r.allreduce_s * 1e3:,.0f} ms all-reduce hidden behind backward")
         comm = f"communication: {share * 100:.0f} % of the step ({detail})"
     link = "the inter-node link" if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
                                                        else "the local gloo transport")
-    if _ok(r.train_busbw_GBps):
-        comm += f"; {link} delivered {_gbps(r.train_busbw_GBps)} busbw to DDP"
+    if _ok(r.ddp_busbw_GBps):
+        comm += f"; {link} delivered {_gbps(r.ddp_busbw_GBps)} busbw to DDP"
         if _ok(r.bench_busbw_GBps):
             comm += f" (all-reduce benchmark: {_gbps(r.bench_busbw_GBps)} at these bucket sizes)"
-    if _ok(getattr(r, "comm_alone_s", None)) and r.comm_alone_s > 0:
-        lost = r.comm_busy_s - r.comm_alone_s
-        if lost > 0.15 * r.comm_alone_s:
+    if _ok(getattr(r, "allreduce_alone_s", None)) and r.allreduce_alone_s > 0:
+        lost = r.allreduce_s - r.allreduce_alone_s
+        if lost > 0.15 * r.allreduce_alone_s:
             shared = "the same cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
-            comm += (f". Alone, the same all-reduce takes {r.comm_alone_s * 1e3:,.1f} ms: running beside backward "
-                     f"cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
-    causes.append((r.exposed_comm_s if _ok(r.exposed_comm_s) else 0.0, comm))
+            comm += (f". Alone, the same all-reduce takes {r.allreduce_alone_s * 1e3:,.1f} ms: running beside "
+                     f"backward cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
+    causes.append((r.waited_s if _ok(r.waited_s) else 0.0, comm))
     causes.sort(key=lambda c: -c[0])
     texts = [text for _, text in causes]
     if share < 0.05 and len(causes) == 1 and not noisy:

@@ -1,0 +1,47 @@
+"""Table cells: one way to print a number, a percentage or a missing value, for every table of the report."""
+
+import pandas as pd
+
+
+def fmt_num(x, spec=",.1f", missing="—"):
+    """A number for a table cell; "—" where it is missing (None or NaN)."""
+    return missing if x is None or pd.isna(x) else format(x, spec)
+
+
+def fmt_pct(x, spec=".0f") -> str:
+    """A fraction as a percentage cell (0.25 -> "25 %"); "—" where it is missing."""
+    return "—" if x is None or pd.isna(x) else f"{x * 100:{spec}} %"
+
+
+def predicted_range(r) -> str:
+    """Predicted efficiency from no overlap to full overlap ("93–100 %"), one figure where both round alike."""
+    lo, hi = r.predicted_efficiency_no_overlap, r.predicted_efficiency_overlap
+    if pd.isna(lo) or pd.isna(hi):
+        return "—"
+    if round(lo * 100) == round(hi * 100):
+        return f"{hi * 100:.0f} %"
+    return f"{lo * 100:.0f}–{hi * 100:.0f} %"
+
+
+def money_headers(g: pd.DataFrame) -> list:
+    """Headers of the cost and token-budget columns a group has figures for (none without --gpu_hour_price)."""
+    heads = []
+    if g["cost_per_1k_samples"].notna().any():
+        heads.append("cost / 1K samples")
+    if g["hours_for_token_budget"].notna().any():
+        heads.append("hours for token budget")
+        if g["cost_for_token_budget"].notna().any():
+            heads.append("cost for token budget")
+    return heads
+
+
+def money_cells(r) -> list:
+    """The cells under money_headers, for one configuration."""
+    cells = []
+    if pd.notna(r.cost_per_1k_samples):
+        cells.append(f"{r.cost_per_1k_samples:.4g}")
+    if pd.notna(r.hours_for_token_budget):
+        cells.append(f"{r.hours_for_token_budget:,.1f}")
+        if pd.notna(r.cost_for_token_budget):
+            cells.append(f"{r.cost_for_token_budget:,.0f}")
+    return cells

@@ -1,0 +1,108 @@
+"""`benchmark.py` (and the scalelab-report console script): a folder of result.json files -> the report.
+
+Reads the folder once (`build`), prints the tables, and on request writes the same frames as plots and
+files, or puts two folders side by side (`--compare`).
+"""
+
+import os
+import sys
+
+from scalelab import results
+from scalelab.cli import OneLineParser, positive_float, run_main
+from scalelab.errors import UsageError
+from scalelab.report import compare, explain, export
+from scalelab.report.frames import runs_frame, scaling_frame
+from scalelab.report.tables import render
+
+
+def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None) -> tuple:
+    """Folder -> (runs, annotated scaling, all-reduce benchmarks, skipped files): what every view draws from."""
+    if not os.path.isdir(output_dir):
+        raise UsageError(f"{output_dir} is not a folder (run `make demo` or src/train.py first)")
+    found, skipped = results.scan(output_dir)
+    runs = runs_frame(found)
+    bench = explain.bench_frame(found)
+    scaling = scaling_frame(runs)
+    if not scaling.empty:
+        scaling = explain.annotate(scaling, bench, peak_tflops, gpu_hour_price, token_budget)
+    return runs, scaling, bench, skipped
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
+    p.add_argument("--output_dir", default=None, help="folder searched (recursively) for result.json (default outputs)")
+    p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
+                                               "all-reduce busbw vs message size")
+    p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="two outputs folders (or summary.json files) side by side, with B ÷ A per configuration")
+    p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
+    p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
+    p.add_argument("--peak_tflops", type=positive_float, help="peak TFLOP/s per device for MFU (default: known GPUs)")
+    p.add_argument("--gpu_hour_price", type=positive_float, metavar="PRICE",
+                   help="price of one device-hour: adds cost per 1K samples (and per token budget)")
+    p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
+                   help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    money = (args.peak_tflops, args.gpu_hour_price, args.token_budget)
+    if args.compare:
+        return _compare(args, money)
+    args.output_dir = args.output_dir or "outputs"
+    try:
+        runs, scaling, bench, skipped = build(args.output_dir, *money)
+    except UsageError as exc:
+        raise UsageError(f"--output_dir {exc}") from None
+    _warn(skipped)
+    if runs.empty:
+        print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
+        return 1
+    for flag, path in (("--plot", args.plot), ("--export", args.export)):
+        if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
+            results.ensure_output_dir(path, flag)
+    n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
+    print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
+    max_runs = None if args.all_runs else 12
+    print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=max_runs))
+    written = []
+    if args.save_csv:
+        written.append(results.atomic_write_text(args.save_csv, scaling.to_csv(index=False)))
+    if args.export:
+        written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
+                                    args.output_dir)
+    if args.plot:
+        from scalelab.report import plots  # matplotlib takes a while to import: only when plots are asked for
+
+        written += plots.write_all(args.plot, scaling, bench)
+    for path in written:
+        print(f"written: {path}")
+    return 0
+
+
+def _compare(args, money) -> int:
+    """`--compare A B`: each side a folder (through `build`) or a summary.json."""
+    extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
+                                  ("--save_csv", args.save_csv), ("--all_runs", args.all_runs)) if v]
+    if extra:
+        raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
+
+    def summarize_folder(folder):
+        runs, scaling, bench, skipped = build(folder, *money)
+        _warn(skipped)
+        return export.summary(scaling, bench, len(runs), folder)
+
+    return compare.main(args, summarize_folder)
+
+
+def _warn(skipped):
+    for path, reason in skipped:
+        print(f"benchmark.py: warning: skipped {path}: {reason}", file=sys.stderr)
+
+
+def cli():
+    """Console-script entry point (see setup.cfg)."""
+    sys.exit(run_main("scalelab-report", main))

@@ -1,0 +1,117 @@
+"""From result.json files to speedup and parallel-efficiency frames.
+
+Runs of the identical workload on the same hardware form a group; the smallest device count
+in a group is its baseline. Speedup = throughput / baseline throughput (for a fixed amount
+of work, epochs over the same data or strong scaling, that equals T_baseline / T);
+efficiency = speedup / (devices / baseline devices). Repeats of one configuration are
+combined: median, with min-max shown. Column names are the result schema's field names.
+"""
+
+import statistics
+
+import pandas as pd
+
+from scalelab import results
+from scalelab.workloads import throughput_unit
+
+# timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
+COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
+               "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
+RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
+               "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
+               "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "unit", "samples_per_s",
+               "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
+               "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1],
+               "tflops_per_device", "peak_tflops", "mfu"]
+NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
+           "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")
+# the throughput a unit is read from: tables, plots and exports pick the column by the frame's `unit`
+THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
+
+
+def runs_frame(found: list) -> pd.DataFrame:
+    """One row per training result, flat columns, readable in pandas or a CSV."""
+    rows = []
+    for r in results.latest_attempts(found):
+        if r["kind"] != "training":
+            continue
+        w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}
+        slurm = r.get("slurm") or {}
+        epochs = t.get("epoch_times_s") or []
+        c = t.get("comm") or {}
+        rows.append({
+            "run_id": r["run_id"],
+            "group": results.group_key(r),
+            "model": w.get("model"),
+            "describe": w.get("describe") or w.get("model"),
+            "params": w.get("params"),
+            "scaling": w.get("scaling"),
+            "batch_per_device": w.get("batch_per_device"),
+            "global_batch": w.get("global_batch"),
+            "precision": w.get("precision"),
+            "devices": launch["world_size"],
+            "nodes": launch["num_nodes"],
+            "procs_per_node": launch.get("procs_per_node"),
+            "launcher": launch.get("launcher"),
+            "accelerator": launch.get("accelerator"),
+            "device": (launch.get("device_names") or ["?"])[0],
+            "backend": launch.get("backend"),
+            "threads": launch.get("threads_per_proc"),
+            "status": r["status"],
+            "error": r.get("error"),
+            "train_time_s": t.get("train_time_s"),
+            "step_ms": (t.get("step_time_s") or {}).get("median", float("nan")) * 1e3,
+            "epoch_s": statistics.median(epochs) if epochs else None,
+            "unit": throughput_unit(w.get("tokens_per_sample")),
+            "samples_per_s": t.get("samples_per_s"),
+            "tokens_per_s": t.get("tokens_per_s"),
+            "first_step_s": t.get("time_to_first_step_s"),
+            "whole_run_s": t.get("whole_run_s"),
+            "train_loss": m.get("final_train_loss"),
+            "val_loss": m.get("val_loss"),
+            "val_acc": m.get("val_acc"),
+            "created": r.get("created"),
+            "slurm_job": slurm.get("job_id"),
+            "restart_count": slurm.get("restart_count") or 0,
+            **{k: c.get(k) for k in COMM_FIELDS},
+            "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
+            **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
+        })
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    for col in NUMERIC:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    return frame
+
+
+def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (group, devices, nodes): repeats combined, speedup and efficiency vs the group's baseline."""
+    ok = runs[runs["status"] == "completed"].copy()
+    if ok.empty:
+        return pd.DataFrame()
+    ok["throughput"] = ok["tokens_per_s"].where(ok["unit"] == "tokens/s", ok["samples_per_s"])
+    agg = (ok.groupby(["group", "devices", "nodes"], sort=True)
+           .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
+                throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
+                train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
+                epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
+                accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
+                scaling=("scaling", "first"), model=("model", "first"), describe=("describe", "first"),
+                unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
+                bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),
+                **{k: (k, "median") for k in (*COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")})
+           .reset_index())
+    agg["letter"] = agg["group"].map(group_letters(ok["group"]))
+    agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
+    base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
+    agg["baseline_devices"] = agg["group"].map(base["devices"])
+    agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
+    agg["efficiency"] = agg["speedup"] / (agg["devices"] / agg["baseline_devices"])
+    agg["throughput_per_device"] = agg["throughput"] / agg["devices"]
+    agg["baseline_step_ms"] = agg["group"].map(base["step_ms"])
+    agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
+    return agg
+
+
+def group_letters(groups) -> dict:
+    """Group key -> "A", "B", … in the order the groups first appear: one naming for tables, plots and files."""
+    return {g: chr(ord("A") + i) if i < 26 else str(i + 1) for i, g in enumerate(dict.fromkeys(groups))}

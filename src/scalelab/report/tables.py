@@ -1,0 +1,134 @@
+"""The printed report: per scaling group the runs, the scaling table and where the step goes; then failed runs.
+
+Each table reads the annotated scaling frame (frames + explain) and only formats it: the same frame feeds
+the plots and the exported files, so what is printed is what is exported.
+"""
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab.cli import human_count
+from scalelab.report import explain
+from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, predicted_range
+from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
+
+STEP_HEADERS = ["devices", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms", "waited ms",
+                "comm share", "hidden", "grad MB", "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"]
+
+
+def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12) -> str:
+    """Per group: the runs (the newest `max_runs` per configuration; None = all) and the scaling table."""
+    out = []
+    if not scaling.empty and "predicted_efficiency_overlap" not in scaling:
+        scaling = explain.annotate(scaling, explain.bench_frame([]))
+    ok = runs[runs["status"] == "completed"]
+    letters = group_letters(ok["group"])
+    for group, members in ok.groupby("group", sort=False):
+        out.append(_group_title(members.iloc[0], letters[group]))
+        out += runs_table(members, fmt, max_runs)
+        g = scaling[scaling["group"] == group].sort_values(["devices", "nodes"])
+        out += scaling_table(g, fmt)
+        if g["compute_s"].notna().any():
+            out += step_table(g, fmt)
+        out.append("")
+    out += failed_table(runs, fmt)
+    return "\n".join(out)
+
+
+def _group_title(first: pd.Series, letter: str) -> str:
+    batch = (f"batch {first['batch_per_device']}/device (weak scaling: global batch grows)"
+             if first["scaling"] == "weak" else f"global batch {first['global_batch']} split over devices "
+             "(strong scaling)")
+    if first["accelerator"] == "gpu":
+        hw = f"GPU: {first['device']}"
+    else:
+        hw = "CPU rehearsal (gloo; ranks share this machine's cores)"
+    params = f"{human_count(first['params'])} params" if pd.notna(first["params"]) else "params unknown"
+    return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
+
+
+def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
+    """One group's runs, oldest first per configuration; beyond max_runs only the newest of each."""
+    first = members.iloc[0]
+    unit = first["unit"]
+    members = members.sort_values(["devices", "nodes", "created"])
+    hidden = 0
+    if max_runs is not None and len(members) > max_runs:
+        configs = members[["devices", "nodes"]].drop_duplicates().shape[0]
+        shown = members.groupby(["devices", "nodes"]).tail(max(1, max_runs // configs))
+        hidden, members = len(members) - len(shown), shown
+    rows = [[r.run_id, r.devices, r.nodes, f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
+             else r.procs_per_node, fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"), fmt_num(r.step_ms),
+             fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
+             fmt_num(r.train_loss, ".3f"), fmt_num(r.val_acc, ".3f")] for r in members.itertuples()]
+    procs = "procs/node" if first["accelerator"] == "gpu" else "procs×threads"
+    out = [tabulate(rows, headers=["run id", "devices", "nodes", procs, "1st step s", "train s", "step ms",
+                                   "epoch s", unit, "train loss", "val acc"], tablefmt=fmt, disable_numparse=True)]
+    if hidden:
+        out.append(f"  ... {hidden} older run(s) not listed (all are in the scaling table; --all_runs lists them)")
+    return out
+
+
+def scaling_table(g: pd.DataFrame, fmt: str) -> list:
+    """One group's configurations: throughput, speedup, efficiency measured and predicted, cost."""
+    unit = g["unit"].iloc[0]
+    base = int(g["baseline_devices"].iloc[0])
+    out = ["", f"Scaling (baseline: {base} device{'s' if base > 1 else ''}; speedup = {unit} ÷ baseline {unit})"]
+    if len(g) == 1:
+        out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
+    rows = [[r.devices, r.nodes, r.runs,
+             fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
+                                              if r.runs > 1 else ""),
+             fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %", predicted_range(r),
+             fmt_num(r.throughput_per_device, ",.0f")] + money_cells(r) for r in g.itertuples()]
+    out.append(tabulate(rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
+                                       "efficiency", "predicted eff.", f"{unit} per device"] + money_headers(g),
+                        tablefmt=fmt, disable_numparse=True))
+    return out
+
+
+def step_table(g: pd.DataFrame, fmt: str) -> list:
+    """Where one group's step goes: compute, all-reduce, waited and hidden; then what limits each configuration."""
+    out = ["", "Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
+               "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)"]
+    rows = [[r.devices, r.nodes, fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
+             fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
+             fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
+             *(["?"] * 3 if explain.split_within_noise(r) else
+               [fmt_num(r.waited_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.hidden_fraction)]),
+             fmt_num(r.grad_bytes / 1e6, ".3g"), fmt_num(r.ddp_busbw_GBps, ".3g"), fmt_num(r.bench_busbw_GBps, ".3g"),
+             fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu, ".1f")] for r in g.itertuples()]
+    out.append(tabulate(rows, headers=STEP_HEADERS, tablefmt=fmt, disable_numparse=True))
+    lines = [explain.limiting_line(r) for r in g.itertuples()]
+    out.extend(f"  {line}" for line in lines if line)
+    if g["devices"].max() > 1 and g["bench_busbw_GBps"].isna().all():
+        out.append(f"  (No all-reduce benchmark in this folder at these sizes: {_bench_hint(g)} adds the "
+                   "predicted columns.)")
+    elif g["bench_runs"].max() > 1:
+        out.append(f"  (predicted ms and bench busbw: the median of {g['bench_runs'].max():.0f} all-reduce "
+                   "benchmark runs in this folder, per message size)")
+    if g["mfu"].isna().all():
+        out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
+    return out
+
+
+def _bench_hint(g: pd.DataFrame) -> str:
+    """The benchmark command that matches the group's largest configuration."""
+    big = g.sort_values(["devices", "nodes"]).iloc[-1]
+    devices, nodes = int(big["devices"]), int(big["nodes"])
+    if big["accelerator"] == "gpu" or nodes > 1:  # the job script runs one task per GPU, as training did
+        return (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
+                f"{devices // nodes} tasks per node, as the training runs had)")
+    return f"`python src/allreduce_bench.py --devices {devices}`"
+
+
+def failed_table(runs: pd.DataFrame, fmt: str) -> list:
+    """Runs that did not complete, with the first 100 characters of their error (none: nothing printed)."""
+    failed = runs[runs["status"] != "completed"]
+    if failed.empty:
+        return []
+    rows = [[r.run_id, r.status, r.devices, r.nodes, (r.error or "")[:100]] for r in failed.itertuples()]
+    return ["Runs that did not complete (left out of every speedup):",
+            tabulate(rows, headers=["run id", "status", "devices", "nodes", "error"], tablefmt=fmt,
+                     disable_numparse=True),
+            ""]
