@@ -15,6 +15,7 @@ import platform
 import re
 import secrets
 import tempfile
+from typing import List, Optional, TypedDict
 
 SCHEMA = "scalelab.result"
 SCHEMA_VERSION = 2  # 2: timing.comm and per-rank communication fields renamed (see _upgrade)
@@ -33,6 +34,36 @@ ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of scalelab/testing/fault
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
 _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
                  "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
+
+
+class LaunchRecord(TypedDict):
+    """result["launch"]: where and how big the run was (one builder: launch.cluster.Launch.record)."""
+    launcher: str  # slurm, torchrun, submitit-local, local, ...
+    world_size: int
+    num_nodes: int
+    procs_per_node: int
+    accelerator: str  # gpu or cpu
+    backend: Optional[str]  # nccl or gloo; None where no process group ran (one rank)
+    device_names: List[str]
+    hostnames: List[str]
+
+
+class CommRecord(TypedDict):
+    """result["timing"]["comm"]: compute vs gradient all-reduce of a step, medians (train.timing.comm_summary)."""
+    probe_steps: int
+    compute_s: float  # gradients-ready in the no-sync probe steps
+    synced_s: float  # gradients-ready in normal steps
+    waited_s: float  # what the step waited for communication
+    allreduce_s: float  # how long the all-reduce was busy (during backward)
+    allreduce_alone_s: Optional[float]  # the same buckets, nothing else running
+    hidden_s: float
+    hidden_fraction: Optional[float]
+    comm_share: Optional[float]  # waited_s / step_s
+    step_s: float
+    grad_bytes: Optional[int]
+    bucket_bytes: Optional[List[int]]
+    buckets: float
+    ddp_busbw_GBps: Optional[float]
 
 
 class ResultError(Exception):

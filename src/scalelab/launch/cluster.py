@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from scalelab.errors import UsageError
+from scalelab.results import LaunchRecord
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Launch:
     def backend(self) -> str:
         return "nccl" if self.accelerator == "gpu" else "gloo"
 
-    def record(self, device_names, hostnames, **extra) -> dict:
+    def record(self, device_names, hostnames, **extra) -> LaunchRecord:
         """The `launch` block of a result.json. One builder for every writer (training, benchmarks), so the
         report reads the same fields from each; `backend` is None where no process group ran (one rank)."""
         return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,

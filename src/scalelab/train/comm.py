@@ -7,7 +7,7 @@ Two measurements, because neither alone answers the question:
 - Compute-only probe steps: every Nth step after warm-up skips gradient sync (what DDP's
   `no_sync()` does) and skips the update (so the replicas stay identical). Time to gradients-ready
   in a normal step minus the same in a probe step is the communication the step actually waited
-  for (exposed); the rest of the busy time was hidden by overlap.
+  for (waited_s); the rest of the busy time (allreduce_s) was hidden by overlap.
   A probe step also all-reduces buffers of DDP's bucket sizes once more, after a barrier and with
   nothing else running: the communication alone, which is what the all-reduce benchmark and the
   analytic model describe. Busy minus alone is what compute and communication cost each other

@@ -9,11 +9,13 @@ steps (see comm.py) are timed apart and never enter a throughput figure either.
 
 import statistics
 import time
+from typing import Optional
 
 import lightning.pytorch as pl
 import torch
 
 from scalelab import perfmodel
+from scalelab.results import CommRecord
 from scalelab.train import comm
 
 
@@ -180,7 +182,7 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
     return out
 
 
-def comm_summary(per_rank: list, normal: list, probes: list):
+def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRecord]:
     """Compute vs communication of a step, from the probe steps and the timed all-reduce hook.
 
     compute_s = time to gradients-ready in a probe step (no sync), slowest rank;
@@ -192,7 +194,9 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     """
     if not probes or not normal or "grads_ready_s" not in per_rank[0]:
         return None
-    ready = lambda i: max(r["grads_ready_s"][i] for r in per_rank)  # noqa: E731
+    def ready(i):
+        return max(r["grads_ready_s"][i] for r in per_rank)
+
     compute = statistics.median(ready(i) for i in probes)
     synced = statistics.median(ready(i) for i in normal)
     step = statistics.median(max(r["step_times_s"][i] for r in per_rank) for i in normal)
@@ -202,19 +206,19 @@ def comm_summary(per_rank: list, normal: list, probes: list):
     alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
     world = len(per_rank)
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
-    exposed = max(0.0, synced - compute) if world > 1 else 0.0
+    waited = max(0.0, synced - compute) if world > 1 else 0.0
     grad_bytes = per_rank[0].get("grad_bytes")
     busbw = perfmodel.busbw_from_time(grad_bytes, busy, world) if world > 1 and busy > 0 and grad_bytes else None
     return {
         "probe_steps": len(probes),
         "compute_s": compute,
         "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
-        "waited_s": exposed,
+        "waited_s": waited,
         "allreduce_s": busy,
         "allreduce_alone_s": alone,
-        "hidden_s": max(0.0, busy - exposed),
-        "hidden_fraction": min(1.0, max(0.0, busy - exposed) / busy) if busy > 0 else None,
-        "comm_share": exposed / step if step > 0 else None,
+        "hidden_s": max(0.0, busy - waited),
+        "hidden_fraction": min(1.0, max(0.0, busy - waited) / busy) if busy > 0 else None,
+        "comm_share": waited / step if step > 0 else None,
         "step_s": step,
         "grad_bytes": grad_bytes,
         "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
