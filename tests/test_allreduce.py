@@ -148,6 +148,7 @@ def test_one_process_in_this_process(tmp_path, capsys):
                            "--output_dir", str(tmp_path)]) == 0
     (r,) = load_results(tmp_path)
     assert r["status"] == "completed" and r["launch"]["world_size"] == 1 and r["launch"]["launcher"] == "local"
+    assert r["launch"]["backend"] == "gloo"  # the benchmark starts a process group even for one rank
     assert [row["busbw_GBps"] for row in r["rows"]] == [0.0, 0.0] and all(row["algbw_GBps"] > 0 for row in r["rows"])
     assert "Avg bus bandwidth: 0.000 GB/s (all sizes)" in capsys.readouterr().out
 

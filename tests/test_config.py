@@ -1,5 +1,7 @@
 """Configuration: YAML defaults under the command line, and one-line errors for bad input."""
 
+import pickle
+
 import pytest
 
 from conftest import run_script
@@ -84,3 +86,28 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("train.py: error: ") and message in lines[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "small"], "--preset applies to --model transformer only"),  # the default model is mlp
+    (["--model", "mlp", "--preset", "tiny"], "--preset applies to --model transformer only"),
+    (["--model", "mlp", "--seq_len", "64"], "--seq_len applies to --model transformer only"),
+    (["--model", "transformer", "--dropout", "0"], "--dropout applies to --model mlp only"),
+    (["--model", "transformer", "--hidden_dims", "128"], "--hidden_dims applies to --model mlp only"),
+])
+def test_another_workloads_flag_is_refused(argv, message):
+    with pytest.raises(UsageError, match=f"^{message}$"):
+        config.parse_config(argv)
+
+
+def test_another_workloads_key_in_yaml_is_refused(tmp_path):
+    (tmp_path / "run.yaml").write_text("model: transformer\nhidden_dims: [32, 16]\n")
+    with pytest.raises(UsageError, match="^--hidden_dims applies to --model mlp only$"):
+        config.parse_config(["--config", str(tmp_path / "run.yaml")])
+
+
+def test_run_configs_pickle_and_share_no_default_list():
+    a, b = config.parse_config(["--model", "mlp"]), config.parse_config(["--model", "mlp"])
+    a.hidden_dims.append(8)
+    assert b.hidden_dims == [64, 32, 16]
+    assert pickle.loads(pickle.dumps(b)) == b  # submitit and multiprocessing pickle what they ship

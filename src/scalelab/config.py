@@ -83,6 +83,7 @@ RunConfig = make_dataclass(
     bases=(CommonConfig,),
 )
 RunConfig.__doc__ = "Every knob of a training run: the common flags plus each registered workload's options."
+RunConfig.__module__ = __name__  # make_dataclass would say "types" (before Python 3.12): pickle finds it here
 
 
 def _per_workload(key: str) -> str:
@@ -200,11 +201,15 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     layered = _load_yaml(args.config, parser) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
     cfg = RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__})
-    return finalize(cfg)
+    return finalize(cfg, given=set(layered))
 
 
-def finalize(cfg: RunConfig) -> RunConfig:
-    """Fill workload-specific defaults and check combinations a single flag cannot."""
+def finalize(cfg: RunConfig, given=()) -> RunConfig:
+    """Fill workload-specific defaults and check combinations a single flag cannot.
+
+    given: the flags the user set (command line or YAML); another workload's flag among them is refused,
+    because it would change nothing (`train.py --preset small` trains the default MLP, not a GPT).
+    """
     spec = workloads.get(cfg.model)
     for key, value in spec.defaults.items():
         if getattr(cfg, key) is None:
@@ -212,7 +217,7 @@ def finalize(cfg: RunConfig) -> RunConfig:
     if cfg.max_epochs is None and cfg.max_steps is None:
         cfg.max_epochs = 1
     for owner, option in _options():
-        if owner != cfg.model and getattr(cfg, option.name) != option.default:
+        if owner != cfg.model and option.name in given:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
     if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:

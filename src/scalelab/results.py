@@ -43,7 +43,7 @@ class LaunchRecord(TypedDict):
     num_nodes: int
     procs_per_node: int
     accelerator: str  # gpu or cpu
-    backend: Optional[str]  # nccl or gloo; None where no process group ran (one rank)
+    backend: Optional[str]  # nccl or gloo; None where no process group ran (training on one rank)
     device_names: List[str]
     hostnames: List[str]
 

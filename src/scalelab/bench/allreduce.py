@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from scalelab import results
 from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
-from scalelab.errors import RunFailed, UsageError
+from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import (
@@ -253,9 +253,9 @@ class Bench:
             self.measure()
         except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
             if self.rank == 0:
-                path = self.write("failed", _error_line(exc))
-                raise RunFailed(f"all-reduce failed: {_error_line(exc)} (partial result: {path})") from None
-            raise RunFailed(f"rank {self.rank}: all-reduce failed: {_error_line(exc)}") from None
+                path = self.write("failed", error_line(exc))
+                raise RunFailed(f"all-reduce failed: {error_line(exc)} (partial result: {path})") from None
+            raise RunFailed(f"rank {self.rank}: all-reduce failed: {error_line(exc)}") from None
         error = self.correctness_error()
         if self.rank == 0:
             print(self.table(), flush=True)
@@ -308,7 +308,7 @@ class Bench:
             status=status,
             error=error,
             run_name=self.args.run_name,
-            launch=launch.record(self.device_names, self.hosts),
+            launch=launch.record(self.device_names, self.hosts, backend=launch.backend),  # a group even at 1 rank
             config=config,
             rows=self.rows,
             summary=bench_summary(self.rows),
@@ -339,11 +339,6 @@ def _count_mismatches(buf, period) -> int:
     if count - full * n:
         wrong += int((buf[full * n:] != period[:count - full * n]).sum())
     return wrong
-
-
-def _error_line(exc) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 if __name__ == "__main__":  # how spawn_local starts each local rank (python -m MODULE)
