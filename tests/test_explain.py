@@ -71,15 +71,15 @@ ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
 def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
     # 8 MB in 2 buckets of 4 MB; busbw at 4 MB, log-log between (1 MB, 0.5) and (10 MB, 1.0).
     busbw_4mb = 0.5 * 2 ** (0.6020599913279624)
-    assert explain.predicted_comm_s(ROWS, 8e6, 2, 2) == pytest.approx(2 * (2 * 1 / 2) * 4e6 / (busbw_4mb * 1e9))
-    assert explain.allreduce_time_s(ROWS, 1000, 2) == 0.002  # below the smallest size: its latency floor
+    assert explain.predicted_allreduce_s(ROWS, 8e6, 2, 2) == pytest.approx(2 * (2 * 1 / 2) * 4e6 / (busbw_4mb * 1e9))
+    assert explain.bench_allreduce_time_s(ROWS, 1000, 2) == 0.002  # below the smallest size: its latency floor
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
              _bench(2, ROWS)]
     runs = frames.runs_frame(found)
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
     two = scaling.set_index("devices").loc[2]
-    assert two.predicted_allreduce_s == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 1, 2))
+    assert two.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(ROWS, 8e6, 1, 2))
     step1 = 0.1
     assert two.predicted_efficiency_no_overlap == pytest.approx(step1 / (step1 + two.predicted_allreduce_s))
     assert two.predicted_efficiency_overlap == pytest.approx(1.0)  # comm < compute: fully hidden at best
@@ -121,9 +121,9 @@ def test_combined_benchmark_keeps_single_op_times_and_one_dtype():
     combined = explain.bench_for(explain.bench_frame(benches), 2, 1, "cpu", "cpu")
     assert combined["runs"] == 2 and combined["dtype"] == "float32"  # the bf16 run is not blended in
     # The run without single-op times is left out: the prediction still adds single all-reduces.
-    alone = explain.predicted_comm_s(fast, 8e6, 2, 2)
-    assert explain.predicted_comm_s(combined["rows"], 8e6, 2, 2) == pytest.approx(alone)
-    assert alone == pytest.approx(explain.predicted_comm_s(ROWS, 8e6, 2, 2) / 3)
+    alone = explain.predicted_allreduce_s(fast, 8e6, 2, 2)
+    assert explain.predicted_allreduce_s(combined["rows"], 8e6, 2, 2) == pytest.approx(alone)
+    assert alone == pytest.approx(explain.predicted_allreduce_s(ROWS, 8e6, 2, 2) / 3)
     # Only runs without single-op times: their back-to-back times.
     assert explain.median_rows([older, older], 2)[0] == {"bytes": 1_000_000, "time_s": 0.002,
                                                         "algbw_GBps": pytest.approx(0.5),
@@ -211,9 +211,9 @@ def test_cost_and_token_budget_columns(tmp_path):
 
 def test_prediction_uses_the_real_bucket_sizes_when_recorded():
     # DDP's small first bucket gets the low busbw of a small message: not the same as two equal halves
-    real = explain.predicted_comm_s(ROWS, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000))
+    real = explain.predicted_allreduce_s(ROWS, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000))
     assert real == pytest.approx(0.01 + 0.002)
-    assert real != pytest.approx(explain.predicted_comm_s(ROWS, 11e6, 2, 2))
+    assert real != pytest.approx(explain.predicted_allreduce_s(ROWS, 11e6, 2, 2))
 
 
 def test_limiting_line_names_the_cost_of_sharing_with_backward():
@@ -238,5 +238,5 @@ def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
 
 def test_prediction_prefers_single_all_reduces_to_the_back_to_back_mean():
     rows = [dict(r, single_op_s=r["time_s"] / 2) for r in ROWS]  # each op alone: twice as fast
-    assert explain.allreduce_time_s(rows, 1000, 2) == 0.001
-    assert explain.predicted_comm_s(rows, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000)) == pytest.approx(0.006)
+    assert explain.bench_allreduce_time_s(rows, 1000, 2) == 0.001
+    assert explain.predicted_allreduce_s(rows, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000)) == pytest.approx(0.006)

@@ -1,4 +1,9 @@
-"""The two ways scalelab stops on purpose; every layer raises them, the entry points print them in one line."""
+"""The two ways scalelab stops on purpose; every layer raises them, the entry points print them in one line.
+
+And how any other exception becomes that one line (error_line), for a run's record and its last stderr line.
+"""
+
+import re
 
 
 class UsageError(Exception):
@@ -7,3 +12,20 @@ class UsageError(Exception):
 
 class RunFailed(Exception):
     """A run that started and did not complete (its partial result is on disk): one line, exit code 1."""
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as one line, as a person would read it: its type and its innermost message."""
+    if type(exc).__name__ == "SIGTERMException":  # Lightning's, raised after its SIGTERM handler ran
+        return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    name, text = type(exc).__name__, lines[0] if lines else ""
+    # torch wraps an error in a gradient hook as "Got the following error when running the callback: X: ..."
+    # (twice), and gloo starts with its source position: keep the innermost error, as a person would read it.
+    while True:
+        inner = re.match(r"Got the following error when running the callback: (?:(\w+): )?(.*)", text)
+        if not inner:
+            break
+        name, text = inner.group(1) or name, inner.group(2)
+    text = re.sub(r"^\[[^\]]*:\d+\]\s*", "", text)
+    return f"{name}: {text}"[:300]

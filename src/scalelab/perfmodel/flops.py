@@ -56,4 +56,3 @@ def iteration_tflop_per_gpu(params_billion: float, seq_len: int, global_batch: f
     _positive(params_billion=params_billion, seq_len=seq_len, global_batch=global_batch, gpus=gpus)
     k = 4 if recompute else 3
     return params_billion * k * 2 * seq_len * global_batch / (gpus * 1e3)
-

@@ -122,8 +122,6 @@ def parse_size(text) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
-
-
 def human_bytes(n: int) -> str:
     """32768 -> '32 KiB', 1536 -> '1.5 KiB', 100 -> '100 B'."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -96,4 +96,3 @@ def mfu(achieved_tflops: float, peak: Optional[float]) -> Optional[float]:
     if achieved_tflops < 0:
         raise ValueError(f"achieved TFLOP/s must be >= 0, got {achieved_tflops}")
     return achieved_tflops / peak
-

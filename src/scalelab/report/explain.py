@@ -80,7 +80,7 @@ def median_rows(runs: list, world_size: int) -> list:
     return out
 
 
-def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
+def bench_allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     """Time of one all-reduce of nbytes, from a benchmark's rows.
 
     Interpolated busbw inside the measured sizes; below the smallest size the smallest size's time
@@ -98,16 +98,16 @@ def allreduce_time_s(rows: list, nbytes: float, n: int) -> float:
     return perfmodel.allreduce_time_from_busbw_s(nbytes, n, busbw_at(rows, nbytes))
 
 
-def predicted_comm_s(rows: list, grad_bytes: float, buckets: float, n: int, bucket_bytes=None) -> float:
+def predicted_allreduce_s(rows: list, grad_bytes: float, buckets: float, n: int, bucket_bytes=None) -> float:
     """DDP all-reduces the gradient in buckets, one after another: their predicted times added.
 
     With the run's real bucket sizes when it recorded them (DDP's first bucket is small, 1 MB, and a
     small message gets a lower busbw); else `buckets` equal parts of the gradient.
     """
     if bucket_bytes:
-        return sum(allreduce_time_s(rows, b, n) for b in bucket_bytes)
+        return sum(bench_allreduce_time_s(rows, b, n) for b in bucket_bytes)
     buckets = _bucket_count(buckets)
-    return buckets * allreduce_time_s(rows, grad_bytes / buckets, n)
+    return buckets * bench_allreduce_time_s(rows, grad_bytes / buckets, n)
 
 
 def _bucket_count(buckets) -> int:
@@ -126,7 +126,7 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
         busbw = pred = eff_lo = eff_hi = None
         if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
-            pred = predicted_comm_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
+            pred = predicted_allreduce_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
                                     r.bucket_bytes if isinstance(r.bucket_bytes, tuple) else None)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
             busbw = perfmodel.busbw_from_time(r.grad_bytes, pred, r.devices) if pred > 0 else None

@@ -88,7 +88,9 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs["status"] == "completed"].copy()
     if ok.empty:
         return pd.DataFrame()
-    ok["throughput"] = ok["tokens_per_s"].where(ok["unit"] == "tokens/s", ok["samples_per_s"])
+    ok["throughput"] = float("nan")
+    for unit, column in THROUGHPUT_COLUMN.items():  # each run's throughput in its own unit
+        ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
     agg = (ok.groupby(["group", "devices", "nodes"], sort=True)
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),

@@ -25,6 +25,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from scalelab import results
+from scalelab.errors import error_line
 from scalelab.train import peers
 from scalelab.train.peers import is_peer_failure
 from scalelab.train.record import RunContext, build_payload, run_summary
@@ -73,23 +74,6 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
         return "timeout", ("received SIGTERM (job time limit, preemption or scancel), then the ranks did not stop "
                            f"together: {watch.culprit(exc, steps_done, wait_s=0) or own_line}")
     return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
-
-
-def error_line(exc: BaseException) -> str:
-    """This rank's own error in one line, as a person would read it."""
-    if isinstance(exc, SIGTERMException):
-        return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    name, text = type(exc).__name__, lines[0] if lines else ""
-    # torch wraps an error in a gradient hook as "Got the following error when running the callback: X: ..."
-    # (twice), and gloo starts with its source position: keep the innermost error, as a person would read it.
-    while True:
-        inner = re.match(r"Got the following error when running the callback: (?:(\w+): )?(.*)", text)
-        if not inner:
-            break
-        name, text = inner.group(1) or name, inner.group(2)
-    text = re.sub(r"^\[[^\]]*:\d+\]\s*", "", text)
-    return f"{name}: {text}"[:300]
 
 
 def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str, exc: BaseException) -> str:

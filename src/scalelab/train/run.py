@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from scalelab import config, results
 from scalelab.cli import human_count, run_main
-from scalelab.errors import RunFailed, UsageError
+from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster
 
 
@@ -52,7 +52,7 @@ def main(argv=None, process_start=None) -> int:
     except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
         # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
         status, line = failure.classify(exc, watch, trainer.global_rank, len(timer.step_times),
-                                        failure.error_line(exc))
+                                        error_line(exc))
         watch.stop_children()  # ranks launched from here cannot finish without this one
         note = failure.record_failure(ctx, trainer, status, line, exc)
         if trainer.global_rank != 0:

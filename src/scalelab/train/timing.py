@@ -194,13 +194,14 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     """
     if not probes or not normal or "grads_ready_s" not in per_rank[0]:
         return None
+
     def ready(i):
         return max(r["grads_ready_s"][i] for r in per_rank)
 
     compute = statistics.median(ready(i) for i in probes)
     synced = statistics.median(ready(i) for i in normal)
     step = statistics.median(max(r["step_times_s"][i] for r in per_rank) for i in normal)
-    busy = statistics.median(min(r["allreduce_s"][i] for r in per_rank) for i in normal)
+    allreduce = statistics.median(min(r["allreduce_s"][i] for r in per_rank) for i in normal)
     alone_runs = [r.get("allreduce_alone_s") or [] for r in per_rank]
     n_alone = min(len(a) for a in alone_runs)
     alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
@@ -208,16 +209,17 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
     waited = max(0.0, synced - compute) if world > 1 else 0.0
     grad_bytes = per_rank[0].get("grad_bytes")
-    busbw = perfmodel.busbw_from_time(grad_bytes, busy, world) if world > 1 and busy > 0 and grad_bytes else None
+    measurable = world > 1 and allreduce > 0 and grad_bytes
+    busbw = perfmodel.busbw_from_time(grad_bytes, allreduce, world) if measurable else None
     return {
         "probe_steps": len(probes),
         "compute_s": compute,
         "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
         "waited_s": waited,
-        "allreduce_s": busy,
+        "allreduce_s": allreduce,
         "allreduce_alone_s": alone,
-        "hidden_s": max(0.0, busy - waited),
-        "hidden_fraction": min(1.0, max(0.0, busy - waited) / busy) if busy > 0 else None,
+        "hidden_s": max(0.0, allreduce - waited),
+        "hidden_fraction": min(1.0, max(0.0, allreduce - waited) / allreduce) if allreduce > 0 else None,
         "comm_share": waited / step if step > 0 else None,
         "step_s": step,
         "grad_bytes": grad_bytes,
