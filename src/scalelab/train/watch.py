@@ -143,9 +143,11 @@ class RankWatch(pl.Callback):
             dead = self.dead_children() or peers.gone_on_this_host(self.world_size)
             if dead:
                 # A rank posts before it exits, but the store serves the post asynchronously: look once more.
+                # A launched rank whose pid was already gone may not have been reaped yet: by now its exit code
+                # (killed by SIGKILL, exited with 3) says more than "its process is gone".
                 time.sleep(0.3)
                 posts = peers.posts(self.world_size)
-                dead = [(rank, code) for rank, code in dead if rank not in posts]
+                dead = [(rank, code) for rank, code in self.dead_children() or dead if rank not in posts]
                 if dead and not peers.posted_errors(self.world_size):
                     return f"{describe_dead(dead)}{where}"
                 continue
