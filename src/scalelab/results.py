@@ -17,6 +17,9 @@ import secrets
 import tempfile
 from typing import List, Optional, TypedDict
 
+from scalelab import __version__
+from scalelab.errors import UsageError
+
 SCHEMA = "scalelab.result"
 SCHEMA_VERSION = 2  # 2: timing.comm and per-rank communication fields renamed (see _upgrade)
 # The report's own summary (`benchmark.py --export`): what one outputs folder showed, small enough to mail
@@ -112,8 +115,6 @@ def versions() -> dict:
             out[name] = __import__(name).__version__
         except ImportError:
             pass
-    from scalelab import __version__
-
     out["scalelab"] = __version__
     return out
 
@@ -190,8 +191,6 @@ def atomic_write_json(path: str, obj) -> str:
 
 def ensure_output_dir(path: str, flag: str = "--output_dir"):
     """Create the results folder or fail in one line: before any process group starts, not after training."""
-    from scalelab.errors import UsageError
-
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {path} is a file, not a folder")
     try:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from scalelab.cli import OneLineParser, positive_float, positive_int
+from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -186,6 +186,4 @@ def main(argv=None) -> int:
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    from scalelab.cli import run_main
-
     sys.exit(run_main("scalelab-submit", main))

@@ -15,6 +15,7 @@ import lightning.pytorch as pl
 import torch
 
 from scalelab import perfmodel
+from scalelab.launch import cluster
 from scalelab.results import CommRecord
 from scalelab.train import comm
 
@@ -107,8 +108,6 @@ class StepTimer(pl.Callback):
         self.per_rank = gather(self.rank_record(trainer))
 
     def rank_record(self, trainer) -> dict:
-        from scalelab.launch import cluster
-
         return {
             "rank": trainer.global_rank,
             "local_rank": trainer.local_rank,

@@ -1,5 +1,6 @@
 """The tutorial MLP: a small classifier on 2-D spirals (little compute, so communication shows)."""
 
+from scalelab import perfmodel
 from scalelab.cli import nonneg_float, positive_int, unit_fraction
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
@@ -7,7 +8,6 @@ from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     from torch import nn
 
-    from scalelab import perfmodel
     from scalelab.workloads import data
     from scalelab.workloads.nets.mlp import SpiralMLP
 
