@@ -90,7 +90,6 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--preset", "small"], "--preset applies to --model transformer only"),  # the default model is mlp
-    (["--model", "mlp", "--preset", "tiny"], "--preset applies to --model transformer only"),
     (["--model", "mlp", "--seq_len", "64"], "--seq_len applies to --model transformer only"),
     (["--model", "transformer", "--dropout", "0"], "--dropout applies to --model mlp only"),
     (["--model", "transformer", "--hidden_dims", "128"], "--hidden_dims applies to --model mlp only"),
@@ -98,6 +97,10 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
 def test_another_workloads_flag_is_refused(argv, message):
     with pytest.raises(UsageError, match=f"^{message}$"):
         config.parse_config(argv)
+
+
+def test_another_workloads_flag_at_its_default_changes_nothing_and_passes():
+    assert config.parse_config(["--model", "mlp", "--preset", "tiny", "--lora_rank", "0"]).model == "mlp"
 
 
 def test_another_workloads_key_in_yaml_is_refused(tmp_path):

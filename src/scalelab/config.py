@@ -207,8 +207,9 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
 def finalize(cfg: RunConfig, given=()) -> RunConfig:
     """Fill workload-specific defaults and check combinations a single flag cannot.
 
-    given: the flags the user set (command line or YAML); another workload's flag among them is refused,
-    because it would change nothing (`train.py --preset small` trains the default MLP, not a GPT).
+    given: the flags the user set (command line or YAML). Another workload's flag among them, set to anything
+    but its default, is refused: it would change nothing (`train.py --preset small` trains the default MLP, not
+    a GPT); at its default it is harmless (`--lora_rank 0`: full training).
     """
     spec = workloads.get(cfg.model)
     for key, value in spec.defaults.items():
@@ -217,7 +218,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
     if cfg.max_epochs is None and cfg.max_steps is None:
         cfg.max_epochs = 1
     for owner, option in _options():
-        if owner != cfg.model and option.name in given:
+        if owner != cfg.model and option.name in given and getattr(cfg, option.name) != option.default:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
     if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
