@@ -7,7 +7,8 @@
   what an earlier one wrote); each chapter gets its own folder. A run block must exit 0 and print no
   traceback (scalelab's errors are one line).
 * Every other ```bash block (sbatch, srun, module load, GPU runs) is checked statically: each
-  `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's --help lists (the flags
+  `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's parser has (the option
+  column of its --help, not words inside help texts; the flags
   after `submit.py ... --` and after a slurm_jobs/*.sh script are checked against the script they reach).
 * Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
 * Every relative Markdown link in docs/ points to an existing file.
@@ -73,7 +74,10 @@ def accepted_flags(script):
     proc = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 0, f"{script} --help failed: {proc.stderr[-1000:]}"
-    return frozenset(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", proc.stdout))
+    # The parser's own option strings: argparse lists each option at the start of its line ("  --flag FLAG",
+    # "  -h, --help"); a flag merely mentioned inside another option's help text does not count.
+    options = re.findall(r"^ {2}(?:-\w(?: \w+)?, )?(--[A-Za-z][\w-]*(?:, --[A-Za-z][\w-]*)*)", proc.stdout, re.M)
+    return frozenset(flag for group in options for flag in group.split(", "))
 
 
 def flag_problems(words):
