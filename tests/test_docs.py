@@ -56,6 +56,40 @@ def bash_blocks(path):
     return blocks
 
 
+def documented_outputs(path):
+    """{bash block index: lines of the plain ``` fence that follows it (before the next ```bash block)}: what
+    the chapter says the block prints."""
+    lines = path.read_text().splitlines()
+    outputs, block, i = {}, 0, 0
+    while i < len(lines):
+        fence = lines[i].strip()
+        if fence.startswith("```"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), len(lines))
+            if fence == "```bash":
+                block += 1
+            elif fence == "```" and block and block not in outputs:
+                outputs[block] = lines[i + 1:end]
+            i = end
+        i += 1
+    return outputs
+
+
+# Output lines a chapter shows that must match what its command prints now: errors and warnings (numbers such
+# as steps and seconds masked), exit codes, and exported settings. Tables and timings vary run to run.
+STABLE = re.compile(r"^([\w.-]+\.(py|sh): .*|exit code \d+|[A-Z][A-Z0-9_]*=.*)$")
+RUN_ID = re.compile(r"\d{8}-\d{6}-[\w.-]*?pid\d+-[0-9a-f]{8}(-[0-9a-f]{4})?")
+
+
+def stable_lines(lines):
+    out = []
+    for line in (line.rstrip() for line in lines):
+        if STABLE.match(line):
+            line = RUN_ID.sub("<run_id>", line)
+            out.append(line if line.startswith("exit code") or "=" in line.split(":")[0]
+                       else re.sub(r"\d+(\.\d+)?", "N", line))
+    return out
+
+
 def commands(text):
     """Shell words of each logical line (continuations joined, comments dropped)."""
     for line in text.replace("\\\n", " ").splitlines():
@@ -139,9 +173,12 @@ def test_relative_links_resolve(page):
 
 @pytest.fixture
 def workshop(tmp_path):
-    """A participant's checkout: the repository's code, an empty outputs/, and this interpreter as `python`."""
+    """A participant's checkout after `make`: the repository's code, an empty outputs/, and this interpreter as
+    `python` and as `.venv/bin/python`."""
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)  # as after `make`: site.sh picks ./.venv/bin/python
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
     env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
     return tmp_path, env
@@ -154,6 +191,7 @@ RUNNABLE = [p for p in CHAPTERS if any(run for _, run, _, _ in bash_blocks(p))]
 @pytest.mark.parametrize("chapter", RUNNABLE, ids=[p.stem for p in RUNNABLE])
 def test_run_blocks_run(chapter, workshop):
     folder, env = workshop
+    outputs = documented_outputs(chapter)
     for n, run, line, text in bash_blocks(chapter):
         if not run:
             continue
@@ -163,3 +201,6 @@ def test_run_blocks_run(chapter, workshop):
         tail = proc.stdout[-3000:]
         assert proc.returncode == 0, f"{where} exited {proc.returncode}; last output:\n{tail}"
         assert "Traceback (most recent call last)" not in proc.stdout, f"{where} printed a traceback:\n{tail}"
+        printed = stable_lines(proc.stdout.splitlines())
+        missing = [line for line in stable_lines(outputs.get(n, [])) if line not in printed]
+        assert not missing, f"{where}: the chapter shows lines the command no longer prints: {missing}\n{tail}"
