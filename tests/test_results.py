@@ -126,3 +126,33 @@ def test_version_1_results_are_read_under_the_version_2_names(tmp_path):
                             "ddp_busbw_GBps"]].tolist() == [0.004, 0.008, 0.005, 0.5, 1.0]
         reports.append(tables.render(runs, frames.scaling_frame(runs)).replace("v1", "v2"))
     assert reports[0] == reports[1] and "waited ms" in reports[0]
+
+
+def _attempt(run_id, created, restarts, job="77", array_job=None, task=None, step="0"):
+    r = make_result(run_id, 4)
+    r["created"] = created
+    r["slurm"] = {"job_id": job, "array_job_id": array_job, "array_task_id": task, "step_id": step,
+                  "restart_count": restarts}
+    return r
+
+
+def test_requeue_supersede_rule_is_the_newest_attempt_not_the_last_seen():
+    newer = _attempt("try1", "2026-11-23T10:05:00+00:00", 1)
+    older = _attempt("try0", "2026-11-23T10:00:00+00:00", 0)
+    assert [r["run_id"] for r in results.latest_attempts([newer, older])] == ["try1"]  # newer listed first
+
+
+def test_requeue_supersede_keeps_each_array_task():
+    # two tasks of one job array: each its own job id in SLURM_JOB_ID, the same SLURM_ARRAY_JOB_ID
+    a = _attempt("task0", "2026-11-23T10:00:00+00:00", 0, job="101", array_job="100", task="0")
+    b = _attempt("task1", "2026-11-23T10:00:01+00:00", 0, job="102", array_job="100", task="1")
+    b_again = _attempt("task1-requeued", "2026-11-23T10:09:00+00:00", 1, job="102", array_job="100", task="1")
+    kept = [r["run_id"] for r in results.latest_attempts([b_again, a, b])]
+    assert sorted(kept) == ["task0", "task1-requeued"]
+
+
+def test_requeue_supersede_tie_on_restart_count_goes_to_the_newer_result():
+    first = _attempt("early", "2026-11-23T10:00:00+00:00", 2)
+    late = _attempt("late", "2026-11-23T10:30:00+00:00", 2)
+    assert [r["run_id"] for r in results.latest_attempts([late, first])] == ["late"]
+    assert [r["run_id"] for r in results.latest_attempts([first, late])] == ["late"]
