@@ -50,6 +50,11 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
     assert row[2:5] == ["8", "1,024", "busbw"]  # strong: tokens per step fixed at 8 x 128
     assert row[8] == "0.1"  # compute 0.8 s / 8 GPUs (row[7] is the all-reduce time)
     assert "train h" in res.stdout and "cost" in res.stdout
+    # by hand: tiny = 3,323,392 params, S = 13,293,568 B; comm = 2*7/8 * S / 1 GB/s = 0.02326 s; step 0.1233 s
+    # without overlap, 0.1 s with; 1M tokens / 1,024 per step = 976.5625 steps -> 0.03344 h and 0.02713 h;
+    # cost = hours x 8 GPUs x 2.5 = 0.669 and 0.543
+    assert row[7] == "0.0233" and row[9:11] == ["0.123", "0.1"]
+    assert row[16:20] == ["0.0334", "0.0271", "0.669", "0.543"]
     assert "measured busbw replaces the link figure at 2 nodes: 1 GB/s" in res.stdout
 
 
