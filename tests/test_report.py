@@ -1,5 +1,7 @@
 """The report's arithmetic and grouping, on constructed results (real runs are in test_ddp_cpu.py)."""
 
+import csv as csv_module
+
 import pytest
 
 from conftest import run_script
@@ -55,7 +57,9 @@ def test_benchmark_cli_prints_tables_and_csv(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "| 2 " in proc.stdout and "1.80×" in proc.stdout and "90 %" in proc.stdout
     assert proc.stderr.count("warning: skipped") == 1 and "not valid JSON" in proc.stderr
-    assert "speedup" in csv.read_text().splitlines()[0]
+    table = {int(row["devices"]): row for row in csv_module.DictReader(csv.open())}
+    assert float(table[2]["speedup"]) == pytest.approx(1.8) and float(table[2]["efficiency"]) == pytest.approx(0.9)
+    assert float(table[1]["speedup"]) == 1.0 and float(table[2]["throughput"]) == 180
 
 
 def test_benchmark_cli_errors_are_one_line(tmp_path):
