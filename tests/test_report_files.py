@@ -130,6 +130,10 @@ def test_compare_errors_are_one_line(tmp_path, case):
     proc = run_script("benchmark.py", "--compare", a, other)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("benchmark.py: error: --compare") and "Traceback" not in proc.stderr
+    says = {"missing": f"--compare {other}: no such folder or summary.json",
+            "foreign": f'--compare {other}: not a scalelab report summary (no "schema": "scalelab.report_summary")',
+            "disjoint": "--compare: no configuration ran the same workload at the same devices × nodes in"}[case]
+    assert says in proc.stderr, proc.stderr
 
 
 def test_plot_into_an_unwritable_place_fails_before_any_work(tmp_path):
@@ -211,4 +215,10 @@ def test_more_bad_input_is_one_line(tmp_path, case):
     proc = run_script("benchmark.py", *args)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("benchmark.py: error: ")
+    says = {"bad-configuration": f"--compare {tmp_path / 's.json'}: summary configuration 0 lacks workload",
+            "version-0": "summary schema_version 0 is not one this scalelab reads (1)",
+            "compare-with-plot": "--compare A B does not take --plot (its files: --export DIR)",
+            "mixed-hardware": "the same workload ran on several kinds of hardware there (cpu cpu, gpu NVIDIA H100)",
+            "export-onto-a-folder": f"--export: cannot write {tmp_path / 'ex' / 'summary.json'}"}[case]
+    assert says in proc.stderr, proc.stderr
     assert not (tmp_path / "pl").exists()
