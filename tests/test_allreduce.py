@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from conftest import load_results, run_script
+from conftest import FAKE_SECRETS, load_results, run_script
 from scalelab import results
 from scalelab.bench import allreduce
 from scalelab.bench.allreduce import size_type
@@ -156,7 +156,7 @@ def test_one_process_in_this_process(tmp_path, capsys):
 @pytest.mark.slow
 def test_two_local_processes_measure_check_and_write(tmp_path):
     proc = run_script("allreduce_bench.py", "--devices", 2, "--max_bytes", "1M", "--iters", 3, "--run_name", "t",
-                      "--output_dir", tmp_path, timeout=120)
+                      "--output_dir", tmp_path, timeout=120, env=FAKE_SECRETS)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.startswith("scalelab all-reduce: world size 2 = 1 node(s) x 2 process(es), backend gloo")
     table = _table_rows(proc.stdout)
@@ -178,6 +178,8 @@ def test_two_local_processes_measure_check_and_write(tmp_path):
     assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]  # the only size >= 1 MiB
     assert r["config"]["iters"] == 3 and r["config"]["warmup_iters"] == 5 and "-t-allreduce-2x-" in r["run_id"]
     assert r["environment"]["WORLD_SIZE"] == "2"  # captured on a rank, not in the parent
+    text = path.read_text()
+    assert not [name for name, value in FAKE_SECRETS.items() if value in text or name in text]  # never a secret
 
 
 @pytest.mark.slow

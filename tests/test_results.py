@@ -156,3 +156,15 @@ def test_requeue_supersede_tie_on_restart_count_goes_to_the_newer_result():
     late = _attempt("late", "2026-11-23T10:30:00+00:00", 2)
     assert [r["run_id"] for r in results.latest_attempts([late, first])] == ["late"]
     assert [r["run_id"] for r in results.latest_attempts([first, late])] == ["late"]
+
+
+def test_an_atomic_write_interrupted_before_the_rename_leaves_nothing(tmp_path, monkeypatch):
+    target = tmp_path / "run" / "result.json"
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt  # Ctrl-C (or a SIGTERM turned into an exception) between write and rename
+
+    monkeypatch.setattr(results.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        results.atomic_write_json(str(target), {"a": 1})
+    assert list((tmp_path / "run").iterdir()) == []  # neither the result nor a temporary file
