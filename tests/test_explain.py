@@ -240,3 +240,21 @@ def test_prediction_prefers_single_all_reduces_to_the_back_to_back_mean():
     rows = [dict(r, single_op_s=r["time_s"] / 2) for r in ROWS]  # each op alone: twice as fast
     assert explain.bench_allreduce_time_s(rows, 1000, 2) == 0.001
     assert explain.predicted_allreduce_s(rows, 11e6, 2, 2, bucket_bytes=(10_000_000, 1_000_000)) == pytest.approx(0.006)
+
+
+def test_predicted_columns_when_communication_exceeds_compute():
+    # baseline step 4 ms; the 8 MB gradient (one bucket) takes longer than that over the benchmark's busbw,
+    # so even full overlap cannot hide it: efficiency compute / comm at best, compute / (compute + comm) at worst
+    found = [_with_comm(make_result("c1", 1, samples_per_s=100), 0.004, 0.0, 0.0, 0.004),
+             _with_comm(make_result("c2", 2, samples_per_s=60), 0.004, 0.009, 0.008, 0.012),
+             _bench(2, ROWS)]
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    two = scaling.set_index("devices").loc[2]
+    comm = explain.predicted_allreduce_s(ROWS, 8e6, 1, 2)
+    assert comm > 0.004
+    assert two.predicted_efficiency_overlap == pytest.approx(0.004 / comm)
+    assert two.predicted_efficiency_no_overlap == pytest.approx(0.004 / (0.004 + comm))
+    cell = f"{0.004 / (0.004 + comm) * 100:.0f}–{0.004 / comm * 100:.0f} %"
+    assert cell == "32–47 %"  # by hand: busbw at 8 MB = 0.5·8^log10(2) = 0.937 GB/s, comm = 8.5 ms
+    assert cell in tables.render(runs, scaling)
