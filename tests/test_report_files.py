@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib import image
+from matplotlib.container import BarContainer
 
 from conftest import run_script
 from scalelab import results
@@ -222,3 +223,13 @@ def test_more_bad_input_is_one_line(tmp_path, case):
             "export-onto-a-folder": f"--export: cannot write {tmp_path / 'ex' / 'summary.json'}"}[case]
     assert says in proc.stderr, proc.stderr
     assert not (tmp_path / "pl").exists()
+
+
+def test_efficiency_and_throughput_figures_draw_the_reports_numbers(tmp_path):
+    found, _ = results.scan(str(_folder(tmp_path / "out")))
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    ax = plots.efficiency_figure(scaling).axes[0]
+    bars = [[bar.get_height() for bar in c] for c in ax.containers if isinstance(c, BarContainer)]
+    assert bars == [pytest.approx([100, 75]), pytest.approx([100, 87.5])]  # mlp 150/100/2, transformer 70/40/2
+    per_device = [[bar.get_height() for c in a.containers for bar in c] for a in plots.throughput_figure(scaling).axes]
+    assert per_device == [pytest.approx([100, 75]), pytest.approx([40, 35])]
