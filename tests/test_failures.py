@@ -1,6 +1,7 @@
 """A run that does not complete still leaves a record (status, one-line error, timings so far), never half a file."""
 
 import os
+import re
 import signal
 import time
 
@@ -40,3 +41,24 @@ def test_sigterm_to_a_two_process_run_is_a_timeout_not_a_failed_rank(tmp_path):
     --timeout instead; still status timeout, and the message says so.)"""
     # 8 s: start-up of rank 1 and some steps (a SIGTERM before the first step is recorded too)
     r, err = _sigterm_after(tmp_path, 8, "--model", "mlp", "--max_epochs", "1000", "--devices", "2", "--timeout", "10")
+    assert r["launch"]["world_size"] == 2 and r["status"] == "timeout"
+    assert not re.search(r"rank \d+ (failed|stopped responding)", err.strip().splitlines()[-1])  # no rank blamed
+    assert not _ranks_left(tmp_path), "a rank outlived the run"
+
+
+def _ranks_left(output_dir, wait_s=10.0) -> list:
+    """Pids of processes still running with this output folder on their command line (after up to wait_s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmdline = fh.read().decode(errors="replace")
+            except OSError:
+                continue
+            if str(output_dir) in cmdline and int(pid) != os.getpid():
+                left.append(int(pid))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
