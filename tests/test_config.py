@@ -114,3 +114,18 @@ def test_run_configs_pickle_and_share_no_default_list():
     a.hidden_dims.append(8)
     assert b.hidden_dims == [64, 32, 16]
     assert pickle.loads(pickle.dumps(b)) == b  # submitit and multiprocessing pickle what they ship
+
+
+TORCHRUN_2x2 = {"TORCHELASTIC_RUN_ID": "t", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "RANK": "0",
+                "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--devices", "4"], "--devices 4 does not match torchrun --nproc_per_node=2: the run would hang"),
+    (["--num_nodes", "3"], "--num_nodes 3 does not match torchrun --nnodes=2: the run would hang"),
+])
+def test_sizes_that_disagree_with_torchrun_are_refused_before_any_rank_waits(args, message):
+    # what torchrun --nnodes 2 --nproc_per_node 2 exports to a rank, without starting the other three
+    proc = run_script("train.py", "--model", "mlp", *args, env=TORCHRUN_2x2, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"train.py: error: {message}")
