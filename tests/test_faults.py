@@ -118,6 +118,29 @@ def test_rank_killed_with_sigkill_is_named_and_recorded(tmp_path):
     print(f"\nkill -9 rank 1: failed {took:.1f} s after the kill; {lines[0]}")
 
 
+def test_rank_alive_but_stuck_ends_within_the_timeout_named_and_recorded(tmp_path):
+    """kill -STOP of rank 1 (a hung device, a debugger): rank 0's collective times out after --timeout; the line
+    names rank 1 as alive but stopped, a failed record is written, and the stopped rank does not outlive the run."""
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT)
+    wait_for_banner(proc)
+    rank1 = launched_rank(proc.pid)
+    wait_until_joined(rank1)
+    time.sleep(3)  # training under way
+    os.kill(rank1, signal.SIGSTOP)
+    err, took = finish(proc, TIMEOUT + MARGIN)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and TIMEOUT - 1 < took < TIMEOUT + MARGIN, err[-2000:]
+    assert re.match(rf"train\.py: error: run ended with status failed: rank 1 did not answer within {TIMEOUT} s "
+                    r"\(--timeout\) (during step \d+|before the first step); its process is alive \(stopped, e\.g\. "
+                    r"by SIGSTOP\) \(partial result: .*result\.json\)$", lines[-1]), lines[-1]
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("rank 1 did not answer within")
+    deadline = time.time() + 10
+    while alive(rank1) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not alive(rank1), "the stopped rank outlived the run"
+
+
 def test_rank_0_killed_takes_its_launched_ranks_with_it(tmp_path):
     """kill -9 of rank 0 (nothing can be recorded then): the rank it launched dies at once (PR_SET_PDEATHSIG)
     instead of lingering until its own timeout."""
