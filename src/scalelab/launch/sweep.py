@@ -47,6 +47,17 @@ class TrainTask:
         return submitit.helpers.DelayedSubmission(TrainTask(self.argv, self.accelerator))
 
 
+def job_failure_line(exc: BaseException) -> str:
+    """What a failed job said, in one line: train.py's own one-line error (RunFailed/UsageError) from the trace
+    submitit hands back, else the trace's last exception line; never the log paths submitit appends."""
+    text = str(exc)
+    ours = re.findall(r"^\S*(?:RunFailed|UsageError): (.+)$", text, re.M)
+    if ours:
+        return ours[-1].strip()
+    errors = re.findall(r"^\S*(?:Error|Exception)\S*: .+$", text, re.M)
+    return errors[-1].strip() if errors else type(exc).__name__
+
+
 def wait_for(jobs, bar, failed: list, poll_s: float):
     """Poll until every job is done; one line per failed job goes into `failed`."""
     pending = list(jobs)
@@ -56,8 +67,8 @@ def wait_for(jobs, bar, failed: list, poll_s: float):
             bar.update(1)
             exc = item[1].exception()
             if exc is not None:
-                last = [line for line in str(exc).splitlines() if line.strip()]
-                failed.append(f"{item[0]} job {item[1].job_id}: {last[-1] if last else type(exc).__name__}")
+                failed.append(f"{item[0]} job {item[1].job_id}: {job_failure_line(exc)} "
+                              f"(log: {item[1].paths.stderr})")
         if pending:
             time.sleep(poll_s)
 

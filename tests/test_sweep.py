@@ -1,0 +1,37 @@
+"""src/submit.py --cluster local: submitit's LocalExecutor runs the real jobs one after another, then the report."""
+
+import re
+
+import pytest
+
+from conftest import FAKE_SECRETS, load_results, run_script
+
+pytestmark = pytest.mark.slow
+MLP = ["--model", "mlp", "--num_samples", "2048", "--max_epochs", "1", "--warmup_steps", "2"]
+
+
+def test_repeats_of_a_shape_are_repeats_in_the_report_and_keep_no_secret(tmp_path):
+    proc = run_script("submit.py", "--cluster", "local", "--shapes", "1x1", "--repeats", "2",
+                      "--output_dir", tmp_path, "--", *MLP, env=FAKE_SECRETS, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("running 2 job(s) one after another on this machine")
+    runs = load_results(tmp_path)
+    assert len(runs) == 2 and {r["launch"]["launcher"] for r in runs} == {"submitit-local"}
+    scaling = proc.stdout.split("Scaling (baseline")[1].splitlines()
+    row = next(line.split() for line in scaling if line.startswith("1 "))
+    assert row[:3] == ["1", "1", "2"]  # devices, nodes, runs: the two repeats combined, not two configurations
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):  # results and submitit's logs and pickles
+        data = path.read_bytes()
+        assert not [n for n, v in FAKE_SECRETS.items() if v.encode() in data], f"a secret leaked into {path}"
+
+
+def test_a_job_that_fails_is_named_and_the_sweep_exits_1(tmp_path):
+    proc = run_script("submit.py", "--cluster", "local", "--shapes", "1x1", "--output_dir", tmp_path, "--", *MLP,
+                      env={"SCALELAB_FAULT": "raise@step=3,rank=0"}, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("submit.py: job failed: 1x1 job ")]
+    assert len(failed) == 1, proc.stderr[-2000:]
+    assert re.search(r"job \d+: run ended with status failed: RuntimeError: injected fault .*\(log: \S+_log\.err\)$",
+                     failed[0]), failed[0]  # train.py's own line, and where the full log is
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "failed" and "Runs that did not complete" in proc.stdout
