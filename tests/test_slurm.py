@@ -161,3 +161,50 @@ def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
     assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in r["rows"])
     assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]
     assert r["slurm"]["job_id"] == job_id and sacct_state(env, job_id) == "COMPLETED"
+
+
+def _wait_for(what, check, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp_path):
+    """SLURM's warning signal (USR1, what `#SBATCH --signal=SIGUSR1@90` sends before the time limit): Lightning
+    saves a checkpoint and requeues the job; the attempt ends "preempted"; the job comes back (restart 1),
+    resumes from the checkpoint, completes, and the report counts the job once, at its newest attempt."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    log = tmp_path / "slurm-%j.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", str(ROOT / "slurm_jobs" / "single_gpu.sh"),
+                          "--threads", "1", "--max_epochs", "30"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    _wait_for("the first attempt training", lambda: job_log.exists() and "scalelab: mlp" in job_log.read_text(), 120)
+    time.sleep(4)  # some steps
+    subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
+
+    def requeued():
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], env=env, capture_output=True, text=True)
+        return "PENDING" in out.stdout
+    _wait_for("the job back in the queue", requeued, 60)
+    # a requeued job waits for a begin time; start it now rather than minutes later
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, capture_output=True)
+
+    def finished():
+        state = sacct_state(env, job, timeout=2)
+        return state if state and state not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED") else None
+    state = _wait_for("the second attempt to finish", finished, 240)
+    assert state == "COMPLETED", f"job {job} ended {state}:\n{job_log.read_text()[-3000:]}"
+
+    attempts = sorted(load_results(tmp_path), key=lambda r: r["slurm"]["restart_count"])
+    assert [(r["status"], r["slurm"]["restart_count"]) for r in attempts] == [("preempted", 0), ("completed", 1)]
+    assert "requeue" in attempts[0]["error"] and attempts[1]["error"] is None
+    assert list((tmp_path / "lightning" / job).glob("hpc_ckpt_*.ckpt"))  # what the second attempt resumed from
+    assert "restart 1" in job_log.read_text()
+    proc = run_script("benchmark.py", "--output_dir", tmp_path)
+    assert proc.returncode == 0 and f"scalelab report: 1 run(s) in {tmp_path}/" in proc.stdout, proc.stdout
+    assert "did not complete" not in proc.stdout  # the preempted attempt is superseded, not a failed run

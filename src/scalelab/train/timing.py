@@ -56,6 +56,9 @@ class StepTimer(pl.Callback):
             ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
         _sync(trainer)
         self.train_start = time.time()
+        # A run resumed mid-epoch (a requeued SLURM job from Lightning's checkpoint) gets no epoch-start hook
+        # before its first step: start the clocks here too.
+        self._epoch_start = self._last = time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         probe = comm.is_probe(len(self.step_times), self.warmup_steps, self.probe_every)
