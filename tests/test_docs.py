@@ -75,17 +75,22 @@ def documented_outputs(path):
 
 
 # Output lines a chapter shows that must match what its command prints now: errors and warnings (numbers such
-# as steps and seconds masked), exit codes, and exported settings. Tables and timings vary run to run.
+# as steps and seconds masked), exit codes, exported settings, and every table's header row. Table bodies and
+# timings vary run to run.
 STABLE = re.compile(r"^([\w.-]+\.(py|sh): .*|exit code \d+|[A-Z][A-Z0-9_]*=.*)$")
+TABLE_RULE = re.compile(r"^-{3,}( +-{3,})+$")  # tabulate's line under a header row
 # Blocks that only run src/predict.py: analytic, the same output on any machine.
 ANALYTIC = re.compile(r"(python src/predict\.py [^\n]*(\\\n[^\n]*)*\n?)+")
 RUN_ID = re.compile(r"\d{8}-\d{6}-[\w.-]*?pid\d+-[0-9a-f]{8}(-[0-9a-f]{4})?")
 
 
 def stable_lines(lines):
+    lines = [line.rstrip() for line in lines]
     out = []
-    for line in (line.rstrip() for line in lines):
-        if STABLE.match(line):
+    for k, line in enumerate(lines):
+        if k + 1 < len(lines) and TABLE_RULE.match(lines[k + 1]) and line.strip():
+            out.append(" ".join(line.split()))  # a table's header row: its columns, spacing aside
+        elif STABLE.match(line):
             line = RUN_ID.sub("<run_id>", line)
             out.append(line if line.startswith("exit code") or "=" in line.split(":")[0]
                        else re.sub(r"\d+(\.\d+)?", "N", line))
