@@ -9,7 +9,8 @@
 * Every other ```bash block (sbatch, srun, module load, GPU runs) is checked statically: each
   `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's parser has (the option
   column of its --help, not words inside help texts; the flags
-  after `submit.py ... --` and after a slurm_jobs/*.sh script are checked against the script they reach).
+  after `submit.py ... --`, after `emulate.py ... -- SCRIPT` and after a slurm_jobs/*.sh script are checked
+  against the script they reach).
 * Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
 * Every relative Markdown link in docs/ points to an existing file.
 """
@@ -128,11 +129,15 @@ def flag_problems(words):
         script = word if SCRIPT.match(word) else JOB_SCRIPTS.get(word)
         if script is None:
             continue
-        for arg in words[k + 1:]:
+        rest = words[k + 1:]
+        for i, arg in enumerate(rest):
             if arg and set(arg) <= set("|&;<>"):  # a shell operator: the command ends here
                 break
             if arg == "--" and script.endswith("submit.py"):
                 script = "src/train.py"  # submit.py passes what follows `--` to train.py unchanged
+                continue
+            if arg == "--" and script.endswith("emulate.py"):
+                script = rest[i + 1] if i + 1 < len(rest) else script  # `emulate.py ... -- SCRIPT ARGS` runs SCRIPT
                 continue
             if arg.startswith("--") and len(arg) > 2:
                 flag = arg.split("=", 1)[0]

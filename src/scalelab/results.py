@@ -39,6 +39,14 @@ _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "
                  "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
 
 
+class LinkRecord(TypedDict):
+    """result["launch"]["link"]: the link between the nodes where it is known (src/emulate.py's), else None."""
+    gbit: float  # rate, each direction
+    emulated: bool  # network namespaces on one machine, shaped with tc: not a real network
+    latency_ms: Optional[float]  # one-way delay applied (None: none, or it could not be applied)
+    latency_requested_ms: Optional[float]  # what --latency_ms asked for
+
+
 class LaunchRecord(TypedDict):
     """result["launch"]: where and how big the run was (one builder: launch.cluster.Launch.record)."""
     launcher: str  # slurm, torchrun, submitit-local, local, ...
@@ -49,6 +57,7 @@ class LaunchRecord(TypedDict):
     backend: Optional[str]  # nccl or gloo; None where no process group ran (training on one rank)
     device_names: List[str]
     hostnames: List[str]
+    link: Optional[LinkRecord]  # additive (no version bump): files written before it lack it, read as None
 
 
 class CommRecord(TypedDict):

@@ -11,9 +11,11 @@ import platform
 import socket
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 from scalelab.errors import UsageError
-from scalelab.results import LaunchRecord
+from scalelab.launch.netns import ENV_GBIT, ENV_LATENCY, ENV_LATENCY_APPLIED, ENV_LINK
+from scalelab.results import LaunchRecord, LinkRecord
 
 
 @dataclass
@@ -37,7 +39,23 @@ class Launch:
         return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,
                 "procs_per_node": self.devices, "accelerator": self.accelerator,
                 "backend": self.backend if self.world_size > 1 else None,
-                "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)), **extra}
+                "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)),
+                "link": link_record(), **extra}
+
+
+def link_record(environ=None) -> Optional[LinkRecord]:
+    """The emulated link between the nodes, as src/emulate.py announced it to the ranks; None otherwise (a real
+    network, whose rate nobody told us)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(ENV_LINK) != "emulated":
+        return None
+    try:
+        gbit = float(environ[ENV_GBIT])
+        requested = float(environ[ENV_LATENCY]) if environ.get(ENV_LATENCY) else None
+    except (KeyError, ValueError):
+        return None
+    applied = requested if requested is not None and environ.get(ENV_LATENCY_APPLIED) == "1" else None
+    return {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
 
 
 def _slurm_tasks_per_node() -> int:

@@ -16,7 +16,7 @@ from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report.cells import fmt_num, fmt_pct
 
-KEY = ["workload_key", "devices", "nodes"]
+KEY = ["workload_key", "devices", "nodes", "link"]  # link: "" or "emulated 1 Gbit/s"
 
 
 def load_side(path: str, build) -> tuple:
@@ -34,6 +34,7 @@ def load_side(path: str, build) -> tuple:
     if frame.empty:
         raise UsageError(f"--compare {path}: no completed training runs there")
     frame["workload_key"] = [json.dumps(w, sort_keys=True) for w in frame["workload"]]
+    frame["link"] = frame["link"].fillna("") if "link" in frame else ""  # summaries from before emulated links
     detail = frame["hardware_detail"] if "hardware_detail" in frame else frame["hardware"]
     frame["hardware_key"] = [json.dumps(d, sort_keys=True) for d in detail]
     if (frame.groupby(KEY)["hardware_key"].nunique() > 1).any():
@@ -61,7 +62,8 @@ def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") 
     for (workload, _), g in both.groupby(["describe", "workload_key"], sort=False):
         unit = g["unit"].iloc[0]
         out.append(f"{workload} · {g['scaling'].iloc[0]} scaling")
-        rows = [[int(r.devices), int(r.nodes), fmt_num(r.throughput_a, ",.0f"), fmt_num(r.throughput_b, ",.0f"),
+        rows = [[int(r.devices), f"{int(r.nodes)}" + (f" ({r.link})" if r.link else ""),
+                 fmt_num(r.throughput_a, ",.0f"), fmt_num(r.throughput_b, ",.0f"),
                  fmt_num(r.ratio, ".2f") + ("×" if pd.notna(r.ratio) else ""), fmt_pct(r.efficiency_a),
                  fmt_pct(r.efficiency_b),
                  fmt_num(r.step_s_a * 1e3, ",.1f"), fmt_num(r.step_s_b * 1e3, ",.1f"), fmt_pct(r.comm_share_a),

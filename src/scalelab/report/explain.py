@@ -15,6 +15,7 @@ import pandas as pd
 
 from scalelab import perfmodel
 from scalelab.perfmodel.network import bandwidths, busbw_at
+from scalelab.report.frames import link_label
 
 
 def bench_frame(found: list) -> pd.DataFrame:
@@ -28,14 +29,17 @@ def bench_frame(found: list) -> pd.DataFrame:
                      "accelerator": launch.get("accelerator"), "backend": launch.get("backend"),
                      "device": (launch.get("device_names") or ["?"])[0], "created": r.get("created") or "",
                      "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
-                     "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"]})
+                     "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"],
+                     "link": link_label(launch.get("link"))})
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "nodes", "accelerator", "backend", "device",
-                                        "created", "busbw_GBps", "dtype", "rows"])
+                                        "created", "busbw_GBps", "dtype", "rows", "link"])
     return frame.sort_values("created", ascending=False)
 
 
-def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device) -> Optional[pd.Series]:
-    """The benchmark at the same size, node count and hardware as a training configuration.
+def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device,
+              link: str = "") -> Optional[pd.Series]:
+    """The benchmark at the same size, node count, hardware and link (frames.link_label: "" for a real network,
+    else the emulated rate) as a training configuration.
 
     Repeated benchmarks are combined like repeated training runs: per message size, the median time
     (one run can land in a slow minute of a shared machine; the median of a few does not). Only runs of
@@ -45,7 +49,7 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     if bench.empty:
         return None
     match = bench[(bench["world_size"] == world_size) & (bench["nodes"] == nodes)
-                  & (bench["accelerator"] == accelerator)]
+                  & (bench["accelerator"] == accelerator) & (bench["link"].fillna("") == (link or ""))]
     if accelerator == "gpu":
         match = match[match["device"] == device]
     if match.empty:
@@ -123,7 +127,8 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
-        bench_row = bench_for(bench, r.devices, r.nodes, r.accelerator, r.device) if r.devices > 1 else None
+        bench_row = (bench_for(bench, r.devices, r.nodes, r.accelerator, r.device, getattr(r, "link", ""))
+                     if r.devices > 1 else None)
         busbw = pred = eff_lo = eff_hi = None
         if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
             pred = predicted_allreduce_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
@@ -188,7 +193,9 @@ def limiting_line(r) -> Optional[str]:
             detail = (f"{r.waited_s * 1e3:,.0f} ms waited; {hidden * 100:.0f} % "
                       f"of the {r.allreduce_s * 1e3:,.0f} ms all-reduce hidden behind backward")
         comm = f"communication: {share * 100:.0f} % of the step ({detail})"
-    link = "the inter-node link" if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
+    emulated = getattr(r, "link", "")
+    inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
+    link = inter if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
                                                        else "the local gloo transport")
     if _ok(r.ddp_busbw_GBps):
         comm += f"; {link} delivered {_gbps(r.ddp_busbw_GBps)} busbw to DDP"

@@ -20,13 +20,14 @@ from scalelab.report import explain
 
 # CSV / summary.json columns: the frame's own names, but for the scaling group's letter and the workload's label
 RENAMED = {"group": "letter", "workload": "describe"}  # CSV name: frame column
-SCALING_COLUMNS = ["group", "workload", "hardware", "scaling", "devices", "nodes", "runs", "unit", "throughput",
+SCALING_COLUMNS = ["group", "workload", "hardware", "scaling", "devices", "nodes", "link", "runs", "unit", "throughput",
                    "throughput_min", "throughput_max", "speedup", "baseline_devices", "efficiency",
                    "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "throughput_per_device",
                    "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget"]
-STEP_COLUMNS = ["group", "workload", "devices", "nodes", "step_s", "compute_s", "allreduce_s", "allreduce_alone_s",
-                "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction", "grad_bytes", "buckets",
-                "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs", "tflops_per_device", "mfu"]
+STEP_COLUMNS = ["group", "workload", "devices", "nodes", "link", "step_s", "compute_s", "allreduce_s",
+                "allreduce_alone_s", "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction",
+                "grad_bytes", "buckets", "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs",
+                "tflops_per_device", "mfu"]
 BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
                  "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]
 
@@ -68,7 +69,7 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
             "group": r["letter"], "workload": key["workload"], "hardware_detail": key["hardware"],
             "describe": _clean(r["describe"]),
             **{name: _clean(r[name]) for name in SCALING_COLUMNS if name not in RENAMED},
-            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in (*RENAMED, "devices", "nodes")},
+            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in (*RENAMED, "devices", "nodes", "link")},
             "limiting": explain.limiting_line(r),
         })
     allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "nodes": int(b["nodes"]),

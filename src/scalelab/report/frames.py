@@ -19,12 +19,13 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
                "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
-               "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "unit", "samples_per_s",
-               "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "created",
-               "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1],
+               "link", "link_gbit", "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "unit",
+               "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc",
+               "created", "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1],
                "tflops_per_device", "peak_tflops", "mfu"]
-NUMERIC = ("train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s",
-           "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")
+NUMERIC = ("link_gbit", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
+           "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device",
+           "peak_tflops", "mfu")
 # the throughput a unit is read from: tables, plots and exports pick the column by the frame's `unit`
 THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
 
@@ -56,6 +57,8 @@ def runs_frame(found: list) -> pd.DataFrame:
             "accelerator": launch.get("accelerator"),
             "device": (launch.get("device_names") or ["?"])[0],
             "backend": launch.get("backend"),
+            "link": link_label(launch.get("link")),
+            "link_gbit": (launch.get("link") or {}).get("gbit"),
             "threads": launch.get("threads_per_proc"),
             "status": r["status"],
             "error": r.get("error"),
@@ -83,28 +86,41 @@ def runs_frame(found: list) -> pd.DataFrame:
     return frame
 
 
+def link_label(link) -> str:
+    """A result's launch.link in words, "" for none (a real network): "emulated 1 Gbit/s", "emulated 200 Mbit/s
+    +5 ms". Runs with different labels are different configurations, never repeats of one."""
+    if not isinstance(link, dict) or not isinstance(link.get("gbit"), (int, float)):
+        return ""
+    gbit = link["gbit"]
+    rate = f"{gbit * 1000:g} Mbit/s" if gbit < 1 else f"{gbit:g} Gbit/s"
+    latency = f" +{link['latency_ms']:g} ms" if isinstance(link.get("latency_ms"), (int, float)) else ""
+    return f"{'emulated ' if link.get('emulated') else ''}{rate}{latency}"
+
+
 def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (group, devices, nodes): repeats combined, speedup and efficiency vs the group's baseline."""
+    """One row per (group, devices, nodes, link): repeats combined, speedup and efficiency vs the group's baseline
+    (its fewest devices; among those, a real network before an emulated link)."""
     ok = runs[runs["status"] == "completed"].copy()
     if ok.empty:
         return pd.DataFrame()
     ok["throughput"] = float("nan")
     for unit, column in THROUGHPUT_COLUMN.items():  # each run's throughput in its own unit
         ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
-    agg = (ok.groupby(["group", "devices", "nodes"], sort=True)
+    agg = (ok.groupby(["group", "devices", "nodes", "link"], sort=True)
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
                 train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
-                scaling=("scaling", "first"), model=("model", "first"), describe=("describe", "first"),
+                link_gbit=("link_gbit", "first"), scaling=("scaling", "first"), model=("model", "first"),
+                describe=("describe", "first"),
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
                 bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),
                 **{k: (k, "median") for k in (*COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
-    base = agg.sort_values(["devices", "nodes"]).groupby("group").first()
+    base = agg.sort_values(["devices", "nodes", "link"]).groupby("group").first()
     agg["baseline_devices"] = agg["group"].map(base["devices"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
     agg["efficiency"] = agg["speedup"] / (agg["devices"] / agg["baseline_devices"])

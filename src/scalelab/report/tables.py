@@ -54,10 +54,10 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
     members = members.sort_values(["devices", "nodes", "created"])
     hidden = 0
     if max_runs is not None and len(members) > max_runs:
-        configs = members[["devices", "nodes"]].drop_duplicates().shape[0]
-        shown = members.groupby(["devices", "nodes"]).tail(max(1, max_runs // configs))
+        configs = members[["devices", "nodes", "link"]].drop_duplicates().shape[0]
+        shown = members.groupby(["devices", "nodes", "link"]).tail(max(1, max_runs // configs))
         hidden, members = len(members) - len(shown), shown
-    rows = [[r.run_id, r.devices, r.nodes, f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
+    rows = [[r.run_id, r.devices, nodes_cell(r), f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
              else r.procs_per_node, fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"), fmt_num(r.step_ms),
              fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
              fmt_num(r.train_loss, ".3f"), fmt_num(r.val_acc, ".3f")] for r in members.itertuples()]
@@ -76,7 +76,7 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     out = ["", f"Scaling (baseline: {base} device{'s' if base > 1 else ''}; speedup = {unit} ÷ baseline {unit})"]
     if len(g) == 1:
         out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
-    rows = [[r.devices, r.nodes, r.runs,
+    rows = [[r.devices, nodes_cell(r), r.runs,
              fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
                                               if r.runs > 1 else ""),
              fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %", predicted_range(r),
@@ -84,6 +84,9 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     out.append(tabulate(rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
                                        "efficiency", "predicted eff.", f"{unit} per device"] + money_headers(g),
                         tablefmt=fmt, disable_numparse=True))
+    out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
+            "(src/emulate.py), not a real network" for nodes, link in
+            sorted({(r.nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
     return out
 
 
@@ -91,7 +94,7 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     """Where one group's step goes: compute, all-reduce, waited and hidden; then what limits each configuration."""
     out = ["", "Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
                "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)"]
-    rows = [[r.devices, r.nodes, fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
+    rows = [[r.devices, nodes_cell(r), fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
              fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
              fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
              *(["?"] * 3 if explain.split_within_noise(r) else
@@ -112,10 +115,19 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     return out
 
 
+def nodes_cell(r) -> str:
+    """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
+    link = getattr(r, "link", "")
+    return f"{r.nodes} ({link})" if isinstance(link, str) and link else str(r.nodes)
+
+
 def _bench_hint(g: pd.DataFrame) -> str:
     """The benchmark command that matches the group's largest configuration."""
     big = g.sort_values(["devices", "nodes"]).iloc[-1]
     devices, nodes = int(big["devices"]), int(big["nodes"])
+    if isinstance(big.get("link"), str) and big["link"].startswith("emulated"):
+        return (f"`python src/emulate.py --devices {devices // nodes} --link_gbit {big['link_gbit']:g} -- "
+                "src/allreduce_bench.py`")
     if big["accelerator"] == "gpu" or nodes > 1:  # the job script runs one task per GPU, as training did
         return (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
                 f"{devices // nodes} tasks per node, as the training runs had)")

@@ -1,0 +1,142 @@
+"""A miniature cluster: 2 emulated nodes on one machine, joined by a real, rate-limited link (src/emulate.py).
+
+    python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny
+    python src/emulate.py --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M
+
+Each node is a network namespace (launch/netns.py) with its own share of the cores (`taskset`); one
+`torchrun --nnodes 2 --node_rank K` per node starts its ranks there, and gloo reaches the other node only through
+the veth pair that `tc tbf` shapes to --link_gbit. The ranks get SCALELAB_LINK=emulated and SCALELAB_LINK_GBIT, so
+their result records the link (launch.link) and the report never shows this as a real network. When one node
+fails the other is stopped; the namespaces are torn down in every case. Torch-free: torchrun runs in the nodes.
+"""
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_int
+from scalelab.errors import RunFailed, UsageError
+from scalelab.launch import netns
+from scalelab.launch.local import _signal_name, _stop, _wait
+
+PROG = "emulate.py"
+NODES = 2  # one veth pair joins exactly two namespaces
+GRACE_S = 10.0  # after one node failed, the other may end by itself this long before it is stopped
+EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
+  python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny \\
+      --max_steps 30 --output_dir outputs/emulated
+  python src/emulate.py --link_gbit 1 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 16M \\
+      --output_dir outputs/emulated
+Root uses named network namespaces; any other user, unprivileged user namespaces (where the system allows them)."""
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                      usage=f"{PROG} [options] -- SCRIPT.py [its arguments]",
+                      description="Run a scalelab script on 2 emulated nodes of this machine: one network namespace "
+                                  "and one torchrun per node, joined by a veth pair shaped with tc to --link_gbit.")
+    p.add_argument("--nodes", type=positive_int, default=NODES, help="emulated nodes (only 2 is supported)")
+    p.add_argument("--devices", type=positive_int, default=1,
+                   help="ranks per node (torchrun --nproc_per_node); the node's cores are shared among them")
+    p.add_argument("--link_gbit", type=positive_float, default=1.0,
+                   help="rate of the link between the nodes in Gbit/s, each direction (default 1)")
+    p.add_argument("--latency_ms", type=nonneg_float,
+                   help="one-way delay added in each direction (needs the netem qdisc; said and recorded when the "
+                        "kernel has none)")
+    p.add_argument("--master_port", type=positive_int, default=29500,
+                   help="rendezvous port on node 1 (its namespace is fresh: any port is free; default 29500)")
+    return p
+
+
+def split_argv(argv):
+    """(emulate's own flags, the command after `--`)."""
+    if "--" not in argv:
+        build_parser().parse_args(argv)  # --help, or a bad flag, first
+        raise UsageError("give the script to run after --, e.g. `python src/emulate.py --link_gbit 1 -- "
+                         "src/allreduce_bench.py`")
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def check_command(command):
+    if not command:
+        raise UsageError("nothing to run after --: give a script such as src/train.py or src/allreduce_bench.py")
+    if not command[0].endswith(".py") or not os.path.isfile(command[0]):
+        raise UsageError(f"{command[0]} is not a Python script here (torchrun runs it on each node)")
+    return command
+
+
+def node_cores(nodes: int):
+    """Each node's own share of this process's cores, as taskset lists ("0", "1" on 2 cores); with fewer
+    cores than nodes they share all of them."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cores) < nodes:
+        return [",".join(map(str, cores))] * nodes
+    per = len(cores) // nodes
+    return [",".join(map(str, cores[k * per:(k + 1) * per])) for k in range(nodes)]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, command = split_argv(argv)
+    args = build_parser().parse_args(own)
+    if args.nodes != NODES:
+        raise UsageError(f"--nodes {args.nodes}: only --nodes 2 is emulated (two network namespaces joined by one "
+                         "veth pair)")
+    check_command(command)
+    taskset = netns.tool("taskset")
+    cores = node_cores(NODES)
+    with netns.two_node_link(args.link_gbit, args.latency_ms) as link:
+        for note in link.notes:
+            print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
+        print(banner(args, link, cores), flush=True)
+        procs = [start_node(link, k, args, command, [taskset, "-c", cores[k - 1]], cores[k - 1])
+                 for k in range(1, NODES + 1)]
+        return wait_nodes(procs)
+
+
+def banner(args, link, cores) -> str:
+    rate = f"{args.link_gbit * 1000:g} Mbit/s" if args.link_gbit < 1 else f"{args.link_gbit:g} Gbit/s"
+    latency = f", +{link.latency_ms:g} ms each way" if link.latency_ms is not None else ""
+    where = " and ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
+    return (f"{PROG}: {NODES} nodes x {args.devices} device(s), joined by an emulated {rate} link{latency} "
+            f"({link.mode}: namespaces {', '.join(link.namespaces)}, veth {'<->'.join(link.ifnames)}, "
+            f"tc tbf on both ends); {where}")
+
+
+def start_node(link, k: int, args, command, pin, cores: str) -> subprocess.Popen:
+    """torchrun for node k (1 or 2) inside its namespace, pinned to its cores."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--nproc_per_node",
+                str(args.devices), "--node_rank", str(k - 1), "--master_addr", link.address(1), "--master_port",
+                str(args.master_port)]
+    threads = max(1, len(cores.split(",")) // args.devices)
+    env = {**os.environ, **link.env(k), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([*link.prefix(k), *pin, *torchrun, *command], env=env, preexec_fn=_die_with_parent)
+
+
+def _die_with_parent():
+    """SIGTERM to the node when this process dies without its cleanup (kill -9): its torchrun stops its ranks.
+    (The kernel drops this where entering a user namespace changes the credentials: there the namespaces'
+    holders end instead, and with them the nodes' network.)"""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def wait_nodes(procs) -> int:
+    """Wait for both nodes; stop the other when one fails. The nodes' common exit code when each ended by itself,
+    else RunFailed naming the node that failed first."""
+    first_bad, killed = None, False
+    try:
+        first_bad, killed = _wait(procs, GRACE_S)
+    finally:
+        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave a node behind
+    codes = [p.wait() for p in procs]
+    if not any(codes):
+        return 0
+    if not killed and all(c == codes[0] for c in codes):
+        return codes[0]  # both nodes ended the run themselves (torchrun printed why)
+    k, code = first_bad or next((k, c) for k, c in enumerate(codes) if c)
+    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+    raise RunFailed(f"node {k + 1} (its torchrun) {how}" + (f"; stopped node {2 - k}" if killed else ""))

@@ -1,0 +1,259 @@
+"""Two emulated nodes on one machine: two network namespaces joined by a veth pair shaped with `tc tbf`.
+
+A "node" here is a network namespace of its own, so its ranks reach the other node's ranks only through the veth
+pair, at the rate `tc tbf` allows on each end (both directions). Torch-free; used by launch/emulate.py.
+
+    with two_node_link(gbit=1.0) as link:        # root: named namespaces (`ip netns list` shows them)
+        subprocess.run([*link.prefix(1), "ip", "addr"])   # not root: user namespaces, entered with nsenter
+
+Addresses are 198.51.100.1 and .2/24 (TEST-NET-2, RFC 5737: never routed), and only inside the namespaces made
+here: nothing is added to the host's own namespace. Names carry this process's pid, so two runs never collide;
+teardown always runs (also on Ctrl-C, SIGTERM or a failed setup), and a later run removes the named namespaces a
+killed run left behind. A requested latency needs the `netem` qdisc; where the kernel has none, the link is set
+up without it and `Link.notes` says so in one line (`latency_ms` stays None: not applied).
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from scalelab.errors import UsageError
+from scalelab.launch.local import _exit_on_sigterm
+
+ADDRESSES = ("198.51.100.1", "198.51.100.2")  # TEST-NET-2: documentation addresses, inside the namespaces only
+PREFIX_LEN = 24
+NS_PREFIX = "scalelab-"  # root path: named namespaces scalelab-<pid>-n1, scalelab-<pid>-n2
+SBIN = ("/usr/sbin", "/sbin")  # ip and tc live here, often not on a user's PATH
+BURST_MIN_BYTES = 256 * 1024  # tbf bucket: at least one GSO super-packet (64 KiB) several times over
+QUEUE_LATENCY = "50ms"  # tbf queue limit, as time at the rate
+# Environment of the ranks (read back by launch.cluster.link_record into the result's launch.link)
+ENV_LINK, ENV_GBIT = "SCALELAB_LINK", "SCALELAB_LINK_GBIT"
+ENV_LATENCY, ENV_LATENCY_APPLIED = "SCALELAB_LINK_LATENCY_MS", "SCALELAB_LINK_LATENCY_APPLIED"
+
+
+@dataclass
+class Link:
+    """The link a run is given: its rate, the latency actually applied, and how to run a command on node k."""
+    gbit: float
+    latency_requested_ms: Optional[float]
+    mode: str  # "root" (named namespaces) or "userns" (unprivileged: user namespaces)
+    namespaces: List[str]  # root: names under /run/netns; userns: "pid <holder>"
+    ifnames: List[str]
+    prefixes: List[List[str]] = field(default_factory=list)
+    latency_ms: Optional[float] = None  # applied (None: none asked for, or netem missing)
+    notes: List[str] = field(default_factory=list)
+
+    def prefix(self, node: int) -> List[str]:
+        """argv prefix that runs a command inside node's namespace (node 1 or 2)."""
+        return list(self.prefixes[node - 1])
+
+    def address(self, node: int) -> str:
+        return ADDRESSES[node - 1]
+
+    def env(self, node: int) -> dict:
+        """What node's ranks need: gloo's interface, and the link for their result."""
+        env = {"GLOO_SOCKET_IFNAME": self.ifnames[node - 1], ENV_LINK: "emulated", ENV_GBIT: f"{self.gbit:g}"}
+        if self.latency_requested_ms is not None:
+            env[ENV_LATENCY] = f"{self.latency_requested_ms:g}"
+            env[ENV_LATENCY_APPLIED] = "1" if self.latency_ms is not None else "0"
+        return env
+
+
+def tool(name: str) -> str:
+    """Path of ip, tc, nsenter, unshare or taskset, or a one-line UsageError."""
+    found = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *SBIN]))
+    if not found:
+        package = {"ip": "iproute2", "tc": "iproute2"}.get(name, "util-linux")
+        raise UsageError(f"emulated nodes need `{name}` (Debian package {package}), which is not installed here")
+    return found
+
+
+def _run(argv, what: str):
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if proc.returncode:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        raise UsageError(f"cannot {what}: {err[-1] if err else f'exit code {proc.returncode}'}")
+    return proc
+
+
+@contextlib.contextmanager
+def two_node_link(gbit: float, latency_ms: Optional[float] = None):
+    """Two namespaces joined by a shaped veth pair for the duration of the block; always torn down."""
+    if not sys.platform.startswith("linux"):
+        raise UsageError(f"emulated nodes need Linux network namespaces; this is {sys.platform}")
+    builder = _RootBuilder() if os.geteuid() == 0 else _UserBuilder()
+    restore = _exit_on_sigterm()
+    try:
+        link = builder.setup(gbit, latency_ms)
+        yield link
+    finally:
+        with _signals_deferred():  # a second Ctrl-C or SIGTERM must not cut the teardown short
+            builder.teardown()
+        restore()
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM for the block; one that arrived is acted on after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    previous = {s: signal.signal(s, lambda num, _frame: got.append(num)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if got:
+            raise KeyboardInterrupt if got[0] == signal.SIGINT else SystemExit(128 + got[0])
+
+
+class _Builder:
+    """What both paths share: veth pair, addresses, shaping. Subclasses make the namespaces and prefixes."""
+
+    def __init__(self):
+        self.ip, self.tc, self.nsenter = tool("ip"), tool("tc"), tool("nsenter")
+        pid = os.getpid()
+        self.ifnames = [f"sl{pid}v1", f"sl{pid}v2"]  # at most 15 characters, as the kernel wants
+
+    def configure(self, link: Link, peer_netns: str):
+        a, b = link.prefix(1), link.prefix(2)
+        _run([*a, self.ip, "link", "add", link.ifnames[0], "type", "veth", "peer", "name", link.ifnames[1],
+              "netns", peer_netns], "create the veth pair")
+        for node, prefix in ((1, a), (2, b)):
+            ifname = link.ifnames[node - 1]
+            _run([*prefix, self.ip, "link", "set", "lo", "up"], "bring up lo")
+            _run([*prefix, self.ip, "addr", "add", f"{link.address(node)}/{PREFIX_LEN}", "dev", ifname],
+                 "address the veth")
+            _run([*prefix, self.ip, "link", "set", ifname, "up"], "bring up the veth")
+        for node in (1, 2):
+            self.shape(link, node)
+
+    def shape(self, link: Link, node: int):
+        """tbf at the rate on this end's egress (so both directions are shaped); netem above it for latency."""
+        add = [*link.prefix(node), self.tc, "qdisc", "add", "dev", link.ifnames[node - 1]]
+        parent = ["root"]
+        if link.latency_requested_ms is not None and (node == 1 or link.latency_ms is not None):
+            netem = [*add, "root", "handle", "1:", "netem", "delay", f"{link.latency_requested_ms:g}ms", "limit",
+                     "100000"]
+            if node == 2:  # node 1 took it: this end must too
+                _run(netem, "add the netem delay")
+                parent = ["parent", "1:1"]
+            else:
+                proc = subprocess.run(netem, capture_output=True, text=True, timeout=30)
+                if proc.returncode == 0:
+                    link.latency_ms, parent = link.latency_requested_ms, ["parent", "1:1"]
+                else:
+                    reason = (proc.stderr.strip().splitlines() or ["no netem"])[-1]
+                    link.notes.append(f"--latency_ms {link.latency_requested_ms:g} cannot be applied: this kernel "
+                                      f"has no netem qdisc ({reason}); the link runs without added latency, and the "
+                                      "results record it as not applied")
+        rate_bytes = link.gbit * 1e9 / 8
+        burst = max(BURST_MIN_BYTES, int(rate_bytes / 1000))  # a millisecond at the rate, for fast links
+        _run([*add, *parent, "handle", "10:", "tbf", "rate", f"{round(link.gbit * 1e6)}kbit", "burst", str(burst),
+              "latency", QUEUE_LATENCY], f"shape the link to {link.gbit:g} Gbit/s with tc tbf")
+
+
+class _RootBuilder(_Builder):
+    """Root: named namespaces (`ip netns add`), entered with nsenter; removed with `ip netns del`."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = [f"{NS_PREFIX}{os.getpid()}-n{k}" for k in (1, 2)]
+
+    def setup(self, gbit, latency_ms) -> Link:
+        remove_stale_namespaces(self.ip)
+        for name in self.names:
+            _run([self.ip, "netns", "add", name], f"create network namespace {name}")
+        link = Link(gbit, latency_ms, "root", list(self.names), list(self.ifnames),
+                    [[self.nsenter, f"--net=/run/netns/{name}"] for name in self.names])
+        self.configure(link, self.names[1])
+        return link
+
+    def teardown(self):
+        # Both names, made or not (they carry this pid: nobody else's). Deleting a namespace destroys its end
+        # of the veth pair, and with it the other end.
+        listing = subprocess.run([self.ip, "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+        for name in reversed(self.names):
+            if re.search(rf"^{re.escape(name)}\b", listing, flags=re.M):
+                subprocess.run([self.ip, "netns", "del", name], capture_output=True, timeout=30)
+
+
+def remove_stale_namespaces(ip: str):
+    """Named namespaces of earlier runs whose process is gone (killed with SIGKILL: no teardown ran)."""
+    listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    for name in re.findall(rf"^({re.escape(NS_PREFIX)}(\d+)-n[12])\b", listing, flags=re.M):
+        if not os.path.exists(f"/proc/{name[1]}"):
+            subprocess.run([ip, "netns", "del", name[0]], capture_output=True, timeout=30)
+
+
+class _UserBuilder(_Builder):
+    """Not root: a user namespace (we are root inside it) holding two network namespaces, each kept alive by a
+    holder process; commands enter them with `nsenter -U -n -t <holder>`. They vanish with their holders, and a
+    holder ends by itself within a second when this process is gone."""
+
+    def __init__(self):
+        super().__init__()
+        self.unshare = tool("unshare")
+        self.holders = []
+
+    def _holder(self, argv) -> int:
+        watch = f"while [ -e /proc/{os.getpid()} ]; do sleep 1; done"
+        proc = subprocess.Popen([*argv, "sh", "-c", watch], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)  # its own group: teardown ends the holder and its sleep
+        self.holders.append(proc)
+        deadline = time.time() + 10
+        while time.time() < deadline:  # ready once unshare has exec'd the shell, inside the new namespaces
+            if proc.poll() is not None:
+                raise UsageError(_userns_refused((proc.stderr.read() or b"").decode(errors="replace")))
+            if _read(f"/proc/{proc.pid}/comm") == "sh":
+                return proc.pid
+            time.sleep(0.02)
+        raise UsageError("cannot create the namespaces: the holder process did not start within 10 s")
+
+    def setup(self, gbit, latency_ms) -> Link:
+        first = self._holder([self.unshare, "--user", "--map-root-user", "--net"])
+        enter_user = [self.nsenter, "-U", "--preserve-credentials", "-t", str(first)]
+        second = self._holder([*enter_user, self.unshare, "--net"])
+        prefixes = [[self.nsenter, "-U", "--preserve-credentials", "-n", "-t", str(pid)] for pid in (first, second)]
+        link = Link(gbit, latency_ms, "userns", [f"pid {first}", f"pid {second}"], list(self.ifnames), prefixes)
+        self.configure(link, str(second))
+        return link
+
+    def teardown(self):
+        for proc in reversed(self.holders):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.holders = []
+
+
+def _userns_refused(stderr: str) -> str:
+    """Why `unshare --user` failed, in one line."""
+    knobs = (("/proc/sys/kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=0"),
+             ("/proc/sys/user/max_user_namespaces", "0", "user.max_user_namespaces=0"),
+             ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+              "kernel.apparmor_restrict_unprivileged_userns=1, AppArmor's restriction"))
+    for path, bad, name in knobs:
+        if _read(path) == bad:
+            return (f"emulated nodes without root need unprivileged user namespaces, disabled here ({name}); "
+                    "run as root or enable them")
+    last = (stderr.strip().splitlines() or ["unknown reason"])[-1]
+    return f"emulated nodes without root need unprivileged user namespaces, and `unshare --user` failed: {last}"
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None

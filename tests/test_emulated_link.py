@@ -1,0 +1,324 @@
+"""Two emulated nodes on one machine (src/emulate.py): network namespaces joined by a veth pair shaped with tc.
+
+The process tests cross a real, rate-limited link; where this machine cannot build one (not Linux, no ip/tc, no root
+and no unprivileged user namespaces) they skip with the reason, and under CI (CI=true) they must run. After each,
+nothing it created remains: no namespace, no veth, no holder process. How the report shows an emulated link is
+tested on constructed results (no processes, not slow).
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import ROOT, SRC, load_results, run_script
+from scalelab import results
+from scalelab.errors import UsageError
+from scalelab.launch import cluster, netns
+from scalelab.report import explain, frames, tables
+from test_explain import ROWS, _with_comm
+from test_results import make_result
+
+RATE_GBIT = 0.2  # 0.025 GB/s: a 4 MiB all-reduce takes about 0.17 s, so the benchmark stays short
+BENCH = ["src/allreduce_bench.py", "--min_bytes", "1M", "--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
+
+
+# --- can this machine build the link? ----------------------------------------------------------------------
+
+
+def _cannot_run_reason():
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces need Linux, not {sys.platform}"
+    try:
+        for name in ("ip", "tc", "nsenter", "unshare", "taskset"):
+            netns.tool(name)
+    except UsageError as exc:
+        return str(exc)
+    if os.geteuid() != 0:
+        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True,
+                               text=True)
+        if probe.returncode:
+            return f"not root, and unprivileged user namespaces are refused: {probe.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def link_ok():
+    reason = _cannot_run_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"emulated-link tests must run under CI, but: {reason}")
+        pytest.skip(reason)
+
+
+def emulate(*args, user=None, timeout=240, env=None):
+    """src/emulate.py ARGS (as `user` when given, through setpriv); checks that teardown left nothing behind."""
+    cmd = [sys.executable, str(SRC / "emulate.py"), *map(str, args)]
+    if user:
+        cmd = _as(user, *cmd)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    assert_torn_down(proc.pid)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def user_group(user):
+    import grp
+    import pwd
+
+    return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+
+
+def assert_torn_down(pid, wait_s=5.0):
+    """No namespace, veth or namespace holder of the emulate.py process `pid` remains."""
+    deadline = time.time() + wait_s
+    while True:
+        left = leftovers(pid)
+        if not left or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"left behind by emulate.py (pid {pid}): {left}"
+
+
+def leftovers(pid):
+    ip = netns.tool("ip")
+    names = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout.split()
+    left = [f"netns {n}" for n in names if n.startswith(f"{netns.NS_PREFIX}{pid}-")]
+    links = subprocess.run([ip, "-o", "link"], capture_output=True, text=True).stdout
+    left += [f"link {w}" for w in links.split() if w.startswith(f"sl{pid}v")]
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"/proc/{pid} ]" in cmdline:  # a user-namespace holder watching emulate.py
+            left.append(f"holder process {entry}")
+    return left
+
+
+def busbw(result):
+    return result["summary"]["avg_busbw_GBps"]  # the mean over sizes >= 1 MiB, as the benchmark prints
+
+
+# --- over the link ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
+    """2 nodes x 1 rank over 200 Mbit/s: busbw just under 0.025 GB/s. An unshaped veth gives 10-40x more."""
+    proc = emulate("--nodes", 2, "--devices", 1, "--link_gbit", RATE_GBIT, "--", *BENCH, "--output_dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "2 nodes x 1 device(s), joined by an emulated 200 Mbit/s link" in proc.stdout
+    (r,) = load_results(tmp_path)
+    launch = r["launch"]
+    assert (launch["launcher"], launch["world_size"], launch["num_nodes"]) == ("torchrun", 2, 2)
+    assert launch["link"] == {"gbit": RATE_GBIT, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
+    limit = RATE_GBIT / 8  # GB/s; with 2 ranks busbw = algbw, and each rank sends the whole message once
+    assert 0.6 * limit < busbw(r) < limit, f"busbw {busbw(r):.4f} GB/s over a {limit} GB/s link"
+    assert all(row["wrong"] == 0 for row in r["rows"])
+
+
+@pytest.mark.slow
+def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok, tmp_path):
+    """A tiny GPT over 1 Gbit/s; the latency is asked for too: applied with netem, else said in one line."""
+    proc = emulate("--link_gbit", 1, "--latency_ms", 5, "--", "src/train.py", "--model", "transformer",
+                   "--preset", "tiny", "--max_steps", 12, "--warmup_steps", 2, "--output_dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "completed" and r["launch"]["num_nodes"] == 2 and r["launch"]["world_size"] == 2
+    link = r["launch"]["link"]
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("emulate.py: warning:")]
+    if link["latency_ms"] is None:  # no netem here: said once, recorded as not applied
+        assert len(warned) == 1 and "not applied" in warned[0], proc.stderr
+        assert warned[0].startswith("emulate.py: warning: --latency_ms 5 cannot be applied: this kernel has no netem")
+        label = "emulated 1 Gbit/s"
+    else:
+        assert link["latency_ms"] == 5 and not warned
+        label = "emulated 1 Gbit/s +5 ms"
+    assert link == {"gbit": 1.0, "emulated": True, "latency_ms": link["latency_ms"], "latency_requested_ms": 5.0}
+    assert r["environment"]["SCALELAB_LINK"] == "emulated" and r["timing"]["tokens_per_s"] > 0
+    report = run_script("benchmark.py", "--output_dir", tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert f"2 ({label})" in report.stdout
+    assert f"2 nodes joined by an {label} link: network namespaces on this machine" in report.stdout
+
+
+def _as(user, *argv):
+    """argv as `user`, the way the nodes run: through a shell's exec (so no capability of root is left over)."""
+    return ["setpriv", f"--reuid={user}", f"--regid={user_group(user)}", "--clear-groups", "sh", "-c",
+            'exec "$@"', "sh", *argv]
+
+
+# Torch-free, stdlib only: 12 MiB from node 1 to node 2 over the link, as a plain user (user namespaces).
+LINK_PROBE = """
+import socket, subprocess, sys, time
+sys.path.insert(0, "src")
+from scalelab.launch import netns
+recv = "import socket; s = socket.create_server(('198.51.100.2', 5001)); c, _ = s.accept(); n = 0\\n" \\
+       "while n < 12 << 20: n += len(c.recv(1 << 16))\\nc.sendall(b'x')"
+send = "import socket, time; s = socket.create_connection(('198.51.100.2', 5001)); t = time.time(); " \\
+       "s.sendall(bytes(12 << 20)); s.recv(1); print(time.time() - t)"
+with netns.two_node_link(0.2) as link:
+    server = subprocess.Popen([*link.prefix(2), sys.executable, "-c", recv])
+    time.sleep(0.5)
+    took = float(subprocess.run([*link.prefix(1), sys.executable, "-c", send], capture_output=True, text=True,
+                                check=True).stdout)
+    server.wait(timeout=30)
+    print(link.mode, 12 * 2**20 / took / 1e9)
+"""
+
+
+@pytest.mark.slow
+def test_the_unprivileged_path_as_a_plain_user(link_ok):
+    """User namespaces instead of root's named ones: as this user when not root, else as `nobody`.
+
+    Where `nobody` cannot execute this venv's interpreter (it lies under a 0700 home, e.g. pyenv in /root), the
+    link itself is still built and measured as `nobody`, with the system's python3 and a plain TCP transfer."""
+    user = "nobody" if os.geteuid() == 0 else None
+    venv_ok = user is None or subprocess.run(_as(user, sys.executable, "-c", "import torch"), cwd=ROOT,
+                                             capture_output=True).returncode == 0
+    if not venv_ok:
+        system_python = shutil.which("python3", path="/usr/bin:/bin")
+        assert system_python, "nobody cannot run this venv's python, and there is no /usr/bin/python3"
+        proc = subprocess.Popen(_as(user, system_python, "-c", LINK_PROBE), cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=60)
+        assert_torn_down(proc.pid)
+        if proc.returncode and "user namespaces" in err:
+            pytest.skip(err.strip().splitlines()[-1])
+        assert proc.returncode == 0, out + err
+        mode, gbps = out.split()[-2:]
+        assert mode == "userns" and 0.6 * RATE_GBIT / 8 < float(gbps) < RATE_GBIT / 8, out
+        return
+    out = tempfile.mkdtemp(prefix="scalelab-emulate-")  # not under pytest's 0700 tmp folder: nobody writes here
+    try:
+        os.chmod(out, 0o777)
+        proc = emulate("--link_gbit", RATE_GBIT, "--", *BENCH[:4], "2M", *BENCH[5:], "--output_dir", out,
+                       user=user, env={"HOME": out, "PYTHONDONTWRITEBYTECODE": "1"})
+        if proc.returncode == 2 and "user namespaces" in proc.stderr:  # refused by this kernel: one line, why
+            assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+            pytest.skip(proc.stderr.strip())
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert "(userns: namespaces pid " in proc.stdout
+        (r,) = load_results(out)
+        assert r["launch"]["num_nodes"] == 2 and r["launch"]["link"]["gbit"] == RATE_GBIT
+        assert 0.6 * RATE_GBIT / 8 < busbw(r) < RATE_GBIT / 8
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sigterm_tears_the_link_down(link_ok, tmp_path):
+    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--", *BENCH, "--output_dir", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().startswith("emulate.py: 2 nodes x 1 device(s)")  # the link is up
+    assert leftovers(proc.pid) or os.geteuid() != 0  # root: the named namespaces are there now
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert_torn_down(proc.pid)
+
+
+@pytest.mark.slow
+def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
+    with netns.two_node_link(0.5, latency_ms=3) as link:
+        env = link.env(1)
+        qdiscs = subprocess.run([*link.prefix(1), netns.tool("tc"), "qdisc", "show", "dev", link.ifnames[0]],
+                                capture_output=True, text=True).stdout
+        assert "tbf" in qdiscs and "rate 500Mbit" in qdiscs
+        if link.latency_ms is None:
+            assert len(link.notes) == 1 and "--latency_ms 3 cannot be applied" in link.notes[0]
+            assert env[netns.ENV_LATENCY_APPLIED] == "0"
+        else:
+            assert "netem" in qdiscs and env[netns.ENV_LATENCY_APPLIED] == "1"
+    assert_torn_down(os.getpid(), wait_s=2)
+    assert cluster.link_record(env)["latency_requested_ms"] == 3.0
+
+
+# --- one-line errors, before any namespace ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "3", "--", "src/allreduce_bench.py"], "--nodes 3: only --nodes 2 is emulated"),
+    (["--link_gbit", "0", "--", "src/allreduce_bench.py"], "argument --link_gbit: expected a positive number"),
+    (["--link_gbit", "1"], "give the script to run after --"),
+    (["--", "src/nope.py"], "src/nope.py is not a Python script here"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message):
+    proc = run_script("emulate.py", *argv)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("emulate.py: error: ") and message in lines[0]
+
+
+# --- the record and the report (constructed results) ---------------------------------------------------------
+
+
+def test_link_record_reads_what_emulate_exports():
+    assert cluster.link_record({}) is None
+    env = {"SCALELAB_LINK": "emulated", "SCALELAB_LINK_GBIT": "0.2"}
+    assert cluster.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
+                                        "latency_requested_ms": None}
+    asked = {**env, "SCALELAB_LINK_LATENCY_MS": "5", "SCALELAB_LINK_LATENCY_APPLIED": "0"}
+    assert cluster.link_record(asked)["latency_ms"] is None and cluster.link_record(asked)["latency_requested_ms"] == 5
+    assert cluster.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
+    launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
+    assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
+
+
+def _emulated(result, gbit):
+    result["launch"]["link"] = {"gbit": gbit, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
+    return result
+
+
+def _bench_at(gbit, scale):
+    data = results.envelope("allreduce", f"ar-{gbit}")
+    rows = [dict(r, time_s=r["time_s"] * scale, busbw_GBps=r["busbw_GBps"] / scale) for r in ROWS]
+    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": 2, "num_nodes": 2, "accelerator": "cpu", "backend": "gloo",
+                        "device_names": ["cpu"], "link": {"gbit": gbit, "emulated": True, "latency_ms": None}},
+                config={"dtype": "float32"})
+    return data
+
+
+def test_runs_at_different_link_rates_are_different_configurations():
+    found = [_with_comm(make_result("b1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _emulated(_with_comm(make_result("f1", 2, 2, samples_per_s=150), 0.1, 0.02, 0.01, 0.11), 1.0),
+             _emulated(_with_comm(make_result("f2", 2, 2, samples_per_s=160), 0.1, 0.02, 0.01, 0.11), 1.0),
+             _emulated(_with_comm(make_result("s1", 2, 2, samples_per_s=60), 0.1, 0.2, 0.2, 0.3), 0.2),
+             _bench_at(1.0, 1), _bench_at(0.2, 5)]
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    assert len(scaling) == 3 and set(scaling["baseline_devices"]) == {1}
+    fast, slow = (scaling[scaling["link"] == label].iloc[0] for label in ("emulated 1 Gbit/s", "emulated 200 Mbit/s"))
+    assert fast["runs"] == 2 and fast["throughput"] == 155 and slow["runs"] == 1 and slow["throughput"] == 60
+    assert fast["speedup"] == pytest.approx(1.55) and slow["efficiency"] == pytest.approx(0.3)
+    # each configuration is predicted from the benchmark over its own link: 5x slower at 200 Mbit/s
+    assert slow["predicted_allreduce_s"] == pytest.approx(5 * fast["predicted_allreduce_s"])
+    assert explain.bench_for(explain.bench_frame(found), 2, 2, "cpu", "cpu") is None  # no real-network benchmark
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.link == "emulated 200 Mbit/s"))
+    assert "the emulated 200 Mbit/s inter-node link delivered" in line and "the inter-node link" not in line
+    text = tables.render(runs, scaling, "plain", None)
+    assert "2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine" in text
+    assert "2 nodes joined by an emulated 200 Mbit/s link" in text
+    assert sum(" 2 (emulated 1 Gbit/s) " in f" {ln} " for ln in text.splitlines()) == 4  # 2 runs, scaling, step
+
+
+def test_a_real_two_node_run_is_not_labelled():
+    found = [make_result("r1", 1), make_result("r2", 4, 2)]
+    runs = frames.runs_frame(found)
+    assert list(runs["link"]) == ["", ""]
+    text = tables.render(runs, frames.scaling_frame(runs), "plain", None)
+    assert "emulated" not in text
