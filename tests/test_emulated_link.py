@@ -51,9 +51,7 @@ def _cannot_run_reason():
 def link_ok():
     reason = _cannot_run_reason()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"emulated-link tests must run under CI, but: {reason}")
-        pytest.skip(reason)
+        pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
 
 
 def emulate(*args, user=None, timeout=240, env=None):

@@ -79,6 +79,19 @@ def finish(proc, limit):
     return err, time.time() - t0
 
 
+def signal_rank_1_mid_training(out, signum, env=None):
+    """A 2-process run with --timeout TIMEOUT; once training is under way rank 1 gets `signum`.
+    Returns (rank 0's process, rank 1's pid, rank 0's stderr, seconds from the signal to rank 0's end)."""
+    proc = start(out, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT, env=env)
+    wait_for_banner(proc)
+    rank1 = launched_rank(proc.pid)
+    wait_until_joined(rank1)
+    time.sleep(3)  # training under way
+    os.kill(rank1, signum)
+    err, took = finish(proc, TIMEOUT + MARGIN)
+    return proc, rank1, err, took
+
+
 def the_record(out):
     (r,) = load_results(out)
     folder = os.path.dirname(next(out.rglob("result.json")))
@@ -97,13 +110,7 @@ def assert_no_secret_in_any_file(out):
 def test_rank_killed_with_sigkill_is_named_and_recorded(tmp_path):
     """kill -9 of rank 1 mid-training: rank 0 sees gloo's "Connection closed by peer", knows from the child it
     launched that rank 1 died of SIGKILL, writes a failed record and exits 1 (Lightning alone: exit -9, nothing)."""
-    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT, env=FAKE_SECRETS)
-    wait_for_banner(proc)
-    rank1 = launched_rank(proc.pid)
-    wait_until_joined(rank1)
-    time.sleep(3)  # training under way
-    os.kill(rank1, signal.SIGKILL)
-    err, took = finish(proc, TIMEOUT + MARGIN)
+    proc, _, err, took = signal_rank_1_mid_training(tmp_path, signal.SIGKILL, env=FAKE_SECRETS)
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and took < TIMEOUT + MARGIN, err[-2000:]
     assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
@@ -121,13 +128,7 @@ def test_rank_killed_with_sigkill_is_named_and_recorded(tmp_path):
 def test_rank_alive_but_stuck_ends_within_the_timeout_named_and_recorded(tmp_path):
     """kill -STOP of rank 1 (a hung device, a debugger): rank 0's collective times out after --timeout; the line
     names rank 1 as alive but stopped, a failed record is written, and the stopped rank does not outlive the run."""
-    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT)
-    wait_for_banner(proc)
-    rank1 = launched_rank(proc.pid)
-    wait_until_joined(rank1)
-    time.sleep(3)  # training under way
-    os.kill(rank1, signal.SIGSTOP)
-    err, took = finish(proc, TIMEOUT + MARGIN)
+    proc, rank1, err, took = signal_rank_1_mid_training(tmp_path, signal.SIGSTOP)
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and TIMEOUT - 1 < took < TIMEOUT + MARGIN, err[-2000:]
     assert re.match(rf"train\.py: error: run ended with status failed: rank 1 did not answer within {TIMEOUT} s "

@@ -32,9 +32,7 @@ def _cannot_run_reason():
 def slurm_env():
     reason = _cannot_run_reason()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"SLURM tests must run under CI, but: {reason}")
-        pytest.skip(reason)
+        pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
     already_up = _cluster_running()  # someone else's cluster (another session): use it, never stop it
     started = time.time()
     proc = subprocess.run(["bash", str(CLUSTER / "start.sh"), STATE_DIR], capture_output=True, text=True, timeout=900)
