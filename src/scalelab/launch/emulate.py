@@ -18,9 +18,9 @@ import subprocess
 import sys
 
 from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_int
-from scalelab.errors import RunFailed, UsageError
+from scalelab.errors import UsageError
 from scalelab.launch import netns
-from scalelab.launch.local import _signal_name, _stop, _wait
+from scalelab.launch.local import supervise
 
 PROG = "emulate.py"
 NODES = 2  # one veth pair joins exactly two namespaces
@@ -125,18 +125,7 @@ def _die_with_parent():
 
 
 def wait_nodes(procs) -> int:
-    """Wait for both nodes; stop the other when one fails. The nodes' common exit code when each ended by itself,
-    else RunFailed naming the node that failed first."""
-    first_bad, killed = None, False
-    try:
-        first_bad, killed = _wait(procs, GRACE_S)
-    finally:
-        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave a node behind
-    codes = [p.wait() for p in procs]
-    if not any(codes):
-        return 0
-    if not killed and all(c == codes[0] for c in codes):
-        return codes[0]  # both nodes ended the run themselves (torchrun printed why)
-    k, code = first_bad or next((k, c) for k, c in enumerate(codes) if c)
-    how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-    raise RunFailed(f"node {k + 1} (its torchrun) {how}" + (f"; stopped node {2 - k}" if killed else ""))
+    """Wait for both nodes; stop the other when one fails. The nodes' common exit code when each ended by itself
+    (torchrun printed why), else RunFailed naming the node that failed first."""
+    return supervise(procs, GRACE_S, lambda k, how, stopped: f"node {k + 1} (its torchrun) {how}"
+                     + (f"; stopped node {2 - k}" if stopped else ""))

@@ -57,21 +57,30 @@ def spawn_local(module: str, argv, world: int, grace_s: float = 5.0) -> int:
             "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
     procs = [subprocess.Popen([sys.executable, "-m", module, *argv],
                               env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
+    return supervise(procs, grace_s, lambda r, how, stopped: f"rank {r} of {world} {how}"
+                     + ("; stopped the other ranks" if stopped else ""))
+
+
+def supervise(procs, grace_s: float, who) -> int:
+    """Wait for processes that run one job together (local ranks, emulated nodes). When one fails the others
+    get grace_s to end on their own, then are stopped; they are stopped on Ctrl-C or SIGTERM too. Returns their
+    common exit code when each ended the run itself (the job said why in its own one line); otherwise raises
+    RunFailed with who(index, how it ended, whether others were stopped) for the one that failed first."""
     first_bad, killed = None, False
-    restore = _exit_on_sigterm()
+    restore = exit_on_sigterm()
     try:
         first_bad, killed = _wait(procs, grace_s)
     finally:
-        killed = _stop(procs) or killed  # also on Ctrl-C or SIGTERM: never leave ranks behind
+        killed = _stop(procs) or killed  # never leave a process of the job behind
         restore()
     codes = [p.wait() for p in procs]
     if not any(codes):
         return 0
     if not killed and all(c == codes[0] for c in codes):
-        return codes[0]  # every rank ended the run itself, and rank 0 said why in its own one line
-    r, code = first_bad or next((r, c) for r, c in enumerate(codes) if c)
+        return codes[0]
+    i, code = first_bad or next((i, c) for i, c in enumerate(codes) if c)
     how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-    raise RunFailed(f"rank {r} of {world} {how}" + ("; stopped the other ranks" if killed else ""))
+    raise RunFailed(who(i, how, killed))
 
 
 def _wait(procs, grace_s: float):
@@ -94,7 +103,7 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _exit_on_sigterm():
+def exit_on_sigterm():
     """Let SIGTERM (scancel, a CI timeout) unwind the parent like Ctrl-C, so its ranks are stopped too.
     Returns the function that puts the previous handler back."""
     if threading.current_thread() is not threading.main_thread():

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from scalelab.errors import UsageError
-from scalelab.launch.local import _exit_on_sigterm
+from scalelab.launch.local import exit_on_sigterm
 
 ADDRESSES = ("198.51.100.1", "198.51.100.2")  # TEST-NET-2: documentation addresses, inside the namespaces only
 PREFIX_LEN = 24
@@ -90,7 +90,7 @@ def two_node_link(gbit: float, latency_ms: Optional[float] = None):
     if not sys.platform.startswith("linux"):
         raise UsageError(f"emulated nodes need Linux network namespaces; this is {sys.platform}")
     builder = _RootBuilder() if os.geteuid() == 0 else _UserBuilder()
-    restore = _exit_on_sigterm()
+    restore = exit_on_sigterm()
     try:
         link = builder.setup(gbit, latency_ms)
         yield link
