@@ -68,6 +68,12 @@ def _bench(world, rows, nodes=1):
     return data
 
 
+def annotated(found):
+    """(runs, annotated scaling frame) of constructed results, as the report builds them from a folder."""
+    runs = frames.runs_frame(found)
+    return runs, explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+
+
 ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
         {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
 
@@ -80,8 +86,7 @@ def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
              _bench(2, ROWS)]
-    runs = frames.runs_frame(found)
-    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    runs, scaling = annotated(found)
     two = scaling.set_index("devices").loc[2]
     assert two.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(ROWS, 8e6, 1, 2))
     step1 = 0.1
@@ -224,8 +229,7 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.03, 0.004, 0.104)]
     found[1]["timing"]["comm"]["allreduce_alone_s"] = 0.02
-    runs = frames.runs_frame(found)
-    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    runs, scaling = annotated(found)
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
     assert "share the same cores" in line
@@ -234,8 +238,7 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
 def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.02, 0.045, 0.145)]
-    runs = frames.runs_frame(found)
-    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    runs, scaling = annotated(found)
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
 
@@ -252,8 +255,7 @@ def test_predicted_columns_when_communication_exceeds_compute():
     found = [_with_comm(make_result("c1", 1, samples_per_s=100), 0.004, 0.0, 0.0, 0.004),
              _with_comm(make_result("c2", 2, samples_per_s=60), 0.004, 0.009, 0.008, 0.012),
              _bench(2, ROWS)]
-    runs = frames.runs_frame(found)
-    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
+    runs, scaling = annotated(found)
     two = scaling.set_index("devices").loc[2]
     comm = explain.predicted_allreduce_s(ROWS, 8e6, 1, 2)
     assert comm > 0.004
