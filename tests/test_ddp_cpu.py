@@ -36,7 +36,11 @@ def test_two_process_result_has_every_rank_and_excludes_warmup(mlp_runs):
     assert t["steps"] == 2 * steps_per_epoch and t["timed_steps"] == t["steps"] - 3 - len(probes)
     for rank in r["ranks"]:
         assert len(rank["step_times_s"]) == t["steps"] and all(s > 0 for s in rank["step_times_s"])
-        assert rank["threads"] >= 1
+        assert rank["threads"] == 1  # one CPU device = one core, at 1 and at 2 devices
+    # each rank pinned to a core of its own (where the machine has two), and the launch says none were shared
+    cores = [tuple(k["cpu_affinity"]) for k in r["ranks"]]
+    assert all(len(c) == 1 for c in cores) and (len(set(cores)) == 2 or len(os.sched_getaffinity(0)) < 2)
+    assert r["launch"]["threads_per_proc"] == 1 and r["launch"]["oversubscribed"] is None
     # train time = slowest rank per step, summed over the timed (post-warm-up, non-probe) steps only
     expected = sum(max(k["step_times_s"][i] for k in r["ranks"]) for i in range(3, t["steps"]) if i not in probes)
     assert t["train_time_s"] == pytest.approx(expected)

@@ -46,6 +46,7 @@ class CommonConfig:
     num_nodes: Optional[int] = None
     accelerator: str = "auto"
     threads: Optional[int] = None
+    oversubscribe: bool = False
     timeout: float = 180.0
     output_dir: str = "outputs"
     run_name: Optional[str] = None
@@ -133,7 +134,11 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
     lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"),
                     help="auto: GPUs with NCCL when visible, else CPU with gloo")
-    lg.add_argument("--threads", type=positive_int, help="CPU threads per process (default: a fair share of the cores)")
+    lg.add_argument("--threads", type=positive_int,
+                    help="on CPU, the cores of one device: each rank runs this many threads pinned to its own cores "
+                         "(default 1, or SLURM's --cpus-per-task)")
+    lg.add_argument("--oversubscribe", action="store_true", default=None,
+                    help="run even when devices x threads exceed the node's cores (flagged in the result and report)")
     lg.add_argument("--timeout", type=positive_float,
                     help="seconds a rank waits for the others (start-up and collectives) before the run fails")
     lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")

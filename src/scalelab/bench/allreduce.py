@@ -21,7 +21,7 @@ from datetime import timedelta
 from scalelab import results
 from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
 from scalelab.errors import RunFailed, UsageError, error_line
-from scalelab.launch import cluster
+from scalelab.launch import cluster, cores
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import (
     LARGE_MSG_BYTES,
@@ -61,6 +61,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--warmup_iters", type=nonneg_int,
                    help="untimed all-reduces per size first (default 5)")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="on CPU, run more ranks than the node has cores (each rank is one core otherwise)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--run_name", default=None)
     p.add_argument("--timeout", type=positive_float, default=120.0,
@@ -82,6 +84,8 @@ def resolve(args, launch):
     if args.min_bytes > args.max_bytes:
         raise UsageError(f"--min_bytes {human_bytes(args.min_bytes)} is larger than --max_bytes "
                          f"{human_bytes(args.max_bytes)}")
+    if not gpu and launch.launcher == "local":  # one device = 1 core: refuse ranks that would share cores
+        cores.check_fit(launch.devices, 1, cores.visible(), args.oversubscribe)
     if gpu and launch.launcher == "local":
         import torch
 
@@ -134,7 +138,8 @@ def run(args, launch) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-        torch.set_num_threads(cluster.cpu_threads(launch))
+        threads, _ = cores.place(launch, local_rank, oversubscribe=args.oversubscribe)
+        torch.set_num_threads(threads)
     host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address needs brackets in a URL
     dist.init_process_group(launch.backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))

@@ -114,16 +114,6 @@ def resolve_accelerator(accelerator: str) -> str:
     return "gpu" if accelerator in ("gpu", "auto") and has_gpu else "cpu"
 
 
-def cpu_threads(launch: Launch, requested=None) -> int:
-    """A fair share of the cores for each local process, so ranks do not fight over them."""
-    if requested:
-        return requested
-    if launch.launcher == "slurm" and os.environ.get("SLURM_CPUS_PER_TASK"):
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // launch.devices)
-
-
 def hostname() -> str:
     return socket.gethostname()
 
@@ -146,6 +136,14 @@ def device_name(accelerator: str, local_rank: int = 0) -> str:
 def env_rank() -> int:
     """This process's global rank as the launcher announced it (0 before any launch)."""
     for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def env_local_rank() -> int:
+    """This process's rank on its node (0 for the process a user started; Lightning, torchrun and srun say)."""
+    for name in ("LOCAL_RANK", "SLURM_LOCALID"):
         if name in os.environ:
             return int(os.environ[name])
     return 0

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         for note in link.notes:
             print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
         print(banner(args, link, cores), flush=True)
-        procs = [start_node(link, k, args, command, [taskset, "-c", cores[k - 1]], cores[k - 1])
+        procs = [start_node(link, k, args, command, [taskset, "-c", cores[k - 1]])
                  for k in range(1, NODES + 1)]
         return wait_nodes(procs)
 
@@ -107,13 +107,12 @@ def banner(args, link, cores) -> str:
             f"tc tbf on both ends); {where}")
 
 
-def start_node(link, k: int, args, command, pin, cores: str) -> subprocess.Popen:
+def start_node(link, k: int, args, command, pin) -> subprocess.Popen:
     """torchrun for node k (1 or 2) inside its namespace, pinned to its cores."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--nproc_per_node",
                 str(args.devices), "--node_rank", str(k - 1), "--master_addr", link.address(1), "--master_port",
                 str(args.master_port)]
-    threads = max(1, len(cores.split(",")) // args.devices)
-    env = {**os.environ, **link.env(k), "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **link.env(k), "PYTHONUNBUFFERED": "1"}  # each rank pins itself within the node's cores
     return subprocess.Popen([*link.prefix(k), *pin, *torchrun, *command], env=env, preexec_fn=_die_with_parent)
 
 

@@ -174,7 +174,9 @@ def limiting_line(r) -> Optional[str]:
     expected = r.baseline_compute_s if r.scaling != "strong" else r.baseline_compute_s * r.baseline_devices / r.devices
     slower = r.compute_s - expected if _ok(expected) else 0.0
     if _ok(expected) and slower > 0.1 * expected:
-        why = " (CPU rehearsal: the ranks share this machine's cores)" if r.accelerator == "cpu" else ""
+        why = ("" if r.accelerator != "cpu" else " (ranks shared cores: oversubscribed)"
+               if getattr(r, "oversubscribed", "") else " (CPU rehearsal: the ranks, each on its own core, still share "
+               "this machine's memory bandwidth and caches)")
         causes.append((slower, f"slower compute per device: {slower * 1e3:,.0f} ms more per step than at "
                                f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
@@ -204,7 +206,8 @@ def limiting_line(r) -> Optional[str]:
     if _ok(getattr(r, "allreduce_alone_s", None)) and r.allreduce_alone_s > 0:
         lost = r.allreduce_s - r.allreduce_alone_s
         if lost > 0.15 * r.allreduce_alone_s:
-            shared = "the same cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
+            shared = ("the rank's core (gloo's transport runs on it too)" if r.accelerator == "cpu"
+                      else "the GPU's SMs and memory bandwidth")
             comm += (f". Alone, the same all-reduce takes {r.allreduce_alone_s * 1e3:,.1f} ms: running beside "
                      f"backward cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
     causes.append((r.waited_s if _ok(r.waited_s) else 0.0, comm))

@@ -19,10 +19,10 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
                "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
-               "link", "link_gbit", "threads", "status", "error", "train_time_s", "step_ms", "epoch_s", "unit",
-               "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc",
-               "created", "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1],
-               "tflops_per_device", "peak_tflops", "mfu"]
+               "link", "link_gbit", "threads", "oversubscribed", "status", "error", "train_time_s", "step_ms",
+               "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s", "train_loss",
+               "val_loss", "val_acc", "created", "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes",
+               COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu"]
 NUMERIC = ("link_gbit", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
            "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device",
            "peak_tflops", "mfu")
@@ -60,6 +60,7 @@ def runs_frame(found: list) -> pd.DataFrame:
             "link": link_label(launch.get("link")),
             "link_gbit": (launch.get("link") or {}).get("gbit"),
             "threads": launch.get("threads_per_proc"),
+            "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
             "status": r["status"],
             "error": r.get("error"),
             "train_time_s": t.get("train_time_s"),
@@ -112,7 +113,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
-                link_gbit=("link_gbit", "first"), scaling=("scaling", "first"), model=("model", "first"),
+                link_gbit=("link_gbit", "first"), oversubscribed=("oversubscribed", "max"), threads=("threads", "max"),
+                scaling=("scaling", "first"), model=("model", "first"),
                 describe=("describe", "first"),
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
                 bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),

@@ -90,11 +90,16 @@ def speedup_figure(scaling: pd.DataFrame):
 def _finish(fig, scaling):
     """Lay out; on CPU, a caption saying why the curve is flat (it is not the network)."""
     if (scaling["accelerator"] == "cpu").any():
-        fig.text(0.01, 0.01, "CPU rehearsal: the processes share this machine's cores, so compute slows as "
-                 "processes are added.", fontsize=7, color="dimgray")
+        fig.text(0.01, 0.01, f"CPU rehearsal: {cpu_device(scaling)} of one machine; an emulated link is two network "
+                 "namespaces joined by a tc-shaped veth, not a real network.", fontsize=7, color="dimgray")
         fig.tight_layout(rect=(0, 0.035, 1, 1))
     else:
         fig.tight_layout()
+
+
+def cpu_device(scaling: pd.DataFrame) -> str:
+    threads = sorted({int(t) for t in scaling.get("threads", pd.Series(dtype=float)).dropna()})
+    return f"1 device = {threads[0]} core(s)" if len(threads) == 1 else "a device is a share of the cores"
 
 
 def efficiency_figure(scaling: pd.DataFrame):

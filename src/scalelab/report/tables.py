@@ -24,7 +24,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     ok = runs[runs["status"] == "completed"]
     letters = group_letters(ok["group"])
     for group, members in ok.groupby("group", sort=False):
-        out.append(_group_title(members.iloc[0], letters[group]))
+        out.append(_group_title(members.iloc[0], letters[group], members))
         out += runs_table(members, fmt, max_runs)
         g = scaling[scaling["group"] == group].sort_values(["devices", "nodes"])
         out += scaling_table(g, fmt)
@@ -35,14 +35,22 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     return "\n".join(out)
 
 
-def _group_title(first: pd.Series, letter: str) -> str:
+def cpu_device_caption(members: pd.DataFrame) -> str:
+    """What one CPU "device" was in these runs: a fixed number of cores (launch.cores), the same at every scale."""
+    threads = sorted({int(t) for t in members["threads"].dropna()})
+    if not threads:
+        return "CPU rehearsal (gloo)"
+    if len(threads) == 1:
+        return f"CPU rehearsal (gloo): 1 device = {threads[0]} core{'s' if threads[0] > 1 else ''}"
+    return (f"CPU rehearsal (gloo): 1 device = {threads[0]}–{threads[-1]} cores, different between runs "
+            "(speedups mix device sizes)")
+
+
+def _group_title(first: pd.Series, letter: str, members: pd.DataFrame) -> str:
     batch = (f"batch {first['batch_per_device']}/device (weak scaling: global batch grows)"
              if first["scaling"] == "weak" else f"global batch {first['global_batch']} split over devices "
              "(strong scaling)")
-    if first["accelerator"] == "gpu":
-        hw = f"GPU: {first['device']}"
-    else:
-        hw = "CPU rehearsal (gloo; ranks share this machine's cores)"
+    hw = f"GPU: {first['device']}" if first["accelerator"] == "gpu" else cpu_device_caption(members)
     params = f"{human_count(first['params'])} params" if pd.notna(first["params"]) else "params unknown"
     return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
 
@@ -57,16 +65,24 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
         configs = members[["devices", "nodes", "link"]].drop_duplicates().shape[0]
         shown = members.groupby(["devices", "nodes", "link"]).tail(max(1, max_runs // configs))
         hidden, members = len(members) - len(shown), shown
-    rows = [[r.run_id, r.devices, nodes_cell(r), f"{r.procs_per_node}×{r.threads}t" if r.accelerator == "cpu"
-             else r.procs_per_node, fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"), fmt_num(r.step_ms),
-             fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
+    rows = [[r.run_id, r.devices, nodes_cell(r), procs_cell(r), fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"),
+             fmt_num(r.step_ms), fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
              fmt_num(r.train_loss, ".3f"), fmt_num(r.val_acc, ".3f")] for r in members.itertuples()]
     procs = "procs/node" if first["accelerator"] == "gpu" else "procs×threads"
     out = [tabulate(rows, headers=["run id", "devices", "nodes", procs, "1st step s", "train s", "step ms",
                                    "epoch s", unit, "train loss", "val acc"], tablefmt=fmt, disable_numparse=True)]
+    out += [f"  ! {r.run_id}: {r.oversubscribed}; its speedup measures ranks sharing cores, not scaling"
+            for r in members.itertuples() if r.oversubscribed]
     if hidden:
         out.append(f"  ... {hidden} older run(s) not listed (all are in the scaling table; --all_runs lists them)")
     return out
+
+
+def procs_cell(r) -> str:
+    """"2×1t" on CPU (processes × threads per node; "!" where ranks shared cores), processes per node on GPU."""
+    if r.accelerator != "cpu":
+        return str(r.procs_per_node)
+    return f"{r.procs_per_node}×{fmt_num(r.threads, '.0f')}t" + ("!" if r.oversubscribed else "")
 
 
 def scaling_table(g: pd.DataFrame, fmt: str) -> list:

@@ -3,9 +3,11 @@ record a failed one leaves (failure.record_failure), both from one RunContext.""
 
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 from scalelab import perfmodel, results
 from scalelab.config import RunConfig
+from scalelab.launch import cores
 from scalelab.launch.cluster import Launch
 from scalelab.train import timing
 from scalelab.workloads import Workload
@@ -21,6 +23,7 @@ class RunContext:
     batch: int  # per device
     timer: timing.StepTimer
     process_start: float  # wall clock (time.time) when this process started
+    core_warning: Optional[str] = None  # --oversubscribe's recorded warning (launch.cores)
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
@@ -49,7 +52,8 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         },
         config=cfg.to_dict(),
         launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
-                             threads_per_proc=per_rank[0]["threads"]),
+                             threads_per_proc=per_rank[0]["threads"],
+                             oversubscribed=ctx.core_warning or cores.shared_cores(per_rank)),
         timing={**summary, "whole_run_s": time.time() - ctx.process_start,
                 **throughput(ctx, summary, per_rank)},
         metrics={"final_train_loss": final_loss,

@@ -13,7 +13,7 @@ from datetime import timedelta
 from scalelab import config, results
 from scalelab.cli import human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
-from scalelab.launch import cluster
+from scalelab.launch import cluster, cores
 
 
 def main(argv=None, process_start=None) -> int:
@@ -26,6 +26,8 @@ def main(argv=None, process_start=None) -> int:
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
     if cluster.env_rank() == 0:
         results.ensure_output_dir(cfg.output_dir)
+    # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
+    threads, core_warning = cores.place(launch, cluster.env_local_rank(), cfg.threads, cfg.oversubscribe)
 
     import lightning.pytorch as pl
     import torch
@@ -35,17 +37,19 @@ def main(argv=None, process_start=None) -> int:
     from scalelab.train import failure, record, timing
     from scalelab.train.watch import RankWatch
 
-    threads = cluster.cpu_threads(launch, cfg.threads) if launch.accelerator == "cpu" else torch.get_num_threads()
-    torch.set_num_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
     timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
-    ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start)
+    ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, core_warning)
     # watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end
     watch = RankWatch(cfg.timeout)
     trainer = make_trainer(cfg, launch, [timer, watch, *from_env()])  # from_env: test hook, [] in a real run
     if trainer.global_rank == 0:
-        print(banner(cfg, launch, wl, batch, threads), flush=True)
+        print(banner(cfg, launch, wl, batch, torch.get_num_threads()), flush=True)
+        if core_warning:
+            print(f"train.py: warning: {core_warning}; the result and the report say so", file=sys.stderr, flush=True)
     try:
         trainer.fit(wl.module, train_dataloaders=wl.train_loader)
         val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
@@ -113,7 +117,7 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, thread
     world = launch.world_size
     comm = launch.backend if world > 1 else "no communication"
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
-             else f"CPU rehearsal: {world} process(es), {comm}, {threads} thread(s) per process")
+             else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), each rank pinned")
     return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
             f"batch {batch}/device = {batch * world} global, precision {cfg.precision} | {where} | "
             f"launcher: {launch.launcher}")

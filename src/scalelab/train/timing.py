@@ -7,6 +7,7 @@ Validation and the first `warmup_steps` steps never enter a timing figure. Compu
 steps (see comm.py) are timed apart and never enter a throughput figure either.
 """
 
+import os
 import statistics
 import time
 from typing import Optional
@@ -15,7 +16,7 @@ import lightning.pytorch as pl
 import torch
 
 from scalelab import perfmodel
-from scalelab.launch import cluster
+from scalelab.launch import cluster, cores
 from scalelab.results import CommRecord
 from scalelab.train import comm
 
@@ -120,6 +121,9 @@ class StepTimer(pl.Callback):
             "device_name": cluster.device_name(trainer.strategy.root_device.type.replace("cuda", "gpu"),
                                                trainer.local_rank),
             "threads": torch.get_num_threads(),
+            "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
+            "machine": cores.machine_id(),
+            "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "process_start": self.process_start,
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,

@@ -1,0 +1,129 @@
+"""On CPU a device is a fixed share of cores: the same share at every scale, each rank pinned to its own.
+
+Why: a 1-process baseline that uses every core against 2 processes of half the cores shows ≤ 50 % efficiency
+whatever the network does, and 8 ranks on 2 cores "scale" only core contention. So a CPU device is
+`--threads` cores (default 1), a rank runs on its own cores where the OS lets it, asking for more cores than
+the node has is refused (or, with --oversubscribe, recorded and flagged), and every rank records the cores it
+had, so the report can say what a device was and catch ranks that shared cores after the fact.
+Torch-free: the launchers and the report import it.
+"""
+
+import os
+from typing import Optional
+
+from scalelab.errors import UsageError
+
+DEFAULT_THREADS = 1  # one CPU device = one core
+ENV_NODE_CORES = "SCALELAB_NODE_CORES"  # the node's cores as rank 0 saw them, for the ranks Lightning relaunches
+
+
+def visible() -> list:
+    """The cores this process may run on (its affinity), as the node's ranks share them."""
+    if ENV_NODE_CORES in os.environ:
+        try:
+            return sorted({int(c) for c in os.environ[ENV_NODE_CORES].split(",")})
+        except ValueError:
+            pass
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def threads_per_device(requested: Optional[int], launcher: str, accelerator: str) -> Optional[int]:
+    """--threads, else SLURM's --cpus-per-task for a SLURM rank, else 1 core per CPU device; None on GPU (torch's
+    own default: the rank's cores feed one GPU)."""
+    if requested:
+        return requested
+    if launcher == "slurm" and os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    return DEFAULT_THREADS if accelerator == "cpu" else None
+
+
+def place(launch, local_rank: int, requested: Optional[int] = None, oversubscribe: bool = False):
+    """Give this rank its device's cores: (threads, warning to record or None). Call before torch starts its
+    thread pool, and on rank 0 before Lightning relaunches the script for the other local ranks.
+
+    Where the rank sees its node's cores (local, torchrun, emulated nodes) the fit is checked up front; a SLURM
+    rank may already be bound to its own cores by srun, so there the ranks' recorded cores are compared after
+    the run instead (shared_cores)."""
+    threads = threads_per_device(requested, launch.launcher, launch.accelerator)
+    if threads is None:
+        return None, None
+    cores = visible()
+    warning = None if launch.launcher == "slurm" else check_fit(launch.devices, threads, cores, oversubscribe)
+    if launch.launcher == "local":
+        os.environ.setdefault(ENV_NODE_CORES, ",".join(map(str, cores)))
+    pin(local_rank, threads, cores)
+    return threads, warning
+
+
+def check_fit(local_ranks: int, threads: int, cores: list, oversubscribe: bool) -> Optional[str]:
+    """None when local_ranks × threads cores exist; else UsageError, or (oversubscribe) the warning to record."""
+    need = local_ranks * threads
+    if need <= len(cores):
+        return None
+    what = (f"{local_ranks} device(s) x {threads} core(s) need {need} cores but this node has {len(cores)} "
+            f"(cores {span(cores)})")
+    if not oversubscribe:
+        raise UsageError(f"{what}: ranks would share cores and the table would show contention, not scaling; "
+                         "use fewer --devices or --threads, or --oversubscribe to run anyway (flagged in the result "
+                         "and the report)")
+    return f"oversubscribed: {what}"
+
+
+def pin(local_rank: int, threads: int, cores: list) -> list:
+    """Pin this rank to its slice of the node's cores. Where there is no such slice (srun bound the rank to fewer
+    cores already, or the node is oversubscribed) it runs on all of `cores`. Returns the cores it ends up with."""
+    mine = cores[local_rank * threads:(local_rank + 1) * threads]
+    if hasattr(os, "sched_setaffinity") and cores:
+        try:
+            os.sched_setaffinity(0, mine if len(mine) == threads else cores)
+        except OSError:  # a core outside this process's cpuset: keep the launcher's binding
+            pass
+    return affinity()
+
+
+def affinity() -> list:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def machine_id() -> str:
+    """Which physical machine a rank ran on (the kernel's boot id), so ranks of emulated nodes, whose host names
+    differ, are still known to share one machine's cores."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()[:8]
+    except OSError:
+        import socket
+
+        return socket.gethostname()
+
+
+def shared_cores(ranks: list) -> Optional[str]:
+    """One line naming ranks of one machine that ran on a common core (oversubscribed), from their records."""
+    seen = {}  # (machine, core) -> first rank
+    clashes = []
+    for r in ranks:
+        for core in r.get("cpu_affinity") or []:
+            key = (r.get("machine"), core)
+            if key in seen and seen[key] != r["rank"]:
+                clashes.append((seen[key], r["rank"], core))
+            seen.setdefault(key, r["rank"])
+    if not clashes:
+        return None
+    a, b, core = clashes[0]
+    pairs = len({(x, y) for x, y, _ in clashes})
+    return (f"oversubscribed: ranks {a} and {b} shared core {core}" + (f" ({pairs} pairs of ranks shared cores)"
+                                                                         if pairs > 1 else ""))
+
+
+def span(cores: list) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)

@@ -1,0 +1,72 @@
+"""One CPU device = a fixed share of cores (launch.cores): the fit check, the pinning, and the after-the-fact
+check that ranks did not share cores."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SRC, run_script
+from scalelab.errors import UsageError
+from scalelab.launch import cores
+from scalelab.launch.cluster import Launch
+
+
+def test_more_devices_than_cores_is_refused_in_one_line_or_recorded_when_insisted():
+    with pytest.raises(UsageError, match=r"^4 device\(s\) x 1 core\(s\) need 4 cores but this node has 2 "
+                                         r"\(cores 0-1\): .*--oversubscribe"):
+        cores.check_fit(4, 1, [0, 1], oversubscribe=False)
+    assert cores.check_fit(4, 1, [0, 1], oversubscribe=True).startswith("oversubscribed: 4 device(s) x 1 core(s)")
+    assert cores.check_fit(2, 2, [0, 1, 2, 3], oversubscribe=False) is None
+
+
+def test_threads_default_to_one_core_per_cpu_device_and_follow_slurm(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert cores.threads_per_device(None, "local", "cpu") == 1
+    assert cores.threads_per_device(3, "local", "cpu") == 3
+    assert cores.threads_per_device(None, "local", "gpu") is None  # torch's default feeds a GPU
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "4")
+    assert cores.threads_per_device(None, "slurm", "cpu") == 4
+    assert cores.threads_per_device(None, "torchrun", "cpu") == 1
+
+
+def test_span_and_shared_cores():
+    assert cores.span([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    disjoint = [{"rank": 0, "machine": "m", "cpu_affinity": [0]}, {"rank": 1, "machine": "m", "cpu_affinity": [1]}]
+    assert cores.shared_cores(disjoint) is None
+    other_machine = [{"rank": 0, "machine": "a", "cpu_affinity": [0]}, {"rank": 1, "machine": "b", "cpu_affinity": [0]}]
+    assert cores.shared_cores(other_machine) is None
+    shared = [*disjoint, {"rank": 2, "machine": "m", "cpu_affinity": [0, 1]}]
+    assert cores.shared_cores(shared) == "oversubscribed: ranks 0 and 2 shared core 0 (2 pairs of ranks shared cores)"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give two ranks one each")
+def test_each_local_rank_pins_itself_to_its_own_slice_of_the_node():
+    """place() in fresh processes (it pins the calling process): local ranks 0 and 1 get different cores, and
+    a rank with no slice of its own (oversubscribed) runs on all of the node's."""
+    code = ("import os, sys; from scalelab.launch import cores; from scalelab.launch.cluster import Launch; "
+            "t, w = cores.place(Launch('torchrun', int(sys.argv[2]), 1, 'cpu'), int(sys.argv[1]), None, True); "
+            "print(t, sorted(os.sched_getaffinity(0)), w)")
+    node = sorted(os.sched_getaffinity(0))[:2]
+    env = {**os.environ, "PYTHONPATH": str(SRC), cores.ENV_NODE_CORES: ",".join(map(str, node))}
+    got = [subprocess.run([sys.executable, "-c", code, str(r), str(n)], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() for r, n in ((0, 2), (1, 2), (2, 3))]
+    assert got[0] == f"1 [{node[0]}] None" and got[1] == f"1 [{node[1]}] None"
+    assert got[2].startswith(f"1 {node} oversubscribed: 3 device(s) x 1 core(s) need 3 cores but this node has 2")
+
+
+def test_train_refuses_more_devices_than_cores_before_starting_a_rank(tmp_path):
+    n = len(os.sched_getaffinity(0)) + 1
+    proc = run_script("train.py", "--model", "mlp", "--devices", n, "--output_dir", tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"train.py: error: {n} device(s) x 1 core(s) need {n} cores but this node has {n - 1} "
+        f"(cores {cores.span(sorted(os.sched_getaffinity(0)))}): ranks would share cores and the table would show "
+        "contention, not scaling; use fewer --devices or --threads, or --oversubscribe to run anyway (flagged in "
+        "the result and the report)"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_gpu_launch_leaves_threads_to_torch():
+    assert cores.place(Launch("slurm", 4, 2, "gpu"), 3) == (None, None)
