@@ -43,16 +43,20 @@ def test_span_and_shared_cores():
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give two ranks one each")
 def test_each_local_rank_pins_itself_to_its_own_slice_of_the_node():
-    """place() in fresh processes (it pins the calling process): local ranks 0 and 1 get different cores, and
-    a rank with no slice of its own (oversubscribed) runs on all of the node's."""
-    code = ("import os, sys; from scalelab.launch import cores; from scalelab.launch.cluster import Launch; "
-            "t, w = cores.place(Launch('torchrun', int(sys.argv[2]), 1, 'cpu'), int(sys.argv[1]), None, True); "
-            "print(t, sorted(os.sched_getaffinity(0)), w)")
+    """place() and pin() in fresh processes (pin() pins the calling thread): local ranks 0 and 1 get different
+    cores, a rank with no slice of its own (oversubscribed) runs on all of the node's, and a thread started
+    before pinning (gloo's transport) keeps the whole node."""
+    code = ("import os, sys, threading; from scalelab.launch import cores; from scalelab.launch.cluster import Launch; "
+            "d = cores.place(Launch('torchrun', int(sys.argv[2]), 1, 'cpu'), None, True); "
+            "before = sorted(os.sched_getaffinity(0)); seen = []; go = threading.Event(); "
+            "t = threading.Thread(target=lambda: (go.wait(), seen.append(sorted(os.sched_getaffinity(0))))); "
+            "t.start(); mine = cores.pin(int(sys.argv[1]), d.threads, d.node_cores); go.set(); t.join(); "
+            "print(d.threads, mine, d.warning, seen[0] == before)")
     node = sorted(os.sched_getaffinity(0))[:2]
     env = {**os.environ, "PYTHONPATH": str(SRC), cores.ENV_NODE_CORES: ",".join(map(str, node))}
     got = [subprocess.run([sys.executable, "-c", code, str(r), str(n)], env=env, capture_output=True, text=True,
                           check=True).stdout.strip() for r, n in ((0, 2), (1, 2), (2, 3))]
-    assert got[0] == f"1 [{node[0]}] None" and got[1] == f"1 [{node[1]}] None"
+    assert got[0] == f"1 [{node[0]}] None True" and got[1] == f"1 [{node[1]}] None True"
     assert got[2].startswith(f"1 {node} oversubscribed: 3 device(s) x 1 core(s) need 3 cores but this node has 2")
 
 
@@ -69,4 +73,4 @@ def test_train_refuses_more_devices_than_cores_before_starting_a_rank(tmp_path):
 
 
 def test_gpu_launch_leaves_threads_to_torch():
-    assert cores.place(Launch("slurm", 4, 2, "gpu"), 3) == (None, None)
+    assert cores.place(Launch("slurm", 4, 2, "gpu")) == (None, None, [])

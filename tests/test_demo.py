@@ -19,7 +19,8 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     stdout = proc.stdout
-    assert stdout.startswith("CPU rehearsal of the scaling sweep: 3 runs (mlp at 1 and 2 processes, gloo)")
+    assert stdout.startswith("CPU rehearsal of the scaling ladder: 3 runs (mlp at 1 and 2 devices on one node; "
+                             "1 device = 1 core, gloo)")
     assert "scalelab report: 2 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
     assert "2 devices on 1 node: efficiency" in stdout  # the limiting line
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
@@ -32,3 +33,22 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     for name in ("speedup.png", "efficiency.png"):
         assert f"written: {out / 'plots' / name}" in stdout
     assert len(list(out.rglob("result.json"))) == 3 and len(list((out / "logs").iterdir())) == 3
+
+
+def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
+    """The rungs and the commands a user would type for them (the link rungs run src/emulate.py)."""
+    from scalelab import demo
+
+    rungs = demo.ladder(["mlp", "transformer"], [2.0, 0.2], links_ok=True)
+    assert [r.name for r in rungs] == [
+        "mlp at 1 device(s)", "mlp at 2 device(s)", "transformer at 1 device(s)", "transformer at 2 device(s)",
+        "allreduce at 2 device(s)", "transformer at 2 nodes over 2 Gbit/s", "transformer at 2 nodes over 200 Mbit/s",
+        "allreduce at 2 nodes over 2 Gbit/s", "allreduce at 2 nodes over 200 Mbit/s"]
+    emulated = rungs[6].command("out")
+    assert emulated[1:6] == [demo.EMULATE, "--link_gbit", "0.2", "--devices", "1"]
+    assert emulated[6:8] == ["--", demo.TRAIN] and emulated[-2:] == ["--output_dir", "out"]
+    assert "--max_bytes" in rungs[8].command("out") and rungs[8].command("out")[-6:-2] == ["--iters", "5",
+                                                                                           "--warmup_iters", "1"]
+    assert rungs[1].command("out")[-2:] == ["--devices", "2"]
+    # where namespaces cannot be made, only the one-node rungs run
+    assert [r.link_gbit for r in demo.ladder(["transformer"], [2.0], links_ok=False)] == [None, None, None]

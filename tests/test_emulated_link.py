@@ -20,7 +20,7 @@ from conftest import ROOT, SRC, load_results, run_script
 from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.launch import cluster, netns
-from scalelab.report import explain, frames, tables
+from scalelab.report import explain, frames, plots, tables
 from test_explain import ROWS, _with_comm
 from test_results import make_result
 
@@ -312,6 +312,24 @@ def test_runs_at_different_link_rates_are_different_configurations():
     assert "2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine" in text
     assert "2 nodes joined by an emulated 200 Mbit/s link" in text
     assert sum(" 2 (emulated 1 Gbit/s) " in f" {ln} " for ln in text.splitlines()) == 4  # 2 runs, scaling, step
+
+
+def test_efficiency_against_link_rate_plots_measured_points_the_model_band_and_the_one_node_ceiling():
+    found = [_with_comm(make_result("b1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("n1", 2, 1, samples_per_s=180), 0.1, 0.01, 0.0, 0.1),
+             _emulated(_with_comm(make_result("f1", 2, 2, samples_per_s=150), 0.1, 0.02, 0.01, 0.11), 1.0),
+             _emulated(_with_comm(make_result("s1", 2, 2, samples_per_s=60), 0.1, 0.2, 0.2, 0.3), 0.2)]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    ax = plots.link_rate_figure(scaling).axes[0]
+    (points,) = [ln for ln in ax.get_lines() if ln.get_label().endswith(": measured")]
+    assert list(points.get_xdata()) == [0.2, 1.0] and list(points.get_ydata()) == pytest.approx([30, 75])
+    (ceiling,) = [ln for ln in ax.get_lines() if ln.get_label() == "2 devices on one node (no link)"]
+    assert list(ceiling.get_ydata()) == pytest.approx([90, 90])
+    (band,) = ax.collections  # predicted: falls as the link slows, never above 100 %
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.max() <= 100 + 1e-9 and ys.min() < 30
+    assert ax.get_xscale() == "log" and "link rate" in ax.get_title()
+    assert plots.link_rows(frames.scaling_frame(frames.runs_frame(found[:2]))).empty  # no link: no such plot
 
 
 def test_a_real_two_node_run_is_not_labelled():

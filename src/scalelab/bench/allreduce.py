@@ -138,11 +138,13 @@ def run(args, launch) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-        threads, _ = cores.place(launch, local_rank, oversubscribe=args.oversubscribe)
-        torch.set_num_threads(threads)
+        cpu = cores.place(launch, oversubscribe=args.oversubscribe)
+        torch.set_num_threads(cpu.threads)
     host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address needs brackets in a URL
     dist.init_process_group(launch.backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))
+    if launch.accelerator == "cpu":
+        cores.pin(local_rank, cpu.threads, cpu.node_cores)  # gloo's threads, started above, keep the node
     try:
         bench = Bench(args, launch, device, rank, world)
         return bench.execute()

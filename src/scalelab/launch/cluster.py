@@ -141,14 +141,6 @@ def env_rank() -> int:
     return 0
 
 
-def env_local_rank() -> int:
-    """This process's rank on its node (0 for the process a user started; Lightning, torchrun and srun say)."""
-    for name in ("LOCAL_RANK", "SLURM_LOCALID"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return 0
-
-
 def process_start_time() -> float:
     """Wall-clock start of this process from the kernel, so interpreter start-up and imports count.
 

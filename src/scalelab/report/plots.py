@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from scalelab import results
+from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes
 
@@ -90,8 +90,8 @@ def speedup_figure(scaling: pd.DataFrame):
 def _finish(fig, scaling):
     """Lay out; on CPU, a caption saying why the curve is flat (it is not the network)."""
     if (scaling["accelerator"] == "cpu").any():
-        fig.text(0.01, 0.01, f"CPU rehearsal: {cpu_device(scaling)} of one machine; an emulated link is two network "
-                 "namespaces joined by a tc-shaped veth, not a real network.", fontsize=7, color="dimgray")
+        fig.text(0.01, 0.01, f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
+                 "on one machine, not a real network.", fontsize=7, color="dimgray")
         fig.tight_layout(rect=(0, 0.035, 1, 1))
     else:
         fig.tight_layout()
@@ -159,6 +159,53 @@ def throughput_figure(scaling: pd.DataFrame):
     return fig
 
 
+def link_rows(scaling: pd.DataFrame) -> pd.DataFrame:
+    """Configurations whose nodes were joined by an emulated link of a known rate."""
+    if "link_gbit" not in scaling:
+        return scaling.iloc[0:0]
+    return scaling[(scaling["nodes"] > 1) & scaling["link_gbit"].notna()]
+
+
+def link_rate_figure(scaling: pd.DataFrame):
+    """Efficiency against the link's rate: measured points, the model's band (no overlap … full overlap) for a
+    link that delivers its configured rate, and the same devices on one node (no link) as the ceiling."""
+    fig = Figure(figsize=(7, 4.8))
+    ax = fig.subplots()
+    letters = _letters(scaling)
+    linked = link_rows(scaling)
+    for group, g in linked.groupby("group", sort=False):
+        g = g.sort_values("link_gbit")
+        row = g.iloc[0]
+        color = ax.plot(g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
+                        label=f"{_label(g, letters[group])}: measured")[0].get_color()
+        base_step = row["baseline_step_ms"] / 1e3
+        if row["baseline_devices"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
+            rates = np.geomspace(g["link_gbit"].min() / 4, g["link_gbit"].max() * 4, 60)
+            band = [perfmodel.predict_from_busbw(base_step, row["grad_bytes"], int(row["devices"]), int(row["nodes"]),
+                                                 perfmodel.gbit_to_GBps(x), row["scaling"] or "weak") for x in rates]
+            ax.fill_between(rates, [p.efficiency_no_overlap * 100 for p in band],
+                            [p.efficiency_overlap * 100 for p in band], color=color, alpha=0.2,
+                            label="predicted at the configured rate (no overlap … full overlap)")
+        lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
+        if hi.notna().any():
+            ax.errorbar(g["link_gbit"], (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black", capsize=4,
+                        label="predicted from the all-reduce benchmark over that link")
+        one = scaling[(scaling["group"] == group) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
+        if not one.empty:
+            ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
+                       label=f"{int(row['devices'])} devices on one node (no link)")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * 1000:g} Mbit/s" if x < 1 else f"{x:g} Gbit/s"))
+    ax.set_xlabel("rate of the emulated link between the nodes (log scale)")
+    ax.set_ylabel("parallel efficiency (%)")
+    ax.set_ylim(0, 110)
+    ax.set_title(_title("Efficiency against link rate (2 nodes)", scaling))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="lower right")
+    _finish(fig, scaling)
+    return fig
+
+
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
@@ -190,6 +237,8 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
     if not scaling.empty:
         figures += [("speedup.png", speedup_figure(scaling)), ("efficiency.png", efficiency_figure(scaling)),
                     ("throughput_per_device.png", throughput_figure(scaling))]
+        if not link_rows(scaling).empty:
+            figures.append(("efficiency_vs_link_rate.png", link_rate_figure(scaling)))
     if not bench.empty:
         figures.append(("allreduce_busbw.png", busbw_figure(bench)))
     paths = []

@@ -27,7 +27,7 @@ def main(argv=None, process_start=None) -> int:
     if cluster.env_rank() == 0:
         results.ensure_output_dir(cfg.output_dir)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
-    threads, core_warning = cores.place(launch, cluster.env_local_rank(), cfg.threads, cfg.oversubscribe)
+    device = cores.place(launch, cfg.threads, cfg.oversubscribe)
 
     import lightning.pytorch as pl
     import torch
@@ -37,19 +37,21 @@ def main(argv=None, process_start=None) -> int:
     from scalelab.train import failure, record, timing
     from scalelab.train.watch import RankWatch
 
-    if threads:
-        torch.set_num_threads(threads)
+    if device.threads:
+        torch.set_num_threads(device.threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
     timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
-    ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, core_warning)
+    ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
     # watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end
     watch = RankWatch(cfg.timeout)
-    trainer = make_trainer(cfg, launch, [timer, watch, *from_env()])  # from_env: test hook, [] in a real run
+    callbacks = [timer, watch, *([timing.PinCores(device)] if device.threads else []), *from_env()]
+    trainer = make_trainer(cfg, launch, callbacks)  # from_env: a test hook, [] in a real run
     if trainer.global_rank == 0:
         print(banner(cfg, launch, wl, batch, torch.get_num_threads()), flush=True)
-        if core_warning:
-            print(f"train.py: warning: {core_warning}; the result and the report say so", file=sys.stderr, flush=True)
+        if device.warning:
+            print(f"train.py: warning: {device.warning}; the result and the report say so", file=sys.stderr,
+                  flush=True)
     try:
         trainer.fit(wl.module, train_dataloaders=wl.train_loader)
         val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}

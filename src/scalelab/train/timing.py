@@ -26,6 +26,16 @@ def _sync(trainer):
         torch.cuda.synchronize(trainer.strategy.root_device)
 
 
+class PinCores(pl.Callback):
+    """Pins the rank's compute to its device's cores once the process group (and its transport threads) exist."""
+
+    def __init__(self, device: cores.Placement):
+        self.device = device
+
+    def setup(self, trainer, pl_module, stage):
+        cores.pin(trainer.local_rank, self.device.threads, self.device.node_cores)
+
+
 class StepTimer(pl.Callback):
     def __init__(self, warmup_steps: int, process_start: float, probe_every: int = 0):
         self.warmup_steps = warmup_steps

@@ -1,0 +1,120 @@
+"""The miniature cluster's targets: one node scales, the emulated link is what it says, and the model predicts it.
+
+Runs `--repeats` times, into one folder, the demo's ladder (scalelab.demo's rungs: each is src/train.py,
+src/allreduce_bench.py or src/emulate.py exactly as a user types them) for the MLP and the tiny GPT, both also
+over each emulated link; then the report's own pipeline (report.cli.build, medians of the repeats) gives:
+
+  intra-node   tiny GPT at 2 devices on one node, efficiency              target >= 85 % (2-core machine)
+  link         gloo all-reduce busbw over the link ÷ configured rate      target >= 90 % at sizes >= 1 MiB
+  prediction   per workload and rate: predicted all-reduce ÷ the same all-reduce measured alone in the run
+               (target within 15 %), and the measured 2-node efficiency inside the predicted range
+
+    python benchmarks/miniature_cluster.py --repeats 3              # about 2 minutes per repeat on 2 cores
+    python benchmarks/miniature_cluster.py --link_gbit 1 0.2 --repeats 3
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+from tabulate import tabulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+from scalelab import demo, perfmodel  # noqa: E402
+from scalelab.report.cli import build  # noqa: E402
+
+MODELS = ("mlp", "transformer")
+
+
+def rungs(rates) -> list:
+    """The demo's ladder with both workloads over every link."""
+    return ([demo.Rung(m, n) for m in MODELS for n in (1, 2)] + [demo.Rung("allreduce", 2)]
+            + [demo.Rung(m, 1, g) for m in MODELS for g in rates] + [demo.Rung("allreduce", 1, g) for g in rates])
+
+
+def run_all(rates, repeats: int, out: str):
+    if why := demo.links_unavailable():
+        sys.exit(f"miniature_cluster.py: error: cannot emulate nodes here: {why}")
+    for k in range(repeats):
+        for rung in rungs(rates):
+            proc = subprocess.run(rung.command(out), capture_output=True, text=True)
+            if proc.returncode != 0:
+                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+                sys.exit(f"miniature_cluster.py: error: repeat {k + 1}, {rung.name} failed: {last}")
+        print(f"repeat {k + 1}/{repeats} done", file=sys.stderr, flush=True)
+
+
+def intra_node(scaling) -> list:
+    rows = []
+    for model in MODELS:
+        g = scaling[(scaling["model"] == model) & (scaling["nodes"] == 1) & (scaling["devices"] == 2)]
+        eff = g["efficiency"].iloc[0]
+        target = "≥ 85 %" if model == "transformer" else "(none)"
+        ok = "PASS" if model != "transformer" or eff >= 0.85 else "FAIL"
+        rows.append([model, f"{eff * 100:.0f} %", target, ok if model == "transformer" else "—"])
+    return rows
+
+
+def links(bench, rates) -> list:
+    rows = []
+    for gbit in rates:
+        b = bench[(bench["nodes"] > 1) & (bench["link_gbit"] == gbit)] if "link_gbit" in bench else bench.iloc[0:0]
+        big = [r["busbw_GBps"] for _, x in b.iterrows() for r in x["rows"] if r["bytes"] >= 2 ** 20]
+        if not big:
+            rows.append([demo.rate(gbit), "—", "—", "no benchmark over this link", "FAIL"])
+            continue
+        busbw = sorted(big)[len(big) // 2]
+        frac = busbw / perfmodel.gbit_to_GBps(gbit)
+        rows.append([demo.rate(gbit), f"{busbw:.3f}", f"{perfmodel.gbit_to_GBps(gbit):.3f}", f"{frac * 100:.0f} %",
+                     "PASS" if 0.9 <= frac <= 1.02 else "FAIL"])
+    return rows
+
+
+def predictions(scaling, rates) -> list:
+    rows = []
+    for model in MODELS:
+        for gbit in rates:
+            g = scaling[(scaling["model"] == model) & (scaling["nodes"] > 1) & (scaling["link_gbit"] == gbit)]
+            if g.empty:
+                rows.append([model, demo.rate(gbit)] + ["—"] * 6 + ["FAIL"])
+                continue
+            r = g.iloc[0]
+            ratio = r["predicted_allreduce_s"] / r["allreduce_alone_s"]
+            lo, hi = r["predicted_efficiency_no_overlap"], r["predicted_efficiency_overlap"]
+            inside = lo - 0.02 <= r["efficiency"] <= hi + 0.02  # a rounding's slack: the table shows whole %
+            ok = "PASS" if abs(ratio - 1) <= 0.15 and inside else "FAIL"
+            rows.append([model, demo.rate(gbit), f"{r['runs']:.0f}", f"{r['allreduce_alone_s'] * 1e3:.1f}",
+                         f"{r['predicted_allreduce_s'] * 1e3:.1f}", f"{ratio:.2f}", f"{r['efficiency'] * 100:.0f} %",
+                         f"{lo * 100:.0f}–{hi * 100:.0f} %", ok])
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--link_gbit", type=float, nargs="+", default=list(demo.LINK_RATES))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--output_dir", default=None, help="default: a temporary folder")
+    p.add_argument("--report_only", action="store_true", help="only report an --output_dir filled before")
+    args = p.parse_args()
+    out = args.output_dir or tempfile.mkdtemp(prefix="scalelab-mini-")
+    if not args.report_only:
+        run_all(args.link_gbit, args.repeats, out)
+    _, scaling, bench, _ = build(out)
+    print(f"CPU rehearsal, 1 device = 1 core, gloo; medians of the runs in {out}/ (python src/benchmark.py "
+          f"--output_dir {out} shows them all)\n")
+    print(tabulate(intra_node(scaling), headers=["2 devices, one node", "efficiency", "target", ""]))
+    print()
+    print(tabulate(links(bench, args.link_gbit), headers=["link", "busbw GB/s (≥ 1 MiB, median)", "configured GB/s",
+                                                         "delivered", "≥ 90 %"]))
+    print()
+    print(tabulate(predictions(scaling, args.link_gbit),
+                   headers=["2 nodes", "link", "runs", "all-reduce alone ms", "predicted ms", "pred ÷ alone",
+                            "efficiency", "predicted eff.", "±15 % and inside"]))
+
+
+if __name__ == "__main__":
+    main()
