@@ -146,10 +146,33 @@ def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok,
         label = "emulated 1 Gbit/s +5 ms"
     assert link == {"gbit": 1.0, "emulated": True, "latency_ms": link["latency_ms"], "latency_requested_ms": 5.0}
     assert r["environment"]["SCALELAB_LINK"] == "emulated" and r["timing"]["tokens_per_s"] > 0
+    # each node is its own core (where there are two) and its rank's compute is pinned there: nothing shared
+    assert [k["cpu_affinity"] for k in r["ranks"]] == ([[0], [1]] if len(os.sched_getaffinity(0)) >= 2
+                                                       else [[0], [0]])
+    assert r["launch"]["threads_per_proc"] == 1
+    assert r["launch"]["oversubscribed"] is None or len(os.sched_getaffinity(0)) < 2
+    assert "Traceback" not in proc.stderr and "hostname of the client socket" not in proc.stderr
     report = run_script("benchmark.py", "--output_dir", tmp_path)
     assert report.returncode == 0, report.stderr
     assert f"2 ({label})" in report.stdout
     assert f"2 nodes joined by an {label} link: network namespaces on this machine" in report.stdout
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_on_one_node_ends_the_run_in_a_few_lines(link_ok, tmp_path):
+    """Node 2's rank crashes at step 3: the rank's own line, one line per node, exit 1, no torchrun traceback."""
+    proc = emulate("--link_gbit", 1, "--", "src/train.py", "--model", "mlp", "--num_samples", 4000, "--max_epochs",
+                   2, "--output_dir", tmp_path, env={"SCALELAB_FAULT": "exit@step=3,rank=1"})
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr and len(lines) == 3, proc.stderr
+    (rank_line,) = [ln for ln in lines if ln.startswith("train.py: ")]  # the nodes' lines may come either side
+    assert rank_line.startswith("train.py: error: run ended with status failed: rank 1 stopped responding (its "
+                                "process is gone) during step 3 (partial result: ")
+    assert sorted(set(lines) - {rank_line}) == ["emulate.py: node 1: rank 0 exited with code 1",
+                                                "emulate.py: node 2: rank 1 exited with code 3"]
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "failed" and r["launch"]["link"]["gbit"] == 1.0
 
 
 def _as(user, *argv):

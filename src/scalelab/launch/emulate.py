@@ -24,6 +24,7 @@ from scalelab.launch.local import supervise
 
 PROG = "emulate.py"
 NODES = 2  # one veth pair joins exactly two namespaces
+SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # `-m scalelab...` imports it
 GRACE_S = 10.0  # after one node failed, the other may end by itself this long before it is stopped
 EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
   python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny \\
@@ -108,11 +109,14 @@ def banner(args, link, cores) -> str:
 
 
 def start_node(link, k: int, args, command, pin) -> subprocess.Popen:
-    """torchrun for node k (1 or 2) inside its namespace, pinned to its cores."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--nproc_per_node",
+    """torchrun (launch/node.py: one line where torchrun prints a traceback) for node k (1 or 2) inside its
+    namespace, pinned to its cores."""
+    torchrun = [sys.executable, "-m", "scalelab.launch.node", "--nnodes", str(NODES), "--nproc_per_node",
                 str(args.devices), "--node_rank", str(k - 1), "--master_addr", link.address(1), "--master_port",
                 str(args.master_port)]
-    env = {**os.environ, **link.env(k), "PYTHONUNBUFFERED": "1"}  # each rank pins itself within the node's cores
+    # each rank pins itself within the node's cores; gloo's C++ warnings stay quiet (errors still print)
+    env = {**os.environ, **link.env(k), "PYTHONUNBUFFERED": "1", "TORCH_CPP_LOG_LEVEL": "ERROR",
+           "PYTHONPATH": os.pathsep.join(p for p in (SRC_ROOT, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([*link.prefix(k), *pin, *torchrun, *command], env=env, preexec_fn=_die_with_parent)
 
 

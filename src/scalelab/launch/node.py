@@ -1,0 +1,32 @@
+"""One emulated node's launcher (emulate.py runs it inside the node's namespace): torchrun, minus its noise.
+
+torchrun reports a failed rank with an error log line and a ChildFailedError traceback, after the rank has already
+said why in its own one line. Here that becomes one line naming the rank and its exit code, so a failed
+emulated run ends with what the user needs and no traceback wall. gloo's C++ warnings ("hostname of the client
+socket cannot be retrieved", harmless inside a namespace) stay quiet through TORCH_CPP_LOG_LEVEL, set by emulate.py.
+"""
+
+import logging
+import sys
+
+from scalelab.cli import run_main
+
+
+def main(argv=None) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        print(f"emulate.py: node {args.node_rank + 1}: rank {rank} exited with code {failure.exitcode}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main("emulate.py", main))
