@@ -64,7 +64,7 @@ def timed_allreduce_hook(state: BucketClock, bucket):
             state.cuda_events.append((t0, start, end))
         else:
             state.intervals.append((t0, time.perf_counter()))
-        return f.value()[0]
+        return f.value()  # the reduced bucket itself, as DDP expects (f.value()[0] would be its first element)
 
     return fut.then(done)
 

@@ -80,7 +80,9 @@ def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list)
 
     strategy = "auto"
     if launch.world_size > 1:
-        strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout))
+        # gradient_as_bucket_view: gradients live in DDP's buckets, no second gradient-sized copy per step
+        strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout),
+                               gradient_as_bucket_view=True)
     return pl.Trainer(
         accelerator=launch.accelerator,
         devices=launch.devices,
