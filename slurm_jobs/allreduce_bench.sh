@@ -15,6 +15,9 @@ set -euo pipefail
 export SCALELAB_ROOT="${SLURM_SUBMIT_DIR:-$PWD}"   # sbatch copies the script away; the repo is where you submitted
 cd "$SCALELAB_ROOT"
 source slurm_jobs/site.sh
+# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch: without this, where the site binds tasks,
+# every rank gets one core (Python, autograd, NCCL's proxy thread and data loading share it).
+[ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
 echo "scalelab all-reduce job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \
      "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-cpu}"

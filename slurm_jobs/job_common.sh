@@ -4,6 +4,9 @@ set -euo pipefail
 export SCALELAB_ROOT="${SLURM_SUBMIT_DIR:-$PWD}"   # sbatch copies the script away; the repo is where you submitted
 cd "$SCALELAB_ROOT"
 source slurm_jobs/site.sh
+# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch: without this, where the site binds tasks,
+# every rank gets one core (Python, autograd, NCCL's proxy thread and data loading share it).
+[ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
 MODEL=${MODEL:-mlp}  # MODEL=transformer sbatch slurm_jobs/...
 case "$MODEL" in
@@ -11,7 +14,6 @@ case "$MODEL" in
   transformer) WORKLOAD=(--model transformer --preset "${PRESET:-tiny}" --max_steps 50 --batch_size 8 --warmup_steps 5) ;;
   *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
 esac
-[ "${SCALELAB_ACCELERATOR:-}" = gpu ] && [ "$MODEL" = transformer ] && WORKLOAD+=(--precision bf16-mixed)
 
 GPUS_PER_NODE=${GPUS_PER_NODE:?set by the job script}
 echo "scalelab job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \

@@ -129,3 +129,14 @@ def test_sizes_that_disagree_with_torchrun_are_refused_before_any_rank_waits(arg
     proc = run_script("train.py", "--model", "mlp", *args, env=TORCHRUN_2x2, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"train.py: error: {message}")
+
+
+def test_precision_follows_the_hardware_the_run_got_unless_given():
+    """One default for every launcher (sbatch scripts, submit.py, the demo): transformer on GPUs in bf16-mixed."""
+    gpt = ["--model", "transformer"]
+    assert config.for_accelerator(config.parse_config(gpt), "gpu").precision == "bf16-mixed"
+    assert config.for_accelerator(config.parse_config(gpt), "cpu").precision == "32"
+    assert config.for_accelerator(config.parse_config(["--model", "mlp"]), "gpu").precision == "32"
+    given = config.parse_config([*gpt, "--precision", "32"])
+    assert config.for_accelerator(given, "gpu").precision == "32"
+    assert config.parse_config(gpt).precision is None  # not decided before the hardware is known

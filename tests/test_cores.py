@@ -39,6 +39,11 @@ def test_span_and_shared_cores():
     assert cores.shared_cores(other_machine) is None
     shared = [*disjoint, {"rank": 2, "machine": "m", "cpu_affinity": [0, 1]}]
     assert cores.shared_cores(shared) == "oversubscribed: ranks 0 and 2 shared core 0 (2 pairs of ranks shared cores)"
+    # srun gave a rank 1 core for --cpus-per-task 4 (Slurm >= 22.05 without SRUN_CPUS_PER_TASK)
+    starved = [{"rank": 0, "machine": "m", "cpu_affinity": [0], "threads": 4},
+               {"rank": 1, "machine": "m", "cpu_affinity": [1], "threads": 4}]
+    assert cores.shared_cores(starved) == ("oversubscribed: rank 0 ran 4 threads on 1 core(s) (2 ranks had fewer "
+                                           "cores than threads)")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to give two ranks one each")

@@ -101,6 +101,11 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert sorted({r["host"] for r in eight["ranks"]}) == ["node1", "node2"] and len(eight["ranks"]) == 8
     assert eight["slurm"]["job_id"] == jobs["multi_node_multi_gpu.sh"][0]
     assert eight["environment"]["SLURM_NNODES"] == "2"
+    # srun gets the header's --cpus-per-task (Slurm >= 22.05 does not pass it on by itself)
+    assert eight["environment"]["SRUN_CPUS_PER_TASK"] == eight["environment"]["SLURM_CPUS_PER_TASK"] == "4"
+    # 8 ranks on this machine's cores: recorded and flagged, never shown as plain scaling
+    if len(os.sched_getaffinity(0)) < 8:
+        assert eight["launch"]["oversubscribed"].startswith("oversubscribed: ranks ")
     for job_id, log in jobs.values():
         assert f"scalelab job {job_id}" in log  # the banner
         assert sacct_state(env, job_id) == "COMPLETED"
@@ -108,6 +113,7 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert runs["group"].nunique() == 1
     proc = run_script("benchmark.py", "--output_dir", out)
     assert proc.returncode == 0
+    assert len(os.sched_getaffinity(0)) >= 8 or f"! {eight['run_id']}: oversubscribed: ranks " in proc.stdout
     print(proc.stdout)
     scaling = frames.scaling_frame(runs).set_index("devices")
     assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2

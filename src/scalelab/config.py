@@ -37,7 +37,7 @@ class CommonConfig:
     warmup_steps: int = 5
     comm_probe_every: int = 5
     scaling: str = "weak"
-    precision: str = "32"
+    precision: Optional[str] = None  # None until for_accelerator: it depends on the hardware the run got
     compile: bool = False
     seed: int = 42
     num_workers: int = 0
@@ -124,7 +124,8 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--comm_probe_every", type=nonneg_int,
                    help="every Nth step after warm-up runs without gradient sync and without an update, to time "
                         "compute alone (communication = the difference); 0 = off")
-    o.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed/16-mixed are for GPUs")
+    o.add_argument("--precision", choices=PRECISIONS,
+                   help="default: 32 on CPU; on GPUs bf16-mixed for the transformer, 32 for the MLP")
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     o.add_argument("--seed", type=nonneg_int)
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
@@ -231,4 +232,12 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
             f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "
             "use fewer warm-up steps or more steps"
         )
+    return cfg
+
+
+def for_accelerator(cfg: RunConfig, accelerator: str) -> RunConfig:
+    """The defaults that depend on the hardware the run got, in one place for every launcher (train.py under
+    sbatch, submit.py, the demo): --precision, unless given."""
+    if cfg.precision is None:
+        cfg.precision = workloads.get(cfg.model).gpu_precision if accelerator == "gpu" else "32"
     return cfg

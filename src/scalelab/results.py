@@ -31,7 +31,7 @@ STATUSES = ("completed", "failed", "timeout", "preempted")
 
 # Environment kept in a result: an allow-list, and even inside it nothing whose name looks secret.
 ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
-                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_")
+                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_", "SRUN_")
 ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
 ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of scalelab/testing/faults.py: never part of a result
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.

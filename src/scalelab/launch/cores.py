@@ -110,7 +110,13 @@ def machine_id() -> str:
 
 
 def shared_cores(ranks: list) -> Optional[str]:
-    """One line naming ranks of one machine that ran on a common core (oversubscribed), from their records."""
+    """One line naming ranks that ran more threads than they had cores, or ranks of one machine that ran on a
+    common core (oversubscribed), from their records; None when every rank had cores of its own."""
+    short = [r for r in ranks if r.get("cpu_affinity") and (r.get("threads") or 0) > len(r["cpu_affinity"])]
+    if short:
+        r = short[0]
+        return (f"oversubscribed: rank {r['rank']} ran {r['threads']} threads on {len(r['cpu_affinity'])} core(s)"
+                + (f" ({len(short)} ranks had fewer cores than threads)" if len(short) > 1 else ""))
     seen = {}  # (machine, core) -> first rank
     clashes = []
     for r in ranks:

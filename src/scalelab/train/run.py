@@ -21,6 +21,7 @@ def main(argv=None, process_start=None) -> int:
     cfg = config.parse_config(argv)
     _quiet_lightning(cfg.verbose)
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
+    cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")

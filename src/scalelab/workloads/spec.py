@@ -21,6 +21,7 @@ class WorkloadSpec:
     identity: Tuple[str, ...]  # option names that define the computation: they join the scaling-group key
     build: Callable[..., "Workload"]  # (cfg, batch_per_device, world_size) -> Workload; imports torch itself
     finalize: Callable[[Any], None] = lambda cfg: None  # fill defaults that depend on other flags; check combos
+    gpu_precision: str = "32"  # --precision when not given and the run is on GPUs (config.for_accelerator)
 
 
 @dataclass
