@@ -20,7 +20,7 @@ source slurm_jobs/site.sh
 [ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
 echo "scalelab all-reduce job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \
-     "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-cpu}"
+     "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-auto} (set: ${SCALELAB_SITE_SET:-nothing})"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
 fi

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # (name, file, text to find, replacement, tests that must fail)
 MUTANTS = [
     ("site.sh accepts an unknown profile", "slurm_jobs/site.sh",
-     "    echo \"site.sh: unknown SCALELAB_PROFILE='${SCALELAB_PROFILE}' (use a100 or cpu)\" >&2\n"
+     "    echo \"site.sh: unknown SCALELAB_PROFILE='${SCALELAB_PROFILE}' (use auto, a100 or cpu)\" >&2\n"
      "    return 2 2>/dev/null || exit 2\n",
-     "    export SBATCH_PARTITION=gpu\n",
+     "    site_export SBATCH_PARTITION gpu\n",
      ["tests/test_docs.py::test_run_blocks_run[09-adapting-site-sh]"]),
     ("size-mismatch message reworded", "src/scalelab/launch/cluster.py",
      "does not match {source}={actual}", "sizes differ ({source}={actual})",

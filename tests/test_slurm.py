@@ -107,7 +107,8 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     if len(os.sched_getaffinity(0)) < 8:
         assert eight["launch"]["oversubscribed"].startswith("oversubscribed: ranks ")
     for job_id, log in jobs.values():
-        assert f"scalelab job {job_id}" in log  # the banner
+        assert f"scalelab job {job_id}" in log  # the banner, with what the site profile set
+        assert "profile cpu (set: SCALELAB_ACCELERATOR)" in log
         assert sacct_state(env, job_id) == "COMPLETED"
     runs = frames.runs_frame(load_results(out))
     assert runs["group"].nunique() == 1

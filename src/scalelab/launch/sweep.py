@@ -96,8 +96,9 @@ def build_parser():
     p.add_argument("--shapes", nargs="+", default=None,
                    help="NODESxGPUS_PER_NODE (default: 1x1 1x4 2x4 on slurm, 1x1 1x2 on local)")
     p.add_argument("--repeats", type=positive_int, default=1, help="runs per shape (a job array each)")
-    p.add_argument("--profile", default=os.environ.get("SCALELAB_PROFILE", "cpu"),
-                   help="site.sh profile: cpu (rehearsal) or a100 (edit slurm_jobs/site.sh for your site)")
+    p.add_argument("--profile", default=os.environ.get("SCALELAB_PROFILE") or "auto",
+                   help="site.sh profile: auto (follow the hardware), cpu (rehearsal) or a100 (edit slurm_jobs/site.sh "
+                        "for your site)")
     p.add_argument("--partition"), p.add_argument("--account"), p.add_argument("--constraint")
     p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
     p.add_argument("--cpus_per_task", type=positive_int, default=4)

@@ -1,0 +1,50 @@
+"""slurm_jobs/site.sh in a plain bash, as a user sources it: the accelerator follows the hardware by default,
+profiles never leak into each other, and the CPU profile refuses a node with GPUs."""
+
+import os
+import subprocess
+
+from conftest import ROOT
+
+SHOW = 'env | grep -E "^(SBATCH|NCCL|SCALELAB_(ACCELERATOR|SITE_SET))" | sort'
+
+
+def bash(script, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SCALELAB_", "SBATCH_", "NCCL_"))}
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          env={**clean, **env})
+
+
+def fake_gpu_node(tmp_path):
+    """A PATH whose nvidia-smi lists one GPU: what `nvidia-smi -L` prints on a GPU node."""
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-0000)'\n")
+    tool.chmod(0o755)
+    return f"{tmp_path}:{os.environ['PATH']}"
+
+
+def test_default_profile_lets_the_job_follow_its_hardware():
+    proc = bash(f"source slurm_jobs/site.sh && {SHOW}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["SCALELAB_ACCELERATOR=auto", "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR"]
+
+
+def test_a_profile_never_leaks_into_the_next_and_leaves_the_users_own_settings():
+    proc = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
+                f" && {SHOW}", SBATCH_PARTITION="mine")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["SBATCH_PARTITION=mine", "SCALELAB_ACCELERATOR=cpu",
+                                        "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR"]  # a100's NCCL_DEBUG is gone
+
+
+def test_cpu_profile_refuses_a_node_with_gpus_in_one_line_unless_asked(tmp_path):
+    path = fake_gpu_node(tmp_path)
+    proc = bash("source slurm_jobs/site.sh && echo sourced", SCALELAB_PROFILE="cpu", PATH=path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "site.sh: profile cpu on a node with GPUs (GPU 0: NVIDIA A100-SXM4-40GB ...): the job would train on CPU "
+        "while holding them; use SCALELAB_PROFILE=auto, or SCALELAB_CPU_ON_GPU=1 to rehearse on CPU"]
+    asked = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_PROFILE="cpu", SCALELAB_CPU_ON_GPU="1", PATH=path)
+    assert asked.returncode == 0 and "SCALELAB_ACCELERATOR=cpu" in asked.stdout.splitlines()
+    auto = bash(f"source slurm_jobs/site.sh && {SHOW}", PATH=path)  # the default on that node: the GPUs
+    assert "SCALELAB_ACCELERATOR=auto" in auto.stdout.splitlines()
