@@ -268,3 +268,16 @@ def test_inputs_reject_bad_values(bad):
     kw = dict(gpus_per_node=8, nodes=(1, 2), n_params=1e9, compute_s=1.0)
     with pytest.raises(ValueError):
         pm.ScalingInputs(**{**kw, **bad})
+
+
+@pytest.mark.parametrize("name, precision, tflops", [("Tesla V100-SXM2-32GB", "16-mixed", 125.0),
+                                                     ("NVIDIA L4", "bf16-mixed", 121.0),
+                                                     ("Tesla T4", "16-mixed", 65.0)])
+def test_gpus_outside_our_table_get_lightnings_peak(monkeypatch, name, precision, tflops):
+    """V100/L4/T4 are not in PEAK_TFLOPS: the run asks Lightning's table for its CUDA device (no GPU here, so
+    the device's name is what torch would report on one)."""
+    import torch
+
+    assert pm.peak_tflops(name, precision) is None or name.startswith("Tesla V100")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert pm.lightning_peak_tflops(torch.device("cuda", 0), precision) == pytest.approx(tflops, rel=0.05)

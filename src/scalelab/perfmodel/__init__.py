@@ -38,7 +38,14 @@ from scalelab.perfmodel.network import (
     parse_size,
     ring_for,
 )
-from scalelab.perfmodel.peaks import PEAK_TFLOPS, gpu_family, mfu, peak_tflops, precision_dtype
+from scalelab.perfmodel.peaks import (
+    PEAK_TFLOPS,
+    gpu_family,
+    lightning_peak_tflops,
+    mfu,
+    peak_tflops,
+    precision_dtype,
+)
 from scalelab.perfmodel.scaling import (
     MeasuredPrediction,
     ScaleRow,

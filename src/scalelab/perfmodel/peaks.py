@@ -89,6 +89,17 @@ def peak_tflops(device_name: str, precision) -> Optional[float]:
     return PEAK_TFLOPS.get((family, dtype))
 
 
+def lightning_peak_tflops(device, precision) -> Optional[float]:
+    """The peak Lightning knows for a CUDA device (V100, T4, L4, L40, A10G, A40, RTX, ...), for GPUs outside
+    PEAK_TFLOPS; None where neither knows it. `device`: a torch.device of the run (imports torch)."""
+    import torch
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision_dtype(precision), torch.float32)
+    flops = get_available_flops(device, dtype)
+    return flops / 1e12 if flops else None
+
+
 def mfu(achieved_tflops: float, peak: Optional[float]) -> Optional[float]:
     """Model FLOPs utilisation as a fraction (0.5 = 50 %); None when there is no meaningful peak."""
     if peak is None or not peak > 0 or achieved_tflops is None:

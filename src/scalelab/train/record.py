@@ -72,8 +72,12 @@ def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
     if not flops or not summary.get("samples_per_s"):
         return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
     achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12
-    peak = (perfmodel.peak_tflops(per_rank[0]["device_name"], ctx.cfg.precision)
-            if ctx.launch.accelerator == "gpu" else None)
+    peak = None
+    if ctx.launch.accelerator == "gpu":
+        import torch
+
+        peak = (perfmodel.peak_tflops(per_rank[0]["device_name"], ctx.cfg.precision)
+                or perfmodel.lightning_peak_tflops(torch.device("cuda", 0), ctx.cfg.precision))
     return {"flops_per_sample": flops, "tflops_per_device": achieved, "peak_tflops": peak,
             "mfu": perfmodel.mfu(achieved, peak)}
 
