@@ -140,3 +140,15 @@ def test_precision_follows_the_hardware_the_run_got_unless_given():
     given = config.parse_config([*gpt, "--precision", "32"])
     assert config.for_accelerator(given, "gpu").precision == "32"
     assert config.parse_config(gpt).precision is None  # not decided before the hardware is known
+
+
+def test_one_gpu_per_task_is_caught_before_lightning_asks_for_gpus_it_cannot_see():
+    from scalelab.launch.cluster import check_visible_gpus
+
+    check_visible_gpus(4, 4, "0,1,2,3")  # every task sees the node's 4 GPUs: fine
+    check_visible_gpus(1, 1, "2")
+    with pytest.raises(UsageError) as err:
+        check_visible_gpus(4, 1, "2")
+    assert str(err.value) == ("each task sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=2) but --devices 4 needs every task to "
+                              "see the node's 4: run srun with --gpu-bind=none, or request --gres=gpu:4 per node "
+                              "instead of --gpus-per-task")

@@ -87,6 +87,10 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
         _check("--devices", devices, tasks, "SLURM --ntasks-per-node", f"set --ntasks-per-node={devices} in the "
                f"sbatch header (one task per GPU) or drop --devices")
         _check("--num_nodes", num_nodes, nodes, "SLURM --nodes", f"set --nodes={num_nodes} or drop --num_nodes")
+        if accel == "gpu":
+            import torch
+
+            check_visible_gpus(tasks, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
         return Launch("slurm", tasks, nodes, accel)
     if TorchElasticEnvironment.detect():
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -103,6 +107,17 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
     if nodes > 1:
         raise UsageError(f"--num_nodes {nodes} needs a launcher that starts the other nodes: use srun or torchrun")
     return Launch("local", devices or 1, 1, accel)
+
+
+def check_visible_gpus(devices: int, visible: int, cuda_visible=None):
+    """Lightning gives local rank k the node's GPU k, so every task must see all `devices` GPUs of its node. Where
+    the site binds one GPU per srun task (--gpus-per-task, --gpu-bind=single), Lightning would fail after start-up
+    with "You requested gpu: [0, 1, 2, 3] but your machine only has: [0]": say what to change first."""
+    if 0 < visible < devices:
+        shown = f" (CUDA_VISIBLE_DEVICES={cuda_visible})" if cuda_visible else ""
+        raise UsageError(f"each task sees {visible} GPU(s){shown} but --devices {devices} needs every task to see "
+                         f"the node's {devices}: run srun with --gpu-bind=none, or request --gres=gpu:{devices} per "
+                         "node instead of --gpus-per-task")
 
 
 def resolve_accelerator(accelerator: str) -> str:
