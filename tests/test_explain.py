@@ -21,6 +21,30 @@ def test_union_of_bucket_intervals():
     assert comm.union_length([(1, 4), (2, 3)]) == 3
 
 
+class GpuEvent:
+    """A CUDA event as BucketClock reads one: elapsed_time(later) in ms, on the GPU's own clock."""
+
+    def __init__(self, ms):
+        self.ms = ms
+
+    def elapsed_time(self, later):
+        return later.ms - self.ms
+
+
+def test_gpu_bucket_intervals_are_read_on_the_gpus_clock_from_the_step_start():
+    """Two buckets whose kernels ran 110-150 ms and 140-170 ms on the GPU (the CPU had queued them long before,
+    at moments that say nothing about when they ran): busy 60 ms, counted once where they overlap."""
+    clock = comm.BucketClock()
+    clock.step_event = GpuEvent(100)
+    clock.cuda_events = [(GpuEvent(110), GpuEvent(150)), (GpuEvent(140), GpuEvent(170))]
+    busy, n = clock.take()
+    assert n == 2 and busy == pytest.approx(0.060)
+    assert clock.cuda_events == [] and clock.step_event is not None  # the next step records its own reference
+    clock.cuda_events = [(GpuEvent(10), GpuEvent(30)), (GpuEvent(50), GpuEvent(60))]
+    clock.step_event = None  # no reference (a hook before the first step): each bucket on its own
+    assert clock.take() == (pytest.approx(0.030), 2)
+
+
 def test_probe_steps_come_after_warmup_every_nth():
     probes = [i for i in range(20) if comm.is_probe(i, 5, 5)]
     assert probes == [9, 14, 19]
@@ -232,7 +256,7 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
     runs, scaling = annotated(found)
     line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
     assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
-    assert "share the same cores" in line
+    assert "share the node's cores" in line
 
 
 def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():

@@ -206,8 +206,7 @@ def limiting_line(r) -> Optional[str]:
     if _ok(getattr(r, "allreduce_alone_s", None)) and r.allreduce_alone_s > 0:
         lost = r.allreduce_s - r.allreduce_alone_s
         if lost > 0.15 * r.allreduce_alone_s:
-            shared = ("the rank's core (gloo's transport runs on it too)" if r.accelerator == "cpu"
-                      else "the GPU's SMs and memory bandwidth")
+            shared = "the node's cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
             comm += (f". Alone, the same all-reduce takes {r.allreduce_alone_s * 1e3:,.1f} ms: running beside "
                      f"backward cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
     causes.append((r.waited_s if _ok(r.waited_s) else 0.0, comm))

@@ -28,14 +28,26 @@ class BucketClock:
         self.process_group = None  # None: the default (world) group, as DDP's default hook uses
         self.intervals = []
         self.cuda_events = []  # GPU: (start, end) events, turned into intervals after a device sync
+        self.step_event = None  # GPU: an event recorded at step start, the one clock every bucket is read on
         self.sizes = []  # bytes of each bucket since the last take()
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
 
+    def mark_step_start(self, device):
+        """On GPU, the reference point of this step's bucket intervals (a CUDA event on the current stream)."""
+        if device.type == "cuda":
+            self.step_event = torch.cuda.Event(enable_timing=True)
+            self.step_event.record()
+
     def take(self) -> tuple:
-        """Busy seconds (union of intervals) and bucket count since the last call."""
+        """Busy seconds (union of intervals) and bucket count since the last call.
+
+        GPU intervals are read on the GPU's clock, each as (start, end) after the step's reference event: the
+        CPU runs ahead of the GPU, so a bucket's GPU duration placed at its CPU launch time would misplace it,
+        and its overlap with the others (and with compute) would be wrong."""
         spans = list(self.intervals)
-        for t0, start, end in self.cuda_events:  # call after a device sync: the events have completed
-            spans.append((t0, t0 + start.elapsed_time(end) / 1e3))
+        ref = self.step_event or (self.cuda_events[0][0] if self.cuda_events else None)  # first bucket: no step
+        for start, end in self.cuda_events:  # call after a device sync: the events have completed
+            spans.append((ref.elapsed_time(start) / 1e3, ref.elapsed_time(end) / 1e3))
         n = len(spans)
         if self.sizes:
             self.bucket_bytes = sorted(self.sizes, reverse=True)
@@ -47,11 +59,12 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     """DDP's default all-reduce hook (sum, divide by world size), with its start and end recorded.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
-    callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead.
+    callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead, read
+    against the step's reference event (BucketClock.take).
     """
     buffer = bucket.buffer()
     state.sizes.append(buffer.numel() * buffer.element_size())
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # CPU only: on GPU the events below are the clock
     if buffer.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -61,7 +74,7 @@ def timed_allreduce_hook(state: BucketClock, bucket):
         if buffer.is_cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            state.cuda_events.append((t0, start, end))
+            state.cuda_events.append((start, end))
         else:
             state.intervals.append((t0, time.perf_counter()))
         return f.value()  # the reduced bucket itself, as DDP expects (f.value()[0] would be its first element)

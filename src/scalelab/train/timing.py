@@ -77,6 +77,7 @@ class StepTimer(pl.Callback):
         ddp = trainer.strategy.model
         if hasattr(ddp, "require_backward_grad_sync"):
             ddp.require_backward_grad_sync = not probe  # what DDP.no_sync() sets, for this step only
+        self.clock.mark_step_start(trainer.strategy.root_device)
         self._grads_ready = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
