@@ -143,6 +143,7 @@ def run(args, launch) -> int:
     host = f"[{addr}]" if ":" in addr else addr  # an IPv6 address needs brackets in a URL
     dist.init_process_group(launch.backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=args.timeout))
+    before = cores.affinity()  # given back at the end: a rank run in-process must not leave its caller pinned
     if launch.accelerator == "cpu":
         cores.pin(local_rank, cpu.threads, cpu.node_cores)  # gloo's threads, started above, keep the node
     try:
@@ -150,6 +151,8 @@ def run(args, launch) -> int:
         return bench.execute()
     finally:
         dist.destroy_process_group()
+        if launch.accelerator == "cpu" and before:
+            cores.pin(0, len(before), before)
 
 
 class Bench:

@@ -27,13 +27,19 @@ def _sync(trainer):
 
 
 class PinCores(pl.Callback):
-    """Pins the rank's compute to its device's cores once the process group (and its transport threads) exist."""
+    """Pins the rank's compute to its device's cores once the process group (and its transport threads) exist;
+    gives the cores back at teardown (a run started in-process, from a notebook or a test, leaves it unpinned)."""
 
     def __init__(self, device: cores.Placement):
-        self.device = device
+        self.device, self.before = device, None
 
     def setup(self, trainer, pl_module, stage):
+        self.before = cores.affinity()
         cores.pin(trainer.local_rank, self.device.threads, self.device.node_cores)
+
+    def teardown(self, trainer, pl_module, stage):
+        if self.before:
+            cores.pin(0, len(self.before), self.before)
 
 
 class StepTimer(pl.Callback):
