@@ -40,3 +40,19 @@ live_pid() {
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm"* ]] || return 1
     printf '%s\n' "$pid"
 }
+
+# --- linked mode (SCALELAB_SLURM_LINK_GBIT set) -------------------------------------------------------
+# Each slurmd in its own network namespace; node-to-node traffic over one veth pair shaped with tc tbf.
+# Only documentation ranges, never one the host uses: 203.0.113.0/24 (TEST-NET-3) for the control veths
+# between the host and each node, 198.51.100.0/24 (TEST-NET-2) for the shaped link between the nodes.
+# The names and addresses are fixed, so there is one linked cluster per machine (start.sh checks).
+LINK_NETNS_PREFIX=scalelab-slurm-n   # + K: /run/netns/scalelab-slurm-n1, ...
+LINK_HOST_ADDR=203.0.113.254         # the host's end of every control veth (slurmctld's address)
+LINK_CTL_NET=203.0.113               # .K: node K's end of its control veth
+LINK_DATA_NET=198.51.100             # .K: node K's end of the shaped link (its NodeAddr)
+link_netns() { echo "$LINK_NETNS_PREFIX$1"; }
+link_host_if() { echo "scl-h$1"; }   # host side of node K's control veth
+link_node_if() { echo "scl-n$1"; }   # node side of it
+link_data_if() { echo "scl-d$1"; }   # node K's end of the shaped link
+# STATE_DIR/link.made lists what start.sh created ("netns NAME", "veth NAME"), written before each is made,
+# so stop.sh removes exactly that, also after a start that failed halfway. STATE_DIR/link.gbit: the rate.

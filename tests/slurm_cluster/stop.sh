@@ -4,6 +4,8 @@
 # Ends only processes named by its PID files (and job processes inside its nodes' private namespaces):
 # TERM, up to ~10 s grace, then KILL. Safe to run twice or when nothing runs; other munge/mariadb/slurm
 # processes on the machine are left alone. Logs stay in STATE_DIR/log for post-mortems.
+# A linked cluster's network (namespaces, veths and the host routes over them) is removed too: exactly what
+# start.sh listed in STATE_DIR/link.made. Exits 1 if any of it is still there afterwards.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -11,6 +13,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/common.sh"
 STATE_DIR=$(scalelab_state_dir "${1:-}")
 GRACE_S=${SCALELAB_SLURM_STOP_GRACE_S:-10}
+PATH=$PATH:/usr/sbin:/sbin   # ip
 
 say() { echo "[slurm-cluster] $*" >&2; }
 
@@ -67,8 +70,44 @@ pids_of() {
     done
 }
 
+# The network namespaces start.sh recorded that still exist (every process in them is the cluster's).
+link_namespaces() {
+    local kind name
+    [[ -s $STATE_DIR/link.made ]] || return 0
+    while read -r kind name; do
+        [[ $kind == netns && -e /run/netns/$name ]] && echo "$name"
+    done <"$STATE_DIR/link.made"
+    return 0
+}
+
+# Remove what link.made lists: the host end of a veth takes its peer and the host routes over it along;
+# a namespace goes once its mount in /run/netns is gone and no process is left in it (ended above).
+link_down() {
+    local made=$STATE_DIR/link.made kind name left=()
+    [[ -s $made ]] || { rm -f "$made" "$STATE_DIR/link.gbit"; return 0; }
+    while read -r kind name; do
+        [[ $kind == veth ]] && ip link show "$name" >/dev/null 2>&1 && { ip link del "$name" || true; }
+    done <"$made"
+    while read -r kind name; do
+        [[ $kind == netns && -e /run/netns/$name ]] && { ip netns del "$name" || true; }
+    done <"$made"
+    while read -r kind name; do
+        case $kind in
+            veth) ip link show "$name" >/dev/null 2>&1 && left+=("veth $name") ;;
+            netns) [[ -e /run/netns/$name ]] && left+=("namespace $name") ;;
+        esac
+    done <"$made"
+    if ((${#left[@]})); then
+        say "ERROR: could not remove ${left[*]} (kept in $made: run stop.sh again)"
+        return 1
+    fi
+    say "removed the linked network: $(awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}' "$made")"
+    rm -f "$made" "$STATE_DIR/link.gbit"
+}
+
 stopped=0
 node_ns=()
+mapfile -t net_ns < <(link_namespaces)
 for n in "${NODES[@]}"; do
     ns=$(node_namespace "$STATE_DIR/slurmd-$n.mntns")
     [[ -n $ns ]] && node_ns+=("$ns")
@@ -80,7 +119,8 @@ for tier in "slurmd-node1:slurmd slurmd-node2:slurmd slurmctld:slurmctld" jobs "
     if [[ $tier == jobs ]]; then
         # The cluster is wiped on the next start, so jobs get no grace period; loop in case a task forks.
         for i in $(seq 1 50); do
-            mapfile -t pids < <(for ns in "${node_ns[@]}"; do ns_processes "$ns"; done)
+            mapfile -t pids < <({ for ns in "${node_ns[@]}"; do ns_processes "$ns"; done
+                                  for ns in "${net_ns[@]}"; do ip netns pids "$ns" 2>/dev/null; done; } | sort -un)
             ((${#pids[@]})) || break
             ((i > 1)) || stopped=$((stopped + ${#pids[@]}))
             kill -KILL "${pids[@]}" 2>/dev/null || true
@@ -98,3 +138,4 @@ done
 for d in "${DAEMONS[@]}"; do rm -f "$STATE_DIR/${d%%:*}.pid"; done
 rm -f "$STATE_DIR"/slurmd-*.mntns "$STATE_DIR/mysql.sock"
 say "stopped $stopped process(es) of the cluster in $STATE_DIR"
+link_down
