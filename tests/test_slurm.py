@@ -5,6 +5,7 @@ Where it cannot run (not root, no apt) these tests skip with the reason; under C
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +119,23 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     print(proc.stdout)
     scaling = frames.scaling_frame(runs).set_index("devices")
     assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2
+
+
+def test_gpu_selfcheck_script_runs_its_checks_on_the_cpu_profile(slurm_env, tmp_path):
+    """The GPU self-check job, shrunk to 2 nodes x 1 task and the MLP: its runs, then a verdict per claim. This
+    cluster's two nodes are one machine: each node's rank 0 pins itself to core 0, and the check says so (FAIL,
+    exit 1), as it would for a site whose binding gave two ranks one core."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path), "GPUS_PER_NODE": "1",
+           "MODEL": "mlp"}
+    rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / "gpu_selfcheck.sh", "--threads", "1",
+                                  sbatch_args=("--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1"))
+    assert rc != 0 and sacct_state(env, job_id) == "FAILED", log[-4000:]
+    assert re.search(r"FAIL  cores per rank .*\(oversubscribed: ranks 0 and 1 shared core \d+\)", log), log[-3000:]
+    assert "PASS  process group backend" in log and "PASS  all-reduce time within its step" in log
+    assert re.search(r"SKIP  NCCL transport between nodes +CPU run", log)
+    assert f"self-check: 1 FAIL, 3 PASS ({tmp_path}/selfcheck-{job_id})" in log
+    kinds = sorted(r["kind"] for r in load_results(tmp_path / f"selfcheck-{job_id}"))
+    assert kinds == ["allreduce", "training"]
 
 
 def test_size_mismatch_fails_fast_with_the_fix(slurm_env, tmp_path):

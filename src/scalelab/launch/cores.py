@@ -59,6 +59,9 @@ def place(launch, requested: Optional[int] = None, oversubscribe: bool = False) 
     warning = None if launch.launcher == "slurm" else check_fit(launch.devices, threads, cores, oversubscribe)
     if launch.launcher == "local":
         os.environ.setdefault(ENV_NODE_CORES, ",".join(map(str, cores)))
+    # Lightning's DDP setup sets torch's threads to cores // local processes unless OMP_NUM_THREADS is set (2
+    # threads on a 1-core node of 1 rank): the device's threads, for this process and the ranks it starts
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     return Placement(threads, warning, cores)
 
 

@@ -1,0 +1,22 @@
+#!/bin/bash
+# The self-check for a first GPU allocation, before the real sweep: a short GPT run and the all-reduce benchmark
+# on 2 nodes x 4 GPUs, then PASS/FAIL per claim (docs/01-setup.md). Submit from the repo root:
+#     sbatch slurm_jobs/gpu_selfcheck.sh                       # EXPECT_BUSBW=20 sbatch ... judges the link too
+#SBATCH --job-name=scalelab-selfcheck
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --gres=gpu:a100:4
+#SBATCH --cpus-per-task=4
+#SBATCH --time=00:20:00
+#SBATCH --output=outputs/slurm-%j.out
+GPUS_PER_NODE=${GPUS_PER_NODE:-4}
+MODEL=${MODEL:-transformer} PRESET=${PRESET:-small}
+source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
+export NCCL_DEBUG=INFO   # NCCL reports its transport (NET/IB or NET/Socket) into this log: the check reads it
+OUT=${OUTPUT_DIR:-outputs}/selfcheck-${SLURM_JOB_ID:-local}
+OUTPUT_DIR=$OUT run_train "${SLURM_NNODES:-1}" "$@"
+srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_bench.py --devices "$GPUS_PER_NODE" \
+    --num_nodes "${SLURM_NNODES:-1}" --accelerator "${SCALELAB_ACCELERATOR:-auto}" --output_dir "$OUT"
+# this job's own log (wherever --output put it), for NCCL's transport lines
+LOG=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -1)
+"$SCALELAB_PYTHON" src/selfcheck.py --output_dir "$OUT" ${LOG:+--log "$LOG"} ${EXPECT_BUSBW:+--expect_busbw "$EXPECT_BUSBW"}
