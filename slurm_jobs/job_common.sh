@@ -11,7 +11,9 @@ source slurm_jobs/site.sh
 MODEL=${MODEL:-mlp}  # MODEL=transformer sbatch slurm_jobs/...
 case "$MODEL" in
   mlp)         WORKLOAD=(--model mlp --num_samples 20000 --max_epochs 3 --batch_size 64 --warmup_steps 5) ;;
-  transformer) WORKLOAD=(--model transformer --preset "${PRESET:-tiny}" --max_steps 50 --batch_size 8 --warmup_steps 5) ;;
+  # batch per GPU: what fits a 40 GB A100 in bf16 with AdamW (python src/predict.py --preset P --batch_per_gpu B)
+  transformer) case "${PRESET:-tiny}" in large) BATCH=4 ;; xl) BATCH=2 ;; *) BATCH=8 ;; esac
+               WORKLOAD=(--model transformer --preset "${PRESET:-tiny}" --max_steps 50 --batch_size "$BATCH" --warmup_steps 5) ;;
   *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
 esac
 

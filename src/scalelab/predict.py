@@ -7,6 +7,7 @@ import torch, so the prediction is instant on a laptop.
 """
 
 import argparse
+import dataclasses
 import math
 import os
 import re
@@ -180,6 +181,8 @@ def build(args):
     samples_1gpu, notes = _batch_per_gpu(args, seq_len, node_counts)
     compute_kw, compute_note = _compute(args, shape, n_params, seq_len, samples_1gpu)
     notes.append(compute_note)
+    if shape and samples_1gpu:
+        notes.append(_memory_note(dataclasses.replace(shape, seq_len=seq_len), samples_1gpu, args.grad_dtype))
     tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
     _check_budget(args, tokens)
     busbw = _busbw_by_nodes(args.busbw_GBps, node_counts)
@@ -194,6 +197,17 @@ def build(args):
             f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step; {gpn} GPUs per node; "
             f"{args.scaling} scaling")
     return inputs, [head, *notes]
+
+
+def _memory_note(shape, batch: int, grad_dtype: str) -> str:
+    """Will a step fit in GPU memory (perfmodel.memory): the estimate and, per common GPU, yes or what fits."""
+    precision = "32" if grad_dtype == "fp32" else "bf16-mixed"
+    est = pm.training_memory(shape, batch, precision)
+    verdicts = [f"{gpu}: " + ("fits" if pm.fits(est, gb * 1e9)
+                              else f"no ({pm.memory_advice(shape, batch, precision, gb * 1e9)})")
+                for gpu, gb in pm.GPU_MEMORY_GB.items()]
+    return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()}; "
+            + "; ".join(verdicts))
 
 
 def table(inputs, rows) -> str:

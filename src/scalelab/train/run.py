@@ -42,6 +42,8 @@ def main(argv=None, process_start=None) -> int:
         torch.set_num_threads(device.threads)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
+    if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
+        check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
     timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
     ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
     # watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end
@@ -72,6 +74,24 @@ def main(argv=None, process_start=None) -> int:
         path = results.write(cfg.output_dir, payload)
         print(one_line_summary(payload, path), flush=True)
     return 0
+
+
+def check_gpu_memory(cfg: config.RunConfig, batch: int):
+    """Refuse, before fit, a GPT step this GPU cannot hold (perfmodel.memory's estimate), saying what fits."""
+    import torch
+
+    from scalelab.perfmodel import memory
+    from scalelab.workloads.transformer import lora_params, shape_of
+
+    shape = shape_of(cfg)
+    props = torch.cuda.get_device_properties(0)
+    trainable = lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None
+    est = memory.training_memory(shape, batch, cfg.precision, trainable_params=trainable)
+    if not memory.fits(est, props.total_memory):
+        raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
+                         f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
+                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory)} "
+                         "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
 def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list):

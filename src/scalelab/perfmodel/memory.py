@@ -1,0 +1,74 @@
+"""GPU memory of one data-parallel rank training a scalelab GPT: will it fit before it runs?
+
+Parts, in bytes: fp32 weights (4P; under bf16-mixed autocast the weights stay fp32), fp32 gradients (4P of the
+trainable ones), AdamW's two moments (8P), DDP's gradient buckets (4P more unless gradient_as_bucket_view, which
+scalelab uses), the activations autograd saves for backward, and the logits. Activations per token and layer,
+counted from what this repository's GPT saves (checked against torch's saved-tensor hooks on CPU,
+tests/test_memory.py; 3-6 % above the measurement): in fp32 17·d floats (layer-norm inputs 2d, linear inputs d +
+d + d + 4d, q/k/v 3d, attention output d, GELU input 4d) plus the attention's log-sum-exp (one float per head);
+under bf16 autocast the 15·d that feed matmuls are bf16 and the 2·d layer-norm inputs stay fp32, and autocast keeps
+a bf16 copy of every matmul weight for the step (2 bytes per matmul parameter). Last layers: the final layer
+norm's and the head's inputs, and the fp32 log-softmax of the logits (V floats per token) besides the logits.
+Flash / memory-efficient attention keeps no T×T matrix. The CUDA context and allocator slack come on top: a fixed
+OVERHEAD_BYTES, a rule of thumb, not a measurement.
+"""
+
+from typing import NamedTuple
+
+from scalelab.workloads.presets import TransformerShape
+
+OVERHEAD_BYTES = 2.0e9  # CUDA context, NCCL buffers, allocator fragmentation: a rule of thumb
+GPU_MEMORY_GB = {"A100 40GB": 40, "A100 80GB": 80, "H100 80GB": 80, "H200 141GB": 141}
+
+
+class MemoryEstimate(NamedTuple):
+    weights: float
+    gradients: float
+    optimizer: float
+    buckets: float
+    activations: float
+    logits: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return sum(self)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name} {value / 1e9:.1f}" for name, value in self._asdict().items() if value)
+        return f"≈ {self.total / 1e9:.1f} GB per GPU ({parts} GB)"
+
+
+def activation_bytes(shape: TransformerShape, batch: int, bf16: bool) -> float:
+    """What autograd saves for backward in one step (the part tests/test_memory.py measures)."""
+    d, s, n_layer, vocab = shape.d_model, shape.seq_len, shape.n_layer, shape.vocab_size
+    per_layer = (15 * d * 2 + 2 * d * 4 if bf16 else 17 * d * 4) + shape.n_head * 4
+    per_token = n_layer * per_layer + d * 4 + d * (2 if bf16 else 4) + vocab * 4
+    weight_copies = 2 * shape.matmul_params() if bf16 else 0
+    return batch * s * per_token + weight_copies
+
+
+def training_memory(shape: TransformerShape, batch: int, precision: str = "bf16-mixed", bucket_view: bool = True,
+                    trainable_params=None, overhead: float = OVERHEAD_BYTES) -> MemoryEstimate:
+    """One rank's memory at the peak of a step (end of forward): batch = sequences per GPU."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    bf16 = precision in ("bf16-mixed", "16-mixed")
+    params = shape.total_params()  # the head is tied to the token embedding: counted once
+    trainable = params if trainable_params is None else trainable_params
+    logits = batch * shape.seq_len * shape.vocab_size * (2 if bf16 else 4)
+    return MemoryEstimate(weights=4 * params, gradients=4 * trainable, optimizer=8 * trainable,
+                          buckets=0 if bucket_view else 4 * trainable,
+                          activations=activation_bytes(shape, batch, bf16), logits=logits, overhead=overhead)
+
+
+def fits(estimate: MemoryEstimate, memory_bytes: float) -> bool:
+    return estimate.total <= memory_bytes
+
+
+def advice(shape: TransformerShape, batch: int, precision: str, memory_bytes: float) -> str:
+    """What to change when the estimate does not fit: the largest batch that fits, else a smaller preset."""
+    for smaller in range(batch - 1, 0, -1):
+        if fits(training_memory(shape, smaller, precision), memory_bytes):
+            return f"--batch_size {smaller} fits"
+    return "no batch fits: use a smaller --preset or a shorter --seq_len"

@@ -1,0 +1,74 @@
+"""perfmodel.memory: the activation part against what autograd really saves (saved-tensor hooks, on CPU), the
+parts' arithmetic, what predict.py and the job scripts make of it."""
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from conftest import ROOT, run_script
+from scalelab import perfmodel as pm
+from scalelab.workloads.nets.gpt import GPT
+from scalelab.workloads.presets import PRESETS, TransformerShape
+
+
+def saved_bytes(shape, batch, bf16):
+    """Bytes of the tensors autograd keeps for backward in one GPT step (each storage once; weights excluded,
+    their autocast copies included)."""
+    torch.manual_seed(0)
+    model = GPT(shape)
+    idx = torch.randint(0, shape.vocab_size, (batch, shape.seq_len))
+    seen = {}
+
+    def pack(t):
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(idx)
+        torch.nn.functional.cross_entropy(logits.view(-1, shape.vocab_size).float(), idx.reshape(-1))
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for ptr, n in seen.items() if ptr not in weights)
+
+
+@pytest.mark.parametrize("shape, batch", [(PRESETS["tiny"], 8), (TransformerShape(2, 8, 512, 128, 1000), 4),
+                                          (TransformerShape(4, 4, 256, 256, 2048), 4)])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_activation_estimate_within_15_percent_of_what_autograd_saves(shape, batch, bf16):
+    measured = saved_bytes(shape, batch, bf16)
+    estimated = pm.training_memory(shape, batch, "bf16-mixed" if bf16 else "32").activations
+    assert estimated == pytest.approx(measured, rel=0.15)
+
+
+def test_the_parts_and_what_fits():
+    xl = PRESETS["xl"]
+    est = pm.training_memory(xl, 8, "bf16-mixed")
+    p = xl.total_params()
+    assert (est.weights, est.gradients, est.optimizer, est.buckets) == (4 * p, 4 * p, 8 * p, 0)
+    assert pm.training_memory(xl, 8, "bf16-mixed", bucket_view=False).buckets == 4 * p  # DDP's copy
+    assert est.logits == 8 * 2048 * xl.vocab_size * 2 and est.total == pytest.approx(sum(est))
+    assert not pm.fits(est, 40e9) and pm.fits(est, 141e9)
+    assert pm.memory_advice(xl, 8, "bf16-mixed", 40e9) == "--batch_size 3 fits"
+    tiny_vocab = dataclasses.replace(xl, vocab_size=512)
+    assert pm.training_memory(tiny_vocab, 8).activations < est.activations
+    lora = pm.training_memory(xl, 8, "bf16-mixed", trainable_params=1_000_000)
+    assert lora.optimizer == 8e6 and lora.weights == est.weights
+
+
+def test_predict_says_what_fits_each_gpu():
+    proc = run_script("predict.py", "--preset", "large", "--gpus_per_node", 4, "--nodes", 1, "--batch_per_gpu", 8,
+                      "--grad_dtype", "bf16", "--tflops", 312, "--mfu", 0.5)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("memory at")]
+    assert re.match(r"memory at 8 sequence\(s\) of 2048 per GPU \(bf16-mixed, AdamW\): ≈ 4\d\.\d GB per GPU", line)
+    assert "A100 40GB: no (--batch_size 6 fits); A100 80GB: fits" in line
+
+
+def test_job_scripts_batches_fit_a_40_gb_a100():
+    text = (ROOT / "slurm_jobs" / "job_common.sh").read_text()
+    batches = dict(re.findall(r"(large|xl)\) BATCH=(\d+)", text))
+    for preset in ("small", "medium", "large", "xl"):
+        batch = int(batches.get(preset, 8))
+        assert pm.fits(pm.training_memory(PRESETS[preset], batch, "bf16-mixed"), 40e9), preset
