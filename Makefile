@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh Debian machine:
-#   make demo   virtualenv + install + CPU rehearsal sweep (1 and 2 processes) + report
+#   make demo   virtualenv + install + CPU rehearsal ladder (1 device, 2 on a node, 2 nodes over a shaped link) + report
 #   make test   virtualenv + install (with test tools) + lint + the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -21,7 +21,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 install: $(VENV)/.installed  ## create .venv and install scalelab with its test tools
 
-demo: $(VENV)/.installed  ## CPU rehearsal sweep (MLP and tiny GPT at 1 and 2 processes) and its report
+demo: $(VENV)/.installed  ## CPU rehearsal: 1 device, 2 on a node, 2 emulated nodes over a shaped link; report
 	$(PY) -m scalelab.demo --output_dir outputs/demo
 
 lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)

@@ -10,7 +10,7 @@ over each emulated link; then the report's own pipeline (report.cli.build, media
                (target within 15 %), and the measured 2-node efficiency inside the predicted range
 
     python benchmarks/miniature_cluster.py --repeats 3              # about 2 minutes per repeat on 2 cores
-    python benchmarks/miniature_cluster.py --link_gbit 2 0.2 --repeats 3     # the demo's rates
+    python benchmarks/miniature_cluster.py --link_gbit 1 0.2 --repeats 3     # other rates than the demo's
 """
 
 import argparse
@@ -96,8 +96,7 @@ def predictions(scaling, rates) -> list:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # 1 Gbit/s, not the demo's 2: on a 2-core VM the shaped veth itself tops out near 0.2 GB/s (0.25 configured)
-    p.add_argument("--link_gbit", type=float, nargs="+", default=[1.0, 0.2])
+    p.add_argument("--link_gbit", type=float, nargs="+", default=list(demo.LINK_RATES))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--output_dir", default=None, help="default: a temporary folder")
     p.add_argument("--report_only", action="store_true", help="only report an --output_dir filled before")

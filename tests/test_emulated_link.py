@@ -276,6 +276,8 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
     (["--link_gbit", "0", "--", "src/allreduce_bench.py"], "argument --link_gbit: expected a positive number"),
     (["--link_gbit", "1"], "give the script to run after --"),
     (["--", "src/nope.py"], "src/nope.py is not a Python script here"),
+    (["--devices", "4096", "--", "src/train.py"], "--devices 4096 per node needs 4096 cores per node but each emulated "
+                                                  "node has "),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message):
     proc = run_script("emulate.py", *argv)

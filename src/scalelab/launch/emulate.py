@@ -90,6 +90,11 @@ def main(argv=None) -> int:
     check_command(command)
     taskset = netns.tool("taskset")
     cores = node_cores(NODES)
+    have = len(cores[0].split(","))
+    if args.devices > have and "--oversubscribe" not in command:
+        raise UsageError(f"--devices {args.devices} per node needs {args.devices} cores per node but each emulated "
+                         f"node has {have} (cores {cores[0]} and {cores[1]}): use --devices {have}, or pass "
+                         "--oversubscribe to the script to run anyway")
     with netns.two_node_link(args.link_gbit, args.latency_ms) as link:
         for note in link.notes:
             print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)

@@ -142,7 +142,8 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, thread
     world = launch.world_size
     comm = launch.backend if world > 1 else "no communication"
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
-             else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), each rank pinned")
+             else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), "
+             + ("ranks share cores (oversubscribed)" if cfg.oversubscribe else "each rank pinned"))
     return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
             f"batch {batch}/device = {batch * world} global, precision {cfg.precision} | {where} | "
             f"launcher: {launch.launcher}")
