@@ -163,6 +163,9 @@ def test_submitit_sweep_on_slurm(slurm_env, tmp_path):
     assert sorted(found) == [1, 4, 8]
     assert found[8]["launch"]["hostnames"] == ["node1", "node2"]
     assert "Scaling (baseline: 1 device" in proc.stdout and "submitted 3 job(s) to slurm" in proc.stdout
+    # srun is told the cores per task (Slurm >= 22.05 no longer passes the allocation's on)
+    scripts = list(tmp_path.glob("submitit/*/*_submission.sh"))
+    assert len(scripts) == 3 and all(re.search(r"^srun .*--cpus-per-task=\d+", p.read_text(), re.M) for p in scripts)
 
 
 def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):

@@ -135,6 +135,8 @@ class Submitter:
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
             setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    "source slurm_jobs/site.sh"],
+            # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank)
+            srun_args=[f"--cpus-per-task={args.cpus_per_task}"],
             **gres,
         )
         return executor
