@@ -146,7 +146,7 @@ def _table_rows(stdout):
 def test_one_process_in_this_process(tmp_path, capsys):
     """World size 1: a real gloo group of one, busbw 0 by the nccl-tests definition; the caller's cores are given
     back (the rank pins itself to one core while it measures)."""
-    before = os.sched_getaffinity(0)
+    before, omp = os.sched_getaffinity(0), os.environ.get("OMP_NUM_THREADS")
     assert allreduce.main(["--accelerator", "cpu", "--max_bytes", "64K", "--iters", "1", "--warmup_iters", "0",
                            "--output_dir", str(tmp_path)]) == 0
     (r,) = load_results(tmp_path)
@@ -154,7 +154,8 @@ def test_one_process_in_this_process(tmp_path, capsys):
     assert r["launch"]["backend"] == "gloo"  # the benchmark starts a process group even for one rank
     assert [row["busbw_GBps"] for row in r["rows"]] == [0.0, 0.0] and all(row["algbw_GBps"] > 0 for row in r["rows"])
     assert "Avg bus bandwidth: 0.000 GB/s (all sizes)" in capsys.readouterr().out
-    assert os.sched_getaffinity(0) == before
+    assert os.sched_getaffinity(0) == before  # and nothing leaks to what the caller starts later (`nproc` reads
+    assert os.environ.get("OMP_NUM_THREADS") == omp and "SCALELAB_NODE_CORES" not in os.environ  # OMP_NUM_THREADS)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional
 from scalelab.errors import UsageError
 
 DEFAULT_THREADS = 1  # one CPU device = one core
-ENV_NODE_CORES = "SCALELAB_NODE_CORES"  # the node's cores as rank 0 saw them, for the ranks Lightning relaunches
+ENV_NODE_CORES = "SCALELAB_NODE_CORES"  # a node's cores, where a launcher says so (tests simulate a node with it)
 
 
 def visible() -> list:
@@ -47,7 +47,8 @@ class Placement(NamedTuple):
 
 def place(launch, requested: Optional[int] = None, oversubscribe: bool = False) -> Placement:
     """This rank's device: its threads, the fit check, the node's cores to pin into (pin, once the process group
-    exists). Call before torch starts its thread pool.
+    exists). Call before torch starts its thread pool. Changes nothing in the process (a benchmark rank may run
+    inside a caller's process): training sets OMP_NUM_THREADS itself, for Lightning.
 
     Where the rank sees its node's cores (local, torchrun, emulated nodes) the fit is checked up front; a SLURM
     rank may already be bound to its own cores by srun, so there the ranks' recorded cores are compared after
@@ -57,11 +58,6 @@ def place(launch, requested: Optional[int] = None, oversubscribe: bool = False) 
         return Placement(None, None, [])
     cores = visible()
     warning = None if launch.launcher == "slurm" else check_fit(launch.devices, threads, cores, oversubscribe)
-    if launch.launcher == "local":
-        os.environ.setdefault(ENV_NODE_CORES, ",".join(map(str, cores)))
-    # Lightning's DDP setup sets torch's threads to cores // local processes unless OMP_NUM_THREADS is set (2
-    # threads on a 1-core node of 1 rank): the device's threads, for this process and the ranks it starts
-    os.environ["OMP_NUM_THREADS"] = str(threads)
     return Placement(threads, warning, cores)
 
 
