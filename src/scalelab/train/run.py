@@ -38,11 +38,9 @@ def main(argv=None, process_start=None) -> int:
     from scalelab.train import failure, record, timing
     from scalelab.train.watch import RankWatch
 
-    if device.threads:
+    if device.threads:  # OMP_NUM_THREADS too: else Lightning's DDP setup resets threads to cores // local ranks
         torch.set_num_threads(device.threads)
-        # Lightning's DDP setup resets torch to cores // local ranks threads unless OMP_NUM_THREADS is set (2
-        # threads on a 1-core node of 1 rank); the ranks Lightning relaunches inherit it too
-        os.environ["OMP_NUM_THREADS"] = str(device.threads)
+        os.environ["OMP_NUM_THREADS"] = str(device.threads)  # (the ranks Lightning relaunches inherit it)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
     if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
