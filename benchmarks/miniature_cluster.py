@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from scalelab import demo, perfmodel  # noqa: E402
+from scalelab.perfmodel.network import human_rate  # noqa: E402
 from scalelab.report.cli import build  # noqa: E402
 from scalelab.report.frames import link_label  # noqa: E402
 
@@ -66,11 +67,11 @@ def links(bench, rates) -> list:
         b = bench[(bench["nodes"] > 1) & (bench["link"] == link_label({"gbit": gbit, "emulated": True}))]
         big = [r["busbw_GBps"] for _, x in b.iterrows() for r in x["rows"] if r["bytes"] >= 2 ** 20]
         if not big:
-            rows.append([demo.rate(gbit), "—", "—", "no benchmark over this link", "FAIL"])
+            rows.append([human_rate(gbit), "—", "—", "no benchmark over this link", "FAIL"])
             continue
         busbw = sorted(big)[len(big) // 2]
         frac = busbw / perfmodel.gbit_to_GBps(gbit)
-        rows.append([demo.rate(gbit), f"{busbw:.3f}", f"{perfmodel.gbit_to_GBps(gbit):.3f}", f"{frac * 100:.0f} %",
+        rows.append([human_rate(gbit), f"{busbw:.3f}", f"{perfmodel.gbit_to_GBps(gbit):.3f}", f"{frac * 100:.0f} %",
                      "PASS" if 0.9 <= frac <= 1.02 else "FAIL"])
     return rows
 
@@ -81,14 +82,14 @@ def predictions(scaling, rates) -> list:
         for gbit in rates:
             g = scaling[(scaling["model"] == model) & (scaling["nodes"] > 1) & (scaling["link_gbit"] == gbit)]
             if g.empty:
-                rows.append([model, demo.rate(gbit)] + ["—"] * 6 + ["FAIL"])
+                rows.append([model, human_rate(gbit)] + ["—"] * 6 + ["FAIL"])
                 continue
             r = g.iloc[0]
             ratio = r["predicted_allreduce_s"] / r["allreduce_alone_s"]
             lo, hi = r["predicted_efficiency_no_overlap"], r["predicted_efficiency_overlap"]
             inside = lo - 0.02 <= r["efficiency"] <= hi + 0.02  # a rounding's slack: the table shows whole %
             ok = "PASS" if abs(ratio - 1) <= 0.15 and inside else "FAIL"
-            rows.append([model, demo.rate(gbit), f"{r['runs']:.0f}", f"{r['allreduce_alone_s'] * 1e3:.1f}",
+            rows.append([model, human_rate(gbit), f"{r['runs']:.0f}", f"{r['allreduce_alone_s'] * 1e3:.1f}",
                          f"{r['predicted_allreduce_s'] * 1e3:.1f}", f"{ratio:.2f}", f"{r['efficiency'] * 100:.0f} %",
                          f"{lo * 100:.0f}–{hi * 100:.0f} %", ok])
     return rows

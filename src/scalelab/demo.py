@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from scalelab.cli import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
+from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +42,7 @@ class Rung(NamedTuple):
 
     @property
     def name(self) -> str:
-        where = f"{self.devices} device(s)" if self.link_gbit is None else f"2 nodes over {rate(self.link_gbit)}"
+        where = f"{self.devices} device(s)" if self.link_gbit is None else f"2 nodes over {human_rate(self.link_gbit)}"
         return f"{self.model} at {where}"
 
     def command(self, output_dir: str) -> list:
@@ -54,10 +55,6 @@ class Rung(NamedTuple):
             return [sys.executable, *script, "--devices", str(self.devices)]
         return [sys.executable, EMULATE, "--link_gbit", f"{self.link_gbit:g}", "--devices", str(self.devices),
                 "--", *script]
-
-
-def rate(gbit: float) -> str:
-    return f"{gbit * 1000:g} Mbit/s" if gbit < 1 else f"{gbit:g} Gbit/s"
 
 
 def ladder(models, link_rates, links_ok: bool) -> list:
@@ -95,7 +92,7 @@ def main(argv=None) -> int:
     wants_links = bool(args.link_gbit) and any(m in LINK_MODELS for m in args.models)
     why_not = links_unavailable() if wants_links else None
     rungs = ladder(args.models, args.link_gbit, wants_links and not why_not)
-    over = (f"; 2 nodes over an emulated {' and '.join(rate(g) for g in args.link_gbit)} link"
+    over = (f"; 2 nodes over an emulated {' and '.join(human_rate(g) for g in args.link_gbit)} link"
             if wants_links and not why_not else "")
     print(f"CPU rehearsal of the scaling ladder: {len(rungs)} runs ({', '.join(args.models)} at 1 and 2 devices on "
           f"one node{over}; 1 device = 1 core, gloo), results in {args.output_dir}/")

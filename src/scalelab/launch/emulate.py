@@ -21,6 +21,7 @@ from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_i
 from scalelab.errors import UsageError
 from scalelab.launch import netns
 from scalelab.launch.local import supervise
+from scalelab.perfmodel.network import human_rate
 
 PROG = "emulate.py"
 NODES = 2  # one veth pair joins exactly two namespaces
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
 
 
 def banner(args, link, cores) -> str:
-    rate = f"{args.link_gbit * 1000:g} Mbit/s" if args.link_gbit < 1 else f"{args.link_gbit:g} Gbit/s"
+    rate = human_rate(args.link_gbit)
     latency = f", +{link.latency_ms:g} ms each way" if link.latency_ms is not None else ""
     where = " and ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
     return (f"{PROG}: {NODES} nodes x {args.devices} device(s), joined by an emulated {rate} link{latency} "

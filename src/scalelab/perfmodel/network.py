@@ -130,6 +130,11 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def human_rate(gbit: float) -> str:
+    """A link rate in Gbit/s -> '200 Mbit/s', '2 Gbit/s' (how emulated links are named everywhere)."""
+    return f"{gbit * 1000:g} Mbit/s" if gbit < 1 else f"{gbit:g} Gbit/s"
+
+
 def message_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) -> list:
     """(bytes, count) per message: min_bytes * factor^k up to max_bytes; at least one element each.
 

@@ -12,6 +12,7 @@ import statistics
 import pandas as pd
 
 from scalelab import results
+from scalelab.perfmodel.network import human_rate
 from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
@@ -93,7 +94,7 @@ def link_label(link) -> str:
     if not isinstance(link, dict) or not isinstance(link.get("gbit"), (int, float)):
         return ""
     gbit = link["gbit"]
-    rate = f"{gbit * 1000:g} Mbit/s" if gbit < 1 else f"{gbit:g} Gbit/s"
+    rate = human_rate(gbit)
     latency = f" +{link['latency_ms']:g} ms" if isinstance(link.get("latency_ms"), (int, float)) else ""
     return f"{'emulated ' if link.get('emulated') else ''}{rate}{latency}"
 

@@ -18,7 +18,7 @@ from matplotlib.ticker import FuncFormatter
 
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
-from scalelab.perfmodel.network import human_bytes
+from scalelab.perfmodel.network import human_bytes, human_rate
 
 DPI = 120
 
@@ -195,7 +195,7 @@ def link_rate_figure(scaling: pd.DataFrame):
             ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
                        label=f"{int(row['devices'])} devices on one node (no link)")
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * 1000:g} Mbit/s" if x < 1 else f"{x:g} Gbit/s"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_rate(x)))
     ax.set_xlabel("rate of the emulated link between the nodes (log scale)")
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 110)
