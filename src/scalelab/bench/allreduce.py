@@ -85,7 +85,7 @@ def resolve(args, launch):
         raise UsageError(f"--min_bytes {human_bytes(args.min_bytes)} is larger than --max_bytes "
                          f"{human_bytes(args.max_bytes)}")
     if not gpu and launch.launcher == "local":  # one device = 1 core: refuse ranks that would share cores
-        cores.check_fit(launch.devices, 1, cores.visible(), args.oversubscribe)
+        cores.place(launch, oversubscribe=args.oversubscribe)  # before any rank starts
     if gpu and launch.launcher == "local":
         import torch
 
@@ -151,8 +151,7 @@ def run(args, launch) -> int:
         return bench.execute()
     finally:
         dist.destroy_process_group()
-        if launch.accelerator == "cpu" and before:
-            cores.pin(0, len(before), before)
+        cores.restore(before)
 
 
 class Bench:

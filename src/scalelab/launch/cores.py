@@ -96,6 +96,13 @@ def affinity() -> list:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
+def restore(saved: list):
+    """Give the calling thread back the cores `affinity()` returned before pin (a run inside a caller's process,
+    a notebook or a test, must not leave it pinned)."""
+    if saved and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, saved)
+
+
 def machine_id() -> str:
     """Which physical machine a rank ran on (the kernel's boot id), so ranks of emulated nodes, whose host names
     differ, are still known to share one machine's cores."""

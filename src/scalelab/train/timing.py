@@ -38,8 +38,7 @@ class PinCores(pl.Callback):
         cores.pin(trainer.local_rank, self.device.threads, self.device.node_cores)
 
     def teardown(self, trainer, pl_module, stage):
-        if self.before:
-            cores.pin(0, len(self.before), self.before)
+        cores.restore(self.before)
 
 
 class StepTimer(pl.Callback):
