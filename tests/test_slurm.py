@@ -46,9 +46,9 @@ def slurm_env():
         subprocess.run(["bash", str(CLUSTER / "stop.sh"), STATE_DIR], capture_output=True, text=True, timeout=120)
 
 
-def _cluster_running() -> bool:
+def _cluster_running(state_dir=STATE_DIR) -> bool:
     try:
-        pid = int(open(os.path.join(STATE_DIR, "slurmctld.pid")).read().strip())
+        pid = int(open(os.path.join(state_dir, "slurmctld.pid")).read().strip())
         return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
     except (OSError, ValueError):
         return False

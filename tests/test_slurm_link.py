@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, load_results
-from test_slurm import _cannot_run_reason, sacct_state, sbatch_wait
+from test_slurm import _cannot_run_reason, _cluster_running, sacct_state, sbatch_wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = ROOT / "tests" / "slurm_cluster"
@@ -54,21 +54,13 @@ def _ours_left():
     return sorted({n for n in NETNS if n in netns} | set(re.findall(r"\d+: (scl-[a-z]\d)[@:]", links)))
 
 
-def _linked_cluster_running() -> bool:
-    try:
-        pid = int(open(os.path.join(STATE_DIR, "slurmctld.pid")).read().strip())
-        return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
-    except (OSError, ValueError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
     """The linked cluster, started here (and stopped at the end) unless one is already running."""
     reason = _cannot_run_reason()
     if reason:
         pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
-    already_up = _linked_cluster_running()  # someone else's: use it, never stop it
+    already_up = _cluster_running(STATE_DIR)  # someone else's: use it, never stop it
     use_ip = _ip() is not None
     before = None if already_up else _host_network(use_ip)
     started = time.time()
