@@ -1,7 +1,7 @@
 """The embedded default sweep (`make demo`): the scaling ladder on one machine, then the report.
 
-1 device → 2 devices on one node → 2 nodes × 1 device over an emulated link, at a rate the all-reduce hides
-behind compute and one where it dominates; one CPU device is one core (launch/cores.py), so every rung has
+1 device → 2 devices on one node → 2 nodes × 1 device over an emulated link, at a rate where the all-reduce
+costs a fifth of the step and one where it dominates; one CPU device is one core (launch/cores.py), so every rung has
 the same compute per device and the ladder shows what a real cluster shows: one node scales almost linearly,
 the interconnect takes the rest. The all-reduce benchmark runs over each link for the report's predicted
 columns. Each run is the real `src/train.py` (under `src/emulate.py` for the nodes), exactly what a user would
@@ -29,7 +29,7 @@ WORKLOADS = {
     "transformer": ["--model", "transformer", "--preset", "tiny", "--max_steps", "25", "--warmup_steps", "5"],
 }
 LINK_MODELS = ("transformer",)  # the MLP's gradients are 11 KB: no link rate changes its step
-LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce hides behind compute at the first, dominates at 0.2
+LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce takes ~60 ms at the first, ~550 ms at 0.2
 # the benchmark over a link: every size DDP's buckets use, few repeats (16 MiB at 0.2 Gbit/s takes 0.7 s each)
 BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
 SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
