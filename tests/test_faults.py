@@ -179,6 +179,39 @@ def test_rank_that_fails_mid_step_is_named(tmp_path, fault, says):
     print(f"\n{fault}: run took {time.time() - t0:.1f} s in all; {lines[-1]}")
 
 
+def test_dead_peer_under_nccl_leaves_a_record_before_the_watchdog(tmp_path):
+    """NCCL's way to fail, on CPU: rank 1 crashes in step 3 and rank 0 blocks in step 3 for good, with no error
+    (a survivor's device sync). The stall deadline (0.9 x --timeout after the last step) names rank 1, writes
+    rank 0's partial record with the blocked main thread's stack, and ends every rank: no hang, one line."""
+    t0 = time.time()
+    proc = run_script("train.py", *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT, "--output_dir", tmp_path,
+                      env={"SCALELAB_FAULT": "exit@step=3,rank=1;wedge@step=3,rank=0"}, timeout=120)
+    took, lines = time.time() - t0, proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert re.match(r"train\.py: error: run ended with status failed: rank 1 stopped responding \(exited with code 3\) "
+                    r"during step 3 \(rank 0: no progress for 18 s during step 3: blocked in a collective or device "
+                    r"sync \(stall deadline = 0\.9 x --timeout\)\) \(partial result: .*result\.json\)$",
+                    lines[-1]), lines[-1]
+    r, folder = the_record(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("rank 1 stopped responding (exited with code 3)")
+    assert r["timing"]["steps"] == 2 and r["ranks"][0]["rank"] == 0
+    log = open(os.path.join(folder, "error.log")).read()
+    assert "main thread, blocked:" in log and "faults.py" in log  # where rank 0 was blocked
+    assert took < 0.9 * TIMEOUT + 45, took  # start-up, 2 steps, the deadline, the record: never the watchdog's wait
+
+
+def test_rank_blocked_alone_ends_at_the_stall_deadline(tmp_path):
+    """One process that blocks for good under an NCCL-like backend: its own deadline records it and exits."""
+    proc = run_script("train.py", "--model", "mlp", "--max_steps", "50", "--warmup_steps", "2", "--timeout", 6,
+                      "--output_dir", tmp_path, env={"SCALELAB_FAULT": "wedge@step=4,rank=0"}, timeout=90)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("train.py: error: run ended with status failed: rank 0: no progress for 5.4 s during "
+                               "step 4: blocked"), lines[0]
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "failed" and r["timing"]["steps"] == 3
+
+
 def test_rank_that_crashes_under_torchrun_is_named(tmp_path):
     """torchrun starts the ranks (rank 0 is not their parent) and SIGTERMs the others once one dies: rank 0 still
     names the rank (its pid, posted at start-up, is gone from this host) and records "failed", not "timeout"."""

@@ -6,11 +6,18 @@ result (results.ENV_NOT_RECORDED):
     SCALELAB_FAULT="raise@step=5,rank=1"   rank 1 raises RuntimeError("injected fault ...") in step 5
     SCALELAB_FAULT="exit@step=5,rank=1"    rank 1 dies with os._exit(3) in step 5 (a crashed rank)
     SCALELAB_FAULT="sleep@start=30,rank=1" rank 1 sleeps 30 s before it joins (a late joiner)
+    SCALELAB_FAULT="wedge@step=5,rank=0"   rank 0 blocks for good in step 5, without an error, as a survivor of a
+                                           dead NCCL peer blocks in a device sync (the run arms the stall deadline
+                                           as under NCCL: train/deadline.py)
+
+Several faults, one per rank, are separated by ';': "exit@step=3,rank=1;wedge@step=3,rank=0" is what a crashed
+rank does to the others under NCCL.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 
@@ -31,6 +38,13 @@ class InjectFault(pl.Callback):
             raise RuntimeError(f"injected fault (SCALELAB_FAULT, rank {trainer.global_rank}, step {self.step})")
         if self.kind == "exit":
             os._exit(3)
+        if self.kind == "wedge":
+            threading.Event().wait()  # waits in C with the GIL released, as torch's syncs and collectives do
+
+
+def blocks_like_nccl(callbacks: list) -> bool:
+    """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
+    return any(isinstance(cb, InjectFault) and cb.kind == "wedge" for cb in callbacks)
 
 
 def parse_fault(text: str) -> dict:
@@ -43,10 +57,10 @@ def parse_fault(text: str) -> dict:
             spec[key.strip()] = float(value) if key.strip() == "start" else int(value)
         except ValueError:
             spec["kind"] = None  # reported below
-    if spec["kind"] not in ("raise", "exit", "sleep") or (kind == "sleep") != ("start" in spec) or \
+    if spec["kind"] not in ("raise", "exit", "sleep", "wedge") or (kind == "sleep") != ("start" in spec) or \
             (kind != "sleep" and "step" not in spec):
-        raise ValueError(f"SCALELAB_FAULT={text!r}: expected raise@step=N,rank=R, exit@step=N,rank=R "
-                         "or sleep@start=S,rank=R")
+        raise ValueError(f"SCALELAB_FAULT={text!r}: expected raise@step=N,rank=R, exit@step=N,rank=R, "
+                         "wedge@step=N,rank=R or sleep@start=S,rank=R (several: separated by ';')")
     return spec
 
 
@@ -57,12 +71,15 @@ def from_env(environ: Mapping[str, str] | None = None) -> list[pl.Callback]:
     if not environ.get("SCALELAB_FAULT"):
         return []
     try:
-        spec = parse_fault(environ["SCALELAB_FAULT"])
+        specs = [parse_fault(text) for text in environ["SCALELAB_FAULT"].split(";") if text.strip()]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if spec["rank"] != cluster.env_rank():
-        return []
-    if spec["kind"] == "sleep":
-        time.sleep(spec["start"])
-        return []
-    return [InjectFault(spec["kind"], spec["step"])]
+    callbacks = []
+    for spec in specs:
+        if spec["rank"] != cluster.env_rank():
+            continue
+        if spec["kind"] == "sleep":
+            time.sleep(spec["start"])
+        else:
+            callbacks.append(InjectFault(spec["kind"], spec["step"]))
+    return callbacks

@@ -11,13 +11,16 @@
   SLURM_RESTART_COUNT is not used for the status: it says an earlier attempt was requeued, nothing about why
   this one stopped (the result keeps it as slurm.restart_count).
 
-`record_failure` then writes rank 0's partial result and the traceback (error.log).
+`record_failure` then writes rank 0's partial result and the traceback (error.log). `record_stall` does the
+same from the stall deadline's thread (deadline.py) when the main thread is blocked for good (NCCL).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING
 
@@ -25,6 +28,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from scalelab import results
+from scalelab.cli import fast_exit
 from scalelab.errors import error_line
 from scalelab.train import peers
 from scalelab.train.peers import is_peer_failure
@@ -76,8 +80,9 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
     return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
 
 
-def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str, exc: BaseException) -> str:
-    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback.
+def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str, exc: BaseException | None,
+                   trace: str | None = None) -> str:
+    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`).
 
     Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
     Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
@@ -90,11 +95,35 @@ def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str,
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         path = results.write(ctx.cfg.output_dir, payload)
-        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"),
-                                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), trace or "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__)))
     except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
         return f" (and no result could be written: {error_line(err)})"
     return f" (partial result: {path})"
+
+
+def record_stall(ctx: RunContext, trainer: pl.Trainer, watch: RankWatch, line: str, prog: str = "train.py"):
+    """The end of a run whose main thread is blocked for good (deadline.py calls this from its thread).
+
+    Every rank says its line; another rank posts it for rank 0 first. Rank 0 names the rank that failed first
+    when it can (a posted error, a launched rank that died), writes its partial result with the main thread's
+    stack as error.log (where it was blocked), stops the ranks it launched, and exits: a blocked thread cannot
+    be woken, and NCCL's watchdog would otherwise abort the process with nothing written.
+    """
+    watch.begin_failure()
+    rank = trainer.global_rank
+    if rank != 0:
+        peers.post_error(rank, line)
+        print(f"{prog}: error: rank {rank} stopped: {line}", file=sys.stderr, flush=True)
+        fast_exit(1)
+    peer = watch.culprit(None, len(ctx.timer.step_times))
+    line = f"{peer} (rank 0: {line})" if peer else f"rank 0: {line}"
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    trace = "main thread, blocked:\n" + "".join(traceback.format_stack(frame)) if frame else None
+    note = record_failure(ctx, trainer, "failed", line, None, trace=f"{line}\n\n{trace or ''}")
+    watch.stop_children()
+    print(f"{prog}: error: run ended with status failed: {line}{note}", file=sys.stderr, flush=True)
+    fast_exit(1)
 
 
 def _rendezvous_timeout(exc: BaseException) -> tuple[int, int] | None:

@@ -34,9 +34,7 @@ def main(argv=None, process_start=None) -> int:
     import torch
 
     from scalelab import workloads
-    from scalelab.testing.faults import from_env
     from scalelab.train import failure, record, timing
-    from scalelab.train.watch import RankWatch
 
     if device.threads:  # OMP_NUM_THREADS too: else Lightning's DDP setup resets threads to cores // local ranks
         torch.set_num_threads(device.threads)
@@ -47,10 +45,9 @@ def main(argv=None, process_start=None) -> int:
         check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
     timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
     ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
-    # watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end
-    watch = RankWatch(cfg.timeout)
-    callbacks = [timer, watch, *([timing.PinCores(device)] if device.threads else []), *from_env()]
-    trainer = make_trainer(cfg, launch, callbacks)  # from_env: a test hook, [] in a real run
+    watch, stall, faults = watchers(cfg, launch, lambda line: failure.record_stall(ctx, trainer, watch, line))
+    callbacks = [timer, watch, stall, *([timing.PinCores(device)] if device.threads else []), *faults]
+    trainer = make_trainer(cfg, launch, callbacks)
     if trainer.global_rank == 0:
         print(banner(cfg, launch, wl, batch, torch.get_num_threads()), flush=True)
         if device.warning:
@@ -59,6 +56,7 @@ def main(argv=None, process_start=None) -> int:
     try:
         trainer.fit(wl.module, train_dataloaders=wl.train_loader)
         val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
+        stall.disarm()
     except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
         # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
         status, line = failure.classify(exc, watch, trainer.global_rank, len(timer.step_times),
@@ -75,6 +73,21 @@ def main(argv=None, process_start=None) -> int:
         path = results.write(cfg.output_dir, payload)
         print(one_line_summary(payload, path), flush=True)
     return 0
+
+
+def watchers(cfg: config.RunConfig, launch: cluster.Launch, on_stall) -> tuple:
+    """The callbacks that turn every way a run can end into a record: (RankWatch, StallDeadline, test faults).
+
+    watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end.
+    deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog.
+    """
+    from scalelab.testing.faults import blocks_like_nccl, from_env
+    from scalelab.train.deadline import StallDeadline, stall_seconds
+    from scalelab.train.watch import RankWatch
+
+    faults = from_env()  # a test hook, [] in a real run
+    seconds = stall_seconds(cfg.timeout, launch.backend if launch.world_size > 1 else None, blocks_like_nccl(faults))
+    return RankWatch(cfg.timeout), StallDeadline(seconds, on_stall), faults
 
 
 def check_gpu_memory(cfg: config.RunConfig, batch: int):
