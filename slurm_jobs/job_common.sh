@@ -8,7 +8,12 @@ source slurm_jobs/site.sh
 # every rank gets one core (Python, autograd, NCCL's proxy thread and data loading share it).
 [ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
-MODEL=${MODEL:-mlp}  # MODEL=transformer sbatch slurm_jobs/...
+# The default workload follows the node: on GPUs the GPT `small` (the MLP and `tiny` are host-bound there: a
+# GPU step of theirs times Python, not the GPU); on CPU the MLP. MODEL=... PRESET=... sbatch ... picks another.
+if [ -n "$(gpus_visible)" ] && [ "${SCALELAB_ACCELERATOR:-auto}" != cpu ]; then
+  MODEL=${MODEL:-transformer}; PRESET=${PRESET:-small}
+fi
+MODEL=${MODEL:-mlp}
 case "$MODEL" in
   mlp)         WORKLOAD=(--model mlp --num_samples 20000 --max_epochs 3 --batch_size 64 --warmup_steps 5) ;;
   # batch per GPU: what fits a 40 GB A100 in bf16 with AdamW (python src/predict.py --preset P --batch_per_gpu B)
@@ -20,7 +25,7 @@ esac
 GPUS_PER_NODE=${GPUS_PER_NODE:?set by the job script}
 echo "scalelab job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \
      "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-auto} (set: ${SCALELAB_SITE_SET:-nothing})," \
-     "model $MODEL, restart ${SLURM_RESTART_COUNT:-0}"
+     "model $MODEL${PRESET:+ $PRESET}, restart ${SLURM_RESTART_COUNT:-0}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
 fi

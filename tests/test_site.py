@@ -48,3 +48,18 @@ def test_cpu_profile_refuses_a_node_with_gpus_in_one_line_unless_asked(tmp_path)
     assert asked.returncode == 0 and "SCALELAB_ACCELERATOR=cpu" in asked.stdout.splitlines()
     auto = bash(f"source slurm_jobs/site.sh && {SHOW}", PATH=path)  # the default on that node: the GPUs
     assert "SCALELAB_ACCELERATOR=auto" in auto.stdout.splitlines()
+
+
+def test_the_default_workload_follows_the_node(tmp_path):
+    """On GPUs the jobs train the GPT `small` (the MLP and `tiny` time Python there); on CPU the MLP; MODEL/PRESET
+    given by the user always win. job_common.sh is sourced as a job sources it, without srun."""
+    show = ('GPUS_PER_NODE=1 source slurm_jobs/job_common.sh >/dev/null && echo "${WORKLOAD[*]}"')
+    gpu = bash(show, PATH=fake_gpu_node(tmp_path))
+    assert gpu.returncode == 0, gpu.stderr
+    assert "--model transformer --preset small" in gpu.stdout and "--batch_size 8" in gpu.stdout
+    cpu = bash(show)
+    assert cpu.returncode == 0 and cpu.stdout.startswith("--model mlp"), cpu.stderr
+    chosen = bash(show, PATH=fake_gpu_node(tmp_path), MODEL="transformer", PRESET="large")
+    assert "--preset large" in chosen.stdout and "--batch_size 4" in chosen.stdout
+    rehearsal = bash(show, PATH=fake_gpu_node(tmp_path), SCALELAB_PROFILE="cpu", SCALELAB_CPU_ON_GPU="1")
+    assert rehearsal.stdout.startswith("--model mlp"), rehearsal.stderr
