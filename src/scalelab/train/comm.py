@@ -39,20 +39,36 @@ class BucketClock:
             self.step_event.record()
 
     def take(self) -> tuple:
-        """Busy seconds (union of intervals) and bucket count since the last call.
+        """Busy seconds (union of intervals) and bucket count since the last call (GPU: after a device sync)."""
+        return self.resolve(self.cut())
+
+    def cut(self) -> tuple:
+        """This step's records, to be read once the device has caught up (`resolve`): the step timer reads a
+        window of steps after one device sync instead of syncing every step."""
+        raw = (self.intervals, self.cuda_events, self.step_event)
+        if self.sizes:
+            self.bucket_bytes = sorted(self.sizes, reverse=True)
+        self.intervals, self.cuda_events, self.sizes = [], [], []
+        return raw
+
+    @staticmethod
+    def done(raw: tuple) -> bool:
+        """Whether a cut step's GPU events have all completed (readable without waiting for the device)."""
+        return all(end.query() for _, end in raw[1])
+
+    @staticmethod
+    def resolve(raw: tuple) -> tuple:
+        """Busy seconds (union of intervals) and bucket count of a cut step.
 
         GPU intervals are read on the GPU's clock, each as (start, end) after the step's reference event: the
         CPU runs ahead of the GPU, so a bucket's GPU duration placed at its CPU launch time would misplace it,
         and its overlap with the others (and with compute) would be wrong."""
-        spans = list(self.intervals)
-        ref = self.step_event or (self.cuda_events[0][0] if self.cuda_events else None)  # first bucket: no step
-        for start, end in self.cuda_events:  # call after a device sync: the events have completed
+        intervals, cuda_events, step_event = raw
+        spans = list(intervals)
+        ref = step_event or (cuda_events[0][0] if cuda_events else None)  # first bucket: no step
+        for start, end in cuda_events:  # completed events only (after a device sync, or done())
             spans.append((ref.elapsed_time(start) / 1e3, ref.elapsed_time(end) / 1e3))
-        n = len(spans)
-        if self.sizes:
-            self.bucket_bytes = sorted(self.sizes, reverse=True)
-        self.intervals, self.cuda_events, self.sizes = [], [], []
-        return union_length(spans), n
+        return union_length(spans), len(spans)
 
 
 def timed_allreduce_hook(state: BucketClock, bucket):

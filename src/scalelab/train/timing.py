@@ -1,8 +1,11 @@
 """Time every training step honestly, on every rank, and gather the figures on rank 0.
 
 A step is measured from the end of the previous one (so data loading, forward, backward,
-gradient all-reduce and the optimizer all count), after synchronising the device: CUDA
-kernels run asynchronously and a clock read without a sync times the launch, not the work.
+gradient all-reduce and the optimizer all count), on the device's own clock: CUDA kernels run
+asynchronously, and a host clock read without a device sync times the launch, not the work. On a GPU
+every step boundary is a CUDA event and the timer syncs once every SYNC_EVERY steps to read them
+(DeviceClock), instead of stalling the host every step: a sync per step is itself a cost that a small
+model's GPU step would mostly measure. On CPU the clock is perf_counter, read at once.
 Validation and the first `warmup_steps` steps never enter a timing figure. Compute-only probe
 steps (see comm.py) are timed apart and never enter a throughput figure either.
 """
@@ -20,10 +23,42 @@ from scalelab.launch import cluster, cores
 from scalelab.results import CommRecord
 from scalelab.train import comm
 
+SYNC_EVERY = 10  # GPU: steps between the device syncs that read the step events (torchtitan logs every 10)
 
-def _sync(trainer):
-    if trainer.strategy.root_device.type == "cuda":
-        torch.cuda.synchronize(trainer.strategy.root_device)
+
+class DeviceClock:
+    """Marks on the device's clock, read later as perf_counter seconds: floats on CPU, CUDA events on GPU.
+
+    `anchor()` syncs and ties the GPU clock to the host's (perf_counter at a reference event); a mark is read
+    as anchor + the GPU time elapsed since the reference, once its event has completed. Re-anchored at every
+    sync, so a float32 elapsed time never spans more than a window of steps."""
+
+    def __init__(self, device):
+        self.device, self.cuda = device, device.type == "cuda"
+        self.ref_event, self.ref_s = None, None
+
+    def anchor(self, synced: bool = False) -> float:
+        if not synced:
+            comm.sync(self.device)
+        self.ref_s = time.perf_counter()
+        if self.cuda:
+            self.ref_event = torch.cuda.Event(enable_timing=True)
+            self.ref_event.record()
+        return self.ref_s
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def ready(mark) -> bool:
+        return isinstance(mark, float) or mark.query()
+
+    def seconds(self, mark) -> float:
+        return mark if isinstance(mark, float) else self.ref_s + self.ref_event.elapsed_time(mark) / 1e3
 
 
 class PinCores(pl.Callback):
@@ -59,8 +94,11 @@ class StepTimer(pl.Callback):
         self.first_step_end = None  # wall clock
         self.train_start = None
         self.per_rank = None  # filled on every rank by gather(); rank 0 writes it
-        self._last = None
+        self.device_clock = None
+        self.pending = []  # steps ended on the host, not yet read on the device's clock: (end, ready, buckets, loss)
+        self._last = None  # perf_counter seconds of the previous step's end (read)
         self._epoch_start = None
+        self._ready = None
 
     def on_train_start(self, trainer, pl_module):
         from torch.nn.parallel import DistributedDataParallel
@@ -70,24 +108,27 @@ class StepTimer(pl.Callback):
         if isinstance(ddp, DistributedDataParallel):
             # Lightning registers comm hooks on CUDA only; this one only times DDP's default all-reduce.
             ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
-        _sync(trainer)
         self.train_start = time.time()
         # A run resumed mid-epoch (a requeued SLURM job from Lightning's checkpoint) gets no epoch-start hook
         # before its first step: start the clocks here too.
-        self._epoch_start = self._last = time.perf_counter()
+        self._epoch_start = self._last = self._clock(trainer).anchor()
+
+    def _clock(self, trainer) -> DeviceClock:
+        if self.device_clock is None:
+            self.device_clock = DeviceClock(trainer.strategy.root_device)
+        return self.device_clock
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        probe = comm.is_probe(len(self.step_times), self.warmup_steps, self.probe_every)
+        probe = comm.is_probe(len(self.step_times) + len(self.pending), self.warmup_steps, self.probe_every)
         self.probes.append(probe)
         ddp = trainer.strategy.model
         if hasattr(ddp, "require_backward_grad_sync"):
             ddp.require_backward_grad_sync = not probe  # what DDP.no_sync() sets, for this step only
         self.clock.mark_step_start(trainer.strategy.root_device)
-        self._grads_ready = None
+        self._ready = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        _sync(trainer)
-        self._grads_ready = time.perf_counter()
+        self._ready = self.device_clock.mark()  # after backward and DDP's wait for the reduced buckets
         if self.probes[-1]:
             if self.clock.bucket_bytes and _world_size() > 1:
                 self.alone.append(round(comm.allreduce_alone_s(self.clock.bucket_bytes,
@@ -97,37 +138,57 @@ class StepTimer(pl.Callback):
                     p.grad = None
 
     def on_train_epoch_start(self, trainer, pl_module):
-        _sync(trainer)
-        self._epoch_start = self._last = time.perf_counter()
+        self.read(wait=True)
+        self._epoch_start = self._last = self._clock(trainer).anchor()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        _sync(trainer)
-        now = time.perf_counter()
-        self.step_times.append(round(now - self._last, 6))  # 1 us: far below run-to-run noise
-        ready = self._grads_ready if self._grads_ready is not None else now
-        self.grads_ready.append(round(ready - self._last, 6))
-        busy, buckets = self.clock.take()
-        self.comm_times.append(round(busy, 6))
-        self.buckets.append(buckets)
-        self._last = now
-        if self.first_step_end is None:
-            self.first_step_end = time.time()
+        end = self.device_clock.mark()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is not None:
-            self.losses.append(float(f"{float(loss.detach()):.6g}"))
+        self.pending.append((end, self._ready or end, self.clock.cut(), None if loss is None else loss.detach()))
+        if len(self.pending) >= (SYNC_EVERY if self.device_clock.cuda else 1):
+            self.read(wait=True)
+
+    def read(self, wait: bool):
+        """Turn pending steps into figures: all of them after a device sync (wait), or (a failing run, whose
+        device may never catch up) only the ones whose events have completed."""
+        if self.device_clock is None:
+            return
+        if wait:
+            comm.sync(self.device_clock.device)
+        while self.pending:
+            end, ready, buckets, loss = self.pending[0]
+            if not (self.device_clock.ready(end) and comm.BucketClock.done(buckets)):
+                break
+            self.pending.pop(0)
+            end_s, ready_s = self.device_clock.seconds(end), self.device_clock.seconds(ready)
+            self.step_times.append(round(end_s - self._last, 6))  # 1 us: far below run-to-run noise
+            self.grads_ready.append(round(ready_s - self._last, 6))
+            busy, n = comm.BucketClock.resolve(buckets)
+            self.comm_times.append(round(busy, 6))
+            self.buckets.append(n)
+            self._last = end_s
+            if self.first_step_end is None:
+                self.first_step_end = time.time() - (time.perf_counter() - end_s)
+            if loss is not None and (wait or not loss.is_cuda):  # reading a GPU loss waits for the device
+                self.losses.append(float(f"{float(loss):.6g}"))
+        if wait:
+            self.device_clock.anchor(synced=True)  # the next window's events are read against a fresh reference
 
     def on_validation_end(self, trainer, pl_module):
         # Mid-epoch validation must not be billed to the next training step.
-        _sync(trainer)
-        self._last = time.perf_counter()
+        self.read(wait=True)
+        self._last = self._clock(trainer).anchor()
 
     def on_train_epoch_end(self, trainer, pl_module):
+        self.read(wait=True)
         self.epoch_times.append(self._last - self._epoch_start)
 
     def on_train_end(self, trainer, pl_module):
+        self.read(wait=True)
         self.per_rank = gather(self.rank_record(trainer))
 
     def rank_record(self, trainer) -> dict:
+        self.read(wait=False)  # a failing run: the steps the device has finished (never wait: it may be blocked)
         return {
             "rank": trainer.global_rank,
             "local_rank": trainer.local_rank,
