@@ -20,8 +20,10 @@ PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
+# The levers (accumulation, compression, buckets, static graph) are part of it: each setting is its own group.
 WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
-                   "comm_probe_every", "precision", "compile", "num_samples")
+                   "comm_probe_every", "precision", "compile", "num_samples", "accumulate_grad_batches", "comm_hook",
+                   "bucket_cap_mb", "static_graph")
 
 
 @dataclass
@@ -41,6 +43,11 @@ class CommonConfig:
     compile: bool = False
     seed: int = 42
     num_workers: int = 0
+    # the levers: what DDP does with the gradients
+    accumulate_grad_batches: int = 1
+    comm_hook: str = "none"
+    bucket_cap_mb: float = 25.0
+    static_graph: bool = False
     # launch
     devices: Optional[int] = None
     num_nodes: Optional[int] = None
@@ -129,6 +136,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     o.add_argument("--seed", type=nonneg_int)
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
+    _lever_flags(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
     lg = p.add_argument_group("launch (defaults come from SLURM or torchrun when present)")
     lg.add_argument("--devices", type=positive_int,
                     help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
@@ -146,6 +154,28 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     lg.add_argument("--run_name", help="a label stored in the result and its run id")
     lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
     return p
+
+
+def comm_hook_type(text: str) -> str:
+    """--comm_hook: none, fp16, bf16 or powersgd[:RANK] (PyTorch's DDP communication hooks)."""
+    name, _, rank = text.partition(":")
+    if name in ("none", "fp16", "bf16") and not rank:
+        return name
+    if name == "powersgd" and (not rank or (rank.isdigit() and int(rank) > 0)):
+        return f"powersgd:{rank or 1}"
+    raise argparse.ArgumentTypeError(f"expected none, fp16, bf16 or powersgd[:RANK], got {text!r}")
+
+
+def _lever_flags(g):
+    g.add_argument("--accumulate_grad_batches", type=positive_int,
+                   help="K batches per optimizer step: one all-reduce per K (DDP's no_sync for the others); the "
+                        "global batch grows K-fold")
+    g.add_argument("--comm_hook", type=comm_hook_type,
+                   help="compress the gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd[:RANK] "
+                        "(low-rank, (m+n)*RANK per m x n matrix); changes the optimisation too")
+    g.add_argument("--bucket_cap_mb", type=positive_float, help="DDP's gradient bucket size (MB)")
+    g.add_argument("--static_graph", action="store_true", default=None,
+                   help="tell DDP the set of used parameters never changes (skips per-step bookkeeping)")
 
 
 def _load_yaml(path: str, parser: argparse.ArgumentParser) -> dict:

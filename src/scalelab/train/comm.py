@@ -22,10 +22,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 
 class BucketClock:
-    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `take()`."""
+    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `take()`, and the hook it
+    times (--comm_hook: PyTorch's default all-reduce, its fp16/bf16 compression or PowerSGD) with its state."""
 
-    def __init__(self):
+    def __init__(self, hook: str = "none"):
         self.process_group = None  # None: the default (world) group, as DDP's default hook uses
+        self.hook_name = hook
+        self.hook, self.hook_state = inner_hook(hook, self.process_group)
+        self.wire_bytes = []  # bytes the hook sent for each bucket of the latest step that communicated
+        self.wire_sizes = []
         self.intervals = []
         self.cuda_events = []  # GPU: (start, end) events, turned into intervals after a device sync
         self.step_event = None  # GPU: an event recorded at step start, the one clock every bucket is read on
@@ -48,7 +53,8 @@ class BucketClock:
         raw = (self.intervals, self.cuda_events, self.step_event)
         if self.sizes:
             self.bucket_bytes = sorted(self.sizes, reverse=True)
-        self.intervals, self.cuda_events, self.sizes = [], [], []
+            self.wire_bytes = sorted(self.wire_sizes, reverse=True)
+        self.intervals, self.cuda_events, self.sizes, self.wire_sizes = [], [], [], []
         return raw
 
     @staticmethod
@@ -71,8 +77,54 @@ class BucketClock:
         return union_length(spans), len(spans)
 
 
+def inner_hook(name: str, process_group=None) -> tuple:
+    """(hook, state) of PyTorch's DDP communication hook for --comm_hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    if name == "fp16":
+        return default_hooks.fp16_compress_hook, process_group
+    if name == "bf16":
+        return default_hooks.bf16_compress_hook, process_group
+    if name.startswith("powersgd"):
+        # PyTorch's recommended start: error feedback and warm start on; 2 plain all-reduces first (the least
+        # it allows with them), not its default 1,000: a benchmark of 50 steps would never compress.
+        state = powerSGD_hook.PowerSGDState(process_group=process_group, start_powerSGD_iter=2,
+                                            matrix_approximation_rank=int(name.partition(":")[2] or 1))
+        return powerSGD_hook.powerSGD_hook, state
+    return default_hooks.allreduce_hook, process_group
+
+
+def wire_bytes(hook: str, shapes: list, itemsize: int, compressing: bool = True) -> int:
+    """Bytes a rank hands the all-reduce for one bucket of gradients of these shapes, under --comm_hook.
+
+    fp16/bf16: 2 bytes an element. PowerSGD (rank r): each gradient as an n x m matrix (n = first dimension)
+    goes as P (n x r) and Q (m x r) when that is at least `min_compression_rate` (2) times smaller, as PyTorch's
+    hook decides; the rest (biases, norms, small matrices) uncompressed; and everything uncompressed before it
+    starts compressing (`compressing` False)."""
+    numels = [_numel(shape) for shape in shapes]
+    if hook in ("fp16", "bf16"):
+        return 2 * sum(numels)
+    if not hook.startswith("powersgd") or not compressing:
+        return itemsize * sum(numels)
+    rank, total = int(hook.partition(":")[2] or 1), 0
+    for shape, numel in zip(shapes, numels):
+        n = shape[0] if shape else 1
+        m = numel // n if n else 0
+        r = min(n, m, rank)
+        total += (n + m) * r if (n + m) * r * 2 < numel else numel
+    return itemsize * total
+
+
+def _numel(shape) -> int:
+    out = 1
+    for dim in shape:
+        out *= dim
+    return out
+
+
 def timed_allreduce_hook(state: BucketClock, bucket):
-    """DDP's default all-reduce hook (sum, divide by world size), with its start and end recorded.
+    """--comm_hook's all-reduce (by default DDP's own: sum, divide by world size), with its start and end
+    recorded, and the bytes it put on the wire.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
     callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead, read
@@ -80,11 +132,15 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     """
     buffer = bucket.buffer()
     state.sizes.append(buffer.numel() * buffer.element_size())
+    hook_state = state.hook_state
+    compressing = not hasattr(hook_state, "start_powerSGD_iter") or hook_state.iter >= hook_state.start_powerSGD_iter
+    state.wire_sizes.append(wire_bytes(state.hook_name, [tuple(g.shape) for g in bucket.gradients()],
+                                       buffer.element_size(), compressing))
     t0 = time.perf_counter()  # CPU only: on GPU the events below are the clock
     if buffer.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
         start.record()
-    fut = default_hooks.allreduce_hook(state.process_group, bucket)
+    fut = state.hook(hook_state, bucket)
 
     def done(f):
         if buffer.is_cuda:

@@ -28,9 +28,8 @@ class RunContext:
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
-    steps = len(per_rank[0]["step_times_s"])
-    return timing.summarize(per_rank, min(ctx.cfg.warmup_steps, steps - 1), ctx.batch * ctx.launch.world_size,
-                            ctx.workload.tokens_per_sample)
+    samples_per_step = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches  # an optimizer step
+    return timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, ctx.workload.tokens_per_sample)
 
 
 def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:
@@ -48,7 +47,7 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
             "params": wl.n_params,
             "tokens_per_sample": wl.tokens_per_sample,
             "batch_per_device": batch,
-            "global_batch": batch * launch.world_size,
+            "global_batch": batch * launch.world_size * cfg.accumulate_grad_batches,  # per optimizer step
         },
         config=cfg.to_dict(),
         launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],

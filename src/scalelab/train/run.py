@@ -41,9 +41,10 @@ def main(argv=None, process_start=None) -> int:
         os.environ["OMP_NUM_THREADS"] = str(device.threads)  # (the ranks Lightning relaunches inherit it)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     wl = workloads.build(cfg, batch, launch.world_size)
+    check_powersgd(cfg, launch, wl.module)
     if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
         check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
-    timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every)
+    timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every, cfg.comm_hook)
     ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
     watch, stall, faults = watchers(cfg, launch, lambda line: failure.record_stall(ctx, trainer, watch, line))
     callbacks = [timer, watch, stall, *([timing.PinCores(device)] if device.threads else []), *faults]
@@ -90,6 +91,18 @@ def watchers(cfg: config.RunConfig, launch: cluster.Launch, on_stall) -> tuple:
     return RankWatch(cfg.timeout), StallDeadline(seconds, on_stall), faults
 
 
+def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
+    """PowerSGD over gloo works with one gradient bucket only: each bucket's chain of all-reduces (P, then Q)
+    is issued from gloo's completion threads, in a different order on each rank once there are several, and the
+    ranks then mismatch (measured: gloo's "Received data size doesn't match expected size", SIGABRT)."""
+    if not cfg.comm_hook.startswith("powersgd") or launch.backend != "gloo" or launch.world_size == 1:
+        return
+    grad_mb = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad) / 2**20
+    if grad_mb > cfg.bucket_cap_mb:
+        raise UsageError(f"--comm_hook {cfg.comm_hook} over gloo needs one gradient bucket: the gradients are "
+                         f"{grad_mb:.1f} MB, use --bucket_cap_mb {int(grad_mb) + 1} or more (NCCL has no such limit)")
+
+
 def check_gpu_memory(cfg: config.RunConfig, batch: int):
     """Refuse, before fit, a GPT step this GPU cannot hold (perfmodel.memory's estimate), saying what fits."""
     import torch
@@ -117,7 +130,8 @@ def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list)
     if launch.world_size > 1:
         # gradient_as_bucket_view: gradients live in DDP's buckets, no second gradient-sized copy per step
         strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout),
-                               gradient_as_bucket_view=True)
+                               gradient_as_bucket_view=True, bucket_cap_mb=cfg.bucket_cap_mb,
+                               static_graph=cfg.static_graph)
     return pl.Trainer(
         accelerator=launch.accelerator,
         devices=launch.devices,
@@ -125,7 +139,8 @@ def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list)
         strategy=strategy,
         precision=cfg.precision,
         max_epochs=cfg.max_epochs or -1,
-        max_steps=cfg.max_steps or -1,
+        max_steps=cfg.max_steps or -1,  # optimizer steps: K batches each with --accumulate_grad_batches K
+        accumulate_grad_batches=cfg.accumulate_grad_batches,
         callbacks=callbacks,
         logger=False,
         enable_checkpointing=False,
@@ -158,9 +173,14 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, thread
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
              else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), "
              + ("ranks share cores (oversubscribed)" if cfg.oversubscribe else "each rank pinned"))
+    k = cfg.accumulate_grad_batches
+    batches = f"batch {batch}/device = {batch * world} global" + (
+        f", x {k} accumulated = {batch * world * k} per optimizer step" if k > 1 else "")
+    levers = "".join(f", {text}" for text in (
+        cfg.comm_hook != "none" and f"comm hook {cfg.comm_hook}", cfg.bucket_cap_mb != 25 and
+        f"buckets {cfg.bucket_cap_mb:g} MB", cfg.static_graph and "static graph") if text)
     return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
-            f"batch {batch}/device = {batch * world} global, precision {cfg.precision} | {where} | "
-            f"launcher: {launch.launcher}")
+            f"{batches}, precision {cfg.precision}{levers} | {where} | launcher: {launch.launcher}")
 
 
 def one_line_summary(payload: dict, path: str) -> str:

@@ -77,7 +77,7 @@ class PinCores(pl.Callback):
 
 
 class StepTimer(pl.Callback):
-    def __init__(self, warmup_steps: int, process_start: float, probe_every: int = 0):
+    def __init__(self, warmup_steps: int, process_start: float, probe_every: int = 0, comm_hook: str = "none"):
         self.warmup_steps = warmup_steps
         self.probe_every = probe_every
         self.process_start = process_start  # wall clock (time.time) when this process started
@@ -85,8 +85,11 @@ class StepTimer(pl.Callback):
         self.grads_ready = []  # seconds from step start until gradients were reduced (or local, in a probe)
         self.comm_times = []  # seconds the gradient all-reduce was busy in the step (this rank's view)
         self.buckets = []
-        self.probes = []  # True where the step was a compute-only probe
-        self.clock = comm.BucketClock()
+        self.probe_steps = []  # optimizer steps that were compute-only probes
+        self.optimizer_steps = 0  # ended so far (host side); with --accumulate_grad_batches K, every Kth batch
+        self.step_ends = []  # the batches (as read) that ended an optimizer step
+        self._probe = False
+        self.clock = comm.BucketClock(comm_hook)
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.grad_bytes = None
         self.losses = []
@@ -106,7 +109,7 @@ class StepTimer(pl.Callback):
         self.grad_bytes = comm.grad_bytes(pl_module)
         ddp = trainer.strategy.model
         if isinstance(ddp, DistributedDataParallel):
-            # Lightning registers comm hooks on CUDA only; this one only times DDP's default all-reduce.
+            # Lightning registers comm hooks on CUDA only; this one times DDP's all-reduce (or --comm_hook's).
             ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
         self.train_start = time.time()
         # A run resumed mid-epoch (a requeued SLURM job from Lightning's checkpoint) gets no epoch-start hook
@@ -119,17 +122,19 @@ class StepTimer(pl.Callback):
         return self.device_clock
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        probe = comm.is_probe(len(self.step_times) + len(self.pending), self.warmup_steps, self.probe_every)
-        self.probes.append(probe)
+        # A probe is a whole optimizer step: all its micro-batches (Lightning's no_sync covers all but the last)
+        probe = self._probe = comm.is_probe(self.optimizer_steps, self.warmup_steps, self.probe_every)
+        if probe and self.probe_steps[-1:] != [self.optimizer_steps]:
+            self.probe_steps.append(self.optimizer_steps)
         ddp = trainer.strategy.model
         if hasattr(ddp, "require_backward_grad_sync"):
-            ddp.require_backward_grad_sync = not probe  # what DDP.no_sync() sets, for this step only
+            ddp.require_backward_grad_sync = not probe  # what DDP.no_sync() sets, for this batch only
         self.clock.mark_step_start(trainer.strategy.root_device)
         self._ready = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         self._ready = self.device_clock.mark()  # after backward and DDP's wait for the reduced buckets
-        if self.probes[-1]:
+        if self._probe:
             if self.clock.bucket_bytes and _world_size() > 1:
                 self.alone.append(round(comm.allreduce_alone_s(self.clock.bucket_bytes,
                                                                trainer.strategy.root_device), 6))
@@ -144,7 +149,10 @@ class StepTimer(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         end = self.device_clock.mark()
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        self.pending.append((end, self._ready or end, self.clock.cut(), None if loss is None else loss.detach()))
+        step_end = self._ready is not None  # on_before_optimizer_step ran: this batch ended an optimizer step
+        self.optimizer_steps += step_end
+        self.pending.append((end, self._ready or end, self.clock.cut(), None if loss is None else loss.detach(),
+                             step_end))
         if len(self.pending) >= (SYNC_EVERY if self.device_clock.cuda else 1):
             self.read(wait=True)
 
@@ -156,7 +164,7 @@ class StepTimer(pl.Callback):
         if wait:
             comm.sync(self.device_clock.device)
         while self.pending:
-            end, ready, buckets, loss = self.pending[0]
+            end, ready, buckets, loss, step_end = self.pending[0]
             if not (self.device_clock.ready(end) and comm.BucketClock.done(buckets)):
                 break
             self.pending.pop(0)
@@ -166,6 +174,8 @@ class StepTimer(pl.Callback):
             busy, n = comm.BucketClock.resolve(buckets)
             self.comm_times.append(round(busy, 6))
             self.buckets.append(n)
+            if step_end:
+                self.step_ends.append(len(self.step_times) - 1)
             self._last = end_s
             if self.first_step_end is None:
                 self.first_step_end = time.time() - (time.perf_counter() - end_s)
@@ -207,9 +217,12 @@ class StepTimer(pl.Callback):
             "grads_ready_s": self.grads_ready,
             "allreduce_s": self.comm_times,
             "buckets": self.buckets,
-            "probe_steps": [i for i, p in enumerate(self.probes) if p],
+            "probe_steps": self.probe_steps,  # optimizer-step indices
+            # batches that ended an optimizer step, when not every batch did (--accumulate_grad_batches)
+            **({"step_ends": self.step_ends} if self.step_ends != list(range(len(self.step_times))) else {}),
             "grad_bytes": self.grad_bytes,
             "bucket_bytes": self.clock.bucket_bytes,
+            "wire_bytes": self.clock.wire_bytes,  # what --comm_hook put on the wire for those buckets
             "allreduce_alone_s": self.alone,
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
@@ -233,15 +246,39 @@ def gather(record: dict) -> list:
     return sorted(out, key=lambda r: r["rank"])
 
 
+def optimizer_view(record: dict) -> dict:
+    """A rank's per-batch lists as per-optimizer-step lists (the same record when every batch was a step).
+
+    With --accumulate_grad_batches K an optimizer step is K batches, and only the last one all-reduces: its
+    time is their sum, its gradients are ready after the first K-1 batches plus the last one's backward and
+    all-reduce. Batches after the last completed step (a failed run) are left out."""
+    ends = record.get("step_ends")
+    if ends is None:
+        return record
+    starts = [0] + [end + 1 for end in ends[:-1]]
+    spans = list(zip(starts, ends))
+    times, ready = record["step_times_s"], record["grads_ready_s"]
+    full = max((b - a + 1 for a, b in spans), default=0)
+    return {**record, "short_steps": [i for i, (a, b) in enumerate(spans) if b - a + 1 < full],
+            "step_times_s": [sum(times[a:b + 1]) for a, b in spans],
+            "grads_ready_s": [sum(times[a:b]) + ready[b] for a, b in spans],
+            "allreduce_s": [sum(record["allreduce_s"][a:b + 1]) for a, b in spans],
+            "buckets": [sum(record["buckets"][a:b + 1]) for a, b in spans]}
+
+
 def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> dict:
-    """Run-level figures from per-rank step times.
+    """Run-level figures from per-rank step times (a step: an optimizer step; samples_per_step: its samples).
 
     DDP steps end together (the all-reduce is a barrier), so the slowest rank sets the pace:
     a step's time is the max over ranks, and throughput counts every rank's samples.
     """
+    per_rank = [optimizer_view(r) for r in per_rank]
     steps = min(len(r["step_times_s"]) for r in per_rank)
+    warmup_steps = max(0, min(warmup_steps, steps - 1))  # a run shorter than its warm-up keeps its last step
     probes = set(per_rank[0].get("probe_steps") or [])
-    normal = [i for i in range(warmup_steps, steps) if i not in probes]
+    # an epoch's last optimizer step may have fewer than K batches: not the step being measured
+    short = set(per_rank[0].get("short_steps") or [])
+    normal = [i for i in range(warmup_steps, steps) if i not in probes and i not in short]
     timed = [max(r["step_times_s"][i] for r in per_rank) for i in normal]
     train_time = sum(timed)
     samples = samples_per_step * len(timed)
@@ -260,7 +297,8 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
         "epoch_times_s": rank0["epoch_times_s"],
         "time_to_first_step_s": (rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
         "final_train_loss": statistics.fmean(final_losses) if final_losses else None,
-        "comm": comm_summary(per_rank, normal, [i for i in sorted(probes) if warmup_steps <= i < steps]),
+        "comm": comm_summary(per_rank, normal,
+                             [i for i in sorted(probes) if warmup_steps <= i < steps and i not in short]),
     }
     return out
 

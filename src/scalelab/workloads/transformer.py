@@ -48,7 +48,7 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     shape = shape_of(cfg)
     module = GPTModule(shape, cfg.learning_rate, compile=cfg.compile, lora_rank=cfg.lora_rank)
     # Enough sequences for every rank to reach max_steps inside one epoch (no epoch-boundary stalls).
-    steps = cfg.max_steps or 1000
+    steps = (cfg.max_steps or 1000) * cfg.accumulate_grad_batches  # batches: K per optimizer step
     num_samples = cfg.num_samples or steps * batch_per_device * world_size
     train = data.TokenSequences(num_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
     return Workload(
