@@ -52,3 +52,30 @@ def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
     assert rungs[1].command("out")[-2:] == ["--devices", "2"]
     # where namespaces cannot be made, only the one-node rungs run
     assert [r.link_gbit for r in demo.ladder(["transformer"], [2.0], links_ok=False)] == [None, None, None]
+
+
+def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link():
+    from scalelab import demo
+
+    lever = demo.parse_lever("accumulate_grad_batches=1,4")
+    rungs = demo.lever_rungs(lever, [0.2])
+    assert [r.name for r in rungs] == [
+        "transformer at 1 device(s) with accumulate_grad_batches 1",
+        "transformer at 2 nodes over 200 Mbit/s with accumulate_grad_batches 1",
+        "transformer at 1 device(s) with accumulate_grad_batches 4",
+        "transformer at 2 nodes over 200 Mbit/s with accumulate_grad_batches 4",
+        "allreduce at 2 nodes over 200 Mbit/s"]
+    cmd = rungs[3].command("out")
+    assert cmd[1].endswith("emulate.py") and cmd[cmd.index("--link_gbit") + 1] == "0.2"
+    assert cmd[-4:] == ["--accumulate_grad_batches", "4", "--output_dir", "out"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("comm_hook=none,int8", "expected none, fp16, bf16 or powersgd"),
+    ("learning_rate=1,2", "expected NAME=V1,V2,... with NAME one of accumulate_grad_batches, comm_hook"),
+    ("accumulate_grad_batches=", "expected NAME=V1,V2"),
+])
+def test_a_bad_lever_is_one_line(text, says):
+    proc = subprocess.run([sys.executable, "-m", "scalelab.demo", "--lever", text], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and says in proc.stderr, proc.stderr

@@ -55,6 +55,7 @@ def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
     assert t["steps"] == 8 and t["samples_per_step"] == 48 and r["workload"]["global_batch"] == 48
     assert t["step_time_s"]["median"] > 2 * min(rank["step_times_s"])  # a step is 3 batches
     assert t["tokens_per_s"] == pytest.approx(48 * 128 * t["timed_steps"] / t["train_time_s"])
+    assert 5.5 < rank["losses"][0] < 7  # the batch's own loss (Lightning hands over loss / K): about ln(512)
 
 
 def test_powersgd_over_gloo_with_several_buckets_is_refused_in_one_line(tmp_path):

@@ -33,21 +33,29 @@ LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce takes ~60 ms at t
 # the benchmark over a link: every size DDP's buckets use, few repeats (16 MiB at 0.2 Gbit/s takes 0.7 s each)
 BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
 SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
+# A lever sweep (--lever): the GPT at 1 device and over each link, per setting; fewer steps (K=16 makes a step
+# 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
+LEVER_WORKLOAD = ["--model", "transformer", "--preset", "tiny", "--max_steps", "10", "--warmup_steps", "2",
+                  "--comm_probe_every", "3"]
+LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb")
 
 
 class Rung(NamedTuple):
     model: str  # a WORKLOADS key, or "allreduce"
     devices: int
     link_gbit: Optional[float] = None  # 2 emulated nodes × `devices` over this link; None = one node
+    lever: tuple = ()  # ("--comm_hook", "bf16"): one setting of a lever sweep (the GPT's shorter run)
 
     @property
     def name(self) -> str:
         where = f"{self.devices} device(s)" if self.link_gbit is None else f"2 nodes over {human_rate(self.link_gbit)}"
-        return f"{self.model} at {where}"
+        return f"{self.model} at {where}" + (f" with {self.lever[0][2:]} {self.lever[1]}" if self.lever else "")
 
     def command(self, output_dir: str) -> list:
         if self.model == "allreduce":
             script = [BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
+        elif self.lever:
+            script = [TRAIN, *LEVER_WORKLOAD, *self.lever]
         else:
             script = [TRAIN, *WORKLOADS[self.model]]
         script += ["--output_dir", output_dir]
@@ -63,6 +71,27 @@ def ladder(models, link_rates, links_ok: bool) -> list:
         rungs += [Rung(m, 1, g) for m in models if m in LINK_MODELS for g in link_rates]
         rungs += [Rung("allreduce", 1, g) for g in link_rates]
     return rungs
+
+
+def lever_rungs(lever: tuple, link_rates) -> list:
+    """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting."""
+    name, values = lever
+    return ([Rung("transformer", n, g, (f"--{name}", v)) for v in values for n, g in [(1, None)] +
+             [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g) for g in link_rates])
+
+
+def parse_lever(text: str) -> tuple:
+    """'accumulate_grad_batches=1,4,16' -> ('accumulate_grad_batches', ['1', '4', '16']), each value checked as
+    train.py would check it."""
+    from scalelab import config
+
+    name, _, values = text.partition("=")
+    if name not in LEVERS or not values:
+        raise UsageError(f"--lever {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(LEVERS)}")
+    values = values.split(",")
+    for value in values:
+        config.parse_config(["--model", "transformer", f"--{name}", value])
+    return name, values
 
 
 def links_unavailable() -> Optional[str]:
@@ -82,6 +111,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "transformer"])
     p.add_argument("--link_gbit", type=positive_float, nargs="*", default=list(LINK_RATES),
                    help="rates of the emulated link between 2 nodes (none: skip the 2-node rungs)")
+    p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",
+                   help="instead of the ladder, sweep one lever at a fixed shape (the GPT at 1 device and 2 nodes "
+                        f"over each --link_gbit), e.g. accumulate_grad_batches=1,4,16 or comm_hook=none,bf16; "
+                        f"NAME: {', '.join(LEVERS)}")
     return p
 
 
@@ -89,13 +122,20 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logs = os.path.join(args.output_dir, "logs")
     os.makedirs(logs, exist_ok=True)
-    wants_links = bool(args.link_gbit) and any(m in LINK_MODELS for m in args.models)
+    wants_links = bool(args.link_gbit) and (args.lever or any(m in LINK_MODELS for m in args.models))
     why_not = links_unavailable() if wants_links else None
-    rungs = ladder(args.models, args.link_gbit, wants_links and not why_not)
-    over = (f"; 2 nodes over an emulated {' and '.join(human_rate(g) for g in args.link_gbit)} link"
+    over = (f"2 nodes over an emulated {' and '.join(human_rate(g) for g in args.link_gbit)} link"
             if wants_links and not why_not else "")
-    print(f"CPU rehearsal of the scaling ladder: {len(rungs)} runs ({', '.join(args.models)} at 1 and 2 devices on "
-          f"one node{over}; 1 device = 1 core, gloo), results in {args.output_dir}/")
+    if args.lever:
+        if not over:
+            raise UsageError(f"--lever needs the emulated link (--link_gbit RATE): {why_not or 'no rate given'}")
+        rungs = lever_rungs(args.lever, args.link_gbit)
+        print(f"CPU rehearsal of one lever: {len(rungs)} runs (the tiny GPT at 1 device and {over}, for "
+              f"{args.lever[0]} = {', '.join(args.lever[1])}; 1 device = 1 core, gloo), results in {args.output_dir}/")
+    else:
+        rungs = ladder(args.models, args.link_gbit, wants_links and not why_not)
+        print(f"CPU rehearsal of the scaling ladder: {len(rungs)} runs ({', '.join(args.models)} at 1 and 2 devices "
+              f"on one node{'; ' + over if over else ''}; 1 device = 1 core, gloo), results in {args.output_dir}/")
     if why_not:
         print(f"scalelab.demo: skipping the 2-node rungs: {why_not}", file=sys.stderr)
     start = time.time()

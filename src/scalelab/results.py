@@ -74,6 +74,7 @@ class CommRecord(TypedDict):
     step_s: float
     grad_bytes: Optional[int]
     bucket_bytes: Optional[List[int]]
+    wire_bytes: Optional[List[int]]  # what --comm_hook sent for those buckets; additive, absent before it
     buckets: float
     ddp_busbw_GBps: Optional[float]
 

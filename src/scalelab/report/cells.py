@@ -45,3 +45,9 @@ def money_cells(r) -> list:
         if pd.notna(r.cost_for_token_budget):
             cells.append(f"{r.cost_for_token_budget:,.0f}")
     return cells
+
+
+def nodes_cell(r) -> str:
+    """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
+    link = getattr(r, "link", "")
+    return f"{r.nodes} ({link})" if isinstance(link, str) and link else str(r.nodes)

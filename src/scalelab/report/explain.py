@@ -130,14 +130,18 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         bench_row = (bench_for(bench, r.devices, r.nodes, r.accelerator, r.device, getattr(r, "link", ""))
                      if r.devices > 1 else None)
         busbw = pred = eff_lo = eff_hi = None
-        if bench_row is not None and _ok(r.grad_bytes) and r.grad_bytes > 0:
-            pred = predicted_allreduce_s(bench_row["rows"], r.grad_bytes, r.buckets, r.devices,
-                                    r.bucket_bytes if isinstance(r.bucket_bytes, tuple) else None)
+        # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
+        # low-rank factors), else the buckets as DDP filled them, else the whole gradient
+        sizes = next((b for b in (getattr(r, "wire_bytes", None), r.bucket_bytes) if isinstance(b, tuple)), None)
+        moved = sum(sizes) if sizes else r.grad_bytes
+        if bench_row is not None and _ok(moved) and moved > 0:
+            pred = predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.devices, sizes)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
-            busbw = perfmodel.busbw_from_time(r.grad_bytes, pred, r.devices) if pred > 0 else None
+            busbw = perfmodel.busbw_from_time(moved, pred, r.devices) if pred > 0 else None
             if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
-                # busbw moves the whole gradient in `pred` seconds: the model then reproduces pred
-                p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, r.grad_bytes, r.devices, r.nodes,
+                # busbw moves those bytes in `pred` seconds: the model then reproduces pred; the baseline's
+                # step is an optimizer step (K batches with --accumulate_grad_batches K): one all-reduce per K
+                p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, moved, r.devices, r.nodes,
                                                  busbw, r.scaling or "weak")
                 eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
         elif r.devices == 1:

@@ -18,12 +18,15 @@ from scalelab.workloads import throughput_unit
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
 COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
                "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
+# The levers (train.py's flags; each setting its own group) and their values in results written before them.
+LEVER_DEFAULTS = {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0, "static_graph": False}
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
                "link", "link_gbit", "threads", "oversubscribed", "status", "error", "train_time_s", "step_ms",
                "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s", "train_loss",
                "val_loss", "val_acc", "created", "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes",
-               COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu"]
+               COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu", *LEVER_DEFAULTS, "wire_bytes",
+               "samples_per_batch", "loss_curve"]
 NUMERIC = ("link_gbit", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
            "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device",
            "peak_tflops", "mfu")
@@ -81,11 +84,22 @@ def runs_frame(found: list) -> pd.DataFrame:
             **{k: c.get(k) for k in COMM_FIELDS},
             "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
             **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
+            **{k: w.get(k, default) for k, default in LEVER_DEFAULTS.items()},
+            "wire_bytes": tuple(c.get("wire_bytes") or ()) or None,
+            "samples_per_batch": (w.get("batch_per_device") or 0) * launch["world_size"],
+            "loss_curve": loss_curve(r.get("ranks") or []),
         })
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     return frame
+
+
+def loss_curve(ranks: list) -> tuple | None:
+    """The training loss of every batch, averaged over the ranks (each rank logs the loss of its own shard)."""
+    curves = [r.get("losses") or [] for r in ranks if isinstance(r, dict)]
+    n = min((len(c) for c in curves), default=0)
+    return tuple(statistics.fmean(c[i] for c in curves) for i in range(n)) or None
 
 
 def link_label(link) -> str:
@@ -119,6 +133,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 describe=("describe", "first"),
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
                 bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),
+                wire_bytes=("wire_bytes", "first"), samples_per_batch=("samples_per_batch", "first"),
+                loss_curve=("loss_curve", "last"), **{k: (k, "first") for k in LEVER_DEFAULTS},
                 **{k: (k, "median") for k in (*COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))

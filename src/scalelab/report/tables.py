@@ -8,8 +8,8 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.cli import human_count
-from scalelab.report import explain
-from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, predicted_range
+from scalelab.report import explain, levers
+from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
 
 STEP_HEADERS = ["devices", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms", "waited ms",
@@ -31,6 +31,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
         if g["compute_s"].notna().any():
             out += step_table(g, fmt)
         out.append("")
+    out += levers.render(scaling, fmt)
     out += failed_table(runs, fmt)
     return "\n".join(out)
 
@@ -52,7 +53,8 @@ def _group_title(first: pd.Series, letter: str, members: pd.DataFrame) -> str:
              "(strong scaling)")
     hw = f"GPU: {first['device']}" if first["accelerator"] == "gpu" else cpu_device_caption(members)
     params = f"{human_count(first['params'])} params" if pd.notna(first["params"]) else "params unknown"
-    return f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']} · {hw}"
+    return (f"Group {letter}: {first['describe']} ({params}) · {batch} · precision {first['precision']}"
+            f"{levers.caption(first)} · {hw}")
 
 
 def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
@@ -129,12 +131,6 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     if g["mfu"].isna().all():
         out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
     return out
-
-
-def nodes_cell(r) -> str:
-    """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
-    link = getattr(r, "link", "")
-    return f"{r.nodes} ({link})" if isinstance(link, str) and link else str(r.nodes)
 
 
 def _bench_hint(g: pd.DataFrame) -> str:

@@ -89,6 +89,7 @@ class StepTimer(pl.Callback):
         self.optimizer_steps = 0  # ended so far (host side); with --accumulate_grad_batches K, every Kth batch
         self.step_ends = []  # the batches (as read) that ended an optimizer step
         self._probe = False
+        self.loss_scale = 1  # Lightning hands on_train_batch_end the loss divided by accumulate_grad_batches
         self.clock = comm.BucketClock(comm_hook)
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.grad_bytes = None
@@ -112,6 +113,7 @@ class StepTimer(pl.Callback):
             # Lightning registers comm hooks on CUDA only; this one times DDP's all-reduce (or --comm_hook's).
             ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
         self.train_start = time.time()
+        self.loss_scale = getattr(trainer, "accumulate_grad_batches", 1)
         # A run resumed mid-epoch (a requeued SLURM job from Lightning's checkpoint) gets no epoch-start hook
         # before its first step: start the clocks here too.
         self._epoch_start = self._last = self._clock(trainer).anchor()
@@ -180,7 +182,7 @@ class StepTimer(pl.Callback):
             if self.first_step_end is None:
                 self.first_step_end = time.time() - (time.perf_counter() - end_s)
             if loss is not None and (wait or not loss.is_cuda):  # reading a GPU loss waits for the device
-                self.losses.append(float(f"{float(loss):.6g}"))
+                self.losses.append(float(f"{float(loss) * self.loss_scale:.6g}"))
         if wait:
             self.device_clock.anchor(synced=True)  # the next window's events are read against a fresh reference
 
@@ -330,8 +332,9 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
     waited = max(0.0, synced - compute) if world > 1 else 0.0
     grad_bytes = per_rank[0].get("grad_bytes")
-    measurable = world > 1 and allreduce > 0 and grad_bytes
-    busbw = perfmodel.busbw_from_time(grad_bytes, allreduce, world) if measurable else None
+    moved = sum(per_rank[0].get("wire_bytes") or []) or grad_bytes  # --comm_hook: the bytes it sent
+    measurable = world > 1 and allreduce > 0 and moved
+    busbw = perfmodel.busbw_from_time(moved, allreduce, world) if measurable else None
     return {
         "probe_steps": len(probes),
         "compute_s": compute,
@@ -345,6 +348,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "step_s": step,
         "grad_bytes": grad_bytes,
         "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
+        "wire_bytes": per_rank[0].get("wire_bytes") or None,  # fewer than bucket_bytes with --comm_hook
         "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
         "ddp_busbw_GBps": busbw,
     }

@@ -1,0 +1,95 @@
+"""What each lever bought: configurations that differ in one lever only, side by side.
+
+A lever (train.py's --accumulate_grad_batches, --comm_hook, --bucket_cap_mb, --static_graph) is part of the
+workload, so each setting is its own scaling group with its own 1-device baseline. Groups whose workloads are
+equal but for one lever form a family; for each multi-device configuration of the family this shows the
+efficiency measured next to the predicted range, the all-reduce per optimizer step measured and predicted, the
+bytes on the wire, and the training loss reached at an equal number of samples: a lever that trains faster
+but learns less per sample (a larger global batch, a compressed gradient) must show it here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab.report.cells import fmt_num, fmt_pct, nodes_cell, predicted_range
+from scalelab.report.frames import LEVER_DEFAULTS
+
+LEVERS = tuple(LEVER_DEFAULTS)
+
+
+def _without(group: str, lever: str) -> str:
+    key = json.loads(group)
+    key["workload"] = {k: v for k, v in key["workload"].items() if k != lever}
+    return json.dumps(key, sort_keys=True)
+
+
+def families(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """[(lever, rows)]: multi-device rows of groups equal but for `lever`, which takes two or more values."""
+    if scaling.empty or not set(LEVERS) <= set(scaling.columns):
+        return []
+    out = []
+    for lever in LEVERS:
+        rest = scaling["group"].map(lambda g, lever=lever: _without(g, lever))
+        for _, rows in scaling.groupby(rest, sort=False):
+            if rows[lever].astype(str).nunique() > 1:
+                multi = rows[rows["devices"] > rows["baseline_devices"]]
+                if not multi.empty:
+                    out.append((lever, multi.sort_values(["link", "devices", lever])))
+    return out
+
+
+def loss_at(curve, samples_per_batch: float, samples: float):
+    """The training loss after `samples` samples: the mean of the last tenth of the batches up to there."""
+    if not curve or not samples_per_batch:
+        return None
+    n = min(len(curve), int(samples // samples_per_batch))
+    if n < 1:
+        return None
+    return statistics.fmean(curve[max(0, n - max(1, n // 10)):n])
+
+
+def equal_samples(rows: pd.DataFrame) -> float:
+    """The samples every configuration of a family trained on (the fewest among them)."""
+    return min((len(c) * s for c, s in zip(rows["loss_curve"], rows["samples_per_batch"]) if c and s),
+               default=0)
+
+
+def caption(first) -> str:
+    """The group title's note of the levers set away from their defaults (" · accumulate 4 · comm hook bf16")."""
+    words = {"accumulate_grad_batches": "accumulate {}", "comm_hook": "comm hook {}", "bucket_cap_mb": "buckets {} MB",
+             "static_graph": "static graph"}
+    return "".join(f" · {words[k].format(_show(first.get(k)))}" for k, default in LEVER_DEFAULTS.items()
+                   if k in first and pd.notna(first.get(k)) and first.get(k) != default)
+
+
+def _show(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+HEADERS = ["devices", "nodes", "step ms", "all-reduce ms", "predicted ms", "MB on the wire", "efficiency",
+           "predicted eff."]
+
+
+def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
+    """One table per family: the lever's settings side by side at each multi-device configuration."""
+    out = []
+    for lever, rows in families(scaling):
+        samples = equal_samples(rows)
+        out.append(f"What {lever} bought (each setting is its own group, with its own 1-device baseline; "
+                   "all-reduce per optimizer step, measured and predicted; loss: the training loss after "
+                   f"{samples:,.0f} samples, the fewest any of them trained on)")
+        body = []
+        for r in rows.itertuples():
+            wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else r.grad_bytes
+            body.append([_show(getattr(r, lever)), r.devices, nodes_cell(r), fmt_num(r.step_ms, ",.1f"),
+                         fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
+                         fmt_num(wire / 1e6, ",.2f"), fmt_pct(r.efficiency), predicted_range(r),
+                         fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")])
+        out.append(tabulate(body, headers=[lever, *HEADERS, "loss"], tablefmt=fmt, disable_numparse=True))
+        out.append("")
+    return out

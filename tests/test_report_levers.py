@@ -1,0 +1,56 @@
+"""The report's lever view on constructed results: families of groups equal but for one lever, the loss at an
+equal number of samples, and the bytes on the wire a hook recorded."""
+
+import pytest
+
+from scalelab import results
+from scalelab.report import levers
+from scalelab.report.cli import build
+from scalelab.report.tables import render
+from test_results import make_result
+
+
+def _run(tmp_path, run_id, world, samples_per_s, losses, **levers_set):
+    r = make_result(run_id, world=world, nodes=world, samples_per_s=samples_per_s, **levers_set)
+    r["ranks"] = [{"rank": k, "losses": losses} for k in range(world)]
+    results.write(str(tmp_path), r)
+
+
+def test_groups_equal_but_for_one_lever_are_compared_at_equal_samples(tmp_path):
+    # K=1: 2 devices reach 55 % of twice the 1-device rate; K=4: 90 %. K=4 trains on 4x the batches' samples
+    # per step but its loss per sample is worse: read at the samples both trained on (the fewest: 10 batches)
+    _run(tmp_path, "k1-1", 1, 100.0, [3.0] * 10)
+    _run(tmp_path, "k1-2", 2, 110.0, [3.0 - i / 10 for i in range(10)])
+    _run(tmp_path, "k4-1", 1, 100.0, [3.0] * 40, accumulate_grad_batches=4)
+    _run(tmp_path, "k4-2", 2, 180.0, [3.0 - i / 100 for i in range(40)], accumulate_grad_batches=4)
+    _run(tmp_path, "other", 2, 150.0, [1.0] * 10, batch_size=32)  # a different workload: no family
+    _, scaling, _, _ = build(str(tmp_path))
+    ((lever, rows),) = levers.families(scaling)
+    assert lever == "accumulate_grad_batches" and list(rows["accumulate_grad_batches"]) == [1, 4]
+    assert levers.equal_samples(rows) == 10 * 128  # 10 batches of 64 per device x 2 devices
+    assert levers.loss_at(rows["loss_curve"].iloc[0], 128, 1280) == pytest.approx(2.1)  # its last batch
+    assert levers.loss_at(rows["loss_curve"].iloc[1], 128, 1280) == pytest.approx(2.91)  # its 10th batch
+    text = render(*build(str(tmp_path))[:2])
+    assert "What accumulate_grad_batches bought" in text and "after 1,280 samples" in text
+    table = text.split("What accumulate_grad_batches bought")[1].splitlines()
+    (k1,) = [line for line in table if line.startswith("1 ")]
+    (k4,) = [line for line in table if line.startswith("4 ")]
+    assert "55 %" in k1 and "2.100" in k1 and "90 %" in k4 and "2.910" in k4
+    assert "· accumulate 4 ·" in text  # the group title names a lever set away from its default
+
+
+def test_the_bytes_on_the_wire_come_from_the_hook(tmp_path):
+    for hook, wire in (("none", 8e6), ("bf16", 4e6)):
+        _run(tmp_path, f"{hook}-1", 1, 100.0, [2.0] * 10, comm_hook=hook)
+        r = make_result(f"{hook}-2", world=2, nodes=2, samples_per_s=150.0, comm_hook=hook)
+        r["timing"]["comm"] = {"grad_bytes": 8e6, "bucket_bytes": [8e6], "wire_bytes": [wire], "buckets": 1}
+        results.write(str(tmp_path), r)
+    text = render(*build(str(tmp_path))[:2]).split("What comm_hook bought")[1]
+    rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] in (["none"], ["bf16"])}
+    assert "8.00" in rows["none"] and "4.00" in rows["bf16"]
+
+
+def test_no_family_no_lever_table(tmp_path):
+    _run(tmp_path, "a", 1, 100.0, [1.0])
+    _run(tmp_path, "b", 2, 150.0, [1.0])
+    assert "bought" not in render(*build(str(tmp_path))[:2])
