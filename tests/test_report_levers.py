@@ -54,3 +54,16 @@ def test_no_family_no_lever_table(tmp_path):
     _run(tmp_path, "a", 1, 100.0, [1.0])
     _run(tmp_path, "b", 2, 150.0, [1.0])
     assert "bought" not in render(*build(str(tmp_path))[:2])
+
+
+def test_a_family_gets_its_plot(tmp_path):
+    from scalelab.report import plots
+
+    _run(tmp_path, "k1-1", 1, 100.0, [3.0] * 10)
+    _run(tmp_path, "k1-2", 2, 110.0, [3.0] * 10)
+    _run(tmp_path, "k4-1", 1, 100.0, [3.0] * 40, accumulate_grad_batches=4)
+    _run(tmp_path, "k4-2", 2, 180.0, [3.0] * 40, accumulate_grad_batches=4)
+    _, scaling, bench, _ = build(str(tmp_path))
+    written = plots.write_all(str(tmp_path / "plots"), scaling, bench)
+    path = tmp_path / "plots" / "efficiency_vs_accumulate_grad_batches.png"
+    assert str(path) in written and path.read_bytes()[:4] == b"\x89PNG"

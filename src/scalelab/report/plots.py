@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
+from scalelab.report import levers
 
 DPI = 120
 
@@ -206,6 +207,31 @@ def link_rate_figure(scaling: pd.DataFrame):
     return fig
 
 
+def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
+    """Efficiency against one lever's settings (report/levers.py's family): measured points and the predicted
+    range, one series per configuration (devices, nodes, link)."""
+    fig = Figure(figsize=(7, 4.8))
+    ax = fig.subplots()
+    values = list(dict.fromkeys(rows[lever]))
+    for (devices, nodes, link), g in rows.groupby(["devices", "nodes", "link"], sort=False):
+        x = [values.index(v) for v in g[lever]]
+        where = f"{_config(devices, nodes)}" + (f", {link}" if link else "")
+        color = ax.plot(x, g["efficiency"] * 100, "o-", ms=7, label=f"{where}: measured")[0].get_color()
+        lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
+        if hi.notna().any():
+            ax.errorbar(x, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color=color, capsize=5, alpha=0.6,
+                        label=f"{where}: predicted (no overlap … full overlap)")
+    ax.set_xticks(range(len(values)), [f"{v:g}" if isinstance(v, float) else str(v) for v in values])
+    ax.set_xlabel(lever)
+    ax.set_ylabel("parallel efficiency (%)")
+    ax.set_ylim(0, 110)
+    ax.set_title(_title(f"Efficiency against {lever}", scaling))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    _finish(fig, scaling)
+    return fig
+
+
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
@@ -239,6 +265,8 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
                     ("throughput_per_device.png", throughput_figure(scaling))]
         if not link_rows(scaling).empty:
             figures.append(("efficiency_vs_link_rate.png", link_rate_figure(scaling)))
+        figures += [(f"efficiency_vs_{lever}.png", lever_figure(lever, rows, scaling))
+                    for lever, rows in levers.families(scaling)]
     if not bench.empty:
         figures.append(("allreduce_busbw.png", busbw_figure(bench)))
     paths = []
