@@ -38,8 +38,9 @@ def families(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         for _, rows in scaling.groupby(rest, sort=False):
             if rows[lever].astype(str).nunique() > 1:
                 multi = rows[rows["devices"] > rows["baseline_devices"]]
-                if not multi.empty:
-                    out.append((lever, multi.sort_values(["link", "devices", lever])))
+                if not multi.empty:  # the default setting first, then the others in order
+                    order = multi.assign(_set=multi[lever] != LEVER_DEFAULTS[lever])
+                    out.append((lever, order.sort_values(["link", "devices", "_set", lever]).drop(columns="_set")))
     return out
 
 
