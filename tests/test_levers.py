@@ -9,7 +9,8 @@ import pytest
 from conftest import load_results, run_script
 from scalelab import config
 from scalelab.errors import UsageError
-from scalelab.train.comm import wire_bytes
+from scalelab.perfmodel.levers import gradient_shapes, wire_bytes
+from scalelab.workloads.presets import PRESETS
 
 GPT = ["--model", "transformer", "--preset", "tiny", "--warmup_steps", "2", "--devices", "2"]
 
@@ -82,3 +83,11 @@ def test_compression_hooks_record_their_bytes_on_the_wire(tmp_path, hook, bucket
         assert sent < full / 10  # rank-2 factors of the tiny GPT's matrices
     assert r["workload"]["comm_hook"] == hook and r["config"]["static_graph"] is True
     assert r["timing"]["comm"]["allreduce_s"] > 0
+
+
+def test_the_models_gradient_shapes_are_the_gpts():
+    from scalelab.workloads.nets.gpt import GPT
+
+    for preset in ("tiny", "small"):
+        real = [tuple(p.shape) for p in GPT(PRESETS[preset]).parameters()]
+        assert sorted(gradient_shapes(PRESETS[preset])) == sorted(real)

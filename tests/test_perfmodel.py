@@ -281,3 +281,25 @@ def test_gpus_outside_our_table_get_lightnings_peak(monkeypatch, name, precision
     assert pm.peak_tflops(name, precision) is None or name.startswith("Tesla V100")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     assert pm.lightning_peak_tflops(torch.device("cuda", 0), precision) == pytest.approx(tflops, rel=0.05)
+
+
+def test_accumulation_multiplies_compute_not_communication():
+    base = dict(gpus_per_node=1, nodes=[4], n_params=1e9, inter_GBps=0.125, compute_s=2.0, bucket_bytes=None)
+    rows = {k: pm.predict(pm.ScalingInputs(**base, accumulate=k))[-1] for k in (1, 4, 16)}
+    assert rows[4].comm_s == rows[1].comm_s and rows[4].compute_s == 4 * rows[1].compute_s
+    # only the last batch's backward can hide the all-reduce: (K-1) * c + max(c, comm)
+    assert rows[4].step_s_overlap == pytest.approx(3 * 2.0 + max(2.0, rows[4].comm_s))
+    effs = [rows[k].efficiency_no_overlap for k in (1, 4, 16)]
+    assert effs == sorted(effs) and effs[0] < effs[-1]
+
+
+def test_a_hook_changes_the_bytes_on_the_wire_only():
+    from scalelab.perfmodel.levers import gradient_shapes, wire_bytes
+
+    shapes = gradient_shapes(PRESETS["xl"])
+    full = wire_bytes("none", shapes, 4)
+    assert full == 4 * PRESETS["xl"].total_params() and wire_bytes("bf16", shapes, 4) == full / 2
+    base = dict(gpus_per_node=1, nodes=[4], n_params=PRESETS["xl"].total_params(), inter_GBps=0.125, compute_s=2.0)
+    plain, half = (pm.predict(pm.ScalingInputs(**base, wire_bytes=w))[-1] for w in (None, full / 2))
+    assert half.comm_s == pytest.approx(plain.comm_s / 2, rel=1e-3) and half.compute_s == plain.compute_s
+    assert wire_bytes("powersgd:4", shapes, 4) < full / 100  # rank-4 factors of 2048-wide matrices

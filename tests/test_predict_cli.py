@@ -83,3 +83,33 @@ def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("predict.py: error: "), res.stderr
     assert message in lines[0]
+
+
+SEED = ["--preset", "xl", "--gpus_per_node", "2", "--nodes", "4", "--inter_gbit", "1", "--batch_per_gpu", "16",
+        "--tflops", "312", "--mfu", "0.5"]
+
+
+def test_the_seed_scenario_and_its_levers():
+    """1.3B GPT, 4 sites x 2 GPUs over 1 Gbit/s, micro batch 16 x 2048, A100 at 50 % MFU, bf16 gradients on the
+    wire, accumulation 2: the plan promised 60-75 %; the arithmetic says communication-bound near 10 %."""
+    proc = run_script("predict.py", *SEED, "--comm_hook", "bf16", "--accumulate", "2", "--levers")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    (four,) = [line for line in out.splitlines() if line.strip().startswith("4 nodes")]
+    eff = float(four.split()[-2].rstrip("%"))
+    assert 8 < eff < 11 and " yes " in four  # communication-bound, about a tenth
+    assert "(2.632 GB on the wire with --comm_hook bf16), once per 2 batches" in out
+    levers = {tuple(line.split()[:2]): line for line in out.splitlines() if line.strip().startswith(
+        ("none ", "bf16 ", "powersgd:4 "))}
+    none = [float(levers[("none", str(k))].split()[5].rstrip("%")) for k in (1, 2, 4, 8, 16, 32, 64)]
+    assert none == sorted(none)  # efficiency rises with K
+    assert float(levers[("bf16", "2")].split()[3]) == pytest.approx(float(levers[("none", "2")].split()[3]) / 2,
+                                                                    rel=0.01)  # half the bytes, half the time
+    assert "levers: none: compute-bound from K = 64; bf16: compute-bound from K = 32; powersgd:4: compute-bound " \
+           "from K = 1" in out
+
+
+def test_powersgd_needs_the_matrix_shapes():
+    proc = run_script("predict.py", "--params", "1.3B", "--compute_s", "1", "--comm_hook", "powersgd:4")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "predict.py: error: --comm_hook powersgd:4 compresses each weight matrix by its shape: give --preset")

@@ -17,7 +17,9 @@ from tabulate import tabulate
 
 from scalelab import perfmodel as pm
 from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_main
+from scalelab.config import comm_hook_type
 from scalelab.errors import UsageError
+from scalelab.perfmodel import levers
 from scalelab.workloads.presets import PRESETS
 
 PROG = "predict.py"
@@ -69,6 +71,14 @@ def parse_args(argv):
                    help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")
     p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
     p.add_argument("--gpu_hour_price", type=nonneg_float, help="price per GPU-hour, for the cost columns")
+    lv = p.add_argument_group("the levers (train.py's flags of the same names; docs/11)")
+    lv.add_argument("--accumulate", type=positive_int, default=1,
+                    help="batches per optimizer step (--accumulate_grad_batches): one all-reduce per K")
+    lv.add_argument("--comm_hook", type=comm_hook_type, default="none",
+                    help="none, fp16, bf16 (2 bytes an element on the wire) or powersgd[:RANK] (needs --preset)")
+    lv.add_argument("--levers", action="store_true",
+                    help="also tabulate, at the largest node count, every hook against accumulation 1-64, and say "
+                         "which makes the run compute-bound")
     return p.parse_args(argv)
 
 
@@ -186,7 +196,9 @@ def build(args):
     tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
     _check_budget(args, tokens)
     busbw = _busbw_by_nodes(args.busbw_GBps, node_counts)
+    wire = _wire_bytes(args.comm_hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
     inputs = pm.ScalingInputs(
+        accumulate=args.accumulate, wire_bytes=wire,
         gpus_per_node=gpn, nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
         intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
         intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
@@ -194,9 +206,22 @@ def build(args):
         token_budget=args.token_budget, gpu_hour_price=args.gpu_hour_price, **compute_kw)
     source = f"--preset {args.preset}, total params" if shape else "--params"
     head = (f"model: {human_count(n_params)} parameters ({source}), {args.grad_dtype} gradients: "
-            f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step; {gpn} GPUs per node; "
-            f"{args.scaling} scaling")
+            f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step"
+            + (f" ({inputs.sent_bytes / pm.GB:.4g} GB on the wire with --comm_hook {args.comm_hook})" if wire else "")
+            + (f", once per {args.accumulate} batches (--accumulate)" if args.accumulate > 1 else "")
+            + f"; {gpn} GPUs per node; {args.scaling} scaling")
     return inputs, [head, *notes]
+
+
+def _wire_bytes(hook: str, shape, n_params: float, itemsize: int):
+    """Bytes on the wire per all-reduce under --comm_hook (None: no hook); PowerSGD needs the matrix shapes."""
+    if hook == "none":
+        return None
+    if hook.startswith("powersgd") and not shape:
+        raise UsageError(f"--comm_hook {hook} compresses each weight matrix by its shape: give --preset")
+    if shape:
+        return float(levers.wire_bytes(hook, levers.gradient_shapes(shape), itemsize))
+    return n_params * min(itemsize, 2)  # fp16/bf16: 2 bytes an element (no change to 2-byte gradients)
 
 
 def _memory_note(shape, batch: int, grad_dtype: str) -> str:
@@ -261,7 +286,42 @@ def main(argv=None) -> int:
     print()
     print(pm.formula(inputs))
     print("verdict: " + pm.verdict(rows))
+    if args.levers:
+        print()
+        print(lever_table(args, inputs))
     return 0
+
+
+LEVER_KS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def lever_table(args, inputs) -> str:
+    """Every hook against accumulation at the largest node count: which lever makes the run compute-bound."""
+    shape = PRESETS[args.preset] if args.preset else None
+    hooks = ["none", "bf16"] + (["powersgd:4"] if shape else [])
+    n_params = shape.total_params() if shape else args.params
+    itemsize = pm.GRAD_DTYPE_BYTES[args.grad_dtype]
+    body, bound_at = [], {}
+    for hook in hooks:
+        wire = _wire_bytes(hook, shape, n_params, itemsize)
+        for k in LEVER_KS:
+            row = pm.predict(dataclasses.replace(inputs, accumulate=k, wire_bytes=wire))[-1]
+            body.append([hook, k, f"{(wire or inputs.allreduce_bytes) / pm.GB:.4g}", _t(row.comm_s),
+                         _t(row.compute_s), f"{row.efficiency_no_overlap:.1%}", f"{row.efficiency_overlap:.1%}",
+                         "yes" if row.comm_bound else "no"])
+            if not row.comm_bound:
+                bound_at.setdefault(hook, k)
+    last = pm.predict(inputs)[-1]
+    head = (f"the levers at {last.label} ({last.gpus} GPUs), everything else as above; a step = one optimizer step "
+            "of K batches, one all-reduce:")
+    table = tabulate(body, headers=["comm hook", "K", "GB on\nthe wire", "comm s", "compute s",
+                                    "efficiency\nno overlap", "efficiency\noverlap", "comm-\nbound"],
+                     tablefmt="simple", disable_numparse=True, stralign="right")
+    says = [f"{hook}: compute-bound from K = {bound_at[hook]}" if hook in bound_at
+            else f"{hook}: still communication-bound at K = {LEVER_KS[-1]}" for hook in hooks]
+    note = ("PowerSGD changes the optimisation (and starts after plain steps); a larger K is a larger global batch: "
+            "check the loss at equal samples (docs/11)")
+    return "\n".join([head, table, "levers: " + "; ".join(says), note])
 
 
 def cli() -> int:

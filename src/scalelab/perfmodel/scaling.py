@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 from scalelab.perfmodel.checks import nonneg as _nonneg
 from scalelab.perfmodel.checks import positive as _positive
+from scalelab.perfmodel.levers import accumulated_step
 from scalelab.perfmodel.network import (
     DDP_BUCKET_BYTES,
     GB,
@@ -53,10 +54,14 @@ class ScalingInputs:
     tokens_per_step: Optional[float] = None
     token_budget: Optional[float] = None
     gpu_hour_price: Optional[float] = None
+    accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches): one all-reduce per `accumulate`
+    wire_bytes: Optional[float] = None  # bytes a hook sends per all-reduce (perfmodel.levers); None: S itself
 
     def __post_init__(self):
         _positive(gpus_per_node=self.gpus_per_node, intra_GBps=self.intra_GBps, inter_GBps=self.inter_GBps,
-                  grad_dtype_bytes=self.grad_dtype_bytes)
+                  grad_dtype_bytes=self.grad_dtype_bytes, accumulate=self.accumulate)
+        if self.wire_bytes is not None:
+            _positive(wire_bytes=self.wire_bytes)
         _nonneg(intra_latency_s=self.intra_latency_s, inter_latency_s=self.inter_latency_s)
         nodes = tuple(sorted(set(int(n) for n in self.nodes)))
         if not nodes or min(nodes) < 1:
@@ -84,6 +89,11 @@ class ScalingInputs:
     def allreduce_bytes(self) -> float:
         """S: the gradient bytes all-reduced every step."""
         return self.grad_bytes if self.grad_bytes is not None else self.n_params * self.grad_dtype_bytes
+
+    @property
+    def sent_bytes(self) -> float:
+        """What crosses the links per all-reduce: S, or fewer bytes under a compression hook."""
+        return self.wire_bytes if self.wire_bytes is not None else self.allreduce_bytes
 
     @property
     def compute_s_1gpu(self) -> float:
@@ -139,7 +149,7 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
     throughput ratio gpus · T1 / T and efficiency = compute / step. Strong: compute per GPU = T1 / gpus,
     speedup = T1 / T, efficiency = speedup / gpus.
     """
-    S, c1 = inputs.allreduce_bytes, inputs.compute_s_1gpu
+    S, c1, k = inputs.sent_bytes, inputs.compute_s_1gpu, inputs.accumulate
     measured = dict(inputs.busbw_GBps or {})
     rows = []
     for label, nodes, gpus in scales(inputs.gpus_per_node, inputs.nodes):
@@ -154,17 +164,17 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
         else:
             latency_term = inputs.buckets * 2 * (gpus - 1) * ring.latency_s
             comm = allreduce_time_s(S, gpus, bw, ring.latency_s, inputs.buckets)
-        compute = c1 if inputs.scaling == "weak" else c1 / gpus
-        serial, overlap = compute + comm, max(compute, comm)
+        compute = c1 if inputs.scaling == "weak" else c1 / gpus  # one batch; an optimizer step is k of them
+        serial, overlap = accumulated_step(compute, comm, k)
         work = gpus if inputs.scaling == "weak" else 1  # how many 1-GPU steps of work one step does
-        sp_serial, sp_overlap = work * c1 / serial, work * c1 / overlap
+        sp_serial, sp_overlap = work * k * c1 / serial, work * k * c1 / overlap
         row = dict(label=label, nodes=nodes, gpus=gpus, link=link, bandwidth_GBps=bw,
                    allreduce_bytes_per_gpu=allreduce_bytes_per_rank(S, gpus), latency_term_s=latency_term,
-                   comm_s=comm, compute_s=compute, step_s_no_overlap=serial, step_s_overlap=overlap,
-                   comm_bound=comm > compute, speedup_no_overlap=sp_serial, speedup_overlap=sp_overlap,
+                   comm_s=comm, compute_s=k * compute, step_s_no_overlap=serial, step_s_overlap=overlap,
+                   comm_bound=comm > k * compute, speedup_no_overlap=sp_serial, speedup_overlap=sp_overlap,
                    efficiency_no_overlap=sp_serial / gpus, efficiency_overlap=sp_overlap / gpus)
         if inputs.tokens_per_step is not None:
-            tokens = inputs.tokens_per_step * work
+            tokens = inputs.tokens_per_step * work * k
             row["tokens_per_step"] = tokens
             if inputs.token_budget is not None:
                 steps = inputs.token_budget / tokens
@@ -179,17 +189,22 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
 
 def formula(inputs: ScalingInputs) -> str:
     """The model in words and symbols, with this prediction's S, links and latencies."""
-    S = inputs.allreduce_bytes
+    S = inputs.sent_bytes
     lines = [
         "all-reduce (ring, nccl-tests definitions): each GPU sends and receives 2(n-1)/n * S bytes;",
         "  t_comm = buckets * 2(n-1) * alpha + 2(n-1)/n * S / beta"
-        f"   (S = {S / GB:.4g} GB of gradients, buckets = {inputs.buckets} "
+        f"   (S = {S / GB:.4g} GB " + ("of gradients" if inputs.wire_bytes is None else
+                                   f"on the wire: a hook compresses {inputs.allreduce_bytes / GB:.4g} GB") +
+        f", buckets = {inputs.buckets} "
         + ("= one all-reduce)" if inputs.bucket_bytes is None
            else f"DDP buckets of {inputs.bucket_bytes / 2**20:.4g} MiB)"),
         "  with a measured busbw: t_comm = 2(n-1)/n * S / busbw   (busbw = algbw * 2(n-1)/n, algbw = S / t)",
         "step: no overlap = compute + comm; full overlap (DDP all-reduces buckets during backward) ="
         " max(compute, comm); reality lies between.",
     ]
+    if inputs.accumulate > 1:
+        lines.append(f"accumulation: an optimizer step computes K = {inputs.accumulate} batches and all-reduces once:"
+                     " no overlap = K * compute + comm; full overlap = (K-1) * compute + max(compute, comm).")
     if inputs.scaling == "weak":
         lines.append("weak scaling: per-GPU work fixed (global batch grows with GPUs); speedup = gpus * T1 / step,"
                      " efficiency = compute / step.")

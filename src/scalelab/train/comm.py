@@ -20,6 +20,8 @@ import time
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from scalelab.perfmodel.levers import wire_bytes
+
 
 class BucketClock:
     """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `take()`, and the hook it
@@ -92,34 +94,6 @@ def inner_hook(name: str, process_group=None) -> tuple:
                                             matrix_approximation_rank=int(name.partition(":")[2] or 1))
         return powerSGD_hook.powerSGD_hook, state
     return default_hooks.allreduce_hook, process_group
-
-
-def wire_bytes(hook: str, shapes: list, itemsize: int, compressing: bool = True) -> int:
-    """Bytes a rank hands the all-reduce for one bucket of gradients of these shapes, under --comm_hook.
-
-    fp16/bf16: 2 bytes an element. PowerSGD (rank r): each gradient as an n x m matrix (n = first dimension)
-    goes as P (n x r) and Q (m x r) when that is at least `min_compression_rate` (2) times smaller, as PyTorch's
-    hook decides; the rest (biases, norms, small matrices) uncompressed; and everything uncompressed before it
-    starts compressing (`compressing` False)."""
-    numels = [_numel(shape) for shape in shapes]
-    if hook in ("fp16", "bf16"):
-        return 2 * sum(numels)
-    if not hook.startswith("powersgd") or not compressing:
-        return itemsize * sum(numels)
-    rank, total = int(hook.partition(":")[2] or 1), 0
-    for shape, numel in zip(shapes, numels):
-        n = shape[0] if shape else 1
-        m = numel // n if n else 0
-        r = min(n, m, rank)
-        total += (n + m) * r if (n + m) * r * 2 < numel else numel
-    return itemsize * total
-
-
-def _numel(shape) -> int:
-    out = 1
-    for dim in shape:
-        out *= dim
-    return out
 
 
 def timed_allreduce_hook(state: BucketClock, bucket):
