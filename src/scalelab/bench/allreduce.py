@@ -253,7 +253,7 @@ class Bench:
 
         where = [None] * self.world
         dist.all_gather_object(where, (cluster.hostname(), cluster.device_name(self.launch.accelerator,
-                                                                            self.device.index or 0)))
+                                                                            self.device)))
         self.hosts = sorted({h for h, _ in where})
         self.device_names = sorted({d for _, d in where})
         if self.rank == 0:

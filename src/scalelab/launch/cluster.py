@@ -133,11 +133,13 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def device_name(accelerator: str, local_rank: int = 0) -> str:
+def device_name(accelerator: str, device=0) -> str:
+    """The GPU's name from the device the rank trains on (a torch.device or its index: with one GPU bound per
+    task, or CUDA_VISIBLE_DEVICES, the local rank is not the index), or the CPU's model name."""
     if accelerator == "gpu":
         import torch
 
-        return torch.cuda.get_device_name(local_rank)
+        return torch.cuda.get_device_name(device)
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:

@@ -130,6 +130,9 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
                    "benchmark runs in this folder, per message size)")
     if g["mfu"].isna().all():
         out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
+    elif (g["model"] == "transformer").any():
+        out.append("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and "
+                   "PaLM count it: compare it with figures that do the same")
     return out
 
 

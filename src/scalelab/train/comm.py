@@ -14,6 +14,8 @@ Two measurements, because neither alone answers the question:
   when they share the cores (CPU) or the SMs and memory bandwidth (GPU).
 """
 
+from __future__ import annotations
+
 import statistics
 import time
 
@@ -163,15 +165,29 @@ def median_allreduce_s(bufs: list, device, passes: int) -> float:
     return statistics.median(times)
 
 
-def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3) -> float:
+class Scratch:
+    """One buffer of the largest bucket's size, kept for the run: a view of it stands in for each bucket.
+
+    DDP's buckets are at most --bucket_cap_mb (25 MB by default), so this costs one bucket of memory for the whole
+    run, instead of fresh gradient-sized buffers at every probe step (5 GB for `xl`, and a churn the caching
+    allocator would keep). Zeros: sums never overflow; contents do not change the speed."""
+
+    def __init__(self):
+        self.buffer = None
+
+    def views(self, bucket_bytes: list, device) -> list:
+        n = max(bucket_bytes) // 4
+        if self.buffer is None or self.buffer.numel() < n or self.buffer.device != device:
+            self.buffer = torch.zeros(n, dtype=torch.float32, device=device)
+        return [self.buffer[:b // 4] for b in bucket_bytes]
+
+
+def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3, scratch: Scratch | None = None) -> float:
     """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it).
 
-    Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores. The
-    buffers are fresh each probe and freed after: a gradient-sized copy kept for the whole run would cost
-    GPU memory (5 GB for xl). Zeros: sums never overflow; contents do not change the speed.
+    Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores.
     """
-    bufs = [torch.zeros(n // 4, dtype=torch.float32, device=device) for n in bucket_bytes]
-    return median_allreduce_s(bufs, device, passes)
+    return median_allreduce_s((scratch or Scratch()).views(bucket_bytes, device), device, passes)
 
 
 def union_length(spans) -> float:

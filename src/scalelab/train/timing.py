@@ -92,6 +92,7 @@ class StepTimer(pl.Callback):
         self.loss_scale = 1  # Lightning hands on_train_batch_end the loss divided by accumulate_grad_batches
         self.clock = comm.BucketClock(comm_hook)
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
+        self.scratch = comm.Scratch()  # their stand-in buffers, one bucket's worth for the run
         self.grad_bytes = None
         self.losses = []
         self.epoch_times = []
@@ -138,8 +139,8 @@ class StepTimer(pl.Callback):
         self._ready = self.device_clock.mark()  # after backward and DDP's wait for the reduced buckets
         if self._probe:
             if self.clock.bucket_bytes and _world_size() > 1:
-                self.alone.append(round(comm.allreduce_alone_s(self.clock.bucket_bytes,
-                                                               trainer.strategy.root_device), 6))
+                self.alone.append(round(comm.allreduce_alone_s(self.clock.bucket_bytes, trainer.strategy.root_device,
+                                                               scratch=self.scratch), 6))
             for group in optimizer.param_groups:  # local gradients: drop them, so no replica moves
                 for p in group["params"]:
                     p.grad = None
@@ -208,7 +209,7 @@ class StepTimer(pl.Callback):
             "host": cluster.hostname(),
             "device": str(trainer.strategy.root_device),
             "device_name": cluster.device_name(trainer.strategy.root_device.type.replace("cuda", "gpu"),
-                                               trainer.local_rank),
+                                               trainer.strategy.root_device),
             "threads": torch.get_num_threads(),
             "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
             "machine": cores.machine_id(),

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scalelab.workloads.nets import fused_optimizer
 from scalelab.workloads.presets import TransformerShape
 
 
@@ -116,4 +117,6 @@ class GPTModule(pl.LightningModule):
 
     def configure_optimizers(self):
         trainable = [p for p in self.parameters() if p.requires_grad]  # all of them without LoRA
-        return torch.optim.AdamW(trainable, lr=self.learning_rate, weight_decay=0.1, betas=(0.9, 0.95))
+        return torch.optim.AdamW(trainable, lr=self.learning_rate, weight_decay=0.1, betas=(0.9, 0.95),
+                                 fused=fused_optimizer(self.device))
+

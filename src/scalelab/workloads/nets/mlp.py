@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scalelab.workloads.nets import fused_optimizer
+
 
 class SpiralMLP(pl.LightningModule):
     def __init__(self, hidden_dims, dropout: float, learning_rate: float, num_classes: int = 2):
@@ -31,4 +33,4 @@ class SpiralMLP(pl.LightningModule):
         self.log("val_acc", (logits.argmax(-1) == y).float().mean(), sync_dist=True)
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+        return torch.optim.Adam(self.parameters(), lr=self.learning_rate, fused=fused_optimizer(self.device))
