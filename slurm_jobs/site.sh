@@ -18,6 +18,11 @@ gpus_visible() {  # the GPUs this node shows, by name (nvidia-smi -L): empty on 
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' || true
 }
 
+# Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a
+# header, because what a node has and what a site allows differ (some sites refuse --mem). Set it in your shell
+# (SCALELAB_MEM_PER_GPU=32G) or in your profile below; unset, the site's default applies.
+[ -n "${SCALELAB_MEM_PER_GPU:-}" ] && site_export SBATCH_MEM_PER_GPU "$SCALELAB_MEM_PER_GPU"
+
 case "${SCALELAB_PROFILE:-auto}" in
   auto)
     # --- The default: the accelerator follows the hardware the job got (GPUs visible: NCCL; none: CPU, gloo).
@@ -28,6 +33,7 @@ case "${SCALELAB_PROFILE:-auto}" in
     # site_export SBATCH_PARTITION gpu          # sbatch --partition
     # site_export SBATCH_ACCOUNT my_project     # sbatch --account
     # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint
+    site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
     # module purge && module load cuda/12.4 nccl/2.21   # modules your site needs
     # source "$HOME/venvs/scalelab/bin/activate"        # where torch (CUDA build) + scalelab live
     site_export NCCL_DEBUG "${NCCL_DEBUG:-WARN}"     # INFO prints rings/transports: proof that IB is used

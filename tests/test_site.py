@@ -63,3 +63,13 @@ def test_the_default_workload_follows_the_node(tmp_path):
     assert "--preset large" in chosen.stdout and "--batch_size 4" in chosen.stdout
     rehearsal = bash(show, PATH=fake_gpu_node(tmp_path), SCALELAB_PROFILE="cpu", SCALELAB_CPU_ON_GPU="1")
     assert rehearsal.stdout.startswith("--model mlp"), rehearsal.stderr
+
+
+def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
+    set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="32G")
+    assert "SBATCH_MEM_PER_GPU=32G" in set_by_user.stdout.splitlines()
+    a100 = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && {SHOW}")
+    assert "SBATCH_MEM_PER_GPU=64G" in a100.stdout.splitlines()
+    after = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
+                 f" && {SHOW}")
+    assert not [line for line in after.stdout.splitlines() if line.startswith("SBATCH_MEM")]

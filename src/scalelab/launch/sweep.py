@@ -133,6 +133,7 @@ class Submitter:
             partition=args.partition or site.get("SBATCH_PARTITION"),
             account=args.account or site.get("SBATCH_ACCOUNT"),
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+            mem_per_gpu=site.get("SBATCH_MEM_PER_GPU"),  # site.sh's SCALELAB_MEM_PER_GPU (None: the site default)
             setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    "source slurm_jobs/site.sh"],
             # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank)

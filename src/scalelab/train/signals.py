@@ -5,8 +5,12 @@
 * SIGTERM during training: Lightning's handler stops after the current step; ours only notes that it arrived
   (Lightning's own flag is set only at its end), which tells failure.classify why the ranks fell out of step.
 * SIGUSR1 under SLURM with Lightning's auto-requeue: Lightning's handler checkpoints and calls
-  `scontrol requeue`; we only note that it fired (failure.classify then makes the end "preempted"). Anywhere else
-  SIGUSR1 would kill the process silently (its default action), so it is handled like SIGTERM.
+  `scontrol requeue`. Run inside the signal handler it would save the model between any two bytecodes (in the
+  middle of an optimizer update) and, with several ranks, enter the checkpoint's barrier at a different point on
+  each rank. So the signal only marks it due; every REQUEUE_CHECK_EVERY batches the ranks agree (an all-reduce of
+  the mark) and all run Lightning's handler at that same batch boundary (`requeue_if_due`). failure.classify then
+  makes the end "preempted". Anywhere else SIGUSR1 would kill the process silently (its default action), so it
+  is handled like SIGTERM.
 * A rank that Lightning launched from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
 """
 
@@ -21,6 +25,7 @@ import threading
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never record it
+REQUEUE_CHECK_EVERY = 10  # batches between the ranks' agreement on a pending requeue (one tiny all-reduce)
 
 
 class RunSignals:
@@ -31,6 +36,8 @@ class RunSignals:
         self.sigterm_seen = False  # SIGTERM arrived during training (Lightning's own flag is set only at its end)
         self.training = False  # Lightning's handlers have been installed (training started)
         self.ending = False  # the run is failing and rank 0 is recording it: the watch and SIGTERM stand back
+        self.requeue = None  # Lightning's SLURM auto-requeue handler, when it is installed (run by requeue_if_due)
+        self.requeue_due = False  # SIGUSR1 arrived: run it at the next agreed batch boundary
 
     def install_startup_handler(self) -> None:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
@@ -63,10 +70,11 @@ class RunSignals:
 
             signal.signal(signal.SIGTERM, sigterm)
         current = signal.getsignal(signal.SIGUSR1)
-        if _is_lightning_requeue(current):  # Lightning's SLURM auto-requeue handler: note that it fired, run it
+        if _is_lightning_requeue(current):  # Lightning's SLURM auto-requeue handler: deferred to a batch boundary
+            self.requeue = current
+
             def requeue(signum, frame):
-                self.sigusr1 = "requeue"
-                current(signum, frame)
+                self.requeue_due = True
 
             signal.signal(signal.SIGUSR1, requeue)
         elif current in (signal.SIG_DFL, None):  # default action: die without a word; stop like SIGTERM
@@ -77,6 +85,26 @@ class RunSignals:
                     handler(signum, frame)
 
             signal.signal(signal.SIGUSR1, stop)
+
+    def requeue_if_due(self, batches: int, world_size: int, device) -> bool:
+        """At a batch boundary: run Lightning's requeue handler if SIGUSR1 arrived on any rank. One rank: at the
+        next boundary. Several: every REQUEUE_CHECK_EVERY batches all ranks all-reduce the mark (the same batch
+        on every rank, as they run the same batches), so all of them checkpoint at the same point."""
+        if self.requeue is None or (world_size == 1 and not self.requeue_due):
+            return False
+        if world_size > 1:
+            if batches % REQUEUE_CHECK_EVERY:
+                return False
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([float(self.requeue_due)], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            if not flag.item():
+                return False
+        self.sigusr1, self.requeue_due = "requeue", False
+        self.requeue(signal.SIGUSR1, None)
+        return True
 
     def line(self) -> str:
         """The one-line error of a run that SIGUSR1 stopped."""

@@ -46,6 +46,7 @@ class RankWatch(pl.Callback):
         self.rank = 0
         self.signals = RunSignals()
         self._killed_by_us: set[int] = set()
+        self.batches = 0  # training batches ended on this rank (the same count on every rank)
         self._take_over_lightning_observer()
         die_with_launcher()
         self.signals.install_startup_handler()
@@ -112,6 +113,10 @@ class RankWatch(pl.Callback):
     def on_train_start(self, trainer, pl_module):
         self.signals.training = True
         self.signals.wrap_lightning_handlers()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches += 1
+        self.signals.requeue_if_due(self.batches, self.world_size, trainer.strategy.root_device)
 
     def on_exception(self, trainer, pl_module, exception):
         self.signals.ending = True  # Lightning tears down next (and hands SIGTERM back to us): the run is ending
