@@ -82,9 +82,19 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
     status = {line[6:].split("  ")[0]: line[:4].strip() for line in lines[:-1]}
     assert status == {"each rank on its own GPU": "SKIP", "cores per rank": "PASS", "process group backend": "PASS",
                       "NCCL transport between nodes": "SKIP", "bf16 training": "SKIP",
-                      "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
+                      "memory estimate vs peak": "SKIP", "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
                       "all-reduce busbw": "INFO", "model FLOPs utilisation": "SKIP"}
     assert lines[-1] == f"self-check: 0 FAIL, 4 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
     assert len(load_results(tmp_path)) == 2  # the check adds no result.json the report would trip over
+
+
+@pytest.mark.parametrize("peak, status", [(10.0e9, "PASS"), (8.8e9, "PASS"), (12.5e9, "FAIL"), (7.0e9, "FAIL")])
+def test_the_memory_estimate_against_the_measured_peak(peak, status):
+    run = gpu_run()
+    run["memory"] = {"estimate_bytes": 10.0e9, "peak_allocated_bytes": peak}
+    v = selfcheck.memory_estimate(run)
+    assert v.status == status and v.figure.startswith(f"estimate 10.00 GB, peak {peak / 1e9:.2f} GB allocated")
+    run["launch"]["accelerator"] = "cpu"
+    assert selfcheck.memory_estimate(run).status == "SKIP"

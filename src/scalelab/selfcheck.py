@@ -132,6 +132,25 @@ def busbw(bench, expect: Optional[float]) -> Verdict:
                    "" if ok else f"below {BUSBW_FRACTION:.0%} of the expected figure")
 
 
+MEMORY_TOLERANCE = 0.15  # the memory model's estimate against the measured peak
+
+
+def memory_estimate(run) -> Verdict:
+    """perfmodel.memory's estimate (what train.py's check and predict.py use) against the peak the GPU measured."""
+    m = run.get("memory") or {}
+    est, peak = m.get("estimate_bytes"), m.get("peak_allocated_bytes")
+    if run["launch"]["accelerator"] != "gpu":
+        return Verdict("memory estimate vs peak", "SKIP", "CPU run", "torch measures GPU memory only")
+    if not est or not peak:
+        return Verdict("memory estimate vs peak", "SKIP", "no estimate" if not est else "no peak recorded",
+                       "the estimate covers the GPT (--model transformer)" if not est else "an older scalelab")
+    off = est / peak - 1
+    ok = abs(off) <= MEMORY_TOLERANCE
+    return Verdict("memory estimate vs peak", "PASS" if ok else "FAIL",
+                   f"estimate {est / 1e9:.2f} GB, peak {peak / 1e9:.2f} GB allocated ({off * 100:+.0f} %)",
+                   "" if ok else f"more than {MEMORY_TOLERANCE:.0%} apart: the memory check before fit would misjudge")
+
+
 def mfu(run) -> Verdict:
     t = run["timing"]
     if t.get("mfu") is None:
@@ -147,7 +166,7 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
     if run is None:
         raise UsageError(f"no completed training result in {output_dir}: the self-check reads one")
     return [each_rank_own_device(run), cores_per_rank(run), backend(run), nccl_transport(log_text, run),
-            precision_ran(run), step_clocks_cover_the_loop(run), comm_on_one_clock(run),
+            precision_ran(run), memory_estimate(run), step_clocks_cover_the_loop(run), comm_on_one_clock(run),
             busbw(newest(found, "allreduce"), expect_busbw), mfu(run)]
 
 

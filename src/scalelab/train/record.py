@@ -57,12 +57,30 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
                 **throughput(ctx, summary, per_rank)},
         metrics={"final_train_loss": final_loss,
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
+        memory=memory_record(ctx, per_rank),
         versions=results.versions(),
         slurm=results.slurm_info(),
         environment=results.capture_environment(),
         ranks=per_rank,
     )
     return payload
+
+
+def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
+    """The GPT's estimated tensor memory per device (perfmodel.memory, without its fixed overhead) and the peak the
+    ranks' caching allocators measured (GPU): the self-check compares them."""
+    estimate = None
+    if ctx.cfg.model == "transformer":
+        from scalelab.perfmodel import memory
+        from scalelab.workloads.transformer import lora_params, shape_of
+
+        shape = shape_of(ctx.cfg)
+        trainable = lora_params(shape, ctx.cfg.lora_rank) if ctx.cfg.lora_rank else None
+        # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
+        estimate = memory.training_memory(shape, ctx.batch, ctx.cfg.precision, trainable_params=trainable,
+                                          overhead=0).total
+    peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]
+    return {"estimate_bytes": estimate, "peak_allocated_bytes": max(peaks) if peaks else None}
 
 
 def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:

@@ -214,6 +214,9 @@ class StepTimer(pl.Callback):
             "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
             "machine": cores.machine_id(),
             "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
+            "peak_memory_bytes": (torch.cuda.max_memory_allocated(trainer.strategy.root_device)
+                                  if trainer.strategy.root_device.type == "cuda" else None),
             "process_start": self.process_start,
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
