@@ -82,8 +82,9 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
     status = {line[6:].split("  ")[0]: line[:4].strip() for line in lines[:-1]}
     assert status == {"each rank on its own GPU": "SKIP", "cores per rank": "PASS", "process group backend": "PASS",
                       "NCCL transport between nodes": "SKIP", "bf16 training": "SKIP",
-                      "memory estimate vs peak": "SKIP", "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
-                      "all-reduce busbw": "INFO", "model FLOPs utilisation": "SKIP"}
+                      "memory estimate vs peak": "SKIP", "step clocks cover the loop": "PASS",
+                      "all-reduce time within its step": "PASS", "all-reduce busbw": "INFO",
+                      "model FLOPs utilisation": "SKIP"}
     assert lines[-1] == f"self-check: 0 FAIL, 4 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
