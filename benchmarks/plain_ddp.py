@@ -22,12 +22,16 @@ from scalelab.workloads.presets import PRESETS
 
 
 def worker(rank, args, queue):
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // args.procs))
+    # one device = one core, as scalelab runs it (launch/cores.py): 1 thread, pinned to the rank's own core once
+    # the process group (and gloo's transport threads, which keep the whole node) exist
+    torch.set_num_threads(1)
     torch.manual_seed(42)
     model = GPT(PRESETS["tiny"])
     if args.procs > 1:
         dist.init_process_group("gloo", rank=rank, world_size=args.procs)
         model = DistributedDataParallel(model)
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[rank % len(cores)]})
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, betas=(0.9, 0.95))
     shape = PRESETS["tiny"]
     data = TokenSequences(args.steps * args.batch * args.procs, shape.seq_len, shape.vocab_size, 42)
