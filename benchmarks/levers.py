@@ -14,20 +14,18 @@ medians of the repeats) gives:
     python benchmarks/levers.py --output_dir outputs/levers --report_only
 """
 
-import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 from tabulate import tabulate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # emulated_sweep, which puts src/ on the path
 
-from scalelab import demo  # noqa: E402
-from scalelab.perfmodel.network import human_rate  # noqa: E402
-from scalelab.report.cli import build  # noqa: E402
+import emulated_sweep
+
+from scalelab import demo
+from scalelab.perfmodel.network import human_rate
+from scalelab.report.cli import build
 
 SWEEPS = (("accumulate_grad_batches", ["1", "4", "16"]), ("comm_hook", ["bf16"]))  # K=1 is the hook's "none"
 
@@ -35,18 +33,6 @@ SWEEPS = (("accumulate_grad_batches", ["1", "4", "16"]), ("comm_hook", ["bf16"])
 def rungs(rates) -> list:
     out = [r for lever in SWEEPS for r in demo.lever_rungs(lever, rates)]
     return list({r.name: r for r in out}.values())  # one all-reduce benchmark per link
-
-
-def run_all(rates, repeats: int, out: str):
-    if why := demo.links_unavailable():
-        sys.exit(f"levers.py: error: cannot emulate nodes here: {why}")
-    for k in range(repeats):
-        for rung in rungs(rates):
-            proc = subprocess.run(rung.command(out), capture_output=True, text=True)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                sys.exit(f"levers.py: error: repeat {k + 1}, {rung.name} failed: {last}")
-        print(f"repeat {k + 1}/{repeats} done", file=sys.stderr, flush=True)
 
 
 def setting(r) -> str:
@@ -91,15 +77,8 @@ def compression(scaling, rates) -> list:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--link_gbit", type=float, nargs="+", default=list(demo.LINK_RATES))
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--output_dir", default=None, help="default: a temporary folder")
-    p.add_argument("--report_only", action="store_true", help="only report an --output_dir filled before")
-    args = p.parse_args()
-    out = args.output_dir or tempfile.mkdtemp(prefix="scalelab-levers-")
-    if not args.report_only:
-        run_all(args.link_gbit, args.repeats, out)
+    args = emulated_sweep.parse_args(__doc__)
+    out = emulated_sweep.run("levers", rungs(args.link_gbit), args)
     _, scaling, _, _ = build(out)
     print(f"CPU rehearsal, 1 device = 1 core, gloo, tiny GPT; medians of the runs in {out}/ (python src/benchmark.py "
           f"--output_dir {out} shows them all)\n")

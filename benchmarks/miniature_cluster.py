@@ -13,21 +13,19 @@ over each emulated link; then the report's own pipeline (report.cli.build, media
     python benchmarks/miniature_cluster.py --link_gbit 1 0.2 --repeats 3     # other rates than the demo's
 """
 
-import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 from tabulate import tabulate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # emulated_sweep, which puts src/ on the path
 
-from scalelab import demo, perfmodel  # noqa: E402
-from scalelab.perfmodel.network import human_rate  # noqa: E402
-from scalelab.report.cli import build  # noqa: E402
-from scalelab.report.frames import link_label  # noqa: E402
+import emulated_sweep
+
+from scalelab import demo, perfmodel
+from scalelab.perfmodel.network import human_rate
+from scalelab.report.cli import build
+from scalelab.report.frames import link_label
 
 MODELS = ("mlp", "transformer")
 
@@ -36,18 +34,6 @@ def rungs(rates) -> list:
     """The demo's ladder with both workloads over every link."""
     return ([demo.Rung(m, n) for m in MODELS for n in (1, 2)] + [demo.Rung("allreduce", 2)]
             + [demo.Rung(m, 1, g) for m in MODELS for g in rates] + [demo.Rung("allreduce", 1, g) for g in rates])
-
-
-def run_all(rates, repeats: int, out: str):
-    if why := demo.links_unavailable():
-        sys.exit(f"miniature_cluster.py: error: cannot emulate nodes here: {why}")
-    for k in range(repeats):
-        for rung in rungs(rates):
-            proc = subprocess.run(rung.command(out), capture_output=True, text=True)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-                sys.exit(f"miniature_cluster.py: error: repeat {k + 1}, {rung.name} failed: {last}")
-        print(f"repeat {k + 1}/{repeats} done", file=sys.stderr, flush=True)
 
 
 def intra_node(scaling) -> list:
@@ -96,15 +82,8 @@ def predictions(scaling, rates) -> list:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--link_gbit", type=float, nargs="+", default=list(demo.LINK_RATES))
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--output_dir", default=None, help="default: a temporary folder")
-    p.add_argument("--report_only", action="store_true", help="only report an --output_dir filled before")
-    args = p.parse_args()
-    out = args.output_dir or tempfile.mkdtemp(prefix="scalelab-mini-")
-    if not args.report_only:
-        run_all(args.link_gbit, args.repeats, out)
+    args = emulated_sweep.parse_args(__doc__)
+    out = emulated_sweep.run("miniature_cluster", rungs(args.link_gbit), args)
     _, scaling, bench, _ = build(out)
     print(f"CPU rehearsal, 1 device = 1 core, gloo; medians of the runs in {out}/ (python src/benchmark.py "
           f"--output_dir {out} shows them all)\n")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -44,6 +45,36 @@ def wait_for_banner(proc, limit=120):
             return
         assert line, f"train.py ended before training started: {proc.communicate()[1][-2000:]}"
     raise AssertionError("no banner")
+
+
+def two_gloo_ranks(target, timeout=180) -> list:
+    """Run target(rank, queue) in two spawned processes joined by a gloo process group; [what each put]."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_gloo_rank, args=(target, rank, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return got
+
+
+def _gloo_rank(target, rank, port, out):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        target(rank, out)
+    finally:
+        dist.destroy_process_group()
 
 
 def load_results(folder):

@@ -1,15 +1,11 @@
 """The timed all-reduce hook hands DDP the reduced bucket: with it the gradients (and so the update) are exactly
 those of DDP's own all-reduce, with gradient_as_bucket_view off and on. Two real gloo processes."""
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from conftest import two_gloo_ranks
 from scalelab.train import comm
 
 pytestmark = pytest.mark.slow
@@ -36,32 +32,17 @@ def _grads(bucket_view, hooked, rank):
     return [p.grad.tolist() for p in net.parameters()], clock.take()[1], shapes  # lists: no shared memory
 
 
-def _rank(rank, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
-        got = {case: _grads(*case, rank) for case in CASES}
-        if rank == 0:
-            out.put(got)
-    finally:
-        dist.destroy_process_group()
+def _cases(rank, out):
+    got = {case: _grads(*case, rank) for case in CASES}
+    if rank == 0:
+        out.put(got)
+    else:
+        out.put(None)
 
 
 @pytest.fixture(scope="module")
 def by_case():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = out.get(timeout=180)
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    return got
+    return next(got for got in two_gloo_ranks(_cases) if got is not None)
 
 
 @pytest.mark.parametrize("bucket_view", [False, True])

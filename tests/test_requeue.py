@@ -1,19 +1,14 @@
 """SLURM's requeue signal is handled at a batch boundary every rank agrees on, never inside the signal handler."""
 
-import os
 import signal
-import socket
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from conftest import two_gloo_ranks
 from scalelab.train.signals import REQUEUE_CHECK_EVERY, RunSignals
 
 
-def _rank(rank: int, port: int, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+def _rank(rank: int, out):
     sig, ran = RunSignals(), []
     sig.requeue = lambda signum, frame: ran.append(batch)
     for batch in range(1, 3 * REQUEUE_CHECK_EVERY):
@@ -21,21 +16,10 @@ def _rank(rank: int, port: int, out):
             sig.requeue_due = True  # what the SIGUSR1 handler sets: only on rank 1, mid-run
         sig.requeue_if_due(batch, 2, torch.device("cpu"))
     out.put((rank, ran, sig.sigusr1))
-    dist.destroy_process_group()
 
 
 def test_ranks_run_the_requeue_handler_at_the_same_batch():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = sorted(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
+    got = sorted(two_gloo_ranks(_rank, timeout=120))
     # rank 0 never got the signal, yet both ran the handler once, at the first check after it arrived
     assert got == [(0, [REQUEUE_CHECK_EVERY], "requeue"), (1, [REQUEUE_CHECK_EVERY], "requeue")]
 
