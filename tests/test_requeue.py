@@ -2,7 +2,9 @@
 
 import signal
 
+import pytest
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from conftest import two_gloo_ranks
 from scalelab.train.signals import REQUEUE_CHECK_EVERY, RunSignals
@@ -14,21 +16,27 @@ def _rank(rank: int, out):
     for batch in range(1, 3 * REQUEUE_CHECK_EVERY):
         if rank == 1 and batch == 3:
             sig.requeue_due = True  # what the SIGUSR1 handler sets: only on rank 1, mid-run
-        sig.requeue_if_due(batch, 2, torch.device("cpu"))
-    out.put((rank, ran, sig.sigusr1))
+        try:
+            sig.requeue_if_due(batch, 2, torch.device("cpu"))
+        except SIGTERMException:  # the attempt ends at the batch where the handler ran
+            break
+    out.put((rank, ran, sig.sigusr1, batch))
 
 
 def test_ranks_run_the_requeue_handler_at_the_same_batch():
     got = sorted(two_gloo_ranks(_rank, timeout=120))
     # rank 0 never got the signal, yet both ran the handler once, at the first check after it arrived
-    assert got == [(0, [REQUEUE_CHECK_EVERY], "requeue"), (1, [REQUEUE_CHECK_EVERY], "requeue")]
+    assert got == [(r, [REQUEUE_CHECK_EVERY], "requeue", REQUEUE_CHECK_EVERY) for r in (0, 1)]
 
 
 def test_one_rank_runs_it_at_the_next_batch_and_not_in_the_handler():
     sig, ran = RunSignals(), []
     sig.requeue = lambda signum, frame: ran.append(signum)
-    assert not sig.requeue_if_due(1, 1, torch.device("cpu"))
+    sig.requeue_if_due(1, 1, torch.device("cpu"))
     sig.requeue_due = True
     assert ran == []  # the signal only marks it
-    assert sig.requeue_if_due(2, 1, torch.device("cpu")) and ran == [signal.SIGUSR1] and sig.sigusr1 == "requeue"
-    assert not sig.requeue_if_due(3, 1, torch.device("cpu")) and len(ran) == 1
+    with pytest.raises(SIGTERMException):  # it ran, and this attempt ends here
+        sig.requeue_if_due(2, 1, torch.device("cpu"))
+    assert ran == [signal.SIGUSR1] and sig.sigusr1 == "requeue" and sig.ending
+    assert signal.getsignal(signal.SIGTERM) == sig._sigterm_at_startup  # the requeue's SIGTERM is ignored
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -234,3 +234,27 @@ def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp
     proc = run_script("benchmark.py", "--output_dir", tmp_path)
     assert proc.returncode == 0 and f"scalelab report: 1 run(s) in {tmp_path}/" in proc.stdout, proc.stdout
     assert "did not complete" not in proc.stdout  # the preempted attempt is superseded, not a failed run
+
+
+def test_requeue_with_two_ranks_checkpoints_and_ends_at_one_step(slurm_env, tmp_path):
+    """USR1 reaches both ranks (node1, node2) mid-run: both run Lightning's requeue handler at the same batch
+    boundary, so its checkpoint barrier meets a barrier (inside the signal handler it met the other rank's
+    gradient all-reduce), and the attempt ends "preempted" before the requeue's SIGTERM can split the ranks."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    log = tmp_path / "slurm-%j.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--ntasks-per-node=1", "--cpus-per-task=1",
+                          str(ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh"), "--devices", "1", "--threads", "1",
+                          "--max_epochs", "40"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    try:
+        _wait_for("training", lambda: job_log.exists() and "scalelab: mlp" in job_log.read_text(), 120)
+        time.sleep(4)
+        subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
+        _wait_for("the preempted record", lambda: load_results(tmp_path), 60)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+    (first,) = load_results(tmp_path)
+    assert first["status"] == "preempted" and "requeue" in first["error"], job_log.read_text()[-3000:]
+    assert first["launch"]["world_size"] == 2 and first["timing"]["steps"] >= 1
+    assert list((tmp_path / "lightning" / job).glob("hpc_ckpt_*.ckpt"))

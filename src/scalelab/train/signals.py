@@ -8,8 +8,8 @@
   `scontrol requeue`. Run inside the signal handler it would save the model between any two bytecodes (in the
   middle of an optimizer update) and, with several ranks, enter the checkpoint's barrier at a different point on
   each rank. So the signal only marks it due; every REQUEUE_CHECK_EVERY batches the ranks agree (an all-reduce of
-  the mark) and all run Lightning's handler at that same batch boundary (`requeue_if_due`). failure.classify then
-  makes the end "preempted". Anywhere else SIGUSR1 would kill the process silently (its default action), so it
+  the mark), all run Lightning's handler at that same batch boundary and end the attempt there (`requeue_if_due`),
+  deaf to the SIGTERM the requeue brings. failure.classify makes the end "preempted". Anywhere else SIGUSR1 would kill the process silently (its default action), so it
   is handled like SIGTERM.
 * A rank that Lightning launched from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
 """
@@ -86,25 +86,32 @@ class RunSignals:
 
             signal.signal(signal.SIGUSR1, stop)
 
-    def requeue_if_due(self, batches: int, world_size: int, device) -> bool:
-        """At a batch boundary: run Lightning's requeue handler if SIGUSR1 arrived on any rank. One rank: at the
-        next boundary. Several: every REQUEUE_CHECK_EVERY batches all ranks all-reduce the mark (the same batch
-        on every rank, as they run the same batches), so all of them checkpoint at the same point."""
+    def requeue_if_due(self, batches: int, world_size: int, device) -> None:
+        """At a batch boundary: if SIGUSR1 arrived on any rank, run Lightning's requeue handler and end this
+        attempt (SIGTERMException). One rank: at the next boundary. Several: every REQUEUE_CHECK_EVERY batches
+        all ranks all-reduce the mark (the same batch on every rank, as they run the same batches), so all of them
+        checkpoint at the same point."""
         if self.requeue is None or (world_size == 1 and not self.requeue_due):
-            return False
+            return
         if world_size > 1:
             if batches % REQUEUE_CHECK_EVERY:
-                return False
+                return
             import torch
             import torch.distributed as dist
 
             flag = torch.tensor([float(self.requeue_due)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if not flag.item():
-                return False
+                return
         self.sigusr1, self.requeue_due = "requeue", False
+        # `scontrol requeue` makes SLURM send SIGTERM at once; Lightning's SIGTERM handler broadcasts from inside
+        # the signal, wherever each rank is (with 2 ranks that met a gradient all-reduce and the job hung until
+        # SIGKILL, no record). So this attempt ignores that SIGTERM and ends here, at the same batch on every rank.
+        self.ending = True
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm_at_startup)  # returns at once while `ending`
         self.requeue(signal.SIGUSR1, None)
-        return True
+        raise SIGTERMException()  # recorded "preempted" (failure.classify); the job resumes from the checkpoint
 
     def line(self) -> str:
         """The one-line error of a run that SIGUSR1 stopped."""
