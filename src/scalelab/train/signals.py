@@ -9,8 +9,8 @@
   middle of an optimizer update) and, with several ranks, enter the checkpoint's barrier at a different point on
   each rank. So the signal only marks it due; every REQUEUE_CHECK_EVERY batches the ranks agree (an all-reduce of
   the mark), all run Lightning's handler at that same batch boundary and end the attempt there (`requeue_if_due`),
-  deaf to the SIGTERM the requeue brings. failure.classify makes the end "preempted". Anywhere else SIGUSR1 would kill the process silently (its default action), so it
-  is handled like SIGTERM.
+  deaf to the SIGTERM the requeue brings. failure.classify makes the end "preempted". Anywhere else SIGUSR1
+  would kill the process silently (its default action), so it is handled like SIGTERM.
 * A rank that Lightning launched from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
 """
 
