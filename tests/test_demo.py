@@ -45,8 +45,8 @@ def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
         "allreduce at 2 device(s)", "transformer at 2 nodes over 2 Gbit/s", "transformer at 2 nodes over 200 Mbit/s",
         "allreduce at 2 nodes over 2 Gbit/s", "allreduce at 2 nodes over 200 Mbit/s"]
     emulated = rungs[6].command("out")
-    assert emulated[1:6] == [demo.EMULATE, "--link_gbit", "0.2", "--devices", "1"]
-    assert emulated[6:8] == ["--", demo.TRAIN] and emulated[-2:] == ["--output_dir", "out"]
+    assert emulated[1:7] == ["-m", "scalelab.launch.emulate", "--link_gbit", "0.2", "--devices", "1"]
+    assert emulated[7:10] == ["--", "-m", "scalelab.train"] and emulated[-2:] == ["--output_dir", "out"]
     assert "--max_bytes" in rungs[8].command("out") and rungs[8].command("out")[-6:-2] == ["--iters", "5",
                                                                                            "--warmup_iters", "1"]
     assert rungs[1].command("out")[-2:] == ["--devices", "2"]
@@ -66,7 +66,7 @@ def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link
         "transformer at 2 nodes over 200 Mbit/s with accumulate_grad_batches 4",
         "allreduce at 2 nodes over 200 Mbit/s"]
     cmd = rungs[3].command("out")
-    assert cmd[1].endswith("emulate.py") and cmd[cmd.index("--link_gbit") + 1] == "0.2"
+    assert cmd[1:3] == ["-m", "scalelab.launch.emulate"] and cmd[cmd.index("--link_gbit") + 1] == "0.2"
     assert cmd[-4:] == ["--accumulate_grad_batches", "4", "--output_dir", "out"]
 
 

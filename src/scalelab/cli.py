@@ -5,6 +5,7 @@ never a usage dump or a traceback wall.
 """
 
 import argparse
+import copy
 import logging
 import os
 import sys
@@ -12,8 +13,48 @@ import sys
 from scalelab.errors import RunFailed, UsageError
 
 
+def prog_name(script: str) -> str:
+    """The name the user typed: `scalelab-train` from the console script, else the tutorial's `train.py`; every
+    usage line and one-line error of an entry point uses it."""
+    typed = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return typed if typed.startswith("scalelab-") else script
+
+
+class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
+    """`(default: 180)` after a flag's help where it has a default, never `(default: None)`. A parser whose flags
+    default to None on purpose (to tell "given" from "not given") puts the real one in `action.shown_default`.
+    Descriptions and epilogs keep their own line breaks (the examples)."""
+
+    @staticmethod
+    def _shown(action):
+        default = getattr(action, "shown_default", action.default)
+        if default is None or default is False or default == argparse.SUPPRESS or action.nargs == 0:
+            return None  # a switch (store_true/false) says what it does; its default is "not given"
+        if not action.option_strings or "default" in (action.help or "").lower():
+            return None
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"(default: {shown.replace('%', '%%')})"
+
+    def _format_action(self, action):
+        shown = self._shown(action)
+        if shown:
+            action = copy.copy(action)
+            action.help = f"{action.help} {shown}" if (action.help or "").strip() else shown
+        return super()._format_action(action)
+
+    def _get_help_string(self, action):
+        return action.help
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line instead of the usage block."""
+    """argparse that reports a bad flag in one line instead of the usage block, names the program as the user
+    typed it, and answers --version."""
+
+    def __init__(self, *args, prog=None, formatter_class=DefaultsFormatter, **kwargs):
+        super().__init__(*args, prog=prog_name(prog) if prog else None, formatter_class=formatter_class, **kwargs)
+        from scalelab import __version__
+
+        self.add_argument("--version", action="version", version=f"%(prog)s (scalelab) {__version__}")
 
     def error(self, message):
         raise UsageError(message)
@@ -21,6 +62,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def run_main(prog: str, main, argv=None) -> int:
     """Run an entry point; turn UsageError into one stderr line and exit code 2."""
+    prog = prog_name(prog)
     try:
         return main(argv) or 0
     except UsageError as exc:

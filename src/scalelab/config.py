@@ -7,6 +7,7 @@ Precedence: built-in default < YAML file (`--config`) < command line.
 
 import argparse
 import copy
+import dataclasses
 import functools
 import os
 from dataclasses import asdict, dataclass, field, make_dataclass
@@ -105,7 +106,6 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=prog,
         description="Train the same job at any scale and write outputs/<run_id>/result.json.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--config", help="YAML file of defaults (keys = flag names); the command line wins")
     w = p.add_argument_group("workload")
@@ -134,7 +134,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--precision", choices=PRECISIONS,
                    help="default: 32 on CPU; on GPUs bf16-mixed for the transformer, 32 for the MLP")
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    o.add_argument("--seed", type=nonneg_int)
+    o.add_argument("--seed", type=nonneg_int, help="data, initial weights and dropout")
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
     _lever_flags(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
     lg = p.add_argument_group("launch (defaults come from SLURM or torchrun when present)")
@@ -153,6 +153,10 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
     lg.add_argument("--run_name", help="a label stored in the result and its run id")
     lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
+    real = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
+    real.update((o.name, o.default) for _, o in _options())
+    for action in p._actions:  # parse_config sets every default to None: --help shows the real ones
+        action.shown_default = real.get(action.dest)
     return p
 
 
@@ -192,7 +196,7 @@ def _load_yaml(path: str, parser: argparse.ArgumentParser) -> dict:
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of flag names to values")
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "config")}
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config")}
     out = {}
     for key, value in data.items():
         dest = str(key).lstrip("-").replace("-", "_")
@@ -232,7 +236,7 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     """Flags (+ optional YAML) -> a validated RunConfig with model defaults filled in."""
     parser = build_parser(prog)
     # Every flag defaults to None so we can tell "given" from "not given" and layer YAML below the CLI.
-    parser.set_defaults(**{a.dest: None for a in parser._actions if a.dest != "help"})
+    parser.set_defaults(**{a.dest: None for a in parser._actions if a.dest not in ("help", "version")})
     args = parser.parse_args(argv)
     layered = _load_yaml(args.config, parser) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})

@@ -4,8 +4,9 @@
 costs a fifth of the step and one where it dominates; one CPU device is one core (launch/cores.py), so every rung has
 the same compute per device and the ladder shows what a real cluster shows: one node scales almost linearly,
 the interconnect takes the rest. The all-reduce benchmark runs over each link for the report's predicted
-columns. Each run is the real `src/train.py` (under `src/emulate.py` for the nodes), exactly what a user would
-type; logs go to <output_dir>/logs/. Where this machine cannot make network namespaces the link rungs are
+columns. Each run is the real training entry point (`python -m scalelab.train`, what src/train.py runs; under
+`python -m scalelab.launch.emulate` for the nodes), from a checkout or an installed wheel alike; logs go to
+<output_dir>/logs/. Where this machine cannot make network namespaces the link rungs are
 skipped, saying why.
 """
 
@@ -22,8 +23,9 @@ from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
 
-SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRAIN, BENCH, EMULATE = (os.path.join(SRC, f) for f in ("train.py", "allreduce_bench.py", "emulate.py"))
+# the entry points as modules: they run wherever scalelab imports (a checkout's src/ or an installed wheel)
+TRAIN, BENCH, EMULATE = (["-m", m] for m in ("scalelab.train", "scalelab.bench", "scalelab.launch.emulate"))
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # put on PYTHONPATH for the runs
 WORKLOADS = {
     "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
     "transformer": ["--model", "transformer", "--preset", "tiny", "--max_steps", "25", "--warmup_steps", "5"],
@@ -53,15 +55,15 @@ class Rung(NamedTuple):
 
     def command(self, output_dir: str) -> list:
         if self.model == "allreduce":
-            script = [BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
+            script = [*BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
         elif self.lever:
-            script = [TRAIN, *LEVER_WORKLOAD, *self.lever]
+            script = [*TRAIN, *LEVER_WORKLOAD, *self.lever]
         else:
-            script = [TRAIN, *WORKLOADS[self.model]]
+            script = [*TRAIN, *WORKLOADS[self.model]]
         script += ["--output_dir", output_dir]
         if self.link_gbit is None:
             return [sys.executable, *script, "--devices", str(self.devices)]
-        return [sys.executable, EMULATE, "--link_gbit", f"{self.link_gbit:g}", "--devices", str(self.devices),
+        return [sys.executable, *EMULATE, "--link_gbit", f"{self.link_gbit:g}", "--devices", str(self.devices),
                 "--", *script]
 
 
@@ -138,12 +140,13 @@ def main(argv=None) -> int:
               f"on one node{'; ' + over if over else ''}; 1 device = 1 core, gloo), results in {args.output_dir}/")
     if why_not:
         print(f"scalelab.demo: skipping the 2-node rungs: {why_not}", file=sys.stderr)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (PKG_PARENT, os.environ.get("PYTHONPATH")) if p)}
     start = time.time()
     for rung in tqdm(rungs, desc="runs", unit="run"):
         log = os.path.join(logs, f"{rung.name.replace(' ', '-').replace('/', '')}-"
                                  f"{time.strftime('%Y%m%d-%H%M%S')}.log")
         with open(log, "w") as fh:
-            rc = subprocess.run(rung.command(args.output_dir), stdout=fh, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(rung.command(args.output_dir), stdout=fh, stderr=subprocess.STDOUT, env=env).returncode
         if rc != 0:
             with open(log) as fh:
                 tail = fh.read().splitlines()[-15:]
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    sys.exit(run_main("scalelab-demo", main))
+    sys.exit(run_main("scalelab.demo", main))
 
 
 if __name__ == "__main__":

@@ -334,3 +334,7 @@ def cli() -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
     return code
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -19,7 +19,7 @@ import warnings
 from datetime import timedelta
 
 from scalelab import results
-from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
+from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
@@ -350,7 +350,10 @@ def _count_mismatches(buf, period) -> int:
     return wrong
 
 
-if __name__ == "__main__":  # how spawn_local starts each local rank (python -m MODULE)
-    from scalelab.cli import fast_exit, run_main
+def cli():
+    """Console-script entry point (see setup.cfg), and `python -m scalelab.bench`."""
+    fast_exit(run_main(PROG, main))
 
+
+if __name__ == "__main__":  # how spawn_local starts each local rank (python -m MODULE)
     fast_exit(run_main(PROG, spawned_rank_main))

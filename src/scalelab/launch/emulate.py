@@ -10,14 +10,13 @@ their result records the link (launch.link) and the report never shows this as a
 fails the other is stopped; the namespaces are torn down in every case. Torch-free: torchrun runs in the nodes.
 """
 
-import argparse
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 
-from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_int
+from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import netns
 from scalelab.launch.local import supervise
@@ -32,12 +31,13 @@ EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
       --max_steps 30 --output_dir outputs/emulated
   python src/emulate.py --link_gbit 1 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 16M \\
       --output_dir outputs/emulated
+  scalelab-emulate --link_gbit 0.2 -- -m scalelab.train --model transformer   # from an installed scalelab
 Root uses named network namespaces; any other user, unprivileged user namespaces (where the system allows them)."""
 
 
 def build_parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-                      usage=f"{PROG} [options] -- SCRIPT.py [its arguments]",
+    p = OneLineParser(prog=PROG, epilog=EXAMPLES,
+                      usage="%(prog)s [options] -- SCRIPT.py | -m MODULE [its arguments]",
                       description="Run a scalelab script on 2 emulated nodes of this machine: one network namespace "
                                   "and one torchrun per node, joined by a veth pair shaped with tc to --link_gbit.")
     p.add_argument("--nodes", type=positive_int, default=NODES, help="emulated nodes (only 2 is supported)")
@@ -64,8 +64,15 @@ def split_argv(argv):
 
 
 def check_command(command):
+    """A script (src/train.py) or `-m MODULE` (scalelab.train), as torchrun takes them."""
     if not command:
         raise UsageError("nothing to run after --: give a script such as src/train.py or src/allreduce_bench.py")
+    if command[0] in ("-m", "--module"):
+        import importlib.util
+
+        if len(command) < 2 or importlib.util.find_spec(command[1].split(".")[0]) is None:
+            raise UsageError(f"{' '.join(command[:2])}: no such module here (torchrun runs it on each node)")
+        return command
     if not command[0].endswith(".py") or not os.path.isfile(command[0]):
         raise UsageError(f"{command[0]} is not a Python script here (torchrun runs it on each node)")
     return command
@@ -138,3 +145,12 @@ def wait_nodes(procs) -> int:
     (torchrun printed why), else RunFailed naming the node that failed first."""
     return supervise(procs, GRACE_S, lambda k, how, stopped: f"node {k + 1} (its torchrun) {how}"
                      + (f"; stopped node {2 - k}" if stopped else ""))
+
+
+def cli():
+    """Console-script entry point (see setup.cfg), and `python -m scalelab.launch.emulate`."""
+    sys.exit(run_main(PROG, main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,7 @@
 """Submit the identical job at several shapes (nodes x GPUs per node) with submitit, wait, then report.
 
-`--cluster slurm` uses submitit's SlurmExecutor with the settings of slurm_jobs/site.sh;
+`--cluster slurm` uses submitit's SlurmExecutor with the settings of the site file (`--site FILE`, else
+slurm_jobs/site.sh under the working directory: the checkout, never the installed package);
 `--cluster local` uses its LocalExecutor (CPU, gloo, one node) so the sweep can be rehearsed anywhere.
 Repeats of one shape go out as one job array; different shapes need different resources, so they are
 separate jobs.
@@ -16,7 +17,7 @@ import time
 from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SITE = os.path.join("slurm_jobs", "site.sh")
 DEFAULT_SHAPES = ["1x1", "1x4", "2x4"]
 
 
@@ -80,12 +81,21 @@ def parse_shape(text: str):
     return int(m.group(1)), int(m.group(2))
 
 
-def site_settings(profile: str) -> dict:
+def find_site(given) -> str:
+    """The site file, as an absolute path: --site, else slurm_jobs/site.sh where the user stands."""
+    path = given or SITE
+    if not os.path.isfile(path):
+        raise UsageError(f"--site {given}: no such file" if given else
+                         f"no {SITE} here ({os.getcwd()}): run from the scalelab checkout, or give --site FILE")
+    return os.path.abspath(path)
+
+
+def site_settings(profile: str, site: str) -> dict:
     """SBATCH_* values the site file exports (partition, account, constraint), read by running it in bash."""
-    cmd = f"set -e; export SCALELAB_PROFILE={shlex.quote(profile)}; source slurm_jobs/site.sh >/dev/null; env -0"
-    proc = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True)
+    cmd = f"set -e; export SCALELAB_PROFILE={shlex.quote(profile)}; source {shlex.quote(site)} >/dev/null; env -0"
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True)
     if proc.returncode != 0:
-        raise UsageError(f"slurm_jobs/site.sh failed: {proc.stderr.decode(errors='replace').strip()[:200]}")
+        raise UsageError(f"{site} failed: {proc.stderr.decode(errors='replace').strip()[:200]}")
     env = dict(item.split("=", 1) for item in proc.stdout.decode().split("\0") if "=" in item)
     return {k: v for k, v in env.items() if k.startswith(("SBATCH_", "SCALELAB_"))}
 
@@ -99,6 +109,7 @@ def build_parser():
     p.add_argument("--profile", default=os.environ.get("SCALELAB_PROFILE") or "auto",
                    help="site.sh profile: auto (follow the hardware), cpu (rehearsal) or a100 (edit slurm_jobs/site.sh "
                         "for your site)")
+    p.add_argument("--site", metavar="FILE", help=f"the site file (default: {SITE} in the working directory)")
     p.add_argument("--partition"), p.add_argument("--account"), p.add_argument("--constraint")
     p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
     p.add_argument("--cpus_per_task", type=positive_int, default=4)
@@ -113,8 +124,8 @@ def build_parser():
 class Submitter:
     """One sweep's submissions: a submitit executor per shape, the same train.py flags for every job."""
 
-    def __init__(self, args, site: dict, folder: str, accelerator: str, train_args: list):
-        self.args, self.site, self.folder = args, site, folder
+    def __init__(self, args, site: dict, folder: str, accelerator: str, train_args: list, site_file: str = ""):
+        self.args, self.site, self.folder, self.site_file = args, site, folder, site_file
         self.accelerator, self.train_args = accelerator, train_args
 
     def executor(self, nodes: int, gpus: int):
@@ -134,8 +145,8 @@ class Submitter:
             account=args.account or site.get("SBATCH_ACCOUNT"),
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
             mem_per_gpu=site.get("SBATCH_MEM_PER_GPU"),  # site.sh's SCALELAB_MEM_PER_GPU (None: the site default)
-            setup=[f"cd {shlex.quote(ROOT)}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
-                   "source slurm_jobs/site.sh"],
+            setup=[f"cd {shlex.quote(os.getcwd())}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
+                   f"source {shlex.quote(self.site_file)}"],
             # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank)
             srun_args=[f"--cpus-per-task={args.cpus_per_task}"],
             **gres,
@@ -170,11 +181,12 @@ def main(argv=None) -> int:
         raise UsageError("submit.py sets --devices/--num_nodes from --shapes; leave them out of the train flags")
     config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
     results.ensure_output_dir(args.output_dir)
-    site = site_settings(args.profile) if args.cluster == "slurm" else {}
+    site_file = find_site(args.site) if args.cluster == "slurm" else ""
+    site = site_settings(args.profile, site_file) if site_file else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 
-    submitter = Submitter(args, site, folder, accelerator, train_args)
+    submitter = Submitter(args, site, folder, accelerator, train_args, site_file)
     failed = []
     total = len(shapes) * args.repeats
     if args.cluster == "local":
@@ -201,4 +213,8 @@ def main(argv=None) -> int:
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    sys.exit(run_main("scalelab-submit", main))
+    sys.exit(run_main("submit.py", main))
+
+
+if __name__ == "__main__":
+    cli()

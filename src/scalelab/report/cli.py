@@ -105,4 +105,4 @@ def _warn(skipped):
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    sys.exit(run_main("scalelab-report", main))
+    return run_main("benchmark.py", main)

@@ -11,7 +11,7 @@ import warnings
 from datetime import timedelta
 
 from scalelab import config, results
-from scalelab.cli import human_count, run_main
+from scalelab.cli import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
 
@@ -193,4 +193,4 @@ def one_line_summary(payload: dict, path: str) -> str:
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
-    sys.exit(run_main("scalelab-training", main))
+    fast_exit(run_main("train.py", main))
