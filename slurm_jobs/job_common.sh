@@ -14,18 +14,19 @@ if [ -n "$(gpus_visible)" ] && [ "${SCALELAB_ACCELERATOR:-auto}" != cpu ]; then
   MODEL=${MODEL:-transformer}; PRESET=${PRESET:-small}
 fi
 MODEL=${MODEL:-mlp}
+# The workload is a named config of the package (src/scalelab/configs/: the same files the demo and submit.py
+# run; `python src/train.py --config gpt-small --print_config` shows one). CONFIG=... sbatch ... names another.
 case "$MODEL" in
-  mlp)         WORKLOAD=(--model mlp --num_samples 20000 --max_epochs 3 --batch_size 64 --warmup_steps 5) ;;
-  # batch per GPU: what fits a 40 GB A100 in bf16 with AdamW (python src/predict.py --preset P --batch_per_gpu B)
-  transformer) case "${PRESET:-tiny}" in large) BATCH=4 ;; xl) BATCH=2 ;; *) BATCH=8 ;; esac
-               WORKLOAD=(--model transformer --preset "${PRESET:-tiny}" --max_steps 50 --batch_size "$BATCH" --warmup_steps 5) ;;
+  mlp)         CONFIG=${CONFIG:-mlp} ;;
+  transformer) CONFIG=${CONFIG:-gpt-${PRESET:-tiny}} ;;
   *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
 esac
+WORKLOAD=(--config "$CONFIG")
 
 GPUS_PER_NODE=${GPUS_PER_NODE:?set by the job script}
 echo "scalelab job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODELIST:-?}: ${SLURM_NNODES:-?} node(s) x" \
      "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-auto} (set: ${SCALELAB_SITE_SET:-nothing})," \
-     "model $MODEL${PRESET:+ $PRESET}, restart ${SLURM_RESTART_COUNT:-0}"
+     "config $CONFIG, restart ${SLURM_RESTART_COUNT:-0}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
 fi

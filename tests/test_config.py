@@ -1,5 +1,6 @@
 """Configuration: YAML defaults under the command line, and one-line errors for bad input."""
 
+import json
 import pickle
 
 import pytest
@@ -152,3 +153,46 @@ def test_one_gpu_per_task_is_caught_before_lightning_asks_for_gpus_it_cannot_see
     assert str(err.value) == ("each task sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=2) but --devices 4 needs every task to "
                               "see the node's 4: run srun with --gpu-bind=none, or request --gres=gpu:4 per node "
                               "instead of --gpus-per-task")
+
+
+def test_a_named_config_is_what_the_jobs_and_the_demo_run():
+    from scalelab import demo
+
+    cfg = config.parse_config(["--config", "gpt-tiny", "--max_steps", "7"])  # the command line still wins
+    assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps, cfg.warmup_steps) == ("transformer", "tiny", 8, 7, 5)
+    assert demo.WORKLOADS["transformer"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
+    assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
+
+
+def test_print_config_reads_back_as_the_same_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        config.parse_config(["--config", "gpt-small", "--accumulate_grad_batches", "4", "--print_config"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "preset: small" in printed and "accumulate_grad_batches: 4" in printed and "hidden_dims" not in printed
+    (tmp_path / "again.yaml").write_text(printed)
+    again = config.parse_config(["--config", str(tmp_path / "again.yaml")])
+    original = config.parse_config(["--config", "gpt-small", "--accumulate_grad_batches", "4"])
+    assert again.workload() == original.workload()
+
+
+def test_a_result_json_re_runs_that_run(run, tmp_path, capsys):
+    out = tmp_path / "first"
+    proc = run("train.py", "--config", "mlp", "--num_samples", "2000", "--max_epochs", "1", "--hidden_dims", "16",
+               "--output_dir", out, "--run_name", "first")
+    assert proc.returncode == 0, proc.stderr
+    (result,) = out.glob("*/result.json")
+    replay = config.parse_config(["--config", str(result)])
+    first = config.parse_config(["--config", "mlp", "--num_samples", "2000", "--max_epochs", "1",
+                                 "--hidden_dims", "16"])
+    assert replay.workload() == config.for_accelerator(first, "cpu").workload()  # precision as that run resolved it
+    assert replay.output_dir == "outputs" and replay.run_name is None  # where it lands is the new run's choice
+    bench = json.loads(result.read_text()) | {"kind": "allreduce"}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    with pytest.raises(UsageError, match="a scalelab allreduce result, not a training run's"):
+        config.parse_config(["--config", str(tmp_path / "bench.json")])
+
+
+def test_an_unknown_config_name_lists_the_named_ones():
+    with pytest.raises(UsageError, match=r"--config gpt-huge: no such file, nor a named config \(gpt-large, "):
+        config.parse_config(["--config", "gpt-huge"])

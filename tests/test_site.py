@@ -4,6 +4,8 @@ profiles never leak into each other, and the CPU profile refuses a node with GPU
 import os
 import subprocess
 
+import pytest
+
 from conftest import ROOT
 
 SHOW = 'env | grep -E "^(SBATCH|NCCL|SCALELAB_(ACCELERATOR|SITE_SET))" | sort'
@@ -56,13 +58,29 @@ def test_the_default_workload_follows_the_node(tmp_path):
     show = ('GPUS_PER_NODE=1 source slurm_jobs/job_common.sh >/dev/null && echo "${WORKLOAD[*]}"')
     gpu = bash(show, PATH=fake_gpu_node(tmp_path))
     assert gpu.returncode == 0, gpu.stderr
-    assert "--model transformer --preset small" in gpu.stdout and "--batch_size 8" in gpu.stdout
+    assert gpu.stdout.split() == ["--config", "gpt-small"]
     cpu = bash(show)
-    assert cpu.returncode == 0 and cpu.stdout.startswith("--model mlp"), cpu.stderr
+    assert cpu.returncode == 0 and cpu.stdout.split() == ["--config", "mlp"], cpu.stderr
     chosen = bash(show, PATH=fake_gpu_node(tmp_path), MODEL="transformer", PRESET="large")
-    assert "--preset large" in chosen.stdout and "--batch_size 4" in chosen.stdout
+    assert chosen.stdout.split() == ["--config", "gpt-large"]
+    named = bash(show, PATH=fake_gpu_node(tmp_path), CONFIG="gpt-medium")
+    assert named.stdout.split() == ["--config", "gpt-medium"]
     rehearsal = bash(show, PATH=fake_gpu_node(tmp_path), SCALELAB_PROFILE="cpu", SCALELAB_CPU_ON_GPU="1")
-    assert rehearsal.stdout.startswith("--model mlp"), rehearsal.stderr
+    assert rehearsal.stdout.split() == ["--config", "mlp"], rehearsal.stderr
+
+
+@pytest.mark.parametrize("name, batch", [("gpt-small", 8), ("gpt-large", 4), ("gpt-xl", 2)])
+def test_the_named_configs_the_jobs_run_fit_a_40_gb_a100(name, batch):
+    """The batch per GPU in each GPU config is one the memory model fits in 40 GB (bf16-mixed, AdamW)."""
+    from scalelab import config
+    from scalelab.perfmodel import memory
+    from scalelab.workloads.transformer import shape_of
+
+    cfg = config.for_accelerator(config.parse_config(["--config", name]), "gpu")
+    assert cfg.batch_size == batch and cfg.precision == "bf16-mixed"
+    need = memory.training_memory(shape_of(cfg), cfg.batch_size, cfg.precision).total
+    assert need < 40e9, f"{name}: {need / 1e9:.1f} GB"
+    assert memory.training_memory(shape_of(cfg), 2 * batch, cfg.precision).total > 40e9 or name == "gpt-small"
 
 
 def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():

@@ -35,3 +35,26 @@ def test_a_job_that_fails_is_named_and_the_sweep_exits_1(tmp_path):
                      failed[0]), failed[0]  # train.py's own line, and where the full log is
     (r,) = load_results(tmp_path)
     assert r["status"] == "failed" and "Runs that did not complete" in proc.stdout
+
+
+def test_without_workload_flags_the_sweep_runs_what_the_jobs_run():
+    from scalelab.launch.sweep import default_workload
+
+    assert default_workload([], "cpu") == ["--config", "mlp"]
+    assert default_workload(["--max_steps", "9"], "auto") == ["--config", "gpt-small", "--max_steps", "9"]
+    assert default_workload(["--model", "mlp"], "auto") == ["--model", "mlp"]
+    assert default_workload(["--config=gpt-xl"], "gpu") == ["--config=gpt-xl"]
+
+
+def test_the_site_file_is_found_where_the_user_stands(tmp_path, monkeypatch):
+    from scalelab.errors import UsageError
+    from scalelab.launch.sweep import find_site
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"no slurm_jobs/site.sh here .*give --site FILE"):
+        find_site(None)
+    (tmp_path / "slurm_jobs").mkdir()
+    (tmp_path / "slurm_jobs" / "site.sh").write_text("export SBATCH_PARTITION=gpu\n")
+    assert find_site(None) == str(tmp_path / "slurm_jobs" / "site.sh")
+    (tmp_path / "mine.sh").write_text("")
+    assert find_site("mine.sh") == str(tmp_path / "mine.sh")

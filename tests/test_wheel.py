@@ -4,6 +4,7 @@ one-node rungs and the report run from the installed package alone."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -22,8 +23,11 @@ def installed(tmp_path_factory):
     """(bin folder, a working folder outside the checkout): the wheel installed in a fresh venv whose only other
     packages are this interpreter's (torch, Lightning, ...: reached through a path file, not installed twice)."""
     base = tmp_path_factory.mktemp("wheel")
+    tree = base / "checkout"  # setuptools builds in the source tree (build/): a copy keeps the checkout clean
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".venv", ".git", "outputs", "build", "dist",
+                                                              "*.egg-info", "__pycache__", ".*_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(base / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(base / "dist"), str(tree)], check=True, capture_output=True, timeout=300)
     (wheel,) = (base / "dist").glob("scalelab-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, timeout=300)
     py = base / "venv" / "bin" / "python"

@@ -2,7 +2,9 @@
 
 The same flags describe the job at every scale; only `--devices`/`--num_nodes` (or the
 launcher: srun, torchrun) change between the 1-, 4- and 8-GPU runs of a scaling group.
-Precedence: built-in default < YAML file (`--config`) < command line.
+Precedence: built-in default < `--config` < command line. `--config` takes a YAML file, a named config shipped
+in the package (configs/: the workloads the demo, the sbatch scripts and the sweep run, one source) or a
+result.json (re-run exactly that run).
 """
 
 import argparse
@@ -18,6 +20,9 @@ from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int
 from scalelab.errors import UsageError
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+# What a result.json's config says about where and how it was launched, not what it computed: never re-used.
+NOT_REPLAYED = ("config", "output_dir", "run_name")
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
@@ -107,7 +112,11 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
         prog=prog,
         description="Train the same job at any scale and write outputs/<run_id>/result.json.",
     )
-    p.add_argument("--config", help="YAML file of defaults (keys = flag names); the command line wins")
+    p.add_argument("--config", metavar="FILE|NAME",
+                   help="defaults from a YAML file (keys = flag names), a named config "
+                        f"({', '.join(named_configs())}) or a result.json (re-run that run); the command line wins")
+    p.add_argument("--print_config", action="store_true", default=None,
+                   help="print the resolved settings as YAML (what --config reads back) and exit")
     w = p.add_argument_group("workload")
     w.add_argument("--model", choices=tuple(workloads.REGISTRY),
                    help="; ".join(spec.help for spec in workloads.REGISTRY.values()))
@@ -182,21 +191,42 @@ def _lever_flags(g):
                    help="tell DDP the set of used parameters never changes (skips per-step bookkeeping)")
 
 
-def _load_yaml(path: str, parser: argparse.ArgumentParser) -> dict:
+def named_configs() -> list:
+    """The configs shipped in the package: gpt-small, mlp, ..."""
+    try:
+        return sorted(f[:-5] for f in os.listdir(CONFIG_DIR) if f.endswith(".yaml"))
+    except OSError:
+        return []
+
+
+def _config_path(given: str) -> str:
+    if os.path.isfile(given):
+        return given
+    if given in named_configs():
+        return os.path.join(CONFIG_DIR, f"{given}.yaml")
+    raise UsageError(f"--config {given}: no such file, nor a named config ({', '.join(named_configs())})")
+
+
+def _load_yaml(given: str, parser: argparse.ArgumentParser) -> dict:
     import yaml
 
-    if not os.path.isfile(path):
-        raise UsageError(f"--config {path}: no such file")
+    from scalelab import results
+
+    path = _config_path(given)
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh)
+            data = yaml.safe_load(fh)  # a result.json too: JSON is YAML
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"--config {path}: not readable YAML ({str(exc).splitlines()[0]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of flag names to values")
-    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config")}
+    if data.get("schema") == results.SCHEMA:  # a result.json: the settings of that run
+        if data.get("kind") != "training" or not isinstance(data.get("config"), dict):
+            raise UsageError(f"--config {path}: a scalelab {data.get('kind')} result, not a training run's")
+        data = {k: v for k, v in data["config"].items() if k not in NOT_REPLAYED and v is not None}
+    actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config", "print_config")}
     out = {}
     for key, value in data.items():
         dest = str(key).lstrip("-").replace("-", "_")
@@ -240,8 +270,22 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     args = parser.parse_args(argv)
     layered = _load_yaml(args.config, parser) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
-    cfg = RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__})
-    return finalize(cfg, given=set(layered))
+    cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),
+                   given=set(layered))
+    if args.print_config:
+        print(settings_yaml(cfg), end="", flush=True)
+        raise SystemExit(0)
+    return cfg
+
+
+def settings_yaml(cfg: RunConfig) -> str:
+    """The resolved settings as `--config` reads them: this workload's options and the common flags, unset
+    ones (decided at launch: devices, precision, ...) left out."""
+    import yaml
+
+    others = {o.name for owner, o in _options() if owner != cfg.model}
+    keep = {k: v for k, v in cfg.to_dict().items() if v is not None and k not in others and k != "config"}
+    return yaml.safe_dump(keep, sort_keys=False)
 
 
 def finalize(cfg: RunConfig, given=()) -> RunConfig:

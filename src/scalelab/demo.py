@@ -26,10 +26,7 @@ from scalelab.report.cli import main as report_main
 # the entry points as modules: they run wherever scalelab imports (a checkout's src/ or an installed wheel)
 TRAIN, BENCH, EMULATE = (["-m", m] for m in ("scalelab.train", "scalelab.bench", "scalelab.launch.emulate"))
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # put on PYTHONPATH for the runs
-WORKLOADS = {
-    "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
-    "transformer": ["--model", "transformer", "--preset", "tiny", "--max_steps", "25", "--warmup_steps", "5"],
-}
+WORKLOADS = {"mlp": ["--config", "mlp"], "transformer": ["--config", "gpt-tiny"]}  # what the sbatch scripts run
 LINK_MODELS = ("transformer",)  # the MLP's gradients are 11 KB: no link rate changes its step
 LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce takes ~60 ms at the first, ~550 ms at 0.2
 # the benchmark over a link: every size DDP's buckets use, few repeats (16 MiB at 0.2 Gbit/s takes 0.7 s each)
@@ -37,8 +34,7 @@ BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
 SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
 # A lever sweep (--lever): the GPT at 1 device and over each link, per setting; fewer steps (K=16 makes a step
 # 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
-LEVER_WORKLOAD = ["--model", "transformer", "--preset", "tiny", "--max_steps", "10", "--warmup_steps", "2",
-                  "--comm_probe_every", "3"]
+LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2", "--comm_probe_every", "3"]
 LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb")
 
 

@@ -100,6 +100,14 @@ def site_settings(profile: str, site: str) -> dict:
     return {k: v for k, v in env.items() if k.startswith(("SBATCH_", "SCALELAB_"))}
 
 
+def default_workload(train_args: list, accelerator: str) -> list:
+    """Without --config or --model, the sweep runs what the sbatch scripts run: the named config gpt-small where
+    the jobs may get GPUs, the MLP on CPU."""
+    if any(a.startswith(("--config", "--model")) for a in train_args):
+        return train_args
+    return ["--config", "mlp" if accelerator == "cpu" else "gpt-small", *train_args]
+
+
 def build_parser():
     p = OneLineParser(prog="submit.py", description="Submit the same training job at several shapes and report.")
     p.add_argument("--cluster", choices=("slurm", "local"), default="slurm")
@@ -117,7 +125,8 @@ def build_parser():
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
     p.add_argument("--poll_s", type=positive_float, default=2.0)
-    p.add_argument("train_args", nargs="*", help="after --: the workload flags passed to train.py unchanged")
+    p.add_argument("train_args", nargs="*", help="after --: the workload flags passed to train.py unchanged (default: "
+                                                 "--config gpt-small, or --config mlp where the profile runs on CPU)")
     return p
 
 
@@ -179,11 +188,12 @@ def main(argv=None) -> int:
     train_args = list(args.train_args)
     if any(a in ("--devices", "--num_nodes") or a.startswith(("--devices=", "--num_nodes=")) for a in train_args):
         raise UsageError("submit.py sets --devices/--num_nodes from --shapes; leave them out of the train flags")
-    config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
-    results.ensure_output_dir(args.output_dir)
     site_file = find_site(args.site) if args.cluster == "slurm" else ""
     site = site_settings(args.profile, site_file) if site_file else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
+    train_args = default_workload(train_args, accelerator)
+    config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
+    results.ensure_output_dir(args.output_dir)
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 
     submitter = Submitter(args, site, folder, accelerator, train_args, site_file)
