@@ -113,7 +113,7 @@ class StepTimer(pl.Callback):
         if isinstance(ddp, DistributedDataParallel):
             # Lightning registers comm hooks on CUDA only; this one times DDP's all-reduce (or --comm_hook's).
             ddp.register_comm_hook(self.clock, comm.timed_allreduce_hook)
-        if trainer.strategy.root_device.type == "cuda":  # the peak of training alone (the self-check compares it)
+        if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_available():  # the peak of training alone
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
         self.train_start = time.time()
         self.loss_scale = getattr(trainer, "accumulate_grad_batches", 1)
