@@ -241,7 +241,8 @@ class _Meta:
 
     def results(self, rows: list, name: str, created: str) -> list:
         if self.program and not re.search(r"all_?reduce", self.program[1]):
-            raise NcclTestsError(f"a {self.program[1]} log, not all_reduce_perf (only all-reduce feeds the report)")
+            raise NcclTestsError(f"{self.program[1]}'s output, not all_reduce_perf's (only all-reduce feeds the "
+                                 "report)")
         if not rows:
             raise NcclTestsError("nccl-tests output without a single result row (truncated)")
         if self.avg is None:
