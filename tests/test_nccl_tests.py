@@ -109,6 +109,8 @@ def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     out = _training_folder(tmp_path)
     _, scaling, bench, skipped = cli.build(str(out))
     assert bench.empty and scaling.set_index("devices").loc[8].isna().bench_busbw_GBps  # no benchmark: no prediction
+    assert cli.main(["--output_dir", str(out)]) == 0
+    assert "or an all_reduce_perf log of 8 ranks on 2 node(s) (--nccl_tests LOG)" in capsys.readouterr().out
     (out / "slurm-4242.out").write_text("srun: job 4242 queued\n" + NEW)
     (out / "train.log").write_text("epoch 1: loss 0.5\n")  # not nccl-tests: passed over without a word
     _, scaling, bench, skipped = cli.build(str(out))
