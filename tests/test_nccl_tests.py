@@ -71,6 +71,13 @@ def test_a_2019_log_without_root_and_with_an_error_column():
     assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
 
 
+@pytest.mark.parametrize("prefix", ["0: ", "[1,0]<stdout>:"])
+def test_launcher_line_prefixes_are_read_through(prefix):
+    """`srun --label` and `mpirun --tag-output` put the rank before every line."""
+    (r,) = nccl_tests.parse("".join(prefix + line for line in NEW.splitlines(keepends=True)))
+    assert r["launch"]["world_size"] == 8 and len(r["rows"]) == 13
+
+
 def test_unchecked_runs_say_n_a_and_repeated_sizes_take_the_median():
     (r,) = nccl_tests.parse("\n".join(_unchecked(line) for line in NEW.splitlines()))  # all_reduce_perf -c 0
     assert all(row["wrong"] is None and row["oop_wrong"] is None for row in r["rows"])

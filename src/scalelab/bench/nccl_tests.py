@@ -34,6 +34,8 @@ _BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w*)")
 _PROGRAM = re.compile(r"Collective test starting:\s*(\S+)")
 _VERSIONS = (re.compile(r"nccl-tests version\s+(\S+)"), re.compile(r"NCCL version\s+(\S+)"))
 _SCALELAB = re.compile(r"scalelab run_id:\s*(\S+)\s+accelerator:\s*(\S+)\s+backend:\s*(\S+)")
+# what launchers put before each line: `srun --label` ("0: "), Open MPI's --tag-output ("[1,0]<stdout>:")
+_PREFIX = re.compile(r"^\s*(?:\d+:|\[\d+,\d+\]<std(?:out|err)>:)\s?")
 _MARKS = (_PARAMS, _AVG, _PROGRAM, re.compile(r"out-of-place\s+in-place"))
 
 
@@ -170,6 +172,7 @@ def parse(text: str, name: str = "nccl-tests", created: str = "") -> list:
     meta = _Meta()
     rows = []
     for number, line in enumerate(text.splitlines(), 1):
+        line = _PREFIX.sub("", line, count=1)
         stripped = line.lstrip("#").strip()
         if not stripped:
             continue
