@@ -71,6 +71,39 @@ def test_a_2019_log_without_root_and_with_an_error_column():
     assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
 
 
+def _per_iteration(line: str) -> str:
+    """A row or header of `all_reduce_perf -I 1` (2.19 on): four per-iteration columns after each block."""
+    words = line.lstrip("#").split()
+    if words[:2] == ["size", "count"]:
+        words = words[:9] + ["i_min", "i_max", "i_p99", "i_cv%"] + words[9:] + ["i_min", "i_max", "i_p99", "i_cv%"]
+        return "# " + "  ".join(words)
+    if not words or not words[0].isdigit():
+        return line
+    extra = ["17.2", "19.9", "19.9", "3.1"]
+    return "  ".join(words[:9] + extra + words[9:] + extra)
+
+
+def test_the_newest_layout_with_versions_program_and_per_iteration_columns():
+    text = ("# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807\n"
+            "# Collective test starting: all_reduce_perf\n"
+            + "\n".join(_per_iteration(line) for line in NEW.replace("[0x07]", "[0000:07:00]").splitlines())
+            + "\n# Collective test concluded: all_reduce_perf\n")
+    (r,) = nccl_tests.parse(text)
+    (old,) = nccl_tests.parse(NEW)
+    assert r["rows"] == old["rows"] and r["launch"] == old["launch"]
+    assert r["source"]["nccl_tests"] == "2.19.6" and r["source"]["program"] == "all_reduce_perf"
+
+
+def test_one_result_per_data_type():
+    """`all_reduce_perf -d all` measures every type: float and half become two results (the report takes float32,
+    the type DDP all-reduces)."""
+    table = [line for line in NEW.splitlines() if line.split() and line.split()[0].isdigit()]
+    half = ["  ".join([w[0], str(int(w[0]) // 2), "half", *w[3:]]) for w in (line.split() for line in table)]
+    (f32, f16) = nccl_tests.parse(NEW.replace(table[-1], "\n".join([table[-1], *half])), "mixed.log")
+    assert (f32["config"]["dtype"], f16["config"]["dtype"]) == ("float32", "float16")
+    assert f16["run_id"] == "nccl-tests-mixed.log-float16" and [r["count"] for r in f16["rows"]][:2] == [4, 16]
+
+
 @pytest.mark.parametrize("prefix", ["0: ", "[1,0]<stdout>:"])
 def test_launcher_line_prefixes_are_read_through(prefix):
     """`srun --label` and `mpirun --tag-output` put the rank before every line."""
