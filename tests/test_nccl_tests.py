@@ -167,6 +167,24 @@ def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     assert printed.err == "" and "all-reduce benchmark: " in printed.out
 
 
+def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
+    """Its single all-reduces are how DDP issues buckets; the log then is not counted among the runs combined."""
+    out = _training_folder(tmp_path)
+    (out / "a100.log").write_text(NEW)
+    ours = results.envelope("allreduce", "ours-8x")
+    rows = [{"bytes": b, "count": b // 4, "dtype": "float32", "time_s": 1e-3, "single_op_s": 2e-3, "wrong": 0,
+             "algbw_GBps": b / 1e-3 / 1e9, "busbw_GBps": b / 1e-3 / 1e9 * 1.75} for b in (MiB, 64 * MiB)]
+    ours.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": 8, "num_nodes": 2, "procs_per_node": 4, "accelerator": "gpu",
+                        "backend": "nccl", "device_names": [A100], "hostnames": ["a", "b"]},
+                config={"dtype": "float32"})
+    results.write(str(out), ours)
+    _, scaling, bench, _ = cli.build(str(out))
+    eight = scaling.set_index("devices").loc[8]
+    assert len(bench) == 2 and eight.bench_runs == 1
+    assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
+
+
 def test_a_log_outside_the_folder_by_flag(tmp_path, capsys):
     out = _training_folder(tmp_path)
     log = tmp_path / "elsewhere" / "all_reduce_perf.8x.log"
