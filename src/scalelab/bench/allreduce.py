@@ -171,6 +171,8 @@ class Bench:
         self.itemsize = torch.empty(0, dtype=self.dtype).element_size()
         self.rows, self.hosts, self.device_names, self.ranks = [], [], [], []
         self.out_of_place = args.format == "nccl-tests"
+        # named before measuring: nccl-tests' format prints its header (which names the run) first
+        self.run_id = results.new_run_id("allreduce", world, args.run_name) if rank == 0 else None
 
     # collectives ---------------------------------------------------------------------------------
     def _reduce(self, value: float, op) -> float:
@@ -296,6 +298,8 @@ class Bench:
             algbw, busbw = bandwidths(nbytes, t, self.world)
             row.update(time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, single_op_s=single, wrong=wrong)
             self.rows.append(row)
+            if self.rank == 0 and self.out_of_place:
+                print(nccl_tests.row_line(row), flush=True)
 
     # the job -------------------------------------------------------------------------------------
     def execute(self) -> int:
@@ -308,8 +312,8 @@ class Bench:
         self.ranks = where
         self.hosts = sorted({r["host"] for r in where})
         self.device_names = sorted({r["name"] for r in where})
-        if self.rank == 0 and not self.out_of_place:
-            print(self.banner(), flush=True)
+        if self.rank == 0:
+            print(self.nccl_tests_header() if self.out_of_place else self.banner(), flush=True)
         try:
             self.measure()
         except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
@@ -319,9 +323,8 @@ class Bench:
             raise RunFailed(f"rank {self.rank}: all-reduce failed: {error_line(exc)}") from None
         error = self.correctness_error()
         if self.rank == 0 and self.out_of_place:
+            print(nccl_tests.footer(self.rows, PROG), flush=True)
             path = self.write("failed" if error else "completed", error)
-            run = (os.path.basename(os.path.dirname(path)), self.launch.accelerator, self.launch.backend)
-            print(self.nccl_tests_log(run), flush=True)
             print(f"# -> {path}", flush=True)
         elif self.rank == 0:
             print(self.table(), flush=True)
@@ -375,12 +378,13 @@ class Bench:
         return tabulate(body, headers=["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                                        "1 op (us)", "#wrong"], stralign="right", disable_numparse=True)
 
-    def nccl_tests_log(self, run: tuple) -> str:
-        """The run as all_reduce_perf prints it; the banner as a comment, so the whole output parses back."""
+    def nccl_tests_header(self) -> str:
+        """all_reduce_perf's header; the banner as a comment, so the whole output parses back."""
         a = self.args
         params = {"min_bytes": a.min_bytes, "max_bytes": a.max_bytes, "factor": a.factor,
                   "warmup_iters": a.warmup_iters, "iters": a.iters, "check": a.check}
-        return f"# {self.banner()}\n" + nccl_tests.format_log(self.rows, self.ranks, params, PROG, run)
+        run = (self.run_id, self.launch.accelerator, self.launch.backend)
+        return f"# {self.banner()}\n" + nccl_tests.header(self.ranks, params, PROG, run)
 
     def avg_line(self) -> str:
         avg = bench_summary(self.rows)["avg_busbw_GBps"]
@@ -390,7 +394,7 @@ class Bench:
     def write(self, status: str, error) -> str:
         launch = self.launch
         config = {k: v for k, v in vars(self.args).items() if k != "inject_wrong" or v}
-        payload = results.envelope("allreduce", results.new_run_id("allreduce", self.world, self.args.run_name))
+        payload = results.envelope("allreduce", self.run_id)
         payload.update(
             status=status,
             error=error,

@@ -69,9 +69,13 @@ def _body(time_s, algbw, busbw, wrong) -> str:
 
 
 def format_log(rows: list, ranks: list, params: dict, program: str, run: tuple = None) -> str:
-    """Rows (with oop_* fields where out-of-place was measured) -> the text all_reduce_perf prints.
+    """Rows (with oop_* fields where out-of-place was measured) -> the text all_reduce_perf prints: header,
+    one line per row, footer (the benchmark prints them as it goes, as nccl-tests does)."""
+    return "\n".join([header(ranks, params, program, run), *map(row_line, rows), footer(rows, program)])
 
-    ranks: one dict per rank (rank, pid, host, device, bus, name) for the `# Using devices` lines; params:
+
+def header(ranks: list, params: dict, program: str, run: tuple = None) -> str:
+    """ranks: one dict per rank (rank, pid, host, device, bus, name) for the `# Using devices` lines; params:
     min_bytes, max_bytes, factor, warmup_iters, iters, check (the `# nThread` line). run: (run_id, accelerator,
     backend) of a scalelab run, written as a comment so that reading the log back finds the same run (and
     the report counts it once beside its result.json).
@@ -92,20 +96,24 @@ def format_log(rows: list, ranks: list, params: dict, program: str, run: tuple =
               f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
               f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
               f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"]
-    bad = 0
-    for r in rows:
-        line = f"{r['bytes']:12d}  {r['count']:12d}  {TYPE_NAMES.get(r['dtype'], r['dtype']):>8}  {'sum':>6}  {-1:6d}"
-        if r.get("oop_time_s") is not None:
-            line += _body(r["oop_time_s"], r["oop_algbw_GBps"], r["oop_busbw_GBps"], r.get("oop_wrong"))
-            bad += bool(r.get("oop_wrong"))
-        else:
-            line += " " * 32  # nccl-tests leaves the out-of-place columns blank where it ran in-place only
-        line += _body(r["time_s"], r["algbw_GBps"], r["busbw_GBps"], r.get("wrong"))
-        bad += bool(r.get("wrong"))
-        lines.append(line)
-    lines += [f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}",
-              f"# {'Avg bus bandwidth':<20} : {avg_busbw(rows):g} ", "#", f"# Collective test concluded: {program}"]
     return "\n".join(lines)
+
+
+def row_line(r: dict) -> str:
+    line = f"{r['bytes']:12d}  {r['count']:12d}  {TYPE_NAMES.get(r['dtype'], r['dtype']):>8}  {'sum':>6}  {-1:6d}"
+    if r.get("oop_time_s") is not None:
+        line += _body(r["oop_time_s"], r["oop_algbw_GBps"], r["oop_busbw_GBps"], r.get("oop_wrong"))
+    else:
+        line += " " * 32  # nccl-tests leaves the out-of-place columns blank where it ran in-place only
+    return line + _body(r["time_s"], r["algbw_GBps"], r["busbw_GBps"], r.get("wrong"))
+
+
+def footer(rows: list, program: str) -> str:
+    """Out of bounds counts the tests (a size, one column) that had wrong values, as nccl-tests counts them."""
+    bad = sum(bool(r.get("oop_wrong")) + bool(r.get("wrong")) for r in rows)
+    return "\n".join([f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}",
+                      f"# {'Avg bus bandwidth':<20} : {avg_busbw(rows):g} ", "#",
+                      f"# Collective test concluded: {program}"])
 
 
 # --- reading ---------------------------------------------------------------------------------------------------
