@@ -145,7 +145,7 @@ def scan(root: str):
             if not looks_like(head):
                 continue
             try:
-                found += load(path)
+                found += load(path, os.path.relpath(path, root))  # the folder in the name: logs of one name apart
             except results.ResultError as exc:
                 skipped.append((path, str(exc)))
     return found, skipped
@@ -158,15 +158,16 @@ def _too_big(path: str) -> bool:
         return True
 
 
-def load(path: str) -> list:
-    """One all_reduce_perf log -> results (one per data type it measured), or NcclTestsError saying why not."""
+def load(path: str, name: str = None) -> list:
+    """One all_reduce_perf log -> results (one per data type it measured, run_id "nccl-tests-" + name, the file's
+    name by default), or NcclTestsError saying why not."""
     try:
         with open(path, "rb") as fh:
             text = fh.read().decode("utf-8", "replace")
         created = _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).isoformat(timespec="seconds")
     except OSError as exc:
         raise NcclTestsError(f"unreadable ({exc.strerror})") from None
-    found = parse(text, os.path.basename(path), created)
+    found = parse(text, name or os.path.basename(path), created)
     for r in found:
         r["_path"] = path
     return found
