@@ -2,6 +2,7 @@
 
     python src/allreduce_bench.py                      # 1 process
     python src/allreduce_bench.py --devices 2          # 2 local processes (CPU: gloo)
+    python src/allreduce_bench.py --format nccl-tests  # all_reduce_perf's layout (src/benchmark.py reads it back)
     srun python src/allreduce_bench.py                 # sizes from SLURM (one task per GPU)
     torchrun --nproc_per_node 4 src/allreduce_bench.py
 """

@@ -152,8 +152,9 @@ def test_combined_benchmark_keeps_single_op_times_and_one_dtype():
     for k, b in enumerate(benches):
         b["created"] = f"2026-11-23T10:0{k}:00"  # bf16 newest, older run oldest
     combined = explain.bench_for(explain.bench_frame(benches), 2, 1, "cpu", "cpu")
-    assert combined["runs"] == 2 and combined["dtype"] == "float32"  # the bf16 run is not blended in
-    # The run without single-op times is left out: the prediction still adds single all-reduces.
+    assert combined["dtype"] == "float32"  # the bf16 run is not blended in
+    # The run without single-op times is left out (and not counted): the prediction still adds single all-reduces.
+    assert combined["runs"] == 1
     alone = explain.predicted_allreduce_s(fast, 8e6, 2, 2)
     assert explain.predicted_allreduce_s(combined["rows"], 8e6, 2, 2) == pytest.approx(alone)
     assert alone == pytest.approx(explain.predicted_allreduce_s(ROWS, 8e6, 2, 2) / 3)

@@ -2,6 +2,7 @@
 
     python src/allreduce_bench.py                      # 1 process
     python src/allreduce_bench.py --devices 2          # 2 local processes (CPU: gloo)
+    python src/allreduce_bench.py --format nccl-tests  # all_reduce_perf's layout (src/benchmark.py reads it back)
     srun python src/allreduce_bench.py                 # sizes from SLURM (one task per GPU)
     torchrun --nproc_per_node 4 src/allreduce_bench.py
 
@@ -13,12 +14,14 @@ scalelab.launch.local (`python -m scalelab.bench.allreduce` per rank); this modu
 """
 
 import argparse
+import os
 import sys
 import time
 import warnings
 from datetime import timedelta
 
 from scalelab import results
+from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
@@ -35,6 +38,7 @@ from scalelab.perfmodel.network import (
 PROG = "allreduce_bench.py"
 MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE
 DTYPES = ("float32", "bfloat16", "float16")
+FORMATS = ("scalelab", "nccl-tests")
 # Defaults that depend on the accelerator: (gpu, cpu). CPU sizes stay small enough for a laptop rehearsal.
 DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5)}
 
@@ -63,6 +67,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--oversubscribe", action="store_true",
                    help="on CPU, run more ranks than the node has cores (each rank is one core otherwise)")
+    p.add_argument("--format", choices=FORMATS, default="scalelab",
+                   help="the table printed: scalelab's, or all_reduce_perf's (adds out-of-place columns; "
+                        "benchmark.py reads such a log back)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--run_name", default=None)
     p.add_argument("--timeout", type=positive_float, default=120.0,
@@ -163,7 +170,10 @@ class Bench:
         self.args, self.launch, self.device, self.rank, self.world = args, launch, device, rank, world
         self.dtype = getattr(torch, args.dtype)
         self.itemsize = torch.empty(0, dtype=self.dtype).element_size()
-        self.rows, self.hosts, self.device_names = [], [], []
+        self.rows, self.hosts, self.device_names, self.ranks = [], [], [], []
+        self.out_of_place = args.format == "nccl-tests"
+        # named before measuring: nccl-tests' format prints its header (which names the run) first
+        self.run_id = results.new_run_id("allreduce", world, args.run_name) if rank == 0 else None
 
     # collectives ---------------------------------------------------------------------------------
     def _reduce(self, value: float, op) -> float:
@@ -210,12 +220,41 @@ class Bench:
         per_op = (time.perf_counter() - start) / self.args.iters
         return self._reduce(per_op, dist.ReduceOp.MAX)
 
-    def check_size(self, buf) -> int:
+    def time_size_oop(self, src, out) -> float:
+        """Seconds per out-of-place all-reduce, measured like time_size: copy src into out, all-reduce out.
+
+        torch.distributed has no out-of-place all-reduce: all_reduce(t) always writes its sum over t. nccl-tests'
+        out-of-place reads sendbuff and writes recvbuff in the one kernel. The nearest torch comes is a copy
+        then an in-place all-reduce: the input survives, as out-of-place promises, but the time includes one
+        local copy of the message (on a GPU S / memory bandwidth, small beside the link; on CPU, gloo over
+        loopback, comparable to the transfer). So this column is in-place plus a copy, not NCCL's out-of-place
+        kernel; the report reads the in-place column, which is what DDP does to its buckets.
+        """
+        import torch.distributed as dist
+
+        from scalelab.train import comm
+
+        for _ in range(self.args.warmup_iters):
+            out.copy_(src)
+            dist.all_reduce(out)
+        comm.sync(self.device)
+        comm.barrier(self.device)
+        comm.sync(self.device)
+        start = time.perf_counter()
+        for _ in range(self.args.iters):
+            out.copy_(src)
+            dist.all_reduce(out)
+        comm.sync(self.device)
+        per_op = (time.perf_counter() - start) / self.args.iters
+        return self._reduce(per_op, dist.ReduceOp.MAX)
+
+    def check_size(self, buf, out=None) -> int:
         """Wrong elements after one SUM of a known pattern, summed over ranks (each rank checks its copy).
 
         Element i belongs to rank i % n, which contributes 1 + rank % 7 there and 0 elsewhere: every sum is a
         small integer (exact in float16 and bfloat16 at any n, in any reduction order), and a lost, doubled or
-        misplaced contribution changes it.
+        misplaced contribution changes it. With `out`, out of place: the sum lands in out, and buf, the input,
+        must come back unchanged (nccl-tests' out-of-place contract), so a changed input counts as wrong too.
         """
         import torch
         import torch.distributed as dist
@@ -226,8 +265,15 @@ class Bench:
         _tile_into(buf, mine)
         if self.args.inject_wrong and self.rank == self.world - 1:
             buf[0] += 1  # the hidden test hook: one wrong contribution
-        dist.all_reduce(buf)
-        return int(self._reduce(_count_mismatches(buf, expected), dist.ReduceOp.SUM))
+        if out is None:
+            dist.all_reduce(buf)
+            return int(self._reduce(_count_mismatches(buf, expected), dist.ReduceOp.SUM))
+        out.copy_(buf)
+        dist.all_reduce(out)
+        wrong = _count_mismatches(out, expected) + _count_mismatches(buf, mine)
+        if self.args.inject_wrong and self.rank == self.world - 1:
+            wrong -= 1  # the injected element is this rank's input as it was given: not a changed input
+        return int(self._reduce(wrong, dist.ReduceOp.SUM))
 
     def measure(self):
         import torch
@@ -237,13 +283,24 @@ class Bench:
             # Zeros: the contents do not change the speed of a sum, and zeros never overflow over repeated
             # in-place reductions (float16 would reach inf within a few rounds at large n).
             buf = torch.zeros(count, dtype=self.dtype, device=self.device)
+            row = {"bytes": nbytes, "count": count, "dtype": self.args.dtype}
+            if self.out_of_place:  # first, as nccl-tests runs it
+                out = torch.zeros_like(buf)
+                t = self.time_size_oop(buf, out)
+                row["oop_time_s"] = t
+                row["oop_algbw_GBps"], row["oop_busbw_GBps"] = bandwidths(nbytes, t, self.world)
+                row["oop_wrong"] = self.check_size(buf, out) if self.args.check else None
+                del out
+                buf.zero_()
             t = self.time_size(buf)
             single = self.time_single(buf, t)
             wrong = self.check_size(buf) if self.args.check else None
             del buf
             algbw, busbw = bandwidths(nbytes, t, self.world)
-            self.rows.append({"bytes": nbytes, "count": count, "dtype": self.args.dtype, "time_s": t,
-                              "algbw_GBps": algbw, "busbw_GBps": busbw, "single_op_s": single, "wrong": wrong})
+            row.update(time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, single_op_s=single, wrong=wrong)
+            self.rows.append(row)
+            if self.rank == 0 and self.out_of_place:
+                print(nccl_tests.row_line(row), flush=True)
 
     # the job -------------------------------------------------------------------------------------
     def execute(self) -> int:
@@ -252,12 +309,12 @@ class Bench:
         from scalelab.train import comm
 
         where = [None] * self.world
-        dist.all_gather_object(where, (cluster.hostname(), cluster.device_name(self.launch.accelerator,
-                                                                            self.device)))
-        self.hosts = sorted({h for h, _ in where})
-        self.device_names = sorted({d for _, d in where})
+        dist.all_gather_object(where, self.rank_line())
+        self.ranks = where
+        self.hosts = sorted({r["host"] for r in where})
+        self.device_names = sorted({r["name"] for r in where})
         if self.rank == 0:
-            print(self.banner(), flush=True)
+            print(self.nccl_tests_header() if self.out_of_place else self.banner(), flush=True)
         try:
             self.measure()
         except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
@@ -266,7 +323,11 @@ class Bench:
                 raise RunFailed(f"all-reduce failed: {error_line(exc)} (partial result: {path})") from None
             raise RunFailed(f"rank {self.rank}: all-reduce failed: {error_line(exc)}") from None
         error = self.correctness_error()
-        if self.rank == 0:
+        if self.rank == 0 and self.out_of_place:
+            print(nccl_tests.footer(self.rows, PROG), flush=True)
+            path = self.write("failed" if error else "completed", error)
+            print(f"# -> {path}", flush=True)
+        elif self.rank == 0:
             print(self.table(), flush=True)
             print(self.avg_line(), flush=True)
             path = self.write("failed" if error else "completed", error)
@@ -279,12 +340,26 @@ class Bench:
             return 1  # rank 0 says why; the others stay quiet
         return 0
 
+    def rank_line(self) -> dict:
+        """What nccl-tests' `#  Rank` line says about this rank."""
+        bus = "0x00"
+        if self.device.type == "cuda":
+            import torch
+
+            props = torch.cuda.get_device_properties(self.device)
+            bus = (f"{getattr(props, 'pci_domain_id', 0):04x}:{getattr(props, 'pci_bus_id', 0):02x}:"
+                   f"{getattr(props, 'pci_device_id', 0):02x}")
+        return {"rank": self.rank, "pid": os.getpid(), "host": cluster.hostname(),
+                "device": self.device.index or 0, "bus": bus,
+                "name": cluster.device_name(self.launch.accelerator, self.device)}
+
     def correctness_error(self):
-        bad = [r for r in self.rows if r["wrong"]]
+        bad = [r for r in self.rows if r["wrong"] or r.get("oop_wrong")]
         if not bad:
             return None
         more = f" (and at {len(bad) - 1} more size(s))" if len(bad) > 1 else ""
-        return f"all-reduce returned {bad[0]['wrong']} wrong values at size {human_bytes(bad[0]['bytes'])}{more}"
+        wrong = bad[0]["wrong"] or bad[0].get("oop_wrong")
+        return f"all-reduce returned {wrong} wrong values at size {human_bytes(bad[0]['bytes'])}{more}"
 
     # output (rank 0) -----------------------------------------------------------------------------
     def banner(self) -> str:
@@ -304,6 +379,14 @@ class Bench:
         return tabulate(body, headers=["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                                        "1 op (us)", "#wrong"], stralign="right", disable_numparse=True)
 
+    def nccl_tests_header(self) -> str:
+        """all_reduce_perf's header; the banner as a comment, so the whole output parses back."""
+        a = self.args
+        params = {"min_bytes": a.min_bytes, "max_bytes": a.max_bytes, "factor": a.factor,
+                  "warmup_iters": a.warmup_iters, "iters": a.iters, "check": a.check}
+        run = (self.run_id, self.launch.accelerator, self.launch.backend)
+        return f"# {self.banner()}\n" + nccl_tests.header(self.ranks, params, PROG, run)
+
     def avg_line(self) -> str:
         avg = bench_summary(self.rows)["avg_busbw_GBps"]
         which = ("sizes >= 1 MiB" if any(r["bytes"] >= LARGE_MSG_BYTES for r in self.rows) else "all sizes")
@@ -312,7 +395,7 @@ class Bench:
     def write(self, status: str, error) -> str:
         launch = self.launch
         config = {k: v for k, v in vars(self.args).items() if k != "inject_wrong" or v}
-        payload = results.envelope("allreduce", results.new_run_id("allreduce", self.world, self.args.run_name))
+        payload = results.envelope("allreduce", self.run_id)
         payload.update(
             status=status,
             error=error,

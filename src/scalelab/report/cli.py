@@ -8,6 +8,7 @@ import os
 import sys
 
 from scalelab import results
+from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export
@@ -15,11 +16,16 @@ from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
 
 
-def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None) -> tuple:
-    """Folder -> (runs, annotated scaling, all-reduce benchmarks, skipped files): what every view draws from."""
+def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> tuple:
+    """Folder -> (runs, annotated scaling, all-reduce benchmarks, skipped files): what every view draws from.
+
+    All-reduce benchmarks come from result.json files and from nccl-tests logs: those in the folder (*.log,
+    *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs.
+    """
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder (run `make demo` or src/train.py first)")
     found, skipped = results.scan(output_dir)
+    found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
     runs = runs_frame(found)
     bench = explain.bench_frame(found)
     scaling = scaling_frame(runs)
@@ -28,9 +34,27 @@ def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=N
     return runs, scaling, bench, skipped
 
 
+def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
+    """nccl-tests logs as benchmark results; a scalelab run's own log (--format nccl-tests) beside its
+    result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason."""
+    logs, bad = nccl_tests.scan(output_dir)
+    for path in paths:
+        if os.path.abspath(path) in {os.path.abspath(r["_path"]) for r in logs}:
+            continue
+        try:
+            logs += nccl_tests.load(path)
+        except results.ResultError as exc:
+            bad.append((path, str(exc)))
+    skipped += bad
+    return [r for r in logs if r["run_id"] not in known]
+
+
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="benchmark.py", description="Speedup and parallel-efficiency tables from result.json files.")
     p.add_argument("--output_dir", default=None, help="folder searched (recursively) for result.json (default outputs)")
+    p.add_argument("--nccl_tests", nargs="+", metavar="LOG", default=[],
+                   help="all_reduce_perf logs (nccl-tests' output) to read as all-reduce benchmarks, besides the "
+                        "*.log/*.txt/*.out under --output_dir that hold one")
     p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
                                                "all-reduce busbw vs message size")
     p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
@@ -53,8 +77,11 @@ def main(argv=None) -> int:
     if args.compare:
         return _compare(args, money)
     args.output_dir = args.output_dir or "outputs"
+    for path in args.nccl_tests:
+        if not os.path.isfile(path):
+            raise UsageError(f"--nccl_tests {path}: no such file")
     try:
-        runs, scaling, bench, skipped = build(args.output_dir, *money)
+        runs, scaling, bench, skipped = build(args.output_dir, *money, nccl_logs=args.nccl_tests)
     except UsageError as exc:
         raise UsageError(f"--output_dir {exc}") from None
     _warn(skipped)
@@ -86,6 +113,7 @@ def main(argv=None) -> int:
 def _compare(args, money) -> int:
     """`--compare A B`: each side a folder (through `build`) or a summary.json."""
     extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
+                                  ("--nccl_tests", args.nccl_tests),
                                   ("--save_csv", args.save_csv), ("--all_runs", args.all_runs)) if v]
     if extra:
         raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")

@@ -56,10 +56,18 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
         return None
     dtypes = match["dtype"].fillna("float32")
     match = match[dtypes == ("float32" if (dtypes == "float32").any() else dtypes.iloc[0])]
+    single = match["rows"].map(timed_single)
+    if single.any():  # as median_rows combines them: the count and labels are those of the runs it uses
+        match = match[single]
     combined = match.iloc[0].copy()  # the newest run's labels; its rows replaced by the combined ones
     combined["rows"] = median_rows(list(match["rows"]), world_size)
     combined["runs"] = len(match)
     return combined
+
+
+def timed_single(rows: list) -> bool:
+    """Whether a benchmark's rows time single all-reduces (scalelab's `1 op`; all_reduce_perf logs do not)."""
+    return bool(rows) and all(r.get("single_op_s") for r in rows)
 
 
 def median_rows(runs: list, world_size: int) -> list:
@@ -69,7 +77,7 @@ def median_rows(runs: list, world_size: int) -> list:
     Where some runs timed single all-reduces (`single_op_s`) and older ones did not, only the runs that did
     are used: mixing them would switch the prediction to back-to-back times for every size.
     """
-    with_single = [rows for rows in runs if rows and all(r.get("single_op_s") for r in rows)]
+    with_single = [rows for rows in runs if timed_single(rows)]
     by_size = {}
     for rows in with_single or runs:
         for r in rows:

@@ -144,8 +144,11 @@ def _bench_hint(g: pd.DataFrame) -> str:
         return (f"`python src/emulate.py --devices {devices // nodes} --link_gbit {big['link_gbit']:g} -- "
                 "src/allreduce_bench.py`")
     if big["accelerator"] == "gpu" or nodes > 1:  # the job script runs one task per GPU, as training did
-        return (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
+        hint = (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
                 f"{devices // nodes} tasks per node, as the training runs had)")
+        # a GPU cluster's own nccl-tests log of that size serves as well
+        return hint + f" or an all_reduce_perf log of {devices} ranks on {nodes} node(s) (--nccl_tests LOG)" \
+            if big["accelerator"] == "gpu" else hint
     return f"`python src/allreduce_bench.py --devices {devices}`"
 
 

@@ -1,0 +1,391 @@
+"""nccl-tests' `all_reduce_perf` text output: print our benchmark's rows in it, and read real logs back as results.
+
+Why: an all_reduce_perf log is the first measurement an HPC engineer has of a cluster, and the two tools should be
+read side by side. The layout is nccl-tests' own (src/util.cu of NVIDIA/nccl-tests: writeResultHeader,
+writeBenchmarkLinePreamble/Body, writeResultFooter). Reading takes both layouts in circulation: 2.13 on (a root
+column, `#wrong` counts, `#  Rank  0 Group  0 Pid ...` lines) and 2019-2021 (no root column, an `error` column
+holding a max deviation, `#   Rank  0 Pid ...`). A log becomes a result like the benchmark's own (kind
+"allreduce"), so the report's predicted columns read real NCCL busbw exactly as they read ours.
+"""
+
+import datetime as _dt
+import os
+import re
+import statistics
+
+from scalelab import results
+from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
+
+# our dtype name -> nccl-tests' type name (src/common.cu test_typenames)
+TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double"}
+DTYPES = {v: k for k, v in TYPE_NAMES.items()}
+ITEMSIZE = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8, "uint64": 8,
+            "half": 2, "float": 4, "double": 8, "bfloat16": 2}
+SUFFIXES = (".log", ".txt", ".out")  # files under an outputs folder that may hold a log (SLURM's slurm-*.out)
+SNIFF_BYTES = 1 << 20  # a log's header is at its top: a file whose first MiB shows none is not read on
+MAX_BYTES = 64 << 20  # larger text files under an outputs folder are training logs, never all_reduce_perf's
+
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                   r"\[([^\]]*)\]\s*(.*?)\s*$")
+_PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+).*?"
+                     r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
+_AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
+_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+_PROGRAM = re.compile(r"Collective test starting:\s*(\S+)")
+_VERSIONS = (re.compile(r"nccl-tests version\s+(\S+)"), re.compile(r"NCCL version\s+(\S+)"))
+_SCALELAB = re.compile(r"scalelab run_id:\s*(\S+)\s+accelerator:\s*(\S+)\s+backend:\s*(\S+)")
+# what launchers put before each line: `srun --label` ("0: "), Open MPI's --tag-output ("[1,0]<stdout>:")
+_PREFIX = re.compile(r"^\s*(?:\d+:|\[\d+,\d+\]<std(?:out|err)>:)\s?")
+_MARKS = (_PARAMS, _AVG, _PROGRAM, re.compile(r"out-of-place\s+in-place"))
+
+
+class NcclTestsError(results.ResultError):
+    """A file that looks like nccl-tests output but cannot be used; the message says why, in one line."""
+
+
+# --- writing ---------------------------------------------------------------------------------------------------
+
+
+def float_str(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: two decimals, fewer where the width would overflow, then an exponent."""
+    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
+        text = fmt.format(value)
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.{1 if width >= 7 else 0}e}"
+
+
+def avg_busbw(rows: list) -> float:
+    """nccl-tests' closing average: every busbw printed, out-of-place and in-place, over all sizes (common.cu
+    adds busBw once per BenchTime call, and calls it twice per size). Rows without an out-of-place column
+    count their in-place busbw only."""
+    values = [v for r in rows for v in (r.get("oop_busbw_GBps"), r["busbw_GBps"]) if v is not None]
+    return sum(values) / len(values) if values else 0.0
+
+
+def _body(time_s, algbw, busbw, wrong) -> str:
+    wrong_text = "   N/A" if wrong is None else f"{wrong:6g}"
+    return f"  {float_str(time_s * 1e6, 7)}  {float_str(algbw, 6)}  {float_str(busbw, 6)}  {wrong_text}"
+
+
+def format_log(rows: list, ranks: list, params: dict, program: str, run: tuple = None) -> str:
+    """Rows (with oop_* fields where out-of-place was measured) -> the text all_reduce_perf prints: header,
+    one line per row, footer (the benchmark prints them as it goes, as nccl-tests does)."""
+    return "\n".join([header(ranks, params, program, run), *map(row_line, rows), footer(rows, program)])
+
+
+def header(ranks: list, params: dict, program: str, run: tuple = None) -> str:
+    """ranks: one dict per rank (rank, pid, host, device, bus, name) for the `# Using devices` lines; params:
+    min_bytes, max_bytes, factor, warmup_iters, iters, check (the `# nThread` line). run: (run_id, accelerator,
+    backend) of a scalelab run, written as a comment so that reading the log back finds the same run (and
+    the report counts it once beside its result.json).
+    """
+    p = params
+    lines = [f"# Collective test starting: {program}"]
+    if run:
+        lines.append("# scalelab run_id: {} accelerator: {} backend: {}".format(*run))
+    lines += [f"# nThread 1 nGpus 1 minBytes {p['min_bytes']} maxBytes {p['max_bytes']} step: {p['factor']}(factor) "
+              f"warmup iters: {p['warmup_iters']} iters: {p['iters']} agg iters: 1 validation: {int(p['check'])} "
+              "graph: 0", "#", "# Using devices"]
+    lines += [f"#  Rank {r['rank']:2d} Group  0 Pid {r['pid']:6d} on {r['host']:>10} device {r['device']:2d} "
+              f"[{r['bus']}] {r['name']}" for r in ranks]
+    lines += ["#",
+              f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place"
+              "          ",
+              f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+              f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
+              f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+              f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"]
+    return "\n".join(lines)
+
+
+def row_line(r: dict) -> str:
+    line = f"{r['bytes']:12d}  {r['count']:12d}  {TYPE_NAMES.get(r['dtype'], r['dtype']):>8}  {'sum':>6}  {-1:6d}"
+    if r.get("oop_time_s") is not None:
+        line += _body(r["oop_time_s"], r["oop_algbw_GBps"], r["oop_busbw_GBps"], r.get("oop_wrong"))
+    else:
+        line += " " * 32  # nccl-tests leaves the out-of-place columns blank where it ran in-place only
+    return line + _body(r["time_s"], r["algbw_GBps"], r["busbw_GBps"], r.get("wrong"))
+
+
+def footer(rows: list, program: str) -> str:
+    """Out of bounds counts the tests (a size, one column) that had wrong values, as nccl-tests counts them."""
+    bad = sum(bool(r.get("oop_wrong")) + bool(r.get("wrong")) for r in rows)
+    return "\n".join([f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}",
+                      f"# {'Avg bus bandwidth':<20} : {avg_busbw(rows):g} ", "#",
+                      f"# Collective test concluded: {program}"])
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def looks_like(text: str) -> bool:
+    """Whether a text holds nccl-tests output at all (a training log, a README: no)."""
+    return any(m.search(line) for line in text.splitlines() for m in _MARKS)
+
+
+def scan(root: str):
+    """nccl-tests logs below root (*.log, *.txt, *.out) -> (results, [(path, reason)] for logs skipped).
+
+    Files that do not look like nccl-tests output are passed over in silence: an outputs folder holds
+    training and SLURM logs too.
+    """
+    found, skipped = [], []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if not name.endswith(SUFFIXES) or _too_big(path):
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    head = fh.read(SNIFF_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            if not looks_like(head):
+                continue
+            try:
+                found += load(path, os.path.relpath(path, root))  # the folder in the name: logs of one name apart
+            except results.ResultError as exc:
+                skipped.append((path, str(exc)))
+    return found, skipped
+
+
+def _too_big(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > MAX_BYTES
+    except OSError:
+        return True
+
+
+def load(path: str, name: str = None) -> list:
+    """One all_reduce_perf log -> results (one per data type it measured, run_id "nccl-tests-" + name, the file's
+    name by default), or NcclTestsError saying why not."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+        created = _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).isoformat(timespec="seconds")
+    except OSError as exc:
+        raise NcclTestsError(f"unreadable ({exc.strerror})") from None
+    found = parse(text, name or os.path.basename(path), created)
+    for r in found:
+        r["_path"] = path
+    return found
+
+
+def parse(text: str, name: str = "nccl-tests", created: str = "") -> list:
+    """nccl-tests output -> results (kind "allreduce", one per data type); NcclTestsError for a log that is not
+    a finished, correct all-reduce run."""
+    if not looks_like(text):
+        raise NcclTestsError("not nccl-tests output (no header, no 'Avg bus bandwidth' line)")
+    meta = _Meta()
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = _PREFIX.sub("", line, count=1)
+        stripped = line.lstrip("#").strip()
+        if not stripped:
+            continue
+        tokens = line.split()
+        if tokens[0].isdigit():  # a result row (NCCL INFO lines start with a host name)
+            rows.append(meta.row(tokens, number))
+        else:
+            meta.read(stripped, line)
+    return meta.results(rows, name, created)
+
+
+class _Meta:
+    """What a log says besides its rows: layout, ranks, parameters, footer."""
+
+    def __init__(self):
+        self.columns = None
+        self.ranks, self.params, self.avg, self.bounds = [], None, None, None
+        self.program = self.run_id = None
+        self.versions = {}
+
+    def read(self, stripped: str, line: str):
+        words = stripped.split()
+        if words[:2] == ["size", "count"]:
+            self.columns = words
+            return
+        m = _RANK.match(line.strip())
+        if m:
+            self.ranks.append({"rank": int(m[1]), "group": int(m[2] or 0), "host": m[4], "name": m[7]})
+            return
+        for key, pattern in zip(("nccl_tests", "nccl"), _VERSIONS):
+            if pattern.search(stripped) and key not in self.versions:
+                self.versions[key] = pattern.search(stripped)[1]
+        for attr, pattern in (("params", _PARAMS), ("avg", _AVG), ("bounds", _BOUNDS), ("program", _PROGRAM),
+                              ("run_id", _SCALELAB)):
+            m = pattern.search(stripped)
+            if m:
+                setattr(self, attr, m)
+
+    def layout(self, n_tokens: int) -> dict:
+        """Column name -> index, from the header; else from the row's length (13: 2.13 on, 12: 2019-2021)."""
+        names = self.columns
+        if names is None:
+            names = (["size", "count", "type", "redop", "root"] if n_tokens >= 13 else
+                     ["size", "count", "type", "redop"]) + ["time", "algbw", "busbw", "#wrong"] * 2
+        times = [i for i, c in enumerate(names) if c in ("time", "cputime")]
+        return {"names": names, "oop": times[0] if len(times) > 1 else None, "ip": times[-1] if times else None}
+
+    def row(self, tokens: list, number: int) -> dict:
+        lay = self.layout(len(tokens))
+        names, ip = lay["names"], lay["ip"]
+        needed = len([c for c in names if c != "timestamp"])
+        if ip is None or len(tokens) < needed:
+            raise NcclTestsError(f"line {number}: a row of {len(tokens)} fields where the header has {needed} "
+                                 "(truncated or corrupt)")
+        try:
+            row = {"bytes": int(tokens[0]), "count": int(tokens[1]), "type": tokens[2],
+                   "redop": tokens[names.index("redop")] if "redop" in names else "sum",
+                   "root": int(tokens[names.index("root")]) if "root" in names else -1}
+            for prefix, at in (("oop_", lay["oop"]), ("", ip)):
+                if at is None:
+                    continue
+                row[prefix + "time_s"] = float(tokens[at]) * 1e-6
+                row[prefix + "algbw_printed"] = float(tokens[at + 1])
+                row[prefix + "busbw_printed"] = float(tokens[at + 2])
+                row[prefix + "wrong"] = _wrong(names[at + 3] if at + 3 < len(names) else "", tokens[at + 3])
+        except (ValueError, IndexError):
+            raise NcclTestsError(f"line {number}: not a result row (corrupt): {' '.join(tokens)[:60]}") from None
+        return row
+
+    def results(self, rows: list, name: str, created: str) -> list:
+        if self.program and not re.search(r"all_?reduce", self.program[1]):
+            raise NcclTestsError(f"{self.program[1]}'s output, not all_reduce_perf's (only all-reduce feeds the "
+                                 "report)")
+        if not rows:
+            raise NcclTestsError("nccl-tests output without a single result row (truncated)")
+        if self.avg is None:
+            raise NcclTestsError(f"truncated: {len(rows)} row(s) and no 'Avg bus bandwidth' line "
+                                 "(the run did not finish)")
+        if self.bounds and (self.bounds[2] == "FAILED" or int(self.bounds[1])):
+            raise NcclTestsError(f"nccl-tests reported {self.bounds[1]} size(s) with wrong values "
+                                 "(Out of bounds values: FAILED)")
+        world, nodes, per_node, hosts, devices = self.world()
+        rows = [r for r in rows if r["root"] == -1]
+        if not rows:
+            raise NcclTestsError("every row has a root: a rooted collective (reduce, broadcast), not all-reduce")
+        redops = sorted({r["redop"] for r in rows})
+        keep = "sum" if "sum" in redops else redops[0]
+        by_type = {}
+        for r in rows:
+            if r["redop"] == keep:
+                _check_row(r, world)
+                by_type.setdefault(r["type"], []).append(r)
+        base = self.run_id[1] if self.run_id else f"nccl-tests-{name}"
+        accelerator, backend = (self.run_id[2], self.run_id[3]) if self.run_id else ("gpu", "nccl")
+        out = []
+        for typ, typed in by_type.items():
+            dtype = DTYPES.get(typ, typ)
+            payload = results.envelope("allreduce", base if len(by_type) == 1 else f"{base}-{dtype}")
+            payload["created"] = created or payload["created"]
+            merged = _merge_repeats(typed, dtype, world)
+            summary = bench_summary(merged)
+            summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
+            params = self.params
+            payload.update(
+                status="completed", error=None, run_name=None,
+                source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
+                        "redop": keep, **self.versions},
+                launch={"launcher": "nccl-tests", "world_size": world, "num_nodes": nodes,
+                        "procs_per_node": per_node, "accelerator": accelerator, "backend": backend,
+                        "device_names": devices, "hostnames": hosts, "link": None},
+                config={"dtype": dtype, **{k: int(params[i]) if params else None for k, i in
+                                           (("min_bytes", 3), ("max_bytes", 4), ("warmup_iters", 5), ("iters", 6))}},
+                rows=merged, summary=summary)
+            out.append(results.validate(payload))
+        return out
+
+    def world(self) -> tuple:
+        """(world size, nodes, ranks per node, hosts, device names) from the `# Using devices` lines."""
+        if not self.ranks:
+            raise NcclTestsError("no '#  Rank N ... on HOST device N' lines: the world size and nodes are unknown")
+        numbers = [r["rank"] for r in self.ranks]
+        if len(set(numbers)) < len(numbers):
+            raise NcclTestsError(f"rank {_first_repeat(numbers)} is listed twice: several runs in one file "
+                                 "(nccl-tests built without MPI=1 under mpirun/srun, or logs joined); keep one run")
+        if len({r["group"] for r in self.ranks}) > 1:
+            raise NcclTestsError("the ranks are split into groups (NCCL_TESTS_SPLIT): one all-reduce per group")
+        per_host = {}
+        for r in self.ranks:
+            per_host[r["host"]] = per_host.get(r["host"], 0) + 1
+        names = sorted({r["name"] for r in self.ranks})
+        return len(numbers), len(per_host), max(per_host.values()), sorted(per_host), names
+
+
+def _wrong(column: str, token: str):
+    """#wrong is a count ('N/A' where unchecked); the older `error` column a max deviation, not a count."""
+    if token == "N/A":
+        return None
+    value = float(token)
+    if column == "#wrong":
+        return int(value)
+    return None
+
+
+def _check_row(r: dict, world: int):
+    """The printed bandwidths must follow from size, time and the all-reduce factor 2(n-1)/n at this world size
+    (within print rounding): else the log is another collective, or the ranks listed are not the run's."""
+    itemsize = ITEMSIZE.get(r["type"])
+    if itemsize and r["bytes"] != r["count"] * itemsize:
+        raise NcclTestsError(f"size {r['bytes']} is not count {r['count']} x {itemsize} B of {r['type']}: "
+                             "not an all-reduce row")
+    for prefix in ("oop_", ""):
+        if prefix + "time_s" not in r:
+            continue
+        if r[prefix + "wrong"]:
+            raise NcclTestsError(f"{r[prefix + 'wrong']} wrong values at size {r['bytes']}: the all-reduce "
+                                 "returned wrong data")
+        algbw, busbw = r[prefix + "algbw_printed"], r[prefix + "busbw_printed"]
+        t = r[prefix + "time_s"]
+        if t <= 0:
+            raise NcclTestsError(f"time {t * 1e6:g} us at size {r['bytes']}")
+        if not _close(r["bytes"] / t / GB, algbw) or not _close(busbw_from_algbw(algbw, world), busbw):
+            raise NcclTestsError(f"at size {r['bytes']}, busbw {busbw:g} GB/s is not algbw {algbw:g} x 2(n-1)/n "
+                                 f"for the {world} rank(s) listed: not an all-reduce of {world} rank(s)")
+
+
+def _close(computed: float, printed: float) -> bool:
+    return abs(computed - printed) <= 0.011 + 0.02 * abs(printed)
+
+
+def _merge_repeats(rows: list, dtype: str, world: int) -> list:
+    """One row per size (median time where the log repeats sizes: -N cycles), in the benchmark's row fields;
+    bandwidths recomputed from the time, which is printed to more digits than they are."""
+    by_size = {}
+    for r in rows:
+        by_size.setdefault(r["bytes"], []).append(r)
+    out = []
+    for size, rs in sorted(by_size.items()):
+        row = {"bytes": size, "count": rs[0]["count"], "dtype": dtype}
+        for prefix in ("oop_", ""):
+            times = [r[prefix + "time_s"] for r in rs if prefix + "time_s" in r]
+            if not times:
+                continue
+            t = statistics.median(times)
+            row[prefix + "time_s"] = t
+            row[prefix + "algbw_GBps"] = size / t / GB
+            row[prefix + "busbw_GBps"] = busbw_from_algbw(size / t / GB, world)
+            wrongs = [r[prefix + "wrong"] for r in rs]
+            row[prefix + "wrong"] = None if None in wrongs else sum(wrongs)
+        out.append(row)
+    return out
+
+
+def _first_repeat(values: list):
+    seen = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,315 @@
+"""nccl-tests interoperability: all_reduce_perf logs of two layouts read as benchmark results, the report's
+predicted columns fed by them, our benchmark's nccl-tests-shaped output read back, and bad logs skipped."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_script
+from scalelab import results
+from scalelab.bench import allreduce, nccl_tests
+from scalelab.bench.nccl_tests import NcclTestsError
+from scalelab.perfmodel.network import bandwidths
+from scalelab.report import cli, explain
+from test_explain import _with_comm
+from test_results import make_result
+
+MiB = 2**20
+A100 = "NVIDIA A100-SXM4-80GB"
+
+DATA = Path(__file__).parent / "data"
+# The layout nccl-tests 2.13 and later print (a root column, #wrong counts, `Group` in the rank lines), here from
+# mpirun over 2 nodes x 4 GPUs, with NCCL's INFO lines mixed in as NCCL_DEBUG=INFO leaves them, trailing spaces
+# and all. Numbers made up, consistent: busbw = algbw x 2(8-1)/8.
+NEW = (DATA / "all_reduce_perf-2.18-a100-2x4.log").read_text()
+# The layout of 2019-2021 (NCCL 2.4-2.10): no root column, an `error` column (a max deviation, not a count),
+# rank lines without `Group`. 2 nodes x 1 V100 over a 10 GbE link: at n = 2, busbw = algbw.
+OLD = (DATA / "all_reduce_perf-2019-v100-2x1.log").read_text()
+
+
+def _printed_busbw(text: str, column: int) -> list:
+    return [float(line.split()[column]) for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+
+
+# --- reading real layouts ---------------------------------------------------------------------------------------
+
+
+def test_a_2_13_log_is_8_ranks_on_2_nodes_with_its_in_place_busbw():
+    (r,) = nccl_tests.parse(NEW, "a100.log", "2026-01-02T03:04:05+00:00")
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (8, 2, 4)
+    assert (launch["accelerator"], launch["backend"], launch["device_names"]) == ("gpu", "nccl", [A100])
+    assert launch["hostnames"] == ["gpu-a01", "gpu-a02"] and r["created"] == "2026-01-02T03:04:05+00:00"
+    assert r["kind"] == "allreduce" and r["status"] == "completed" and r["run_id"] == "nccl-tests-a100.log"
+    assert r["config"] == {"dtype": "float32", "min_bytes": 8, "max_bytes": 134217728, "warmup_iters": 5,
+                           "iters": 20}
+    assert r["source"]["nccl"] == "2.18.5+cuda12.2"
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [8 * 4**k for k in range(13)]
+    assert all(row["count"] == row["bytes"] // 4 and row["dtype"] == "float32" for row in rows)
+    assert all(row["wrong"] == 0 and row["oop_wrong"] == 0 for row in rows)
+    # bandwidths recomputed from the printed time: equal to the printed ones within their two decimals
+    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 11), abs=0.006, rel=1e-3)
+    assert [row["oop_busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
+    assert rows[-1]["time_s"] == pytest.approx(1316.3e-6) and rows[-1]["oop_time_s"] == pytest.approx(1322.9e-6)
+    assert rows[-1]["busbw_GBps"] == pytest.approx(134217728 / 1316.3e-6 / 1e9 * 2 * 7 / 8)
+    assert r["summary"]["nccl_tests_avg_busbw_GBps"] == 49.8942  # the log's own average, as printed
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx((148.19 + 171.45) / 2, abs=0.01)  # median >= 1 MiB
+
+
+def test_a_2019_log_without_root_and_with_an_error_column():
+    (r,) = nccl_tests.parse(OLD, "v100.txt")
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (2, 2, 1)
+    assert launch["device_names"] == ["Tesla V100-SXM2-16GB"] and launch["hostnames"] == ["node17", "node18"]
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [MiB * 2**k for k in range(7)]
+    assert all(row["wrong"] is None for row in rows)  # `error` is a deviation, not a count of wrong values
+    assert all(row["busbw_GBps"] == pytest.approx(row["algbw_GBps"]) for row in rows)  # n = 2: factor 1
+    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(OLD, 10), abs=0.006)
+    assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
+
+
+def _per_iteration(line: str) -> str:
+    """A row or header of `all_reduce_perf -I 1` (2.19 on): four per-iteration columns after each block."""
+    words = line.lstrip("#").split()
+    if words[:2] == ["size", "count"]:
+        words = words[:9] + ["i_min", "i_max", "i_p99", "i_cv%"] + words[9:] + ["i_min", "i_max", "i_p99", "i_cv%"]
+        return "# " + "  ".join(words)
+    if not words or not words[0].isdigit():
+        return line
+    extra = ["17.2", "19.9", "19.9", "3.1"]
+    return "  ".join(words[:9] + extra + words[9:] + extra)
+
+
+def test_the_newest_layout_with_versions_program_and_per_iteration_columns():
+    text = ("# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807\n"
+            "# Collective test starting: all_reduce_perf\n"
+            + "\n".join(_per_iteration(line) for line in NEW.replace("[0x07]", "[0000:07:00]").splitlines())
+            + "\n# Collective test concluded: all_reduce_perf\n")
+    (r,) = nccl_tests.parse(text)
+    (old,) = nccl_tests.parse(NEW)
+    assert r["rows"] == old["rows"] and r["launch"] == old["launch"]
+    assert r["source"]["nccl_tests"] == "2.19.6" and r["source"]["program"] == "all_reduce_perf"
+
+
+def test_one_result_per_data_type():
+    """`all_reduce_perf -d all` measures every type: float and half become two results (the report takes float32,
+    the type DDP all-reduces)."""
+    table = [line for line in NEW.splitlines() if line.split() and line.split()[0].isdigit()]
+    half = ["  ".join([w[0], str(int(w[0]) // 2), "half", *w[3:]]) for w in (line.split() for line in table)]
+    (f32, f16) = nccl_tests.parse(NEW.replace(table[-1], "\n".join([table[-1], *half])), "mixed.log")
+    assert (f32["config"]["dtype"], f16["config"]["dtype"]) == ("float32", "float16")
+    assert f16["run_id"] == "nccl-tests-mixed.log-float16" and [r["count"] for r in f16["rows"]][:2] == [4, 16]
+
+
+@pytest.mark.parametrize("prefix", ["0: ", "[1,0]<stdout>:"])
+def test_launcher_line_prefixes_are_read_through(prefix):
+    """`srun --label` and `mpirun --tag-output` put the rank before every line."""
+    (r,) = nccl_tests.parse("".join(prefix + line for line in NEW.splitlines(keepends=True)))
+    assert r["launch"]["world_size"] == 8 and len(r["rows"]) == 13
+
+
+def test_unchecked_runs_say_n_a_and_repeated_sizes_take_the_median():
+    (r,) = nccl_tests.parse("\n".join(_unchecked(line) for line in NEW.splitlines()))  # all_reduce_perf -c 0
+    assert all(row["wrong"] is None and row["oop_wrong"] is None for row in r["rows"])
+    table = [line for line in NEW.splitlines() if line.split() and line.split()[0].isdigit()]
+    slower = table[-1].replace("1316.3  101.97  178.44", "1400.0   95.87  167.77")
+    (r,) = nccl_tests.parse(NEW.replace(table[-1], "\n".join([table[-1], slower, table[-1]])))  # -N 3 cycles
+    assert len(r["rows"]) == 13 and r["rows"][-1]["time_s"] == pytest.approx(1316.3e-6)
+
+
+def _unchecked(line: str) -> str:
+    words = line.split()
+    if not words or not words[0].isdigit():
+        return line
+    words[8] = words[12] = "N/A"
+    return "  ".join(words)
+
+
+# --- the report -------------------------------------------------------------------------------------------------
+
+
+def _gpu_training(run_id, world, nodes, samples_per_s, busy_s):
+    result = _with_comm(make_result(run_id, world, nodes, samples_per_s=samples_per_s), 0.1, busy_s, busy_s / 2,
+                        0.1 + busy_s / 2, grad_bytes=64_000_000, buckets=3)
+    result["launch"].update(accelerator="gpu", device_names=[A100], backend="nccl")
+    return result
+
+
+def _training_folder(tmp_path):
+    out = tmp_path / "outputs"
+    for r in (_gpu_training("t1", 1, 1, 100, 0.0), _gpu_training("t8", 8, 2, 700, 0.004)):
+        results.write(str(out), r)
+    return out
+
+
+def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
+    out = _training_folder(tmp_path)
+    _, scaling, bench, skipped = cli.build(str(out))
+    assert bench.empty and scaling.set_index("devices").loc[8].isna().bench_busbw_GBps  # no benchmark: no prediction
+    assert cli.main(["--output_dir", str(out)]) == 0
+    assert "or an all_reduce_perf log of 8 ranks on 2 node(s) (--nccl_tests LOG)" in capsys.readouterr().out
+    (out / "slurm-4242.out").write_text("srun: job 4242 queued\n" + NEW)
+    (out / "train.log").write_text("epoch 1: loss 0.5\n")  # not nccl-tests: passed over without a word
+    _, scaling, bench, skipped = cli.build(str(out))
+    assert skipped == [] and list(bench["run_id"]) == ["nccl-tests-slurm-4242.out"]
+    rows = nccl_tests.parse(NEW)[0]["rows"]
+    eight = scaling.set_index("devices").loc[8]
+    assert eight.bench_runs == 1
+    assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
+    assert eight.bench_busbw_GBps == pytest.approx(64_000_000 / eight.predicted_allreduce_s / 1e9 * 2 * 7 / 8)
+    assert 100 < eight.bench_busbw_GBps < 180  # 21 MB buckets: between the 8 MiB and 32 MiB rows' busbw
+
+    assert cli.main(["--output_dir", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == "" and "all-reduce benchmark: " in printed.out
+
+
+def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
+    """Its single all-reduces are how DDP issues buckets; the log then is not counted among the runs combined."""
+    out = _training_folder(tmp_path)
+    (out / "a100.log").write_text(NEW)
+    ours = results.envelope("allreduce", "ours-8x")
+    rows = [{"bytes": b, "count": b // 4, "dtype": "float32", "time_s": 1e-3, "single_op_s": 2e-3, "wrong": 0,
+             "algbw_GBps": b / 1e-3 / 1e9, "busbw_GBps": b / 1e-3 / 1e9 * 1.75} for b in (MiB, 64 * MiB)]
+    ours.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": 8, "num_nodes": 2, "procs_per_node": 4, "accelerator": "gpu",
+                        "backend": "nccl", "device_names": [A100], "hostnames": ["a", "b"]},
+                config={"dtype": "float32"})
+    results.write(str(out), ours)
+    _, scaling, bench, _ = cli.build(str(out))
+    eight = scaling.set_index("devices").loc[8]
+    assert len(bench) == 2 and eight.bench_runs == 1
+    assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
+
+
+def test_a_log_outside_the_folder_by_flag(tmp_path, capsys):
+    out = _training_folder(tmp_path)
+    log = tmp_path / "elsewhere" / "all_reduce_perf.8x.log"
+    log.parent.mkdir()
+    log.write_text(NEW)
+    _, scaling, bench, _ = cli.build(str(out), nccl_logs=[str(log)])
+    assert len(bench) == 1 and scaling.set_index("devices").loc[8].bench_runs == 1
+    assert cli.main(["--output_dir", str(out), "--nccl_tests", str(log)]) == 0
+    assert "all-reduce benchmark: " in capsys.readouterr().out
+    with pytest.raises(Exception, match="--nccl_tests .*missing.log: no such file"):
+        cli.main(["--output_dir", str(out), "--nccl_tests", str(tmp_path / "missing.log")])
+
+
+# --- bad logs: one line each, nothing else lost ----------------------------------------------------------------
+
+
+TABLE_END = NEW.index("# Out of bounds")
+
+
+@pytest.mark.parametrize("text, reason", [
+    (NEW[:TABLE_END], "truncated: 13 row(s) and no 'Avg bus bandwidth' line"),
+    (NEW[:TABLE_END - 40], "line 32: a row of 8 fields where the header has 13 (truncated or corrupt)"),
+    (NEW[:NEW.index("           8 ")], "without a single result row (truncated)"),
+    (NEW.replace("  18.32    1.79", "  18.3x    1.79"), "not a result row (corrupt)"),
+    (NEW.replace("  38.20   54.90   96.07      0", "  38.20   54.90   96.07      3"),
+     "3 wrong values at size 2097152"),
+    (NEW.replace("148.19", "48.19"), "busbw 48.19 GB/s is not algbw 84.68 x 2(n-1)/n for the 8 rank(s)"),
+    (NEW.replace("Rank  7 Group  0", "Rank  6 Group  0"), "rank 6 is listed twice: several runs in one file"),
+    (NEW.replace("#  Rank", "# Rnak"), "no '#  Rank N ... on HOST device N' lines"),
+    ("# Collective test starting: all_gather_perf\n" + NEW, "all_gather_perf's output, not all_reduce_perf's"),
+    (NEW.replace("Out of bounds values : 0 OK", "Out of bounds values : 2 FAILED"), "2 size(s) with wrong values"),
+])
+def test_bad_logs_say_why(text, reason):
+    with pytest.raises(NcclTestsError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        nccl_tests.parse(text)
+
+
+def test_a_corrupt_log_is_one_warning_and_the_rest_still_reports(tmp_path):
+    out = _training_folder(tmp_path)
+    (out / "good.log").write_text(NEW)
+    (out / "cut.log").write_text(NEW[:TABLE_END - 200])  # the job was killed mid-table
+    proc = run_script("benchmark.py", "--output_dir", out, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [f"benchmark.py: warning: skipped {out / 'cut.log'}: line 31: a row of 3 "
+                                        "fields where the header has 13 (truncated or corrupt)"]
+    assert "all-reduce benchmark: " in proc.stdout  # good.log still feeds the prediction
+
+
+# --- our benchmark in nccl-tests' format, read back ------------------------------------------------------------
+
+
+def test_float_str_is_nccl_tests_getfloatstr():
+    assert [nccl_tests.float_str(v, 7) for v in (18.0, 1316.34, 12646.31, 1234567.0, 123456789.0)] == [
+        "  18.00", "1316.34", "12646.3", "1234567", "1.2e+08"]
+    assert [nccl_tests.float_str(v, 6) for v in (0.0, 101.456, 1234.5)] == ["  0.00", "101.46", "1234.5"]
+
+
+def test_format_matches_nccl_tests_columns_and_the_average_counts_both_columns():
+    rows = [{"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 2e-5, "algbw_GBps": 0.0512,
+             "busbw_GBps": 0.0896, "wrong": 0, "oop_time_s": 2.5e-5, "oop_algbw_GBps": 0.04096,
+             "oop_busbw_GBps": 0.07168, "oop_wrong": 0}]
+    ranks = [{"rank": 0, "pid": 7, "host": "h", "device": 0, "bus": "0x00", "name": "cpu"}]
+    params = {"min_bytes": 1024, "max_bytes": 1024, "factor": 2, "warmup_iters": 5, "iters": 20, "check": True}
+    lines = nccl_tests.format_log(rows, ranks, params, "p").splitlines()
+    assert lines[-5] == ("        1024           256     float     sum      -1    25.00    0.04    0.07       0"
+                         "    20.00    0.05    0.09       0")
+    assert lines[-4:] == ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {(0.0896 + 0.07168) / 2:g} ",
+                          "#", "# Collective test concluded: p"]
+
+
+def _run_nccl_format(tmp_path, devices, capsys=None):
+    argv = ["--accelerator", "cpu", "--max_bytes", "128K", "--iters", "2", "--warmup_iters", "1", "--format",
+            "nccl-tests", "--output_dir", str(tmp_path)]
+    if devices == 1:
+        assert allreduce.main(argv) == 0
+        return capsys.readouterr().out
+    proc = run_script("allreduce_bench.py", "--devices", devices, *argv, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def _assert_round_trip(stdout, tmp_path, world):
+    (path,) = list(tmp_path.rglob("result.json"))
+    written = results.load(str(path))
+    (parsed,) = nccl_tests.parse(stdout)
+    assert parsed["run_id"] == written["run_id"]  # the log names its run: beside its result.json, counted once
+    assert parsed["launch"]["world_size"] == world and parsed["launch"]["backend"] == "gloo"
+    assert parsed["launch"]["accelerator"] == "cpu"
+    assert [r["bytes"] for r in parsed["rows"]] == [r["bytes"] for r in written["rows"]] == [32768, 65536, 131072]
+    for got, want in zip(parsed["rows"], written["rows"]):
+        assert got["count"] == want["count"] and got["wrong"] == want["wrong"] == 0 and got["oop_wrong"] == 0
+        for key in ("time_s", "oop_time_s"):  # printed in us with 2 decimals, or 7 significant digits
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=5e-9)
+        assert got["busbw_GBps"] == pytest.approx(bandwidths(want["bytes"], got["time_s"], world)[1])
+    avg = next(line for line in stdout.splitlines() if line.startswith("# Avg bus bandwidth"))
+    assert float(avg.split(":")[1]) == pytest.approx(nccl_tests.avg_busbw(written["rows"]), rel=1e-5, abs=1e-9)
+    return written
+
+
+def test_one_rank_in_nccl_tests_format_reads_back(tmp_path, capsys):
+    stdout = _run_nccl_format(tmp_path, 1, capsys)
+    assert stdout.splitlines()[-6].startswith("      131072         32768     float     sum      -1")
+    written = _assert_round_trip(stdout, tmp_path, 1)
+    assert written["config"]["format"] == "nccl-tests"
+    (tmp_path / "run.log").write_text(stdout)  # the log beside its own result.json: one benchmark, not two
+    found, _ = results.scan(str(tmp_path))
+    assert cli.read_nccl_logs(str(tmp_path), [], {r["run_id"] for r in found}, []) == []
+
+
+@pytest.mark.slow
+def test_two_ranks_in_nccl_tests_format_read_back(tmp_path):
+    stdout = _run_nccl_format(tmp_path, 2)
+    assert "#  Rank  1 Group  0 Pid" in stdout and "# Out of bounds values : 0 OK" in stdout
+    written = _assert_round_trip(stdout, tmp_path, 2)
+    assert all(r["oop_busbw_GBps"] > 0 for r in written["rows"])
+
+
+@pytest.mark.slow
+def test_a_wrong_out_of_place_sum_is_counted(tmp_path):
+    proc = run_script("allreduce_bench.py", "--devices", 2, "--max_bytes", "32K", "--iters", 1, "--warmup_iters", 0,
+                      "--format", "nccl-tests", "--inject_wrong", "--output_dir", tmp_path, timeout=120)
+    assert proc.returncode == 1
+    (row,) = [line.split() for line in proc.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert (row[8], row[12]) == ("2", "2")  # out-of-place and in-place: 1 wrong value on each of 2 ranks
+    assert "# Out of bounds values : 2 FAILED" in proc.stdout
+    with pytest.raises(NcclTestsError, match="wrong values"):
+        nccl_tests.parse(proc.stdout)
+    assert os.path.exists(next(tmp_path.rglob("result.json")))
