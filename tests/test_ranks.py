@@ -173,9 +173,13 @@ def _ended(env, job):
     return state if state and state not in ("PENDING", "RUNNING", "COMPLETING") else None
 
 
-def _cores(pid: int) -> str:
+def _cores(pid: int, log: Path) -> str:
     """The cores the process's main thread may run on, as /proc writes them ("0", "0-1")."""
-    return re.search(r"^Cpus_allowed_list:\s*(\S+)", Path(f"/proc/{pid}/status").read_text(), re.M).group(1)
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        raise AssertionError(f"the rank ended before training:\n{log.read_text()[-3000:]}") from None
+    return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)
 
 
 @pytest.mark.slurm
@@ -196,7 +200,7 @@ def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):  # noqa: F811
     job_log = tmp_path / f"slurm-{job}.out"
     try:
         pid = _wait_for("node2's rank", lambda: _find_pid(tmp_path, SLURM_JOB_ID=job, SLURM_PROCID="1"), 120)
-        _wait_for("node2's rank pinned", lambda: _cores(pid) == "0", 120)
+        _wait_for("node2's rank pinned", lambda: _cores(pid, job_log) == "0", 120)
         subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], check=True, capture_output=True)
         with throttled(pid):
             state = _wait_for("the job to end", lambda: _ended(env, job), 300)
