@@ -88,6 +88,13 @@ def test_without_probe_steps_no_rank_is_named():
     assert "no probe steps" in text and "--exclude" not in text
 
 
+def test_ranks_that_shared_cores_are_said_to():
+    recs = [rank_record(0, "vm", 0.01), rank_record(1, "vm", 0.01), rank_record(2, "vm", 0.02)]
+    text = ranks.render([training("over", recs, nodes=1, oversubscribed="oversubscribed: ranks 0 and 2 shared core 0")])
+    assert "  ! oversubscribed: ranks 0 and 2 shared core 0: a rank that shared cores is slow for that reason" in text
+    assert "slow: rank 2 on vm (+100 %)" in text
+
+
 def test_newest_run_per_configuration_and_cli(tmp_path, capsys):
     old = training("old", [rank_record(0, "node1", 0.01), rank_record(1, "node2", 0.02)],
                    created="2026-11-24T06:00:00+00:00")
