@@ -11,7 +11,7 @@ from scalelab import results
 from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export
+from scalelab.report import compare, explain, export, ranks
 from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
 
@@ -63,6 +63,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
     p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
+    p.add_argument("--ranks", action="store_true",
+                   help="instead of the report: each rank of each multi-rank run, by host, with the slow ones flagged "
+                        "and the sbatch --exclude= list to try next")
+    p.add_argument("--straggler_pct", type=positive_float, metavar="PCT",
+                   help=f"with --ranks: flag a rank whose compute is more than PCT %% above the median rank's "
+                        f"(default {ranks.DEFAULT_PCT:g})")
     p.add_argument("--peak_tflops", type=positive_float, help="peak TFLOP/s per device for MFU (default: known GPUs)")
     p.add_argument("--gpu_hour_price", type=positive_float, metavar="PRICE",
                    help="price of one device-hour: adds cost per 1K samples (and per token budget)")
@@ -80,6 +86,10 @@ def main(argv=None) -> int:
     for path in args.nccl_tests:
         if not os.path.isfile(path):
             raise UsageError(f"--nccl_tests {path}: no such file")
+    if args.straggler_pct is not None and not args.ranks:
+        raise UsageError("--straggler_pct goes with --ranks")
+    if args.ranks:
+        return _ranks(args)
     try:
         runs, scaling, bench, skipped = build(args.output_dir, *money, nccl_logs=args.nccl_tests)
     except UsageError as exc:
@@ -114,7 +124,8 @@ def _compare(args, money) -> int:
     """`--compare A B`: each side a folder (through `build`) or a summary.json."""
     extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
                                   ("--nccl_tests", args.nccl_tests),
-                                  ("--save_csv", args.save_csv), ("--all_runs", args.all_runs)) if v]
+                                  ("--save_csv", args.save_csv), ("--all_runs", args.all_runs),
+                                  ("--ranks", args.ranks), ("--straggler_pct", args.straggler_pct)) if v]
     if extra:
         raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
 
@@ -124,6 +135,21 @@ def _compare(args, money) -> int:
         return export.summary(scaling, bench, len(runs), folder)
 
     return compare.main(args, summarize_folder)
+
+
+def _ranks(args) -> int:
+    """`--ranks`: the per-rank view alone (report/ranks.py)."""
+    extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv))
+             if v]
+    if extra:
+        raise UsageError(f"--ranks prints the per-rank view only; it does not take {', '.join(extra)}")
+    if not os.path.isdir(args.output_dir):
+        raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
+    found, skipped = results.scan(args.output_dir)
+    _warn(skipped)
+    pct = ranks.DEFAULT_PCT if args.straggler_pct is None else args.straggler_pct
+    print(ranks.render(found, pct, "github" if args.markdown else "simple", args.all_runs))
+    return 0
 
 
 def _warn(skipped):

@@ -22,6 +22,7 @@ from scalelab import perfmodel
 from scalelab.launch import cluster, cores
 from scalelab.results import CommRecord
 from scalelab.train import comm
+from scalelab.train.steps import optimizer_view
 
 SYNC_EVERY = 10  # GPU: steps between the device syncs that read the step events (torchtitan logs every 10)
 
@@ -252,26 +253,6 @@ def gather(record: dict) -> list:
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, record)
     return sorted(out, key=lambda r: r["rank"])
-
-
-def optimizer_view(record: dict) -> dict:
-    """A rank's per-batch lists as per-optimizer-step lists (the same record when every batch was a step).
-
-    With --accumulate_grad_batches K an optimizer step is K batches, and only the last one all-reduces: its
-    time is their sum, its gradients are ready after the first K-1 batches plus the last one's backward and
-    all-reduce. Batches after the last completed step (a failed run) are left out."""
-    ends = record.get("step_ends")
-    if ends is None:
-        return record
-    starts = [0] + [end + 1 for end in ends[:-1]]
-    spans = list(zip(starts, ends))
-    times, ready = record["step_times_s"], record["grads_ready_s"]
-    full = max((b - a + 1 for a, b in spans), default=0)
-    return {**record, "short_steps": [i for i, (a, b) in enumerate(spans) if b - a + 1 < full],
-            "step_times_s": [sum(times[a:b + 1]) for a, b in spans],
-            "grads_ready_s": [sum(times[a:b]) + ready[b] for a, b in spans],
-            "allreduce_s": [sum(record["allreduce_s"][a:b + 1]) for a, b in spans],
-            "buckets": [sum(record["buckets"][a:b + 1]) for a, b in spans]}
 
 
 def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> dict:

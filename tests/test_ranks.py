@@ -1,0 +1,224 @@
+"""`benchmark.py --ranks`: the per-rank view names the slow rank and its host, from records and from real runs.
+
+The real runs slow one rank the way a thermally throttled CPU is slow: clock modulation runs the core only part
+of every few milliseconds. Here the rank's process is stopped for 3 ms and continued for 1 ms (SIGSTOP/SIGCONT),
+over and over, so it computes at a fraction of its speed whatever else the machine runs. A busy loop on the
+rank's core was tried first and is not enough on a shared machine: the other processes move to the other core
+and slow the other rank about as much (measured here: the rank beside the busy loop +7 % against the median).
+"""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, load_results, run_script, start, wait_for_banner
+from scalelab import results
+from scalelab.errors import UsageError
+from scalelab.report import cli, ranks
+from test_results import make_result
+from test_slurm import _wait_for, sacct_state, slurm_env  # noqa: F401  (slurm_env: the cluster fixture)
+
+
+def rank_record(rank, host, compute_s, step_s=0.02, steps=30, warmup=5, every=5, **extra):
+    """A rank's record as train/timing.py writes it: probe steps take compute_s to gradients-ready."""
+    probes = [i for i in range(warmup, steps) if (i - warmup) % every == every - 1]
+    return {"rank": rank, "local_rank": rank % 2, "host": host, "device": "cpu", "cpu_affinity": [rank % 2],
+            "step_times_s": [step_s if i not in probes else compute_s for i in range(steps)],
+            "grads_ready_s": [compute_s if i in probes else step_s * 0.9 for i in range(steps)],
+            "probe_steps": probes, "allreduce_s": [0.001] * steps, "buckets": [1] * steps, **extra}
+
+
+def training(run_id, ranks_, nodes=2, created="2026-11-24T07:00:00+00:00", **launch):
+    data = make_result(run_id, world=len(ranks_), nodes=nodes)
+    data["created"] = created
+    data["timing"]["warmup_steps"] = 5
+    data["launch"].update(launch)
+    data["ranks"] = ranks_
+    return data
+
+
+def write(folder, *found):
+    for data in found:
+        results.write(str(folder), data)
+    return folder
+
+
+def test_the_slow_rank_and_its_host_are_named_and_excluded():
+    found = [training("r4", [rank_record(0, "node1", 0.010), rank_record(1, "node1", 0.0104),
+                             rank_record(2, "node2", 0.0098), rank_record(3, "node2", 0.013)])]
+    text = ranks.render(found)
+    assert "rank 3 on node2 (+27 %) against the median rank's 10.2 ms" in text
+    assert "sbatch --exclude=node2 <job script>" in text
+    table = [line.split() for line in text.splitlines() if line.startswith(("node", " "))]
+    assert table[0][:2] == ["node1", "0"] and table[2][:2] == ["node2", "2"]  # grouped by host
+    assert table[3][-1] == "slow" and not any(row[-1] == "slow" for row in table[:3])
+
+
+def test_threshold_and_median():
+    rows = [{"rank": i, "host": f"n{i}", "compute_s": c} for i, c in enumerate([1.0, 1.0, 1.08])]
+    assert ranks.flag(rows, 10) == 1.0 and not any(r["slow"] for r in rows)
+    ranks.flag(rows, 5)
+    assert [r["slow"] for r in rows] == [False, False, True] and ranks.exclude_list(rows) == "n2"
+    assert rows[2]["vs_median"] == pytest.approx(0.08)
+
+
+def test_accumulated_batches_count_as_one_step():
+    """--accumulate_grad_batches 2: a probe's compute is its first batch plus the second's gradients-ready."""
+    rec = rank_record(0, "n1", 0.004, steps=20)
+    rec["step_ends"] = list(range(1, 20, 2))  # 10 optimizer steps of 2 batches
+    rec["probe_steps"] = [6, 8]
+    rec["grads_ready_s"] = [0.003] * 20
+    rec["step_times_s"] = [0.005] * 20
+    data = training("acc", [rec], nodes=1)
+    data["timing"]["warmup_steps"] = 2
+    (row,) = ranks.rank_rows(data)
+    assert row["compute_s"] == pytest.approx(0.008) and row["step_s"] == pytest.approx(0.010)
+
+
+def test_without_probe_steps_no_rank_is_named():
+    recs = [rank_record(0, "node1", 0.01, every=10**6), rank_record(1, "node2", 0.02, every=10**6)]
+    text = ranks.render([training("np", recs)])
+    assert "no probe steps" in text and "--exclude" not in text
+
+
+def test_ranks_that_shared_cores_are_said_to():
+    recs = [rank_record(0, "vm", 0.01), rank_record(1, "vm", 0.01), rank_record(2, "vm", 0.02)]
+    text = ranks.render([training("over", recs, nodes=1, oversubscribed="oversubscribed: ranks 0 and 2 shared core 0")])
+    assert "  ! oversubscribed: ranks 0 and 2 shared core 0: a rank that shared cores is slow for that reason" in text
+    assert "slow: rank 2 on vm (+100 %)" in text
+
+
+def test_newest_run_per_configuration_and_cli(tmp_path, capsys):
+    old = training("old", [rank_record(0, "node1", 0.01), rank_record(1, "node2", 0.02)],
+                   created="2026-11-24T06:00:00+00:00")
+    new = training("new", [rank_record(0, "node1", 0.01), rank_record(1, "node3", 0.0105)])
+    single = training("one", [rank_record(0, "node1", 0.01)], nodes=1)
+    write(tmp_path, old, new, single)
+    assert cli.main(["--ranks", "--output_dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "new: 2 devices on 2 node(s)" in out and "old:" not in out and "one:" not in out
+    assert "no rank's compute is more than 10 % above the median" in out
+    assert cli.main(["--ranks", "--all_runs", "--straggler_pct", "2", "--output_dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "sbatch --exclude=node2 " in out and "sbatch --exclude=node3 " in out  # both runs, 2 % threshold
+
+
+def test_ranks_flag_errors_are_one_line(tmp_path):
+    with pytest.raises(UsageError, match="--straggler_pct goes with --ranks"):
+        cli.main(["--straggler_pct", "5", "--output_dir", str(tmp_path)])
+    with pytest.raises(UsageError, match="does not take --plot"):
+        cli.main(["--ranks", "--plot", str(tmp_path), "--output_dir", str(tmp_path)])
+    proc = run_script("benchmark.py", "--ranks", "--straggler_pct", "-1")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+@contextlib.contextmanager
+def throttled(pid: int, stop_s=0.003, run_s=0.001):
+    """The process runs run_s of every stop_s + run_s (all its threads), until the block ends."""
+    done = threading.Event()
+
+    def cycle():
+        while not done.is_set():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stop_s)
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                return
+            time.sleep(run_s)
+
+    thread = threading.Thread(target=cycle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _find_pid(output_dir, **want):
+    """The train.py process writing to output_dir whose environment has these values, or None while none does."""
+    for entry in Path("/proc").iterdir():
+        try:
+            env = dict(v.split("=", 1) for v in (entry / "environ").read_text().split("\0") if "=" in v)
+            cmd = (entry / "cmdline").read_text()
+        except (OSError, ValueError):
+            continue
+        if "train.py" in cmd and str(output_dir) in cmd and all(env.get(k) == v for k, v in want.items()):
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_local_run_names_the_throttled_rank(tmp_path):
+    proc = start(tmp_path, "--model", "mlp", "--devices", "2", "--max_epochs", "1")
+    try:
+        wait_for_banner(proc)
+        pid = _wait_for("rank 1", lambda: _find_pid(tmp_path, LOCAL_RANK="1"), 120)  # Lightning's relaunch of train.py
+        with throttled(pid):
+            out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    view = run_script("benchmark.py", "--ranks", "--output_dir", tmp_path).stdout
+    print(view)
+    assert re.search(r"slow: rank 1 on \S+ \(\+\d+ %\)", view), view
+    assert "rank 0 on" not in view
+
+
+def _ended(env, job):
+    state = sacct_state(env, job, timeout=2)
+    return state if state and state not in ("PENDING", "RUNNING", "COMPLETING") else None
+
+
+def _cores(pid: int, log: Path) -> str:
+    """The cores the process's main thread may run on, as /proc writes them ("0", "0-1")."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        raise AssertionError(f"the rank ended before training:\n{log.read_text()[-3000:]}") from None
+    return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):  # noqa: F811
+    """2 nodes x 1 task; node2's rank is throttled, and the view must name node2 alone.
+
+    This cluster's two nodes are one machine without task binding: each node's rank pins itself to core 0. Once
+    pinned, node2's rank is moved (all its threads) to core 1, as a site's binding would have placed it, so the
+    two ranks do not share a core; then it is throttled."""
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs cores 0 and 1")
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    job = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "--ntasks-per-node=1",
+                          "--cpus-per-task=1", str(ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh"), "--devices",
+                          "1", "--threads", "1", "--max_epochs", "4"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    try:
+        pid = _wait_for("node2's rank", lambda: _find_pid(tmp_path, SLURM_JOB_ID=job, SLURM_PROCID="1"), 120)
+        _wait_for("node2's rank pinned", lambda: _cores(pid, job_log) == "0", 120)
+        subprocess.run(["taskset", "-a", "-p", "-c", "1", str(pid)], check=True, capture_output=True)
+        with throttled(pid):
+            state = _wait_for("the job to end", lambda: _ended(env, job), 300)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+    assert state == "COMPLETED", job_log.read_text()[-3000:]
+    (result,) = load_results(tmp_path)
+    hosts = {r["rank"]: (r["host"], r["cpu_affinity"]) for r in result["ranks"]}
+    assert hosts == {0: ("node1", [0]), 1: ("node2", [1])}, hosts
+    proc = run_script("benchmark.py", "--ranks", "--output_dir", tmp_path)
+    print(f"\n$ python src/benchmark.py --ranks --output_dir outputs\n{proc.stdout}")
+    assert proc.returncode == 0
+    assert re.search(r"slow: rank 1 on node2 \(\+\d+ %\)", proc.stdout), proc.stdout
+    assert "sbatch --exclude=node2 <job script>" in proc.stdout and "rank 0 on" not in proc.stdout
