@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+SLURM_CLUSTER = ROOT / "tests" / "slurm_cluster"
+SLURM_STATE_DIR = os.environ.get("SCALELAB_SLURM_DIR", "/tmp/scalelab-slurm")
 sys.path.insert(0, str(SRC))
 
 FAKE_SECRETS = {
@@ -96,3 +99,39 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which must run every test: {reason}"
+
+
+# --- the local SLURM cluster (tests/slurm_cluster/): one fixture, shared by every module that submits jobs ---
+def _cannot_run_reason():
+    if os.geteuid() != 0:
+        return "the local SLURM cluster needs root (it installs slurm-wlm and starts daemons)"
+    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        return "no apt-get and no slurmctld: not a Debian machine"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    reason = _cannot_run_reason()
+    if reason:
+        pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
+    already_up = _cluster_running()  # someone else's cluster (another session): use it, never stop it
+    started = time.time()
+    proc = subprocess.run(["bash", str(SLURM_CLUSTER / "start.sh"), SLURM_STATE_DIR], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, f"start.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    conf = proc.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    print(f"\nlocal SLURM cluster up in {time.time() - started:.1f} s ({conf})")
+    env = {**os.environ, "SLURM_CONF": conf, "SCALELAB_PROFILE": "cpu"}
+    yield env
+    if not already_up:
+        subprocess.run(["bash", str(SLURM_CLUSTER / "stop.sh"), SLURM_STATE_DIR], capture_output=True, text=True,
+                       timeout=120)
+
+
+def _cluster_running(state_dir=SLURM_STATE_DIR) -> bool:
+    try:
+        pid = int(open(os.path.join(state_dir, "slurmctld.pid")).read().strip())
+        return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
+    except (OSError, ValueError):
+        return False

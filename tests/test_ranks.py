@@ -23,7 +23,7 @@ from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report import cli, ranks
 from test_results import make_result
-from test_slurm import _wait_for, sacct_state, slurm_env  # noqa: F401  (slurm_env: the cluster fixture)
+from test_slurm import _wait_for, sacct_state
 
 
 def rank_record(rank, host, compute_s, step_s=0.02, steps=30, warmup=5, every=5, **extra):
@@ -191,7 +191,7 @@ def _cores(pid: int, log: Path) -> str:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):  # noqa: F811
+def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):
     """2 nodes x 1 task; node2's rank is throttled, and the view must name node2 alone.
 
     This cluster's two nodes are one machine without task binding: each node's rank pins itself to core 0. Once

@@ -6,7 +6,6 @@ Where it cannot run (not root, no apt) these tests skip with the reason; under C
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -17,43 +16,6 @@ from conftest import ROOT, load_results, run_script
 from scalelab.report import frames
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-CLUSTER = ROOT / "tests" / "slurm_cluster"
-STATE_DIR = os.environ.get("SCALELAB_SLURM_DIR", "/tmp/scalelab-slurm")
-
-
-def _cannot_run_reason():
-    if os.geteuid() != 0:
-        return "the local SLURM cluster needs root (it installs slurm-wlm and starts daemons)"
-    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
-        return "no apt-get and no slurmctld: not a Debian machine"
-    return None
-
-
-@pytest.fixture(scope="session")
-def slurm_env():
-    reason = _cannot_run_reason()
-    if reason:
-        pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
-    already_up = _cluster_running()  # someone else's cluster (another session): use it, never stop it
-    started = time.time()
-    proc = subprocess.run(["bash", str(CLUSTER / "start.sh"), STATE_DIR], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"start.sh failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    conf = proc.stdout.strip().splitlines()[-1].split("=", 1)[1]
-    print(f"\nlocal SLURM cluster up in {time.time() - started:.1f} s ({conf})")
-    env = {**os.environ, "SLURM_CONF": conf, "SCALELAB_PROFILE": "cpu"}
-    yield env
-    if not already_up:
-        subprocess.run(["bash", str(CLUSTER / "stop.sh"), STATE_DIR], capture_output=True, text=True, timeout=120)
-
-
-def _cluster_running(state_dir=STATE_DIR) -> bool:
-    try:
-        pid = int(open(os.path.join(state_dir, "slurmctld.pid")).read().strip())
-        return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
-    except (OSError, ValueError):
-        return False
-
-
 def sbatch_wait(env, script, *args, sbatch_args=(), timeout=600):
     """sbatch --wait from the repo root; returns (returncode, job id, job log text)."""
     log_dir = env["SCALELAB_TEST_LOGS"]

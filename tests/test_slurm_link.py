@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, load_results
-from test_slurm import _cannot_run_reason, _cluster_running, sacct_state, sbatch_wait
+from conftest import ROOT, _cannot_run_reason, _cluster_running, load_results
+from test_slurm import sacct_state, sbatch_wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = ROOT / "tests" / "slurm_cluster"
