@@ -36,7 +36,7 @@ def load(path: str) -> list:
 
     try:
         with open(path) as fh:
-            data = yaml.safe_load(fh)
+            data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 10x faster
     except OSError as exc:
         raise UsageError(f"--reference {path}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:
