@@ -46,8 +46,9 @@ def main():
     proc = subprocess.run([sys.executable, BENCHMARK, "--output_dir", os.path.join(folder, "runs"),
                            "--reference", ref], capture_output=True, text=True)
     took = time.perf_counter() - start
+    load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     print(f"benchmark.py --reference over {a.files:,} result files, {len(data['checks'])} checks: {took:.2f} s end "
-          f"to end (exit {proc.returncode}, {proc.stdout.count('FAIL ')} failed); target < 3 s with exit 1")
+          f"to end (exit {proc.returncode}, {proc.stdout.count('FAIL ')} failed; {load}); target < 3 s with exit 1")
     print(proc.stdout.splitlines()[-1] if proc.stdout else proc.stderr)
 
 
