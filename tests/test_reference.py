@@ -101,6 +101,10 @@ def test_hand_written_subset_of_workload_fields_and_upper_bound(tmp_path, capsys
     ref.write_text(yaml.safe_dump({"checks": [entry]}))
     code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
     assert code == 1 and out[0].startswith("FAIL mlp2.throughput_per_device: 90 samples/s above 84")
+    entry["reference"]["throughput_per_device"][3] = "tokens/s"  # another quantity than the runs measured
+    ref.write_text(yaml.safe_dump({"checks": [entry]}))
+    code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
+    assert code == 1 and "measured in samples/s, the reference is in tokens/s" in out[0]
     entry["workload"] = {"model": "mlp"}  # two batch sizes match: refused rather than one picked
     ref.write_text(yaml.safe_dump({"checks": [entry]}))
     code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
