@@ -9,11 +9,13 @@ import sys
 
 from scalelab import results
 from scalelab.bench import nccl_tests
-from scalelab.cli import OneLineParser, positive_float, run_main
+from scalelab.cli import OneLineParser, number_type, positive_float, run_main
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, ranks
+from scalelab.report import compare, explain, export, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
+
+fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.1 for 10 %")
 
 
 def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> tuple:
@@ -74,6 +76,15 @@ def build_parser() -> OneLineParser:
                    help="price of one device-hour: adds cost per 1K samples (and per token budget)")
     p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
                    help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
+    p.add_argument("--reference", metavar="FILE", help="check the folder against a reference file (YAML, ReFrame's "
+                                                    "[value, lower, upper, unit] per quantity): PASS/FAIL and PERF "
+                                                    "lines, exit 1 on any failure")
+    p.add_argument("--write_reference", metavar="FILE",
+                   help="write a reference file from this (good) folder: its current values, --reference_tolerance "
+                        "below them, no upper bound")
+    p.add_argument("--reference_tolerance", type=fraction, metavar="FRACTION",
+                   help="with --write_reference: how far below the current values a check still passes "
+                        "(default 0.1 = 10 %%)")
     return p
 
 
@@ -88,6 +99,7 @@ def main(argv=None) -> int:
             raise UsageError(f"--nccl_tests {path}: no such file")
     if args.straggler_pct is not None and not args.ranks:
         raise UsageError("--straggler_pct goes with --ranks")
+    checks = _reference_args(args)
     if args.ranks:
         return _ranks(args)
     try:
@@ -95,6 +107,15 @@ def main(argv=None) -> int:
     except UsageError as exc:
         raise UsageError(f"--output_dir {exc}") from None
     _warn(skipped)
+    if args.write_reference:
+        checks = reference.draft(scaling, bench, -(args.reference_tolerance or 0.1))
+        path = reference.write(args.write_reference, checks)
+        print(f"written: {path} ({len(checks)} check(s))")
+        return 0
+    if checks is not None:
+        lines, failed = reference.check(checks, scaling, bench, args.output_dir)
+        print("\n".join(lines))
+        return 1 if failed else 0
     if runs.empty:
         print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
         return 1
@@ -120,12 +141,29 @@ def main(argv=None) -> int:
     return 0
 
 
+def _reference_args(args):
+    """The checks of --reference (read before the folder: a bad file fails fast), None without it; either
+    reference flag is a mode of its own."""
+    given = [f for f, v in (("--reference", args.reference), ("--write_reference", args.write_reference)) if v]
+    if args.reference_tolerance is not None and not args.write_reference:
+        raise UsageError("--reference_tolerance goes with --write_reference (a reference file holds its own)")
+    if not given:
+        return None
+    extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv),
+                                  ("--markdown", args.markdown), ("--all_runs", args.all_runs),
+                                  ("--ranks", args.ranks)) if v]
+    if len(given) > 1 or extra:
+        raise UsageError(f"{given[0]} does not take {', '.join((given[1:] + extra))}")
+    return reference.load(args.reference) if args.reference else None
+
+
 def _compare(args, money) -> int:
     """`--compare A B`: each side a folder (through `build`) or a summary.json."""
     extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
                                   ("--nccl_tests", args.nccl_tests),
                                   ("--save_csv", args.save_csv), ("--all_runs", args.all_runs),
-                                  ("--ranks", args.ranks), ("--straggler_pct", args.straggler_pct)) if v]
+                                  ("--ranks", args.ranks), ("--straggler_pct", args.straggler_pct),
+                                  ("--reference", args.reference), ("--write_reference", args.write_reference)) if v]
     if extra:
         raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
 

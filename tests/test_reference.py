@@ -1,0 +1,160 @@
+"""Reference checks (`benchmark.py --reference` / `--write_reference`) on folders written by results.write."""
+
+import math
+import re
+
+import pytest
+import yaml
+
+from conftest import run_script
+from scalelab import results
+from scalelab.cli import run_main
+from scalelab.report import reference
+from scalelab.report.cli import main
+from test_explain import ROWS, _bench
+from test_results import make_result
+
+PERF = re.compile(r"^PERF (\S+)=(\S+)(?: (\S+))?$")
+
+
+def folder(path, two=180.0, four=300.0, busbw_scale=1.0, with_four=True, with_base=True):
+    """A sweep (1, 2, 4 devices; 4 on 2 nodes) and a 2-rank all-reduce benchmark, as real result files."""
+    runs = [make_result("x2", 2, samples_per_s=two)]
+    runs += [make_result("x1", 1, samples_per_s=100.0)] if with_base else []
+    runs += [make_result("x4", 4, nodes=2, samples_per_s=four)] if with_four else []
+    for r in runs:
+        results.write(str(path), r)
+    rows = [dict(r, busbw_GBps=r["busbw_GBps"] * busbw_scale) for r in ROWS]
+    results.write(str(path), _bench(2, rows))
+    return path
+
+
+def report(capsys, *argv):
+    """(exit code, stdout lines, stderr) of benchmark.py run in this process."""
+    code = run_main("benchmark.py", main, [str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+@pytest.fixture
+def good_ref(tmp_path, capsys):
+    good = folder(tmp_path / "good")
+    ref = tmp_path / "ref.yaml"
+    code, out, _ = report(capsys, "--output_dir", good, "--write_reference", ref)
+    assert code == 0 and out == [f"written: {ref} (4 check(s))"]
+    return ref
+
+
+def test_write_then_check_the_same_folder_passes(tmp_path, capsys, good_ref):
+    assert not [p for p in good_ref.parent.iterdir() if p.name.startswith(".tmp-")]  # written atomically
+    code, out, err = report(capsys, "--output_dir", tmp_path / "good", "--reference", good_ref)
+    assert code == 0, out + [err]
+    verdicts = [line for line in out if line.startswith(("PASS", "FAIL"))]
+    assert len(verdicts) == 6 and all(v.startswith("PASS ") for v in verdicts)
+    perf = {m.group(1): (float(m.group(2)), m.group(3)) for m in map(PERF.match, out) if m}
+    assert perf == {"mlp-cpu-1x1.throughput_per_device": (100.0, "samples/s"),
+                    "mlp-cpu-2x1.efficiency": (0.9, None), "mlp-cpu-2x1.throughput_per_device": (90.0, "samples/s"),
+                    "mlp-cpu-4x2.efficiency": (0.75, None), "mlp-cpu-4x2.throughput_per_device": (75.0, "samples/s"),
+                    "allreduce-cpu-2x1.busbw": (1.0, "GB/s")}
+    assert out[-1] == "reference: 6 check(s), 6 passed, 0 failed"
+    checks = yaml.safe_load(good_ref.read_text())["checks"]
+    assert checks[1]["reference"]["efficiency"] == [0.9, -0.1, None, ""]  # ReFrame's tuple, unbounded above
+
+
+def test_efficiency_below_tolerance_fails_naming_the_check(tmp_path, capsys, good_ref):
+    slow = folder(tmp_path / "slow", two=150.0, busbw_scale=0.5)  # efficiency 0.75 < 0.9 - 10 %; busbw halved
+    code, out, _ = report(capsys, "--output_dir", slow, "--reference", good_ref)
+    assert code == 1
+    fails = [line for line in out if line.startswith("FAIL")]
+    assert [f.split(":")[0] for f in fails] == ["FAIL mlp-cpu-2x1.efficiency", "FAIL mlp-cpu-2x1.throughput_per_device",
+                                                "FAIL allreduce-cpu-2x1.busbw"]
+    assert "0.75 below 0.81" in fails[0] and "PERF mlp-cpu-2x1.efficiency=0.75" in out
+    assert out[-1] == "reference: 6 check(s), 3 passed, 3 failed"
+    within = folder(tmp_path / "within", two=170.0)  # 0.944 of the reference: inside the -10 %
+    assert report(capsys, "--output_dir", within, "--reference", good_ref)[0] == 0
+
+
+def test_a_reference_entry_matching_no_run_fails(tmp_path, capsys, good_ref):
+    part = folder(tmp_path / "part", with_four=False)
+    code, out, _ = report(capsys, "--output_dir", part, "--reference", good_ref)
+    assert code == 1
+    missing = [line for line in out if line.startswith("FAIL")]
+    assert len(missing) == 1 and missing[0].startswith("FAIL mlp-cpu-4x2: no training run on 4 device(s), 2 node(s)")
+    (tmp_path / "empty").mkdir()
+    code, out, _ = report(capsys, "--output_dir", tmp_path / "empty", "--reference", good_ref)
+    assert code == 1 and out[-1] == "reference: 4 check(s), 0 passed, 4 failed"
+
+
+def test_efficiency_against_another_baseline_fails(tmp_path, capsys, good_ref):
+    no_base = folder(tmp_path / "nobase", with_base=False)  # efficiency now against 2 devices: not comparable
+    code, out, _ = report(capsys, "--output_dir", no_base, "--reference", good_ref)
+    assert code == 1
+    assert any(line.startswith("FAIL mlp-cpu-4x2.efficiency: efficiency here is against 2 device(s)") for line in out)
+
+
+def test_hand_written_subset_of_workload_fields_and_upper_bound(tmp_path, capsys):
+    good = folder(tmp_path / "good")
+    results.write(str(tmp_path / "good"), make_result("b2", 2, samples_per_s=150, batch_size=32))
+    entry = {"name": "mlp2", "workload": {"model": "mlp", "batch_size": 64}, "hardware": {"accelerator": "cpu"},
+             "devices": 2, "nodes": 1, "reference": {"throughput_per_device": [80, None, 0.05, "samples/s"]}}
+    ref = tmp_path / "hand.yaml"
+    ref.write_text(yaml.safe_dump({"checks": [entry]}))
+    code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
+    assert code == 1 and out[0].startswith("FAIL mlp2.throughput_per_device: 90 samples/s above 84")
+    entry["reference"]["throughput_per_device"][3] = "tokens/s"  # another quantity than the runs measured
+    ref.write_text(yaml.safe_dump({"checks": [entry]}))
+    code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
+    assert code == 1 and "measured in samples/s, the reference is in tokens/s" in out[0]
+    entry["workload"] = {"model": "mlp"}  # two batch sizes match: refused rather than one picked
+    ref.write_text(yaml.safe_dump({"checks": [entry]}))
+    code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
+    assert code == 1 and out[0].startswith("FAIL mlp2: 2 workloads")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("checks: [\n", "not valid YAML"),
+    ("- 1\n", "non-empty `checks:` list"),
+    ("checks: []\n", "non-empty `checks:` list"),
+    ("checks:\n- {name: a b, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1}\n", "no spaces"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 0, nodes: 1,"
+     " reference: {efficiency: [1, -0.1, null, '']}}\n", "`devices` must be a positive integer"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+     " reference: {efficiency: [0.9, -0.1, null]}}\n", "expected [value, lower, upper, unit]"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+     " reference: {efficiency: [0.9, 0.1, null, '']}}\n", "lower threshold must be a fraction in [-1, 0]"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+     " reference: {speed: [0.9, -0.1, null, '']}}\n", "unknown quantity 'speed'"),
+])
+def test_a_malformed_reference_file_is_one_line(tmp_path, capsys, text, words):
+    (tmp_path / "out").mkdir()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    code, out, err = report(capsys, "--output_dir", tmp_path / "out", "--reference", bad)
+    assert code == 2 and out == [] and err.count("\n") == 1 and words in err, err
+    assert err.startswith(f"benchmark.py: error: --reference {bad}")
+
+
+def test_cli_end_to_end_one_line_errors_and_exit_codes(tmp_path, good_ref):
+    """As a nightly job sees it: a real subprocess, a missing file is one line, a failing folder exits 1."""
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "good", "--reference", tmp_path / "nope.yaml")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read it" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    slow = folder(tmp_path / "slow", two=100.0)
+    proc = run_script("benchmark.py", "--output_dir", slow, "--reference", good_ref)
+    assert proc.returncode == 1 and "FAIL mlp-cpu-2x1.efficiency" in proc.stdout, proc.stderr
+
+
+def test_flags_that_do_not_go_together(tmp_path, capsys, good_ref):
+    good = tmp_path / "good"
+    assert report(capsys, "--output_dir", good, "--reference", good_ref, "--plot", tmp_path / "p")[0] == 2
+    assert report(capsys, "--output_dir", good, "--reference", good_ref, "--reference_tolerance", "0.2")[0] == 2
+    code, _, err = report(capsys, "--output_dir", good, "--write_reference", good_ref, "--reference_tolerance", "5")
+    assert code == 2 and "expected a fraction in (0, 1]" in err
+    assert report(capsys, "--output_dir", good, "--write_reference", good_ref, "--reference_tolerance", "0.2")[0] == 0
+    assert yaml.safe_load(good_ref.read_text())["checks"][0]["reference"]["throughput_per_device"][1] == -0.2
+
+
+def test_bounds_follow_reframe():
+    assert reference.bounds(100, -0.1, None) == pytest.approx((90, math.inf))
+    assert reference.bounds(40, None, 0.1) == pytest.approx((-math.inf, 44))
+    assert reference.bounds(-10, -0.5, 0.5) == pytest.approx((-15, -5))  # |value|: negative references too
