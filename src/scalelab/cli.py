@@ -28,7 +28,8 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
     @staticmethod
     def _shown(action):
         default = getattr(action, "shown_default", action.default)
-        if default is None or default is False or default == argparse.SUPPRESS or action.nargs == 0:
+        if default is None or default is False or default in ("", [], ()) or default == argparse.SUPPRESS or \
+                action.nargs == 0:
             return None  # a switch (store_true/false) says what it does; its default is "not given"
         if not action.option_strings or "default" in (action.help or "").lower():
             return None
