@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import run_script
 from scalelab import perfmodel as pm
 from scalelab.workloads.nets.gpt import GPT
 from scalelab.workloads.presets import PRESETS, TransformerShape
@@ -64,11 +64,3 @@ def test_predict_says_what_fits_each_gpu():
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("memory at")]
     assert re.match(r"memory at 8 sequence\(s\) of 2048 per GPU \(bf16-mixed, AdamW\): ≈ 4\d\.\d GB per GPU", line)
     assert "A100 40GB: no (--batch_size 6 fits); A100 80GB: fits" in line
-
-
-def test_job_scripts_batches_fit_a_40_gb_a100():
-    text = (ROOT / "slurm_jobs" / "job_common.sh").read_text()
-    batches = dict(re.findall(r"(large|xl)\) BATCH=(\d+)", text))
-    for preset in ("small", "medium", "large", "xl"):
-        batch = int(batches.get(preset, 8))
-        assert pm.fits(pm.training_memory(PRESETS[preset], batch, "bf16-mixed"), 40e9), preset

@@ -69,9 +69,10 @@ def test_the_default_workload_follows_the_node(tmp_path):
     assert rehearsal.stdout.split() == ["--config", "mlp"], rehearsal.stderr
 
 
-@pytest.mark.parametrize("name, batch", [("gpt-small", 8), ("gpt-large", 4), ("gpt-xl", 2)])
+@pytest.mark.parametrize("name, batch", [("gpt-small", 8), ("gpt-medium", 8), ("gpt-large", 4), ("gpt-xl", 2)])
 def test_the_named_configs_the_jobs_run_fit_a_40_gb_a100(name, batch):
-    """The batch per GPU in each GPU config is one the memory model fits in 40 GB (bf16-mixed, AdamW)."""
+    """The batch per GPU in each GPU config is one the memory model fits in 40 GB (bf16-mixed, AdamW); for the
+    big shapes it is the largest power of two that does."""
     from scalelab import config
     from scalelab.perfmodel import memory
     from scalelab.workloads.transformer import shape_of
@@ -80,7 +81,8 @@ def test_the_named_configs_the_jobs_run_fit_a_40_gb_a100(name, batch):
     assert cfg.batch_size == batch and cfg.precision == "bf16-mixed"
     need = memory.training_memory(shape_of(cfg), cfg.batch_size, cfg.precision).total
     assert need < 40e9, f"{name}: {need / 1e9:.1f} GB"
-    assert memory.training_memory(shape_of(cfg), 2 * batch, cfg.precision).total > 40e9 or name == "gpt-small"
+    doubled = memory.training_memory(shape_of(cfg), 2 * batch, cfg.precision).total
+    assert doubled > 40e9 or name in ("gpt-small", "gpt-medium")
 
 
 def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():

@@ -21,19 +21,12 @@ import warnings
 from datetime import timedelta
 
 from scalelab import results
-from scalelab.bench import nccl_tests
+from scalelab.bench import nccl_tests, pattern, table
 from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
-from scalelab.perfmodel.network import (
-    LARGE_MSG_BYTES,
-    bandwidths,
-    bench_summary,
-    human_bytes,
-    message_sizes,
-    parse_size,
-)
+from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes, message_sizes, parse_size
 
 PROG = "allreduce_bench.py"
 MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE
@@ -251,26 +244,21 @@ class Bench:
     def check_size(self, buf, out=None) -> int:
         """Wrong elements after one SUM of a known pattern, summed over ranks (each rank checks its copy).
 
-        Element i belongs to rank i % n, which contributes 1 + rank % 7 there and 0 elsewhere: every sum is a
-        small integer (exact in float16 and bfloat16 at any n, in any reduction order), and a lost, doubled or
-        misplaced contribution changes it. With `out`, out of place: the sum lands in out, and buf, the input,
+        The pattern is scalelab.bench.pattern's. With `out`, out of place: the sum lands in out, and buf, the input,
         must come back unchanged (nccl-tests' out-of-place contract), so a changed input counts as wrong too.
         """
-        import torch
         import torch.distributed as dist
 
-        owner = torch.arange(self.world, device=self.device)
-        expected = (1 + owner % 7).to(self.dtype)
-        mine = torch.where(owner == self.rank, expected, torch.zeros_like(expected))
-        _tile_into(buf, mine)
+        expected, mine = pattern.contributions(self.world, self.rank, self.device, self.dtype)
+        pattern.tile_into(buf, mine)
         if self.args.inject_wrong and self.rank == self.world - 1:
             buf[0] += 1  # the hidden test hook: one wrong contribution
         if out is None:
             dist.all_reduce(buf)
-            return int(self._reduce(_count_mismatches(buf, expected), dist.ReduceOp.SUM))
+            return int(self._reduce(pattern.count_mismatches(buf, expected), dist.ReduceOp.SUM))
         out.copy_(buf)
         dist.all_reduce(out)
-        wrong = _count_mismatches(out, expected) + _count_mismatches(buf, mine)
+        wrong = pattern.count_mismatches(out, expected) + pattern.count_mismatches(buf, mine)
         if self.args.inject_wrong and self.rank == self.world - 1:
             wrong -= 1  # the injected element is this rank's input as it was given: not a changed input
         return int(self._reduce(wrong, dist.ReduceOp.SUM))
@@ -328,8 +316,8 @@ class Bench:
             path = self.write("failed" if error else "completed", error)
             print(f"# -> {path}", flush=True)
         elif self.rank == 0:
-            print(self.table(), flush=True)
-            print(self.avg_line(), flush=True)
+            print(table.table(self.rows), flush=True)
+            print(table.avg_line(self.rows), flush=True)
             path = self.write("failed" if error else "completed", error)
             print(f"-> {path}", flush=True)
         # the other ranks end after rank 0 wrote the result: a launcher may stop them all then
@@ -370,15 +358,6 @@ class Bench:
                 f"{a.warmup_iters} warm-up all-reduces per size, check {'on' if a.check else 'off'} | "
                 f"launcher: {launch.launcher}")
 
-    def table(self) -> str:
-        from tabulate import tabulate
-
-        body = [[human_bytes(r["bytes"]), r["count"], r["dtype"], f"{r['time_s'] * 1e6:.1f}",
-                 f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}", f"{r['single_op_s'] * 1e6:.1f}",
-                 "n/a" if r["wrong"] is None else r["wrong"]] for r in self.rows]
-        return tabulate(body, headers=["size", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                                       "1 op (us)", "#wrong"], stralign="right", disable_numparse=True)
-
     def nccl_tests_header(self) -> str:
         """all_reduce_perf's header; the banner as a comment, so the whole output parses back."""
         a = self.args
@@ -386,11 +365,6 @@ class Bench:
                   "warmup_iters": a.warmup_iters, "iters": a.iters, "check": a.check}
         run = (self.run_id, self.launch.accelerator, self.launch.backend)
         return f"# {self.banner()}\n" + nccl_tests.header(self.ranks, params, PROG, run)
-
-    def avg_line(self) -> str:
-        avg = bench_summary(self.rows)["avg_busbw_GBps"]
-        which = ("sizes >= 1 MiB" if any(r["bytes"] >= LARGE_MSG_BYTES for r in self.rows) else "all sizes")
-        return f"Avg bus bandwidth: {avg:.3f} GB/s ({which})"
 
     def write(self, status: str, error) -> str:
         launch = self.launch
@@ -409,28 +383,6 @@ class Bench:
             environment=results.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)
-
-
-def _tile_into(buf, period):
-    """buf[i] = period[i % len(period)] without a second buffer-sized tensor (buffers reach 4 GiB)."""
-    n, count = period.numel(), buf.numel()
-    full = count // n
-    if full:
-        buf[:full * n].view(full, n).copy_(period.expand(full, n))
-    if count - full * n:
-        buf[full * n:].copy_(period[:count - full * n])
-
-
-def _count_mismatches(buf, period) -> int:
-    """How many buf[i] differ from period[i % len(period)]."""
-    n, count = period.numel(), buf.numel()
-    full = count // n
-    wrong = 0
-    if full:
-        wrong += int((buf[:full * n].view(full, n) != period).sum())
-    if count - full * n:
-        wrong += int((buf[full * n:] != period[:count - full * n]).sum())
-    return wrong
 
 
 def cli():
