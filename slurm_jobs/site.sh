@@ -34,8 +34,8 @@ case "${SCALELAB_PROFILE:-auto}" in
     # site_export SBATCH_ACCOUNT my_project     # sbatch --account
     # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint
     site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
-    # module purge && module load cuda/12.4 nccl/2.21   # modules your site needs
-    # source "$HOME/venvs/scalelab/bin/activate"        # where torch (CUDA build) + scalelab live
+    # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
+    # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)
     site_export NCCL_DEBUG "${NCCL_DEBUG:-WARN}"     # INFO prints rings/transports: proof that IB is used
     # site_export NCCL_IB_HCA mlx5                   # the InfiniBand adapters NCCL may use
     # site_export NCCL_SOCKET_IFNAME ib0             # bootstrap interface (not the slow ethernet)
@@ -60,9 +60,34 @@ case "${SCALELAB_PROFILE:-auto}" in
 esac
 unset _v
 
-# The Python that runs train.py: an activated environment wins, else the repo's .venv (from `make`).
-if [ -z "${VIRTUAL_ENV:-}" ] && [ -x "${SCALELAB_ROOT:-.}/.venv/bin/python" ]; then
-  export SCALELAB_PYTHON="${SCALELAB_ROOT:-.}/.venv/bin/python"
+# Modules: a profile names them in SCALELAB_MODULES; they are loaded here (module purge, then module load), so every
+# job and your shell before sbatch get the same, and slurm_jobs/setup_cluster.sh installs against them.
+# SCALELAB_LOAD_MODULES=0 only reads the profile (slurm_jobs/preflight.sh, setup_cluster.sh --dry-run).
+site_load_modules() {
+  local _f
+  if ! type module >/dev/null 2>&1; then  # a non-interactive shell may lack the function: the usual init files
+    for _f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh; do [ -r "$_f" ] && . "$_f" && break; done
+  fi
+  if ! type module >/dev/null 2>&1; then
+    echo "site.sh: profile ${SCALELAB_PROFILE:-auto} names modules ($SCALELAB_MODULES) but this shell has no 'module' command" >&2
+    return 2
+  fi
+  module purge >/dev/null 2>&1 || true
+  # shellcheck disable=SC2086  # a list of module names
+  module load $SCALELAB_MODULES || {
+    echo "site.sh: module load $SCALELAB_MODULES failed (module avail lists this site's names)" >&2; return 2; }
+}
+if [ -n "${SCALELAB_MODULES:-}" ] && [ "${SCALELAB_LOAD_MODULES:-1}" != 0 ]; then
+  site_load_modules || { return 2 2>/dev/null || exit 2; }
+fi
+
+# The Python that runs train.py: an activated environment wins, else the venv setup_cluster.sh or `make` made
+# (SCALELAB_VENV, default the repo's .venv; a relative path is relative to the repository root).
+_venv=${SCALELAB_VENV:-.venv}
+case "$_venv" in /*) ;; *) _venv="${SCALELAB_ROOT:-.}/$_venv" ;; esac
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x "$_venv/bin/python" ]; then
+  export SCALELAB_PYTHON="$_venv/bin/python"
 else
   export SCALELAB_PYTHON="${SCALELAB_PYTHON:-python}"
 fi
+unset _venv

@@ -1,0 +1,157 @@
+"""slurm_jobs/setup_cluster.sh (the install on a login node; --dry-run prints every command) and
+slurm_jobs/preflight.sh (what a participant must know before sbatch, and one verdict line): against fake tools on
+PATH, and the pre-flight against the real local SLURM cluster."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PIN = re.search(r"^TORCH *\?= *(torch==\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+
+
+def bash(script, *args, path=None, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SCALELAB_", "SBATCH_", "NCCL_", "VIRTUAL_ENV"))}
+    if path:
+        clean["PATH"] = f"{path}:{clean['PATH']}"
+    return subprocess.run(["bash", str(ROOT / "slurm_jobs" / script), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**clean, **env})
+
+
+def fake_tool(folder, name, text):
+    """An executable `name` in folder that prints text (what the real tool prints on a cluster)."""
+    folder.mkdir(exist_ok=True)
+    tool = folder / name
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n" + text + "\nEOF\n")
+    tool.chmod(0o755)
+    return str(folder)
+
+
+def nvidia_smi(tmp_path, cuda):
+    return fake_tool(tmp_path / "bin", "nvidia-smi", (
+        "+-----------------------------------------------------------------------------------------+\n"
+        f"| NVIDIA-SMI 570.86.15              Driver Version: 570.86.15      CUDA Version: {cuda}     |\n"
+        "|-----------------------------------------+------------------------+----------------------+"))
+
+
+def index_line(proc):
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stdout.splitlines() if "pip install" in line and "torch==" in line]
+
+
+def test_dry_run_installs_the_pinned_torch_from_the_index_scalelab_cuda_names():
+    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_CUDA="cu126", SCALELAB_VENV="venv-test-never-made")
+    assert index_line(proc) == [f"+ venv-test-never-made/bin/python -m pip install --no-cache-dir {PIN} "
+                                "--index-url https://download.pytorch.org/whl/cu126"]
+    lines = proc.stdout.splitlines()
+    assert "+ python3 -m venv venv-test-never-made" in lines
+    assert "+ venv-test-never-made/bin/python -m pip install --no-cache-dir -e ." in lines
+    assert not (ROOT / "venv-test-never-made").exists()  # a dry run runs nothing
+
+
+@pytest.mark.parametrize("driver, variant", [("12.8", "cu128"), ("12.9", "cu128"), ("13.1", "cu130"),
+                                             ("12.4", "cu126")])  # 12.4: the 12.x build, CUDA minor compatibility
+def test_dry_run_reads_the_drivers_cuda_from_nvidia_smi(tmp_path, driver, variant):
+    proc = bash("setup_cluster.sh", "--dry-run", path=nvidia_smi(tmp_path, driver))
+    assert index_line(proc)[0].endswith(f"--index-url https://download.pytorch.org/whl/{variant}")
+    assert f"the driver runs CUDA {driver}" in proc.stdout
+
+
+def test_the_profile_picks_cpu_and_its_modules_and_a_venv_elsewhere_is_named_for_the_jobs():
+    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_PROFILE="cpu", SCALELAB_VENV="/scratch/me/scalelab-venv",
+                SCALELAB_MODULES="python/3.11 cuda/12.4")
+    assert index_line(proc)[0].endswith("--index-url https://download.pytorch.org/whl/cpu")
+    lines = proc.stdout.splitlines()
+    assert lines[1:3] == ["+ module purge", "+ module load python/3.11 cuda/12.4"]
+    assert '# jobs find this venv when the profile says so: site_export SCALELAB_VENV "/scratch/me/scalelab-venv" ' \
+           "in slurm_jobs/site.sh" in lines
+    mirror = bash("setup_cluster.sh", "--dry-run", SCALELAB_CUDA="cu128", SCALELAB_TORCH_INDEX="https://pypi.site/cu")
+    assert index_line(mirror)[0].endswith("--index-url https://pypi.site/cu")
+
+
+@pytest.mark.parametrize("args, env, error", [
+    (["--dry-run"], {"SCALELAB_CUDA": "12.8"}, "SCALELAB_CUDA='12.8' is not cuXYZ (e.g. cu126, cu128) or cpu"),
+    (["--dryrun"], {}, "unknown argument '--dryrun' (use --dry-run or --help)"),
+    (["--dry-run"], {"SCALELAB_PROFILE": "h100"}, None),  # site.sh's own line
+])
+def test_bad_input_is_one_line(args, env, error):
+    proc = bash("setup_cluster.sh", *args, **env)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip() == (f"setup_cluster.sh: {error}" if error else
+                                   "site.sh: unknown SCALELAB_PROFILE='h100' (use auto, a100 or cpu)")
+
+
+def test_a_driver_too_old_or_no_driver_is_one_line(tmp_path):
+    old = bash("setup_cluster.sh", "--dry-run", path=nvidia_smi(tmp_path, "11.8"))
+    assert old.returncode == 2 and len(old.stderr.splitlines()) == 1
+    assert old.stderr.startswith(f"setup_cluster.sh: the driver runs CUDA 11.8, older than every build of {PIN}")
+    none = bash("setup_cluster.sh", "--dry-run", path=fake_tool(tmp_path / "other", "nvidia-smi", "No devices"))
+    assert none.returncode == 2 and none.stderr.startswith("setup_cluster.sh: nvidia-smi printed no 'CUDA Version")
+
+
+SINFO = "debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100:2"
+
+
+@pytest.mark.parametrize("env, verdict", [
+    ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:a100:4 per node available"),
+    ({"SBATCH_PARTITION": "gpu"}, "NOT READY: partition 'gpu' has no node with gpu:a100:4 (it offers: gpu:h100:8); "
+                                  "change --gres in the job scripts (docs/09-adapting-site-sh.md)"),
+    ({"SBATCH_PARTITION": "old"}, "NOT READY: partition 'old' is not up (down); partition 'old' has no node with "
+                                  "gpu:a100:4 (it offers: gpu:v100:2); change --gres in the job scripts "
+                                  "(docs/09-adapting-site-sh.md)"),
+    ({"SBATCH_ACCOUNT": "proj9"}, "NOT READY: account 'proj9' is not one of yours (proj1 proj2)"),
+    ({"SCALELAB_VENV": "/nowhere", "SCALELAB_PYTHON": "/nowhere/bin/python"},
+     "NOT READY: no Python at /nowhere/bin/python (bash slurm_jobs/setup_cluster.sh makes it; "
+     "SCALELAB_VENV says where)"),
+])
+def test_preflight_verdict_against_fake_slurm_tools(tmp_path, env, verdict):
+    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    fake_tool(tmp_path / "bin", "sacctmgr", "proj1||normal\nproj2|gpu|normal")
+    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable)), **env}
+    proc = bash("preflight.sh", path=bin_dir, **env)
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith(verdict), proc.stdout
+    assert proc.returncode == (0 if verdict.startswith("READY") else 1)
+
+
+def test_preflight_without_slurm_or_with_a_bad_profile_says_so_in_one_verdict(tmp_path):
+    empty = bash("preflight.sh", path=fake_tool(tmp_path / "bin", "sinfo", ""))
+    assert empty.stdout.splitlines()[-1] == "NOT READY: sinfo lists no partition (is SLURM reachable from here?)"
+    bad = bash("preflight.sh", SCALELAB_PROFILE="h100")
+    assert bad.returncode == 1 and bad.stdout.splitlines() == [
+        "NOT READY: profile h100 does not load (slurm_jobs/site.sh, docs/09-adapting-site-sh.md)"]
+    assert bad.stderr.strip() == "site.sh: unknown SCALELAB_PROFILE='h100' (use auto, a100 or cpu)"
+    usage = bash("preflight.sh", "--gpus")
+    assert usage.returncode == 2
+    assert usage.stderr.strip() == "preflight.sh: unknown argument '--gpus' (use --gpu or --help)"
+
+
+@pytest.mark.slurm
+def test_preflight_on_the_local_slurm_cluster(slurm_env):
+    env = {k: v for k, v in slurm_env.items() if not k.startswith(("SBATCH_", "SCALELAB_"))}
+    env.update(SCALELAB_PROFILE="cpu", SCALELAB_VENV=os.path.dirname(os.path.dirname(sys.executable)))
+
+    def preflight(*args, **more):
+        return subprocess.run(["bash", "slurm_jobs/preflight.sh", *args], cwd=ROOT, env={**env, **more},
+                              capture_output=True, text=True, timeout=120)
+
+    ready = preflight()
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    lines = ready.stdout.splitlines()
+    assert lines[-1].startswith("READY: profile cpu, partition debug, gpu:a100:4 per node available; next: ")
+    assert any(re.match(r"^ +debug\* +up +2 +infinite +gpu:a100:4", line) for line in lines), ready.stdout
+    assert "  account|partition|qos" in lines  # the user's associations, from sacctmgr
+    missing = preflight(SBATCH_PARTITION="nosuch")
+    assert missing.returncode == 1
+    assert missing.stdout.splitlines()[-1] == "NOT READY: partition 'nosuch' is not in sinfo (partitions: debug)"
+    gpu = preflight("--gpu")  # one real srun on the profile's partition: torch answers from node1 or node2
+    assert gpu.returncode == 0, gpu.stdout + gpu.stderr
+    assert re.search(r"^  torch: \S+ \| built for CUDA \S+ \| sees GPU (True|False)", gpu.stdout, re.M), gpu.stdout
+    on_gpus = preflight("--gpu", SCALELAB_PROFILE="a100")  # a GPU profile: a CPU-only torch is NOT READY
+    if "sees GPU False" in on_gpus.stdout:
+        assert on_gpus.returncode == 1 and on_gpus.stdout.splitlines()[-1].startswith("NOT READY: torch sees no GPU")
