@@ -1,6 +1,7 @@
 #!/bin/bash
 # All-reduce bus bandwidth, nccl-tests style: 2 node(s) x 4 GPU(s), one task per GPU. Submit from the repo root:
-#     source slurm_jobs/site.sh && sbatch slurm_jobs/allreduce_bench.sh                 # 2 nodes: the inter-node link
+#     export SCALELAB_PROFILE=a100 && source slurm_jobs/site.sh      # your profile (chapter 1), once per shell
+#     sbatch slurm_jobs/allreduce_bench.sh                                              # 2 nodes: the inter-node link
 #     sbatch --nodes=1 slurm_jobs/allreduce_bench.sh                                    # 1 node: the intra-node link
 #     sbatch slurm_jobs/allreduce_bench.sh --max_bytes 1G --dtype bfloat16              # extra flags go to the benchmark
 #SBATCH --job-name=scalelab-allreduce
