@@ -128,6 +128,20 @@ def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_degraded_link_gives_its_shaped_rate_and_records_both(link_ok, tmp_path):
+    """--degrade_gbit: the ranks are told 2 Gbit/s (the configuration a reference check keys on) while tc gives
+    200 Mbit/s, so busbw falls to the shaped rate; the record keeps both rates."""
+    proc = emulate("--link_gbit", 2, "--degrade_gbit", RATE_GBIT, "--", *BENCH, "--output_dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "emulated 2 Gbit/s (degraded: shaped to 200 Mbit/s; the ranks record 2 Gbit/s) link" in proc.stdout
+    (r,) = load_results(tmp_path)
+    assert r["launch"]["link"] == {"gbit": 2.0, "emulated": True, "latency_ms": None, "latency_requested_ms": None,
+                                   "shaped_gbit": RATE_GBIT}
+    limit = RATE_GBIT / 8
+    assert 0.6 * limit < busbw(r) < limit, f"busbw {busbw(r):.4f} GB/s over a link shaped to {limit} GB/s"
+
+
+@pytest.mark.slow
 def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok, tmp_path):
     """A tiny GPT over 1 Gbit/s; the latency is asked for too: applied with netem, else said in one line."""
     proc = emulate("--link_gbit", 1, "--latency_ms", 5, "--", "src/train.py", "--model", "transformer",
@@ -276,6 +290,7 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
     (["--link_gbit", "0", "--", "src/allreduce_bench.py"], "argument --link_gbit: expected a positive number"),
     (["--link_gbit", "1"], "give the script to run after --"),
     (["--", "src/nope.py"], "src/nope.py is not a Python script here"),
+    (["--link_gbit", "1", "--degrade_gbit", "1", "--", "src/train.py"], "--degrade_gbit 1 must be below --link_gbit 1"),
     (["--devices", "4096", "--", "src/train.py"], "--devices 4096 per node needs 4096 cores per node but each emulated "
                                                   "node has "),
 ])
@@ -297,6 +312,8 @@ def test_link_record_reads_what_emulate_exports():
     asked = {**env, "SCALELAB_LINK_LATENCY_MS": "5", "SCALELAB_LINK_LATENCY_APPLIED": "0"}
     assert cluster.link_record(asked)["latency_ms"] is None and cluster.link_record(asked)["latency_requested_ms"] == 5
     assert cluster.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
+    assert cluster.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
+    assert "shaped_gbit" not in cluster.link_record(env)
     launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
     assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
 

@@ -45,6 +45,7 @@ class LinkRecord(TypedDict):
     emulated: bool  # network namespaces on one machine, shaped with tc: not a real network
     latency_ms: Optional[float]  # one-way delay applied (None: none, or it could not be applied)
     latency_requested_ms: Optional[float]  # what --latency_ms asked for
+    # and only where emulate.py --degrade_gbit shaped the link below its nominal gbit: shaped_gbit (float)
 
 
 class LaunchRecord(TypedDict):

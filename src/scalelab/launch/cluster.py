@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from scalelab.errors import UsageError
-from scalelab.launch.netns import ENV_GBIT, ENV_LATENCY, ENV_LATENCY_APPLIED, ENV_LINK
+from scalelab.launch.netns import ENV_GBIT, ENV_LATENCY, ENV_LATENCY_APPLIED, ENV_LINK, ENV_SHAPED
 from scalelab.results import LaunchRecord, LinkRecord
 
 
@@ -55,7 +55,13 @@ def link_record(environ=None) -> Optional[LinkRecord]:
     except (KeyError, ValueError):
         return None
     applied = requested if requested is not None and environ.get(ENV_LATENCY_APPLIED) == "1" else None
-    return {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
+    record = {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
+    try:
+        if environ.get(ENV_SHAPED):  # a degraded rehearsal: gbit is what the link claims, this what it gave
+            record["shaped_gbit"] = float(environ[ENV_SHAPED])
+    except ValueError:
+        pass
+    return record
 
 
 def _slurm_tasks_per_node() -> int:

@@ -48,6 +48,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--latency_ms", type=nonneg_float,
                    help="one-way delay added in each direction (needs the netem qdisc; said and recorded when the "
                         "kernel has none)")
+    p.add_argument("--degrade_gbit", type=positive_float,
+                   help="shape the link to this lower rate while the ranks are told --link_gbit: rehearses a link "
+                        "that gives less than it should (a port negotiated down, a bad cable), what a nightly "
+                        "benchmark.py --reference check must catch; the result records both rates")
     p.add_argument("--master_port", type=positive_int, default=29500,
                    help="rendezvous port on node 1 (its namespace is fresh: any port is free; default 29500)")
     return p
@@ -95,6 +99,9 @@ def main(argv=None) -> int:
     if args.nodes != NODES:
         raise UsageError(f"--nodes {args.nodes}: only --nodes 2 is emulated (two network namespaces joined by one "
                          "veth pair)")
+    if args.degrade_gbit is not None and args.degrade_gbit >= args.link_gbit:
+        raise UsageError(f"--degrade_gbit {args.degrade_gbit:g} must be below --link_gbit {args.link_gbit:g} "
+                         "(the rate the link claims)")
     check_command(command)
     taskset = netns.tool("taskset")
     cores = node_cores(NODES)
@@ -103,7 +110,8 @@ def main(argv=None) -> int:
         raise UsageError(f"--devices {args.devices} per node needs {args.devices} cores per node but each emulated "
                          f"node has {have} (cores {cores[0]} and {cores[1]}): use --devices {have}, or pass "
                          "--oversubscribe to the script to run anyway")
-    with netns.two_node_link(args.link_gbit, args.latency_ms) as link:
+    shaped = args.link_gbit if args.degrade_gbit is None else args.degrade_gbit
+    with netns.two_node_link(shaped, args.latency_ms, nominal_gbit=args.degrade_gbit and args.link_gbit) as link:
         for note in link.notes:
             print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
         print(banner(args, link, cores), flush=True)
@@ -114,6 +122,8 @@ def main(argv=None) -> int:
 
 def banner(args, link, cores) -> str:
     rate = human_rate(args.link_gbit)
+    if args.degrade_gbit is not None:
+        rate += f" (degraded: shaped to {human_rate(args.degrade_gbit)}; the ranks record {rate})"
     latency = f", +{link.latency_ms:g} ms each way" if link.latency_ms is not None else ""
     where = " and ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
     return (f"{PROG}: {NODES} nodes x {args.devices} device(s), joined by an emulated {rate} link{latency} "

@@ -37,6 +37,7 @@ QUEUE_LATENCY = "50ms"  # tbf queue limit, as time at the rate
 # Environment of the ranks (read back by launch.cluster.link_record into the result's launch.link)
 ENV_LINK, ENV_GBIT = "SCALELAB_LINK", "SCALELAB_LINK_GBIT"
 ENV_LATENCY, ENV_LATENCY_APPLIED = "SCALELAB_LINK_LATENCY_MS", "SCALELAB_LINK_LATENCY_APPLIED"
+ENV_SHAPED = "SCALELAB_LINK_SHAPED_GBIT"  # only for a degraded link: the rate tc really applies
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Link:
     prefixes: List[List[str]] = field(default_factory=list)
     latency_ms: Optional[float] = None  # applied (None: none asked for, or netem missing)
     notes: List[str] = field(default_factory=list)
+    nominal_gbit: Optional[float] = None  # a degraded link: the rate the ranks are told (gbit is what tc applies)
 
     def prefix(self, node: int) -> List[str]:
         """argv prefix that runs a command inside node's namespace (node 1 or 2)."""
@@ -60,7 +62,10 @@ class Link:
 
     def env(self, node: int) -> dict:
         """What node's ranks need: gloo's interface, and the link for their result."""
-        env = {"GLOO_SOCKET_IFNAME": self.ifnames[node - 1], ENV_LINK: "emulated", ENV_GBIT: f"{self.gbit:g}"}
+        told = self.gbit if self.nominal_gbit is None else self.nominal_gbit
+        env = {"GLOO_SOCKET_IFNAME": self.ifnames[node - 1], ENV_LINK: "emulated", ENV_GBIT: f"{told:g}"}
+        if self.nominal_gbit is not None:
+            env[ENV_SHAPED] = f"{self.gbit:g}"
         if self.latency_requested_ms is not None:
             env[ENV_LATENCY] = f"{self.latency_requested_ms:g}"
             env[ENV_LATENCY_APPLIED] = "1" if self.latency_ms is not None else "0"
@@ -85,14 +90,16 @@ def _run(argv, what: str):
 
 
 @contextlib.contextmanager
-def two_node_link(gbit: float, latency_ms: Optional[float] = None):
-    """Two namespaces joined by a shaped veth pair for the duration of the block; always torn down."""
+def two_node_link(gbit: float, latency_ms: Optional[float] = None, nominal_gbit: Optional[float] = None):
+    """Two namespaces joined by a veth pair shaped to gbit for the duration of the block; always torn down.
+    nominal_gbit: the rate the ranks are told instead (a degraded link, as a nightly check must catch it)."""
     if not sys.platform.startswith("linux"):
         raise UsageError(f"emulated nodes need Linux network namespaces; this is {sys.platform}")
     builder = _RootBuilder() if os.geteuid() == 0 else _UserBuilder()
     restore = exit_on_sigterm()
     try:
         link = builder.setup(gbit, latency_ms)
+        link.nominal_gbit = nominal_gbit
         yield link
     finally:
         with _signals_deferred():  # a second Ctrl-C or SIGTERM must not cut the teardown short
