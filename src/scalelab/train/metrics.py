@@ -6,6 +6,7 @@ step and never a device sync. Runs on rank 0 only; its loss is rank 0's shard's 
 """
 
 import statistics
+from bisect import bisect_left
 
 import lightning.pytorch as pl
 
@@ -53,7 +54,8 @@ class StepMetrics(pl.Callback):
         took = sum(t.step_times[first:last + 1])
         ready = sum(t.step_times[first:last]) + t.grads_ready[last]
         self.elapsed += took
-        probe = step in t.probe_steps
+        at = bisect_left(t.probe_steps, step)  # probe_steps: ascending
+        probe = at < len(t.probe_steps) and t.probe_steps[at] == step
         if probe:
             self.computes.append(ready)
         waited = max(0.0, ready - statistics.median(self.computes)) if self.computes and not probe else None
