@@ -27,6 +27,7 @@ class StepMetrics(pl.Callback):
         self.steps = 0  # its optimizer steps, likewise
         self.elapsed = 0.0
         self.computes = []  # gradients-ready of the probe steps so far: the step's compute alone
+        self.compute = None  # their median (updated at a probe, not every step)
 
     def on_train_start(self, trainer, pl_module):
         for logger in trainer.loggers:
@@ -58,7 +59,8 @@ class StepMetrics(pl.Callback):
         probe = at < len(t.probe_steps) and t.probe_steps[at] == step
         if probe:
             self.computes.append(ready)
-        waited = max(0.0, ready - statistics.median(self.computes)) if self.computes and not probe else None
+            self.compute = statistics.median(self.computes)
+        waited = max(0.0, ready - self.compute) if self.compute is not None and not probe else None
         row = {"elapsed_s": self.elapsed, "step_time_s": took, "allreduce_s": sum(t.comm_times[first:last + 1]),
                "comm_share": (0.0 if self.world_size == 1 else None if waited is None else waited / took) if took else
                None, "timed": int(step >= t.warmup_steps and not probe)}
@@ -67,5 +69,5 @@ class StepMetrics(pl.Callback):
             if self.tokens:
                 row["tokens_per_s"] = self.samples * self.tokens / took
         if len(t.losses) > last:  # one loss per batch; the step's is the mean of its batches'
-            row["train_loss"] = statistics.fmean(t.losses[first:last + 1])
+            row["train_loss"] = sum(t.losses[first:last + 1]) / (last + 1 - first)
         return {k: v for k, v in row.items() if v is not None}
