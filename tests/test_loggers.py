@@ -166,3 +166,12 @@ def test_a_claimed_folder_is_the_run_folder_and_never_shared(tmp_path):
 
     path = results.write(str(tmp_path), make_result("same-id"), folder=b)
     assert os.path.dirname(path) == b and json.loads(open(path).read())["run_id"] == os.path.basename(b)
+
+
+def test_submit_refuses_a_logger_that_cannot_run_before_any_job(tmp_path):
+    if importlib.util.find_spec("wandb"):
+        pytest.skip("wandb's package is installed here")
+    proc = run_script("submit.py", "--cluster", "local", "--output_dir", tmp_path / "out", "--", "--logger", "wandb")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("submit.py: error: --logger wandb needs the wandb package")
+    assert not (tmp_path / "out").exists()
