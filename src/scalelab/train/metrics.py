@@ -42,7 +42,7 @@ class StepMetrics(pl.Callback):
     def flush(self, trainer):
         """Log the optimizer steps the timer has read since the last call."""
         t = self.timer
-        ends = t.step_ends if t.step_ends else []
+        ends = t.step_ends  # the batch that ended each optimizer step, as the timer read them
         while self.steps < len(ends) and ends[self.steps] < len(t.step_times):
             first, last = self.batches, ends[self.steps]
             row = self.row(self.steps, first, last)
