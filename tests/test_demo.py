@@ -24,7 +24,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     assert "scalelab report: 2 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
     assert "2 devices on 1 node: efficiency" in stdout  # the limiting line
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
-        "allreduce_busbw.png", "efficiency.png", "speedup.png", "throughput_per_device.png"]
+        "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "throughput_per_device.png"]
     assert sorted(p.name for p in (out / "export").iterdir()) == [
         "allreduce.csv", "report.md", "runs.csv", "scaling.csv", "step_breakdown.csv", "summary.json"]
     summary = json.loads((out / "export" / "summary.json").read_text())

@@ -18,6 +18,7 @@ from typing import Any, Optional
 from scalelab import workloads
 from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int
 from scalelab.errors import UsageError
+from scalelab.train.loggers import LOGGERS
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -63,6 +64,7 @@ class CommonConfig:
     timeout: float = 180.0
     output_dir: str = "outputs"
     run_name: Optional[str] = None
+    logger: str = "csv"
     config: Optional[str] = None
     verbose: bool = False
 
@@ -146,22 +148,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--seed", type=nonneg_int, help="data, initial weights and dropout")
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
     _lever_flags(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
-    lg = p.add_argument_group("launch (defaults come from SLURM or torchrun when present)")
-    lg.add_argument("--devices", type=positive_int,
-                    help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
-    lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
-    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"),
-                    help="auto: GPUs with NCCL when visible, else CPU with gloo")
-    lg.add_argument("--threads", type=positive_int,
-                    help="on CPU, the cores of one device: each rank runs this many threads pinned to its own cores "
-                         "(default 1, or SLURM's --cpus-per-task)")
-    lg.add_argument("--oversubscribe", action="store_true", default=None,
-                    help="run even when devices x threads exceed the node's cores (flagged in the result and report)")
-    lg.add_argument("--timeout", type=positive_float,
-                    help="seconds a rank waits for the others (start-up and collectives) before the run fails")
-    lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
-    lg.add_argument("--run_name", help="a label stored in the result and its run id")
-    lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
+    _launch_flags(p.add_argument_group("launch (defaults come from SLURM or torchrun when present)"))
     real = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
     real.update((o.name, o.default) for _, o in _options())
     for action in p._actions:  # parse_config sets every default to None: --help shows the real ones
@@ -189,6 +176,29 @@ def _lever_flags(g):
     g.add_argument("--bucket_cap_mb", type=positive_float, help="DDP's gradient bucket size (MB)")
     g.add_argument("--static_graph", action="store_true", default=None,
                    help="tell DDP the set of used parameters never changes (skips per-step bookkeeping)")
+
+
+def _launch_flags(lg):
+    """Where and how the run is launched and recorded: none of these changes what it computes."""
+    lg.add_argument("--devices", type=positive_int,
+                    help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
+    lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
+    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"),
+                    help="auto: GPUs with NCCL when visible, else CPU with gloo")
+    lg.add_argument("--threads", type=positive_int,
+                    help="on CPU, the cores of one device: each rank runs this many threads pinned to its own cores "
+                         "(default 1, or SLURM's --cpus-per-task)")
+    lg.add_argument("--oversubscribe", action="store_true", default=None,
+                    help="run even when devices x threads exceed the node's cores (flagged in the result and report)")
+    lg.add_argument("--timeout", type=positive_float,
+                    help="seconds a rank waits for the others (start-up and collectives) before the run fails")
+    lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
+    lg.add_argument("--run_name", help="a label stored in the result and its run id")
+    lg.add_argument("--logger", choices=LOGGERS,
+                    help="Lightning's logger for the per-step curves (rank 0): csv writes OUTPUT_DIR/<run_id>/"
+                         "metrics.csv; tensorboard, wandb and comet need their package, wandb and comet their API key "
+                         "in the environment (docs/06)")
+    lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
 
 
 def named_configs() -> list:

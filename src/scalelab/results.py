@@ -216,23 +216,26 @@ def ensure_output_dir(path: str, flag: str = "--output_dir"):
         raise UsageError(f"{flag} {path} is not writable: a folder cannot be made in it ({exc.strerror})") from None
 
 
-def write(output_dir: str, payload: dict) -> str:
-    """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
+def claim_folder(output_dir: str, run_id: str) -> str:
+    """OUTPUT_DIR/<run_id>, made by this process alone: mkdir, which exactly one process wins. A second run with
+    the same id (it should not happen, see new_run_id) gets the id plus a suffix, and both runs keep their files."""
+    os.makedirs(output_dir, exist_ok=True)
+    name = run_id
+    while True:
+        try:
+            os.mkdir(os.path.join(output_dir, name))
+            return os.path.join(output_dir, name)
+        except FileExistsError:
+            name = f"{run_id}-{secrets.token_hex(2)}"
 
-    The run folder is claimed with mkdir, which exactly one process wins: a second run with the same id (it
-    should not happen, see new_run_id) gets the id plus a suffix, and both results survive.
-    """
+
+def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
+    """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
+    folder: the run's own, claimed at its start (its logger writes there too); else claimed now."""
     payload = scrub(payload)
     validate(payload)
-    os.makedirs(output_dir, exist_ok=True)
-    base = payload["run_id"]
-    while True:
-        folder = os.path.join(output_dir, payload["run_id"])
-        try:
-            os.mkdir(folder)
-            break
-        except FileExistsError:
-            payload["run_id"] = f"{base}-{secrets.token_hex(2)}"
+    folder = folder or claim_folder(output_dir, payload["run_id"])
+    payload["run_id"] = os.path.basename(folder)
     return atomic_write_json(os.path.join(folder, "result.json"), payload)
 
 

@@ -180,6 +180,7 @@ def main(argv=None) -> int:
 
     from scalelab import config, results
     from scalelab.report.cli import main as report_main
+    from scalelab.train import loggers
 
     args = build_parser().parse_args(argv)
     shapes = [parse_shape(s) for s in (args.shapes or (DEFAULT_SHAPES if args.cluster == "slurm" else ["1x1", "1x2"]))]
@@ -192,7 +193,8 @@ def main(argv=None) -> int:
     site = site_settings(args.profile, site_file) if site_file else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     train_args = default_workload(train_args, accelerator)
-    config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad workload flags fail here, not in a job
+    cfg = config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad flags fail here, not in a job
+    loggers.check(cfg.logger)  # --logger wandb without the package or the key, likewise
     results.ensure_output_dir(args.output_dir)
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 

@@ -58,7 +58,8 @@ def build_parser() -> OneLineParser:
                    help="all_reduce_perf logs (nccl-tests' output) to read as all-reduce benchmarks, besides the "
                         "*.log/*.txt/*.out under --output_dir that hold one")
     p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
-                                               "all-reduce busbw vs message size")
+                                               "all-reduce busbw vs message size, loss vs training time per group "
+                                               "(from the runs' metrics.csv)")
     p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="two outputs folders (or summary.json files) side by side, with B ÷ A per configuration")
@@ -133,9 +134,13 @@ def main(argv=None) -> int:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
                                     args.output_dir)
     if args.plot:
-        from scalelab.report import plots  # matplotlib takes a while to import: only when plots are asked for
+        from scalelab.report import curves, plots  # matplotlib takes a while to import: only when asked for
 
         written += plots.write_all(args.plot, scaling, bench)
+        figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
+        written += plots.save(args.plot, figures)
+        if note:
+            print(f"benchmark.py: note: {note}", file=sys.stderr)
     for path in written:
         print(f"written: {path}")
     return 0

@@ -269,6 +269,11 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
                     for lever, rows in levers.families(scaling)]
     if not bench.empty:
         figures.append(("allreduce_busbw.png", busbw_figure(bench)))
+    return save(folder, figures)
+
+
+def save(folder: str, figures: list) -> list:
+    """[(file name, Figure)] as PNGs in folder, each written atomically; the paths written."""
     paths = []
     for name, fig in figures:
         path = os.path.join(folder, name)

@@ -94,7 +94,7 @@ def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str,
         summary = run_summary(ctx, own) if ctx.timer.step_times else {"steps": 0, "final_train_loss": None}
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
-        path = results.write(ctx.cfg.output_dir, payload)
+        path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
         results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), trace or "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__)))
     except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback

@@ -5,6 +5,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
+
 from scalelab import perfmodel, results
 from scalelab.config import RunConfig
 from scalelab.launch import cores
@@ -24,6 +26,8 @@ class RunContext:
     timer: timing.StepTimer
     process_start: float  # wall clock (time.time) when this process started
     core_warning: Optional[str] = None  # --oversubscribe's recorded warning (launch.cores)
+    run_id: Optional[str] = None  # rank 0: chosen at the start of the run
+    folder: Optional[str] = None  # rank 0: the run folder, claimed at the start when a logger writes into it
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
@@ -33,22 +37,16 @@ def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
 
 
 def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:
-    cfg, launch, wl, batch = ctx.cfg, ctx.launch, ctx.workload, ctx.batch
+    cfg, launch = ctx.cfg, ctx.launch
     summary = dict(summary)
     final_loss = summary.pop("final_train_loss")
-    payload = results.envelope("training", results.new_run_id(cfg.model, launch.world_size, cfg.run_name))
+    payload = results.envelope("training", ctx.run_id or results.new_run_id(cfg.model, launch.world_size,
+                                                                             cfg.run_name))
     payload.update(
         status="completed",
         error=None,
         run_name=cfg.run_name,
-        workload={
-            **cfg.workload(),
-            "describe": wl.describe,
-            "params": wl.n_params,
-            "tokens_per_sample": wl.tokens_per_sample,
-            "batch_per_device": batch,
-            "global_batch": batch * launch.world_size * cfg.accumulate_grad_batches,  # per optimizer step
-        },
+        workload=workload_record(ctx),
         config=cfg.to_dict(),
         launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
                              threads_per_proc=per_rank[0]["threads"],
@@ -64,6 +62,22 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         ranks=per_rank,
     )
     return payload
+
+
+def workload_record(ctx: RunContext) -> dict:
+    """What the run computed: the config's workload fields and what the build derived from them."""
+    cfg, wl, world = ctx.cfg, ctx.workload, ctx.launch.world_size
+    return {**cfg.workload(), "describe": wl.describe, "params": wl.n_params,
+            "tokens_per_sample": wl.tokens_per_sample, "batch_per_device": ctx.batch,
+            "global_batch": ctx.batch * world * cfg.accumulate_grad_batches}  # per optimizer step
+
+
+def hyperparameters(ctx: RunContext) -> dict:
+    """What a logger records as the run's hyperparameters: the workload and the launch (rank 0's view: the other
+    ranks' devices and hosts are known only at the end, in the result)."""
+    launch = {k: v for k, v in ctx.launch.record([], []).items() if k not in ("device_names", "hostnames")}
+    return {"run_id": ctx.run_id, "run_name": ctx.cfg.run_name, "workload": workload_record(ctx),
+            "launch": {**launch, "threads_per_proc": torch.get_num_threads(), "logger": ctx.cfg.logger}}
 
 
 def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:

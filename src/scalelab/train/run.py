@@ -14,6 +14,7 @@ from scalelab import config, results
 from scalelab.cli import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
+from scalelab.train import loggers
 
 
 def main(argv=None, process_start=None) -> int:
@@ -23,10 +24,7 @@ def main(argv=None, process_start=None) -> int:
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
-    if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
-        raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
-    if cluster.env_rank() == 0:
-        results.ensure_output_dir(cfg.output_dir)
+    preflight(cfg, launch)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
     device = cores.place(launch, cfg.threads, cfg.oversubscribe)
 
@@ -46,9 +44,11 @@ def main(argv=None, process_start=None) -> int:
         check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
     timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every, cfg.comm_hook)
     ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
+    logger = run_logger(ctx)
     watch, stall, faults = watchers(cfg, launch, lambda line: failure.record_stall(ctx, trainer, watch, line))
-    callbacks = [timer, watch, stall, *([timing.PinCores(device)] if device.threads else []), *faults]
-    trainer = make_trainer(cfg, launch, callbacks)
+    callbacks = [timer, watch, stall, *([timing.PinCores(device)] if device.threads else []), *faults,
+                 *([step_metrics(ctx)] if logger else [])]  # after the timer: it reads the steps the timer read
+    trainer = make_trainer(cfg, launch, callbacks, logger)
     if trainer.global_rank == 0:
         print(banner(cfg, launch, wl, batch, torch.get_num_threads()), flush=True)
         if device.warning:
@@ -71,9 +71,40 @@ def main(argv=None, process_start=None) -> int:
     if trainer.global_rank == 0:
         summary = record.run_summary(ctx, timer.per_rank)
         payload = record.build_payload(ctx, timer.per_rank, summary, val)
-        path = results.write(cfg.output_dir, payload)
+        path = results.write(cfg.output_dir, payload, folder=ctx.folder)
         print(one_line_summary(payload, path), flush=True)
     return 0
+
+
+def preflight(cfg: config.RunConfig, launch: cluster.Launch):
+    """What can be refused before any process starts, each in one line (not a traceback after start-up)."""
+    loggers.check(cfg.logger)  # its package, its API key
+    if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
+        raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
+    if cluster.env_rank() == 0:
+        results.ensure_output_dir(cfg.output_dir)
+
+
+def run_logger(ctx):
+    """Rank 0: the run id, chosen now, and its folder, claimed now when the logger writes into it (the result lands
+    there at the end); Lightning's logger for --logger (None: none, or another rank)."""
+    if cluster.env_rank() != 0:
+        return None
+    cfg = ctx.cfg
+    ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name)
+    if loggers.wants_folder(cfg.logger):
+        ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)
+        ctx.run_id = os.path.basename(ctx.folder)
+    return loggers.build(cfg.logger, ctx.folder, ctx.run_id)
+
+
+def step_metrics(ctx):
+    """The callback that hands the step timer's figures to the logger, one row per optimizer step."""
+    from scalelab.train import metrics, record
+
+    samples = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches
+    return metrics.StepMetrics(ctx.timer, samples, ctx.workload.tokens_per_sample, ctx.launch.world_size,
+                               record.hyperparameters(ctx))
 
 
 def watchers(cfg: config.RunConfig, launch: cluster.Launch, on_stall) -> tuple:
@@ -121,7 +152,7 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
                          "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
-def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list):
+def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list, logger=None):
     """Lightning's Trainer for this run: DDP over `launch.backend` when there is more than one rank."""
     import lightning.pytorch as pl
     from lightning.pytorch.strategies import DDPStrategy
@@ -142,7 +173,7 @@ def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list)
         max_steps=cfg.max_steps or -1,  # optimizer steps: K batches each with --accumulate_grad_batches K
         accumulate_grad_batches=cfg.accumulate_grad_batches,
         callbacks=callbacks,
-        logger=False,
+        logger=logger or False,  # rank 0's (run_logger); Lightning's loggers write on rank 0 only anyway
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=cfg.verbose,
