@@ -41,11 +41,10 @@ _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "
 
 class LinkRecord(TypedDict):
     """result["launch"]["link"]: the link between the nodes where it is known (src/emulate.py's), else None."""
-    gbit: float  # rate, each direction
+    gbit: float  # rate, each direction (+ shaped_gbit, only under emulate.py --degrade_gbit: what tc gave)
     emulated: bool  # network namespaces on one machine, shaped with tc: not a real network
     latency_ms: Optional[float]  # one-way delay applied (None: none, or it could not be applied)
     latency_requested_ms: Optional[float]  # what --latency_ms asked for
-    # and only where emulate.py --degrade_gbit shaped the link below its nominal gbit: shaped_gbit (float)
 
 
 class LaunchRecord(TypedDict):
