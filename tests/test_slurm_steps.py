@@ -3,9 +3,12 @@ salloc names its job `interactive`, which Lightning does not treat as SLURM, so 
 there would give two unrelated 1-rank runs; `srun -n N` without --ntasks-per-node Lightning refuses with a
 traceback. Both are one line here, with the srun line that works."""
 
+import re
+import subprocess
+
 import pytest
 
-from conftest import run_script
+from conftest import ROOT, run_script
 from scalelab.launch import cluster
 
 # what `salloc -N2` then `srun -n 2 ...` gives each task (printed by the tasks on the local cluster)
@@ -53,3 +56,62 @@ def test_train_py_says_it_in_one_line_and_exit_code_2(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("train.py: error: srun started 2 tasks in a job named 'interactive'")
     assert not list(tmp_path.rglob("result.json"))
+
+
+# --- slurm_jobs/sweep.sh's bad input, without a cluster (tests/test_slurm_sweep.py submits the real thing) ---
+SWEEP = ["/bin/bash", "slurm_jobs/sweep.sh"]
+
+
+def test_sweep_refuses_an_unknown_argument_in_one_line():
+    proc = subprocess.run([*SWEEP, "--max_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("sweep.sh: unknown argument '--max_steps' (options: --output_dir DIR; arguments for "
+                           "src/train.py go after --)\n")
+
+
+def test_sweep_without_sbatch_says_where_to_run_it(tmp_path):
+    # a login node without SLURM's commands: an empty PATH (sweep.sh needs nothing but bash before sbatch)
+    proc = subprocess.run(SWEEP, cwd=ROOT, env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("sweep.sh: sbatch not found: run this on a SLURM login node")
+
+
+def test_sweep_submits_three_jobs_then_the_report_after_them(tmp_path):
+    """With a stand-in sbatch that records what it is given: the job scripts with the arguments after `--`, logs
+    beside the results, the site profile's settings, and the report held by afterany on the three job ids."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "sbatch").write_text('#!/bin/bash\nn=$(( $(cat "$CALLS" 2>/dev/null | wc -l) + 101 ))\n'
+                                    'echo "mem=${SBATCH_MEM_PER_GPU:-} config=${CONFIG:-} $*" >> "$CALLS"\n'
+                                    'echo "$n;cluster"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "SCALELAB_PROFILE": "a100", "CONFIG": "gpt-tiny"}
+    out = tmp_path / "out"
+    proc = subprocess.run([*SWEEP, "--output_dir", str(out), "--", "--max_steps", "5"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    logs = f"--parsable --output={out}/slurm-%j.out"
+    assert calls.read_text().splitlines() == [
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/single_gpu.sh --max_steps 5",
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/single_node_multi_gpu.sh --max_steps 5",
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/multi_node_multi_gpu.sh --max_steps 5",
+        f"mem= config=gpt-tiny {logs} --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103"]
+    assert "  104      slurm_jobs/report.sh (starts after 101, 102, 103 have ended: afterany)" in proc.stdout
+    assert "watch:  squeue --me        or  sacct -j 101,102,103,104" in proc.stdout
+
+
+def test_sweep_stops_at_a_refused_submission_and_says_what_went_out(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\n[[ $* == *multi_node* ]] && { echo "sbatch: error: Batch job '
+                                    'submission failed: Requested node configuration is not available" >&2; exit 1; }'
+                                    '\necho "7$RANDOM"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    proc = subprocess.run(SWEEP, cwd=ROOT, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUTPUT_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    first, second = proc.stderr.splitlines()
+    assert first.startswith("sweep.sh: sbatch ") and first.endswith("Requested node configuration is not available")
+    assert "slurm_jobs/multi_node_multi_gpu.sh" in first
+    assert re.fullmatch(r"sweep.sh: already submitted: 7\d* 7\d* \(scancel 7\d* 7\d* to withdraw them\)", second)

@@ -87,10 +87,11 @@ def slurm_step_problem(environ=None, script="src/train.py") -> Optional[str]:
     per_node = environ.get("SLURM_NTASKS_PER_NODE") or str(max(1, ntasks // max(1, nnodes)))
     name = environ.get("SLURM_JOB_NAME", "")
     if name in INTERACTIVE_NAMES:
-        return (f"srun started {ntasks} tasks in a job named '{name}' ('interactive' is salloc's default), which "
-                f"Lightning does not treat as SLURM: each task would train alone as a 1-rank run; name the step: "
-                f"`srun --job-name=scalelab --ntasks-per-node={per_node} python {script} ...` (or allocate with "
-                f"`salloc --job-name=scalelab ...`)")
+        why = " (salloc's default)" if name == "interactive" else ""
+        return (f"srun started {ntasks} tasks in a job named '{name}'{why}, which Lightning does not treat as SLURM: "
+                f"each task would train alone as a 1-rank run; name the step, `srun --job-name=scalelab "
+                f"--ntasks-per-node={per_node} python {script} ...`, or the allocation, `salloc --job-name=scalelab` "
+                "(sbatch: any name but bash or interactive)")
     if "SLURM_NTASKS_PER_NODE" not in environ:
         return (f"srun started {ntasks} tasks with -n/--ntasks, which Lightning refuses: give the tasks per node "
                 f"instead, `srun --ntasks-per-node={per_node} python {script} ...`")
