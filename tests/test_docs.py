@@ -36,7 +36,8 @@ SCRIPT = re.compile(r"^(src|benchmarks)/[\w-]+\.py$")
 # Arguments after a job script go to the Python script it runs.
 JOB_SCRIPTS = {"slurm_jobs/single_gpu.sh": "src/train.py", "slurm_jobs/single_node_multi_gpu.sh": "src/train.py",
                "slurm_jobs/multi_node_multi_gpu.sh": "src/train.py",
-               "slurm_jobs/allreduce_bench.sh": "src/allreduce_bench.py"}
+               "slurm_jobs/allreduce_bench.sh": "src/allreduce_bench.py",
+               "slurm_jobs/sweep.sh": "src/train.py"}  # its one option, --output_dir, is train.py's too
 # Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
 LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
                           r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")

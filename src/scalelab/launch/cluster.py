@@ -1,14 +1,21 @@
 """Where am I running? SLURM (srun, submitit), torchrun, or plain local processes.
 
-Detection is Lightning's (`SLURMEnvironment`, `TorchElasticEnvironment`); this module only
-reads the sizes they imply and refuses a mismatch *before* any process group starts:
-a Trainer that expects 8 ranks while SLURM started 4 waits forever at
-"Initializing distributed: MEMBER 1/8" — the classic multi-node hang.
+Detection is Lightning's (`SLURMEnvironment`, `TorchElasticEnvironment`); this module only reads the sizes
+they imply and refuses, in one line and before the model is built, what would go wrong later:
+
+* `--devices`/`--num_nodes` that differ from SLURM's `--ntasks-per-node`/`--nodes`. Lightning 2.6 raises a
+  ValueError for that too (from every rank, ~3 s in: measured on the local cluster, docs/10); the check here says
+  it once, with the sbatch line to change.
+* srun tasks in an allocation named `bash` or `interactive` (salloc's default name). Lightning treats such a job
+  as "not SLURM" (`_is_slurm_interactive_mode`): each srun task would train alone, as a 1-rank run, and
+  `srun -n 2` gives two unrelated results instead of one 2-rank run. Refused with the name to use.
+* `srun -n N` without `--ntasks-per-node`: Lightning's SLURMEnvironment refuses it with a traceback per rank.
 """
 
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -70,12 +77,36 @@ def _slurm_tasks_per_node() -> int:
     return int(raw.split("(")[0].split(",")[0])
 
 
+INTERACTIVE_NAMES = ("bash", "interactive")  # job names Lightning's SLURMEnvironment.detect() ignores
+
+
+def slurm_step_problem(environ=None, script="src/train.py") -> Optional[str]:
+    """What is wrong with this srun step for a multi-rank run, in one line; None when nothing is (or when this is no
+    multi-task srun step: a batch script, a salloc shell and a 1-task step have no SLURM_STEP_ID or one task)."""
+    environ = os.environ if environ is None else environ
+    try:
+        ntasks, nnodes = int(environ.get("SLURM_NTASKS", "1")), int(environ.get("SLURM_NNODES", "1"))
+    except ValueError:
+        return None
+    if ntasks <= 1 or "SLURM_STEP_ID" not in environ:
+        return None
+    per_node = environ.get("SLURM_NTASKS_PER_NODE") or str(max(1, ntasks // max(1, nnodes)))
+    name = environ.get("SLURM_JOB_NAME", "")
+    if name in INTERACTIVE_NAMES:
+        why = " (salloc's default)" if name == "interactive" else ""
+        return (f"srun started {ntasks} tasks in a job named '{name}'{why}, which Lightning does not treat as SLURM: "
+                f"each task would train alone as a 1-rank run; name the step, `srun --job-name=scalelab "
+                f"--ntasks-per-node={per_node} python {script} ...`, or the allocation, `salloc --job-name=scalelab` "
+                "(sbatch: any name but bash or interactive)")
+    if "SLURM_NTASKS_PER_NODE" not in environ:
+        return (f"srun started {ntasks} tasks with -n/--ntasks, which Lightning refuses: give the tasks per node "
+                f"instead, `srun --ntasks-per-node={per_node} python {script} ...`")
+    return None
+
+
 def _check(flag: str, given, actual: int, source: str, fix: str):
     if given is not None and given != actual:
-        raise UsageError(
-            f"{flag} {given} does not match {source}={actual}: the run would hang waiting for ranks "
-            f"that never start; {fix}"
-        )
+        raise UsageError(f"{flag} {given} does not match {source}={actual}: {fix}")
 
 
 def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
@@ -83,6 +114,9 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     accel = resolve_accelerator(accelerator)
+    problem = slurm_step_problem(script=_script())
+    if problem:
+        raise UsageError(problem)
     if SLURMEnvironment.detect():
         tasks, nodes = _slurm_tasks_per_node(), int(os.environ.get("SLURM_NNODES", "1"))
         if tasks * nodes > 1 and "SLURM_STEP_ID" not in os.environ:
@@ -113,6 +147,11 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
     if nodes > 1:
         raise UsageError(f"--num_nodes {nodes} needs a launcher that starts the other nodes: use srun or torchrun")
     return Launch("local", devices or 1, 1, accel)
+
+
+def _script() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return f"src/{name}" if name.endswith(".py") else "src/train.py"
 
 
 def check_visible_gpus(devices: int, visible: int, cuda_visible=None):

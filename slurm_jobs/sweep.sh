@@ -1,0 +1,58 @@
+#!/bin/bash
+# The whole scaling sweep from the login node, plain bash (no Python needed there): the 1-GPU, 1-node and 2-node
+# jobs, then a report job that SLURM starts once all three have ended (--dependency=afterany: also after a failed
+# or cancelled one, so the report says which). Run it from anywhere in the checkout:
+#     bash slurm_jobs/sweep.sh                                        # default workload, results in outputs/
+#     CONFIG=gpt-small bash slurm_jobs/sweep.sh --output_dir /scratch/$USER/sweep1 -- --max_steps 200
+# Options: --output_dir DIR (results and job logs; default $OUTPUT_DIR or outputs), then `--` and arguments for
+# every src/train.py. The site profile (SCALELAB_PROFILE, slurm_jobs/site.sh) and the variables job_common.sh
+# reads (CONFIG, MODEL, PRESET) apply to every job: sbatch passes your environment on.
+set -uo pipefail
+
+die() { echo "sweep.sh: $*" >&2; exit 2; }
+OUTPUT_DIR=${OUTPUT_DIR:-outputs}
+TRAIN_ARGS=()
+while (($#)); do
+  case "$1" in
+    --output_dir) (($# >= 2)) || die "--output_dir needs a folder"; OUTPUT_DIR=$2; shift 2 ;;
+    --output_dir=*) OUTPUT_DIR=${1#*=}; shift ;;
+    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --) shift; TRAIN_ARGS=("$@"); break ;;
+    *) die "unknown argument '$1' (options: --output_dir DIR; arguments for src/train.py go after --)" ;;
+  esac
+done
+command -v sbatch >/dev/null 2>&1 || die "sbatch not found: run this on a SLURM login node (or start the local cluster, docs/10)"
+[ -n "$OUTPUT_DIR" ] || die "--output_dir is empty"
+
+# The repository root: the job scripts find their code through SLURM_SUBMIT_DIR, the folder sbatch runs in.
+HERE=${BASH_SOURCE[0]%/*}; [ "$HERE" = "${BASH_SOURCE[0]}" ] && HERE=.
+cd "$HERE/.." || die "cannot enter the repository root ($HERE/..)"
+# shellcheck source=slurm_jobs/site.sh
+source slurm_jobs/site.sh || die "slurm_jobs/site.sh failed (profile '${SCALELAB_PROFILE:-auto}')"
+export OUTPUT_DIR
+mkdir -p "$OUTPUT_DIR" 2>/dev/null || die "cannot create $OUTPUT_DIR"
+
+submit() {  # sbatch ARGS... -> the job id (sbatch's own error, one line, on failure)
+  local out
+  out=$(sbatch --parsable --output="$OUTPUT_DIR/slurm-%j.out" "$@" 2>&1) || die "sbatch $*: ${out//$'\n'/ }"
+  echo "${out%%;*}"
+}
+
+IDS=() NAMES=()
+submitted() { ((${#IDS[@]})) && echo "sweep.sh: already submitted: ${IDS[*]} (scancel ${IDS[*]} to withdraw them)" >&2; }
+for script in single_gpu.sh single_node_multi_gpu.sh multi_node_multi_gpu.sh; do
+  id=$(submit "slurm_jobs/$script" "${TRAIN_ARGS[@]}") || { submitted; exit 2; }
+  IDS+=("$id") NAMES+=("$script")
+done
+DEPS=$(IFS=:; echo "${IDS[*]}")
+# The report asks for one core and no GPU: a --mem-per-gpu from the site profile would not fit it.
+REPORT=$(unset SBATCH_MEM_PER_GPU; submit --dependency="afterany:$DEPS" slurm_jobs/report.sh "${IDS[@]}") \
+  || { submitted; exit 2; }
+
+echo "sweep: submitted to SLURM, results and logs in $OUTPUT_DIR/"
+for i in "${!IDS[@]}"; do
+  printf '  %-8s %s\n' "${IDS[$i]}" "slurm_jobs/${NAMES[$i]}"
+done
+printf '  %-8s %s\n' "$REPORT" "slurm_jobs/report.sh (starts after ${DEPS//:/, } have ended: afterany)"
+echo "watch:  squeue --me        or  sacct -j $(IFS=,; echo "${IDS[*]}"),$REPORT"
+echo "report: $OUTPUT_DIR/slurm-$REPORT.out"

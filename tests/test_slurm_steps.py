@@ -1,0 +1,117 @@
+"""cluster.py's checks of an srun step, from the variables SLURM sets (measured on the local cluster, docs/05):
+salloc names its job `interactive`, which Lightning does not treat as SLURM, so `srun -n 2 python src/train.py`
+there would give two unrelated 1-rank runs; `srun -n N` without --ntasks-per-node Lightning refuses with a
+traceback. Both are one line here, with the srun line that works."""
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT, run_script
+from scalelab.launch import cluster
+
+# what `salloc -N2` then `srun -n 2 ...` gives each task (printed by the tasks on the local cluster)
+SALLOC_SRUN = {"SLURM_JOB_NAME": "interactive", "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_PROCID": "0",
+               "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "16"}
+
+
+def test_srun_tasks_in_a_salloc_allocation_are_refused_with_the_name_to_use():
+    line = cluster.slurm_step_problem(SALLOC_SRUN)
+    assert line.startswith("srun started 2 tasks in a job named 'interactive'")
+    assert "each task would train alone as a 1-rank run" in line
+    assert "`srun --job-name=scalelab --ntasks-per-node=1 python src/train.py ...`" in line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize("name", ["bash", "interactive"])
+def test_both_names_lightning_ignores(name):
+    env = {**SALLOC_SRUN, "SLURM_JOB_NAME": name, "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4"}
+    line = cluster.slurm_step_problem(env, script="src/allreduce_bench.py")
+    assert f"job named '{name}'" in line and "--ntasks-per-node=4 python src/allreduce_bench.py" in line
+
+
+@pytest.mark.parametrize("env", [
+    {},  # no SLURM at all
+    {**SALLOC_SRUN, "SLURM_NTASKS": "1"},  # `srun -n 1` in the allocation: one rank, nothing to join
+    {k: v for k, v in SALLOC_SRUN.items() if k not in ("SLURM_STEP_ID", "SLURM_PROCID")},  # the salloc shell
+    # the batch script of `sbatch --job-name=bash` (SLURM_PROCID=0 there, but no step): the outside-srun check's case
+    {**SALLOC_SRUN, "SLURM_JOB_NAME": "bash", "SLURM_NTASKS_PER_NODE": "1", "SLURM_STEP_ID": None},
+    {**SALLOC_SRUN, "SLURM_JOB_NAME": "scalelab", "SLURM_NTASKS_PER_NODE": "1"},  # named: SLURM as usual
+    {**SALLOC_SRUN, "SLURM_NTASKS": "two"},
+], ids=["no-slurm", "one-task", "salloc-shell", "batch-script", "named-job", "garbage"])
+def test_what_is_not_refused(env):
+    assert cluster.slurm_step_problem({k: v for k, v in env.items() if v is not None}) is None
+
+
+def test_ntasks_without_tasks_per_node_is_one_line_with_the_per_node_count():
+    env = {**SALLOC_SRUN, "SLURM_JOB_NAME": "scalelab", "SLURM_NTASKS": "8"}
+    line = cluster.slurm_step_problem(env)
+    assert line == ("srun started 8 tasks with -n/--ntasks, which Lightning refuses: give the tasks per node "
+                    "instead, `srun --ntasks-per-node=4 python src/train.py ...`")
+
+
+def test_train_py_says_it_in_one_line_and_exit_code_2(tmp_path):
+    proc = run_script("train.py", "--model", "mlp", "--output_dir", tmp_path, env=SALLOC_SRUN, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("train.py: error: srun started 2 tasks in a job named 'interactive'")
+    assert not list(tmp_path.rglob("result.json"))
+
+
+# --- slurm_jobs/sweep.sh's bad input, without a cluster (tests/test_slurm_sweep.py submits the real thing) ---
+SWEEP = ["/bin/bash", "slurm_jobs/sweep.sh"]
+
+
+def test_sweep_refuses_an_unknown_argument_in_one_line():
+    proc = subprocess.run([*SWEEP, "--max_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("sweep.sh: unknown argument '--max_steps' (options: --output_dir DIR; arguments for "
+                           "src/train.py go after --)\n")
+
+
+def test_sweep_without_sbatch_says_where_to_run_it(tmp_path):
+    # a login node without SLURM's commands: an empty PATH (sweep.sh needs nothing but bash before sbatch)
+    proc = subprocess.run(SWEEP, cwd=ROOT, env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("sweep.sh: sbatch not found: run this on a SLURM login node")
+
+
+def test_sweep_submits_three_jobs_then_the_report_after_them(tmp_path):
+    """With a stand-in sbatch that records what it is given: the job scripts with the arguments after `--`, logs
+    beside the results, the site profile's settings, and the report held by afterany on the three job ids."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "sbatch").write_text('#!/bin/bash\nn=$(( $(cat "$CALLS" 2>/dev/null | wc -l) + 101 ))\n'
+                                    'echo "mem=${SBATCH_MEM_PER_GPU:-} config=${CONFIG:-} $*" >> "$CALLS"\n'
+                                    'echo "$n;cluster"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "SCALELAB_PROFILE": "a100", "CONFIG": "gpt-tiny"}
+    out = tmp_path / "out"
+    proc = subprocess.run([*SWEEP, "--output_dir", str(out), "--", "--max_steps", "5"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    logs = f"--parsable --output={out}/slurm-%j.out"
+    assert calls.read_text().splitlines() == [
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/single_gpu.sh --max_steps 5",
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/single_node_multi_gpu.sh --max_steps 5",
+        f"mem=64G config=gpt-tiny {logs} slurm_jobs/multi_node_multi_gpu.sh --max_steps 5",
+        f"mem= config=gpt-tiny {logs} --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103"]
+    assert "  104      slurm_jobs/report.sh (starts after 101, 102, 103 have ended: afterany)" in proc.stdout
+    assert "watch:  squeue --me        or  sacct -j 101,102,103,104" in proc.stdout
+
+
+def test_sweep_stops_at_a_refused_submission_and_says_what_went_out(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/bash\n[[ $* == *multi_node* ]] && { echo "sbatch: error: Batch job '
+                                    'submission failed: Requested node configuration is not available" >&2; exit 1; }'
+                                    '\necho "7$RANDOM"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    proc = subprocess.run(SWEEP, cwd=ROOT, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUTPUT_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    first, second = proc.stderr.splitlines()
+    assert first.startswith("sweep.sh: sbatch ") and first.endswith("Requested node configuration is not available")
+    assert "slurm_jobs/multi_node_multi_gpu.sh" in first
+    assert re.fullmatch(r"sweep.sh: already submitted: 7\d* 7\d* \(scancel 7\d* 7\d* to withdraw them\)", second)
