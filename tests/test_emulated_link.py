@@ -255,7 +255,10 @@ def test_the_unprivileged_path_as_a_plain_user(link_ok):
 
 @pytest.mark.slow
 def test_sigterm_tears_the_link_down(link_ok, tmp_path):
-    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--", *BENCH, "--output_dir", str(tmp_path)],
+    # 50 Mbit/s: the benchmark would run ~15 s, so SIGTERM finds it running even where this test reads the banner
+    # late (a full suite on 2 busy cores once saw a 1 Gbit/s run end by itself first: exit 0)
+    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "0.05", "--", *BENCH,
+                             "--output_dir", str(tmp_path)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout.readline().startswith("emulate.py: 2 nodes x 1 device(s)")  # the link is up
