@@ -5,9 +5,10 @@ by half (a regressed link, seen from the reference's side), and times the check 
 
     python benchmarks/reference_speed.py --files 10000
 
-Measured with that command on a shared 2-core VM: 3.06 s, exit 1 (load average 2.4); 4.31 s at load average 5
-before the report's loss-curve averaging was sped up. Of the 3 s, reading the 10,000 files and building the frames
-take nearly all; reading the reference and checking 140 quantities take about 0.2 s.
+Measured with that command on a 2-core VM: 1.48 s, exit 1, on a quiet machine (load average 0.2); 3.06 s while
+other work shared the cores (load average 2.4); 4.31 s at load average 5 before the report's loss-curve averaging
+was sped up. Of the time, reading the 10,000 files and building the frames take nearly all; reading the
+reference and checking 140 quantities take about 0.2 s.
 """
 
 import argparse
