@@ -233,6 +233,18 @@ def test_a_corrupt_log_is_one_warning_and_the_rest_still_reports(tmp_path):
     assert "all-reduce benchmark: " in proc.stdout  # good.log still feeds the prediction
 
 
+def test_scalelab_s_own_table_is_not_taken_for_nccl_tests_output(tmp_path):
+    """Its last line is "Avg bus bandwidth: 1.693 GB/s (...)"; nccl-tests' is "# Avg bus bandwidth : 1.69".
+    The demo keeps the benchmark's log in the outputs folder, and the report warned it was a corrupt nccl-tests log."""
+    proc = run_script("allreduce_bench.py", "--max_bytes", "64K", "--iters", "2", "--warmup_iters", "1",
+                      "--output_dir", tmp_path / "runs", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Avg bus bandwidth: " in proc.stdout and not nccl_tests.looks_like(proc.stdout)
+    (tmp_path / "runs" / "allreduce.log").write_text(proc.stdout)
+    assert nccl_tests.scan(str(tmp_path / "runs")) == ([], [])
+    assert nccl_tests.looks_like(NEW)
+
+
 # --- our benchmark in nccl-tests' format, read back ------------------------------------------------------------
 
 

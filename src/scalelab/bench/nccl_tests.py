@@ -36,7 +36,8 @@ _VERSIONS = (re.compile(r"nccl-tests version\s+(\S+)"), re.compile(r"NCCL versio
 _SCALELAB = re.compile(r"scalelab run_id:\s*(\S+)\s+accelerator:\s*(\S+)\s+backend:\s*(\S+)")
 # what launchers put before each line: `srun --label` ("0: "), Open MPI's --tag-output ("[1,0]<stdout>:")
 _PREFIX = re.compile(r"^\s*(?:\d+:|\[\d+,\d+\]<std(?:out|err)>:)\s?")
-_MARKS = (_PARAMS, _AVG, _PROGRAM, re.compile(r"out-of-place\s+in-place"))
+# what marks a text as nccl-tests output; the average with its "#" (scalelab's own table says "Avg bus bandwidth:")
+_MARKS = (_PARAMS, re.compile(r"#\s*Avg bus bandwidth\s*:"), _PROGRAM, re.compile(r"out-of-place\s+in-place"))
 
 
 class NcclTestsError(results.ResultError):
