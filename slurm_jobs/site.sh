@@ -7,12 +7,19 @@
 # Never put an API key or token in this file: it lives in the repository.
 
 # What a previous `source` of this file set is undone first, so one profile never leaks into the next (a
-# partition of `cpu` left behind under `a100`); a variable you exported yourself is left alone.
-for _v in ${SCALELAB_SITE_SET:-}; do unset "$_v"; done
+# partition of `cpu` left behind under `a100`); a variable you exported yourself is left alone, and so is one you
+# changed since (NCCL_DEBUG=INFO sbatch ... in a shell where the profile had set WARN): only a value still equal
+# to what the profile set (kept in _SCALELAB_SET_<NAME>) is undone.
+for _v in ${SCALELAB_SITE_SET:-}; do
+  _rec="_SCALELAB_SET_$_v"
+  [ "${!_v-}" = "${!_rec-}" ] && unset "$_v"
+  unset "$_rec"
+done
 export SCALELAB_SITE_SET=""
 site_export() {  # export NAME VALUE, remembered in SCALELAB_SITE_SET (the job banner prints what a profile set)
   export "$1=$2"
-  SCALELAB_SITE_SET="${SCALELAB_SITE_SET:+$SCALELAB_SITE_SET }$1"
+  export "_SCALELAB_SET_$1=$2"
+  case " $SCALELAB_SITE_SET " in *" $1 "*) ;; *) SCALELAB_SITE_SET="${SCALELAB_SITE_SET:+$SCALELAB_SITE_SET }$1" ;; esac
 }
 gpus_visible() {  # the GPUs this node shows, by name (nvidia-smi -L): empty on a CPU node or a login node
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' || true

@@ -85,6 +85,20 @@ def test_the_named_configs_the_jobs_run_fit_a_40_gb_a100(name, batch):
     assert doubled > 40e9 or name in ("gpt-small", "gpt-medium")
 
 
+def test_a_value_the_user_changed_after_the_profile_survives_the_job_s_own_source():
+    """The profile set NCCL_DEBUG=WARN in the shell; `NCCL_DEBUG=INFO sbatch ...` then reaches the job, whose
+    own `source slurm_jobs/site.sh` must keep INFO (it undid it: chapter 8's NET/IB check printed nothing)."""
+    job = 'bash -c "source slurm_jobs/site.sh >/dev/null && echo \\${NCCL_DEBUG:-unset}"'
+    proc = bash(f"export SCALELAB_PROFILE=a100 && source slurm_jobs/site.sh >/dev/null && NCCL_DEBUG=INFO {job} "
+                f"&& {job} && SCALELAB_PROFILE=cpu {job}")
+    assert proc.returncode == 0, proc.stderr
+    # changed by the user: kept; as the profile set it: the profile's again; under another profile: gone
+    assert proc.stdout.splitlines() == ["INFO", "WARN", "unset"], proc.stdout
+    twice = bash(f"source slurm_jobs/site.sh && source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="32G")
+    (listed,) = [ln for ln in twice.stdout.splitlines() if ln.startswith("SCALELAB_SITE_SET=")]
+    assert listed.split("=", 1)[1].split() == ["SBATCH_MEM_PER_GPU", "SCALELAB_ACCELERATOR"]
+
+
 def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
     set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="32G")
     assert "SBATCH_MEM_PER_GPU=32G" in set_by_user.stdout.splitlines()
