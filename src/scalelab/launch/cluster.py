@@ -50,24 +50,29 @@ class Launch:
                 "link": link_record(), **extra}
 
 
+def _float(environ, name) -> Optional[float]:
+    """A number a launcher exported, or None when it is missing, empty or not a number."""
+    try:
+        return float(environ[name]) if environ.get(name) else None
+    except ValueError:
+        return None
+
+
 def link_record(environ=None) -> Optional[LinkRecord]:
     """The emulated link between the nodes, as src/emulate.py announced it to the ranks; None otherwise (a real
     network, whose rate nobody told us)."""
     environ = os.environ if environ is None else environ
-    if environ.get(ENV_LINK) != "emulated":
+    gbit = _float(environ, ENV_GBIT)
+    if environ.get(ENV_LINK) != "emulated" or gbit is None:
         return None
-    try:
-        gbit = float(environ[ENV_GBIT])
-        requested = float(environ[ENV_LATENCY]) if environ.get(ENV_LATENCY) else None
-    except (KeyError, ValueError):
-        return None
+    requested = _float(environ, ENV_LATENCY)
+    if requested is None and environ.get(ENV_LATENCY):
+        return None  # a latency that is not a number: the announcement is garbled, trust none of it
     applied = requested if requested is not None and environ.get(ENV_LATENCY_APPLIED) == "1" else None
     record = {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
-    try:
-        if environ.get(ENV_SHAPED):  # a degraded rehearsal: gbit is what the link claims, this what it gave
-            record["shaped_gbit"] = float(environ[ENV_SHAPED])
-    except ValueError:
-        pass
+    shaped = _float(environ, ENV_SHAPED)  # a degraded rehearsal: gbit is what the link claims, this what it gave
+    if shaped is not None:
+        record["shaped_gbit"] = shaped
     return record
 
 
