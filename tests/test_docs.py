@@ -149,7 +149,7 @@ def flag_problems(words):
 
 def test_the_chapters_are_there():
     names = [p.name for p in CHAPTERS]
-    assert len(names) == 11 and [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 12)], names
+    assert len(names) == 12 and [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 13)], names
     index = (DOCS / "README.md").read_text()
     for name in names:
         assert f"]({name})" in index, f"docs/README.md does not link {name}"
@@ -221,3 +221,17 @@ def test_run_blocks_run(chapter, workshop):
             printed = stable_lines(proc.stdout.splitlines())
             missing = [line for line in stable_lines(outputs.get(n, [])) if line not in printed]
         assert not missing, f"{where}: the chapter shows lines the command no longer prints: {missing}\n{tail}"
+
+
+def test_published_figures_name_their_source_and_hardware():
+    """Chapter 12 shows others' measurements: every row of its table links its source and states its hardware,
+    so no published figure can pass for scalelab's own."""
+    text = (DOCS / "12-published-reference-points.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| Source")]
+    links = dict(re.findall(r"^\[([\w-]+)\]: (https://\S+)$", text, re.M))
+    assert len(rows) >= 5, rows
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        refs = re.findall(r"\]\[([\w-]+)\]", cells[0])
+        assert refs and all(r in links for r in refs), f"no source link: {row}"
+        assert re.search(r"GPU|A100|P100|Pascal", cells[1]), f"no hardware: {row}"
