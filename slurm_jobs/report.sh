@@ -19,10 +19,15 @@ OUT=${OUTPUT_DIR:-outputs}
 echo "scalelab report job ${SLURM_JOB_ID:-?}: jobs $*, results in $OUT/"
 
 final_state() {  # sacct's State once the job has ended; accounting can lag its end by a few seconds
-  local state="" tries=0
+  # A job that ends within a second or two of starting can reach slurmdbd before its start record does: for a
+  # few seconds sacct then shows a stand-in row named "allocation" on the first node only (measured on the
+  # local cluster: up to 4 s), so that name counts as not recorded yet, like an empty state.
+  local row="" state="" tries=0
   while ((tries++ < 60)); do
-    state=$(sacct -j "$1" -X -n -P --format=State 2>/dev/null | head -1)
+    row=$(sacct -j "$1" -X -n -P --format=JobName,State 2>/dev/null | head -1)
+    state=${row#*|}
     state=${state%% *}   # "CANCELLED by 1000" -> CANCELLED
+    [ "${row%%|*}" = allocation ] && state=""
     case "$state" in ""|PENDING|RUNNING|COMPLETING|REQUEUED|RESIZING|SUSPENDED) sleep 1 ;; *) break ;; esac
   done
   echo "${state:-UNKNOWN}"
