@@ -4,21 +4,24 @@
 # or cancelled one, so the report says which). Run it from anywhere in the checkout:
 #     bash slurm_jobs/sweep.sh                                        # default workload, results in outputs/
 #     CONFIG=gpt-small bash slurm_jobs/sweep.sh --output_dir /scratch/$USER/sweep1 -- --max_steps 200
-# Options: --output_dir DIR (results and job logs; default $OUTPUT_DIR or outputs), then `--` and arguments for
+# Options: --output_dir DIR (results and job logs; default $OUTPUT_DIR or outputs), --wait (stay until the report
+# job has ended, print its log, exit with its status, as `sbatch --wait` does), then `--` and arguments for
 # every src/train.py. The site profile (SCALELAB_PROFILE, slurm_jobs/site.sh) and the variables job_common.sh
 # reads (CONFIG, MODEL, PRESET) apply to every job: sbatch passes your environment on.
 set -uo pipefail
 
 die() { echo "sweep.sh: $*" >&2; exit 2; }
 OUTPUT_DIR=${OUTPUT_DIR:-outputs}
+WAIT=
 TRAIN_ARGS=()
 while (($#)); do
   case "$1" in
     --output_dir) (($# >= 2)) || die "--output_dir needs a folder"; OUTPUT_DIR=$2; shift 2 ;;
     --output_dir=*) OUTPUT_DIR=${1#*=}; shift ;;
-    -h|--help) sed -n '2,9s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --wait) WAIT=1; shift ;;
+    -h|--help) sed -n '2,10s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --) shift; TRAIN_ARGS=("$@"); break ;;
-    *) die "unknown argument '$1' (options: --output_dir DIR; arguments for src/train.py go after --)" ;;
+    *) die "unknown argument '$1' (options: --output_dir DIR, --wait; arguments for src/train.py go after --)" ;;
   esac
 done
 command -v sbatch >/dev/null 2>&1 || die "sbatch not found: run this on a SLURM login node (or start the local cluster, docs/10)"
@@ -45,9 +48,17 @@ for script in single_gpu.sh single_node_multi_gpu.sh multi_node_multi_gpu.sh; do
   IDS+=("$id") NAMES+=("$script")
 done
 DEPS=$(IFS=:; echo "${IDS[*]}")
-# The report asks for one core and no GPU: a --mem-per-gpu from the site profile would not fit it.
-REPORT=$(unset SBATCH_MEM_PER_GPU; submit --dependency="afterany:$DEPS" slurm_jobs/report.sh "${IDS[@]}") \
-  || { submitted; exit 2; }
+REPORT_JOB=(--dependency="afterany:$DEPS" slurm_jobs/report.sh "${IDS[@]}")
+unset SBATCH_MEM_PER_GPU   # the report asks for one core and no GPU: the profile's --mem-per-gpu would not fit it
+if [ -n "$WAIT" ]; then
+  # sbatch --wait prints the id once the job is queued and exits, with the job's own status, once it has ended.
+  exec 3< <(sbatch --parsable --wait --output="$OUTPUT_DIR/slurm-%j.out" "${REPORT_JOB[@]}" 2>&1; echo "exit $?")
+  read -r REPORT <&3
+  [[ $REPORT =~ ^[0-9]+ ]] || { submitted; die "sbatch ${REPORT_JOB[*]}: $REPORT"; }
+  REPORT=${REPORT%%;*}
+else
+  REPORT=$(submit "${REPORT_JOB[@]}") || { submitted; exit 2; }
+fi
 
 echo "sweep: submitted to SLURM, results and logs in $OUTPUT_DIR/"
 for i in "${!IDS[@]}"; do
@@ -56,3 +67,13 @@ done
 printf '  %-8s %s\n' "$REPORT" "slurm_jobs/report.sh (starts after ${DEPS//:/, } have ended: afterany)"
 echo "watch:  squeue --me        or  sacct -j $(IFS=,; echo "${IDS[*]}"),$REPORT"
 echo "report: $OUTPUT_DIR/slurm-$REPORT.out"
+[ -n "$WAIT" ] || exit 0
+
+echo "waiting for the report job $REPORT (Ctrl-C stops the waiting, not the jobs)"
+rc=$(sed -n 's/^exit //p' <&3)
+if [ -f "$OUTPUT_DIR/slurm-$REPORT.out" ]; then
+  cat "$OUTPUT_DIR/slurm-$REPORT.out"
+else
+  echo "sweep.sh: the report job $REPORT wrote no log ($OUTPUT_DIR/slurm-$REPORT.out): sacct -j $REPORT says why" >&2
+fi
+exit "${rc:-1}"

@@ -65,8 +65,8 @@ SWEEP = ["/bin/bash", "slurm_jobs/sweep.sh"]
 def test_sweep_refuses_an_unknown_argument_in_one_line():
     proc = subprocess.run([*SWEEP, "--max_steps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == ("sweep.sh: unknown argument '--max_steps' (options: --output_dir DIR; arguments for "
-                           "src/train.py go after --)\n")
+    assert proc.stderr == ("sweep.sh: unknown argument '--max_steps' (options: --output_dir DIR, --wait; arguments "
+                           "for src/train.py go after --)\n")
 
 
 def test_sweep_without_sbatch_says_where_to_run_it(tmp_path):
@@ -99,6 +99,26 @@ def test_sweep_submits_three_jobs_then_the_report_after_them(tmp_path):
         f"mem= config=gpt-tiny {logs} --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103"]
     assert "  104      slurm_jobs/report.sh (starts after 101, 102, 103 have ended: afterany)" in proc.stdout
     assert "watch:  squeue --me        or  sacct -j 101,102,103,104" in proc.stdout
+
+
+def test_sweep_wait_holds_until_the_report_job_ends_then_prints_its_log_and_status(tmp_path):
+    """--wait: the report goes to `sbatch --wait`, which prints the id when queued and exits with the job's status
+    once it has ended (here a stand-in whose report job 'fails' with 1, after writing its log)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        '#!/bin/bash\n[[ $* != *report.sh* ]] && { echo "$(( RANDOM + 100 ))"; exit 0; }\n'
+        '[[ $* == *--wait* ]] || { echo "report.sh submitted without --wait" >&2; exit 9; }\n'
+        'echo 4242; sleep 1; printf "scalelab report job 4242\\nreport.sh: 1 of 3 job(s) did not complete\\n" '
+        '> "$OUTPUT_DIR/slurm-4242.out"; exit 1\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    proc = subprocess.run([*SWEEP, "--wait"], cwd=ROOT, env={"PATH": f"{bin_dir}:/usr/bin:/bin",
+                          "OUTPUT_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-4:] == [f"report: {tmp_path}/slurm-4242.out",
+                          "waiting for the report job 4242 (Ctrl-C stops the waiting, not the jobs)",
+                          "scalelab report job 4242", "report.sh: 1 of 3 job(s) did not complete"]
 
 
 def test_sweep_stops_at_a_refused_submission_and_says_what_went_out(tmp_path):

@@ -64,14 +64,24 @@ def test_sweep_runs_the_report_after_the_three_jobs(slurm_env, tmp_path):
 
 def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env, tmp_path):
     """`-- --devices 4` reaches every job: the 1-GPU job's one task fails at once (size mismatch); the 2-node job
-    is cancelled before it starts. afterany: the report runs all the same, and its job ends FAILED."""
-    _, ids = sweep(slurm_env, tmp_path, "--devices", "4")
-    one_gpu, four, two_nodes, report = ids
+    is cancelled before it starts. afterany: the report runs all the same, and its job ends FAILED, which
+    `sweep.sh --wait` hands on as its own exit status after printing the report's log."""
+    proc = subprocess.Popen(["bash", str(ROOT / "slurm_jobs" / "sweep.sh"), "--wait", "--output_dir", str(tmp_path),
+                             "--", *WORKLOAD, "--devices", "4"], cwd=ROOT, env=slurm_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    head = []
+    while not head or not head[-1].startswith("report: "):
+        head.append(proc.stdout.readline())
+        assert head[-1], f"sweep.sh ended early: {''.join(head)}{proc.stderr.read()}"
+    one_gpu, four, two_nodes, report = ids = re.findall(r"^  (\d+) +slurm_jobs/", "".join(head), re.M)
     subprocess.run(["scancel", two_nodes], env=slurm_env, check=True)
+    rest, err = proc.communicate(timeout=420)
+    assert proc.returncode == 1 and err == "", rest + err
     rows = wait_ended(slurm_env, ids)
     states = [rows[i][1].split()[0] for i in ids]
     assert states == ["FAILED", "COMPLETED", "CANCELLED", "FAILED"], rows
     log = (tmp_path / f"slurm-{report}.out").read_text()
+    assert rest.startswith(f"waiting for the report job {report} ") and rest.endswith(log)  # the log, printed
     assert "report.sh: 2 of 3 job(s) did not complete; the tables hold the ones that did:" in log
     assert (f"report.sh: job {one_gpu} (scalelab-1gpu) FAILED: train.py: error: --devices 4 does not match SLURM "
             "--ntasks-per-node=1") in log
