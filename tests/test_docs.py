@@ -6,7 +6,12 @@
   and `python` is this interpreter. Blocks of one chapter run in order in one folder (a later block may read
   what an earlier one wrote); each chapter gets its own folder. A run block must exit 0 and print no
   traceback (scalelab's errors are one line).
-* Every other ```bash block (sbatch, srun, module load, GPU runs) is checked statically: each
+* A ```bash block preceded by `<!-- docs-test: slurm -->` is something a participant runs on a SLURM login node:
+  it runs the same way, in order with the chapter's other such blocks, against the local 2-node SLURM cluster
+  (tests/slurm_cluster/, conftest's `slurm_env`), and it is compared more strictly: every line of the output
+  fence that follows it must be printed, with numbers and run ids masked and spacing aside; a line holding `…`
+  marks output the chapter trimmed and is not compared.
+* Every other ```bash block (module load, GPU runs, the GPU cluster's sbatch) is checked statically: each
   `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's parser has (the option
   column of its --help, not words inside help texts; the flags
   after `submit.py ... --`, after `emulate.py ... -- SCRIPT` and after a slurm_jobs/*.sh script are checked
@@ -21,6 +26,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -29,6 +35,7 @@ from conftest import ROOT
 DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
 RUN_MARK = "<!-- docs-test: run -->"
+SLURM_MARK = "<!-- docs-test: slurm -->"
 LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "Makefile", "setup.cfg", "pyproject.toml")
 # Repository paths a chapter may name (in code or prose); each must exist.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs)/[\w./-]*\.(?:py|sh|md))")
@@ -37,14 +44,15 @@ SCRIPT = re.compile(r"^(src|benchmarks)/[\w-]+\.py$")
 JOB_SCRIPTS = {"slurm_jobs/single_gpu.sh": "src/train.py", "slurm_jobs/single_node_multi_gpu.sh": "src/train.py",
                "slurm_jobs/multi_node_multi_gpu.sh": "src/train.py",
                "slurm_jobs/allreduce_bench.sh": "src/allreduce_bench.py",
-               "slurm_jobs/sweep.sh": "src/train.py"}  # its one option, --output_dir, is train.py's too
+               "slurm_jobs/sweep.sh": "slurm_jobs/sweep.sh"}  # its own options, then train.py's after `--`
 # Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
 LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
                           r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")
 
 
 def bash_blocks(path):
-    """[(index, run?, first line number, text)] for every ```bash block of a chapter."""
+    """[(index, mark, first line number, text)] for every ```bash block of a chapter; mark is RUN_MARK,
+    SLURM_MARK or None."""
     lines = path.read_text().splitlines()
     blocks, i = [], 0
     while i < len(lines):
@@ -52,7 +60,8 @@ def bash_blocks(path):
             prev = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
             assert end is not None, f"{path.name}:{i + 1}: ```bash block never closed"
-            blocks.append((len(blocks) + 1, prev == RUN_MARK, i + 1, "\n".join(lines[i + 1:end])))
+            mark = prev if prev in (RUN_MARK, SLURM_MARK) else None
+            blocks.append((len(blocks) + 1, mark, i + 1, "\n".join(lines[i + 1:end])))
             i = end
         i += 1
     return blocks
@@ -114,6 +123,8 @@ def commands(text):
 
 @functools.lru_cache(maxsize=None)
 def accepted_flags(script):
+    if script.endswith(".sh"):  # a bash parser: the patterns of its `case` (`--wait) ...`, `--output_dir=*) ...`)
+        return frozenset(re.findall(r"^ +(--[\w-]+)(?:=\*)?\)", (ROOT / script).read_text(), re.M))
     proc = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 0, f"{script} --help failed: {proc.stderr[-1000:]}"
@@ -134,8 +145,8 @@ def flag_problems(words):
         for i, arg in enumerate(rest):
             if arg and set(arg) <= set("|&;<>"):  # a shell operator: the command ends here
                 break
-            if arg == "--" and script.endswith("submit.py"):
-                script = "src/train.py"  # submit.py passes what follows `--` to train.py unchanged
+            if arg == "--" and script.endswith(("submit.py", "sweep.sh")):
+                script = "src/train.py"  # submit.py and sweep.sh pass what follows `--` to train.py unchanged
                 continue
             if arg == "--" and script.endswith("emulate.py"):
                 script = rest[i + 1] if i + 1 < len(rest) else script  # `emulate.py ... -- SCRIPT ARGS` runs SCRIPT
@@ -158,8 +169,8 @@ def test_the_chapters_are_there():
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_cluster_commands_use_real_flags(chapter):
     problems = []
-    for n, run, line, text in bash_blocks(chapter):
-        if run:
+    for n, mark, line, text in bash_blocks(chapter):
+        if mark == RUN_MARK:
             continue
         for words in commands(text):
             problems += [f"block {n} (line {line}): {p}" for p in flag_problems(words)]
@@ -190,37 +201,80 @@ def workshop(tmp_path):
     `python` and as `.venv/bin/python`."""
     for name in LINKED:
         (tmp_path / name).symlink_to(ROOT / name)
-    (tmp_path / ".venv" / "bin").mkdir(parents=True)  # as after `make`: site.sh picks ./.venv/bin/python
-    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "outputs").mkdir()  # in git (its README): the job headers write slurm-<id>.out there
+    venv_python = tmp_path / ".venv" / "bin" / "python"  # as after `make`: site.sh and the jobs run it
+    venv_python.parent.mkdir(parents=True)
+    # A script, not a symlink: Python finds its venv from the path it is started by, and a link in a folder
+    # without pyvenv.cfg would start the bare base interpreter (no torch) in every SLURM job.
+    venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    venv_python.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
     env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
     return tmp_path, env
 
 
-RUNNABLE = [p for p in CHAPTERS if any(run for _, run, _, _ in bash_blocks(p))]
+NUMBER = re.compile(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chapter", RUNNABLE, ids=[p.stem for p in RUNNABLE])
-def test_run_blocks_run(chapter, workshop):
-    folder, env = workshop
+def shape(line):
+    """A line with its numbers and run ids masked and its spacing collapsed: what stays the same between two runs
+    of a SLURM block (job ids, timings and node numbers change)."""
+    return " ".join(NUMBER.sub("N", RUN_ID.sub("<run_id>", line)).split())
+
+
+def run_blocks(chapter, mark, folder, env):
+    """Run the chapter's blocks with that mark, in order, in one folder; compare each with the output the chapter
+    shows for it."""
     outputs = documented_outputs(chapter)
-    for n, run, line, text in bash_blocks(chapter):
-        if not run:
+    for n, block_mark, line, text in bash_blocks(chapter):
+        if block_mark != mark:
             continue
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=folder, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=420)
         where = f"{chapter.name}, bash block {n} (line {line}: {text.splitlines()[0]!r})"
         tail = proc.stdout[-3000:]
         assert proc.returncode == 0, f"{where} exited {proc.returncode}; last output:\n{tail}"
         assert "Traceback (most recent call last)" not in proc.stdout, f"{where} printed a traceback:\n{tail}"
-        if ANALYTIC.fullmatch(text.strip()):  # pure arithmetic: every line the chapter shows, exactly
+        shown = outputs.get(n, [])
+        if mark == SLURM_MARK:  # every line shown, numbers masked; `…` marks what the chapter trimmed
+            printed = {shape(line) for line in proc.stdout.splitlines()}
+            missing = [line for line in shown if line.strip() and "…" not in line and shape(line) not in printed]
+        elif ANALYTIC.fullmatch(text.strip()):  # pure arithmetic: every line the chapter shows, exactly
             printed = [line.rstrip() for line in proc.stdout.splitlines()]
-            missing = [line.rstrip() for line in outputs.get(n, []) if line.strip() and line.rstrip() not in printed]
+            missing = [line.rstrip() for line in shown if line.strip() and line.rstrip() not in printed]
         else:
             printed = stable_lines(proc.stdout.splitlines())
-            missing = [line for line in stable_lines(outputs.get(n, [])) if line not in printed]
+            missing = [line for line in stable_lines(shown) if line not in printed]
         assert not missing, f"{where}: the chapter shows lines the command no longer prints: {missing}\n{tail}"
+
+
+def chapters_with(mark):
+    return [p for p in CHAPTERS if any(m == mark for _, m, _, _ in bash_blocks(p))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
+def test_run_blocks_run(chapter, workshop):
+    run_blocks(chapter, RUN_MARK, *workshop)
+
+
+def squeue(env):
+    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, capture_output=True, text=True).stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", chapters_with(SLURM_MARK), ids=lambda p: p.stem)
+def test_slurm_blocks_run(chapter, workshop, slurm_env):
+    folder, env = workshop
+    env["SLURM_CONF"] = slurm_env["SLURM_CONF"]  # the profile and every other setting as on a login node
+    try:
+        run_blocks(chapter, SLURM_MARK, folder, env)
+    finally:  # a block that leaves a job behind must not hand it to the next test
+        deadline = time.time() + 120
+        while squeue(env) and time.time() < deadline:
+            time.sleep(2)
+    assert not squeue(env), f"{chapter.name}: jobs still queued after its blocks ended:\n{squeue(env)}"
 
 
 def test_published_figures_name_their_source_and_hardware():
