@@ -8,8 +8,8 @@
 #    small, put it on project or scratch space and set SCALELAB_VENV in the profile too, so jobs find it);
 # 3. installs torch at the version the Makefile pins, the CUDA build that matches the GPU nodes' driver:
 #    SCALELAB_CUDA=cu128 (or cpu) names it; unset, it is read from `nvidia-smi` (run this on a GPU node then,
-#    or find the figure with `srun --gres=gpu:1 nvidia-smi`). The index is https://download.pytorch.org/whl/<variant>
-#    (SCALELAB_TORCH_INDEX replaces the whole URL, e.g. your site's mirror);
+#    or find the figure with `srun -p <partition> --gres=gpu:1 nvidia-smi`). The index is
+#    https://download.pytorch.org/whl/<variant> (SCALELAB_TORCH_INDEX replaces the whole URL, e.g. a mirror);
 # 4. pip install -e . (scalelab and the rest of its requirements), then prints what torch it got.
 #
 # --dry-run prints every command and runs none. pip runs with --no-cache-dir: its cache would fill a small home.
@@ -77,7 +77,9 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
                         "for a newer driver, or set SCALELAB_CUDA"
   WHY="nvidia-smi: the driver runs CUDA $DRIVER; builds of $TORCH_PIN: $VARIANTS"
 else
-  die "no nvidia-smi here (a login node without GPUs?): read 'CUDA Version' from 'srun --gres=gpu:1 nvidia-smi'" \
+  # srun reads no SBATCH_*: the profile's partition and account go on its command line, or it lands elsewhere.
+  probe="srun -N1 --gres=gpu:1 --time=5${SBATCH_PARTITION:+ -p $SBATCH_PARTITION}${SBATCH_ACCOUNT:+ -A $SBATCH_ACCOUNT}"
+  die "no nvidia-smi here (a login node without GPUs?): read 'CUDA Version' from '$probe nvidia-smi'" \
       "and set SCALELAB_CUDA (e.g. SCALELAB_CUDA=cu128 for 12.8 or newer), or run this on a GPU node"
 fi
 INDEX=${SCALELAB_TORCH_INDEX:-https://download.pytorch.org/whl/$CUDA}

@@ -86,6 +86,17 @@ def test_bad_input_is_one_line(args, env, error):
                                    "site.sh: unknown SCALELAB_PROFILE='h100' (use auto, a100 or cpu)")
 
 
+def test_a_login_node_without_nvidia_smi_is_told_the_srun_line_of_its_profile():
+    """No nvidia-smi (a login node) and no SCALELAB_CUDA: one line with the srun that reads the driver's CUDA on a
+    GPU node of the profile's partition and account (a bare srun lands in the default partition)."""
+    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_PROFILE="a100", SBATCH_PARTITION="gpu",
+                SBATCH_ACCOUNT="proj1")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert proc.stderr == ("setup_cluster.sh: no nvidia-smi here (a login node without GPUs?): read 'CUDA Version' "
+                           "from 'srun -N1 --gres=gpu:1 --time=5 -p gpu -A proj1 nvidia-smi' and set SCALELAB_CUDA "
+                           "(e.g. SCALELAB_CUDA=cu128 for 12.8 or newer), or run this on a GPU node\n")
+
+
 def test_a_driver_too_old_or_no_driver_is_one_line(tmp_path):
     old = bash("setup_cluster.sh", "--dry-run", path=nvidia_smi(tmp_path, "11.8"))
     assert old.returncode == 2 and len(old.stderr.splitlines()) == 1
