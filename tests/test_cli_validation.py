@@ -52,6 +52,8 @@ CASES = [
     ("benchmark.py", ["--output_dir", "{tmp}/missing"], "is not a folder"),
     ("benchmark.py", ["--output_dir", "{tmp}/a_file"], "is not a folder"),
     ("benchmark.py", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("train.py", ["--devcies", "2"], "unrecognized arguments: --devcies 2 (did you mean --devices?)"),
+    ("benchmark.py", ["--output-dir", "x"], "unrecognized arguments: --output-dir x (did you mean --output_dir?)"),
     ("submit.py", ["--cluster", "local", "--shapes", "1x0"], "--shapes: '1x0' is not NODESxGPUS_PER_NODE"),
     ("submit.py", ["--cluster", "local", "--shapes", "2x1"], "--cluster local runs on this machine only"),
     ("submit.py", ["--cluster", "local", "--", "--batch_size", "0"], "argument --batch_size: expected a positive"),

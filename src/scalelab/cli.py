@@ -5,6 +5,7 @@ never a usage dump or a traceback wall.
 """
 
 import argparse
+import difflib
 import copy
 import logging
 import os
@@ -58,7 +59,19 @@ class OneLineParser(argparse.ArgumentParser):
         self.add_argument("--version", action="version", version=f"%(prog)s (scalelab) {__version__}")
 
     def error(self, message):
-        raise UsageError(message)
+        raise UsageError(message + self._did_you_mean(message))
+
+    def _did_you_mean(self, message: str) -> str:
+        """' (did you mean --devices?)' for 'unrecognized arguments: --devcies 2': a typo names its own fix."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        for word in message.split(": ", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, [o for o in self._option_string_actions if o.startswith("--")],
+                                              n=1, cutoff=0.75) if flag.startswith("--") else []
+            if close:
+                return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def run_main(prog: str, main, argv=None) -> int:
