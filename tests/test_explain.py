@@ -268,6 +268,15 @@ def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
 
 
+def test_short_steps_keep_a_decimal_so_lost_is_visibly_more_than_the_all_reduce():
+    # 1.4 ms lost beside a 1.2 ms all-reduce: whole milliseconds would print "1 ms lost, more than the 1 ms"
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.001, 0.0, 0.0, 0.001),
+             _with_comm(make_result("a2", 2, samples_per_s=150), 0.001, 0.0012, 0.0014, 0.0024)]
+    runs, scaling = annotated(found)
+    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    assert "1.4 ms lost, more than the 1.2 ms the all-reduce itself took" in line, line
+
+
 def test_prediction_prefers_single_all_reduces_to_the_back_to_back_mean():
     rows = [dict(r, single_op_s=r["time_s"] / 2) for r in ROWS]  # each op alone: twice as fast
     assert explain.bench_allreduce_time_s(rows, 1000, 2) == 0.001

@@ -189,7 +189,7 @@ def limiting_line(r) -> Optional[str]:
         why = ("" if r.accelerator != "cpu" else " (ranks shared cores: oversubscribed)"
                if getattr(r, "oversubscribed", "") else " (CPU rehearsal: the ranks, each on its own core, still share "
                "this machine's memory bandwidth and caches)")
-        causes.append((slower, f"slower compute per device: {slower * 1e3:,.0f} ms more per step than at "
+        causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than at "
                                f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
     noisy = split_within_noise(r)
@@ -200,12 +200,12 @@ def limiting_line(r) -> Optional[str]:
     else:
         if _ok(r.waited_s) and r.waited_s > 1.1 * r.allreduce_s:
             # the step lost more than the all-reduce's own duration: compute ran slower beside it
-            detail = (f"{r.waited_s * 1e3:,.0f} ms lost, more than the {r.allreduce_s * 1e3:,.0f} ms the "
+            detail = (f"{_ms(r.waited_s)} ms lost, more than the {_ms(r.allreduce_s)} ms the "
                       "all-reduce itself took: compute also ran slower while it was in flight")
         else:
             hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
-            detail = (f"{r.waited_s * 1e3:,.0f} ms waited; {hidden * 100:.0f} % "
-                      f"of the {r.allreduce_s * 1e3:,.0f} ms all-reduce hidden behind backward")
+            detail = (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
+                      f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
         comm = f"communication: {share * 100:.0f} % of the step ({detail})"
     emulated = getattr(r, "link", "")
     inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
@@ -237,6 +237,13 @@ def split_within_noise(r) -> bool:
     """
     synced = getattr(r, "synced_s", None)
     return r.devices > 1 and _ok(synced) and _ok(r.compute_s) and synced < 0.95 * r.compute_s
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with a decimal below 10 ms: a 1.4 ms wait beside a 1.2 ms all-reduce must not read "1 ms lost,
+    more than the 1 ms"."""
+    ms = seconds * 1e3
+    return f"{ms:.1f}" if abs(ms) < 10 else f"{ms:,.0f}"
 
 
 def _gbps(x: float) -> str:
