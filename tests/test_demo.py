@@ -19,8 +19,8 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     stdout = proc.stdout
-    assert stdout.startswith("CPU rehearsal of the scaling ladder: 3 runs (mlp at 1 and 2 devices on one node; "
-                             "1 device = 1 core, gloo)")
+    assert stdout.startswith("CPU rehearsal of the scaling ladder: 3 runs: 2 training (mlp at 1 and 2 devices on one "
+                             "node) and 1 of the all-reduce benchmark; 1 device = 1 core, gloo; results in ")
     assert "scalelab report: 2 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
     assert "2 devices on 1 node: efficiency" in stdout  # the limiting line
     assert sorted(p.name for p in (out / "plots").iterdir()) == [

@@ -78,6 +78,12 @@ def lever_rungs(lever: tuple, link_rates) -> list:
              [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g) for g in link_rates])
 
 
+def runs_of(rungs: list, training: str) -> str:
+    """'9 runs: 6 training (...) and 3 of the all-reduce benchmark': the report then counts the 6 only."""
+    bench = sum(r.model == "allreduce" for r in rungs)
+    return f"{len(rungs)} runs: {len(rungs) - bench} training ({training}) and {bench} of the all-reduce benchmark"
+
+
 def parse_lever(text: str) -> tuple:
     """'accumulate_grad_batches=1,4,16' -> ('accumulate_grad_batches', ['1', '4', '16']), each value checked as
     train.py would check it."""
@@ -128,12 +134,14 @@ def main(argv=None) -> int:
         if not over:
             raise UsageError(f"--lever needs the emulated link (--link_gbit RATE): {why_not or 'no rate given'}")
         rungs = lever_rungs(args.lever, args.link_gbit)
-        print(f"CPU rehearsal of one lever: {len(rungs)} runs (the tiny GPT at 1 device and {over}, for "
-              f"{args.lever[0]} = {', '.join(args.lever[1])}; 1 device = 1 core, gloo), results in {args.output_dir}/")
+        what = (f"the tiny GPT at 1 device and {over}, for {args.lever[0]} = {', '.join(args.lever[1])}")
+        print(f"CPU rehearsal of one lever: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
+              f"{args.output_dir}/")
     else:
         rungs = ladder(args.models, args.link_gbit, wants_links and not why_not)
-        print(f"CPU rehearsal of the scaling ladder: {len(rungs)} runs ({', '.join(args.models)} at 1 and 2 devices "
-              f"on one node{'; ' + over if over else ''}; 1 device = 1 core, gloo), results in {args.output_dir}/")
+        what = f"{', '.join(args.models)} at 1 and 2 devices on one node{'; ' + over if over else ''}"
+        print(f"CPU rehearsal of the scaling ladder: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
+              f"{args.output_dir}/")
     if why_not:
         print(f"scalelab.demo: skipping the 2-node rungs: {why_not}", file=sys.stderr)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (PKG_PARENT, os.environ.get("PYTHONPATH")) if p)}
