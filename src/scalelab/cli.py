@@ -5,8 +5,8 @@ never a usage dump or a traceback wall.
 """
 
 import argparse
-import difflib
 import copy
+import difflib
 import logging
 import os
 import sys
