@@ -10,7 +10,7 @@
   it runs the same way, in order with the chapter's other such blocks, against the local 2-node SLURM cluster
   (tests/slurm_cluster/, conftest's `slurm_env`), and it is compared more strictly: every line of the output
   fence that follows it must be printed, with numbers and run ids masked and spacing aside; a line holding `…`
-  marks output the chapter trimmed and is not compared.
+  (output the chapter trimmed, or a line it marks as varying between runs) is not compared.
 * Every other ```bash block (module load, GPU runs, the GPU cluster's sbatch) is checked statically: each
   `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's parser has (the option
   column of its --help, not words inside help texts; the flags
@@ -217,9 +217,10 @@ NUMBER = re.compile(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
 
 
 def shape(line):
-    """A line with its numbers and run ids masked and its spacing collapsed: what stays the same between two runs
-    of a SLURM block (job ids, timings and node numbers change)."""
-    return " ".join(NUMBER.sub("N", RUN_ID.sub("<run_id>", line)).split())
+    """A line with its numbers and run ids masked, its spacing collapsed and a table's rule of dashes cut to three:
+    what stays the same between two runs of a SLURM block (job ids, timings, node numbers and the column widths
+    they make change)."""
+    return " ".join(re.sub(r"-{3,}", "---", NUMBER.sub("N", RUN_ID.sub("<run_id>", line))).split())
 
 
 def run_blocks(chapter, mark, folder, env):

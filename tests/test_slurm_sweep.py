@@ -75,8 +75,8 @@ def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env,
         assert head[-1], f"sweep.sh ended early: {''.join(head)}{proc.stderr.read()}"
     one_gpu, four, two_nodes, report = ids = re.findall(r"^  (\d+) +slurm_jobs/", "".join(head), re.M)
     subprocess.run(["scancel", two_nodes], env=slurm_env, check=True)
-    rest, err = proc.communicate(timeout=420)
-    assert proc.returncode == 1 and err == "", rest + err
+    rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it would skip what readline buffered
+    assert proc.wait(timeout=60) == 1 and err == "", rest + err
     rows = wait_ended(slurm_env, ids)
     states = [rows[i][1].split()[0] for i in ids]
     assert states == ["FAILED", "COMPLETED", "CANCELLED", "FAILED"], rows
