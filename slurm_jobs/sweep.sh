@@ -35,9 +35,10 @@ source slurm_jobs/site.sh || die "slurm_jobs/site.sh failed (profile '${SCALELAB
 export OUTPUT_DIR
 mkdir -p "$OUTPUT_DIR" 2>/dev/null || die "cannot create $OUTPUT_DIR"
 
+SBATCH=(sbatch --parsable --output="$OUTPUT_DIR/slurm-%j.out")   # every job: its id alone, its log by the results
 submit() {  # sbatch ARGS... -> the job id (sbatch's own error, one line, on failure)
   local out
-  out=$(sbatch --parsable --output="$OUTPUT_DIR/slurm-%j.out" "$@" 2>&1) || die "sbatch $*: ${out//$'\n'/ }"
+  out=$("${SBATCH[@]}" "$@" 2>&1) || die "sbatch $*: ${out//$'\n'/ }"
   echo "${out%%;*}"
 }
 
@@ -52,7 +53,7 @@ REPORT_JOB=(--dependency="afterany:$DEPS" slurm_jobs/report.sh "${IDS[@]}")
 unset SBATCH_MEM_PER_GPU   # the report asks for one core and no GPU: the profile's --mem-per-gpu would not fit it
 if [ -n "$WAIT" ]; then
   # sbatch --wait prints the id once the job is queued and exits, with the job's own status, once it has ended.
-  exec 3< <(sbatch --parsable --wait --output="$OUTPUT_DIR/slurm-%j.out" "${REPORT_JOB[@]}" 2>&1; echo "exit $?")
+  exec 3< <("${SBATCH[@]}" --wait "${REPORT_JOB[@]}" 2>&1; echo "exit $?")
   read -r REPORT <&3
   [[ $REPORT =~ ^[0-9]+ ]] || { submitted; die "sbatch ${REPORT_JOB[*]}: $REPORT"; }
   REPORT=${REPORT%%;*}
