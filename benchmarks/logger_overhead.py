@@ -38,28 +38,26 @@ def step_ms(workload, logger, steps, out):
 
 
 def callback_us(steps, folder):
-    """Per-step cost (microseconds) of StepMetrics + CSVLogger, with a stand-in for the step timer's lists."""
+    """Per-step cost (microseconds) of StepMetrics + CSVLogger, with a stand-in for the step clock's lists."""
     from lightning.pytorch.loggers import CSVLogger
 
     from scalelab.train.metrics import StepMetrics
 
-    t = SimpleNamespace(step_times=[], grads_ready=[], comm_times=[], step_ends=[], probe_steps=[], losses=[],
-                        warmup_steps=10)
+    t = SimpleNamespace(step_times=[], ready_times=[], comm_times=[], step_ends=[], probe_steps=[], losses=[])
     logger = CSVLogger(folder, name="", version="")
-    trainer = SimpleNamespace(loggers=[logger])
-    cb = StepMetrics(t, 64, 0, 2, {"workload": {"model": "mlp"}})
-    cb.on_train_start(trainer, None)
+    cb = StepMetrics(t, [logger], 64, 0, 2, warmup_steps=10)
+    cb.log_hyperparams({"workload": {"model": "mlp"}})
     spent = 0.0
     for i in range(steps):
-        t.step_times.append(0.001)  # what the timer appends when it reads a step (not part of the logger's cost)
-        t.grads_ready.append(0.0008)
+        t.step_times.append(0.001)  # what the clock appends when it reads a step (not part of the logger's cost)
+        t.ready_times.append(0.0008)
         t.comm_times.append(0.0002)
         t.step_ends.append(i)
         t.losses.append(0.5)
         if i % 5 == 4:
             t.probe_steps.append(i)
         start = time.perf_counter()
-        cb.on_train_batch_end(trainer, None, None, None, i)
+        cb.flush()  # the loop flushes every SYNC_EVERY steps; here every step: an upper bound
         spent += time.perf_counter() - start
     start = time.perf_counter()
     logger.finalize("success")  # the last rows to disk: once per run, counted per step here too

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from scalelab.testing.faults import InjectFault, blocks_like_nccl, from_env
+from scalelab.testing.faults import Fault, blocks_like_nccl, from_env
 from scalelab.train.deadline import StallDeadline, stall_seconds
 
 
@@ -17,8 +17,10 @@ def test_armed_only_where_errors_never_reach_python():
 def test_a_wedge_fault_blocks_like_nccl_and_several_faults_parse():
     env = {"SCALELAB_FAULT": "exit@step=3,rank=1;wedge@step=3,rank=0", "RANK": "0"}
     (fault,) = from_env(env)  # rank 0's share of the two faults
-    assert isinstance(fault, InjectFault) and fault.kind == "wedge" and fault.step == 3
-    assert blocks_like_nccl([fault]) and not blocks_like_nccl([InjectFault("exit", 3)])
+    assert isinstance(fault, Fault) and fault.kind == "wedge" and fault.step == 3
+    assert blocks_like_nccl([fault]) and not blocks_like_nccl([Fault("exit", 3)])
+    (teardown,) = from_env({"SCALELAB_FAULT": "exit@teardown,rank=0"})
+    assert teardown.kind == "exit" and teardown.step is None
 
 
 def _wait(pred, limit=3.0):
@@ -30,8 +32,7 @@ def _wait(pred, limit=3.0):
 
 def test_fires_once_after_the_deadline_without_progress():
     lines = []
-    d = StallDeadline(0.3, lines.append, poll_s=0.02)
-    d.steps = 2
+    d = StallDeadline(0.3, lines.append, lambda: (2, 2), poll_s=0.02)  # 2 batches, 2 steps ended
     d.arm()
     assert _wait(lambda: lines)
     time.sleep(0.2)
@@ -40,12 +41,12 @@ def test_fires_once_after_the_deadline_without_progress():
 
 
 def test_progress_postpones_and_disarm_stops_it():
-    lines = []
-    d = StallDeadline(0.4, lines.append, poll_s=0.02)
+    lines, batches = [], [0]
+    d = StallDeadline(0.4, lines.append, lambda: (batches[0], batches[0]), poll_s=0.02)
     d.arm()
     for _ in range(8):  # 0.8 s of steps of 0.1 s: twice the deadline in all, never idle for it
         time.sleep(0.1)
-        d.progress()
+        batches[0] += 1
     assert not lines
     d.disarm()
     time.sleep(0.6)
@@ -53,6 +54,6 @@ def test_progress_postpones_and_disarm_stops_it():
 
 
 def test_never_armed_without_a_deadline():
-    d = StallDeadline(None, lambda line: None)
+    d = StallDeadline(None, lambda line: None, lambda: (0, 0))
     d.arm()
     assert d._thread is None

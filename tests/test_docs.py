@@ -16,6 +16,8 @@
   column of its --help, not words inside help texts; the flags
   after `submit.py ... --`, after `emulate.py ... -- SCRIPT` and after a slurm_jobs/*.sh script are checked
   against the script they reach).
+* A ```python block preceded by `<!-- docs-test: excerpt PATH -->` shows real code: its lines, indentation and
+  comments included, appear in PATH as one run of consecutive lines.
 * Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
 * Every relative Markdown link in docs/ points to an existing file.
 """
@@ -36,6 +38,7 @@ DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
 RUN_MARK = "<!-- docs-test: run -->"
 SLURM_MARK = "<!-- docs-test: slurm -->"
+EXCERPT_MARK = re.compile(r"^<!-- docs-test: excerpt (\S+) -->$")
 LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "Makefile", "setup.cfg", "pyproject.toml")
 # Repository paths a chapter may name (in code or prose); each must exist.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs)/[\w./-]*\.(?:py|sh|md))")
@@ -175,6 +178,28 @@ def test_cluster_commands_use_real_flags(chapter):
         for words in commands(text):
             problems += [f"block {n} (line {line}): {p}" for p in flag_problems(words)]
     assert not problems, f"{chapter.name}:\n  " + "\n  ".join(problems)
+
+
+def excerpts(page):
+    """[(path, first line number, [lines])] of the page's ```python blocks marked as excerpts of a file."""
+    lines, found = page.read_text().splitlines(), []
+    for i, line in enumerate(lines):
+        mark = EXCERPT_MARK.match(line.strip())
+        if mark:
+            start = next(j for j in range(i + 1, len(lines)) if lines[j].strip())
+            assert lines[start].strip() == "```python", f"{page.name}:{i + 1}: an excerpt mark must precede ```python"
+            end = next(j for j in range(start + 1, len(lines)) if lines[j].strip() == "```")
+            found.append((mark.group(1), start + 2, lines[start + 1:end]))
+    return found
+
+
+@pytest.mark.parametrize("page", [p for p in sorted(DOCS.glob("*.md")) if excerpts(p)], ids=lambda p: p.name)
+def test_code_excerpts_are_the_code(page):
+    for path, line_no, shown in excerpts(page):
+        source = (ROOT / path).read_text().splitlines()
+        n = len(shown)
+        assert n and any(source[k:k + n] == shown for k in range(len(source) - n + 1)), (
+            f"{page.name}:{line_no}: the excerpt is not {path} as it is now (lines changed, or not consecutive)")
 
 
 @pytest.mark.parametrize("page", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)

@@ -1,10 +1,7 @@
 """Compute vs communication, predicted efficiency, cost: the arithmetic, on constructed results."""
 
-import time
-from types import SimpleNamespace
 
 import pytest
-import torch
 
 from conftest import run_script
 from scalelab import results
@@ -298,17 +295,3 @@ def test_predicted_columns_when_communication_exceeds_compute():
     cell = f"{0.004 / (0.004 + comm) * 100:.0f}–{0.004 / comm * 100:.0f} %"
     assert cell == "32–47 %"  # by hand: busbw at 8 MB = 0.5·8^log10(2) = 0.937 GB/s, comm = 8.5 ms
     assert cell in tables.render(runs, scaling)
-
-
-def test_validation_between_steps_is_never_billed_to_a_step():
-    trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("cpu"), model=object()))
-    timer = timing.StepTimer(warmup_steps=0, process_start=0.0)
-    timer.on_train_epoch_start(trainer, None)
-    for validation_s in (0.0, 0.3):  # a training step of ~20 ms, then one after a 300 ms validation
-        time.sleep(validation_s)
-        if validation_s:
-            timer.on_validation_end(trainer, None)
-        timer.on_train_batch_start(trainer, None, None, 0)
-        time.sleep(0.02)
-        timer.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, None, 0)
-    assert len(timer.step_times) == 2 and max(timer.step_times) < 0.2, timer.step_times

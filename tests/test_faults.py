@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script, start, wait_for_banner
+from scalelab.train.loop import SYNC_EVERY
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 20  # --timeout: seconds a rank waits for the others
@@ -253,47 +254,76 @@ def test_rank_that_never_joins_fails_within_the_timeout(tmp_path):
 
 
 def test_sigusr1_outside_slurm_stops_with_a_record(tmp_path):
-    """SIGUSR1's default action kills a process without a word; outside SLURM's auto-requeue it now stops the run
-    like SIGTERM: after the current step, status timeout."""
+    """SIGUSR1's default action kills a process without a word; outside SLURM's requeue it stops the run like
+    SIGTERM: at the next step the ranks agree on, status timeout, every step done so far in the record."""
     proc = start(tmp_path, *MLP_FOREVER)
     wait_for_banner(proc)
     time.sleep(2)
     proc.send_signal(signal.SIGUSR1)
     err, took = finish(proc, 30)
     (line,) = err.strip().splitlines()
-    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status timeout: received SIGUSR1")
+    match = re.match(r"train\.py: error: run ended with status timeout: received SIGUSR1 \(no SLURM requeue here: "
+                     r"handled like SIGTERM\) and stopped after step (\d+) \(partial result: .*result\.json\)$", line)
+    assert proc.returncode == 1 and match, line
     r, _ = the_record(tmp_path)
-    assert r["status"] == "timeout" and "SIGUSR1" in r["error"] and r["timing"]["steps"] >= 1
+    assert r["status"] == "timeout" and "SIGUSR1" in r["error"] and r["timing"]["steps"] == int(match.group(1))
+    assert int(match.group(1)) % SYNC_EVERY == 0  # stopped where the ranks agree, not inside the handler
     print(f"\nSIGUSR1 outside SLURM: stopped {took:.1f} s after the signal; {line}")
 
 
-def test_slurm_requeue_signal_then_sigterm_is_preempted(tmp_path):
-    """Under SLURM (faked: its environment and an `scontrol` that logs), Lightning's auto-requeue handler takes
-    SIGUSR1: checkpoint + `scontrol requeue JOB`. The SIGTERM that follows ends this attempt as "preempted"."""
+def test_sigterm_to_one_of_two_ranks_stops_both_at_one_step_with_every_rank_recorded(tmp_path):
+    """scancel sends SIGTERM to every task; here only rank 1 gets it: the ranks still agree at the next sync point,
+    both stop after the same step, and (every rank still alive) the record holds both ranks' figures."""
+    proc, _, err, took = signal_rank_1_mid_training(tmp_path, signal.SIGTERM)
+    (line,) = err.strip().splitlines()
+    assert proc.returncode == 1 and re.match(r"train\.py: error: run ended with status timeout: received SIGTERM "
+                                             r"\(job time limit, preemption or scancel\) and stopped after step \d+ ",
+                                             line), line
+    assert took < 10, took  # within seconds, not at --timeout
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "timeout" and [k["rank"] for k in r["ranks"]] == [0, 1]
+    assert len(r["ranks"][0]["step_times_s"]) == len(r["ranks"][1]["step_times_s"]) == r["timing"]["steps"]
+
+
+def _fake_slurm(tmp_path, restart=0):
     bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     (bin_dir / "scontrol").chmod(0o755)
-    slurm = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1",
-             "SLURM_JOB_NAME": "scalelab-fault-test", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-             "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return log, {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1",
+                 "SLURM_JOB_NAME": "scalelab-fault-test", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                 "SLURM_NODEID": "0", "SLURM_RESTART_COUNT": str(restart), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_slurm_requeue_signal_saves_requeues_and_the_next_attempt_resumes(tmp_path):
+    """Under SLURM (faked: its environment and an `scontrol` that logs) SIGUSR1 is the time limit's warning: at the
+    next agreed step the run saves a checkpoint, runs `scontrol requeue JOB` and ends "preempted"; the requeued
+    attempt (SLURM_RESTART_COUNT=1) resumes at the saved step and runs only what is left."""
+    log, slurm = _fake_slurm(tmp_path)
     out = tmp_path / "out"
-    proc = start(out, *MLP_FOREVER, env=slurm)
+    args = ["--model", "mlp", "--num_samples", "4096", "--max_epochs", "200", "--warmup_steps", "2"]
+    proc = start(out, *args, env=slurm)
     wait_for_banner(proc)
     time.sleep(2)
     proc.send_signal(signal.SIGUSR1)
-    deadline = time.time() + 30
-    while not log.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert log.read_text().split() == ["requeue", "4242"]
-    proc.send_signal(signal.SIGTERM)
     err, took = finish(proc, 30)
     line = err.strip().splitlines()[-1]
-    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status preempted: "), err[-2000:]
-    r, _ = the_record(out)
-    assert r["status"] == "preempted" and "requeue" in r["error"] and r["slurm"]["job_id"] == "4242"
-    assert list((out / "lightning" / "4242").glob("hpc_ckpt_*.ckpt"))  # what the requeued job resumes from
-    print(f"\nSIGUSR1 + SIGTERM under SLURM: stopped {took:.1f} s after SIGTERM; {line}")
+    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status preempted: received "
+                                                    "SLURM's requeue signal (time limit near): saved a checkpoint "
+                                                    "after step "), err[-2000:]
+    assert log.read_text().split() == ["requeue", "4242"]
+    (first,) = load_results(out)
+    assert first["status"] == "preempted" and first["slurm"]["job_id"] == "4242"
+    saved = first["timing"]["steps"]
+    assert (out / "checkpoints" / "4242" / "requeue.ckpt").exists() and saved % SYNC_EVERY == 0
+
+    _, again = _fake_slurm(tmp_path, restart=1)
+    proc = run_script("train.py", *args, "--output_dir", out, env=again, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"scalelab: resumed from {out}/checkpoints/4242/requeue.ckpt at step {saved} (a requeued job)" in proc.stdout
+    second = next(r for r in load_results(out) if r["status"] == "completed")
+    assert second["timing"]["steps"] == 200 * 4096 // 64 - saved  # the rest of the 200 epochs, not all again
+    print(f"\nSIGUSR1 under SLURM: preempted {took:.1f} s after the signal at step {saved}; resumed and completed")
 
 
 def test_two_runs_into_one_folder_at_once(tmp_path):

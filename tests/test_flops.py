@@ -13,7 +13,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from scalelab import config
-from scalelab.workloads import build
+from scalelab.workloads import build, data
 from scalelab.workloads.transformer import lora_params
 
 BATCH = 3
@@ -49,7 +49,7 @@ def workload(*argv):
 
 def counted_per_sample(wl):
     """FLOPs of one forward + backward over a batch, per sample, and the counts by op."""
-    batch = next(iter(wl.train_loader))
+    batch = next(iter(data.train_loader(wl.train_set, BATCH, rank=0, world_size=1, seed=0)))
     counter = FlopCounterMode(display=False)
     with counter:
         wl.module.training_step(batch, 0).backward()

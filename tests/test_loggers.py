@@ -133,20 +133,21 @@ class _Logger:
     def log_hyperparams(self, params):
         self.hparams = params
 
+    def finalize(self, status):
+        self.status = status
+
 
 def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_probes():
     """--accumulate_grad_batches 2, two ranks: step 1 a probe (compute alone 0.010 s), step 2 waited 0.004 s."""
-    timer = SimpleNamespace(step_times=[0.01, 0.02, 0.01, 0.01, 0.01, 0.02], grads_ready=[0.01, 0.008, 0.01, 0.0, 0.01,
-                                                                                           0.004],
+    clock = SimpleNamespace(step_times=[0.01, 0.02, 0.01, 0.01, 0.01, 0.02],
+                            ready_times=[0.01, 0.008, 0.01, 0.0, 0.01, 0.004],
                             comm_times=[0, 0.005, 0, 0, 0, 0.006], step_ends=[1, 3, 5], probe_steps=[1],
-                            losses=[1.0, 3.0, 2.0, 2.0, 1.0, 1.0], warmup_steps=1)
+                            losses=[1.0, 3.0, 2.0, 2.0, 1.0, 1.0])
     logger = _Logger()
-    trainer = SimpleNamespace(loggers=[logger])
-    cb = StepMetrics(timer, samples_per_step=128, tokens_per_sample=0, world_size=2,
-                     hparams={"workload": {"model": "mlp"}, "WANDB_API_KEY": "x", "launch": {"HF_TOKEN": "y"}})
-    cb.on_train_start(trainer, None)
+    cb = StepMetrics(clock, [logger], samples_per_step=128, tokens_per_sample=0, world_size=2, warmup_steps=1)
+    cb.log_hyperparams({"workload": {"model": "mlp"}, "WANDB_API_KEY": "x", "launch": {"HF_TOKEN": "y"}})
     assert logger.hparams == {"workload": {"model": "mlp"}, "launch": {}}  # results.scrub: no secret-looking key
-    cb.on_train_batch_end(trainer, None, None, None, 0)
+    cb.flush()
     (s0, r0), (s1, r1), (s2, r2) = logger.rows
     assert (s0, s1, s2) == (0, 1, 2)
     assert r0["step_time_s"] == pytest.approx(0.03) and r0["train_loss"] == 2.0 and r0["timed"] == 0
@@ -154,8 +155,8 @@ def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_
     assert r1["timed"] == 0 and r2["timed"] == 1  # a probe never enters the figures
     assert r2["comm_share"] == pytest.approx((0.014 - 0.010) / 0.03)
     assert r2["elapsed_s"] == pytest.approx(0.08) and r2["samples_per_s"] == pytest.approx(128 / 0.03)
-    cb.on_train_end(trainer, None)
-    assert len(logger.rows) == 3  # nothing logged twice
+    cb.finish({}, "success")
+    assert len(logger.rows) == 3 and logger.status == "success"  # nothing logged twice; the logger's own end
 
 
 def test_a_claimed_folder_is_the_run_folder_and_never_shared(tmp_path):

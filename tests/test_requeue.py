@@ -1,42 +1,88 @@
-"""SLURM's requeue signal is handled at a batch boundary every rank agrees on, never inside the signal handler."""
+"""A signal is acted on at a step every rank agrees on, never inside the signal handler (train/signals.py)."""
 
+import os
 import signal
 
 import pytest
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from conftest import two_gloo_ranks
-from scalelab.train.signals import REQUEUE_CHECK_EVERY, RunSignals
+from scalelab.train import requeue
+from scalelab.train.loop import SYNC_EVERY
+from scalelab.train.signals import RunSignals, Terminated
 
 
 def _rank(rank: int, out):
-    sig, ran = RunSignals(), []
-    sig.requeue = lambda signum, frame: ran.append(batch)
-    for batch in range(1, 3 * REQUEUE_CHECK_EVERY):
-        if rank == 1 and batch == 3:
-            sig.requeue_due = True  # what the SIGUSR1 handler sets: only on rank 1, mid-run
-        try:
-            sig.requeue_if_due(batch, 2, torch.device("cpu"))
-        except SIGTERMException:  # the attempt ends at the batch where the handler ran
-            break
-    out.put((rank, ran, sig.sigusr1, batch))
+    sig = RunSignals(requeue_on_sigusr1=True)
+    sig.loop_started = True
+    stop = None
+    for step in range(1, 4 * SYNC_EVERY):
+        if rank == 1 and step == 3:
+            sig.received["SIGUSR1"] = True  # what the handler notes: only on rank 1, mid-run
+        if step % SYNC_EVERY == 0:  # the loop's sync point
+            stop = sig.agree(torch.device("cpu"), 2, step)
+            if stop:
+                break
+    out.put((rank, stop.reason, stop.steps, stop.status(), sig.ending))
 
 
-def test_ranks_run_the_requeue_handler_at_the_same_batch():
+def test_ranks_stop_at_the_same_step_when_one_of_them_got_the_signal():
     got = sorted(two_gloo_ranks(_rank, timeout=120))
-    # rank 0 never got the signal, yet both ran the handler once, at the first check after it arrived
-    assert got == [(r, [REQUEUE_CHECK_EVERY], "requeue", REQUEUE_CHECK_EVERY) for r in (0, 1)]
+    # rank 0 never got the signal, yet both stop at the first sync point after it arrived, both to requeue
+    assert got == [(r, "requeue", SYNC_EVERY, "preempted", True) for r in (0, 1)]
 
 
-def test_one_rank_runs_it_at_the_next_batch_and_not_in_the_handler():
-    sig, ran = RunSignals(), []
-    sig.requeue = lambda signum, frame: ran.append(signum)
-    sig.requeue_if_due(1, 1, torch.device("cpu"))
-    sig.requeue_due = True
-    assert ran == []  # the signal only marks it
-    with pytest.raises(SIGTERMException):  # it ran, and this attempt ends here
-        sig.requeue_if_due(2, 1, torch.device("cpu"))
-    assert ran == [signal.SIGUSR1] and sig.sigusr1 == "requeue" and sig.ending
-    assert signal.getsignal(signal.SIGTERM) == sig._sigterm_at_startup  # the requeue's SIGTERM is ignored
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def test_the_handler_only_notes_a_signal_once_the_loop_runs_and_raises_before():
+    sig = RunSignals()
+    sig.install()
+    try:
+        with pytest.raises(Terminated, match="received SIGTERM before the first step"):
+            os.kill(os.getpid(), signal.SIGTERM)  # start-up: nothing to stop after, the run ends now
+        sig.loop_started = True
+        os.kill(os.getpid(), signal.SIGUSR1)  # training: noted, acted on at the next agreement
+        assert sig.received == {"SIGTERM": True, "SIGUSR1": True} and not sig.ending
+        stop = sig.agree(torch.device("cpu"), 1, 7)
+        assert stop.reason == "SIGUSR1" and stop.status() == "timeout" and sig.ending  # no SLURM: a stop
+        assert stop.line() == "received SIGUSR1 (no SLURM requeue here: handled like SIGTERM) and stopped after step 7"
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+
+
+def test_no_signal_no_stop_and_a_handler_someone_else_set_is_left_alone():
+    assert RunSignals().agree(torch.device("cpu"), 1, 10) is None
+
+    def theirs(signum, frame):  # submitit's, say: it checkpoints and requeues its own way
+        pass
+
+    signal.signal(signal.SIGUSR1, theirs)
+    try:
+        RunSignals().install()
+        assert signal.getsignal(signal.SIGUSR1) is theirs and signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_a_refused_requeue_is_a_timeout_that_says_why():
+    from scalelab.train.signals import Stop
+
+    stop = Stop("requeue", 20)
+    assert stop.status() == "preempted"
+    stop.refused = "scontrol requeue 7 failed: Requested operation is presently disabled"
+    assert stop.status() == "timeout" and stop.line() == (
+        "received SLURM's requeue signal and saved a checkpoint after step 20, but scontrol requeue 7 failed: "
+        "Requested operation is presently disabled")
+
+
+def test_only_a_requeued_attempt_of_this_job_resumes(tmp_path):
+    env = {"SLURM_JOB_ID": "42"}
+    path = requeue.checkpoint_path(str(tmp_path), env)
+    assert path == str(tmp_path / "checkpoints" / "42" / "requeue.ckpt")
+    assert requeue.checkpoint_path(str(tmp_path), {}) is None  # outside SLURM: nothing to resume
+    os.makedirs(os.path.dirname(path))
+    open(path, "w").close()
+    # a first attempt never loads (job ids restart when a cluster is wiped): returns before touching fabric
+    assert requeue.resume(None, None, None, None, path, {**env, "SLURM_RESTART_COUNT": "0"}) is False
+    assert requeue.resume(None, None, None, None, str(tmp_path / "none.ckpt"), {**env, "SLURM_RESTART_COUNT": "1"}) \
+        is False

@@ -162,9 +162,10 @@ def _wait_for(what, check, timeout):
 
 
 def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp_path):
-    """SLURM's warning signal (USR1, what `#SBATCH --signal=SIGUSR1@90` sends before the time limit): Lightning
-    saves a checkpoint and requeues the job; the attempt ends "preempted"; the job comes back (restart 1),
-    resumes from the checkpoint, completes, and the report counts the job once, at its newest attempt."""
+    """SLURM's warning signal (USR1, what `#SBATCH --signal=SIGUSR1@90` sends before the time limit): at the next
+    agreed step the run saves a checkpoint and requeues the job; the attempt ends "preempted"; the job comes back
+    (restart 1), resumes from the checkpoint at the saved step, completes, and the report counts the job once, at its
+    newest attempt."""
     env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
     log = tmp_path / "slurm-%j.out"
     job = subprocess.run(["sbatch", "--parsable", f"--output={log}", str(ROOT / "slurm_jobs" / "single_gpu.sh"),
@@ -191,17 +192,21 @@ def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp
     attempts = sorted(load_results(tmp_path), key=lambda r: r["slurm"]["restart_count"])
     assert [(r["status"], r["slurm"]["restart_count"]) for r in attempts] == [("preempted", 0), ("completed", 1)]
     assert "requeue" in attempts[0]["error"] and attempts[1]["error"] is None
-    assert list((tmp_path / "lightning" / job).glob("hpc_ckpt_*.ckpt"))  # what the second attempt resumed from
+    saved = attempts[0]["timing"]["steps"]
+    assert (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()  # what the second attempt resumed from
     assert "restart 1" in job_log.read_text()
+    assert f"checkpoints/{job}/requeue.ckpt at step {saved} (a requeued job)" in job_log.read_text()
+    c = attempts[1]["config"]  # one rank: num_samples // batch steps an epoch
+    assert attempts[1]["timing"]["steps"] == c["max_epochs"] * (c["num_samples"] // c["batch_size"]) - saved
     proc = run_script("benchmark.py", "--output_dir", tmp_path)
     assert proc.returncode == 0 and f"scalelab report: 1 run(s) in {tmp_path}/" in proc.stdout, proc.stdout
     assert "did not complete" not in proc.stdout  # the preempted attempt is superseded, not a failed run
 
 
 def test_requeue_with_two_ranks_checkpoints_and_ends_at_one_step(slurm_env, tmp_path):
-    """USR1 reaches both ranks (node1, node2) mid-run: both run Lightning's requeue handler at the same batch
-    boundary, so its checkpoint barrier meets a barrier (inside the signal handler it met the other rank's
-    gradient all-reduce), and the attempt ends "preempted" before the requeue's SIGTERM can split the ranks."""
+    """USR1 reaches both ranks (node1, node2) mid-run: they agree at the same step, save the checkpoint together
+    (its barrier meets a barrier, never a gradient all-reduce) and the attempt ends "preempted" with both ranks'
+    figures, before the requeue's SIGTERM can split the ranks."""
     env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
     log = tmp_path / "slurm-%j.out"
     job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--ntasks-per-node=1", "--cpus-per-task=1",
@@ -218,5 +223,32 @@ def test_requeue_with_two_ranks_checkpoints_and_ends_at_one_step(slurm_env, tmp_
         subprocess.run(["scancel", job], env=env, capture_output=True)
     (first,) = load_results(tmp_path)
     assert first["status"] == "preempted" and "requeue" in first["error"], job_log.read_text()[-3000:]
-    assert first["launch"]["world_size"] == 2 and first["timing"]["steps"] >= 1
-    assert list((tmp_path / "lightning" / job).glob("hpc_ckpt_*.ckpt"))
+    assert first["launch"]["world_size"] == 2 and first["timing"]["steps"] >= 1 and len(first["ranks"]) == 2
+    assert (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()
+
+
+def test_scancel_of_a_two_node_job_ends_both_ranks_within_seconds_with_a_record(slurm_env, tmp_path):
+    """`scancel JOB` mid-run (SIGTERM to both tasks, node1 and node2): the ranks agree at the next sync point, stop
+    after the same step and rank 0 records both ranks' steps (status timeout), seconds after the scancel: no
+    collective inside a signal handler, nothing left for SLURM's SIGKILL."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    log = tmp_path / "slurm-%j.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--ntasks-per-node=1", "--cpus-per-task=1",
+                          str(ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh"), "--devices", "1", "--threads", "1",
+                          "--max_epochs", "200"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    try:
+        _wait_for("training", lambda: job_log.exists() and "scalelab: mlp" in job_log.read_text(), 120)
+        time.sleep(4)
+        cancelled = time.time()
+        subprocess.run(["scancel", job], env=env, check=True)
+        _wait_for("the record", lambda: load_results(tmp_path), 30)
+        took = time.time() - cancelled
+    finally:
+        subprocess.run(["scancel", "--signal=KILL", job], env=env, capture_output=True)
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "timeout" and r["error"].startswith("received SIGTERM"), job_log.read_text()[-3000:]
+    assert [k["rank"] for k in r["ranks"]] == [0, 1] and r["timing"]["steps"] >= 1
+    assert took < 10, took
+    print(f"\nscancel of a 2-node job: record written {took:.1f} s after it; {r['error']}")

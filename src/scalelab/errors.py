@@ -16,8 +16,6 @@ class RunFailed(Exception):
 
 def error_line(exc: BaseException) -> str:
     """An exception as one line, as a person would read it: its type and its innermost message."""
-    if type(exc).__name__ == "SIGTERMException":  # Lightning's, raised after its SIGTERM handler ran
-        return "received SIGTERM (job time limit, preemption or scancel) and stopped after the current step"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     name, text = type(exc).__name__, lines[0] if lines else ""
     # torch wraps an error in a gradient hook as "Got the following error when running the callback: X: ..."

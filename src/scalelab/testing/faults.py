@@ -1,7 +1,7 @@
 """Fault injection for the tests: break a real run on purpose, on one rank, at one step.
 
-Inert unless SCALELAB_FAULT is set (then `from_env()` returns the callbacks a run adds), and never recorded in a
-result (results.ENV_NOT_RECORDED):
+Inert unless SCALELAB_FAULT is set, and never recorded in a result (results.ENV_NOT_RECORDED). The loop never
+sees it: a fault rides on the loader (it fires as the step's first batch is fetched) or on the run's teardown.
 
     SCALELAB_FAULT="raise@step=5,rank=1"   rank 1 raises RuntimeError("injected fault ...") in step 5
     SCALELAB_FAULT="exit@step=5,rank=1"    rank 1 dies with os._exit(3) in step 5 (a crashed rank)
@@ -9,6 +9,7 @@ result (results.ENV_NOT_RECORDED):
     SCALELAB_FAULT="wedge@step=5,rank=0"   rank 0 blocks for good in step 5, without an error, as a survivor of a
                                            dead NCCL peer blocks in a device sync (the run arms the stall deadline
                                            as under NCCL: train/deadline.py)
+    SCALELAB_FAULT="exit@teardown,rank=0"  rank 0 dies with os._exit(3) as its teardown starts (after the record)
 
 Several faults, one per rank, are separated by ';': "exit@step=3,rank=1;wedge@step=3,rank=0" is what a crashed
 rank does to the others under NCCL.
@@ -21,52 +22,90 @@ import threading
 import time
 from collections.abc import Mapping
 
-import lightning.pytorch as pl
-
 from scalelab.errors import UsageError
 from scalelab.launch import cluster
 
+KINDS = ("raise", "exit", "sleep", "wedge")
 
-class InjectFault(pl.Callback):
-    def __init__(self, kind: str, step: int):
-        self.kind, self.step = kind, step
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step + 1 != self.step:
-            return
+class Fault:
+    def __init__(self, kind: str, step: int | None = None):
+        self.kind, self.step = kind, step  # step None: at teardown
+
+    def fire(self, rank: int):
         if self.kind == "raise":
-            raise RuntimeError(f"injected fault (SCALELAB_FAULT, rank {trainer.global_rank}, step {self.step})")
+            raise RuntimeError(f"injected fault (SCALELAB_FAULT, rank {rank}, step {self.step})")
         if self.kind == "exit":
             os._exit(3)
         if self.kind == "wedge":
             threading.Event().wait()  # waits in C with the GIL released, as torch's syncs and collectives do
 
 
-def blocks_like_nccl(callbacks: list) -> bool:
+class FaultyLoader:
+    """A loader that fires its fault as the first batch of step `fault.step` is fetched (K batches a step)."""
+
+    def __init__(self, loader, fault: Fault, accumulate: int):
+        self.loader, self.fault, self.accumulate = loader, fault, accumulate
+        self.fetched = 0
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):  # sampler, batch_size, ...: the loader's own
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        for batch in self.loader:
+            if self.fetched == (self.fault.step - 1) * self.accumulate:
+                self.fault.fire(cluster.env_rank())
+            self.fetched += 1
+            yield batch
+
+
+def wrap_loader(loader, faults: list[Fault], accumulate: int):
+    """The loader, with this rank's step fault riding on it (the loader itself when there is none)."""
+    for fault in faults:
+        if fault.step is not None:
+            loader = FaultyLoader(loader, fault, accumulate)
+    return loader
+
+
+def at_teardown(faults: list[Fault]):
+    for fault in faults:
+        if fault.step is None:
+            fault.fire(cluster.env_rank())
+
+
+def blocks_like_nccl(faults: list[Fault]) -> bool:
     """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
-    return any(isinstance(cb, InjectFault) and cb.kind == "wedge" for cb in callbacks)
+    return any(f.kind == "wedge" for f in faults)
 
 
 def parse_fault(text: str) -> dict:
-    """'raise@step=5,rank=1' -> {'kind': 'raise', 'step': 5, 'rank': 1}."""
+    """'raise@step=5,rank=1' -> {'kind': 'raise', 'step': 5, 'rank': 1}; 'exit@teardown' -> step None."""
     kind, _, rest = text.strip().partition("@")
     spec = {"kind": kind, "rank": 0}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
+        key = key.strip()
         try:
-            spec[key.strip()] = float(value) if key.strip() == "start" else int(value)
+            if key == "teardown" and not value:
+                spec["teardown"] = True
+            else:
+                spec[key] = float(value) if key == "start" else int(value)
         except ValueError:
             spec["kind"] = None  # reported below
-    if spec["kind"] not in ("raise", "exit", "sleep", "wedge") or (kind == "sleep") != ("start" in spec) or \
-            (kind != "sleep" and "step" not in spec):
+    wants = {"sleep": "start"}.get(kind, "step")
+    if spec["kind"] not in KINDS or wants not in spec and not (kind == "exit" and spec.get("teardown")):
         raise ValueError(f"SCALELAB_FAULT={text!r}: expected raise@step=N,rank=R, exit@step=N,rank=R, "
-                         "wedge@step=N,rank=R or sleep@start=S,rank=R (several: separated by ';')")
+                         "wedge@step=N,rank=R, exit@teardown,rank=R or sleep@start=S,rank=R (several: separated "
+                         "by ';')")
     return spec
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> list[pl.Callback]:
-    """Callbacks for SCALELAB_FAULT; [] when it is unset. A `sleep` fault sleeps right here, before the process
-    group forms, so the rank joins late."""
+def from_env(environ: Mapping[str, str] | None = None) -> list[Fault]:
+    """This rank's faults for SCALELAB_FAULT; [] when it is unset. A `sleep` fault sleeps right here, before the
+    process group forms, so the rank joins late."""
     environ = os.environ if environ is None else environ
     if not environ.get("SCALELAB_FAULT"):
         return []
@@ -74,12 +113,12 @@ def from_env(environ: Mapping[str, str] | None = None) -> list[pl.Callback]:
         specs = [parse_fault(text) for text in environ["SCALELAB_FAULT"].split(";") if text.strip()]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    callbacks = []
+    faults = []
     for spec in specs:
         if spec["rank"] != cluster.env_rank():
             continue
         if spec["kind"] == "sleep":
             time.sleep(spec["start"])
         else:
-            callbacks.append(InjectFault(spec["kind"], spec["step"]))
-    return callbacks
+            faults.append(Fault(spec["kind"], spec.get("step")))
+    return faults

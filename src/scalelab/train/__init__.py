@@ -1,1 +1,1 @@
-"""Train and time: one run's Trainer, its step timer, the compute/communication split and the failure path."""
+"""Train and time: the loop (loop.py) and its step clock, the compute/communication split, the failure path."""

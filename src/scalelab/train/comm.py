@@ -36,25 +36,18 @@ class BucketClock:
         self.wire_bytes = []  # bytes the hook sent for each bucket of the latest step that communicated
         self.wire_sizes = []
         self.intervals = []
-        self.cuda_events = []  # GPU: (start, end) events, turned into intervals after a device sync
-        self.step_event = None  # GPU: an event recorded at step start, the one clock every bucket is read on
-        self.sizes = []  # bytes of each bucket since the last take()
+        self.cuda_events = []  # GPU: (start, end) events, turned into intervals once the device has caught up
+        self.sizes = []  # bytes of each bucket since the last cut()
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
-
-    def mark_step_start(self, device):
-        """On GPU, the reference point of this step's bucket intervals (a CUDA event on the current stream)."""
-        if device.type == "cuda":
-            self.step_event = torch.cuda.Event(enable_timing=True)
-            self.step_event.record()
 
     def take(self) -> tuple:
         """Busy seconds (union of intervals) and bucket count since the last call (GPU: after a device sync)."""
         return self.resolve(self.cut())
 
     def cut(self) -> tuple:
-        """This step's records, to be read once the device has caught up (`resolve`): the step timer reads a
+        """This batch's records, to be read once the device has caught up (`resolve`): the step clock reads a
         window of steps after one device sync instead of syncing every step."""
-        raw = (self.intervals, self.cuda_events, self.step_event)
+        raw = (self.intervals, self.cuda_events)
         if self.sizes:
             self.bucket_bytes = sorted(self.sizes, reverse=True)
             self.wire_bytes = sorted(self.wire_sizes, reverse=True)
@@ -68,16 +61,15 @@ class BucketClock:
 
     @staticmethod
     def resolve(raw: tuple) -> tuple:
-        """Busy seconds (union of intervals) and bucket count of a cut step.
+        """Busy seconds (union of intervals) and bucket count of a cut batch.
 
-        GPU intervals are read on the GPU's clock, each as (start, end) after the step's reference event: the
-        CPU runs ahead of the GPU, so a bucket's GPU duration placed at its CPU launch time would misplace it,
-        and its overlap with the others (and with compute) would be wrong."""
-        intervals, cuda_events, step_event = raw
+        GPU intervals are read on the GPU's clock, each as (start, end) after the first bucket's start: the CPU
+        runs ahead of the GPU, so a bucket's GPU duration placed at its CPU launch time would misplace it, and its
+        overlap with the others would be wrong. (Any common reference gives the same union length.)"""
+        intervals, cuda_events = raw
         spans = list(intervals)
-        ref = step_event or (cuda_events[0][0] if cuda_events else None)  # first bucket: no step
         for start, end in cuda_events:  # completed events only (after a device sync, or done())
-            spans.append((ref.elapsed_time(start) / 1e3, ref.elapsed_time(end) / 1e3))
+            spans.append((cuda_events[0][0].elapsed_time(start) / 1e3, cuda_events[0][0].elapsed_time(end) / 1e3))
         return union_length(spans), len(spans)
 
 
@@ -103,8 +95,8 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     recorded, and the bytes it put on the wire.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
-    callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead, read
-    against the step's reference event (BucketClock.take).
+    callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead
+    (BucketClock.resolve).
     """
     buffer = bucket.buffer()
     state.sizes.append(buffer.numel() * buffer.element_size())

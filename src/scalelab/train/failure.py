@@ -5,11 +5,8 @@
 * "failed": a rank raised or died. Rank 0 names the rank that failed first when a collective broke (the
   RankWatch of watch.py knows); another rank posts its own error for rank 0 (peers.py) unless it only saw a
   broken collective itself: then it is a victim, not the cause.
-* "timeout": SIGTERM (job time limit, scancel), Ctrl+C, or SIGUSR1 outside SLURM's auto-requeue.
-* "preempted": SLURM's auto-requeue signal (SIGUSR1) fired, then something ended this attempt (SLURM's
-  SIGTERM): the job comes back and `results.latest_attempts` lets the new attempt's record supersede this one.
-  SLURM_RESTART_COUNT is not used for the status: it says an earlier attempt was requeued, nothing about why
-  this one stopped (the result keeps it as slurm.restart_count).
+* "timeout": SIGTERM (job time limit, scancel) before the first step, or Ctrl+C. (A signal during training ends
+  the loop at a step every rank agrees on, without an exception: signals.Stop, recorded by run.py.)
 
 `record_failure` then writes rank 0's partial result and the traceback (error.log). `record_stall` does the
 same from the stall deadline's thread (deadline.py) when the main thread is blocked for good (NCCL).
@@ -24,15 +21,13 @@ import threading
 import traceback
 from typing import TYPE_CHECKING
 
-import lightning.pytorch as pl
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-
 from scalelab import results
 from scalelab.cli import fast_exit
 from scalelab.errors import error_line
 from scalelab.train import peers
 from scalelab.train.peers import is_peer_failure
 from scalelab.train.record import RunContext, build_payload, run_summary
+from scalelab.train.signals import Terminated
 
 if TYPE_CHECKING:
     from scalelab.train.watch import RankWatch
@@ -40,30 +35,23 @@ if TYPE_CHECKING:
 
 def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done: int,
              own_line: str) -> tuple[str, str]:
-    """(status, one-line error) of a run that ended with `exc` on this rank (global_rank: the Trainer's)."""
-    signals = watch.signals
-    by_signal = isinstance(exc, (SIGTERMException, KeyboardInterrupt)) or (
-        isinstance(exc, SystemExit) and isinstance(exc.__context__, KeyboardInterrupt))  # Lightning's Ctrl+C exit
+    """(status, one-line error) of a run that ended with `exc` on this rank."""
+    received = watch.signals.received["SIGTERM"] or watch.signals.received["SIGUSR1"]
+    by_signal = isinstance(exc, (Terminated, KeyboardInterrupt))
     watch.begin_failure()
-    if watch.rank != 0 and (by_signal or signals.sigterm_seen):
+    if watch.rank != 0 and (by_signal or received):
         peers.post_error(watch.rank, peers.MARK_SIGNAL)
-    if signals.sigusr1 == "requeue":  # the job comes back: whatever ended this attempt
-        cause = "" if isinstance(exc, SIGTERMException) else f"; then {own_line}"
-        return "preempted", signals.line() + cause
     if by_signal:
-        if signals.sigusr1 == "stop" and isinstance(exc, SIGTERMException):
-            return "timeout", signals.line()
-        if watch.rank == 0 and watch.world_size > 1 and isinstance(exc, SIGTERMException):
+        if watch.rank == 0 and watch.world_size > 1 and isinstance(exc, Terminated):
             # torchrun (and srun) send SIGTERM to every rank once one failed: then that rank is the story
             peer = watch.culprit(None, steps_done, wait_s=0)
             if peer:
                 return "failed", peer
-        if isinstance(exc, SIGTERMException):
-            return "timeout", ("received SIGTERM (job time limit, preemption or scancel) " +
-                               ("and stopped after the current step" if steps_done else "before the first step"))
+        if isinstance(exc, Terminated):
+            return "timeout", f"received {exc.name} (job time limit, preemption or scancel) before the first step"
         return "timeout", "interrupted (Ctrl+C)"
     if global_rank != 0:
-        if not signals.sigterm_seen:  # else it posted MARK_SIGNAL above
+        if not received:  # else it posted MARK_SIGNAL above
             peers.post_error(watch.rank, peers.MARK_PEER if is_peer_failure(exc) else own_line)
         return "failed", own_line
     joined = _rendezvous_timeout(exc)
@@ -72,26 +60,26 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
     peer = watch.culprit(exc, steps_done, silent=False)
     if peer:
         return "failed", peer
-    if signals.sigterm_seen:
-        # Lightning (2.5+) broadcasts inside its SIGTERM handler on every rank; when that lands between the
-        # collectives of a step, the ranks fall out of step and a collective times out (--timeout).
-        return "timeout", ("received SIGTERM (job time limit, preemption or scancel), then the ranks did not stop "
+    if received:
+        # a signal reached some ranks and not others (or came while a peer was already blocked): the ranks never
+        # met at the step where they would have agreed to stop, and a collective timed out (--timeout)
+        return "timeout", ("received a signal (job time limit, preemption or scancel), then the ranks did not stop "
                            f"together: {watch.culprit(exc, steps_done, wait_s=0) or own_line}")
     return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
 
 
-def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str, exc: BaseException | None,
+def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException | None,
                    trace: str | None = None) -> str:
     """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`).
 
     Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
     Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
     """
-    if trainer.global_rank != 0:
+    if ctx.rank != 0:
         return ""
     try:
-        own = [ctx.timer.rank_record(trainer)]
-        summary = run_summary(ctx, own) if ctx.timer.step_times else {"steps": 0, "final_train_loss": None}
+        own = [ctx.rank_record()]
+        summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "final_train_loss": None}
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
@@ -102,7 +90,7 @@ def record_failure(ctx: RunContext, trainer: pl.Trainer, status: str, line: str,
     return f" (partial result: {path})"
 
 
-def record_stall(ctx: RunContext, trainer: pl.Trainer, watch: RankWatch, line: str, prog: str = "train.py"):
+def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "train.py"):
     """The end of a run whose main thread is blocked for good (deadline.py calls this from its thread).
 
     Every rank says its line; another rank posts it for rank 0 first. Rank 0 names the rank that failed first
@@ -111,16 +99,16 @@ def record_stall(ctx: RunContext, trainer: pl.Trainer, watch: RankWatch, line: s
     be woken, and NCCL's watchdog would otherwise abort the process with nothing written.
     """
     watch.begin_failure()
-    rank = trainer.global_rank
+    rank = ctx.rank
     if rank != 0:
         peers.post_error(rank, line)
         print(f"{prog}: error: rank {rank} stopped: {line}", file=sys.stderr, flush=True)
         fast_exit(1)
-    peer = watch.culprit(None, len(ctx.timer.step_times))
+    peer = watch.culprit(None, ctx.clock.steps if ctx.clock else 0)
     line = f"{peer} (rank 0: {line})" if peer else f"rank 0: {line}"
     frame = sys._current_frames().get(threading.main_thread().ident)
     trace = "main thread, blocked:\n" + "".join(traceback.format_stack(frame)) if frame else None
-    note = record_failure(ctx, trainer, "failed", line, None, trace=f"{line}\n\n{trace or ''}")
+    note = record_failure(ctx, "failed", line, None, trace=f"{line}\n\n{trace or ''}")
     watch.stop_children()
     print(f"{prog}: error: run ended with status failed: {line}{note}", file=sys.stderr, flush=True)
     fast_exit(1)

@@ -12,6 +12,7 @@ from scalelab.config import RunConfig
 from scalelab.launch import cores
 from scalelab.launch.cluster import Launch
 from scalelab.train import timing
+from scalelab.train.clock import StepClock
 from scalelab.workloads import Workload
 
 
@@ -21,19 +22,28 @@ class RunContext:
 
     cfg: RunConfig
     launch: Launch
-    workload: Workload
     batch: int  # per device
-    timer: timing.StepTimer
     process_start: float  # wall clock (time.time) when this process started
+    clock: StepClock
+    rank: int = 0  # global rank: the launcher's until the process group exists, then Fabric's
+    local_rank: int = 0
+    node_rank: int = 0
+    workload: Optional[Workload] = None  # built once the ranks exist
     core_warning: Optional[str] = None  # --oversubscribe's recorded warning (launch.cores)
     run_id: Optional[str] = None  # rank 0: chosen at the start of the run
     folder: Optional[str] = None  # rank 0: the run folder, claimed at the start when a logger writes into it
+    unpinned: Optional[list] = None  # the cores this process had before its rank was pinned (given back at the end)
+
+    def rank_record(self) -> dict:
+        """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
+        return self.clock.rank_record(self.rank, self.local_rank, self.node_rank)
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
     samples_per_step = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches  # an optimizer step
-    return timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, ctx.workload.tokens_per_sample)
+    tokens = ctx.workload.tokens_per_sample if ctx.workload else 0
+    return timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, tokens)
 
 
 def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:

@@ -1,13 +1,12 @@
-"""Train and time one run, then write its result: configure -> launch check -> fit -> result.json.
+"""Train and time one run, then write its result: configure -> launch -> the loop -> result.json -> teardown.
 
-Reads top to bottom. The same code runs as a single process, as N local CPU processes
-(Lightning re-launches this script), under srun, torchrun or submitit.
+Reads top to bottom. The same code runs as a single process, as N local CPU processes (Fabric re-runs this
+script for ranks 1..N-1), under srun, torchrun or submitit. The loop itself is train/loop.py.
 """
 
 import logging
 import os
 import sys
-import warnings
 from datetime import timedelta
 
 from scalelab import config, results
@@ -20,60 +19,147 @@ from scalelab.train import loggers
 def main(argv=None, process_start=None) -> int:
     process_start = process_start or cluster.process_start_time()
     cfg = config.parse_config(argv)
-    _quiet_lightning(cfg.verbose)
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
     preflight(cfg, launch)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
     device = cores.place(launch, cfg.threads, cfg.oversubscribe)
+    if device.threads:  # the ranks Fabric launches inherit it (else Fabric sets cores // local ranks)
+        os.environ["OMP_NUM_THREADS"] = str(device.threads)
 
-    import lightning.pytorch as pl
     import torch
+    from lightning.fabric import Fabric
 
+    if not cfg.verbose:  # Lightning sets these to INFO on import ("Initializing distributed: ..." once per rank)
+        for name in ("lightning", "lightning.fabric", "lightning.pytorch"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     from scalelab import workloads
-    from scalelab.train import failure, record, timing
+    from scalelab.testing import faults
+    from scalelab.train.clock import StepClock
+    from scalelab.train.record import RunContext
+    from scalelab.train.watch import RankWatch
 
-    if device.threads:  # OMP_NUM_THREADS too: else Lightning's DDP setup resets threads to cores // local ranks
+    if device.threads:
         torch.set_num_threads(device.threads)
-        os.environ["OMP_NUM_THREADS"] = str(device.threads)  # (the ranks Lightning relaunches inherit it)
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    wl = workloads.build(cfg, batch, launch.world_size)
-    check_powersgd(cfg, launch, wl.module)
+    watch = RankWatch(cfg.timeout, requeue_on_sigusr1=launch.launcher == "slurm")  # signals: noted from here on
+    injected = faults.from_env()  # a test hook, [] in a real run
+    fabric = Fabric(accelerator=launch.accelerator, devices=launch.devices, num_nodes=launch.num_nodes,
+                    strategy=strategy(cfg, launch), precision=cfg.precision)
+    ctx = RunContext(cfg, launch, batch, process_start, StepClock(fabric.device, launch.world_size, process_start,
+                                                                  cfg.comm_hook),
+                     rank=cluster.env_rank(), core_warning=device.warning)
+    fabric.seed_everything(cfg.seed, verbose=False)
+    ctx.workload = workloads.build(cfg, batch, launch.world_size)
+    check_powersgd(cfg, launch, ctx.workload.module)
     if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
         check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
-    timer = timing.StepTimer(cfg.warmup_steps, process_start, cfg.comm_probe_every, cfg.comm_hook)
-    ctx = record.RunContext(cfg, launch, wl, batch, timer, process_start, device.warning)
-    logger = run_logger(ctx)
-    watch, stall, faults = watchers(cfg, launch, lambda line: failure.record_stall(ctx, trainer, watch, line))
-    callbacks = [timer, watch, stall, *([timing.PinCores(device)] if device.threads else []), *faults,
-                 *([step_metrics(ctx)] if logger else [])]  # after the timer: it reads the steps the timer read
-    trainer = make_trainer(cfg, launch, callbacks, logger)
-    if trainer.global_rank == 0:
-        print(banner(cfg, launch, wl, batch, torch.get_num_threads()), flush=True)
+    metrics = step_metrics(ctx, run_logger(ctx))
+    try:
+        stop, val, per_rank = train(fabric, ctx, device, watch, injected, metrics)
+    except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
+        raise failed(ctx, watch, metrics, exc) from None
+    path = finish(fabric, ctx, watch, metrics, stop, val, per_rank)
+    faults.at_teardown(injected)  # (a test hook: the record must already be on disk here)
+    watch.wait_children()  # teardown: the launched ranks end; nothing is copied off the device
+    if stop and ctx.rank == 0:  # the ranks stopped together: rank 0 says why, once, for all of them
+        raise RunFailed(f"run ended with status {stop.status()}: {stop.line()} (partial result: {path})")
+    return 1 if stop else 0
+
+
+def train(fabric, ctx, device, watch, injected, metrics):
+    """Launch, set up, run the loop and validation, gather every rank's figures: (stop, val, per_rank)."""
+    from scalelab.testing import faults
+    from scalelab.train import loop, record, requeue
+    from scalelab.train.clock import gather
+    from scalelab.workloads import data
+
+    cfg, wl, clock = ctx.cfg, ctx.workload, ctx.clock
+    stall = stall_deadline(ctx, watch, injected)
+    if ctx.rank == 0:
+        print(banner(cfg, ctx.launch, wl, ctx.batch, device.threads), flush=True)
         if device.warning:
             print(f"train.py: warning: {device.warning}; the result and the report say so", file=sys.stderr,
                   flush=True)
-    try:
-        trainer.fit(wl.module, train_dataloaders=wl.train_loader)
-        val = trainer.validate(wl.module, dataloaders=wl.val_loader, verbose=False)[0] if wl.val_loader else {}
-        stall.disarm()
-    except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
-        # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
-        status, line = failure.classify(exc, watch, trainer.global_rank, len(timer.step_times),
-                                        error_line(exc))
-        watch.stop_children()  # ranks launched from here cannot finish without this one
-        note = failure.record_failure(ctx, trainer, status, line, exc)
-        if trainer.global_rank != 0:
-            raise RunFailed(f"rank {trainer.global_rank} stopped: {line}") from None
-        raise RunFailed(f"run ended with status {status}: {line}{note}") from None
+    fabric.launch()  # rank 0 starts the other local ranks here (they re-run this script); the process group forms
+    ctx.rank, ctx.local_rank, ctx.node_rank = fabric.global_rank, fabric.local_rank, fabric.node_rank
+    watch.joined(fabric.world_size, fabric.global_rank)
+    if device.threads:  # the transport's threads (started with the group) keep the node's cores: cores.pin says why
+        ctx.unpinned = cores.affinity()
+        cores.pin(fabric.local_rank, device.threads, device.node_cores)
+    model = fabric.setup_module(wl.module)  # to the device, precision applied, inside DDP when there are ranks
+    optimizer = fabric.setup_optimizers(wl.module.configure_optimizers())
+    clock.attach(model)  # DDP's all-reduce through a timing comm hook
+    loader = data.train_loader(wl.train_set, ctx.batch, fabric.global_rank, fabric.world_size, cfg.seed,
+                               cfg.num_workers)
+    plan = loop.Plan(cfg.max_steps, cfg.max_epochs, cfg.accumulate_grad_batches, cfg.warmup_steps,
+                     cfg.comm_probe_every)
+    checkpoint = requeue.checkpoint_path(cfg.output_dir)
+    if requeue.resume(fabric, model, optimizer, plan, checkpoint) and ctx.rank == 0:
+        print(f"scalelab: resumed from {checkpoint} at step {plan.step} (a requeued job)", flush=True)
+    if metrics:
+        metrics.log_hyperparams(record.hyperparameters(ctx))
+    stall.arm()
+    stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
+                      watch.signals, metrics)
+    if stop and stop.requeue:
+        requeue.save(fabric, model, optimizer, plan, checkpoint)
+    val = {}
+    if wl.val_set is not None and not stop:
+        val = loop.validate(fabric, model, data.eval_loader(wl.val_set, ctx.batch, fabric.global_rank,
+                                                            fabric.world_size, cfg.num_workers))
+    per_rank = gather(ctx.rank_record())
+    stall.disarm()
+    return stop, val, per_rank
 
-    if trainer.global_rank == 0:
-        summary = record.run_summary(ctx, timer.per_rank)
-        payload = record.build_payload(ctx, timer.per_rank, summary, val)
-        path = results.write(cfg.output_dir, payload, folder=ctx.folder)
-        print(one_line_summary(payload, path), flush=True)
-    return 0
+
+def finish(fabric, ctx, watch, metrics, stop, val, per_rank):
+    """Rank 0 writes result.json (a requeue is asked for first: the record says whether SLURM took it); every
+    rank waits until it is on disk, so none ends before it (srun --kill-on-bad-exit would end rank 0 too)."""
+    from scalelab.train import record, requeue
+
+    path = None
+    if ctx.rank == 0:
+        if stop and stop.requeue:
+            stop.refused = requeue.ask_slurm()
+        payload = record.build_payload(ctx, per_rank, record.run_summary(ctx, per_rank), val)
+        if stop:
+            payload.update(status=stop.status(), error=stop.line())
+        path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
+        if not stop:
+            print(one_line_summary(payload, path), flush=True)
+        if metrics:
+            metrics.finish(val, "success" if not stop else "failed")
+    fabric.barrier()
+    if ctx.unpinned:
+        cores.restore(ctx.unpinned)
+    return path
+
+
+def failed(ctx, watch, metrics, exc: BaseException) -> RunFailed:
+    """The one-line error of a run that raised (or whose peer did): name the cause, leave a partial record."""
+    from scalelab.train import failure
+
+    # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
+    status, line = failure.classify(exc, watch, ctx.rank, ctx.clock.steps, error_line(exc))
+    watch.stop_children()  # ranks launched from here cannot finish without this one
+    note = failure.record_failure(ctx, status, line, exc)
+    if metrics:
+        metrics.finish({}, "failed")
+    if ctx.rank != 0:
+        return RunFailed(f"rank {ctx.rank} stopped: {line}")
+    return RunFailed(f"run ended with status {status}: {line}{note}")
+
+
+def strategy(cfg: config.RunConfig, launch: cluster.Launch):
+    """DDP over `launch.backend` when there is more than one rank (Fabric's DDPStrategy, torch's DDP knobs)."""
+    if launch.world_size == 1:
+        return "auto"
+    from lightning.fabric.strategies import DDPStrategy
+
+    # gradient_as_bucket_view: gradients live in DDP's buckets, no second gradient-sized copy per step
+    return DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout),
+                       gradient_as_bucket_view=True, bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)
 
 
 def preflight(cfg: config.RunConfig, launch: cluster.Launch):
@@ -88,7 +174,7 @@ def preflight(cfg: config.RunConfig, launch: cluster.Launch):
 def run_logger(ctx):
     """Rank 0: the run id, chosen now, and its folder, claimed now when the logger writes into it (the result lands
     there at the end); Lightning's logger for --logger (None: none, or another rank)."""
-    if cluster.env_rank() != 0:
+    if ctx.rank != 0:
         return None
     cfg = ctx.cfg
     ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name)
@@ -98,28 +184,27 @@ def run_logger(ctx):
     return loggers.build(cfg.logger, ctx.folder, ctx.run_id)
 
 
-def step_metrics(ctx):
-    """The callback that hands the step timer's figures to the logger, one row per optimizer step."""
-    from scalelab.train import metrics, record
+def step_metrics(ctx, logger):
+    """The rows --logger records, one per optimizer step, from the step clock's figures (None without a logger)."""
+    if logger is None:
+        return None
+    from scalelab.train import metrics
 
     samples = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches
-    return metrics.StepMetrics(ctx.timer, samples, ctx.workload.tokens_per_sample, ctx.launch.world_size,
-                               record.hyperparameters(ctx))
+    return metrics.StepMetrics(ctx.clock, [logger], samples, ctx.workload.tokens_per_sample, ctx.launch.world_size,
+                               ctx.cfg.warmup_steps)
 
 
-def watchers(cfg: config.RunConfig, launch: cluster.Launch, on_stall) -> tuple:
-    """The callbacks that turn every way a run can end into a record: (RankWatch, StallDeadline, test faults).
-
-    watch.py: rank 0 supervises the ranks it launches; every rank turns signals into a recorded end.
-    deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog.
-    """
-    from scalelab.testing.faults import blocks_like_nccl, from_env
+def stall_deadline(ctx, watch, injected):
+    """deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog."""
+    from scalelab.testing.faults import blocks_like_nccl
+    from scalelab.train import failure
     from scalelab.train.deadline import StallDeadline, stall_seconds
-    from scalelab.train.watch import RankWatch
 
-    faults = from_env()  # a test hook, [] in a real run
-    seconds = stall_seconds(cfg.timeout, launch.backend if launch.world_size > 1 else None, blocks_like_nccl(faults))
-    return RankWatch(cfg.timeout), StallDeadline(seconds, on_stall), faults
+    backend = ctx.launch.backend if ctx.launch.world_size > 1 else None
+    seconds = stall_seconds(ctx.cfg.timeout, backend, blocks_like_nccl(injected))
+    return StallDeadline(seconds, lambda line: failure.record_stall(ctx, watch, line),
+                         lambda: (ctx.clock.batches, ctx.clock.steps))
 
 
 def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
@@ -135,7 +220,7 @@ def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
 
 
 def check_gpu_memory(cfg: config.RunConfig, batch: int):
-    """Refuse, before fit, a GPT step this GPU cannot hold (perfmodel.memory's estimate), saying what fits."""
+    """Refuse, before the ranks start, a GPT step this GPU cannot hold (perfmodel.memory's estimate)."""
     import torch
 
     from scalelab.perfmodel import memory
@@ -152,55 +237,12 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
                          "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
-def make_trainer(cfg: config.RunConfig, launch: cluster.Launch, callbacks: list, logger=None):
-    """Lightning's Trainer for this run: DDP over `launch.backend` when there is more than one rank."""
-    import lightning.pytorch as pl
-    from lightning.pytorch.strategies import DDPStrategy
+def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, threads) -> str:
+    import torch
 
-    strategy = "auto"
-    if launch.world_size > 1:
-        # gradient_as_bucket_view: gradients live in DDP's buckets, no second gradient-sized copy per step
-        strategy = DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout),
-                               gradient_as_bucket_view=True, bucket_cap_mb=cfg.bucket_cap_mb,
-                               static_graph=cfg.static_graph)
-    return pl.Trainer(
-        accelerator=launch.accelerator,
-        devices=launch.devices,
-        num_nodes=launch.num_nodes,
-        strategy=strategy,
-        precision=cfg.precision,
-        max_epochs=cfg.max_epochs or -1,
-        max_steps=cfg.max_steps or -1,  # optimizer steps: K batches each with --accumulate_grad_batches K
-        accumulate_grad_batches=cfg.accumulate_grad_batches,
-        callbacks=callbacks,
-        logger=logger or False,  # rank 0's (run_logger); Lightning's loggers write on rank 0 only anyway
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=cfg.verbose,
-        num_sanity_val_steps=0,
-        # Lightning's SLURM auto-requeue (SIGUSR1 from `--signal`) saves its checkpoint here, and a requeued
-        # job resumes from it: one folder per job, inside the outputs, never in the repository.
-        default_root_dir=os.path.join(cfg.output_dir, "lightning", os.environ.get("SLURM_JOB_ID", "local")),
-    )
-
-
-def _quiet_lightning(verbose: bool):
-    if verbose:
-        return
-    import lightning.pytorch  # noqa: F401  (it sets its loggers to INFO on import: import first, then quieten)
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for pattern in (".*does not have many workers.*", ".*srun.*", ".*smaller than the logging interval.*",
-                    ".*sync_dist=True.*", ".*LeafSpec.*", ".*validation_step.*val_dataloader.*",
-                    # validate() after fit shards the val set: at most world_size-1 padded samples count twice
-                    ".*DistributedSampler.*trainer.validate.*"):
-        warnings.filterwarnings("ignore", message=pattern)
-
-
-def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, threads: int) -> str:
     world = launch.world_size
     comm = launch.backend if world > 1 else "no communication"
+    threads = threads or torch.get_num_threads()
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
              else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), "
              + ("ranks share cores (oversubscribed)" if cfg.oversubscribe else "each rank pinned"))

@@ -1,17 +1,21 @@
-"""Signals that would end a run without a record, turned into an end that says why it stopped.
+"""Signals that would end a run without a record, turned into an end every rank agrees on.
 
-* SIGTERM during start-up (before Lightning installs its handler) would end the process at once, with nothing
-  written: it raises Lightning's SIGTERMException instead, recorded as "timeout".
-* SIGTERM during training: Lightning's handler stops after the current step; ours only notes that it arrived
-  (Lightning's own flag is set only at its end), which tells failure.classify why the ranks fell out of step.
-* SIGUSR1 under SLURM with Lightning's auto-requeue: Lightning's handler checkpoints and calls
-  `scontrol requeue`. Run inside the signal handler it would save the model between any two bytecodes (in the
-  middle of an optimizer update) and, with several ranks, enter the checkpoint's barrier at a different point on
-  each rank. So the signal only marks it due; every REQUEUE_CHECK_EVERY batches the ranks agree (an all-reduce of
-  the mark), all run Lightning's handler at that same batch boundary and end the attempt there (`requeue_if_due`),
-  deaf to the SIGTERM the requeue brings. failure.classify makes the end "preempted". Anywhere else SIGUSR1
-  would kill the process silently (its default action), so it is handled like SIGTERM.
-* A rank that Lightning launched from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
+A handler never does more than note the signal: a collective or a checkpoint started inside a handler runs between
+any two bytecodes of whatever the rank was doing (mid optimizer update, between two gradient buckets), at a
+different point on each rank. So:
+
+* SIGTERM (job time limit, scancel) and SIGUSR1 during training set a flag. Every SYNC_EVERY steps the loop calls
+  `agree`: one all-reduce of the flags (the same step on every rank, as they run the same steps), and if any rank
+  got one, all of them stop after that step and the run records why (status "timeout").
+* SIGUSR1 in a SLURM batch job is SLURM's warning before the time limit (`#SBATCH --signal=SIGUSR1@90`): at the
+  agreed step every rank saves the checkpoint, rank 0 asks SLURM to requeue the job (run.py), the attempt ends
+  "preempted", and the requeued job resumes from the checkpoint. Anywhere else SIGUSR1 would kill the process
+  silently (its default action), so it stops the run like SIGTERM.
+* Before the loop (start-up) a SIGTERM ends the process at once, with a record (`Terminated`); after it (the
+  final gather and the record) it is noted and the run finishes what it was writing.
+* A rank that the launcher started from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
+
+Handlers are installed only where nobody else handles the signal: submitit, for one, handles its own.
 """
 
 from __future__ import annotations
@@ -21,104 +25,85 @@ import os
 import signal
 import sys
 import threading
-
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing import Optional
 
 PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never record it
-REQUEUE_CHECK_EVERY = 10  # batches between the ranks' agreement on a pending requeue (one tiny all-reduce)
+SIGNALS = ("SIGTERM", "SIGUSR1")
+
+
+class Terminated(Exception):
+    """A signal before the training loop started: the run ends at once (status "timeout")."""
+
+    def __init__(self, name: str):
+        super().__init__(f"received {name} before the first step")
+        self.name = name
+
+
+class Stop:
+    """Why every rank agreed to end the loop early: what to record, and whether the job is to be requeued."""
+
+    def __init__(self, reason: str, steps: int):
+        self.reason, self.steps = reason, steps  # reason: "requeue", "SIGUSR1" or "SIGTERM"
+        self.refused = None  # why SLURM did not requeue the job (requeue.ask_slurm), if it did not
+
+    @property
+    def requeue(self) -> bool:
+        return self.reason == "requeue"
+
+    def status(self) -> str:
+        return "preempted" if self.requeue and not self.refused else "timeout"
+
+    def line(self) -> str:
+        after = f"after step {self.steps}"
+        if self.requeue and self.refused:
+            return f"received SLURM's requeue signal and saved a checkpoint {after}, but {self.refused}"
+        if self.requeue:
+            return (f"received SLURM's requeue signal (time limit near): saved a checkpoint {after} and asked SLURM to "
+                    "requeue the job, which stopped this attempt")
+        if self.reason == "SIGUSR1":
+            return f"received SIGUSR1 (no SLURM requeue here: handled like SIGTERM) and stopped {after}"
+        return f"received SIGTERM (job time limit, preemption or scancel) and stopped {after}"
 
 
 class RunSignals:
     """What this rank was sent, and what a signal means at this point of the run."""
 
-    def __init__(self):
-        self.sigusr1: str | None = None  # "requeue" (SLURM auto-requeue fired) or "stop" (handled like SIGTERM)
-        self.sigterm_seen = False  # SIGTERM arrived during training (Lightning's own flag is set only at its end)
-        self.training = False  # Lightning's handlers have been installed (training started)
-        self.ending = False  # the run is failing and rank 0 is recording it: the watch and SIGTERM stand back
-        self.requeue = None  # Lightning's SLURM auto-requeue handler, when it is installed (run by requeue_if_due)
-        self.requeue_due = False  # SIGUSR1 arrived: run it at the next agreed batch boundary
+    def __init__(self, requeue_on_sigusr1: bool = False):
+        self.requeue_on_sigusr1 = requeue_on_sigusr1  # a SLURM batch job: SIGUSR1 is the time limit's warning
+        self.received = dict.fromkeys(SIGNALS, False)
+        self.loop_started = False  # before it, a signal ends the run at once (there is no step to end after)
+        self.ending = False  # the run is recording its end: signals are noted, nothing more
 
-    def install_startup_handler(self) -> None:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-                signal.SIG_DFL, None):
-            signal.signal(signal.SIGTERM, self._sigterm_at_startup)
-
-    def _sigterm_at_startup(self, signum, frame):
-        """Until Lightning installs its own SIGTERM handler (just before the first step), SIGTERM would end the
-        process without a record (measured: exit -15 during a 2-process start-up, nothing written): raise
-        Lightning's SIGTERMException instead, which the run records as status "timeout"."""
-        if signal.getsignal(signal.SIGTERM) != self._sigterm_at_startup:
-            return  # Lightning's handler is in charge (it calls this one too): it stops after the current step
-        if self.ending:
-            return  # the run is failing and being recorded (torchrun sends SIGTERM once a rank died): finish that
-        if not self.training:
-            raise SIGTERMException()
-        # Training is over and Lightning has handed SIGTERM back: its default action, as before scalelab.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    def wrap_lightning_handlers(self) -> None:
-        """Lightning registers its signal handlers just before training starts; wrap them after it did."""
-        if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
             return
-        lightning_sigterm = signal.getsignal(signal.SIGTERM)
-        if callable(lightning_sigterm):
-            def sigterm(signum, frame):
-                self.sigterm_seen = True  # before Lightning's handler, whose broadcast may raise (see classify)
-                lightning_sigterm(signum, frame)
+        for name in SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, self._handler)
 
-            signal.signal(signal.SIGTERM, sigterm)
-        current = signal.getsignal(signal.SIGUSR1)
-        if _is_lightning_requeue(current):  # Lightning's SLURM auto-requeue handler: deferred to a batch boundary
-            self.requeue = current
+    def _handler(self, signum, frame):
+        name = signal.Signals(signum).name
+        self.received[name] = True
+        if not self.loop_started and not self.ending:
+            raise Terminated(name)
 
-            def requeue(signum, frame):
-                self.requeue_due = True
-
-            signal.signal(signal.SIGUSR1, requeue)
-        elif current in (signal.SIG_DFL, None):  # default action: die without a word; stop like SIGTERM
-            def stop(signum, frame):
-                self.sigusr1 = "stop"
-                handler = signal.getsignal(signal.SIGTERM)
-                if callable(handler):
-                    handler(signum, frame)
-
-            signal.signal(signal.SIGUSR1, stop)
-
-    def requeue_if_due(self, batches: int, world_size: int, device) -> None:
-        """At a batch boundary: if SIGUSR1 arrived on any rank, run Lightning's requeue handler and end this
-        attempt (SIGTERMException). One rank: at the next boundary. Several: every REQUEUE_CHECK_EVERY batches
-        all ranks all-reduce the mark (the same batch on every rank, as they run the same batches), so all of them
-        checkpoint at the same point."""
-        if self.requeue is None or (world_size == 1 and not self.requeue_due):
-            return
+    def agree(self, device, world_size: int, steps: int) -> Optional[Stop]:
+        """At a step every rank reaches: stop if any rank got a signal (one all-reduce of two flags)."""
+        flags = [float(self.received["SIGTERM"]), float(self.received["SIGUSR1"])]
         if world_size > 1:
-            if batches % REQUEUE_CHECK_EVERY:
-                return
             import torch
             import torch.distributed as dist
 
-            flag = torch.tensor([float(self.requeue_due)], device=device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            if not flag.item():
-                return
-        self.sigusr1, self.requeue_due = "requeue", False
-        # `scontrol requeue` makes SLURM send SIGTERM at once; Lightning's SIGTERM handler broadcasts from inside
-        # the signal, wherever each rank is (with 2 ranks that met a gradient all-reduce and the job hung until
-        # SIGKILL, no record). So this attempt ignores that SIGTERM and ends here, at the same batch on every rank.
+            both = torch.tensor(flags, device=device)
+            dist.all_reduce(both, op=dist.ReduceOp.MAX)
+            flags = both.tolist()
+        if not any(flags):
+            return None
         self.ending = True
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._sigterm_at_startup)  # returns at once while `ending`
-        self.requeue(signal.SIGUSR1, None)
-        raise SIGTERMException()  # recorded "preempted" (failure.classify); the job resumes from the checkpoint
-
-    def line(self) -> str:
-        """The one-line error of a run that SIGUSR1 stopped."""
-        if self.sigusr1 == "requeue":
-            return ("received SLURM's requeue signal (time limit near): Lightning saved a checkpoint and asked SLURM "
-                    "to requeue the job, which stopped this attempt")
-        return "received SIGUSR1 (no SLURM auto-requeue here: handled like SIGTERM) and stopped after the current step"
+        if flags[1]:
+            return Stop("requeue" if self.requeue_on_sigusr1 else "SIGUSR1", steps)
+        return Stop("SIGTERM", steps)
 
 
 def die_with_launcher() -> None:
@@ -149,9 +134,3 @@ def die_with_launcher() -> None:
 def forget_launcher() -> None:
     """Rank 0 has launched its ranks (or launches none): later child processes are not ranks."""
     os.environ.pop(PARENT_ENV, None)
-
-
-def _is_lightning_requeue(handler) -> bool:
-    """Lightning's SLURM auto-requeue handler (a _HandlersCompose holding _slurm_sigusr_handler_fn)."""
-    return any(getattr(h, "__name__", "") == "_slurm_sigusr_handler_fn"
-               for h in getattr(handler, "signal_handlers", None) or [])

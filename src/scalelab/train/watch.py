@@ -1,22 +1,22 @@
 """Rank 0's view of the other ranks: which one failed first and how, and no rank left running.
 
-`RankWatch` is a callback every run registers (run.main owns it and hands it to failure.classify). It answers
-rank 0's question "why did my collective fail?" from what rank 0 can *know* (gloo's "Connection closed by peer
-[127.0.0.1]:port" names a gloo pair's port, not a rank):
+`RankWatch` exists in every rank from start-up on (run.main creates it before Fabric launches anything and hands
+it to failure.classify). It answers rank 0's question "why did my collective fail?" from what rank 0 can *know*
+(gloo's "Connection closed by peer [127.0.0.1]:port" names a gloo pair's port, not a rank):
 
-* Ranks Lightning launched from this process (`python src/train.py --devices N`): rank 0 is their parent and
+* Ranks Fabric launched from this process (`python src/train.py --devices N`): rank 0 is their parent and
   holds their `Popen` objects, so it knows which child ended, with which exit code or signal. Lightning's own
   child observer would SIGKILL rank 0 within 5 s of a child's death, before rank 0 could write anything
-  (measured: exit -9, no record, nothing on stderr); RankWatch takes its place (same polling), lets rank 0
-  record the failure first, and kills everything itself only if rank 0 has not ended `--timeout` + 30 s
-  after the death.
+  (measured: exit -9, no record, nothing on stderr); RankWatch takes its place (same polling; the one private
+  Lightning name scalelab replaces, `_launch_process_observer`), lets rank 0 record the failure first, and kills
+  everything itself only if rank 0 has not ended `--timeout` + 30 s after the death.
 * Other ranks, under any launcher: what they posted in the process group's store, and ranks gone from this
   host (peers.py).
 * A collective that timed out (`--timeout`) names the launched ranks that are alive but silent, with their
   process state (stopped, running, waiting on I/O).
 * A rendezvous that timed out (torch's "1/2 clients joined") says how many ranks arrived of how many.
 
-Signals (signals.py) are set up here too, because the callback is what exists in every rank from start-up on.
+Signals (signals.py) are set up here too, because the watch is what exists in every rank from start-up on.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import sys
 import threading
 import time
 
-import lightning.pytorch as pl
-
 from scalelab.train import peers
 from scalelab.train.peers import describe_dead, is_peer_failure
 from scalelab.train.signals import RunSignals, die_with_launcher, forget_launcher
@@ -38,23 +36,22 @@ PEER_WAIT_S = 3.0  # how long rank 0 waits for a failed peer to be seen dead (or
 LAST_RESORT_GRACE_S = 30.0
 
 
-class RankWatch(pl.Callback):
-    def __init__(self, timeout_s: float):
+class RankWatch:
+    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False):
         self.timeout_s = timeout_s
         self.children: list[tuple[int, subprocess.Popen]] = []  # (global rank, Popen) launched from this process
         self.world_size = 1
         self.rank = 0
-        self.signals = RunSignals()
+        self.signals = RunSignals(requeue_on_sigusr1)
         self._killed_by_us: set[int] = set()
-        self.batches = 0  # training batches ended on this rank (the same count on every rank)
         self._take_over_lightning_observer()
         die_with_launcher()
-        self.signals.install_startup_handler()
+        self.signals.install()
 
     # --- launched children --------------------------------------------------------------------------
     def _take_over_lightning_observer(self):
         try:
-            from lightning.pytorch.strategies.launchers import subprocess_script
+            from lightning.fabric.strategies.launchers import subprocess_script
         except ImportError:
             return
         if hasattr(subprocess_script, "_launch_process_observer"):  # else: Lightning's behaviour stays
@@ -103,23 +100,20 @@ class RankWatch(pl.Callback):
             except Exception:  # noqa: BLE001 - a zombie we cannot reap is not worth a second error
                 pass
 
-    # --- Lightning hooks --------------------------------------------------------------------------------
-    def setup(self, trainer, pl_module, stage):
+    def wait_children(self, limit_s: float = 10.0):
+        """Rank 0 at the end of a run: the ranks it launched end on their own once the last collective is done."""
+        for _, proc in self.children:
+            try:
+                proc.wait(timeout=limit_s)
+            except Exception:  # noqa: BLE001 - a rank that will not end dies with rank 0 (PR_SET_PDEATHSIG)
+                pass
+
+    def joined(self, world_size: int, rank: int):
+        """The process group exists: this rank's place in it, and (several ranks) where it runs, for rank 0."""
         forget_launcher()  # launched nothing (torchrun, srun, one process): nothing to mark
-        self.world_size, self.rank = trainer.world_size, trainer.global_rank
-        if self.world_size > 1:
-            peers.post_where(self.rank)
-
-    def on_train_start(self, trainer, pl_module):
-        self.signals.training = True
-        self.signals.wrap_lightning_handlers()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.batches += 1
-        self.signals.requeue_if_due(self.batches, self.world_size, trainer.strategy.root_device)
-
-    def on_exception(self, trainer, pl_module, exception):
-        self.signals.ending = True  # Lightning tears down next (and hands SIGTERM back to us): the run is ending
+        self.world_size, self.rank = world_size, rank
+        if world_size > 1:
+            peers.post_where(rank)
 
     # --- when the run fails -----------------------------------------------------------------------------
     def begin_failure(self):

@@ -3,14 +3,23 @@
 import math
 
 import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 
-def loader(dataset, batch_size: int, num_workers: int, shuffle: bool, drop_last: bool = True) -> DataLoader:
-    """Every workload's loader: whole batches only while training (a short last batch would be a step of
-    another size), workers kept alive across epochs."""
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, drop_last=drop_last,
+def train_loader(dataset, batch_size: int, rank: int, world_size: int, seed: int, num_workers: int = 0) -> DataLoader:
+    """This rank's shard of the training set, a fresh shuffle each epoch (`loader.sampler.set_epoch`), the same on
+    every rank; whole batches only (a short last batch would be a step of another size); workers kept alive across
+    epochs. One rank is a shard of one: the same code at every scale."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True,
                       persistent_workers=num_workers > 0)
+
+
+def eval_loader(dataset, batch_size: int, rank: int, world_size: int, num_workers: int = 0) -> DataLoader:
+    """This rank's share of an evaluation set: every sample exactly once over all ranks (no padding, no repeats),
+    so the figures summed over ranks are the set's own."""
+    return DataLoader(Subset(dataset, range(rank, len(dataset), world_size)), batch_size=batch_size,
+                      num_workers=num_workers)
 
 
 def spiral(num_samples: int, noise: float, seed: int, num_classes: int = 2) -> TensorDataset:

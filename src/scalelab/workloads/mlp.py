@@ -19,8 +19,8 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     val = data.spiral(max(cfg.num_samples // 5, batch_per_device * world_size), cfg.noise, cfg.seed + 1)
     return Workload(
         module=module,
-        train_loader=data.loader(train, batch_per_device, cfg.num_workers, shuffle=True),
-        val_loader=data.loader(val, batch_per_device, cfg.num_workers, shuffle=False, drop_last=False),
+        train_set=train,
+        val_set=val,
         n_params=sum(p.numel() for p in module.parameters()),
         tokens_per_sample=0,
         describe="mlp " + "-".join(map(str, cfg.hidden_dims)),

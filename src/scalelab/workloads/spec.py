@@ -26,10 +26,10 @@ class WorkloadSpec:
 
 @dataclass
 class Workload:
-    """What `build` returns: the Lightning module, its seeded loaders and the figures every result records."""
-    module: Any
-    train_loader: Any  # torch DataLoader
-    val_loader: Optional[Any]
+    """What `build` returns: the Lightning module, its seeded datasets and the figures every result records."""
+    module: Any  # a LightningModule: training_step, configure_optimizers, and validation_step where val_set is
+    train_set: Any  # torch Dataset; each rank reads its shard (data.train_loader)
+    val_set: Optional[Any]
     n_params: int
     tokens_per_sample: int  # 0 for workloads without tokens: throughput is then read in samples/s
     describe: str

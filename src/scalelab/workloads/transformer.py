@@ -53,8 +53,8 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     train = data.TokenSequences(num_samples, cfg.seq_len, cfg.vocab_size, cfg.seed)
     return Workload(
         module=module,
-        train_loader=data.loader(train, batch_per_device, cfg.num_workers, shuffle=True),
-        val_loader=None,
+        train_set=train,
+        val_set=None,
         n_params=sum(p.numel() for p in module.parameters()),  # the tied head counted once; adapters included
         tokens_per_sample=cfg.seq_len,
         describe=f"transformer {cfg.preset}" + (f" + LoRA r{cfg.lora_rank}" if cfg.lora_rank else ""),

@@ -1,0 +1,200 @@
+"""The step clock: marks on the device's own clock at the points the loop names, read a window at a time.
+
+A step is measured from the end of the previous one (so fetching the batch, forward, backward, the gradient
+all-reduce and the optimizer all count) to its own end. CUDA kernels run asynchronously: a host clock read without
+a device sync times the launch, not the work. So on a GPU every mark is a CUDA event, and the marks are read once
+every SYNC_EVERY steps after one device sync (loop.py calls `read`), instead of stalling the host every step; on
+CPU a mark is perf_counter, and the same window is read the same way (the sync is then a no-op). The losses are
+read in that window too, with one copy: a step never waits for the device. Warm-up and compute-only probe steps
+are marked like the others; timing.summarize leaves them out of every throughput figure.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import torch
+
+from scalelab.launch import cluster, cores
+from scalelab.train import comm
+
+
+class DeviceClock:
+    """Marks on the device's clock, read later as perf_counter seconds: floats on CPU, CUDA events on GPU.
+
+    `anchor()` syncs and ties the GPU clock to the host's (perf_counter at a reference event); a mark is read
+    as anchor + the GPU time elapsed since the reference, once its event has completed. Re-anchored at every
+    read, so a float32 elapsed time never spans more than a window of steps."""
+
+    def __init__(self, device):
+        self.device, self.cuda = device, device.type == "cuda"
+        self.ref_event, self.ref_s = None, None
+
+    def anchor(self, synced: bool = False) -> float:
+        if not synced:
+            comm.sync(self.device)
+        self.ref_s = time.perf_counter()
+        if self.cuda:
+            self.ref_event = torch.cuda.Event(enable_timing=True)
+            self.ref_event.record()
+        return self.ref_s
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def ready(mark) -> bool:
+        return isinstance(mark, float) or mark.query()
+
+    def seconds(self, mark) -> float:
+        return mark if isinstance(mark, float) else self.ref_s + self.ref_event.elapsed_time(mark) / 1e3
+
+
+class StepClock:
+    """What the loop marks, per batch: its end, when its gradients were ready, DDP's bucket all-reduces inside it,
+    its loss; read into lists (one entry per batch) that `rank_record` hands to the result.
+
+    With --accumulate_grad_batches K an optimizer step is K batches: `step_ends` says which batch ended one, and
+    timing.summarize adds them up. `batches` and `steps` count what ended on the host, read or not: the stall
+    deadline's progress and the failure line's "during step N"."""
+
+    def __init__(self, device, world_size: int, process_start: float, comm_hook: str = "none"):
+        self.device, self.world_size, self.process_start = device, world_size, process_start
+        self.clock = DeviceClock(device)
+        self.buckets = comm.BucketClock(comm_hook)  # DDP's comm hook state (attach): times every bucket
+        self.scratch = comm.Scratch()  # stand-in buffers for the all-reduce alone, one bucket's worth for the run
+        self.grad_bytes = None
+        self.batches = self.steps = 0  # ended on the host
+        self.pending = []  # batches ended, not yet read: (end, ready, buckets, loss, ended_a_step)
+        self.step_times, self.ready_times, self.comm_times, self.bucket_counts, self.losses = [], [], [], [], []
+        self.step_ends = []  # read batches that ended an optimizer step
+        self.probe_steps = []  # optimizer steps that were compute-only probes
+        self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
+        self.epoch_times = []
+        self.first_step_end = None  # wall clock
+        self._last = self._ready = self._epoch_start = None
+
+    def attach(self, model) -> None:
+        """Time DDP's gradient all-reduce (--comm_hook's, by default DDP's own) through a comm hook; count the
+        bytes it reduces. `model` is what Fabric set up: the DDP module sits inside it when there are ranks."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.grad_bytes = comm.grad_bytes(model)
+        ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
+        if ddp is not None:
+            ddp.register_comm_hook(self.buckets, comm.timed_allreduce_hook)
+
+    def start(self) -> None:
+        if self.clock.cuda:  # the peak of training alone
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._last = self.clock.anchor()
+
+    def epoch_start(self) -> None:
+        self.read()
+        self._epoch_start = self._last = self.clock.anchor()
+
+    def epoch_end(self) -> None:
+        self.read()
+        self.epoch_times.append(self._last - self._epoch_start)
+
+    def grads_ready(self) -> None:
+        """After backward: DDP has waited for its last bucket, the gradients are reduced (or local, in a probe)."""
+        self._ready = self.clock.mark()
+
+    def allreduce_alone(self) -> None:
+        """A probe step: all ranks all-reduce the last step's bucket sizes together, with nothing else running."""
+        if self.world_size > 1 and self.buckets.bucket_bytes:
+            self.alone.append(round(comm.allreduce_alone_s(self.buckets.bucket_bytes, self.device,
+                                                           scratch=self.scratch), 6))
+
+    def batch_end(self, loss, ended_a_step: bool, probe: bool) -> None:
+        end = self.clock.mark()
+        self.pending.append((end, self._ready or end, self.buckets.cut(), loss.detach(), ended_a_step))
+        self._ready = None
+        self.batches += 1
+        if ended_a_step:
+            if probe:
+                self.probe_steps.append(self.steps)
+            self.steps += 1
+
+    def read(self, wait: bool = True) -> None:
+        """The pending marks as seconds: all of them after one device sync (wait), or (a failing run, whose
+        device may never catch up) only the ones already complete, and then no GPU loss (reading it would wait)."""
+        if self._last is None:
+            return
+        if wait:
+            comm.sync(self.device)
+        done = 0
+        for end, ready, buckets, _, ended_a_step in self.pending:
+            if not (self.clock.ready(end) and comm.BucketClock.done(buckets)):
+                break
+            end_s, ready_s = self.clock.seconds(end), self.clock.seconds(ready)
+            self.step_times.append(round(end_s - self._last, 6))  # 1 us: far below run-to-run noise
+            self.ready_times.append(round(ready_s - self._last, 6))
+            busy, n = comm.BucketClock.resolve(buckets)
+            self.comm_times.append(round(busy, 6))
+            self.bucket_counts.append(n)
+            if ended_a_step:
+                self.step_ends.append(len(self.step_times) - 1)
+            self._last = end_s
+            if self.first_step_end is None:
+                self.first_step_end = time.time() - (time.perf_counter() - end_s)
+            done += 1
+        losses = [p[3] for p in self.pending[:done]]
+        if losses and (wait or not self.clock.cuda):  # one copy for the window's losses, never one per step
+            self.losses += [float(f"{v:.6g}") for v in torch.stack(losses).float().tolist()]
+        del self.pending[:done]
+        if wait:
+            self.clock.anchor(synced=True)  # the next window's events are read against a fresh reference
+
+    def rank_record(self, rank: int, local_rank: int, node_rank: int) -> dict:
+        """This rank's figures for the result (a failing run: the steps its device has finished; never waits)."""
+        self.read(wait=False)
+        gpu = self.device.type == "cuda"
+        return {
+            "rank": rank,
+            "local_rank": local_rank,
+            "node_rank": node_rank,
+            "host": cluster.hostname(),
+            "device": str(self.device),
+            "device_name": cluster.device_name("gpu" if gpu else "cpu", self.device),
+            "threads": torch.get_num_threads(),
+            "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
+            "machine": cores.machine_id(),
+            "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
+            "peak_memory_bytes": torch.cuda.max_memory_allocated(self.device) if gpu else None,
+            "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # host memory, so far
+            "process_start": self.process_start,
+            "first_step_end": self.first_step_end,
+            "step_times_s": self.step_times,
+            "grads_ready_s": self.ready_times,
+            "allreduce_s": self.comm_times,
+            "buckets": self.bucket_counts,
+            "probe_steps": self.probe_steps,  # optimizer-step indices
+            # batches that ended an optimizer step, when not every batch did (--accumulate_grad_batches)
+            **({"step_ends": self.step_ends} if self.step_ends != list(range(len(self.step_times))) else {}),
+            "grad_bytes": self.grad_bytes,
+            "bucket_bytes": self.buckets.bucket_bytes,
+            "wire_bytes": self.buckets.wire_bytes,  # what --comm_hook put on the wire for those buckets
+            "allreduce_alone_s": self.alone,
+            "epoch_times_s": self.epoch_times,
+            "losses": self.losses,
+        }
+
+
+def gather(record: dict) -> list:
+    """All ranks' records, ordered by rank (every rank must call this)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [record]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, record)
+    return sorted(out, key=lambda r: r["rank"])

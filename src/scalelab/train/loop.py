@@ -1,0 +1,100 @@
+"""The training loop scalelab times. Every line a step runs is in `train` below: read it top to bottom.
+
+Lightning Fabric did the rest before the loop starts (train/run.py): it launched the ranks (or read srun's or
+torchrun's), formed the process group, wrapped the model in DistributedDataParallel and set the precision. A step:
+
+    fetch this rank's batch → forward → backward, during which DDP all-reduces the gradients → optimizer step →
+    a mark on the step clock
+
+Nothing else runs between two marks: no framework hook, no collective, no host-device sync, so a multi-device
+run pays what the 1-device baseline pays plus DDP's gradient all-reduce. Every SYNC_EVERY steps, the one other
+place the ranks meet: the clock's window is read (one device sync) and the ranks agree, with one all-reduce of
+two numbers, whether a signal asks them to stop. That agreement is billed to the next step, as it should be.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+from scalelab.train import comm
+from scalelab.train.signals import Stop
+
+SYNC_EVERY = 10  # optimizer steps between the ranks' agreements and the clock's reads (torchtitan logs every 10)
+
+
+@dataclass
+class Plan:
+    """How long the loop runs and what each step is: the flags, and where a requeued job resumes."""
+
+    max_steps: Optional[int]  # optimizer steps in all; None: until max_epochs end
+    max_epochs: Optional[int]  # None: until max_steps
+    accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches)
+    warmup_steps: int = 5  # timed like the others, left out of every figure (timing.summarize)
+    probe_every: int = 5  # every Nth step after warm-up is a compute-only probe (comm.is_probe)
+    step: int = 0  # optimizer steps done: past 0 when a requeued job resumes
+    epoch: int = 0
+    batch: int = 0  # batches of `epoch` done before a requeue
+
+    def done(self) -> bool:
+        return self.step == self.max_steps or (self.max_epochs is not None and self.epoch >= self.max_epochs)
+
+
+def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=None) -> Optional[Stop]:
+    """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early."""
+    k = plan.accumulate
+    clock.start()
+    signals.loop_started = True
+    while not plan.done():
+        loader.sampler.set_epoch(plan.epoch)  # a new shuffle each epoch, the same on every rank
+        clock.epoch_start()
+        for i, batch in itertools.islice(enumerate(loader), plan.batch, None):  # (a resumed job: skip what it did)
+            batch = fabric.to_device(batch)
+            ends_step = (i + 1) % k == 0 or i + 1 == len(loader)  # the K-th batch (or the epoch's last)
+            probe = comm.is_probe(plan.step, plan.warmup_steps, plan.probe_every)  # compute only: no sync, no update
+            with fabric.no_backward_sync(model, enabled=probe or not ends_step):
+                loss = model.training_step(batch, i)  # forward (autocast when --precision is mixed)
+                fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it
+            if ends_step:
+                clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average
+                if probe:
+                    clock.allreduce_alone()  # the same buckets once more, every rank together, nothing else running
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                plan.step += 1
+            clock.batch_end(loss, ends_step, probe)  # the step's end: a mark on the device clock, read below
+            if ends_step and plan.step % SYNC_EVERY == 0:
+                clock.read()  # one device sync: the window's marks become seconds, its losses numbers
+                if metrics:
+                    metrics.flush()  # --logger's rows for the steps just read (rank 0; no sync of its own)
+                stop = signals.agree(fabric.device, fabric.world_size, plan.step)  # SIGTERM / requeue on any rank?
+                if stop:
+                    plan.batch = i + 1  # where a requeued job resumes
+                    return stop
+            if plan.step == plan.max_steps:
+                break
+        clock.epoch_end()
+        plan.epoch, plan.batch = plan.epoch + 1, 0
+    return None
+
+
+def validate(fabric, model, loader) -> dict:
+    """The workload's validation_step over every rank's share of the set, summed over ranks in one all-reduce:
+    {name: mean per sample}. After the timed loop: never part of a step."""
+    import torch
+
+    model.eval()
+    totals, count = {}, 0
+    with torch.no_grad():
+        for i, batch in enumerate(loader):
+            batch = fabric.to_device(batch)
+            for name, value in model.validation_step(batch, i).items():
+                totals[name] = totals.get(name, 0.0) + value.double()
+            count += len(batch[0])
+    names = sorted(totals)
+    sums = torch.stack([totals[n] for n in names] + [torch.tensor(float(count), device=fabric.device).double()])
+    sums = fabric.all_reduce(sums, reduce_op="sum") if fabric.world_size > 1 else sums
+    *values, n = sums.tolist()
+    return {name: value / n for name, value in zip(names, values)} if n else {}

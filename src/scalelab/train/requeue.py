@@ -1,0 +1,57 @@
+"""SLURM's requeue, done at a step every rank agreed on: save, ask SLURM to requeue the job, resume from the save.
+
+`#SBATCH --signal=SIGUSR1@90` warns the job 90 s before its time limit; with `#SBATCH --requeue` SLURM may run it
+again. The loop stops at its next sync point (signals.py), every rank calls `save` (Fabric writes rank 0's copy;
+DDP's replicas are identical), rank 0 calls `ask_slurm`, and the attempt is recorded "preempted". The next attempt
+(SLURM_RESTART_COUNT 1 and up) finds the checkpoint under the same job id and resumes at the saved step.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import asdict, fields
+from typing import Optional
+
+CHECKPOINT_DIR = "checkpoints"  # under --output_dir: outputs/checkpoints/<job id>/requeue.ckpt
+
+
+def checkpoint_path(output_dir: str, environ=None) -> Optional[str]:
+    """Where this SLURM job's requeue checkpoint lives (None outside a SLURM job)."""
+    environ = os.environ if environ is None else environ
+    job = environ.get("SLURM_JOB_ID")  # each task of an array has its own
+    return os.path.join(output_dir, CHECKPOINT_DIR, job, "requeue.ckpt") if job else None
+
+
+def resume(fabric, model, optimizer, plan, path: Optional[str], environ=None) -> bool:
+    """A requeued attempt (SLURM_RESTART_COUNT > 0) with its job's checkpoint: load it and move `plan` to the saved
+    step. A first attempt never loads (job ids restart after a cluster is wiped: a stale file is not this job's)."""
+    environ = os.environ if environ is None else environ
+    if not path or int(environ.get("SLURM_RESTART_COUNT") or 0) < 1 or not os.path.exists(path):
+        return False
+    state = {"model": model, "optimizer": optimizer, "plan": {}}
+    fabric.load(path, state)
+    for f in fields(plan):
+        if f.name in ("step", "epoch", "batch"):
+            setattr(plan, f.name, state["plan"][f.name])
+    return True
+
+
+def save(fabric, model, optimizer, plan, path: str) -> None:
+    """Every rank calls it at the same step (Fabric writes rank 0's copy and waits for all)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fabric.save(path, {"model": model, "optimizer": optimizer, "plan": asdict(plan)})
+
+
+def ask_slurm(environ=None) -> Optional[str]:
+    """`scontrol requeue JOB`; None when SLURM took it, else why not (one line)."""
+    environ = os.environ if environ is None else environ
+    job = environ.get("SLURM_JOB_ID")
+    try:
+        proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"scontrol requeue {job} did not run: {exc}"
+    if proc.returncode:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        return f"scontrol requeue {job} failed: {said[-1] if said else f'exit {proc.returncode}'}"
+    return None

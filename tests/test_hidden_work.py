@@ -1,0 +1,93 @@
+"""No hidden per-step work: what a rank does between two optimizer steps, counted in real runs (train/loop.py).
+
+tests/countcalls/sitecustomize.py records every torch.distributed collective, every host read of a tensor by
+scalelab's or Lightning's code (`item`, `tolist`, ...: a device sync on a GPU), scalelab's device sync, and the
+loop's once-per-step `zero_grad`. Cut at the `zero_grad`s, segment k holds the loop's window after step k (when
+k is a multiple of SYNC_EVERY) and the forward/backward of step k+1. Each must be exactly:
+
+* a normal step: DDP's gradient buckets, nothing else (no collective of the framework's, no sync, no read);
+* a compute-only probe: no DDP all-reduce; the same buckets all-reduced alone, each pass after a barrier;
+* every SYNC_EVERY steps: one small all-reduce (the ranks' agreement on signals), one device sync and the host
+  reads of the window (the losses, the agreement's two flags).
+
+A framework collective, a `.item()` or a sync added to every step fails this test, whatever else it does.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SRC
+from scalelab.train.comm import is_probe
+from scalelab.train.loop import SYNC_EVERY
+
+pytestmark = pytest.mark.slow
+STEPS, WARMUP = 40, 5
+MLP = ["--model", "mlp", "--num_samples", "20000", "--max_steps", STEPS, "--warmup_steps", WARMUP, "--timeout", 60]
+DDP, AGREE = ("collective", "all_reduce", "grad"), ("collective", "all_reduce", "control")
+BARRIER, SYNC = ("collective", "barrier", "control"), ("sync", "comm.sync", "")
+
+
+def counted_run(tmp_path, *args) -> list:
+    """train.py with the counting shim; [(rank, [segment Counter, ...])] for every rank."""
+    count_dir = tmp_path / "counts"
+    count_dir.mkdir()
+    env = {**os.environ, "SCALELAB_COUNT_DIR": str(count_dir), "PYTHONPATH": str(ROOT / "tests" / "countcalls"),
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(SRC / "train.py"), *map(str, MLP), *map(str, args), "--output_dir",
+                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = []
+    for path in count_dir.glob("*.json"):
+        data = json.loads(path.read_text())
+        segments = [collections.Counter()]
+        for kind, name, numel in data["calls"]:
+            if kind == "step":
+                segments.append(collections.Counter())
+            else:
+                size = ("control" if numel < 1024 else "grad") if kind == "collective" else ""
+                segments[-1][(kind, name, size)] += 1
+        ranks.append((int(data["env_rank"]), segments))
+    return sorted(ranks, key=lambda r: r[0])
+
+
+def expected(k: int, world: int, buckets: int, probe_every: int, passes: int) -> collections.Counter:
+    """Segment k (1 <= k < STEPS): the window after step k, then step k+1 (0-based index k)."""
+    want = collections.Counter()
+    if k % SYNC_EVERY == 0:  # the loop's sync point: read the window, agree on signals
+        want[SYNC] += 1
+        want[("read", "tolist", "")] += 1  # the window's losses, one copy
+        if world > 1:
+            want[AGREE] += 1
+            want[("read", "tolist", "")] += 1  # the agreement's two flags
+    if world > 1 and is_probe(k, WARMUP, probe_every):
+        want[BARRIER] += passes
+        want[DDP] += passes * buckets  # the buckets alone, not DDP's
+        want[SYNC] += 2 * passes
+    elif world > 1:
+        want[DDP] += buckets
+    return want
+
+
+@pytest.mark.parametrize("world, args, probe_every", [
+    (2, [], 5),  # probes, --logger csv (the defaults)
+    (2, ["--accumulate_grad_batches", "2"], 5),  # one all-reduce per optimizer step of two batches
+    (2, ["--comm_probe_every", "0", "--logger", "none"], 0),
+    (1, [], 5),
+])
+def test_a_step_does_ddps_all_reduce_and_nothing_else(tmp_path, world, args, probe_every):
+    ranks = counted_run(tmp_path, "--devices", world, *args)
+    assert [r for r, _ in ranks] == list(range(world))
+    for rank, segments in ranks:
+        assert len(segments) == STEPS + 1, (rank, len(segments))  # setup + one segment after each step
+        buckets = segments[1][DDP] if world > 1 else 0
+        assert world == 1 or buckets >= 1
+        probes = [seg for k, seg in enumerate(segments[1:STEPS], 1) if world > 1 and is_probe(k, WARMUP, probe_every)]
+        passes = probes[0][BARRIER] if probes else 0
+        assert not probe_every or world == 1 or passes >= 1
+        for k in range(1, STEPS):
+            assert segments[k] == expected(k, world, buckets, probe_every, passes), (rank, k, dict(segments[k]))
