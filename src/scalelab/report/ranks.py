@@ -1,7 +1,7 @@
 """`benchmark.py --ranks`: every rank of a multi-rank run, by host, so one slow node is named, not averaged away.
 
 A DDP step ends when the slowest rank's gradients are all-reduced, so every rank's step time is the same and
-the main table shows only the slowest. The compute-only probe steps (train/comm.py) do not wait for anyone:
+the main table shows their mean. The compute-only probe steps (train/comm.py) do not wait for anyone:
 there a rank's time to gradients-ready is its own compute. A rank whose compute is more than `pct` % above the
 median rank's is flagged, and its host goes into the `sbatch --exclude=` list to try next.
 """
