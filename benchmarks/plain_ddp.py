@@ -63,8 +63,11 @@ def worker(rank, args, queue):
     timed = sum(times[args.warmup:])
     if rank == 0:
         queue.put((len(times) - args.warmup) * args.batch * args.procs * units / timed)
-    if args.procs > 1:
-        dist.destroy_process_group()
+        queue.close()
+        queue.join_thread()  # the figure is in the pipe
+    # Leave as scalelab's ranks do (os._exit): freeing the DDP model after the process group let gloo's destructor
+    # join its worker thread while holding the GIL the thread was waiting for (a run hung now and then).
+    os._exit(0)
 
 
 def measure(procs, steps=30, warmup=5, batch=None, model="gpt") -> float:
