@@ -3,6 +3,7 @@ salloc names its job `interactive`, which Lightning does not treat as SLURM, so 
 there would give two unrelated 1-rank runs; `srun -n N` without --ntasks-per-node Lightning refuses with a
 traceback. Both are one line here, with the srun line that works."""
 
+import os
 import re
 import subprocess
 
@@ -135,3 +136,15 @@ def test_sweep_stops_at_a_refused_submission_and_says_what_went_out(tmp_path):
     assert first.startswith("sweep.sh: sbatch ") and first.endswith("Requested node configuration is not available")
     assert "slurm_jobs/multi_node_multi_gpu.sh" in first
     assert re.fullmatch(r"sweep.sh: already submitted: 7\d* 7\d* \(scancel 7\d* 7\d* to withdraw them\)", second)
+
+
+@pytest.mark.slow
+def test_a_local_run_where_srun_exists_prints_no_lightning_hint(tmp_path):
+    """On a login node (or a laptop with slurm-wlm) `srun` is on PATH: Lightning's detection would warn on every local
+    run that srun "is available but not used"; the mistake it means is refused by the checks above, in one line."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    proc = run_script("train.py", "--model", "mlp", "--max_steps", "8", "--output_dir", tmp_path / "out",
+                      env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

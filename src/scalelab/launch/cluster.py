@@ -17,6 +17,7 @@ import platform
 import socket
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -118,6 +119,10 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
     """Sizes of this run, from the launcher when there is one, else from the flags."""
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
+    # Lightning warns on every detection where `srun` exists and did not start the process: every local run on a
+    # login node (or this laptop with slurm-wlm). The mistake it hints at, a multi-task SLURM job outside srun, is
+    # refused below in one line; the same detection runs again inside Fabric.
+    warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     accel = resolve_accelerator(accelerator)
     problem = slurm_step_problem(script=_script())
     if problem:
