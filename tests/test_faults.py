@@ -267,7 +267,7 @@ def test_sigusr1_outside_slurm_stops_with_a_record(tmp_path):
     assert proc.returncode == 1 and match, line
     r, _ = the_record(tmp_path)
     assert r["status"] == "timeout" and "SIGUSR1" in r["error"] and r["timing"]["steps"] == int(match.group(1))
-    assert int(match.group(1)) % SYNC_EVERY == 0  # stopped where the ranks agree, not inside the handler
+    assert int(match.group(1)) % SYNC_EVERY == 1  # stopped where the ranks agree, not inside the handler
     print(f"\nSIGUSR1 outside SLURM: stopped {took:.1f} s after the signal; {line}")
 
 
@@ -315,13 +315,14 @@ def test_slurm_requeue_signal_saves_requeues_and_the_next_attempt_resumes(tmp_pa
     (first,) = load_results(out)
     assert first["status"] == "preempted" and first["slurm"]["job_id"] == "4242"
     saved = first["timing"]["steps"]
-    assert (out / "checkpoints" / "4242" / "requeue.ckpt").exists() and saved % SYNC_EVERY == 0
+    assert (out / "checkpoints" / "4242" / "requeue.ckpt").exists() and saved % SYNC_EVERY == 1
 
     _, again = _fake_slurm(tmp_path, restart=1)
     proc = run_script("train.py", *args, "--output_dir", out, env=again, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"scalelab: resumed from {out}/checkpoints/4242/requeue.ckpt at step {saved} (a requeued job)" in proc.stdout
     second = next(r for r in load_results(out) if r["status"] == "completed")
+    assert not (out / "checkpoints" / "4242" / "requeue.ckpt").exists()  # served its purpose: removed
     assert second["timing"]["steps"] == 200 * 4096 // 64 - saved  # the rest of the 200 epochs, not all again
     print(f"\nSIGUSR1 under SLURM: preempted {took:.1f} s after the signal at step {saved}; resumed and completed")
 

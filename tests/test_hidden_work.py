@@ -3,12 +3,13 @@
 tests/countcalls/sitecustomize.py records every torch.distributed collective, every host read of a tensor by
 scalelab's or Lightning's code (`item`, `tolist`, ...: a device sync on a GPU), scalelab's device sync, and the
 loop's once-per-step `zero_grad`. Cut at the `zero_grad`s, segment k holds the loop's window after step k (when
-k is a multiple of SYNC_EVERY) and the forward/backward of step k+1. Each must be exactly:
+step k is a sync point) and the forward/backward of step k+1. Each must be exactly:
 
 * a normal step: DDP's gradient buckets, nothing else (no collective of the framework's, no sync, no read);
 * a compute-only probe: no DDP all-reduce; the same buckets all-reduced alone, each pass after a barrier;
-* every SYNC_EVERY steps: one small all-reduce (the ranks' agreement on signals), one device sync and the host
-  reads of the window (the losses, the agreement's two flags).
+* at a sync point (after step 1, then every SYNC_EVERY steps for these 1 ms steps): one small all-reduce (the
+  ranks' agreement on signals and the next sync point), one device sync and the host reads of the window (the
+  losses, the agreement's numbers).
 
 A framework collective, a `.item()` or a sync added to every step fails this test, whatever else it does.
 """
@@ -58,12 +59,12 @@ def counted_run(tmp_path, *args) -> list:
 def expected(k: int, world: int, buckets: int, probe_every: int, passes: int) -> collections.Counter:
     """Segment k (1 <= k < STEPS): the window after step k, then step k+1 (0-based index k)."""
     want = collections.Counter()
-    if k % SYNC_EVERY == 0:  # the loop's sync point: read the window, agree on signals
+    if k % SYNC_EVERY == 1:  # the loop's sync point: read the window, agree on signals (not after the last step)
         want[SYNC] += 1
         want[("read", "tolist", "")] += 1  # the window's losses, one copy
         if world > 1:
             want[AGREE] += 1
-            want[("read", "tolist", "")] += 1  # the agreement's two flags
+            want[("read", "tolist", "")] += 1  # the agreement's numbers
     if world > 1 and is_probe(k, WARMUP, probe_every):
         want[BARRIER] += passes
         want[DDP] += passes * buckets  # the buckets alone, not DDP's

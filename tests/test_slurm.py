@@ -193,7 +193,7 @@ def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp
     assert [(r["status"], r["slurm"]["restart_count"]) for r in attempts] == [("preempted", 0), ("completed", 1)]
     assert "requeue" in attempts[0]["error"] and attempts[1]["error"] is None
     saved = attempts[0]["timing"]["steps"]
-    assert (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()  # what the second attempt resumed from
+    assert not (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()  # resumed from, then removed
     assert "restart 1" in job_log.read_text()
     assert f"checkpoints/{job}/requeue.ckpt at step {saved} (a requeued job)" in job_log.read_text()
     c = attempts[1]["config"]  # one rank: num_samples // batch steps an epoch

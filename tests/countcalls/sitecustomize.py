@@ -1,8 +1,9 @@
 """Loaded through PYTHONPATH by tests/test_hidden_work.py: every rank writes, as it exits, the calls it made in order.
 
 Recorded: torch.distributed's collectives (with the element count of their tensor), host reads of a tensor
-(`item`, `tolist`, `float(t)`, `int(t)`, `bool(t)`: a device sync on a GPU) made by scalelab's or Lightning's own code,
-scalelab's device sync (`scalelab.train.comm.sync`: a no-op on CPU, a wait on a GPU), and
+(`item`, `tolist`, `float(t)`, `int(t)`, `bool(t)`, `cpu()`, `numpy()`: a device sync on a GPU) made by scalelab's or
+Lightning's own code, scalelab's device sync (`scalelab.train.comm.sync`: a no-op on CPU, a wait on a GPU) and any
+call of `torch.cuda.synchronize`, and
 `torch.optim.Optimizer.zero_grad`, which the loop calls once per optimizer step: the test cuts the calls into steps
 there. Changes nothing else. Inert unless SCALELAB_COUNT_DIR is set.
 """
@@ -16,7 +17,7 @@ import sys
 COLLECTIVES = ("broadcast", "all_reduce", "barrier", "all_gather", "all_gather_object", "broadcast_object_list",
                "reduce", "gather", "scatter", "reduce_scatter", "all_gather_into_tensor", "reduce_scatter_tensor",
                "monitored_barrier", "gather_object", "scatter_object_list")
-READS = ("item", "tolist", "__float__", "__int__", "__bool__")
+READS = ("item", "tolist", "__float__", "__int__", "__bool__", "cpu", "numpy")
 OWN = (os.sep + "scalelab" + os.sep, os.sep + "lightning" + os.sep)  # whose host reads count
 _calls = []
 _depth = [0]
@@ -69,6 +70,15 @@ def _wrap_reads(torch, optimizer):
     optimizer.Optimizer.zero_grad = step_marker
 
 
+def _wrap_cuda_sync(cuda):
+    synchronize = cuda.synchronize
+
+    def counted(*args, **kwargs):
+        _calls.append(["sync", "torch.cuda.synchronize", 0])
+        return synchronize(*args, **kwargs)
+    cuda.synchronize = counted
+
+
 def _wrap_sync(comm):
     sync = comm.sync
 
@@ -79,6 +89,7 @@ def _wrap_sync(comm):
 
 
 HOOKS = {"torch.distributed.distributed_c10d": _wrap_collectives, "scalelab.train.comm": _wrap_sync,
+         "torch.cuda": _wrap_cuda_sync,
          "torch.optim.optimizer": lambda mod: _wrap_reads(sys.modules["torch"], mod)}
 
 

@@ -153,6 +153,13 @@ class StepClock:
         if wait:
             self.clock.anchor(synced=True)  # the next window's events are read against a fresh reference
 
+    def steps_within(self, seconds: float, most: int) -> int:
+        """How many of the latest steps (as read) fit in `seconds`: 1 to `most`."""
+        recent = sorted(self.step_times[-most:])
+        if not recent or recent[len(recent) // 2] <= 0:
+            return most
+        return max(1, min(most, int(seconds / recent[len(recent) // 2])))
+
     def rank_record(self, rank: int, local_rank: int, node_rank: int) -> dict:
         """This rank's figures for the result (a failing run: the steps its device has finished; never waits)."""
         self.read(wait=False)

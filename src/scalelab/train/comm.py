@@ -26,7 +26,7 @@ from scalelab.perfmodel.levers import wire_bytes
 
 
 class BucketClock:
-    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `take()`, and the hook it
+    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `cut()`, and the hook it
     times (--comm_hook: PyTorch's default all-reduce, its fp16/bf16 compression or PowerSGD) with its state."""
 
     def __init__(self, hook: str = "none"):

@@ -15,6 +15,7 @@ written up in docs/08.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Callable
@@ -35,13 +36,14 @@ class StallDeadline:
 
     `progress()` gives (batches ended, optimizer steps ended): any new batch is progress; the line names the step.
 
-    Armed from the first training step to the end of the run's last collective (the gather of every rank's
-    figures): the parts where a peer can block this rank."""
+    Armed from the first training step until the record is on disk and the ranks have met a last time: the parts
+    where a peer can block this rank. `held()` suspends it around long work that is no step (a checkpoint save)."""
 
     def __init__(self, seconds: float | None, on_stall: Callable[[str], None], progress: Callable[[], tuple],
                  poll_s: float = 0.2):
         self.seconds, self.on_stall, self.progress, self.poll_s = seconds, on_stall, progress, poll_s
         self.fired = False
+        self._held = False
         self._stop = threading.Event()
         self._thread = None
 
@@ -55,11 +57,20 @@ class StallDeadline:
         """The run ended (or is recording its failure on the main thread): nothing left to watch."""
         self._stop.set()
 
+    @contextlib.contextmanager
+    def held(self):
+        """No stall while the block runs; the wait starts afresh after it."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+
     def _watch(self):
         seen, last = self.progress(), time.monotonic()
         while not self._stop.wait(self.poll_s):
             now, count = time.monotonic(), self.progress()
-            if count != seen:
+            if count != seen or self._held:
                 seen, last = count, now
             elif now - last >= self.seconds:
                 self.fired = True

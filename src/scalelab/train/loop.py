@@ -7,9 +7,12 @@ torchrun's), formed the process group, wrapped the model in DistributedDataParal
     a mark on the step clock
 
 Nothing else runs between two marks: no framework hook, no collective, no host-device sync, so a multi-device
-run pays what the 1-device baseline pays plus DDP's gradient all-reduce. Every SYNC_EVERY steps, the one other
-place the ranks meet: the clock's window is read (one device sync) and the ranks agree, with one all-reduce of
-two numbers, whether a signal asks them to stop. That agreement is billed to the next step, as it should be.
+run pays what the 1-device baseline pays plus DDP's gradient all-reduce. (A compute-only probe step, every 5th
+after warm-up, also all-reduces its buckets alone, after a barrier: it is timed apart and never enters a
+throughput figure.) At a sync point, the one other place the ranks meet, the clock's window is read (one device
+sync) and the ranks agree, with one all-reduce of three numbers, whether a signal asks them to stop and when to
+meet next: after the first step, then every SYNC_EVERY steps, or fewer when steps are long, so that a SIGTERM is
+acted on within about SYNC_SECONDS. That agreement is billed to the next step, as it should be.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from scalelab.train import comm
 from scalelab.train.signals import Stop
 
 SYNC_EVERY = 10  # optimizer steps between the ranks' agreements and the clock's reads (torchtitan logs every 10)
+SYNC_SECONDS = 5.0  # at most about this long between them (SLURM's KillWait: 30 s from SIGTERM to SIGKILL)
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Plan:
 def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=None) -> Optional[Stop]:
     """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early."""
     k = plan.accumulate
+    next_sync = plan.step + 1  # the first sync point: after the first step
     clock.start()
     signals.loop_started = True
     while not plan.done():
@@ -65,16 +70,18 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
                 optimizer.zero_grad(set_to_none=True)
                 plan.step += 1
             clock.batch_end(loss, ends_step, probe)  # the step's end: a mark on the device clock, read below
-            if ends_step and plan.step % SYNC_EVERY == 0:
+            if plan.step == plan.max_steps or (i + 1 == len(loader) and plan.epoch + 1 == plan.max_epochs):
+                break  # the run's last step: nothing left to agree on
+            if ends_step and plan.step == next_sync:
                 clock.read()  # one device sync: the window's marks become seconds, its losses numbers
                 if metrics:
                     metrics.flush()  # --logger's rows for the steps just read (rank 0; no sync of its own)
-                stop = signals.agree(fabric.device, fabric.world_size, plan.step)  # SIGTERM / requeue on any rank?
+                every = clock.steps_within(SYNC_SECONDS, SYNC_EVERY)  # this rank's proposal; the fewest wins
+                stop = signals.agree(fabric.device, fabric.world_size, plan.step, every)  # SIGTERM, requeue?
                 if stop:
                     plan.batch = i + 1  # where a requeued job resumes
                     return stop
-            if plan.step == plan.max_steps:
-                break
+                next_sync = plan.step + signals.every
         clock.epoch_end()
         plan.epoch, plan.batch = plan.epoch + 1, 0
     return None

@@ -33,6 +33,7 @@ class RunContext:
     run_id: Optional[str] = None  # rank 0: chosen at the start of the run
     folder: Optional[str] = None  # rank 0: the run folder, claimed at the start when a logger writes into it
     unpinned: Optional[list] = None  # the cores this process had before its rank was pinned (given back at the end)
+    resumed_from: Optional[str] = None  # a requeued job's checkpoint, loaded at the start
 
     def rank_record(self) -> dict:
         """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
@@ -77,8 +78,9 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
 def workload_record(ctx: RunContext) -> dict:
     """What the run computed: the config's workload fields and what the build derived from them."""
     cfg, wl, world = ctx.cfg, ctx.workload, ctx.launch.world_size
-    return {**cfg.workload(), "describe": wl.describe, "params": wl.n_params,
-            "tokens_per_sample": wl.tokens_per_sample, "batch_per_device": ctx.batch,
+    built = ({"describe": wl.describe, "params": wl.n_params, "tokens_per_sample": wl.tokens_per_sample} if wl else
+             {"describe": cfg.model, "params": None, "tokens_per_sample": None})  # a run that failed before the build
+    return {**cfg.workload(), **built, "batch_per_device": ctx.batch,
             "global_batch": ctx.batch * world * cfg.accumulate_grad_batches}  # per optimizer step
 
 
@@ -109,7 +111,7 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
 
 def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
     """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where a peak is known."""
-    flops = ctx.workload.flops_per_sample
+    flops = ctx.workload.flops_per_sample if ctx.workload else None
     if not flops or not summary.get("samples_per_s"):
         return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
     achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12

@@ -25,9 +25,12 @@ def checkpoint_path(output_dir: str, environ=None) -> Optional[str]:
 
 def resume(fabric, model, optimizer, plan, path: Optional[str], environ=None) -> bool:
     """A requeued attempt (SLURM_RESTART_COUNT > 0) with its job's checkpoint: load it and move `plan` to the saved
-    step. A first attempt never loads (job ids restart after a cluster is wiped: a stale file is not this job's)."""
+    step. A first attempt never loads (job ids restart after a cluster is wiped: a stale file is not this job's).
+    Rank 0 looks for the file and tells the others: every rank must take the same branch (loading waits for all)."""
     environ = os.environ if environ is None else environ
-    if not path or int(environ.get("SLURM_RESTART_COUNT") or 0) < 1 or not os.path.exists(path):
+    if not path or int(environ.get("SLURM_RESTART_COUNT") or 0) < 1:
+        return False
+    if not fabric.broadcast(os.path.exists(path) if fabric.global_rank == 0 else None, src=0):
         return False
     state = {"model": model, "optimizer": optimizer, "plan": {}}
     fabric.load(path, state)
@@ -38,9 +41,18 @@ def resume(fabric, model, optimizer, plan, path: Optional[str], environ=None) ->
 
 
 def save(fabric, model, optimizer, plan, path: str) -> None:
-    """Every rank calls it at the same step (Fabric writes rank 0's copy and waits for all)."""
+    """Every rank calls it at the same step (Fabric writes rank 0's copy and waits for all). Written beside the
+    checkpoint, then moved over it: a save cut short (SIGKILL at KillWait) never leaves half a file."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fabric.save(path, {"model": model, "optimizer": optimizer, "plan": asdict(plan)})
+    fabric.save(path + ".part", {"model": model, "optimizer": optimizer, "plan": asdict(plan)})
+    if fabric.global_rank == 0:
+        os.replace(path + ".part", path)
+
+
+def done_with(path: Optional[str]) -> None:
+    """A resumed job completed: its checkpoint (16 GB and more for xl) has served its purpose."""
+    if path and os.path.exists(path):
+        os.remove(path)
 
 
 def ask_slurm(environ=None) -> Optional[str]:

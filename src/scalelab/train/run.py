@@ -34,7 +34,6 @@ def main(argv=None, process_start=None) -> int:
     if not cfg.verbose:  # Lightning sets these to INFO on import ("Initializing distributed: ..." once per rank)
         for name in ("lightning", "lightning.fabric", "lightning.pytorch"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    from scalelab import workloads
     from scalelab.testing import faults
     from scalelab.train.clock import StepClock
     from scalelab.train.record import RunContext
@@ -42,24 +41,27 @@ def main(argv=None, process_start=None) -> int:
 
     if device.threads:
         torch.set_num_threads(device.threads)
-    watch = RankWatch(cfg.timeout, requeue_on_sigusr1=launch.launcher == "slurm")  # signals: noted from here on
-    injected = faults.from_env()  # a test hook, [] in a real run
     fabric = Fabric(accelerator=launch.accelerator, devices=launch.devices, num_nodes=launch.num_nodes,
                     strategy=strategy(cfg, launch), precision=cfg.precision)
     ctx = RunContext(cfg, launch, batch, process_start, StepClock(fabric.device, launch.world_size, process_start,
                                                                   cfg.comm_hook),
                      rank=cluster.env_rank(), core_warning=device.warning)
-    fabric.seed_everything(cfg.seed, verbose=False)
-    ctx.workload = workloads.build(cfg, batch, launch.world_size)
-    check_powersgd(cfg, launch, ctx.workload.module)
-    if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
-        check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
-    metrics = step_metrics(ctx, run_logger(ctx))
-    try:
-        stop, val, per_rank = train(fabric, ctx, device, watch, injected, metrics)
+    watch = RankWatch(cfg.timeout, requeue_on_sigusr1=launch.launcher == "slurm")  # signals: noted from here on
+    metrics = stall = None
+    try:  # from here on every way the run ends is recorded (failed), or refused in one line (UsageError)
+        injected = faults.from_env()  # a test hook, [] in a real run
+        build_workload(fabric, ctx)
+        metrics = step_metrics(ctx, run_logger(ctx))
+        stall = stall_deadline(ctx, watch, injected)
+        stop, val, per_rank = train(fabric, ctx, device, watch, injected, metrics, stall)
+        path = finish(fabric, ctx, metrics, stop, val, per_rank)  # rank 0 writes result.json; the ranks meet
+        stall.disarm()
+    except UsageError:
+        raise
     except BaseException as exc:  # noqa: BLE001 - record every way a run can end, then re-raise as one line
+        if stall:
+            stall.disarm()  # the main thread records it: the deadline's thread must not write a second record
         raise failed(ctx, watch, metrics, exc) from None
-    path = finish(fabric, ctx, watch, metrics, stop, val, per_rank)
     faults.at_teardown(injected)  # (a test hook: the record must already be on disk here)
     watch.wait_children()  # teardown: the launched ranks end; nothing is copied off the device
     if stop and ctx.rank == 0:  # the ranks stopped together: rank 0 says why, once, for all of them
@@ -67,7 +69,24 @@ def main(argv=None, process_start=None) -> int:
     return 1 if stop else 0
 
 
-def train(fabric, ctx, device, watch, injected, metrics):
+def build_workload(fabric, ctx):
+    """The model and data, seeded alike on every rank, and what can be refused about them before launch."""
+    from scalelab import workloads
+
+    cfg, launch, batch = ctx.cfg, ctx.launch, ctx.batch
+    fabric.seed_everything(cfg.seed, verbose=False)
+    ctx.workload = workloads.build(cfg, batch, launch.world_size)
+    per_rank = -(-len(ctx.workload.train_set) // launch.world_size)  # DistributedSampler: ceil(N / ranks)
+    if per_rank < batch:
+        raise UsageError(f"{len(ctx.workload.train_set)} training samples give each of the {launch.world_size} "
+                         f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
+                         "--batch_size")
+    check_powersgd(cfg, launch, ctx.workload.module)
+    if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
+        check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
+
+
+def train(fabric, ctx, device, watch, injected, metrics, stall):
     """Launch, set up, run the loop and validation, gather every rank's figures: (stop, val, per_rank)."""
     from scalelab.testing import faults
     from scalelab.train import loop, record, requeue
@@ -75,7 +94,6 @@ def train(fabric, ctx, device, watch, injected, metrics):
     from scalelab.workloads import data
 
     cfg, wl, clock = ctx.cfg, ctx.workload, ctx.clock
-    stall = stall_deadline(ctx, watch, injected)
     if ctx.rank == 0:
         print(banner(cfg, ctx.launch, wl, ctx.batch, device.threads), flush=True)
         if device.warning:
@@ -95,15 +113,18 @@ def train(fabric, ctx, device, watch, injected, metrics):
     plan = loop.Plan(cfg.max_steps, cfg.max_epochs, cfg.accumulate_grad_batches, cfg.warmup_steps,
                      cfg.comm_probe_every)
     checkpoint = requeue.checkpoint_path(cfg.output_dir)
-    if requeue.resume(fabric, model, optimizer, plan, checkpoint) and ctx.rank == 0:
-        print(f"scalelab: resumed from {checkpoint} at step {plan.step} (a requeued job)", flush=True)
+    if requeue.resume(fabric, model, optimizer, plan, checkpoint):
+        ctx.resumed_from = checkpoint
+        if ctx.rank == 0:
+            print(f"scalelab: resumed from {checkpoint} at step {plan.step} (a requeued job)", flush=True)
     if metrics:
         metrics.log_hyperparams(record.hyperparameters(ctx))
     stall.arm()
     stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
                       watch.signals, metrics)
     if stop and stop.requeue:
-        requeue.save(fabric, model, optimizer, plan, checkpoint)
+        with stall.held():  # a save is no step: 16 GB and more for xl
+            requeue.save(fabric, model, optimizer, plan, checkpoint)
     val = {}
     if wl.val_set is not None and not stop:
         val = loop.validate(fabric, model, data.eval_loader(wl.val_set, ctx.batch, fabric.global_rank,
@@ -113,9 +134,10 @@ def train(fabric, ctx, device, watch, injected, metrics):
     return stop, val, per_rank
 
 
-def finish(fabric, ctx, watch, metrics, stop, val, per_rank):
+def finish(fabric, ctx, metrics, stop, val, per_rank):
     """Rank 0 writes result.json (a requeue is asked for first: the record says whether SLURM took it); every
-    rank waits until it is on disk, so none ends before it (srun --kill-on-bad-exit would end rank 0 too)."""
+    rank waits until it is on disk, so none ends before it (srun --kill-on-bad-exit would end rank 0 too). A
+    resumed job that completed has no more use for its checkpoint."""
     from scalelab.train import record, requeue
 
     path = None
@@ -128,6 +150,7 @@ def finish(fabric, ctx, watch, metrics, stop, val, per_rank):
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
         if not stop:
             print(one_line_summary(payload, path), flush=True)
+            requeue.done_with(ctx.resumed_from)
         if metrics:
             metrics.finish(val, "success" if not stop else "failed")
     fabric.barrier()
@@ -145,7 +168,10 @@ def failed(ctx, watch, metrics, exc: BaseException) -> RunFailed:
     watch.stop_children()  # ranks launched from here cannot finish without this one
     note = failure.record_failure(ctx, status, line, exc)
     if metrics:
-        metrics.finish({}, "failed")
+        try:
+            metrics.finish({}, "failed")
+        except Exception:  # noqa: BLE001 - the logger may be what failed: the run's own line says more
+            pass
     if ctx.rank != 0:
         return RunFailed(f"rank {ctx.rank} stopped: {line}")
     return RunFailed(f"run ended with status {status}: {line}{note}")
@@ -258,6 +284,8 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, thread
 
 def one_line_summary(payload: dict, path: str) -> str:
     t = payload["timing"]
+    if not t.get("samples_per_s"):  # a requeued job resumed at its very end: nothing was left to time
+        return f"scalelab: done in {t['whole_run_s']:.1f} s, no step timed -> {path}"
     thr = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else f"{t['samples_per_s']:,.0f} samples/s"
     return (f"scalelab: done in {t['whole_run_s']:.1f} s (train {t['train_time_s']:.2f} s over "
             f"{t['timed_steps']} timed steps, {t['step_time_s']['median'] * 1e3:.1f} ms/step median, {thr}) "

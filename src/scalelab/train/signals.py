@@ -4,15 +4,17 @@ A handler never does more than note the signal: a collective or a checkpoint sta
 any two bytecodes of whatever the rank was doing (mid optimizer update, between two gradient buckets), at a
 different point on each rank. So:
 
-* SIGTERM (job time limit, scancel) and SIGUSR1 during training set a flag. Every SYNC_EVERY steps the loop calls
-  `agree`: one all-reduce of the flags (the same step on every rank, as they run the same steps), and if any rank
-  got one, all of them stop after that step and the run records why (status "timeout").
+* SIGTERM (job time limit, scancel) and SIGUSR1 during training set a flag. At its sync points (every SYNC_EVERY
+  steps, or every few seconds when steps are long: loop.py) the loop calls `agree`: one all-reduce of the flags
+  (the same step on every rank, as they run the same steps), and if any rank got one, all of them stop after that
+  step and the run records why (status "timeout"). The same all-reduce settles when the next sync point is.
 * SIGUSR1 in a SLURM batch job is SLURM's warning before the time limit (`#SBATCH --signal=SIGUSR1@90`): at the
   agreed step every rank saves the checkpoint, rank 0 asks SLURM to requeue the job (run.py), the attempt ends
   "preempted", and the requeued job resumes from the checkpoint. Anywhere else SIGUSR1 would kill the process
   silently (its default action), so it stops the run like SIGTERM.
-* Before the loop (start-up) a SIGTERM ends the process at once, with a record (`Terminated`); after it (the
-  final gather and the record) it is noted and the run finishes what it was writing.
+* Before the loop (start-up) a SIGTERM ends the process at once, with a record (`Terminated`); a SIGUSR1 is noted
+  and acted on at the loop's first sync point (SLURM sends it 90 s ahead). After the loop (the final gather and
+  the record) a signal is noted and the run finishes what it was writing.
 * A rank that the launcher started from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
 
 Handlers are installed only where nobody else handles the signal: submitit, for one, handles its own.
@@ -31,8 +33,9 @@ PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never reco
 SIGNALS = ("SIGTERM", "SIGUSR1")
 
 
-class Terminated(Exception):
-    """A signal before the training loop started: the run ends at once (status "timeout")."""
+class Terminated(BaseException):
+    """SIGTERM before the training loop started: the run ends at once (status "timeout"). A BaseException, as
+    KeyboardInterrupt: no `except Exception` on the way (a rendezvous retry, a best-effort post) swallows it."""
 
     def __init__(self, name: str):
         super().__init__(f"received {name} before the first step")
@@ -71,8 +74,9 @@ class RunSignals:
     def __init__(self, requeue_on_sigusr1: bool = False):
         self.requeue_on_sigusr1 = requeue_on_sigusr1  # a SLURM batch job: SIGUSR1 is the time limit's warning
         self.received = dict.fromkeys(SIGNALS, False)
-        self.loop_started = False  # before it, a signal ends the run at once (there is no step to end after)
+        self.loop_started = False  # before it, SIGTERM ends the run at once (there is no step to end after)
         self.ending = False  # the run is recording its end: signals are noted, nothing more
+        self.every = 1  # steps to the next sync point, as the ranks last agreed
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -85,20 +89,22 @@ class RunSignals:
     def _handler(self, signum, frame):
         name = signal.Signals(signum).name
         self.received[name] = True
-        if not self.loop_started and not self.ending:
+        if name == "SIGTERM" and not self.loop_started and not self.ending:
             raise Terminated(name)
 
-    def agree(self, device, world_size: int, steps: int) -> Optional[Stop]:
-        """At a step every rank reaches: stop if any rank got a signal (one all-reduce of two flags)."""
-        flags = [float(self.received["SIGTERM"]), float(self.received["SIGUSR1"])]
+    def agree(self, device, world_size: int, steps: int, every: int) -> Optional[Stop]:
+        """At a step every rank reaches: stop if any rank got a signal. One all-reduce (MAX) of three numbers: the
+        two flags, and minus the steps this rank proposes to the next sync point (so the fewest wins)."""
+        flags = [float(self.received["SIGTERM"]), float(self.received["SIGUSR1"]), -float(every)]
         if world_size > 1:
             import torch
             import torch.distributed as dist
 
-            both = torch.tensor(flags, device=device)
-            dist.all_reduce(both, op=dist.ReduceOp.MAX)
-            flags = both.tolist()
-        if not any(flags):
+            agreed = torch.tensor(flags, device=device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            flags = agreed.tolist()
+        self.every = max(1, int(-flags[2]))
+        if not any(flags[:2]):
             return None
         self.ending = True
         if flags[1]:

@@ -1,7 +1,7 @@
 """A rank record's per-batch lists as per-optimizer-step lists.
 
-Torch-free: the step timer summarizes with it and the report's per-rank view (report/ranks.py) reads the same
-steps, so both count a step alike.
+Torch-free: the step clock's summary (train/timing.py) uses it and the report's per-rank view (report/ranks.py)
+reads the same steps, so both count a step alike.
 """
 
 

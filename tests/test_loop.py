@@ -1,0 +1,83 @@
+"""The loop itself (train/loop.py), in this process on one CPU device through Lightning Fabric: where a step ends,
+where the ranks meet, and what a signal does at the run's end."""
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+
+from conftest import run_script
+from scalelab.train import loop
+from scalelab.train.clock import StepClock
+from scalelab.train.signals import RunSignals
+from scalelab.workloads import data
+from scalelab.workloads.nets.mlp import SpiralMLP
+
+# Fabric's own detection, where srun is installed (train.py silences it in launch/cluster.py)
+pytestmark = pytest.mark.filterwarnings("ignore:The `srun` command is available")
+
+
+class Signalled:
+    """A loader that notes SIGTERM (as the handler would) when batch `at` is fetched."""
+
+    def __init__(self, loader, signals, at):
+        self.loader, self.signals, self.at = loader, signals, at
+        self.sampler = loader.sampler
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.loader):
+            if i == self.at:
+                self.signals.received["SIGTERM"] = True
+            yield batch
+
+
+def run(plan, batches=40, signal_at=None):
+    """(what train returned, the clock, the signals) for the MLP over `batches` batches of 8."""
+    torch.manual_seed(0)
+    fabric = Fabric(accelerator="cpu", devices=1, precision="32")
+    module = SpiralMLP([8], 0.0, 1e-3)
+    model = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    loader = data.train_loader(data.spiral(batches * 8, 0.2, 0), 8, rank=0, world_size=1, seed=0)
+    signals = RunSignals()
+    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    if signal_at is not None:
+        loader = Signalled(loader, signals, signal_at)
+    return loop.train(fabric, model, optimizer, loader, plan, clock, signals), clock, signals
+
+
+def test_a_signal_in_the_last_window_does_not_stop_a_run_that_has_finished():
+    # sync points after step 1 and step 11; step 11 is the last: the run completes, nothing to requeue or stop
+    stop, clock, _ = run(loop.Plan(max_steps=11, max_epochs=None, probe_every=0), signal_at=5)
+    assert stop is None and clock.steps == 11
+    # one step more: step 11 is a sync point before the end, and the ranks stop there
+    stop, clock, _ = run(loop.Plan(max_steps=12, max_epochs=None, probe_every=0), signal_at=5)
+    assert stop.reason == "SIGTERM" and stop.steps == 11 and clock.steps == 11
+
+
+def test_accumulated_steps_end_on_every_kth_batch_and_the_epochs_short_last_one():
+    plan = loop.Plan(max_steps=None, max_epochs=2, accumulate=3, probe_every=0)
+    stop, clock, _ = run(plan, batches=10)  # per epoch: batches 3, 6, 9 end a step, and the 10th, a short one
+    assert stop is None and plan.step == 8 and clock.steps == 8 and clock.batches == 20
+    assert clock.step_ends == [2, 5, 8, 9, 12, 15, 18, 19] and len(clock.epoch_times) == 2
+
+
+def test_sync_points_come_sooner_when_steps_are_long():
+    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    clock.step_times = [0.001] * 10
+    assert clock.steps_within(loop.SYNC_SECONDS, loop.SYNC_EVERY) == loop.SYNC_EVERY
+    clock.step_times = [2.0] * 10  # 2 s steps: meet every 2 steps, so a SIGTERM is acted on within ~5 s
+    assert clock.steps_within(loop.SYNC_SECONDS, loop.SYNC_EVERY) == 2
+    clock.step_times = [30.0]
+    assert clock.steps_within(loop.SYNC_SECONDS, loop.SYNC_EVERY) == 1
+
+
+@pytest.mark.slow
+def test_too_few_samples_for_a_batch_is_one_line_before_anything_starts(tmp_path):
+    proc = run_script("train.py", "--model", "transformer", "--num_samples", "4", "--output_dir", tmp_path,
+                      timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "train.py: error: 4 training samples give each of the 1 rank(s) 4, less than one batch of 8: raise "
+        "--num_samples or lower --batch_size"]
