@@ -40,10 +40,6 @@ class BucketClock:
         self.sizes = []  # bytes of each bucket since the last cut()
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
 
-    def take(self) -> tuple:
-        """Busy seconds (union of intervals) and bucket count since the last call (GPU: after a device sync)."""
-        return self.resolve(self.cut())
-
     def cut(self) -> tuple:
         """This batch's records, to be read once the device has caught up (`resolve`): the step clock reads a
         window of steps after one device sync instead of syncing every step."""
