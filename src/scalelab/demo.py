@@ -103,7 +103,7 @@ def links_unavailable() -> Optional[str]:
     from scalelab.launch import netns
 
     try:
-        with netns.two_node_link(1.0):
+        with netns.emulated_nodes(2, 1.0):
             return None
     except UsageError as exc:
         return str(exc)

@@ -1,11 +1,12 @@
-"""A miniature cluster: 2 emulated nodes on one machine, joined by a real, rate-limited link (src/emulate.py).
+"""A miniature cluster: emulated nodes on one machine, each with a real, rate-limited link (src/emulate.py).
 
     python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny
-    python src/emulate.py --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M
+    python src/emulate.py --nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M
 
-Each node is a network namespace (launch/netns.py) with its own share of the cores (`taskset`); one
-`torchrun --nnodes 2 --node_rank K` per node starts its ranks there, and gloo reaches the other node only through
-the veth pair that `tc tbf` shapes to --link_gbit. The ranks get SCALELAB_LINK=emulated and SCALELAB_LINK_GBIT, so
+Each node is a network namespace (launch/netns.py) with its own share of the cores (`taskset`; with more nodes
+than cores they take turns: node K on core K mod cores); one `torchrun --nnodes N --node_rank K` per node starts
+its ranks there, and gloo reaches the other nodes only through the node's link into a switch, which `tc tbf`
+shapes to --link_gbit in each direction. The ranks get SCALELAB_LINK=emulated and SCALELAB_LINK_GBIT, so
 their result records the link (launch.link) and the report never shows this as a real network. When one node
 fails the other is stopped; the namespaces are torn down in every case. Torch-free: torchrun runs in the nodes.
 """
@@ -23,13 +24,15 @@ from scalelab.launch.local import supervise
 from scalelab.perfmodel.network import human_rate
 
 PROG = "emulate.py"
-NODES = 2  # one veth pair joins exactly two namespaces
+NODES = 2
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # `-m scalelab...` imports it
 GRACE_S = 10.0  # after one node failed, the other may end by itself this long before it is stopped
 EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
   python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny \\
       --max_steps 30 --output_dir outputs/emulated
   python src/emulate.py --link_gbit 1 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 16M \\
+      --output_dir outputs/emulated
+  python src/emulate.py --nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M \\
       --output_dir outputs/emulated
   scalelab-emulate --link_gbit 0.2 -- -m scalelab.train --model transformer   # from an installed scalelab
 Root uses named network namespaces; any other user, unprivileged user namespaces (where the system allows them)."""
@@ -38,13 +41,15 @@ Root uses named network namespaces; any other user, unprivileged user namespaces
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, epilog=EXAMPLES,
                       usage="%(prog)s [options] -- SCRIPT.py | -m MODULE [its arguments]",
-                      description="Run a scalelab script on 2 emulated nodes of this machine: one network namespace "
-                                  "and one torchrun per node, joined by a veth pair shaped with tc to --link_gbit.")
-    p.add_argument("--nodes", type=positive_int, default=NODES, help="emulated nodes (only 2 is supported)")
+                      description="Run a scalelab script on emulated nodes of this machine: one network namespace "
+                                  "and one torchrun per node, each node linked into a switch at --link_gbit (tc).")
+    p.add_argument("--nodes", type=positive_int, default=NODES,
+                   help=f"emulated nodes, 2 to {netns.MAX_NODES} (more nodes than cores: they share cores, which "
+                        "slows compute, not a link-bound transfer)")
     p.add_argument("--devices", type=positive_int, default=1,
                    help="ranks per node (torchrun --nproc_per_node); the node's cores are shared among them")
     p.add_argument("--link_gbit", type=positive_float, default=1.0,
-                   help="rate of the link between the nodes in Gbit/s, each direction (default 1)")
+                   help="rate of each node's link in Gbit/s, each direction (default 1)")
     p.add_argument("--latency_ms", type=nonneg_float,
                    help="one-way delay added in each direction (needs the netem qdisc; said and recorded when the "
                         "kernel has none)")
@@ -84,10 +89,10 @@ def check_command(command):
 
 def node_cores(nodes: int):
     """Each node's own share of this process's cores, as taskset lists ("0", "1" on 2 cores); with fewer
-    cores than nodes they share all of them."""
+    cores than nodes, node K takes core K mod cores (nodes 1 and 3 share the first, ...)."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if len(cores) < nodes:
-        return [",".join(map(str, cores))] * nodes
+        return [str(cores[k % len(cores)]) for k in range(nodes)]
     per = len(cores) // nodes
     return [",".join(map(str, cores[k * per:(k + 1) * per])) for k in range(nodes)]
 
@@ -96,27 +101,27 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, command = split_argv(argv)
     args = build_parser().parse_args(own)
-    if args.nodes != NODES:
-        raise UsageError(f"--nodes {args.nodes}: only --nodes 2 is emulated (two network namespaces joined by one "
-                         "veth pair)")
+    if not 2 <= args.nodes <= netns.MAX_NODES:
+        raise UsageError(f"--nodes {args.nodes}: emulate 2 to {netns.MAX_NODES} nodes")
     if args.degrade_gbit is not None and args.degrade_gbit >= args.link_gbit:
         raise UsageError(f"--degrade_gbit {args.degrade_gbit:g} must be below --link_gbit {args.link_gbit:g} "
                          "(the rate the link claims)")
     check_command(command)
     taskset = netns.tool("taskset")
-    cores = node_cores(NODES)
+    cores = node_cores(args.nodes)
     have = len(cores[0].split(","))
     if args.devices > have and "--oversubscribe" not in command:
         raise UsageError(f"--devices {args.devices} per node needs {args.devices} cores per node but each emulated "
-                         f"node has {have} (cores {cores[0]} and {cores[1]}): use --devices {have}, or pass "
+                         f"node has {have} (cores {' and '.join(cores)}): use --devices {have}, or pass "
                          "--oversubscribe to the script to run anyway")
     shaped = args.link_gbit if args.degrade_gbit is None else args.degrade_gbit
-    with netns.two_node_link(shaped, args.latency_ms, nominal_gbit=args.degrade_gbit and args.link_gbit) as link:
+    with netns.emulated_nodes(args.nodes, shaped, args.latency_ms,
+                              nominal_gbit=args.degrade_gbit and args.link_gbit) as link:
         for note in link.notes:
             print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
         print(banner(args, link, cores), flush=True)
         procs = [start_node(link, k, args, command, [taskset, "-c", cores[k - 1]])
-                 for k in range(1, NODES + 1)]
+                 for k in range(1, args.nodes + 1)]
         return wait_nodes(procs)
 
 
@@ -125,16 +130,17 @@ def banner(args, link, cores) -> str:
     if args.degrade_gbit is not None:
         rate += f" (degraded: shaped to {human_rate(args.degrade_gbit)}; the ranks record {rate})"
     latency = f", +{link.latency_ms:g} ms each way" if link.latency_ms is not None else ""
-    where = " and ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
-    return (f"{PROG}: {NODES} nodes x {args.devices} device(s), joined by an emulated {rate} link{latency} "
-            f"({link.mode}: namespaces {', '.join(link.namespaces)}, veth {'<->'.join(link.ifnames)}, "
-            f"tc tbf on both ends); {where}")
+    where = ", ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
+    shared = " (nodes share cores: more nodes than cores)" if len(set(cores)) < len(cores) else ""
+    return (f"{PROG}: {args.nodes} nodes x {args.devices} device(s), each linked into a switch by an emulated "
+            f"{rate} link{latency} ({link.mode}: namespaces {', '.join(link.namespaces)}; tc tbf on both ends of "
+            f"each link); {where}{shared}")
 
 
 def start_node(link, k: int, args, command, pin) -> subprocess.Popen:
-    """torchrun (launch/node.py: one line where torchrun prints a traceback) for node k (1 or 2) inside its
+    """torchrun (launch/node.py: one line where torchrun prints a traceback) for node k (1 ... N) inside its
     namespace, pinned to its cores."""
-    torchrun = [sys.executable, "-m", "scalelab.launch.node", "--nnodes", str(NODES), "--nproc_per_node",
+    torchrun = [sys.executable, "-m", "scalelab.launch.node", "--nnodes", str(args.nodes), "--nproc_per_node",
                 str(args.devices), "--node_rank", str(k - 1), "--master_addr", link.address(1), "--master_port",
                 str(args.master_port)]
     # each rank pins itself within the node's cores; gloo's C++ warnings stay quiet (errors still print)
@@ -151,10 +157,10 @@ def _die_with_parent():
 
 
 def wait_nodes(procs) -> int:
-    """Wait for both nodes; stop the other when one fails. The nodes' common exit code when each ended by itself
+    """Wait for every node; stop the others when one fails. The nodes' common exit code when each ended by itself
     (torchrun printed why), else RunFailed naming the node that failed first."""
     return supervise(procs, GRACE_S, lambda k, how, stopped: f"node {k + 1} (its torchrun) {how}"
-                     + (f"; stopped node {2 - k}" if stopped else ""))
+                     + ("; stopped the other node(s)" if stopped else ""))
 
 
 def cli():
