@@ -128,6 +128,22 @@ def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
 
 
 @pytest.mark.slow
+def test_three_nodes_each_on_its_own_shaped_link_into_a_switch(link_ok, tmp_path):
+    """3 nodes x 1 rank at 200 Mbit/s: each node's card carries 2(n-1)/n of the message each way, so busbw is again
+    just under the rate; more nodes than this machine's cores share cores (said), and everything is torn down."""
+    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--nodes", "3", "--link_gbit", str(RATE_GBIT),
+                             "--", *BENCH, "--output_dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    assert "emulate.py: 3 nodes x 1 device(s), each linked into a switch by an emulated 200 Mbit/s link" in out
+    assert_torn_down(proc.pid)
+    (r,) = load_results(tmp_path)
+    assert (r["launch"]["world_size"], r["launch"]["num_nodes"]) == (3, 3)
+    assert 0.6 * RATE_GBIT / 8 < busbw(r) < RATE_GBIT / 8 and all(row["wrong"] == 0 for row in r["rows"])
+
+
+@pytest.mark.slow
 def test_a_degraded_link_gives_its_shaped_rate_and_records_both(link_ok, tmp_path):
     """--degrade_gbit: the ranks are told 2 Gbit/s (the configuration a reference check keys on) while tc gives
     200 Mbit/s, so busbw falls to the shaped rate; the record keeps both rates."""
