@@ -41,6 +41,9 @@ fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--from", dest="from_dir", metavar="DIR",
+                      help="a results folder: forecast every workload in it from what it measured (the same as "
+                           "`benchmark.py --forecast`; with --nodes, --inter_gbit, --token_budget, --gpu_hour_price)")
     what.add_argument("--params", type=count, help="parameter count: 2e9, 2B, 1.3B, 350M")
     what.add_argument("--preset", choices=sorted(PRESETS), help="a scalelab GPT shape (uses its total params)")
     p.add_argument("--grad_dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
@@ -273,8 +276,31 @@ def _glue_negative_counts(argv):
     return out
 
 
+def forecast_from(args, argv) -> int:
+    """`--from DIR`: the forecast calibrated on a results folder (report/forecast.py), as benchmark.py prints it."""
+    from scalelab.report import cli as report_cli
+    from scalelab.report import forecast_view
+
+    given = {a.split("=")[0] for a in argv}
+    runs, _, bench, skipped = report_cli.build(args.from_dir)
+    report_cli._warn(skipped)
+    if runs.empty:
+        raise UsageError(f"--from {args.from_dir}: no training results there to calibrate on")
+    nodes = tuple(sorted(set(args.nodes))) if "--nodes" in given else forecast_view.fc.DEFAULT_NODES
+    lines = forecast_view.render(runs, bench, nodes, token_budget=args.token_budget,
+                                 gpu_hour_price=args.gpu_hour_price,
+                                 link_gbit=args.inter_gbit if "--inter_gbit" in given else None)
+    if not lines:
+        raise UsageError(f"--from {args.from_dir}: no workload there has a 1-device run to calibrate on")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv=None) -> int:
-    args = parse_args(_glue_negative_counts(sys.argv[1:] if argv is None else list(argv)))
+    argv = _glue_negative_counts(sys.argv[1:] if argv is None else list(argv))
+    args = parse_args(argv)
+    if args.from_dir:
+        return forecast_from(args, argv)
     try:
         inputs, notes = build(args)
         rows = pm.predict(inputs)

@@ -9,9 +9,9 @@ import sys
 
 from scalelab import results
 from scalelab.bench import nccl_tests
-from scalelab.cli import OneLineParser, number_type, positive_float, run_main
+from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, ranks, reference
+from scalelab.report import compare, explain, export, forecast_view, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
 
@@ -72,6 +72,14 @@ def build_parser() -> OneLineParser:
     p.add_argument("--straggler_pct", type=positive_float, metavar="PCT",
                    help=f"with --ranks: flag a rank whose compute is more than PCT %% above the median rank's "
                         f"(default {ranks.DEFAULT_PCT:g})")
+    p.add_argument("--forecast", action="store_true",
+                   help="also forecast the scales not run (1 to 64 nodes at the measured devices per node), calibrated "
+                        "on this folder's runs and all-reduce benchmarks, each with a band (chapter 13)")
+    p.add_argument("--forecast_nodes", type=positive_int, nargs="+", metavar="N",
+                   help="with --forecast: these node counts instead of 1 2 4 8 16 32 64")
+    p.add_argument("--link_gbit", type=positive_float, metavar="GBIT",
+                   help="with --forecast: between nodes at this rate (Gbit/s per node), scaled from an emulated "
+                        "link measured at another rate")
     p.add_argument("--peak_tflops", type=positive_float, help="peak TFLOP/s per device for MFU (default: known GPUs)")
     p.add_argument("--gpu_hour_price", type=positive_float, metavar="PRICE",
                    help="price of one device-hour: adds cost per 1K samples (and per token budget)")
@@ -100,6 +108,9 @@ def main(argv=None) -> int:
             raise UsageError(f"--nccl_tests {path}: no such file")
     if args.straggler_pct is not None and not args.ranks:
         raise UsageError("--straggler_pct goes with --ranks")
+    for flag, value in (("--forecast_nodes", args.forecast_nodes), ("--link_gbit", args.link_gbit)):
+        if value and not args.forecast:
+            raise UsageError(f"{flag} goes with --forecast")
     checks = _reference_args(args)
     if args.ranks:
         return _ranks(args)
@@ -126,7 +137,12 @@ def main(argv=None) -> int:
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
     max_runs = None if args.all_runs else 12
-    print(render(runs, scaling, fmt="github" if args.markdown else "simple", max_runs=max_runs))
+    fmt = "github" if args.markdown else "simple"
+    print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
+    print("\n".join(forecast_view.track_record(runs, bench, fmt)))
+    if args.forecast:
+        print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
+                                            fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))
     written = []
     if args.save_csv:
         written.append(results.atomic_write_text(args.save_csv, scaling.to_csv(index=False)))

@@ -1,0 +1,118 @@
+"""The scaling model calibrated on a cluster's own measurements: a ring fit per link, an exposure per workload.
+
+Torch- and pandas-free arithmetic; report/forecast.py feeds it from a results folder.
+
+* The all-reduce alone, per link (one node's own link, or the network between nodes at a given rate), is the ring
+  model t = calls · 2(n−1) · α + 2(n−1)/n · S / β (perfmodel.network), with α and β fitted by least squares on
+  relative error to what was measured there: the all-reduce benchmark's rows (one call each) and the training runs'
+  own buckets all-reduced alone in their probe steps (one call per bucket).
+* A step at N devices is the 1-device step plus x times that all-reduce at N: x = (step_N − step_1) / t_N, the
+  exposed factor, measured on the workload's own runs. x < 1: part of the all-reduce hid behind backward; x > 1:
+  the all-reduce cost more than itself (cores or memory bandwidth shared with compute, ranks waiting for each
+  other). With x = 1 this is `perfmodel.predict`'s no-overlap step, from the same inputs (`inputs_for`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from scalelab.perfmodel.network import GB, allreduce_time_s
+from scalelab.perfmodel.scaling import ScalingInputs, predict
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured all-reduce: n ranks, S bytes in `calls` all-reduces, `seconds` in all."""
+    n: int
+    nbytes: float
+    calls: int
+    seconds: float
+    source: str  # a run id
+
+
+@dataclass(frozen=True)
+class RingFit:
+    """α (per ring step) and β (bottleneck GB/s, unidirectional) of one link, and how well they fit."""
+    alpha_s: float
+    beta_GBps: float
+    residual: float  # root mean square of the points' relative errors (0 for one point: unknown, not exact)
+    points: int
+    sources: tuple
+
+    def seconds(self, n: int, nbytes: float, calls: int = 1) -> float:
+        """The all-reduce alone of nbytes in `calls` calls over n ranks on this link."""
+        return allreduce_time_s(nbytes, n, self.beta_GBps, self.alpha_s, max(1, calls)) if n > 1 else 0.0
+
+    def at_rate(self, ratio: float) -> RingFit:
+        """The same link run at `ratio` times its rate: β scales, α (per step) stays."""
+        return RingFit(self.alpha_s, self.beta_GBps * ratio, self.residual, self.points, self.sources)
+
+
+def fit_ring(points: Sequence[Point]) -> Optional[RingFit]:
+    """α ≥ 0 and β > 0 minimising the relative error of t = calls·2(n−1)·α + 2(n−1)/n·S/β over the points.
+
+    Linear in (α, 1/β): each point divided by its own t, so a 4 KB all-reduce weighs as much as a 64 MB one. Where
+    the points cannot separate the two (one size), or the best α would be negative, α = 0 and β alone is fitted.
+    None without a point of n > 1."""
+    pts = [p for p in points if p.n > 1 and p.seconds > 0 and p.nbytes > 0]
+    if not pts:
+        return None
+    rows = [(p.calls * 2 * (p.n - 1) / p.seconds, 2 * (p.n - 1) / p.n * p.nbytes / GB / p.seconds) for p in pts]
+    a11 = sum(u * u for u, _ in rows)
+    a12 = sum(u * v for u, v in rows)
+    a22 = sum(v * v for _, v in rows)
+    b1, b2 = sum(u for u, _ in rows), sum(v for _, v in rows)
+    det = a11 * a22 - a12 * a12
+    alpha, inv_beta = 0.0, b2 / a22
+    if det > 1e-12 * a11 * a22:
+        a, ib = (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
+        if a >= 0 and ib > 0:
+            alpha, inv_beta = a, ib
+    fit = RingFit(alpha, 1 / inv_beta, 0.0, len(pts), tuple(dict.fromkeys(p.source for p in pts)))
+    errs = [fit.seconds(p.n, p.nbytes, p.calls) / p.seconds - 1 for p in pts]
+    return RingFit(alpha, 1 / inv_beta, math.sqrt(sum(e * e for e in errs) / len(errs)), len(pts), fit.sources)
+
+
+def exposed_factor(step_s: float, baseline_step_s: float, allreduce_s: float) -> Optional[float]:
+    """x = (step_N − step_1) / all-reduce alone at N: what a step paid per second of all-reduce."""
+    return (step_s - baseline_step_s) / allreduce_s if allreduce_s > 0 else None
+
+
+def inputs_for(baseline_step_s: float, nbytes: float, calls: int, gpus_per_node: int, nodes: Sequence[int],
+               intra: Optional[RingFit], inter: Optional[RingFit]) -> ScalingInputs:
+    """perfmodel.predict's inputs for these calibrated figures: one model, whether its inputs are typed in
+    (src/predict.py) or measured (a results folder)."""
+    def beta(fit):
+        return fit.beta_GBps if fit else 1e9  # no fit at that level: it is not asked for
+
+    return ScalingInputs(gpus_per_node=gpus_per_node, nodes=tuple(nodes), grad_bytes=nbytes,
+                         intra_GBps=beta(intra), inter_GBps=beta(inter),
+                         intra_latency_s=intra.alpha_s if intra else 0.0,
+                         inter_latency_s=inter.alpha_s if inter else 0.0,
+                         compute_s=baseline_step_s, bucket_bytes=nbytes / max(1, calls))
+
+
+@dataclass(frozen=True)
+class Band:
+    low: float
+    mid: float
+    high: float
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def step_band(baseline: Band, allreduce_s: float, exposure: Band, comm_uncertainty: float) -> Band:
+    """step = step_1 + x · t: lowest with the lowest of each, highest with the highest (t ± its uncertainty)."""
+    return Band(baseline.low + max(0.0, exposure.low) * allreduce_s * (1 - comm_uncertainty),
+                baseline.mid + exposure.mid * allreduce_s,
+                baseline.high + max(0.0, exposure.high) * allreduce_s * (1 + comm_uncertainty))
+
+
+def model_rows(baseline_step_s: float, nbytes: float, calls: int, gpus_per_node: int, nodes: Sequence[int],
+               intra: Optional[RingFit], inter: Optional[RingFit]) -> list:
+    """perfmodel.predict's rows (1 GPU, 1 node, each node count) for the links there is a fit for."""
+    rows = predict(inputs_for(baseline_step_s, nbytes, calls, gpus_per_node, nodes, intra, inter))
+    return [r for r in rows if not ((r.nodes == 1 and r.gpus > 1 and intra is None) or (r.nodes > 1 and inter is None))]

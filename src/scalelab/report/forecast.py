@@ -1,0 +1,278 @@
+"""The scales not run: a forecast calibrated on a folder's own measurements, and its track record on the runs made.
+
+From the report's frames (runs, all-reduce benchmarks), per link a ring fit (perfmodel.calibrate: the benchmark's
+rows and the runs' buckets all-reduced alone), per workload its 1-device step and its exposed factor x at each
+link level; then step, throughput and efficiency at node counts not run, each with a band. The track record
+predicts every multi-device run from the others (leave one out) and puts the prediction beside what was measured.
+
+Where a workload has no multi-device run at a level, x is borrowed from the other workloads there, and since a
+per-step cost of running on several devices may grow with the all-reduce (x · t) or not (DDP's bookkeeping, cores
+shared with other ranks: a fixed U = step_N − step_1 − t), the band spans what both readings give.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pandas as pd
+
+from scalelab.perfmodel import calibrate
+from scalelab.perfmodel.calibrate import Band, Point, RingFit
+from scalelab.perfmodel.network import human_rate
+
+SIZE_WINDOW = 8  # a ring fit uses the all-reduces within this factor of the workload's bucket size (at least 3)
+COMM_UNCERTAINTY = 0.05  # the ring fit's relative error, at least (repeats of one all-reduce scatter this much)
+EXPOSURE_SPREAD = 0.15  # x of one run, ± this: x of repeats of one configuration scattered 10-15 % here
+DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64)
+GOOD_EFFICIENCY = 0.8  # the one-line answer: up to how many nodes efficiency stays above this
+
+
+def network(nodes: int, link: str, accelerator, device) -> tuple:
+    """Which link an all-reduce at this shape runs on: one node's own (per hardware), or the network between
+    nodes (per link: an emulated rate, "" for a real network)."""
+    return ("intra", accelerator, device if accelerator == "gpu" else "cpu") if nodes == 1 else ("inter", link or "")
+
+
+def level_name(key: tuple) -> str:
+    return "within a node" if key[0] == "intra" else f"between nodes{f' ({key[1]})' if key[1] else ''}"
+
+
+@dataclass
+class Calibration:
+    """What a folder says about one workload (a report group): enough to forecast any scale of it."""
+    group: str
+    describe: str
+    unit: str
+    per_device_units: float  # samples (tokens for a GPT) one device processes per step
+    baseline: Band  # the 1-device step, seconds: median [min, max] over repeats
+    baseline_runs: list
+    nbytes: float  # what one step all-reduces (the bytes a --comm_hook sends)
+    calls: int  # DDP's buckets: one all-reduce each
+    fits: dict  # network key -> RingFit
+    exposures: dict = field(default_factory=dict)  # network key -> [(x, U, run id)] of this workload's runs
+    borrowed: dict = field(default_factory=dict)  # level -> [(x, U, run id)] of the other workloads' runs
+    rates: dict = field(default_factory=dict)  # network key -> its stated rate in Gbit/s (emulated links)
+
+
+FIELDS = ("run_id", "group", "describe", "unit", "devices", "nodes", "procs_per_node", "link", "link_gbit",
+          "accelerator", "device", "step_ms", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
+          "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling")
+
+
+def completed(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[(runs["status"] == "completed") & runs["step_ms"].notna()]
+
+
+def records(runs: pd.DataFrame) -> list:
+    """The completed runs as plain records of the fields a calibration reads: built once, read many times (the
+    track record recalibrates once per configuration)."""
+    return list(completed(runs)[list(FIELDS)].itertuples(index=False))
+
+
+def bench_points(bench: pd.DataFrame) -> dict:
+    """network key -> [Point]: the all-reduce benchmark's rows, one call per message size."""
+    out = {}
+    for b in bench.itertuples():
+        key = network(b.nodes, b.link, b.accelerator, b.device)
+        for row in b.rows:
+            out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
+                                                 row.get("single_op_s") or row["time_s"], b.run_id))
+    return out
+
+
+def ring_points(recs: list, from_bench: dict) -> dict:
+    """network key -> [Point]: the benchmark's and each run's buckets all-reduced alone (one call per bucket)."""
+    out = {k: list(v) for k, v in from_bench.items()}
+    for r in recs:
+        if r.devices > 1 and r.bucket_bytes and (_num(r.allreduce_alone_s) or 0) > 0:
+            out.setdefault(network(r.nodes, r.link, r.accelerator, r.device), []).append(
+                Point(int(r.devices), sum(r.wire_bytes or r.bucket_bytes), len(r.bucket_bytes), r.allreduce_alone_s,
+                      r.run_id))
+    return out
+
+
+def fit_at(points: list, per_call_bytes: float) -> Optional[RingFit]:
+    """The ring fit of the points near a message size: an all-reduce of 4 KB and one of 64 MB meet different
+    limits (latency, a switch's or a token bucket's burst, the link's rate), and a workload sends its buckets."""
+    near = [p for p in points if per_call_bytes / SIZE_WINDOW <= p.nbytes / p.calls <= per_call_bytes * SIZE_WINDOW]
+    if len({p.nbytes / p.calls for p in near}) < 3:
+        near = sorted(points, key=lambda p: abs(math.log(p.nbytes / p.calls / max(per_call_bytes, 1))))[:3]
+    return calibrate.fit_ring(near)
+
+
+def link_rates(recs: list) -> dict:
+    """network key -> stated Gbit/s, where an emulated link said it."""
+    return {network(r.nodes, r.link, r.accelerator, r.device): float(r.link_gbit) for r in recs
+            if r.nodes > 1 and _num(r.link_gbit)}
+
+
+def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
+    """group -> Calibration, from every run record (records()) and benchmark point (bench_points()) but the runs
+    in `exclude` (run ids)."""
+    recs = [r for r in recs if r.run_id not in exclude]
+    points, rates = ring_points(recs, from_bench), link_rates(recs)
+    by_group = {}
+    for r in recs:
+        by_group.setdefault(r.group, []).append(r)
+    cals = {}
+    for group, rows in by_group.items():
+        base = [r for r in rows if r.devices == 1]
+        nbytes, calls = _bytes([r for r in rows if r.devices > 1] + rows)
+        if not base or not nbytes > 0:  # no gradient size recorded (an older or foreign result): nothing to use
+            continue
+        steps = sorted(r.step_ms / 1e3 for r in base)
+        first = base[0]
+        cals[group] = Calibration(
+            group, first.describe, first.unit,
+            per_device_units=first.samples_per_batch * first.accumulate_grad_batches * (
+                (first.tokens_per_s / first.samples_per_s) if first.unit == "tokens/s" else 1),
+            baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
+            nbytes=nbytes, calls=calls, rates=rates,
+            fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
+    for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
+        own = cals.get(r.group)
+        key = network(r.nodes, r.link, r.accelerator, r.device)
+        fit = fit_for(own, key)[0] if own and r.devices > 1 else None
+        if fit is None:
+            continue
+        t = fit.seconds(int(r.devices), own.nbytes, own.calls)
+        step = r.step_ms / 1e3  # an optimizer step, as the baseline's (the lever is part of the group)
+        entry = (calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id)
+        own.exposures.setdefault(key, []).append(entry)
+        for cal in cals.values():
+            if cal is not own:
+                cal.borrowed.setdefault(key[0], []).append(entry)
+    return cals
+
+
+def _bytes(rows: list) -> tuple:
+    """(bytes one step all-reduces, calls): the first recorded buckets (what a --comm_hook sent), else the
+    gradient in one call."""
+    for r in rows:
+        buckets = r.wire_bytes or r.bucket_bytes
+        if buckets:
+            return float(sum(buckets)), len(r.bucket_bytes or buckets)
+    return float(next((_num(r.grad_bytes) for r in rows if _num(r.grad_bytes)), 0.0)), 1
+
+
+def fit_for(cal: Calibration, key: tuple) -> tuple:
+    """(RingFit, how it was found) for a network key: its own fit, else another link of that level scaled by the
+    links' stated rates (emulated links), else none."""
+    if key in cal.fits:
+        return cal.fits[key], "fitted"
+    rate = cal.rates.get(key)
+    rated = [k for k in cal.fits if k[0] == key[0] and cal.rates.get(k)]
+    if rate and rated:  # the nearest measured rate: the least extrapolated
+        other = min(rated, key=lambda k: abs(math.log(cal.rates[k] / rate)))
+        how = f"the {human_rate(cal.rates[other])} fit scaled by rate"
+        return cal.fits[other].at_rate(rate / cal.rates[other]), how
+    return None, "no measurement on this link"
+
+
+def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
+    """(Band of x for this workload at this link, where it came from): its own runs on this link, else its runs on
+    another link of that level; else what there is of the other workloads' runs at that level (each read both as x
+    and as a fixed cost per step U) and of its own runs at the other level, the band spanning all of it."""
+    same_level = [e for k, es in cal.exposures.items() if k[0] == key[0] for e in es]
+    own = cal.exposures.get(key) or same_level
+    if own:
+        xs = [x for x, _, _ in own if x is not None]
+        where = "this workload on this link" if cal.exposures.get(key) else "this workload on another link"
+        return Band(min(xs) * (1 - EXPOSURE_SPREAD), statistics.median(xs), max(xs) * (1 + EXPOSURE_SPREAD)), where
+    others = cal.borrowed.get(key[0]) or []
+    mine = [x for k, es in cal.exposures.items() for x, _, _ in es if x is not None]  # the other level's
+    if (not others and not mine) or allreduce_s <= 0:
+        return Band(1.0, 1.0, 1.0), "none measured: x = 1 (no overlap, no contention)"
+    readings = [x for x, _, _ in others if x is not None] + [1 + u / allreduce_s for _, u, _ in others] + mine
+    readings = [max(0.0, v) for v in readings]
+    where = " and ".join(w for w, have in (("the other workloads' runs at this level", others),
+                                           ("this workload's at the other level", mine)) if have)
+    mid = statistics.median(mine) if mine else statistics.median(readings)  # its own behaviour, where known
+    return Band(min(readings), mid, max(readings)), f"borrowed from {where}"
+
+
+@dataclass
+class Forecast:
+    nodes: int
+    gpus: int
+    allreduce_s: float
+    step: Band  # seconds, per optimizer step
+    efficiency: Band
+    throughput: Band
+    row: object  # perfmodel's ScaleRow: the same scale with x = 1
+
+
+def forecast(cal: Calibration, intra_key, inter_key, gpus_per_node: int, nodes=DEFAULT_NODES, accumulate: int = 1,
+             wire_ratio: float = 1.0) -> tuple:
+    """([Forecast], notes): the workload at 1 GPU, one node and each node count, on these links. wire_ratio: the
+    share of the bytes a compression hook puts on the wire (bf16: 0.5); accumulate: batches per all-reduce."""
+    intra, intra_how = fit_for(cal, intra_key) if gpus_per_node > 1 else (None, "")
+    inter, inter_how = fit_for(cal, inter_key) if inter_key else (None, "")
+    out, notes = [], {}
+    for row in calibrate.model_rows(cal.baseline.mid, cal.nbytes * wire_ratio, cal.calls, gpus_per_node, nodes,
+                                    intra, inter):
+        key = intra_key if row.nodes == 1 else inter_key
+        fit = intra if row.nodes == 1 else inter
+        exposure, where = exposure_for(cal, key, row.comm_s) if row.gpus > 1 else (Band(0, 0, 0), "")
+        if row.gpus > 1:
+            notes[key] = (fit, intra_how if row.nodes == 1 else inter_how, exposure, where)
+        k_base = Band(accumulate * cal.baseline.low, accumulate * cal.baseline.mid, accumulate * cal.baseline.high)
+        u = max(COMM_UNCERTAINTY, fit.residual) if fit else 0.0
+        step = calibrate.step_band(k_base, row.comm_s, exposure, u) if row.gpus > 1 else k_base
+        units = cal.per_device_units * row.gpus * accumulate
+        eff = Band(k_base.mid / step.high, k_base.mid / step.mid, k_base.mid / step.low)
+        out.append(Forecast(row.nodes, row.gpus, row.comm_s, step, eff,
+                            Band(units / step.high, units / step.mid, units / step.low), row))
+    return out, notes
+
+
+def answer(rows: list, threshold: float = GOOD_EFFICIENCY) -> Optional[int]:
+    """The most nodes up to which the whole efficiency band of every multi-device scale stays at or above the
+    threshold (None: not even one full node)."""
+    best = 1
+    for f in sorted((f for f in rows if f.gpus > 1), key=lambda f: (f.nodes, f.gpus)):
+        if f.efficiency.low < threshold:
+            return None if f.nodes == 1 else best
+        best = f.nodes
+    return best
+
+
+def track_record(recs: list, from_bench: dict, only=None) -> pd.DataFrame:
+    """Every multi-device run record (of `only`, run ids, where given) predicted from all the others: predicted
+    efficiency band and step beside the measured ones (efficiency here = the 1-device step ÷ this step: per-device
+    work is the same, weak scaling)."""
+    rows = []
+    for r in recs:
+        if r.devices < 2 or r.scaling != "weak" or (only is not None and r.run_id not in only):
+            continue
+        cal = calibrate_all(recs, from_bench, exclude={r.run_id}).get(r.group)
+        if cal is None:
+            continue
+        key = network(r.nodes, r.link, r.accelerator, r.device)
+        intra_key = network(1, "", r.accelerator, r.device)
+        gpn = int(r.procs_per_node or r.devices // r.nodes)
+        predicted, notes = forecast(cal, intra_key, key if r.nodes > 1 else None, gpn, (int(r.nodes),))
+        mine = [f for f in predicted if f.gpus == r.devices]
+        if not mine:
+            continue
+        f, measured_step = mine[0], r.step_ms / 1e3
+        measured_eff = cal.baseline.mid / measured_step
+        rows.append({"group": r.group, "run_id": r.run_id, "devices": int(r.devices), "nodes": int(r.nodes),
+                     "link": r.link, "predicted_step_s": f.step.mid, "measured_step_s": measured_step,
+                     "predicted_eff": f.efficiency.mid, "eff_low": f.efficiency.low, "eff_high": f.efficiency.high,
+                     "measured_eff": measured_eff, "inside": f.efficiency.contains(measured_eff),
+                     "exposure_from": notes.get(key if r.nodes > 1 else intra_key, (0, 0, 0, ""))[3]})
+    return pd.DataFrame(rows, columns=["group", "run_id", "devices", "nodes", "link", "predicted_step_s",
+                                       "measured_step_s", "predicted_eff", "eff_low", "eff_high", "measured_eff",
+                                       "inside", "exposure_from"])
+
+
+def _num(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value

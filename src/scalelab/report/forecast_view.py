@@ -1,0 +1,163 @@
+"""The forecast as the report prints it: the track record on the runs made, and the scales not run (--forecast)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from tabulate import tabulate
+
+from scalelab.perfmodel.network import human_rate
+from scalelab.report import forecast as fc
+from scalelab.report.cells import fmt_num, fmt_pct
+from scalelab.report.frames import group_letters
+
+MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
+PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
+
+
+def recent(runs: pd.DataFrame) -> pd.DataFrame:
+    """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
+    return (fc.completed(runs).sort_values("created")
+            .groupby(["group", "devices", "nodes", "link"], sort=False).tail(PER_CONFIGURATION))
+LEVERS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
+
+
+def band_cell(band, pct=True) -> str:
+    """'75 % (72–79)' or, for seconds, '259.5 (247.1–272.8)' ms."""
+    if pct:
+        return f"{band.mid * 100:.0f} % ({band.low * 100:.0f}–{band.high * 100:.0f})"
+    return f"{fmt_num(band.mid * 1e3)} ({fmt_num(band.low * 1e3)}–{fmt_num(band.high * 1e3)})"
+
+
+def track_record(runs: pd.DataFrame, bench: pd.DataFrame, fmt: str = "simple") -> list:
+    """Every multi-device configuration (its newest run) predicted from all the other runs: the model's record on
+    this cluster, per workload."""
+    runs = recent(runs)
+    recs, points = fc.records(runs), fc.bench_points(bench)
+    calibrated = set(fc.calibrate_all(recs, points))
+    newest = runs.groupby(["group", "devices", "nodes", "link"], sort=False).tail(1)
+    newest = newest[(newest["devices"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
+    if newest.empty:
+        return []
+    record = fc.track_record(recs, points, only=set(newest["run_id"]))
+    if record.empty:
+        return []
+    letters = group_letters(fc.completed(runs)["group"])
+    rows = [[letters.get(r.group, "?"), r.devices, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
+                                                                                 r.eff_high)),
+             fmt_pct(r.measured_eff), "yes" if r.inside else "NO", f"{r.predicted_step_s * 1e3:,.1f}",
+             f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]] for r in record.itertuples()]
+    inside = int(record["inside"].sum())
+    err = (record["predicted_eff"] - record["measured_eff"]).abs().median() * 100
+    return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
+            "efficiency = 1-device step ÷ step)",
+            tabulate(rows, headers=["group", "devices", "nodes", "predicted eff. (band)", "measured", "inside",
+                                    "predicted step ms", "measured ms", "exposure from"], tablefmt=fmt),
+            f"  {inside} of {len(record)} inside the band; median error {err:.1f} points. `--forecast` forecasts the "
+            "scales not run.", ""]
+
+
+def _nodes(r) -> str:
+    return f"{r.nodes} ({r.link})" if r.link and r.nodes > 1 else str(r.nodes)
+
+
+def gpus_per_node(runs: pd.DataFrame, group: str) -> int:
+    """The shape to forecast: the group's multi-node runs' processes per node, else its largest one-node run."""
+    ok = fc.completed(runs[runs["group"] == group])
+    multi = ok[ok["nodes"] > 1]
+    if not multi.empty:
+        return int(multi["procs_per_node"].max())
+    return int(ok["devices"].max())
+
+
+def links_to_forecast(runs: pd.DataFrame, cal: fc.Calibration, group: str, link_gbit=None) -> list:
+    """The networks between nodes to forecast over: each this workload ran across, else each one measured (the
+    benchmark); with --link_gbit, that rate (scaled from a measured emulated rate)."""
+    first = fc.completed(runs[runs["group"] == group]).iloc[0]
+    keys = [k for k in cal.fits if k[0] == "inter"]
+    own = {fc.network(r.nodes, r.link, r.accelerator, r.device) for r in fc.completed(runs).itertuples()
+           if r.group == group and r.nodes > 1}
+    keys = [k for k in keys if k in own] or keys
+    if link_gbit:
+        label = f"emulated {human_rate(link_gbit)}" if any(cal.rates.get(k) for k in keys) else ""
+        key = ("inter", label)
+        cal.rates.setdefault(key, link_gbit)
+        keys = [key]
+    return [(fc.network(1, "", first["accelerator"], first["device"]), k) for k in keys] or [
+        (fc.network(1, "", first["accelerator"], first["device"]), None)]
+
+
+def render(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES, fmt: str = "simple", token_budget=None,
+           gpu_hour_price=None, link_gbit=None) -> list:
+    """Per workload and per network between nodes: the forecast table, its one-line answer, the levers, and every
+    fitted figure with its source runs."""
+    out = []
+    runs = recent(runs)
+    cals = fc.calibrate_all(fc.records(runs), fc.bench_points(bench))
+    letters = group_letters(fc.completed(runs)["group"])
+    for group, cal in cals.items():
+        gpn = gpus_per_node(runs, group)
+        for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
+            rows, notes = fc.forecast(cal, intra_key, inter_key, gpn, nodes)
+            where = fc.level_name(inter_key) if inter_key else "one node (no measurement between nodes)"
+            out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}, {gpn} device(s) per node, "
+                       f"{where} (weak scaling)")
+            out.append(tabulate([_row(f, cal, token_budget, gpu_hour_price) for f in rows],
+                                headers=_headers(cal, token_budget, gpu_hour_price), tablefmt=fmt))
+            out.append("  " + one_line(cal, intra_key, inter_key, gpn, nodes, rows))
+            out += ["  " + line for line in sources(cal, notes)]
+            out.append("")
+    if out:
+        out.append("  The ring model is what NCCL does on one ring per node; its tree and NVLS algorithms, and nodes "
+                   "with several network cards (one ring each), can beat it beyond one node: the forecast assumes the "
+                   "measured rate per node, whatever the algorithm.")
+    return out
+
+
+def _headers(cal, token_budget, price) -> list:
+    unit = cal.unit
+    h = ["nodes", "devices", "all-reduce ms", "step ms (band)", f"{unit} (band)", "efficiency (band)"]
+    if token_budget:
+        h.append("time to train h")
+    if token_budget and price:
+        h.append("cost")
+    return h
+
+
+def _row(f, cal, token_budget, price) -> list:
+    row = [f.nodes, f.gpus, fmt_num(f.allreduce_s * 1e3), band_cell(f.step, pct=False),
+           f"{f.throughput.mid:,.0f} ({f.throughput.low:,.0f}–{f.throughput.high:,.0f})", band_cell(f.efficiency)]
+    if token_budget:
+        hours = token_budget / f.throughput.mid / 3600
+        row.append(f"{hours:,.1f}")
+        if price:
+            row.append(f"{hours * f.gpus * price:,.0f}")
+    return row
+
+
+def one_line(cal, intra_key, inter_key, gpn, nodes, rows) -> str:
+    """'stays above 80 % efficiency up to 8 nodes; with --comm_hook bf16 up to 32'."""
+    def reach(rs):
+        n = fc.answer(rs)
+        return "not even on one node" if n is None else "on one node only" if n == 1 else f"up to {n} nodes"
+
+    alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, nodes, **kw)[0])}" for flag, kw in LEVERS]
+    return (f"Above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): {reach(rows)}; "
+            f"{'; '.join(alts)} (of {', '.join(map(str, nodes))} nodes).")
+
+
+def sources(cal: fc.Calibration, notes: dict) -> list:
+    """Every fitted figure and the runs it came from."""
+    lines = [f"1-device step {cal.baseline.mid * 1e3:,.1f} ms [{cal.baseline.low * 1e3:,.1f}–"
+             f"{cal.baseline.high * 1e3:,.1f}] ({len(cal.baseline_runs)} run(s): {', '.join(cal.baseline_runs[:3])}"
+             f"{' …' if len(cal.baseline_runs) > 3 else ''}); all-reduced per step: {cal.nbytes / 1e6:.3g} MB in "
+             f"{cal.calls} bucket(s)"]
+    for key, (fit, how, exposure, where) in notes.items():
+        if fit is None:
+            continue
+        rate = cal.rates.get(key)
+        of_rate = f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate)" if rate else ""
+        lines.append(f"{fc.level_name(key)}: ring fit α = {fit.alpha_s * 1e6:.1f} µs, β = {fit.beta_GBps:.4g} GB/s"
+                     f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} all-reduce(s) of "
+                     f"{', '.join(fit.sources[:3])}{' …' if len(fit.sources) > 3 else ''}); exposed factor x = "
+                     f"{exposure.mid:.2f} [{exposure.low:.2f}–{exposure.high:.2f}] ({where})")
+    return lines
