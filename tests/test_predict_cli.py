@@ -74,7 +74,7 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
      "does not divide evenly over 32 GPUs"),
     (["--params", "2B", "--compute_s", "1", "--token_budget", "1e9"], "--token_budget needs tokens per step"),
     (["--params", "2B", "--compute_s", "1", "--nodes", "1", "--busbw_GBps", "20"], "count above 1"),
-    (["--compute_s", "1"], "one of the arguments --params --preset is required"),
+    (["--compute_s", "1"], "one of the arguments --from --params --preset is required"),
 ])
 def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
     res = run_script("predict.py", *args, timeout=60)

@@ -103,14 +103,7 @@ def main(argv=None) -> int:
     if args.compare:
         return _compare(args, money)
     args.output_dir = args.output_dir or "outputs"
-    for path in args.nccl_tests:
-        if not os.path.isfile(path):
-            raise UsageError(f"--nccl_tests {path}: no such file")
-    if args.straggler_pct is not None and not args.ranks:
-        raise UsageError("--straggler_pct goes with --ranks")
-    for flag, value in (("--forecast_nodes", args.forecast_nodes), ("--link_gbit", args.link_gbit)):
-        if value and not args.forecast:
-            raise UsageError(f"{flag} goes with --forecast")
+    _check_pairs(args)
     checks = _reference_args(args)
     if args.ranks:
         return _ranks(args)
@@ -160,6 +153,18 @@ def main(argv=None) -> int:
     for path in written:
         print(f"written: {path}")
     return 0
+
+
+def _check_pairs(args):
+    """Files that must exist and flags that only mean something beside another, each one line."""
+    for path in args.nccl_tests:
+        if not os.path.isfile(path):
+            raise UsageError(f"--nccl_tests {path}: no such file")
+    if args.straggler_pct is not None and not args.ranks:
+        raise UsageError("--straggler_pct goes with --ranks")
+    for flag, value in (("--forecast_nodes", args.forecast_nodes), ("--link_gbit", args.link_gbit)):
+        if value and not args.forecast:
+            raise UsageError(f"{flag} goes with --forecast")
 
 
 def _reference_args(args):
