@@ -1,0 +1,163 @@
+"""The forecast (perfmodel/calibrate.py, report/forecast.py) on a cluster whose figures are chosen by hand.
+
+Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
+100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
+
+import pytest
+
+from conftest import run_script
+from scalelab import perfmodel as pm
+from scalelab import results
+from scalelab.perfmodel import calibrate
+from scalelab.perfmodel.calibrate import Band, Point
+from scalelab.report import explain, forecast, forecast_view, frames
+from test_results import make_result
+
+ALPHA, BETA, S, STEP1 = 20e-6, 1.0, 16e6, 0.100
+LINK = {"gbit": 8.0, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
+
+
+def ring(n, nbytes=S, calls=1):
+    return calls * 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * nbytes / (BETA * 1e9)
+
+
+def run(run_id, world, nodes, step_s, model="gpt", alone=None, grad=S):
+    r = make_result(run_id, world, nodes, samples_per_s=64 * world / step_s, model=model)
+    r["launch"]["link"] = LINK if nodes > 1 else None
+    r["timing"]["step_time_s"] = {"median": step_s}
+    r["timing"]["comm"] = {"compute_s": STEP1, "allreduce_s": 0.0, "waited_s": 0.0, "grad_bytes": grad,
+                           "bucket_bytes": [grad], "buckets": 1, "allreduce_alone_s": alone,
+                           "ddp_busbw_GBps": None}
+    return r
+
+
+def bench(nodes=2, world=2):
+    data = results.envelope("allreduce", f"ar{world}x{nodes}")
+    rows = [{"bytes": b, "time_s": ring(world, b), "single_op_s": ring(world, b),
+             "busbw_GBps": pm.busbw_from_time(b, ring(world, b), world)} for b in (2e6, 4e6, 8e6, 32e6, 64e6)]
+    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": world, "num_nodes": nodes, "accelerator": "cpu", "backend": "gloo",
+                        "device_names": ["cpu"], "link": LINK}, config={"dtype": "float32"})
+    return data
+
+
+def calibrated(found):
+    runs, bench_rows = frames.runs_frame(found), explain.bench_frame(found)
+    return forecast.calibrate_all(forecast.records(runs), forecast.bench_points(bench_rows)), runs, bench_rows
+
+
+def test_the_ring_fit_recovers_alpha_and_beta():
+    points = [Point(n, b, calls, ring(n, b, calls), "x") for n in (2, 4) for b in (1e6, 8e6, 64e6) for calls in (1, 3)]
+    fit = calibrate.fit_ring(points)
+    assert fit.alpha_s == pytest.approx(ALPHA, rel=1e-6) and fit.beta_GBps == pytest.approx(BETA, rel=1e-6)
+    assert fit.residual == pytest.approx(0, abs=1e-9) and fit.points == 12
+    assert fit.seconds(8, 16e6) == pytest.approx(14 * ALPHA + 1.75 * 16e6 / 1e9)
+
+
+def test_a_latency_the_points_cannot_carry_is_zero_not_negative():
+    # two sizes whose times would need a negative α (the small one relatively fast): β alone is fitted
+    fit = calibrate.fit_ring([Point(2, 1e6, 1, 0.0009, "a"), Point(2, 8e6, 1, 0.008, "b")])
+    assert fit.alpha_s == 0 and fit.beta_GBps > 0
+    assert calibrate.fit_ring([Point(1, 1e6, 1, 0.1, "one rank")]) is None
+
+
+def test_with_x_1_the_forecast_is_predicts_no_overlap_step_from_the_same_inputs():
+    """One model, two ways in: calibrated from a folder, or typed into perfmodel (what src/predict.py does)."""
+    found = [run("one", 1, 1, STEP1), run("two", 2, 2, STEP1 + ring(2), alone=ring(2)), bench()]
+    cals, _, _ = calibrated(found)
+    (cal,) = cals.values()
+    key = ("inter", "emulated 8 Gbit/s")
+    assert cal.fits[key].beta_GBps == pytest.approx(BETA, rel=1e-6)
+    assert cal.exposures[key][0][0] == pytest.approx(1.0)  # the 2-node run paid exactly its all-reduce alone
+    rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), key, 1, (2, 4, 8))
+    typed = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2, 4, 8), grad_bytes=S, inter_GBps=BETA,
+                                        inter_latency_s=ALPHA, compute_s=STEP1, bucket_bytes=S))
+    for f, row in zip(rows, typed):
+        assert (f.nodes, f.gpus) == (row.nodes, row.gpus)
+        assert f.step.mid == pytest.approx(row.step_s_no_overlap, rel=1e-6)
+    assert rows[-1].step.mid == pytest.approx(STEP1 + 14 * ALPHA + 1.75 * S / 1e9, rel=1e-6)  # 8 nodes, by hand
+    assert rows[-1].efficiency.mid == pytest.approx(STEP1 / rows[-1].step.mid)
+
+
+def test_the_exposed_factor_and_its_band_come_from_the_workloads_own_runs():
+    found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
+             bench()]
+    cals, _, _ = calibrated(found)
+    (cal,) = cals.values()
+    rows, notes = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 1, (4,))
+    _, _, exposure, where = notes[("inter", "emulated 8 Gbit/s")]
+    spread = forecast.EXPOSURE_SPREAD
+    assert (exposure.low, exposure.mid, exposure.high) == pytest.approx((1.2 * (1 - spread), 1.3, 1.4 * (1 + spread)))
+    assert where == "this workload on this link"
+    t4, u = ring(4), max(forecast.COMM_UNCERTAINTY, cal.fits[("inter", "emulated 8 Gbit/s")].residual)
+    four = rows[-1]
+    assert four.step.mid == pytest.approx(STEP1 + 1.3 * t4)
+    assert four.step.low == pytest.approx(STEP1 + 1.2 * (1 - spread) * t4 * (1 - u))
+    assert four.step.high == pytest.approx(STEP1 + 1.4 * (1 + spread) * t4 * (1 + u))
+
+
+def test_a_workload_never_run_on_several_devices_borrows_both_readings():
+    """Workload B ran on 1 device only. A's 2-node run paid 2.0 x its all-reduce; read as a fixed cost per step
+    instead, that is U = step - step_1 - t. B's band spans x = 2 and 1 + U / t_B (and the median lies between)."""
+    t2 = ring(2)
+    found = [run("a1", 1, 1, STEP1), run("a2", 2, 2, STEP1 + 2.0 * t2), bench(),
+             run("b1", 1, 1, 0.050, model="other", grad=S / 4)]
+    cals, _, _ = calibrated(found)
+    b = next(c for c in cals.values() if c.describe == "other")
+    key = ("inter", "emulated 8 Gbit/s")
+    tb = b.fits[key].seconds(2, S / 4)
+    exposure, where = forecast.exposure_for(b, key, tb)
+    fixed = 1 + (2.0 * t2 - t2) / tb  # A's U = t2, as a fixed cost on B's smaller all-reduce
+    assert (exposure.low, exposure.high) == pytest.approx(sorted((2.0, fixed)))
+    assert where == "borrowed from the other workloads' runs at this level"
+
+
+def test_the_one_line_answer_reads_the_whole_band():
+    def f(nodes, gpus, low):
+        return forecast.Forecast(nodes, gpus, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
+
+    assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.9), f(4, 4, 0.81), f(8, 8, 0.79), f(16, 16, 0.9)]) == 4
+    assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.7)]) == 1  # one GPU per node: one node is all that holds
+    assert forecast.answer([f(1, 1, 1.0), f(1, 4, 0.5), f(2, 8, 0.9)]) is None  # not even one full node
+
+
+def test_the_track_record_predicts_each_run_without_it(tmp_path):
+    """Two repeats of the 2-node configuration paid 1.2 and 1.4 x the all-reduce: each is predicted from the other
+    alone (x of the other, ± the spread), so neither is predicted by its own measurement."""
+    found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
+             bench()]
+    _, runs, bench_rows = calibrated(found)
+    record = forecast.track_record(forecast.records(runs), forecast.bench_points(bench_rows)).set_index("run_id")
+    assert record.loc["a", "predicted_step_s"] == pytest.approx(STEP1 + 1.4 * ring(2))
+    assert record.loc["b", "predicted_step_s"] == pytest.approx(STEP1 + 1.2 * ring(2))
+    assert record.loc["a", "inside"] and record.loc["b", "inside"]  # 1.2 vs 1.4 x 0.85, 1.4 vs 1.2 x 1.15
+    for r in found:
+        results.write(str(tmp_path), r)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path)
+    assert proc.returncode == 0 and "1 of 1 inside the band" in proc.stdout, proc.stdout[-2000:]  # the newest
+
+
+def test_forecast_from_the_command_line(tmp_path):
+    for r in [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), bench()]:
+        results.write(str(tmp_path), r)
+    report = run_script("benchmark.py", "--output_dir", tmp_path, "--forecast", "--forecast_nodes", 2, 4)
+    predicted = run_script("predict.py", "--from", tmp_path, "--nodes", 2, 4)
+    assert report.returncode == 0 and predicted.returncode == 0, report.stderr + predicted.stderr
+    table = forecast_view.render(frames.runs_frame(results.scan(str(tmp_path))[0]),
+                                 explain.bench_frame(results.scan(str(tmp_path))[0]), (2, 4))
+    assert "\n".join(table) in report.stdout and predicted.stdout.strip() == "\n".join(table).strip()
+    four = STEP1 + 1.2 * ring(4)
+    assert f"{four * 1e3:,.1f} (" in report.stdout  # the 4-node step, by hand: 100 + 1.2 x (6 α + 1.5 S / β)
+    assert "between nodes (emulated 8 Gbit/s): ring fit α = 20.0 µs, β = 1 GB/s (100 % of the rate)" in report.stdout
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("benchmark.py", ["--forecast_nodes", "4"], "--forecast_nodes goes with --forecast"),
+    ("benchmark.py", ["--link_gbit", "1"], "--link_gbit goes with --forecast"),
+    ("predict.py", ["--from", "nowhere"], "nowhere is not a folder"),
+])
+def test_forecast_flags_refused_in_one_line(script, args, message, tmp_path):
+    proc = run_script(script, *args, "--output_dir", tmp_path) if script == "benchmark.py" else \
+        run_script(script, *args)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, \
+        proc.stderr
