@@ -161,3 +161,25 @@ def test_forecast_flags_refused_in_one_line(script, args, message, tmp_path):
         run_script(script, *args)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, \
         proc.stderr
+
+
+def test_several_nodes_are_never_forecast_faster_than_one_full_node():
+    """One node's own link slow (β = 0.1 GB/s), the network between nodes fast (1 GB/s): the ring formula alone
+    would make 2 nodes of 2 GPUs beat one node of 2; a step there is at least the one-node step (the ceiling)."""
+    slow = 0.1
+
+    def intra(n, b):
+        return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * b / (slow * 1e9)
+
+    one_node = bench(nodes=1)
+    one_node["launch"]["link"] = None
+    for row in one_node["rows"]:
+        row["time_s"] = row["single_op_s"] = intra(2, row["bytes"])
+    found = [run("one", 1, 1, STEP1), run("node", 2, 1, STEP1 + 3 * intra(2, S)), one_node, bench(nodes=2, world=4)]
+    cals, _, _ = calibrated(found)
+    (cal,) = cals.values()
+    rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 2, (1, 2))
+    node, two = [f for f in rows if f.gpus == 2][0], [f for f in rows if f.nodes == 2][0]
+    assert node.step.mid == pytest.approx(STEP1 + 3 * intra(2, S))
+    assert STEP1 + 3 * ring(4) < node.step.mid  # what the formula alone would give
+    assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))

@@ -146,6 +146,9 @@ def main(argv=None) -> int:
         from scalelab.report import curves, plots  # matplotlib takes a while to import: only when asked for
 
         written += plots.write_all(args.plot, scaling, bench)
+        if args.forecast:
+            written += plots.save(args.plot, forecast_view.figures(runs, bench, tuple(args.forecast_nodes or
+                                                                                     forecast_view.fc.DEFAULT_NODES)))
         figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
         written += plots.save(args.plot, figures)
         if note:

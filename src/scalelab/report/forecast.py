@@ -208,10 +208,12 @@ class Forecast:
 def forecast(cal: Calibration, intra_key, inter_key, gpus_per_node: int, nodes=DEFAULT_NODES, accumulate: int = 1,
              wire_ratio: float = 1.0) -> tuple:
     """([Forecast], notes): the workload at 1 GPU, one node and each node count, on these links. wire_ratio: the
-    share of the bytes a compression hook puts on the wire (bf16: 0.5); accumulate: batches per all-reduce."""
+    share of the bytes a compression hook puts on the wire (bf16: 0.5); accumulate: batches per all-reduce. A step
+    on several nodes is never shorter than on one full node (its all-reduce spans more GPUs over a slower link):
+    each bound of a multi-node band is at least the one-node step's."""
     intra, intra_how = fit_for(cal, intra_key) if gpus_per_node > 1 else (None, "")
     inter, inter_how = fit_for(cal, inter_key) if inter_key else (None, "")
-    out, notes = [], {}
+    out, notes, one_node = [], {}, None
     for row in calibrate.model_rows(cal.baseline.mid, cal.nbytes * wire_ratio, cal.calls, gpus_per_node, nodes,
                                     intra, inter):
         key = intra_key if row.nodes == 1 else inter_key
@@ -222,6 +224,10 @@ def forecast(cal: Calibration, intra_key, inter_key, gpus_per_node: int, nodes=D
         k_base = Band(accumulate * cal.baseline.low, accumulate * cal.baseline.mid, accumulate * cal.baseline.high)
         u = max(COMM_UNCERTAINTY, fit.residual) if fit else 0.0
         step = calibrate.step_band(k_base, row.comm_s, exposure, u) if row.gpus > 1 else k_base
+        if row.nodes == 1:
+            one_node = step
+        else:  # the one-node ceiling
+            step = Band(max(step.low, one_node.low), max(step.mid, one_node.mid), max(step.high, one_node.high))
         units = cal.per_device_units * row.gpus * accumulate
         eff = Band(k_base.mid / step.high, k_base.mid / step.mid, k_base.mid / step.low)
         out.append(Forecast(row.nodes, row.gpus, row.comm_s, step, eff,

@@ -161,3 +161,51 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
                      f"{', '.join(fit.sources[:3])}{' …' if len(fit.sources) > 3 else ''}); exposed factor x = "
                      f"{exposure.mid:.2f} [{exposure.low:.2f}–{exposure.high:.2f}] ({where})")
     return lines
+
+
+def figures(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES) -> list:
+    """[(file name, Figure)]: per workload, efficiency against node count: the forecast band and its middle for each
+    network between nodes, the configurations measured on it, and one full node as the ceiling."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    runs = recent(runs)
+    recs, out = fc.records(runs), []
+    letters = group_letters(runs["group"])
+    for group, cal in fc.calibrate_all(recs, fc.bench_points(bench)).items():
+        gpn = gpus_per_node(runs, group)
+        fig = Figure(figsize=(7, 4.8))
+        ax = fig.subplots()
+        ceiling = None
+        for intra_key, inter_key in links_to_forecast(runs, cal, group):
+            rows = [f for f in fc.forecast(cal, intra_key, inter_key, gpn, nodes)[0] if f.gpus == f.nodes * gpn]
+            xs = [f.nodes for f in rows]
+            name = inter_key[1] if inter_key and inter_key[1] else "between nodes"
+            line = ax.plot(xs, [f.efficiency.mid * 100 for f in rows], "-", label=f"forecast, {name}")[0]
+            ax.fill_between(xs, [f.efficiency.low * 100 for f in rows], [f.efficiency.high * 100 for f in rows],
+                            color=line.get_color(), alpha=0.2)
+            measured = [r for r in recs if r.group == group and r.devices == r.nodes * gpn and r.nodes > 1
+                        and fc.network(r.nodes, r.link, r.accelerator, r.device) == inter_key]
+            if measured:
+                ax.plot([r.nodes for r in measured], [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in measured],
+                        "o", color=line.get_color(), ms=7, label=f"measured, {name}")
+            ceiling = next((f for f in rows if f.nodes == 1 and f.gpus > 1), ceiling)
+        one_node = [r for r in recs if r.group == group and r.nodes == 1 and r.devices == gpn > 1]
+        if one_node:
+            ax.plot([1] * len(one_node), [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in one_node], "o",
+                    color="black", ms=7, label=f"measured, one node of {gpn} devices")
+        if ceiling:
+            ax.axhline(ceiling.efficiency.mid * 100, ls="--", color="grey", lw=1, label="one full node: the ceiling")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(list(nodes)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticklabels([str(n) for n in nodes])
+        ax.set_xlabel(f"nodes ({gpn} device{'s' if gpn > 1 else ''} each)")
+        ax.set_ylabel("parallel efficiency (%), weak scaling")
+        ax.set_ylim(0, 110)
+        ax.set_title(f"Forecast {letters.get(group, '?')}: {cal.describe}, calibrated on this folder's runs")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="upper right")
+        fig.tight_layout()
+        out.append((f"forecast_{letters.get(group, '?')}.png", fig))
+    return out
