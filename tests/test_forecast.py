@@ -183,3 +183,20 @@ def test_several_nodes_are_never_forecast_faster_than_one_full_node():
     assert node.step.mid == pytest.approx(STEP1 + 3 * intra(2, S))
     assert STEP1 + 3 * ring(4) < node.step.mid  # what the formula alone would give
     assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))
+
+
+def test_a_nightly_reference_fails_when_the_forecast_error_grows(tmp_path):
+    """The newest 2-node run paid 3 x its all-reduce where the earlier one paid 1.2 x: predicted from the earlier,
+    its efficiency is off by far more than 5 points, and `forecast_error: [5, null, 0, points]` fails."""
+    slow = run("b", 2, 2, STEP1 + 3.0 * ring(2))
+    slow["created"] = "2099-01-01T00:00:00"  # the newest of the configuration
+    for r in [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), slow, bench()]:
+        results.write(str(tmp_path / "runs"), r)
+    ref = tmp_path / "ref.yaml"
+    ref.write_text("checks:\n- name: gpt-2x2\n  workload: {model: gpt}\n  hardware: {accelerator: cpu}\n"
+                   "  devices: 2\n  nodes: 2\n  link: emulated 8 Gbit/s\n"
+                   "  reference:\n    forecast_error: [5, null, 0, points]\n")
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "runs", "--reference", ref)
+    error = abs(STEP1 / (STEP1 + 1.2 * ring(2)) - STEP1 / (STEP1 + 3.0 * ring(2))) * 100  # by hand
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"FAIL gpt-2x2.forecast_error: {error:.4g} points above 5" in proc.stdout, proc.stdout

@@ -7,6 +7,8 @@ files, or puts two folders side by side (`--compare`).
 import os
 import sys
 
+import pandas as pd
+
 from scalelab import results
 from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
@@ -33,6 +35,7 @@ def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=N
     scaling = scaling_frame(runs)
     if not scaling.empty:
         scaling = explain.annotate(scaling, bench, peak_tflops, gpu_hour_price, token_budget)
+        scaling = forecast_view.with_forecast_error(scaling, forecast_view.record(runs, bench))
     return runs, scaling, bench, skipped
 
 
@@ -132,7 +135,7 @@ def main(argv=None) -> int:
     max_runs = None if args.all_runs else 12
     fmt = "github" if args.markdown else "simple"
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
-    print("\n".join(forecast_view.track_record(runs, bench, fmt)))
+    print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
     if args.forecast:
         print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
                                             fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))

@@ -28,31 +28,45 @@ def band_cell(band, pct=True) -> str:
     return f"{fmt_num(band.mid * 1e3)} ({fmt_num(band.low * 1e3)}–{fmt_num(band.high * 1e3)})"
 
 
-def track_record(runs: pd.DataFrame, bench: pd.DataFrame, fmt: str = "simple") -> list:
-    """Every multi-device configuration (its newest run) predicted from all the other runs: the model's record on
-    this cluster, per workload."""
+def record(runs: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
+    """The track record: every multi-device configuration (its newest run) predicted from all the other runs."""
     runs = recent(runs)
     recs, points = fc.records(runs), fc.bench_points(bench)
     calibrated = set(fc.calibrate_all(recs, points))
     newest = runs.groupby(["group", "devices", "nodes", "link"], sort=False).tail(1)
     newest = newest[(newest["devices"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
-    if newest.empty:
-        return []
-    record = fc.track_record(recs, points, only=set(newest["run_id"]))
-    if record.empty:
+    return fc.track_record(recs, points, only=set(newest["run_id"]) if not newest.empty else set())
+
+
+def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFrame:
+    """The scaling frame plus `forecast_error`: |predicted − measured| efficiency of the configuration's newest run,
+    in points, from the track record (a nightly --reference check can bound it)."""
+    if scaling.empty:
+        return scaling
+    err = {(r.group, r.devices, r.nodes, r.link or ""): abs(r.predicted_eff - r.measured_eff) * 100
+           for r in track.itertuples()}
+    scaling = scaling.assign(forecast_error=[err.get((r.group, r.devices, r.nodes, r.link or ""))
+                                             for r in scaling.itertuples()])
+    scaling.attrs["track_record"] = track
+    return scaling
+
+
+def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -> list:
+    """The track record as the report prints it: the model's record on this cluster, per workload."""
+    if track.empty:
         return []
     letters = group_letters(fc.completed(runs)["group"])
     rows = [[letters.get(r.group, "?"), r.devices, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
                                                                                  r.eff_high)),
              fmt_pct(r.measured_eff), "yes" if r.inside else "NO", f"{r.predicted_step_s * 1e3:,.1f}",
-             f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]] for r in record.itertuples()]
-    inside = int(record["inside"].sum())
-    err = (record["predicted_eff"] - record["measured_eff"]).abs().median() * 100
+             f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]] for r in track.itertuples()]
+    inside = int(track["inside"].sum())
+    err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
     return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
             "efficiency = 1-device step ÷ step)",
             tabulate(rows, headers=["group", "devices", "nodes", "predicted eff. (band)", "measured", "inside",
                                     "predicted step ms", "measured ms", "exposure from"], tablefmt=fmt),
-            f"  {inside} of {len(record)} inside the band; median error {err:.1f} points. `--forecast` forecasts the "
+            f"  {inside} of {len(track)} inside the band; median error {err:.1f} points. `--forecast` forecasts the "
             "scales not run.", ""]
 
 

@@ -18,7 +18,11 @@ from scalelab import results
 from scalelab.errors import UsageError
 
 # quantity -> (frame column, unit the value is in; None: the run's own throughput unit)
-TRAINING = {"efficiency": ("efficiency", ""), "throughput_per_device": ("throughput_per_device", None)}
+# forecast_error: |forecast - measured| efficiency of the configuration, in points, predicted from the folder's other
+# runs (the track record): [5, null, 0, points] fails when the model's error on this cluster grows past 5 points
+TRAINING = {"efficiency": ("efficiency", ""), "throughput_per_device": ("throughput_per_device", None),
+            "forecast_error": ("forecast_error", "points")}
+FORECAST_TOLERANCE = 5.0  # points, at least, in a drafted forecast_error check
 ALLREDUCE = {"busbw": ("busbw_GBps", "GB/s")}
 NAME = re.compile(r"^[A-Za-z0-9_.:+/-]+$")  # no spaces nor '=': PERF lines stay machine-parsable
 HEADER = """\
@@ -229,6 +233,8 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
             ref["efficiency"] = [_round(r.efficiency), lower, None, ""]
         if _finite(r.throughput_per_device):
             ref["throughput_per_device"] = [_round(r.throughput_per_device), lower, None, r.unit]
+        if _finite(getattr(r, "forecast_error", None)):  # today's error and 2 points, at least the tolerance
+            ref["forecast_error"] = [max(FORECAST_TOLERANCE, math.ceil(r.forecast_error) + 2.0), None, 0, "points"]
         if not ref:
             continue
         hw = key["hardware"] if r.accelerator == "gpu" else {"accelerator": key["hardware"]["accelerator"]}
