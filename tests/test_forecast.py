@@ -200,3 +200,23 @@ def test_a_nightly_reference_fails_when_the_forecast_error_grows(tmp_path):
     error = abs(STEP1 / (STEP1 + 1.2 * ring(2)) - STEP1 / (STEP1 + 3.0 * ring(2))) * 100  # by hand
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"FAIL gpt-2x2.forecast_error: {error:.4g} points above 5" in proc.stdout, proc.stdout
+
+
+def test_a_reading_from_the_other_level_is_read_both_ways_too():
+    """Only a one-node run (x = 2 there); between nodes the band spans x = 2 and its fixed-cost reading."""
+    def intra(n, b):
+        return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * b / (10 * 1e9)
+
+    one_node = bench(nodes=1)
+    one_node["launch"]["link"] = None
+    for row in one_node["rows"]:
+        row["time_s"] = row["single_op_s"] = intra(2, row["bytes"])
+    found = [run("one", 1, 1, STEP1), run("node", 2, 1, STEP1 + 2.0 * intra(2, S)), one_node, bench()]
+    cals, _, _ = calibrated(found)
+    (cal,) = cals.values()
+    key = ("inter", "emulated 8 Gbit/s")
+    t = cal.fits[key].seconds(2, S)
+    exposure, where = forecast.exposure_for(cal, key, t)
+    u = 2.0 * intra(2, S) - cal.fits[("intra", "cpu", "cpu")].seconds(2, S)  # U of the one-node run
+    assert (exposure.low, exposure.high) == pytest.approx(sorted((2.0, 1 + u / t)), rel=1e-4)
+    assert where == "borrowed from this workload's at the other level"

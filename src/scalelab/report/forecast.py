@@ -174,8 +174,8 @@ def fit_for(cal: Calibration, key: tuple) -> tuple:
 
 def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
     """(Band of x for this workload at this link, where it came from): its own runs on this link, else its runs on
-    another link of that level; else what there is of the other workloads' runs at that level (each read both as x
-    and as a fixed cost per step U) and of its own runs at the other level, the band spanning all of it."""
+    another link of that level; else what there is of the other workloads' runs at that level and of its own runs
+    at the other level, each read both as x and as a fixed cost per step U, the band spanning all of it."""
     same_level = [e for k, es in cal.exposures.items() if k[0] == key[0] for e in es]
     own = cal.exposures.get(key) or same_level
     if own:
@@ -183,14 +183,14 @@ def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
         where = "this workload on this link" if cal.exposures.get(key) else "this workload on another link"
         return Band(min(xs) * (1 - EXPOSURE_SPREAD), statistics.median(xs), max(xs) * (1 + EXPOSURE_SPREAD)), where
     others = cal.borrowed.get(key[0]) or []
-    mine = [x for k, es in cal.exposures.items() for x, _, _ in es if x is not None]  # the other level's
+    mine = [e for es in cal.exposures.values() for e in es if e[0] is not None]  # the other level's
     if (not others and not mine) or allreduce_s <= 0:
         return Band(1.0, 1.0, 1.0), "none measured: x = 1 (no overlap, no contention)"
-    readings = [x for x, _, _ in others if x is not None] + [1 + u / allreduce_s for _, u, _ in others] + mine
-    readings = [max(0.0, v) for v in readings]
+    readings = [max(0.0, v) for x, u, _ in others + mine for v in ((x,) if x is not None else ()) + (
+        1 + u / allreduce_s,)]
     where = " and ".join(w for w, have in (("the other workloads' runs at this level", others),
                                            ("this workload's at the other level", mine)) if have)
-    mid = statistics.median(mine) if mine else statistics.median(readings)  # its own behaviour, where known
+    mid = statistics.median(readings)
     return Band(min(readings), mid, max(readings)), f"borrowed from {where}"
 
 
