@@ -116,7 +116,8 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES, fmt:
             out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}, {gpn} device(s) per node, "
                        f"{where} (weak scaling)")
             out.append(tabulate([_row(f, cal, token_budget, gpu_hour_price) for f in rows],
-                                headers=_headers(cal, token_budget, gpu_hour_price), tablefmt=fmt))
+                                headers=_headers(cal, token_budget, gpu_hour_price), tablefmt=fmt,
+                                disable_numparse=True))
             out.append("  " + one_line(cal, intra_key, inter_key, gpn, nodes, rows))
             out += ["  " + line for line in sources(cal, notes)]
             out.append("")
