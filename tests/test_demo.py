@@ -23,6 +23,9 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
                              "node) and 1 of the all-reduce benchmark; 1 device = 1 core, gloo; results in ")
     assert "scalelab report: 2 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
     assert "2 devices on 1 node: efficiency" in stdout  # the limiting line
+    # the forecast's track record: the 2-device run predicted without it (only the 1-device run and the benchmark)
+    assert "Track record (each multi-device configuration predicted from the other runs, leave one out" in stdout
+    assert "1 of 1 inside the band" in stdout or "0 of 1 inside the band" in stdout
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "throughput_per_device.png"]
     assert sorted(p.name for p in (out / "export").iterdir()) == [

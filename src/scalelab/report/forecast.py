@@ -49,6 +49,7 @@ class Calibration:
     per_device_units: float  # samples (tokens for a GPT) one device processes per step
     baseline: Band  # the 1-device step, seconds: median [min, max] over repeats
     baseline_runs: list
+    compute_s: Optional[float]  # compute alone (the probe steps) of the 1-device runs, median: shown, not modelled
     nbytes: float  # what one step all-reduces (the bytes a --comm_hook sends)
     calls: int  # DDP's buckets: one all-reduce each
     fits: dict  # network key -> RingFit
@@ -59,7 +60,7 @@ class Calibration:
 
 FIELDS = ("run_id", "group", "describe", "unit", "devices", "nodes", "procs_per_node", "link", "link_gbit",
           "accelerator", "device", "step_ms", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
-          "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling")
+          "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s")
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
@@ -130,6 +131,7 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             per_device_units=first.samples_per_batch * first.accumulate_grad_batches * (
                 (first.tokens_per_s / first.samples_per_s) if first.unit == "tokens/s" else 1),
             baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
+            compute_s=statistics.median(c) if (c := [r.compute_s for r in base if _num(r.compute_s)]) else None,
             nbytes=nbytes, calls=calls, rates=rates,
             fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit

@@ -164,8 +164,9 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
     """Every fitted figure and the runs it came from."""
     lines = [f"1-device step {cal.baseline.mid * 1e3:,.1f} ms [{cal.baseline.low * 1e3:,.1f}–"
              f"{cal.baseline.high * 1e3:,.1f}] ({len(cal.baseline_runs)} run(s): {', '.join(cal.baseline_runs[:3])}"
-             f"{' …' if len(cal.baseline_runs) > 3 else ''}); all-reduced per step: {cal.nbytes / 1e6:.3g} MB in "
-             f"{cal.calls} bucket(s)"]
+             f"{' …' if len(cal.baseline_runs) > 3 else ''})" + (
+                 f", of which compute alone (probe steps) {cal.compute_s * 1e3:,.1f} ms" if cal.compute_s else "")
+             + f"; all-reduced per step: {cal.nbytes / 1e6:.3g} MB in {cal.calls} bucket(s)"]
     for key, (fit, how, exposure, where) in notes.items():
         if fit is None:
             continue
