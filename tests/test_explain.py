@@ -304,3 +304,40 @@ def test_predicted_columns_when_communication_exceeds_compute():
     cell = f"{0.004 / (0.004 + comm) * 100:.0f}–{0.004 / comm * 100:.0f} %"
     assert cell == "32–47 %"  # by hand: busbw at 8 MB = 0.5·8^log10(2) = 0.937 GB/s, comm = 8.5 ms
     assert cell in tables.render(runs, scaling)
+
+
+def test_had_cpu_is_the_share_of_ready_time_on_a_core_after_warm_up():
+    """Samples [batches read, on-core s, waiting s]; with --accumulate_grad_batches 2 warm-up (2 optimizer steps)
+    ends after batch 3, so the sample at batch 2 is warm-up and the share runs from batch 4 to the end."""
+    rec = _rank(0, [.1] * 8, [.05] * 8, [0] * 8, [])
+    rec["step_ends"] = [1, 3, 5, 7]
+    rec["cpu_sched_s"] = [[0, 0.0, 0.0], [2, 1.0, 5.0], [4, 2.0, 5.5], [8, 5.0, 6.5]]
+    assert timing.had_cpu([rec], warmup_steps=2) == [0.75]  # (5-2) / ((5-2) + (6.5-5.5))
+    rec.pop("step_ends")  # every batch a step: warm-up ends after batch 1, the sample at batch 2 starts the span
+    assert timing.had_cpu([rec], warmup_steps=2) == [pytest.approx(4 / 5.5, abs=1e-3)]
+    assert timing.had_cpu([dict(rec, cpu_sched_s=[[8, 5.0, 6.5]])], 2) is None  # one sample spans nothing
+    assert timing.had_cpu([{k: v for k, v in rec.items() if k != "cpu_sched_s"}], 2) is None  # older results
+
+
+def _shared(share, had_cpu_1=None):
+    """A 1-device baseline and a 2-device run whose compute per device is 70 ms slower, with rank 1's share."""
+    base = _with_comm(make_result("s1", 1, samples_per_s=100, batch_size=32), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("s2", 2, samples_per_s=110, batch_size=32), 0.17, 0.01, 0.005, 0.18)
+    two["timing"]["had_cpu"] = [had_cpu_1 or 0.99, share]
+    _, scaling = annotated([base, two])
+    return base, two, scaling
+
+
+def test_slower_compute_names_contention_when_measured_before_memory_bandwidth():
+    base, two, scaling = _shared(0.48)
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    assert ("slower compute per device: 70 ms more per step than at 1 device (rank 1 had a core 48 % of the "
+            "time it was ready to run: other work shared its cores)") in line, line
+    assert "memory bandwidth" not in line
+    text = tables.render(frames.runs_frame([base, two]), scaling, "plain", None)
+    assert ("! s2: rank 1 had a core 48 % of the time it was ready to run: other work shared its cores; its times "
+            "are slower than this hardware's") in text
+    _, _, quiet = _shared(0.96)  # no contention measured: then what the ranks still share, with the figure
+    line = explain.limiting_line(next(r for r in quiet.itertuples() if r.devices == 2))
+    assert ("(CPU rehearsal: each rank had its core 96 % of the time it was ready to run; the ranks still share "
+            "this machine's memory bandwidth and caches)") in line, line

@@ -53,13 +53,37 @@ def write(folder, *found):
 
 def test_the_slow_rank_and_its_host_are_named_and_excluded():
     found = [training("r4", [rank_record(0, "node1", 0.010), rank_record(1, "node1", 0.0104),
-                             rank_record(2, "node2", 0.0098), rank_record(3, "node2", 0.013)])]
+                             rank_record(2, "node2", 0.0098), rank_record(3, "node2", 0.013)], launcher="slurm")]
     text = ranks.render(found)
     assert "rank 3 on node2 (+27 %) against the median rank's 10.2 ms" in text
     assert "sbatch --exclude=node2 <job script>" in text
     table = [line.split() for line in text.splitlines() if line.startswith(("node", " "))]
     assert table[0][:2] == ["node1", "0"] and table[2][:2] == ["node2", "2"]  # grouped by host
     assert table[3][-1] == "slow" and not any(row[-1] == "slow" for row in table[:3])
+
+
+def starved(rank, host, share, **kw):
+    """A rank that had a core `share` of its ready time over the timed steps (samples after warm-up, batch 5 on)."""
+    on = 2.0 * share
+    return rank_record(rank, host, 0.02, cpu_sched_s=[[1, 0.1, 0.0], [10, 1.0, 0.3], [30, 1.0 + on, 0.3 + 2.0 - on]],
+                       **kw)
+
+
+def test_advice_fits_the_launcher_and_the_measured_contention():
+    """sbatch --exclude only under SLURM; a rank that waited for its cores is named for that, not for its node."""
+    quiet = [rank_record(0, "vm", 0.010), rank_record(1, "vm", 0.0101), rank_record(2, "vm", 0.013)]
+    text = ranks.render([training("local", quiet, nodes=1)])
+    assert "slow: rank 2 on vm (+29 %)" in text and "sbatch" not in text
+    assert "not a SLURM job (local): no node to leave out" in text
+    busy = [rank_record(0, "node1", 0.010), rank_record(1, "node1", 0.0101), starved(2, "node2", 0.45)]
+    text = ranks.render([training("busy", busy, launcher="slurm")])
+    assert "rank 2 had a core 45 % of the time it was ready to run: other work shared its cores" in text
+    assert "sbatch --exclude" not in text
+    row = next(line.split() for line in text.splitlines() if line.split()[:2] == ["node2", "2"])
+    assert row[4:6] == ["45", "%"]  # the "had a core" column
+    # a share at the threshold or above is no contention: the node is named as before
+    text = ranks.render([training("fine", [*busy[:2], starved(2, "node2", 0.95)], launcher="slurm")])
+    assert "sbatch --exclude=node2 <job script>" in text
 
 
 def test_threshold_and_median():
@@ -98,8 +122,8 @@ def test_ranks_that_shared_cores_are_said_to():
 
 def test_newest_run_per_configuration_and_cli(tmp_path, capsys):
     old = training("old", [rank_record(0, "node1", 0.01), rank_record(1, "node2", 0.02)],
-                   created="2026-11-24T06:00:00+00:00")
-    new = training("new", [rank_record(0, "node1", 0.01), rank_record(1, "node3", 0.0105)])
+                   created="2026-11-24T06:00:00+00:00", launcher="slurm")
+    new = training("new", [rank_record(0, "node1", 0.01), rank_record(1, "node3", 0.0105)], launcher="slurm")
     single = training("one", [rank_record(0, "node1", 0.01)], nodes=1)
     write(tmp_path, old, new, single)
     assert cli.main(["--ranks", "--output_dir", str(tmp_path)]) == 0

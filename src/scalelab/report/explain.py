@@ -186,9 +186,7 @@ def limiting_line(r) -> Optional[str]:
     expected = r.baseline_compute_s if r.scaling != "strong" else r.baseline_compute_s * r.baseline_devices / r.devices
     slower = r.compute_s - expected if _ok(expected) else 0.0
     if _ok(expected) and slower > 0.1 * expected:
-        why = ("" if r.accelerator != "cpu" else " (ranks shared cores: oversubscribed)"
-               if getattr(r, "oversubscribed", "") else " (CPU rehearsal: the ranks, each on its own core, still share "
-               "this machine's memory bandwidth and caches)")
+        why = slower_why(r)
         causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than at "
                                f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
@@ -227,6 +225,21 @@ def limiting_line(r) -> Optional[str]:
     if share < 0.05 and len(causes) == 1 and not noisy:
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
+
+
+def slower_why(r) -> str:
+    """Why compute per device ran slower, most certain first: ranks we put on shared cores, then other work on
+    the cores (measured: the scheduler's wait, train/cpushare.py), and only then, on CPU, what ranks on their own
+    cores still share (memory bandwidth, caches), with the measured share that rules contention out."""
+    if getattr(r, "oversubscribed", ""):
+        return " (ranks shared cores: oversubscribed)"
+    if getattr(r, "starved", ""):
+        return f" ({r.starved})"
+    if r.accelerator != "cpu":
+        return ""
+    had = getattr(r, "had_cpu", None)
+    measured = f"each rank had its core {had * 100:.0f} % of the time it was ready to run; " if _ok(had) else ""
+    return f" (CPU rehearsal: {measured}the ranks still share this machine's memory bandwidth and caches)"
 
 
 def split_within_noise(r) -> bool:

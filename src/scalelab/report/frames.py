@@ -13,6 +13,7 @@ import pandas as pd
 
 from scalelab import results
 from scalelab.perfmodel.network import human_rate
+from scalelab.train import cpushare
 from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
@@ -22,14 +23,14 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
 LEVER_DEFAULTS = {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0, "static_graph": False}
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
-               "link", "link_gbit", "threads", "oversubscribed", "status", "error", "train_time_s", "step_ms",
-               "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s", "whole_run_s", "train_loss",
-               "val_loss", "val_acc", "created", "slurm_job", "restart_count", *COMM_FIELDS[:-1], "bucket_bytes",
-               COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu", *LEVER_DEFAULTS, "wire_bytes",
-               "samples_per_batch", "loss_curve"]
-NUMERIC = ("link_gbit", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s", "first_step_s",
-           "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS, "tflops_per_device",
-           "peak_tflops", "mfu")
+               "link", "link_gbit", "threads", "oversubscribed", "had_cpu", "starved", "status", "error",
+               "train_time_s", "step_ms", "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s",
+               "whole_run_s", "train_loss", "val_loss", "val_acc", "created", "slurm_job", "restart_count",
+               *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu",
+               *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve"]
+NUMERIC = ("link_gbit", "had_cpu", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s",
+           "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS,
+           "tflops_per_device", "peak_tflops", "mfu")
 # the throughput a unit is read from: tables, plots and exports pick the column by the frame's `unit`
 THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
 
@@ -65,6 +66,9 @@ def runs_frame(found: list) -> pd.DataFrame:
             "link_gbit": (launch.get("link") or {}).get("gbit"),
             "threads": launch.get("threads_per_proc"),
             "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
+            # the least any rank had a core when it was ready to run, and the words for it (train/cpushare.py)
+            "had_cpu": min((x for x in t.get("had_cpu") or [] if x is not None), default=None),
+            "starved": cpushare.contended(t.get("had_cpu")) or "",
             "status": r["status"],
             "error": r.get("error"),
             "train_time_s": t.get("train_time_s"),
@@ -128,7 +132,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
-                link_gbit=("link_gbit", "first"), oversubscribed=("oversubscribed", "max"), threads=("threads", "max"),
+                link_gbit=("link_gbit", "first"), oversubscribed=("oversubscribed", "max"),
+                had_cpu=("had_cpu", "min"), starved=("starved", "max"), threads=("threads", "max"),
                 scaling=("scaling", "first"), model=("model", "first"),
                 describe=("describe", "first"),
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),

@@ -3,7 +3,9 @@
 A DDP step ends when the slowest rank's gradients are all-reduced, so every rank's step time is the same and
 the main table shows their mean. The compute-only probe steps (train/comm.py) do not wait for anyone:
 there a rank's time to gradients-ready is its own compute. A rank whose compute is more than `pct` % above the
-median rank's is flagged, and its host goes into the `sbatch --exclude=` list to try next.
+median rank's is flagged. Whether other work shared its cores is measured (train/cpushare.py: the share of its
+ready time it had a core), so a rank slowed by a neighbour is not blamed on its node; under SLURM a slow node's
+host goes into the `sbatch --exclude=` list to try next.
 """
 
 import statistics
@@ -14,10 +16,11 @@ from tabulate import tabulate
 from scalelab.launch.cores import span
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
+from scalelab.train import cpushare, timing
 from scalelab.train.steps import optimizer_view
 
 DEFAULT_PCT = 10.0
-HEADERS = ["host", "rank", "device", "cores", "compute ms", "vs median", "step ms", "flag"]
+HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs median", "step ms", "flag"]
 
 
 def rank_rows(result: dict) -> list:
@@ -36,6 +39,7 @@ def rank_rows(result: dict) -> list:
         normal = [times[i] for i in range(warmup, len(times)) if i not in probes and i not in skip]
         rows.append({"rank": r.get("rank"), "host": r.get("host") or "?", "device": r.get("device") or "?",
                      "cores": r.get("cpu_affinity") or [],
+                     "had_cpu": (timing.had_cpu([record], warmup) or [None])[0],
                      "compute_s": statistics.median(compute) if compute else None,
                      "step_s": statistics.median(normal) if normal else None})
     return sorted(rows, key=lambda row: (row["host"], row["rank"] if row["rank"] is not None else -1))
@@ -91,8 +95,8 @@ def run_table(result: dict, pct: float, fmt: str) -> list:
     cells, last_host = [], None
     for row in rows:
         cells.append([row["host"] if row["host"] != last_host else "", row["rank"], row["device"],
-                      span(sorted(row["cores"])) or "—", fmt_ms(row["compute_s"]), fmt_vs(row["vs_median"]),
-                      fmt_ms(row["step_s"]), "slow" if row["slow"] else ""])
+                      span(sorted(row["cores"])) or "—", fmt_pct(row["had_cpu"]), fmt_ms(row["compute_s"]),
+                      fmt_vs(row["vs_median"]), fmt_ms(row["step_s"]), "slow" if row["slow"] else ""])
         last_host = row["host"]
     out.append(tabulate(cells, headers=HEADERS, tablefmt=fmt, disable_numparse=True))
     if launch.get("oversubscribed"):
@@ -107,12 +111,29 @@ def run_table(result: dict, pct: float, fmt: str) -> list:
         return out
     named = ", ".join(f"rank {row['rank']} on {row['host']} ({fmt_vs(row['vs_median'])})" for row in slow)
     out.append(f"  slow: {named} against the median rank's {median * 1e3:,.1f} ms")
-    out.append(f"  try next without them: sbatch --exclude={exclude_list(rows)} <job script>")
-    return out
+    return out + advice(slow, launch.get("launcher"))
+
+
+def advice(slow: list, launcher) -> list:
+    """What to try next for the slow ranks: other work on their cores is the machine's, not the node's fault;
+    leaving a node out is sbatch's --exclude under SLURM, and means nothing to a local launch."""
+    starved = [row for row in slow if row["had_cpu"] is not None and row["had_cpu"] < cpushare.QUIET]
+    if starved:
+        who = ", ".join(f"rank {row['rank']} had a core {row['had_cpu'] * 100:.0f} %" for row in starved)
+        return [f"  {who} of the time it was ready to run: other work shared its cores (see top or ps on "
+                f"{starved[0]['host']}); run again when they are quiet"]
+    if launcher == "slurm":
+        return [f"  try next without them: sbatch --exclude={exclude_list(slow)} <job script>"]
+    return [f"  not a SLURM job ({launcher or 'launcher unknown'}): no node to leave out; the slow rank's cores "
+            "were its own (see the share above): look for throttling or a slower core type on that machine"]
 
 
 def fmt_ms(seconds) -> str:
     return fmt_num(None if seconds is None else seconds * 1e3, ",.1f")
+
+
+def fmt_pct(fraction) -> str:
+    return fmt_num(None if fraction is None else fraction * 100, ".0f") + (" %" if fraction is not None else "")
 
 
 def fmt_vs(fraction) -> str:

@@ -75,6 +75,8 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
                                    "epoch s", unit, "train loss", "val acc"], tablefmt=fmt, disable_numparse=True)]
     out += [f"  ! {r.run_id}: {r.oversubscribed}; its speedup measures ranks sharing cores, not scaling"
             for r in members.itertuples() if r.oversubscribed]
+    out += [f"  ! {r.run_id}: {r.starved}; its times are slower than this hardware's"
+            for r in members.itertuples() if r.starved and not r.oversubscribed]
     if hidden:
         out.append(f"  ... {hidden} older run(s) not listed (all are in the scaling table; --all_runs lists them)")
     return out

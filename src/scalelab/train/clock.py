@@ -18,7 +18,9 @@ import time
 import torch
 
 from scalelab.launch import cluster, cores
-from scalelab.train import comm
+from scalelab.train import comm, cpushare
+
+CPU_SAMPLE_S = 0.5  # the scheduler's figures read at a window read at most this often: 64 us for 8 threads
 
 
 class DeviceClock:
@@ -77,6 +79,8 @@ class StepClock:
         self.probe_steps = []  # optimizer steps that were compute-only probes
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.epoch_times = []
+        self.cpu = []  # [batches read, seconds on a core, seconds ready but waiting for one] (train/cpushare.py)
+        self._cpu_at = None  # perf_counter of the last sample
         self.first_step_end = None  # wall clock
         self._last = self._ready = self._epoch_start = None
 
@@ -152,6 +156,16 @@ class StepClock:
         del self.pending[:done]
         if wait:
             self.clock.anchor(synced=True)  # the next window's events are read against a fresh reference
+            if self._cpu_at is None or self.clock.ref_s - self._cpu_at >= CPU_SAMPLE_S:
+                self.sample_cpu()
+
+    def sample_cpu(self) -> None:
+        """Did this rank get its cores (train/cpushare.py)? Keyed by the batches read so far, so the summary
+        can leave warm-up out."""
+        got = cpushare.sample()
+        if got is not None:
+            self.cpu.append([len(self.step_times), round(got[0], 6), round(got[1], 6)])
+        self._cpu_at = time.perf_counter()
 
     def steps_within(self, seconds: float, most: int) -> int:
         """How many of the latest steps (as read) fit in `seconds`: 1 to `most`."""
@@ -163,6 +177,7 @@ class StepClock:
     def rank_record(self, rank: int, local_rank: int, node_rank: int) -> dict:
         """This rank's figures for the result (a failing run: the steps its device has finished; never waits)."""
         self.read(wait=False)
+        self.sample_cpu()
         gpu = self.device.type == "cuda"
         return {
             "rank": rank,
@@ -178,6 +193,9 @@ class StepClock:
             # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self.device) if gpu else None,
             "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # host memory, so far
+            "cpu_sched_s": self.cpu,
+            "load_avg": _load_avg(),  # the host's 1-minute load at the end, beside its cores
+            "host_cores": os.cpu_count(),
             "process_start": self.process_start,
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
@@ -194,6 +212,13 @@ class StepClock:
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }
+
+
+def _load_avg():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def gather(record: dict) -> list:

@@ -13,7 +13,7 @@ from scalelab import config, results
 from scalelab.cli import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
-from scalelab.train import loggers
+from scalelab.train import cpushare, loggers
 
 
 def main(argv=None, process_start=None) -> int:
@@ -150,6 +150,10 @@ def finish(fabric, ctx, metrics, stop, val, per_rank):
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
         if not stop:
             print(one_line_summary(payload, path), flush=True)
+            busy = cpushare.contended(payload["timing"].get("had_cpu"))
+            if busy:
+                print(f"scalelab: ! {busy} (host load {_load(per_rank)}); these times are slower than this "
+                      "hardware's: run again when it is quiet", flush=True)
             requeue.done_with(ctx.resumed_from)
         if metrics:
             metrics.finish(val, "success" if not stop else "failed")
@@ -280,6 +284,11 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, thread
         f"buckets {cfg.bucket_cap_mb:g} MB", cfg.static_graph and "static graph") if text)
     return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
             f"{batches}, precision {cfg.precision}{levers} | {where} | launcher: {launch.launcher}")
+
+
+def _load(per_rank: list) -> str:
+    r = per_rank[0]
+    return f"{r['load_avg']:g} on {r['host_cores']} cores" if r.get("load_avg") is not None else "unknown"
 
 
 def one_line_summary(payload: dict, path: str) -> str:

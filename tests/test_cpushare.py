@@ -1,0 +1,85 @@
+"""Contention is measured, not guessed: a core loaded on purpose shows in the run's record, its last line and the
+report, and an idle neighbour (a process that sleeps, like a rank waiting for the network) does not."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import load_results, run_script
+from scalelab.train import cpushare
+
+SPIN = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
+
+
+def _spinners(cores):
+    """One busy process pinned to each of `cores` (killed by the caller)."""
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN], preexec_fn=lambda c=c: os.sched_setaffinity(0, {c}))
+             for c in cores]
+    time.sleep(0.3)  # running before the measured work starts
+    return procs
+
+
+def _busy(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def one_core():
+    """This process on one core for the test, its affinity restored after."""
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    os.sched_setaffinity(0, {core})
+    yield core
+    os.sched_setaffinity(0, before)
+
+
+def test_a_spinning_neighbour_halves_the_share_a_sleeping_one_does_not(one_core):
+    first = cpushare.sample()
+    assert first is not None, "this kernel exposes no /proc/self/task/*/schedstat"
+    _busy(0.5)
+    assert cpushare.had_cpu(first, cpushare.sample()) > 0.8  # alone (other tests' work may still nibble)
+    spinners = _spinners([one_core])
+    try:
+        first = cpushare.sample()
+        _busy(1.0)
+        loaded = cpushare.had_cpu(first, cpushare.sample())
+    finally:
+        for p in spinners:
+            p.kill()
+    assert 0.3 < loaded < 0.7, loaded  # two runnable processes on one core: about half each
+    first = cpushare.sample()
+    time.sleep(0.5)  # waiting, not runnable: counts in neither figure
+    _busy(0.2)
+    assert cpushare.had_cpu(first, cpushare.sample()) > 0.8
+
+
+def test_contended_names_the_most_starved_rank():
+    assert cpushare.contended([0.97, 0.52, 0.61]) == ("rank 1 had a core 52 % of the time it was ready to run: "
+                                                      "other work shared its cores")
+    assert cpushare.contended([0.97, 0.9]) is None and cpushare.contended(None) is None
+    assert cpushare.contended([None, 0.4]).startswith("rank 1 had a core 40 %")
+
+
+@pytest.mark.slow
+def test_a_run_beside_busy_cores_says_so_and_the_report_blames_contention(tmp_path):
+    spinners = _spinners(sorted(os.sched_getaffinity(0)))  # every core this run may use
+    try:
+        proc = run_script("train.py", "--model", "mlp", "--devices", "1", "--max_steps", "300",
+                          "--output_dir", tmp_path, timeout=300)
+    finally:
+        for p in spinners:
+            p.kill()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = load_results(tmp_path)
+    share = result["timing"]["had_cpu"][0]
+    assert 0.3 < share < 0.7, share
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"scalelab: ! rank 0 had a core {share * 100:.0f} % of the time it was ready to run: "
+                           "other work shared its cores (host load "), last
+    report = run_script("benchmark.py", "--output_dir", tmp_path).stdout
+    assert f"! {result['run_id']}: rank 0 had a core {share * 100:.0f} % of the time it was ready to run" in report
