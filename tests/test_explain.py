@@ -341,3 +341,15 @@ def test_slower_compute_names_contention_when_measured_before_memory_bandwidth()
     line = explain.limiting_line(next(r for r in quiet.itertuples() if r.devices == 2))
     assert ("(CPU rehearsal: each rank had its core 96 % of the time it was ready to run; the ranks still share "
             "this machine's memory bandwidth and caches)") in line, line
+
+
+def test_strong_scaling_compares_compute_with_the_baselines_share_and_says_so():
+    """Strong scaling: 2 devices each compute half the batch, so 0.17 s is 120 ms more than 0.1 s × 1/2."""
+    base = _with_comm(make_result("g1", 1, samples_per_s=100, batch_size=32), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("g2", 2, samples_per_s=110, batch_size=32), 0.17, 0.01, 0.005, 0.18)
+    for r in (base, two):
+        r["workload"]["scaling"] = "strong"
+    _, scaling = annotated([base, two])
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    assert ("slower compute per device: 120 ms more per step than the compute at 1 device × 1/2 (strong scaling: "
+            "each device has 1/2 of the batch)") in line, line

@@ -187,8 +187,11 @@ def limiting_line(r) -> Optional[str]:
     slower = r.compute_s - expected if _ok(expected) else 0.0
     if _ok(expected) and slower > 0.1 * expected:
         why = slower_why(r)
-        causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than at "
-                               f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}{why}"))
+        base = f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}"
+        base = f"at {base}" if r.scaling != "strong" else (  # each device computes its share of the same batch
+            f"the compute at {base} × {r.baseline_devices}/{r.devices} (strong scaling: each device has "
+            f"{r.baseline_devices}/{r.devices} of the batch)")
+        causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than {base}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
     noisy = split_within_noise(r)
     if noisy:
