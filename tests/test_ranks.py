@@ -23,6 +23,7 @@ from conftest import ROOT, load_results, run_script, start, wait_for_banner
 from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report import cli, ranks
+from scalelab.train import cpushare, timing
 from test_results import make_result
 from test_slurm import _wait_for, sacct_state
 
@@ -202,7 +203,7 @@ def test_local_run_names_the_throttled_rank(tmp_path):
     view = run_script("benchmark.py", "--ranks", "--output_dir", tmp_path).stdout
     print(view)
     assert re.search(r"slow: rank 1 on \S+ \(\+\d+ %\)", view), view
-    assert "rank 0 on" not in view
+    assert "rank 0 on" not in view and "sbatch" not in view  # a local run has no node to leave out
 
 
 def _ended(env, job):
@@ -251,4 +252,11 @@ def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):
     print(f"\n$ python src/benchmark.py --ranks --output_dir outputs\n{proc.stdout}")
     assert proc.returncode == 0
     assert re.search(r"slow: rank 1 on node2 \(\+\d+ %\)", proc.stdout), proc.stdout
-    assert "sbatch --exclude=node2 <job script>" in proc.stdout and "rank 0 on" not in proc.stdout
+    assert "rank 0 on" not in proc.stdout
+    # a stopped process is not ready to run: throttling leaves its share high, and node2 is the one to leave out,
+    # unless other work on this machine kept the rank from its core meanwhile (then that is said instead)
+    share = timing.had_cpu(result["ranks"], result["timing"]["warmup_steps"])[1]
+    if share >= cpushare.QUIET:
+        assert "sbatch --exclude=node2 <job script>" in proc.stdout
+    else:
+        assert f"rank 1 had a core {share * 100:.0f} % of the time it was ready to run" in proc.stdout
