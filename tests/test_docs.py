@@ -5,12 +5,13 @@
   tests/ and the build files are symlinks to the repository (so `outputs/...` lands in the temporary folder)
   and `python` is this interpreter. Blocks of one chapter run in order in one folder (a later block may read
   what an earlier one wrote); each chapter gets its own folder. A run block must exit 0 and print no
-  traceback (scalelab's errors are one line).
+  traceback (scalelab's errors are one line), and every line of the output fence that follows it must be
+  printed, with numbers and run ids masked and spacing aside; a line holding `…` (output the chapter trimmed,
+  or a line it marks as varying between runs, e.g. which cause limits a CPU rehearsal) is not compared. A block
+  that runs only src/predict.py (arithmetic, the same on any machine) is compared exactly.
 * A ```bash block preceded by `<!-- docs-test: slurm -->` is something a participant runs on a SLURM login node:
   it runs the same way, in order with the chapter's other such blocks, against the local 2-node SLURM cluster
-  (tests/slurm_cluster/, conftest's `slurm_env`), and it is compared more strictly: every line of the output
-  fence that follows it must be printed, with numbers and run ids masked and spacing aside; a line holding `…`
-  (output the chapter trimmed, or a line it marks as varying between runs) is not compared.
+  (tests/slurm_cluster/, conftest's `slurm_env`), and is compared the same way.
 * Every other ```bash block (module load, GPU runs, the GPU cluster's sbatch) is checked statically: each
   `python src/X.py ...` / `python benchmarks/X.py ...` uses only flags that script's parser has (the option
   column of its --help, not words inside help texts; the flags
@@ -88,27 +89,9 @@ def documented_outputs(path):
     return outputs
 
 
-# Output lines a chapter shows that must match what its command prints now: errors and warnings (numbers such
-# as steps and seconds masked), exit codes, exported settings, and every table's header row. Table bodies and
-# timings vary run to run.
-STABLE = re.compile(r"^([\w.-]+\.(py|sh): .*|exit code \d+|[A-Z][A-Z0-9_]*=.*)$")
-TABLE_RULE = re.compile(r"^-{3,}( +-{3,})+$")  # tabulate's line under a header row
 # Blocks that only run src/predict.py: analytic, the same output on any machine.
 ANALYTIC = re.compile(r"(python src/predict\.py [^\n]*(\\\n[^\n]*)*\n?)+")
 RUN_ID = re.compile(r"\d{8}-\d{6}-[\w.-]*?pid\d+-[0-9a-f]{8}(-[0-9a-f]{4})?")
-
-
-def stable_lines(lines):
-    lines = [line.rstrip() for line in lines]
-    out = []
-    for k, line in enumerate(lines):
-        if k + 1 < len(lines) and TABLE_RULE.match(lines[k + 1]) and line.strip():
-            out.append(" ".join(line.split()))  # a table's header row: its columns, spacing aside
-        elif STABLE.match(line):
-            line = RUN_ID.sub("<run_id>", line)
-            out.append(line if line.startswith("exit code") or "=" in line.split(":")[0]
-                       else re.sub(r"\d+(\.\d+)?", "N", line))
-    return out
 
 
 def commands(text):
@@ -252,6 +235,7 @@ def run_blocks(chapter, mark, folder, env):
     """Run the chapter's blocks with that mark, in order, in one folder; compare each with the output the chapter
     shows for it."""
     outputs = documented_outputs(chapter)
+    stale = []  # every block's mismatch, not only the first: a chapter is refreshed in one go
     for n, block_mark, line, text in bash_blocks(chapter):
         if block_mark != mark:
             continue
@@ -262,16 +246,16 @@ def run_blocks(chapter, mark, folder, env):
         assert proc.returncode == 0, f"{where} exited {proc.returncode}; last output:\n{tail}"
         assert "Traceback (most recent call last)" not in proc.stdout, f"{where} printed a traceback:\n{tail}"
         shown = outputs.get(n, [])
-        if mark == SLURM_MARK:  # every line shown, numbers masked; `…` marks what the chapter trimmed
-            printed = {shape(line) for line in proc.stdout.splitlines()}
-            missing = [line for line in shown if line.strip() and "…" not in line and shape(line) not in printed]
-        elif ANALYTIC.fullmatch(text.strip()):  # pure arithmetic: every line the chapter shows, exactly
+        if ANALYTIC.fullmatch(text.strip()):  # pure arithmetic: every line the chapter shows, exactly
             printed = [line.rstrip() for line in proc.stdout.splitlines()]
             missing = [line.rstrip() for line in shown if line.strip() and line.rstrip() not in printed]
-        else:
-            printed = stable_lines(proc.stdout.splitlines())
-            missing = [line for line in stable_lines(shown) if line not in printed]
-        assert not missing, f"{where}: the chapter shows lines the command no longer prints: {missing}\n{tail}"
+        else:  # every line shown, numbers masked; `…` marks what the chapter trimmed or what varies
+            printed = {shape(line) for line in proc.stdout.splitlines()}
+            missing = [line for line in shown if line.strip() and "…" not in line and shape(line) not in printed]
+        if missing:
+            stale.append(f"{where}: the chapter shows lines the command no longer prints: {missing}\n"
+                         f"it printed:\n{proc.stdout[-6000:]}")
+    assert not stale, "\n\n".join(stale)
 
 
 def chapters_with(mark):
