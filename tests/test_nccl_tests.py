@@ -71,6 +71,31 @@ def test_a_2019_log_without_root_and_with_an_error_column():
     assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
 
 
+def _count_halved(line: str) -> str:
+    """A row whose count column is half of size / 4 B (as an older log printed it); size, time and bandwidths
+    as they were."""
+    words = line.split()
+    if not words or not words[0].isdigit():
+        return line
+    return "  ".join([words[0], str(int(words[0]) // 8), *words[2:]])
+
+
+def test_a_count_column_that_disagrees_with_the_size_is_read_by_the_size_with_one_warning(tmp_path, capsys):
+    text = "\n".join(_count_halved(line) for line in OLD.splitlines())
+    (r,) = nccl_tests.parse(text, "old.txt")
+    assert [row["bytes"] for row in r["rows"]] == [MiB * 2**k for k in range(7)]
+    assert [row["count"] for row in r["rows"]] == [MiB // 8 * 2**k for k in range(7)]  # as printed
+    assert [row["busbw_GBps"] for row in r["rows"]] == pytest.approx(_printed_busbw(OLD, 10), abs=0.006)
+    assert r["_warnings"] == ["count is not size / 4 B of float at 7 of 7 row(s) (first: size 1048576, count "
+                              "131072): read by the size column, as nccl-tests computes its bandwidths"]
+    assert nccl_tests.parse(OLD)[0]["_warnings"] == []
+    out = _training_folder(tmp_path)
+    (out / "old.txt").write_text(text)
+    assert cli.main(["--output_dir", str(out), "--nccl_tests", str(out / "old.txt")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"benchmark.py: warning: {out / 'old.txt'}: {r['_warnings'][0]}"]  # once: found and named
+
+
 def _per_iteration(line: str) -> str:
     """A row or header of `all_reduce_perf -I 1` (2.19 on): four per-iteration columns after each block."""
     words = line.lstrip("#").split()

@@ -41,7 +41,8 @@ def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=N
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
     """nccl-tests logs as benchmark results; a scalelab run's own log (--format nccl-tests) beside its
-    result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason."""
+    result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason; what
+    is odd in a log that is used is one warning line on stderr."""
     logs, bad = nccl_tests.scan(output_dir)
     for path in paths:
         if os.path.abspath(path) in {os.path.abspath(r["_path"]) for r in logs}:
@@ -51,7 +52,10 @@ def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
         except results.ResultError as exc:
             bad.append((path, str(exc)))
     skipped += bad
-    return [r for r in logs if r["run_id"] not in known]
+    kept = [r for r in logs if r["run_id"] not in known]
+    for path, warning in sorted({(r["_path"], w) for r in kept for w in r.get("_warnings", [])}):
+        print(f"benchmark.py: warning: {path}: {warning}", file=sys.stderr)  # once per log, whatever its types
+    return kept
 
 
 def build_parser() -> OneLineParser:
