@@ -26,6 +26,9 @@ NEW = (DATA / "all_reduce_perf-2.18-a100-2x4.log").read_text()
 # The layout of 2019-2021 (NCCL 2.4-2.10): no root column, an `error` column (a max deviation, not a count),
 # rank lines without `Group`. 2 nodes x 1 V100 over a 10 GbE link: at n = 2, busbw = algbw.
 OLD = (DATA / "all_reduce_perf-2019-v100-2x1.log").read_text()
+# The layout of 2017-2018 (nccl-tests 1.0, NCCL 2.0-2.3): a `bytes N type op ... res` header, times in ms, rank
+# lines without Pid, the footer without `#`. 2 nodes x 1 P100; times chosen, bandwidths = size / time.
+OLDEST = (DATA / "all_reduce_perf-2017-p100-2x1.log").read_text()
 
 
 def _printed_busbw(text: str, column: int) -> list:
@@ -69,6 +72,18 @@ def test_a_2019_log_without_root_and_with_an_error_column():
     assert all(row["busbw_GBps"] == pytest.approx(row["algbw_GBps"]) for row in rows)  # n = 2: factor 1
     assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(OLD, 10), abs=0.006)
     assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
+
+
+def test_a_2017_log_with_times_in_milliseconds():
+    (r,) = nccl_tests.parse(OLDEST, "p100.log")
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["device_names"]) == (2, 2, ["Tesla P100-SXM2-16GB"])
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [MiB, 2 * MiB, 4 * MiB]
+    assert [row["oop_time_s"] for row in rows] == pytest.approx([100e-6, 190e-6, 370e-6])
+    assert [row["time_s"] for row in rows] == pytest.approx([101e-6, 191e-6, 372e-6])
+    assert rows[-1]["oop_busbw_GBps"] == pytest.approx(4 * MiB / 370e-6 / 1e9)  # n = 2: busbw = algbw
+    assert all(row["wrong"] is None for row in rows) and r["summary"]["nccl_tests_avg_busbw_GBps"] == 10.916
 
 
 def _count_halved(line: str) -> str:

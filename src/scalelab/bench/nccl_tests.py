@@ -2,10 +2,11 @@
 
 Why: an all_reduce_perf log is the first measurement an HPC engineer has of a cluster, and the two tools should be
 read side by side. The layout is nccl-tests' own (src/util.cu of NVIDIA/nccl-tests: writeResultHeader,
-writeBenchmarkLinePreamble/Body, writeResultFooter). Reading takes both layouts in circulation: 2.13 on (a root
-column, `#wrong` counts, `#  Rank  0 Group  0 Pid ...` lines) and 2019-2021 (no root column, an `error` column
-holding a max deviation, `#   Rank  0 Pid ...`). A log becomes a result like the benchmark's own (kind
-"allreduce"), so the report's predicted columns read real NCCL busbw exactly as they read ours.
+writeBenchmarkLinePreamble/Body, writeResultFooter). Reading takes the layouts in circulation: 2.13 on (a root
+column, `#wrong` counts, `#  Rank  0 Group  0 Pid ...` lines), 2019-2021 (no root column, an `error` column
+holding a max deviation, `#   Rank  0 Pid ...`) and 2017-2018 (`bytes N type op`, times in ms, no Pid). A log
+becomes a result like the benchmark's own (kind "allreduce"), so the report's predicted columns read real NCCL
+busbw exactly as they read ours.
 """
 
 import datetime as _dt
@@ -25,7 +26,7 @@ SUFFIXES = (".log", ".txt", ".out")  # files under an outputs folder that may ho
 SNIFF_BYTES = 1 << 20  # a log's header is at its top: a file whose first MiB shows none is not read on
 MAX_BYTES = 64 << 20  # larger text files under an outputs folder are training logs, never all_reduce_perf's
 
-_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
                    r"\[([^\]]*)\]\s*(.*?)\s*$")
 _PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+).*?"
                      r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
@@ -36,6 +37,8 @@ _VERSIONS = (re.compile(r"nccl-tests version\s+(\S+)"), re.compile(r"NCCL versio
 _SCALELAB = re.compile(r"scalelab run_id:\s*(\S+)\s+accelerator:\s*(\S+)\s+backend:\s*(\S+)")
 # what launchers put before each line: `srun --label` ("0: "), Open MPI's --tag-output ("[1,0]<stdout>:")
 _PREFIX = re.compile(r"^\s*(?:\d+:|\[\d+,\d+\]<std(?:out|err)>:)\s?")
+# the 2017-2018 header's names for the columns (print_header of all_reduce.cu then; its times are in ms)
+_OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 # what marks a text as nccl-tests output; the average with its "#" (scalelab's own table says "Avg bus bandwidth:")
 _MARKS = (_PARAMS, re.compile(r"#\s*Avg bus bandwidth\s*:"), _PROGRAM, re.compile(r"out-of-place\s+in-place"))
 
@@ -198,15 +201,16 @@ class _Meta:
     """What a log says besides its rows: layout, ranks, parameters, footer."""
 
     def __init__(self):
-        self.columns = None
+        self.columns, self.time_unit = None, 1e-6
         self.ranks, self.params, self.avg, self.bounds = [], None, None, None
         self.program = self.run_id = None
         self.versions = {}
 
     def read(self, stripped: str, line: str):
         words = stripped.split()
-        if words[:2] == ["size", "count"]:
-            self.columns = words
+        if words[:2] in (["size", "count"], ["bytes", "N"]):
+            self.columns = [_OLD_NAMES.get(w, w) for w in words]
+            self.time_unit = 1e-3 if words[0] == "bytes" else 1e-6
             return
         m = _RANK.match(line.strip())
         if m:
@@ -244,7 +248,7 @@ class _Meta:
             for prefix, at in (("oop_", lay["oop"]), ("", ip)):
                 if at is None:
                     continue
-                row[prefix + "time_s"] = float(tokens[at]) * 1e-6
+                row[prefix + "time_s"] = float(tokens[at]) * self.time_unit
                 row[prefix + "algbw_printed"] = float(tokens[at + 1])
                 row[prefix + "busbw_printed"] = float(tokens[at + 2])
                 row[prefix + "wrong"] = _wrong(names[at + 3] if at + 3 < len(names) else "", tokens[at + 3])
