@@ -257,6 +257,22 @@ class _Meta:
         return row
 
     def results(self, rows: list, name: str, created: str) -> list:
+        self.check_finished(rows)
+        world = self.world()
+        by_type, keep = _all_reduce_rows(rows, world[0])
+        warning = _count_warning([r for typed in by_type.values() for r in typed])
+        out = []
+        for typ, typed in by_type.items():
+            dtype = DTYPES.get(typ, typ)
+            base = self.run_id[1] if self.run_id else f"nccl-tests-{name}"
+            payload = results.envelope("allreduce", base if len(by_type) == 1 else f"{base}-{dtype}")
+            payload["created"] = created or payload["created"]
+            out.append(results.validate(self.fill(payload, _merge_repeats(typed, dtype, world[0]), keep, world)))
+            out[-1]["_warnings"] = [warning] if warning else []
+        return out
+
+    def check_finished(self, rows: list):
+        """A finished, correct all_reduce_perf run, or NcclTestsError saying why not."""
         if self.program and not re.search(r"all_?reduce", self.program[1]):
             raise NcclTestsError(f"{self.program[1]}'s output, not all_reduce_perf's (only all-reduce feeds the "
                                  "report)")
@@ -268,42 +284,30 @@ class _Meta:
         if self.bounds and (self.bounds[2] == "FAILED" or int(self.bounds[1])):
             raise NcclTestsError(f"nccl-tests reported {self.bounds[1]} size(s) with wrong values "
                                  "(Out of bounds values: FAILED)")
-        world, nodes, per_node, hosts, devices = self.world()
-        rows = [r for r in rows if r["root"] == -1]
-        if not rows:
-            raise NcclTestsError("every row has a root: a rooted collective (reduce, broadcast), not all-reduce")
-        redops = sorted({r["redop"] for r in rows})
-        keep = "sum" if "sum" in redops else redops[0]
-        by_type = {}
-        for r in rows:
-            if r["redop"] == keep:
-                _check_row(r, world)
-                by_type.setdefault(r["type"], []).append(r)
-        warning = _count_warning([r for typed in by_type.values() for r in typed])
-        base = self.run_id[1] if self.run_id else f"nccl-tests-{name}"
+
+    def fill(self, payload: dict, merged: list, redop: str, world: tuple) -> dict:
+        """The result's fields. A real nccl-tests log is read by its out-of-place column, the one its users
+        quote (NCCL's own out-of-place kernel); scalelab's own log (its run_id line) by its in-place column,
+        as its result.json, since its out-of-place column adds a copy."""
+        size, nodes, per_node, hosts, devices = world
+        column = "in-place" if self.run_id or not all("oop_time_s" in r for r in merged) else "out-of-place"
+        rows = _out_of_place_read(merged) if column == "out-of-place" else merged
+        summary = bench_summary(rows)
+        summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
         accelerator, backend = (self.run_id[2], self.run_id[3]) if self.run_id else ("gpu", "nccl")
-        out = []
-        for typ, typed in by_type.items():
-            dtype = DTYPES.get(typ, typ)
-            payload = results.envelope("allreduce", base if len(by_type) == 1 else f"{base}-{dtype}")
-            payload["created"] = created or payload["created"]
-            merged = _merge_repeats(typed, dtype, world)
-            summary = bench_summary(merged)
-            summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
-            params = self.params
-            payload.update(
-                status="completed", error=None, run_name=None,
-                source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
-                        "redop": keep, **self.versions},
-                launch={"launcher": "nccl-tests", "world_size": world, "num_nodes": nodes,
-                        "procs_per_node": per_node, "accelerator": accelerator, "backend": backend,
-                        "device_names": devices, "hostnames": hosts, "link": None},
-                config={"dtype": dtype, **{k: int(params[i]) if params else None for k, i in
-                                           (("min_bytes", 3), ("max_bytes", 4), ("warmup_iters", 5), ("iters", 6))}},
-                rows=merged, summary=summary)
-            out.append(results.validate(payload))
-            out[-1]["_warnings"] = [warning] if warning else []
-        return out
+        params = self.params
+        payload.update(
+            status="completed", error=None, run_name=None,
+            source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
+                    "redop": redop, "column": column, **self.versions},
+            launch={"launcher": "nccl-tests", "world_size": size, "num_nodes": nodes, "procs_per_node": per_node,
+                    "accelerator": accelerator, "backend": backend, "device_names": devices, "hostnames": hosts,
+                    "link": None},
+            config={"dtype": merged[0]["dtype"], **{k: int(params[i]) if params else None for k, i in
+                                                    (("min_bytes", 3), ("max_bytes", 4), ("warmup_iters", 5),
+                                                     ("iters", 6))}},
+            rows=rows, summary=summary)
+        return payload
 
     def world(self) -> tuple:
         """(world size, nodes, ranks per node, hosts, device names) from the `# Using devices` lines."""
@@ -320,6 +324,28 @@ class _Meta:
             per_host[r["host"]] = per_host.get(r["host"], 0) + 1
         names = sorted({r["name"] for r in self.ranks})
         return len(numbers), len(per_host), max(per_host.values()), sorted(per_host), names
+
+
+def _all_reduce_rows(rows: list, world: int) -> tuple:
+    """({type: rows}, redop) of the all-reduce rows (root -1) of one reduction: sum where the log has it."""
+    rows = [r for r in rows if r["root"] == -1]
+    if not rows:
+        raise NcclTestsError("every row has a root: a rooted collective (reduce, broadcast), not all-reduce")
+    redops = sorted({r["redop"] for r in rows})
+    keep = "sum" if "sum" in redops else redops[0]
+    by_type = {}
+    for r in rows:
+        if r["redop"] == keep:
+            _check_row(r, world)
+            by_type.setdefault(r["type"], []).append(r)
+    return by_type, keep
+
+
+def _out_of_place_read(rows: list) -> list:
+    """Rows whose time, bandwidths and #wrong are the out-of-place column's; the in-place one kept as in_place_*."""
+    fields = ("time_s", "algbw_GBps", "busbw_GBps", "wrong")
+    return [{"bytes": r["bytes"], "count": r["count"], "dtype": r["dtype"], **{f: r["oop_" + f] for f in fields},
+             **{"in_place_" + f: r[f] for f in fields}} for r in rows]
 
 
 def _wrong(column: str, token: str):
