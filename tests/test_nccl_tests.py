@@ -10,7 +10,7 @@ from conftest import run_script
 from scalelab import results
 from scalelab.bench import allreduce, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
-from scalelab.perfmodel.network import bandwidths
+from scalelab.perfmodel.network import bandwidths, plateau_busbw
 from scalelab.report import cli, explain, export
 from test_explain import _with_comm
 from test_results import make_result
@@ -60,7 +60,7 @@ def test_a_2_13_log_is_8_ranks_on_2_nodes_read_by_its_out_of_place_column():
     assert rows[-1]["time_s"] == pytest.approx(1322.9e-6) and rows[-1]["in_place_time_s"] == pytest.approx(1316.3e-6)
     assert rows[-1]["busbw_GBps"] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
     assert r["summary"]["nccl_tests_avg_busbw_GBps"] == 49.8942  # the log's own average, as printed
-    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx((147.45 + 170.60) / 2, abs=0.01)  # median >= 1 MiB
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(170.60, abs=0.01)  # of 147.45, 170.60, 177.55
 
 
 def test_a_2019_log_without_root_and_with_an_error_column():
@@ -221,6 +221,35 @@ def test_the_report_reads_the_out_of_place_column_as_nccl_tests_users_quote_it(t
     exported = export.bench_rows(bench)
     assert exported["busbw_GBps"].iloc[-1] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
     assert list(exported["busbw_GBps"]) == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
+
+
+def _log_of(busbw_by_size: dict) -> str:
+    """A 2.13-layout log of NEW's 8 ranks whose busbw (both columns) is chosen per size: algbw = busbw x 8/14,
+    time = size / algbw, printed to nccl-tests' precision."""
+    rows = []
+    for size, busbw in busbw_by_size.items():
+        algbw = busbw * 8 / 14
+        cols = f"{size / algbw / 1e3:7.1f}  {algbw:6.2f}  {busbw:6.2f}       0"
+        rows.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {cols}  {cols}")
+    footer = "\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1 \n"
+    return NEW[:NEW.index("           8 ")] + "\n".join(rows) + footer
+
+
+# 1 MiB to 8 GiB: busbw climbs to a plateau of 280-300 GB/s over the last three sizes; the median over every
+# size >= 1 MiB would be (150 + 170) / 2 = 160
+PLATEAU_LOG = _log_of(dict(zip((MiB * 2**k for k in range(14)),
+                               (10, 20, 40, 70, 100, 130, 150, 170, 200, 240, 260, 280, 300, 290))))
+
+
+def test_the_quoted_busbw_is_the_plateau_the_median_of_the_three_largest_sizes(tmp_path):
+    (r,) = nccl_tests.parse(PLATEAU_LOG)
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(290, rel=2e-3)  # median of 280, 300, 290
+    assert r["summary"]["peak_busbw_GBps"] == pytest.approx(300, rel=2e-3)
+    assert plateau_busbw(r["rows"][:2]) == pytest.approx((10 + 20) / 2, rel=2e-3)  # fewer sizes: all of them
+    out = _training_folder(tmp_path)
+    (out / "plateau.log").write_text(PLATEAU_LOG)
+    _, _, bench, _ = cli.build(str(out))
+    assert bench["busbw_GBps"].tolist() == pytest.approx([290], rel=2e-3)
 
 
 def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
