@@ -252,6 +252,49 @@ def test_the_quoted_busbw_is_the_plateau_the_median_of_the_three_largest_sizes(t
     assert bench["busbw_GBps"].tolist() == pytest.approx([290], rel=2e-3)
 
 
+def _squeezed(text: str) -> list:
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+def test_the_terminal_report_shows_the_log_as_nccl_tests_prints_it(tmp_path, capsys):
+    """File name, ranks, nccl-tests' columns with the out-of-place figures as the log printed them, the quoted
+    plateau (median of 147.45, 170.60, 177.55) and the log's own average."""
+    out = _training_folder(tmp_path)
+    (out / "slurm-4242.out").write_text(NEW)
+    assert cli.main(["--output_dir", str(out)]) == 0
+    printed = _squeezed(capsys.readouterr().out)
+    start = printed.index(f"nccl-tests log {out / 'slurm-4242.out'}: 8 ranks on 2 nodes, {A100}, NCCL 2.18.5+cuda12.2; "
+                          "out-of-place columns")
+    assert printed[start + 1:start + 4] == ["size (B) count type time (us) algbw (GB/s) busbw (GB/s)",
+                                            "---------- -------- ------ ----------- -------------- --------------",
+                                            "8 2 float 18.00 0.00 0.00"]
+    assert printed[start + 15:start + 18] == [
+        "134217728 33554432 float 1322.90 101.46 177.55",
+        "busbw quoted: 170.60 GB/s, the plateau (median of the 3 largest sizes); peak 177.55 GB/s at 128 MiB",
+        "Avg bus bandwidth 49.8942 GB/s: the log's own, over every size and both columns"]
+
+
+def test_without_training_runs_the_log_is_still_shown(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    log = tmp_path / "all_reduce_perf.p100.log"
+    log.write_text(OLDEST)
+    assert cli.main(["--output_dir", str(tmp_path / "empty"), "--nccl_tests", str(log)]) == 1
+    printed = _squeezed(capsys.readouterr().out)
+    assert printed[0] == f"nccl-tests log {log}: 2 ranks on 2 nodes, Tesla P100-SXM2-16GB; out-of-place columns"
+    assert printed[3:6] == ["1048576 262144 float 100.00 10.49 10.49", "2097152 524288 float 190.00 11.04 11.04",
+                            "4194304 1048576 float 370.00 11.34 11.34"]
+    assert printed[-1].startswith("No training results under ")
+
+
+def test_the_plot_legend_names_the_log_file(tmp_path):
+    plots = pytest.importorskip("scalelab.report.plots")
+    out = _training_folder(tmp_path)
+    (out / "all_reduce_perf-2.x.txt").write_text(NEW)
+    _, _, bench, _ = cli.build(str(out))
+    _, labels = plots.busbw_figure(bench).axes[0].get_legend_handles_labels()
+    assert labels == [f"8 ranks on 2 nodes, nccl, {A100} (all_reduce_perf-2.x.txt, out-of-place)"]
+
+
 def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
     """Its single all-reduces are how DDP issues buckets; the log then is not counted among the runs combined."""
     out = _training_folder(tmp_path)

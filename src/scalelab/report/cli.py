@@ -13,7 +13,7 @@ from scalelab import results
 from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, ranks, reference
+from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
 
@@ -128,7 +128,9 @@ def main(argv=None) -> int:
         lines, failed = reference.check(checks, scaling, bench, args.output_dir)
         print("\n".join(lines))
         return 1 if failed else 0
-    if runs.empty:
+    fmt = "github" if args.markdown else "simple"
+    if runs.empty:  # the logs read are still shown (`--nccl_tests LOG` alone prints them), and nothing else
+        print("\n".join(nccl_logs.render(bench, fmt)[1:] + [""]), end="")
         print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
         return 1
     for flag, path in (("--plot", args.plot), ("--export", args.export)):
@@ -137,9 +139,9 @@ def main(argv=None) -> int:
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
     max_runs = None if args.all_runs else 12
-    fmt = "github" if args.markdown else "simple"
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
     print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
+    print("\n".join(nccl_logs.render(bench, fmt)))
     if args.forecast:
         print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
                                             fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))
