@@ -129,10 +129,8 @@ def main(argv=None) -> int:
         print("\n".join(lines))
         return 1 if failed else 0
     fmt = "github" if args.markdown else "simple"
-    if runs.empty:  # the logs read are still shown (`--nccl_tests LOG` alone prints them), and nothing else
-        print("\n".join(nccl_logs.render(bench, fmt)[1:] + [""]), end="")
-        print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
-        return 1
+    if runs.empty:
+        return _no_runs(args.output_dir, bench, fmt)
     for flag, path in (("--plot", args.plot), ("--export", args.export)):
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
@@ -165,6 +163,13 @@ def main(argv=None) -> int:
     for path in written:
         print(f"written: {path}")
     return 0
+
+
+def _no_runs(output_dir: str, bench: pd.DataFrame, fmt: str) -> int:
+    """No training run: the nccl-tests logs read are still shown (`--nccl_tests LOG` alone prints them)."""
+    print("\n".join(nccl_logs.render(bench, fmt)[1:] + [""]), end="")
+    print(f"No training results under {output_dir}/ yet: run `make demo` or `python src/train.py`.")
+    return 1
 
 
 def _check_pairs(args):
