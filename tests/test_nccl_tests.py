@@ -10,8 +10,8 @@ from conftest import run_script
 from scalelab import results
 from scalelab.bench import allreduce, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
-from scalelab.perfmodel.network import bandwidths
-from scalelab.report import cli, explain
+from scalelab.perfmodel.network import bandwidths, plateau_busbw
+from scalelab.report import cli, explain, export
 from test_explain import _with_comm
 from test_results import make_result
 
@@ -26,6 +26,9 @@ NEW = (DATA / "all_reduce_perf-2.18-a100-2x4.log").read_text()
 # The layout of 2019-2021 (NCCL 2.4-2.10): no root column, an `error` column (a max deviation, not a count),
 # rank lines without `Group`. 2 nodes x 1 V100 over a 10 GbE link: at n = 2, busbw = algbw.
 OLD = (DATA / "all_reduce_perf-2019-v100-2x1.log").read_text()
+# The layout of 2017-2018 (nccl-tests 1.0, NCCL 2.0-2.3): a `bytes N type op ... res` header, times in ms, rank
+# lines without Pid, the footer without `#`. 2 nodes x 1 P100; times chosen, bandwidths = size / time.
+OLDEST = (DATA / "all_reduce_perf-2017-p100-2x1.log").read_text()
 
 
 def _printed_busbw(text: str, column: int) -> list:
@@ -35,7 +38,7 @@ def _printed_busbw(text: str, column: int) -> list:
 # --- reading real layouts ---------------------------------------------------------------------------------------
 
 
-def test_a_2_13_log_is_8_ranks_on_2_nodes_with_its_in_place_busbw():
+def test_a_2_13_log_is_8_ranks_on_2_nodes_read_by_its_out_of_place_column():
     (r,) = nccl_tests.parse(NEW, "a100.log", "2026-01-02T03:04:05+00:00")
     launch = r["launch"]
     assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (8, 2, 4)
@@ -44,18 +47,20 @@ def test_a_2_13_log_is_8_ranks_on_2_nodes_with_its_in_place_busbw():
     assert r["kind"] == "allreduce" and r["status"] == "completed" and r["run_id"] == "nccl-tests-a100.log"
     assert r["config"] == {"dtype": "float32", "min_bytes": 8, "max_bytes": 134217728, "warmup_iters": 5,
                            "iters": 20}
-    assert r["source"]["nccl"] == "2.18.5+cuda12.2"
+    assert r["source"]["nccl"] == "2.18.5+cuda12.2" and r["source"]["column"] == "out-of-place"
     rows = r["rows"]
     assert [row["bytes"] for row in rows] == [8 * 4**k for k in range(13)]
     assert all(row["count"] == row["bytes"] // 4 and row["dtype"] == "float32" for row in rows)
-    assert all(row["wrong"] == 0 and row["oop_wrong"] == 0 for row in rows)
-    # bandwidths recomputed from the printed time: equal to the printed ones within their two decimals
-    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 11), abs=0.006, rel=1e-3)
-    assert [row["oop_busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
-    assert rows[-1]["time_s"] == pytest.approx(1316.3e-6) and rows[-1]["oop_time_s"] == pytest.approx(1322.9e-6)
-    assert rows[-1]["busbw_GBps"] == pytest.approx(134217728 / 1316.3e-6 / 1e9 * 2 * 7 / 8)
+    assert all(row["wrong"] == 0 and row["in_place_wrong"] == 0 for row in rows)
+    # bandwidths recomputed from the printed time: equal to the printed ones within their two decimals; the
+    # out-of-place column is the one read, the in-place one kept beside it
+    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
+    assert [row["in_place_busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(NEW, 11), abs=0.006,
+                                                                         rel=1e-3)
+    assert rows[-1]["time_s"] == pytest.approx(1322.9e-6) and rows[-1]["in_place_time_s"] == pytest.approx(1316.3e-6)
+    assert rows[-1]["busbw_GBps"] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
     assert r["summary"]["nccl_tests_avg_busbw_GBps"] == 49.8942  # the log's own average, as printed
-    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx((148.19 + 171.45) / 2, abs=0.01)  # median >= 1 MiB
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(170.60, abs=0.01)  # of 147.45, 170.60, 177.55
 
 
 def test_a_2019_log_without_root_and_with_an_error_column():
@@ -67,8 +72,45 @@ def test_a_2019_log_without_root_and_with_an_error_column():
     assert [row["bytes"] for row in rows] == [MiB * 2**k for k in range(7)]
     assert all(row["wrong"] is None for row in rows)  # `error` is a deviation, not a count of wrong values
     assert all(row["busbw_GBps"] == pytest.approx(row["algbw_GBps"]) for row in rows)  # n = 2: factor 1
-    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(OLD, 10), abs=0.006)
+    assert [row["busbw_GBps"] for row in rows] == pytest.approx(_printed_busbw(OLD, 6), abs=0.006)
     assert r["config"]["iters"] == 20 and r["summary"]["nccl_tests_avg_busbw_GBps"] == 1.07929
+
+
+def test_a_2017_log_with_times_in_milliseconds():
+    (r,) = nccl_tests.parse(OLDEST, "p100.log")
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["device_names"]) == (2, 2, ["Tesla P100-SXM2-16GB"])
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [MiB, 2 * MiB, 4 * MiB]
+    assert [row["time_s"] for row in rows] == pytest.approx([100e-6, 190e-6, 370e-6])  # out-of-place
+    assert [row["in_place_time_s"] for row in rows] == pytest.approx([101e-6, 191e-6, 372e-6])
+    assert rows[-1]["busbw_GBps"] == pytest.approx(4 * MiB / 370e-6 / 1e9)  # n = 2: busbw = algbw
+    assert all(row["wrong"] is None for row in rows) and r["summary"]["nccl_tests_avg_busbw_GBps"] == 10.916
+
+
+def _count_halved(line: str) -> str:
+    """A row whose count column is half of size / 4 B (as an older log printed it); size, time and bandwidths
+    as they were."""
+    words = line.split()
+    if not words or not words[0].isdigit():
+        return line
+    return "  ".join([words[0], str(int(words[0]) // 8), *words[2:]])
+
+
+def test_a_count_column_that_disagrees_with_the_size_is_read_by_the_size_with_one_warning(tmp_path, capsys):
+    text = "\n".join(_count_halved(line) for line in OLD.splitlines())
+    (r,) = nccl_tests.parse(text, "old.txt")
+    assert [row["bytes"] for row in r["rows"]] == [MiB * 2**k for k in range(7)]
+    assert [row["count"] for row in r["rows"]] == [MiB // 8 * 2**k for k in range(7)]  # as printed
+    assert [row["busbw_GBps"] for row in r["rows"]] == pytest.approx(_printed_busbw(OLD, 6), abs=0.006)
+    assert r["_warnings"] == ["count is not size / 4 B of float at 7 of 7 row(s) (first: size 1048576, count "
+                              "131072): read by the size column, as nccl-tests computes its bandwidths"]
+    assert nccl_tests.parse(OLD)[0]["_warnings"] == []
+    out = _training_folder(tmp_path)
+    (out / "old.txt").write_text(text)
+    assert cli.main(["--output_dir", str(out), "--nccl_tests", str(out / "old.txt")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"benchmark.py: warning: {out / 'old.txt'}: {r['_warnings'][0]}"]  # once: found and named
 
 
 def _per_iteration(line: str) -> str:
@@ -113,11 +155,11 @@ def test_launcher_line_prefixes_are_read_through(prefix):
 
 def test_unchecked_runs_say_n_a_and_repeated_sizes_take_the_median():
     (r,) = nccl_tests.parse("\n".join(_unchecked(line) for line in NEW.splitlines()))  # all_reduce_perf -c 0
-    assert all(row["wrong"] is None and row["oop_wrong"] is None for row in r["rows"])
+    assert all(row["wrong"] is None and row["in_place_wrong"] is None for row in r["rows"])
     table = [line for line in NEW.splitlines() if line.split() and line.split()[0].isdigit()]
-    slower = table[-1].replace("1316.3  101.97  178.44", "1400.0   95.87  167.77")
+    slower = table[-1].replace("1322.9  101.46  177.55", "1400.0   95.87  167.77")
     (r,) = nccl_tests.parse(NEW.replace(table[-1], "\n".join([table[-1], slower, table[-1]])))  # -N 3 cycles
-    assert len(r["rows"]) == 13 and r["rows"][-1]["time_s"] == pytest.approx(1316.3e-6)
+    assert len(r["rows"]) == 13 and r["rows"][-1]["time_s"] == pytest.approx(1322.9e-6)
 
 
 def _unchecked(line: str) -> str:
@@ -165,6 +207,92 @@ def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     assert cli.main(["--output_dir", str(out)]) == 0
     printed = capsys.readouterr()
     assert printed.err == "" and "all-reduce benchmark: " in printed.out
+
+
+def test_the_report_reads_the_out_of_place_column_as_nccl_tests_users_quote_it(tmp_path):
+    """An in-place column twice as slow at 128 MiB (consistent: 2632.6 us, algbw 50.98, busbw 89.22) changes
+    nothing the report reads: out-of-place is the field's convention."""
+    slow_in_place = NEW.replace("1316.3  101.97  178.44", "2632.6   50.98   89.22")
+    (r,) = nccl_tests.parse(slow_in_place)
+    assert r["rows"][-1]["in_place_busbw_GBps"] == pytest.approx(89.22, abs=0.01)
+    out = _training_folder(tmp_path)
+    (out / "a100.log").write_text(slow_in_place)
+    _, _, bench, _ = cli.build(str(out))
+    exported = export.bench_rows(bench)
+    assert exported["busbw_GBps"].iloc[-1] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
+    assert list(exported["busbw_GBps"]) == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
+
+
+def _log_of(busbw_by_size: dict) -> str:
+    """A 2.13-layout log of NEW's 8 ranks whose busbw (both columns) is chosen per size: algbw = busbw x 8/14,
+    time = size / algbw, printed to nccl-tests' precision."""
+    rows = []
+    for size, busbw in busbw_by_size.items():
+        algbw = busbw * 8 / 14
+        cols = f"{size / algbw / 1e3:7.1f}  {algbw:6.2f}  {busbw:6.2f}       0"
+        rows.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {cols}  {cols}")
+    footer = "\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1 \n"
+    return NEW[:NEW.index("           8 ")] + "\n".join(rows) + footer
+
+
+# 1 MiB to 8 GiB: busbw climbs to a plateau of 280-300 GB/s over the last three sizes; the median over every
+# size >= 1 MiB would be (150 + 170) / 2 = 160
+PLATEAU_LOG = _log_of(dict(zip((MiB * 2**k for k in range(14)),
+                               (10, 20, 40, 70, 100, 130, 150, 170, 200, 240, 260, 280, 300, 290))))
+
+
+def test_the_quoted_busbw_is_the_plateau_the_median_of_the_three_largest_sizes(tmp_path):
+    (r,) = nccl_tests.parse(PLATEAU_LOG)
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(290, rel=2e-3)  # median of 280, 300, 290
+    assert r["summary"]["peak_busbw_GBps"] == pytest.approx(300, rel=2e-3)
+    assert plateau_busbw(r["rows"][:2]) == pytest.approx((10 + 20) / 2, rel=2e-3)  # fewer sizes: all of them
+    out = _training_folder(tmp_path)
+    (out / "plateau.log").write_text(PLATEAU_LOG)
+    _, _, bench, _ = cli.build(str(out))
+    assert bench["busbw_GBps"].tolist() == pytest.approx([290], rel=2e-3)
+
+
+def _squeezed(text: str) -> list:
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+def test_the_terminal_report_shows_the_log_as_nccl_tests_prints_it(tmp_path, capsys):
+    """File name, ranks, nccl-tests' columns with the out-of-place figures as the log printed them, the quoted
+    plateau (median of 147.45, 170.60, 177.55) and the log's own average."""
+    out = _training_folder(tmp_path)
+    (out / "slurm-4242.out").write_text(NEW)
+    assert cli.main(["--output_dir", str(out)]) == 0
+    printed = _squeezed(capsys.readouterr().out)
+    start = printed.index(f"nccl-tests log {out / 'slurm-4242.out'}: 8 ranks on 2 nodes, {A100}, NCCL 2.18.5+cuda12.2; "
+                          "out-of-place columns")
+    assert printed[start + 1:start + 4] == ["size (B) count type time (us) algbw (GB/s) busbw (GB/s)",
+                                            "---------- -------- ------ ----------- -------------- --------------",
+                                            "8 2 float 18.00 0.00 0.00"]
+    assert printed[start + 15:start + 18] == [
+        "134217728 33554432 float 1322.90 101.46 177.55",
+        "busbw quoted: 170.60 GB/s, the plateau (median of the 3 largest sizes); peak 177.55 GB/s at 128 MiB",
+        "Avg bus bandwidth 49.8942 GB/s: the log's own, over every size and both columns"]
+
+
+def test_without_training_runs_the_log_is_still_shown(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    log = tmp_path / "all_reduce_perf.p100.log"
+    log.write_text(OLDEST)
+    assert cli.main(["--output_dir", str(tmp_path / "empty"), "--nccl_tests", str(log)]) == 1
+    printed = _squeezed(capsys.readouterr().out)
+    assert printed[0] == f"nccl-tests log {log}: 2 ranks on 2 nodes, Tesla P100-SXM2-16GB; out-of-place columns"
+    assert printed[3:6] == ["1048576 262144 float 100.00 10.49 10.49", "2097152 524288 float 190.00 11.04 11.04",
+                            "4194304 1048576 float 370.00 11.34 11.34"]
+    assert printed[-1].startswith("No training results under ")
+
+
+def test_the_plot_legend_names_the_log_file(tmp_path):
+    plots = pytest.importorskip("scalelab.report.plots")
+    out = _training_folder(tmp_path)
+    (out / "all_reduce_perf-2.x.txt").write_text(NEW)
+    _, _, bench, _ = cli.build(str(out))
+    _, labels = plots.busbw_figure(bench).axes[0].get_legend_handles_labels()
+    assert labels == [f"8 ranks on 2 nodes, nccl, {A100} (all_reduce_perf-2.x.txt, out-of-place)"]
 
 
 def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):

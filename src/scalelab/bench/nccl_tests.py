@@ -2,10 +2,11 @@
 
 Why: an all_reduce_perf log is the first measurement an HPC engineer has of a cluster, and the two tools should be
 read side by side. The layout is nccl-tests' own (src/util.cu of NVIDIA/nccl-tests: writeResultHeader,
-writeBenchmarkLinePreamble/Body, writeResultFooter). Reading takes both layouts in circulation: 2.13 on (a root
-column, `#wrong` counts, `#  Rank  0 Group  0 Pid ...` lines) and 2019-2021 (no root column, an `error` column
-holding a max deviation, `#   Rank  0 Pid ...`). A log becomes a result like the benchmark's own (kind
-"allreduce"), so the report's predicted columns read real NCCL busbw exactly as they read ours.
+writeBenchmarkLinePreamble/Body, writeResultFooter). Reading takes the layouts in circulation: 2.13 on (a root
+column, `#wrong` counts, `#  Rank  0 Group  0 Pid ...` lines), 2019-2021 (no root column, an `error` column
+holding a max deviation, `#   Rank  0 Pid ...`) and 2017-2018 (`bytes N type op`, times in ms, no Pid). A log
+becomes a result like the benchmark's own (kind "allreduce"), so the report's predicted columns read real NCCL
+busbw exactly as they read ours.
 """
 
 import datetime as _dt
@@ -14,18 +15,18 @@ import re
 import statistics
 
 from scalelab import results
-from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
+from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw, plateau_busbw
 
 # our dtype name -> nccl-tests' type name (src/common.cu test_typenames)
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double"}
 DTYPES = {v: k for k, v in TYPE_NAMES.items()}
 ITEMSIZE = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8, "uint64": 8,
-            "half": 2, "float": 4, "double": 8, "bfloat16": 2}
+            "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 SUFFIXES = (".log", ".txt", ".out")  # files under an outputs folder that may hold a log (SLURM's slurm-*.out)
 SNIFF_BYTES = 1 << 20  # a log's header is at its top: a file whose first MiB shows none is not read on
 MAX_BYTES = 64 << 20  # larger text files under an outputs folder are training logs, never all_reduce_perf's
 
-_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+_RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
                    r"\[([^\]]*)\]\s*(.*?)\s*$")
 _PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+).*?"
                      r"warmup iters:\s*(\d+)\s+iters:\s*(\d+)")
@@ -36,6 +37,8 @@ _VERSIONS = (re.compile(r"nccl-tests version\s+(\S+)"), re.compile(r"NCCL versio
 _SCALELAB = re.compile(r"scalelab run_id:\s*(\S+)\s+accelerator:\s*(\S+)\s+backend:\s*(\S+)")
 # what launchers put before each line: `srun --label` ("0: "), Open MPI's --tag-output ("[1,0]<stdout>:")
 _PREFIX = re.compile(r"^\s*(?:\d+:|\[\d+,\d+\]<std(?:out|err)>:)\s?")
+# the 2017-2018 header's names for the columns (print_header of all_reduce.cu then; its times are in ms)
+_OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 # what marks a text as nccl-tests output; the average with its "#" (scalelab's own table says "Avg bus bandwidth:")
 _MARKS = (_PARAMS, re.compile(r"#\s*Avg bus bandwidth\s*:"), _PROGRAM, re.compile(r"out-of-place\s+in-place"))
 
@@ -198,15 +201,16 @@ class _Meta:
     """What a log says besides its rows: layout, ranks, parameters, footer."""
 
     def __init__(self):
-        self.columns = None
+        self.columns, self.time_unit = None, 1e-6
         self.ranks, self.params, self.avg, self.bounds = [], None, None, None
         self.program = self.run_id = None
         self.versions = {}
 
     def read(self, stripped: str, line: str):
         words = stripped.split()
-        if words[:2] == ["size", "count"]:
-            self.columns = words
+        if words[:2] in (["size", "count"], ["bytes", "N"]):
+            self.columns = [_OLD_NAMES.get(w, w) for w in words]
+            self.time_unit = 1e-3 if words[0] == "bytes" else 1e-6
             return
         m = _RANK.match(line.strip())
         if m:
@@ -244,7 +248,7 @@ class _Meta:
             for prefix, at in (("oop_", lay["oop"]), ("", ip)):
                 if at is None:
                     continue
-                row[prefix + "time_s"] = float(tokens[at]) * 1e-6
+                row[prefix + "time_s"] = float(tokens[at]) * self.time_unit
                 row[prefix + "algbw_printed"] = float(tokens[at + 1])
                 row[prefix + "busbw_printed"] = float(tokens[at + 2])
                 row[prefix + "wrong"] = _wrong(names[at + 3] if at + 3 < len(names) else "", tokens[at + 3])
@@ -253,6 +257,22 @@ class _Meta:
         return row
 
     def results(self, rows: list, name: str, created: str) -> list:
+        self.check_finished(rows)
+        world = self.world()
+        by_type, keep = _all_reduce_rows(rows, world[0])
+        warning = _count_warning([r for typed in by_type.values() for r in typed])
+        out = []
+        for typ, typed in by_type.items():
+            dtype = DTYPES.get(typ, typ)
+            base = self.run_id[1] if self.run_id else f"nccl-tests-{name}"
+            payload = results.envelope("allreduce", base if len(by_type) == 1 else f"{base}-{dtype}")
+            payload["created"] = created or payload["created"]
+            out.append(results.validate(self.fill(payload, _merge_repeats(typed, dtype, world[0]), keep, world)))
+            out[-1]["_warnings"] = [warning] if warning else []
+        return out
+
+    def check_finished(self, rows: list):
+        """A finished, correct all_reduce_perf run, or NcclTestsError saying why not."""
         if self.program and not re.search(r"all_?reduce", self.program[1]):
             raise NcclTestsError(f"{self.program[1]}'s output, not all_reduce_perf's (only all-reduce feeds the "
                                  "report)")
@@ -264,40 +284,30 @@ class _Meta:
         if self.bounds and (self.bounds[2] == "FAILED" or int(self.bounds[1])):
             raise NcclTestsError(f"nccl-tests reported {self.bounds[1]} size(s) with wrong values "
                                  "(Out of bounds values: FAILED)")
-        world, nodes, per_node, hosts, devices = self.world()
-        rows = [r for r in rows if r["root"] == -1]
-        if not rows:
-            raise NcclTestsError("every row has a root: a rooted collective (reduce, broadcast), not all-reduce")
-        redops = sorted({r["redop"] for r in rows})
-        keep = "sum" if "sum" in redops else redops[0]
-        by_type = {}
-        for r in rows:
-            if r["redop"] == keep:
-                _check_row(r, world)
-                by_type.setdefault(r["type"], []).append(r)
-        base = self.run_id[1] if self.run_id else f"nccl-tests-{name}"
+
+    def fill(self, payload: dict, merged: list, redop: str, world: tuple) -> dict:
+        """The result's fields. A real nccl-tests log is read by its out-of-place column, the one its users
+        quote (NCCL's own out-of-place kernel); scalelab's own log (its run_id line) by its in-place column,
+        as its result.json, since its out-of-place column adds a copy."""
+        size, nodes, per_node, hosts, devices = world
+        column = "in-place" if self.run_id or not all("oop_time_s" in r for r in merged) else "out-of-place"
+        rows = _out_of_place_read(merged) if column == "out-of-place" else merged
+        summary = {**bench_summary(rows), "large_msg_busbw_GBps": plateau_busbw(rows)}  # the plateau, quoted
+        summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
         accelerator, backend = (self.run_id[2], self.run_id[3]) if self.run_id else ("gpu", "nccl")
-        out = []
-        for typ, typed in by_type.items():
-            dtype = DTYPES.get(typ, typ)
-            payload = results.envelope("allreduce", base if len(by_type) == 1 else f"{base}-{dtype}")
-            payload["created"] = created or payload["created"]
-            merged = _merge_repeats(typed, dtype, world)
-            summary = bench_summary(merged)
-            summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
-            params = self.params
-            payload.update(
-                status="completed", error=None, run_name=None,
-                source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
-                        "redop": keep, **self.versions},
-                launch={"launcher": "nccl-tests", "world_size": world, "num_nodes": nodes,
-                        "procs_per_node": per_node, "accelerator": accelerator, "backend": backend,
-                        "device_names": devices, "hostnames": hosts, "link": None},
-                config={"dtype": dtype, **{k: int(params[i]) if params else None for k, i in
-                                           (("min_bytes", 3), ("max_bytes", 4), ("warmup_iters", 5), ("iters", 6))}},
-                rows=merged, summary=summary)
-            out.append(results.validate(payload))
-        return out
+        params = self.params
+        payload.update(
+            status="completed", error=None, run_name=None,
+            source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
+                    "redop": redop, "column": column, **self.versions},
+            launch={"launcher": "nccl-tests", "world_size": size, "num_nodes": nodes, "procs_per_node": per_node,
+                    "accelerator": accelerator, "backend": backend, "device_names": devices, "hostnames": hosts,
+                    "link": None},
+            config={"dtype": merged[0]["dtype"], **{k: int(params[i]) if params else None for k, i in
+                                                    (("min_bytes", 3), ("max_bytes", 4), ("warmup_iters", 5),
+                                                     ("iters", 6))}},
+            rows=rows, summary=summary)
+        return payload
 
     def world(self) -> tuple:
         """(world size, nodes, ranks per node, hosts, device names) from the `# Using devices` lines."""
@@ -316,6 +326,28 @@ class _Meta:
         return len(numbers), len(per_host), max(per_host.values()), sorted(per_host), names
 
 
+def _all_reduce_rows(rows: list, world: int) -> tuple:
+    """({type: rows}, redop) of the all-reduce rows (root -1) of one reduction: sum where the log has it."""
+    rows = [r for r in rows if r["root"] == -1]
+    if not rows:
+        raise NcclTestsError("every row has a root: a rooted collective (reduce, broadcast), not all-reduce")
+    redops = sorted({r["redop"] for r in rows})
+    keep = "sum" if "sum" in redops else redops[0]
+    by_type = {}
+    for r in rows:
+        if r["redop"] == keep:
+            _check_row(r, world)
+            by_type.setdefault(r["type"], []).append(r)
+    return by_type, keep
+
+
+def _out_of_place_read(rows: list) -> list:
+    """Rows whose time, bandwidths and #wrong are the out-of-place column's; the in-place one kept as in_place_*."""
+    fields = ("time_s", "algbw_GBps", "busbw_GBps", "wrong")
+    return [{"bytes": r["bytes"], "count": r["count"], "dtype": r["dtype"], **{f: r["oop_" + f] for f in fields},
+             **{"in_place_" + f: r[f] for f in fields}} for r in rows]
+
+
 def _wrong(column: str, token: str):
     """#wrong is a count ('N/A' where unchecked); the older `error` column a max deviation, not a count."""
     if token == "N/A":
@@ -328,11 +360,8 @@ def _wrong(column: str, token: str):
 
 def _check_row(r: dict, world: int):
     """The printed bandwidths must follow from size, time and the all-reduce factor 2(n-1)/n at this world size
-    (within print rounding): else the log is another collective, or the ranks listed are not the run's."""
-    itemsize = ITEMSIZE.get(r["type"])
-    if itemsize and r["bytes"] != r["count"] * itemsize:
-        raise NcclTestsError(f"size {r['bytes']} is not count {r['count']} x {itemsize} B of {r['type']}: "
-                             "not an all-reduce row")
+    (within print rounding): else the log is another collective, or the ranks listed are not the run's. The
+    size column is the message: nccl-tests computes algbw from bytes, whatever the count column says."""
     for prefix in ("oop_", ""):
         if prefix + "time_s" not in r:
             continue
@@ -346,6 +375,18 @@ def _check_row(r: dict, world: int):
         if not _close(r["bytes"] / t / GB, algbw) or not _close(busbw_from_algbw(algbw, world), busbw):
             raise NcclTestsError(f"at size {r['bytes']}, busbw {busbw:g} GB/s is not algbw {algbw:g} x 2(n-1)/n "
                                  f"for the {world} rank(s) listed: not an all-reduce of {world} rank(s)")
+
+
+def _count_warning(rows: list):
+    """One line where the count column is not size / word size (seen in older logs), else None: the rows are
+    read by their size, as nccl-tests computes algbw and busbw from bytes (all_reduce.cu's getBw)."""
+    off = [r for r in rows if ITEMSIZE.get(r["type"]) and r["bytes"] != r["count"] * ITEMSIZE[r["type"]]]
+    if not off:
+        return None
+    r = off[0]
+    return (f"count is not size / {ITEMSIZE[r['type']]} B of {r['type']} at {len(off)} of {len(rows)} row(s) "
+            f"(first: size {r['bytes']}, count {r['count']}): read by the size column, as nccl-tests computes "
+            "its bandwidths")
 
 
 def _close(computed: float, printed: float) -> bool:

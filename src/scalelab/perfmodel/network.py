@@ -20,6 +20,7 @@ GB = 1e9  # nccl-tests and link datasheets use decimal gigabytes
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP bucket_cap_mb=25: one all-reduce (one latency bill) per bucket
 GRAD_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 LARGE_MSG_BYTES = 2**20  # "large message" figures (avg line, large_msg_busbw) use sizes from 1 MiB up
+PLATEAU_SIZES = 3  # an nccl-tests log's quoted busbw: the median of its 3 largest sizes' busbw (plateau_busbw)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 # Communication
@@ -171,6 +172,17 @@ def bench_summary(rows: list) -> dict:
     largest = max(rows, key=lambda r: r["bytes"])["busbw_GBps"]
     return {"avg_busbw_GBps": sum(over) / len(over), "peak_busbw_GBps": max(r["busbw_GBps"] for r in rows),
             "large_msg_busbw_GBps": statistics.median(large) if large else largest}
+
+
+def plateau_busbw(rows: list) -> Optional[float]:
+    """The busbw a sweep levels off at: the median over its PLATEAU_SIZES largest sizes (all, when fewer).
+
+    Why: an all_reduce_perf sweep runs to GiB sizes and busbw climbs until the last few, so a median over
+    every size from 1 MiB quotes the climb, not the link. The largest sizes are where the link is full; their
+    median, not their maximum, so that one lucky or slow size does not set the figure.
+    """
+    top = sorted((r for r in rows if r.get("busbw_GBps") is not None), key=lambda r: r["bytes"])[-PLATEAU_SIZES:]
+    return statistics.median(r["busbw_GBps"] for r in top) if top else None
 
 
 def busbw_at(rows, nbytes: float) -> float:

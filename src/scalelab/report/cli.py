@@ -13,7 +13,7 @@ from scalelab import results
 from scalelab.bench import nccl_tests
 from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, ranks, reference
+from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
 from scalelab.report.tables import render
 
@@ -41,7 +41,8 @@ def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=N
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
     """nccl-tests logs as benchmark results; a scalelab run's own log (--format nccl-tests) beside its
-    result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason."""
+    result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason; what
+    is odd in a log that is used is one warning line on stderr."""
     logs, bad = nccl_tests.scan(output_dir)
     for path in paths:
         if os.path.abspath(path) in {os.path.abspath(r["_path"]) for r in logs}:
@@ -51,7 +52,10 @@ def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
         except results.ResultError as exc:
             bad.append((path, str(exc)))
     skipped += bad
-    return [r for r in logs if r["run_id"] not in known]
+    kept = [r for r in logs if r["run_id"] not in known]
+    for path, warning in sorted({(r["_path"], w) for r in kept for w in r.get("_warnings", [])}):
+        print(f"benchmark.py: warning: {path}: {warning}", file=sys.stderr)  # once per log, whatever its types
+    return kept
 
 
 def build_parser() -> OneLineParser:
@@ -124,18 +128,18 @@ def main(argv=None) -> int:
         lines, failed = reference.check(checks, scaling, bench, args.output_dir)
         print("\n".join(lines))
         return 1 if failed else 0
+    fmt = "github" if args.markdown else "simple"
     if runs.empty:
-        print(f"No training results under {args.output_dir}/ yet: run `make demo` or `python src/train.py`.")
-        return 1
+        return _no_runs(args.output_dir, bench, fmt)
     for flag, path in (("--plot", args.plot), ("--export", args.export)):
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
     max_runs = None if args.all_runs else 12
-    fmt = "github" if args.markdown else "simple"
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
     print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
+    print("\n".join(nccl_logs.render(bench, fmt)))
     if args.forecast:
         print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
                                             fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))
@@ -159,6 +163,13 @@ def main(argv=None) -> int:
     for path in written:
         print(f"written: {path}")
     return 0
+
+
+def _no_runs(output_dir: str, bench: pd.DataFrame, fmt: str) -> int:
+    """No training run: the nccl-tests logs read are still shown (`--nccl_tests LOG` alone prints them)."""
+    print("\n".join(nccl_logs.render(bench, fmt)[1:] + [""]), end="")
+    print(f"No training results under {output_dir}/ yet: run `make demo` or `python src/train.py`.")
+    return 1
 
 
 def _check_pairs(args):

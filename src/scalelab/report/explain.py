@@ -19,20 +19,24 @@ from scalelab.report.frames import link_label
 
 
 def bench_frame(found: list) -> pd.DataFrame:
-    """Completed all-reduce benchmark results, newest first."""
+    """Completed all-reduce benchmark results, newest first. `log`: the file an nccl-tests log was read from
+    (None for a result.json), with its `source` and `summary`, which the report prints it with."""
     rows = []
     for r in found:
         if r.get("kind") != "allreduce" or r.get("status") != "completed" or not r.get("rows"):
             continue
-        launch = r["launch"]
+        launch, source = r["launch"], r.get("source") or {}
         rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "nodes": launch["num_nodes"],
                      "accelerator": launch.get("accelerator"), "backend": launch.get("backend"),
                      "device": (launch.get("device_names") or ["?"])[0], "created": r.get("created") or "",
                      "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
                      "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"],
-                     "link": link_label(launch.get("link"))})
+                     "link": link_label(launch.get("link")),
+                     "log": r.get("_path") if source.get("format") == "nccl-tests" else None,
+                     "source": source, "summary": r.get("summary") or {}})
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "nodes", "accelerator", "backend", "device",
-                                        "created", "busbw_GBps", "dtype", "rows", "link"])
+                                        "created", "busbw_GBps", "dtype", "rows", "link", "log", "source",
+                                        "summary"])
     return frame.sort_values("created", ascending=False)
 
 

@@ -241,7 +241,7 @@ def busbw_figure(bench: pd.DataFrame):
         hw = b["device"] if b["accelerator"] == "gpu" else "CPU"
         ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4,
                 label=f"{b['world_size']} ranks on {b['nodes']} node{'s' if b['nodes'] > 1 else ''}, "
-                      f"{b['backend']}, {hw} ({b['run_id'][-8:]})")
+                      f"{b['backend']}, {hw} ({_which(b)})")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x))))
     ax.set_xlabel("message size (bytes per rank, log scale)")
@@ -254,6 +254,13 @@ def busbw_figure(bench: pd.DataFrame):
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def _which(b: pd.Series) -> str:
+    """A log by its file name and the column drawn; a scalelab benchmark by its run id's hash."""
+    if isinstance(b.get("log"), str):
+        return f"{os.path.basename(b['log'])}, {b['source'].get('column', 'in-place')}"
+    return b["run_id"][-8:]
 
 
 def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
