@@ -15,7 +15,7 @@ import re
 import statistics
 
 from scalelab import results
-from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw, plateau_busbw
+from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
 
 # our dtype name -> nccl-tests' type name (src/common.cu test_typenames)
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double"}
@@ -292,7 +292,7 @@ class _Meta:
         size, nodes, per_node, hosts, devices = world
         column = "in-place" if self.run_id or not all("oop_time_s" in r for r in merged) else "out-of-place"
         rows = _out_of_place_read(merged) if column == "out-of-place" else merged
-        summary = {**bench_summary(rows), "large_msg_busbw_GBps": plateau_busbw(rows)}  # the plateau, quoted
+        summary = bench_summary(rows)  # large_msg_busbw_GBps: the plateau, as for scalelab's own sweeps
         summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
         accelerator, backend = (self.run_id[2], self.run_id[3]) if self.run_id else ("gpu", "nccl")
         params = self.params

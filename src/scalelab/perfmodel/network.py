@@ -19,7 +19,7 @@ from scalelab.perfmodel.checks import positive as _positive
 GB = 1e9  # nccl-tests and link datasheets use decimal gigabytes
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DDP bucket_cap_mb=25: one all-reduce (one latency bill) per bucket
 GRAD_DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-LARGE_MSG_BYTES = 2**20  # "large message" figures (avg line, large_msg_busbw) use sizes from 1 MiB up
+LARGE_MSG_BYTES = 2**20  # the "avg" line's figure uses sizes from 1 MiB up
 PLATEAU_SIZES = 3  # an nccl-tests log's quoted busbw: the median of its 3 largest sizes' busbw (plateau_busbw)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -162,16 +162,15 @@ def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple:
 def bench_summary(rows: list) -> dict:
     """avg over sizes >= 1 MiB (all sizes when none is that large), peak, and the large-message busbw.
 
-    large_msg_busbw_GBps is the median over sizes >= 1 MiB (robust to one noisy size), else the largest
-    size's: the figure the report reads, keyed by (world_size, num_nodes, accelerator, backend).
+    large_msg_busbw_GBps is the plateau (plateau_busbw), for scalelab's own sweeps and for nccl-tests logs
+    alike: the figure the report reads, keyed by (world_size, num_nodes, accelerator, backend).
     """
     if not rows:
         return {"avg_busbw_GBps": None, "peak_busbw_GBps": None, "large_msg_busbw_GBps": None}
     large = [r["busbw_GBps"] for r in rows if r["bytes"] >= LARGE_MSG_BYTES]
     over = large or [r["busbw_GBps"] for r in rows]
-    largest = max(rows, key=lambda r: r["bytes"])["busbw_GBps"]
     return {"avg_busbw_GBps": sum(over) / len(over), "peak_busbw_GBps": max(r["busbw_GBps"] for r in rows),
-            "large_msg_busbw_GBps": statistics.median(large) if large else largest}
+            "large_msg_busbw_GBps": plateau_busbw(rows)}
 
 
 def plateau_busbw(rows: list) -> Optional[float]:
