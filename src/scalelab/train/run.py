@@ -19,6 +19,8 @@ from scalelab.train import loggers
 def main(argv=None, process_start=None) -> int:
     process_start = process_start or cluster.process_start_time()
     cfg = config.parse_config(argv)
+    if argv is None:  # Fabric starts the other local ranks with sys.argv: a --comet_api_key reaches them in the env
+        sys.argv[1:] = loggers.without_key(sys.argv[1:])
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
@@ -190,7 +192,7 @@ def strategy(cfg: config.RunConfig, launch: cluster.Launch):
 
 def preflight(cfg: config.RunConfig, launch: cluster.Launch):
     """What can be refused before any process starts, each in one line (not a traceback after start-up)."""
-    loggers.check(cfg.logger)  # its package, its API key
+    loggers.check(cfg.logger, cfg=cfg)  # its package, its API key
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
     if cluster.env_rank() == 0:
@@ -207,7 +209,7 @@ def run_logger(ctx):
     if loggers.wants_folder(cfg.logger):
         ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)
         ctx.run_id = os.path.basename(ctx.folder)
-    return loggers.build(cfg.logger, ctx.folder, ctx.run_id)
+    return loggers.build(cfg.logger, ctx.folder, ctx.run_id, comet=cfg)
 
 
 def step_metrics(ctx, logger):
