@@ -11,7 +11,7 @@ import pandas as pd
 
 from scalelab import results
 from scalelab.bench import nccl_tests
-from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
+from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
@@ -228,5 +228,5 @@ def _warn(skipped):
 
 
 def cli():
-    """Console-script entry point (see setup.cfg)."""
-    return run_main("benchmark.py", main)
+    """Console-script entry point (see setup.cfg); `benchmark.py ... | head` stops quietly."""
+    return run_piped("benchmark.py", main)
