@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     if args.write_reference:
         checks = reference.draft(scaling, bench, -(args.reference_tolerance or 0.1))
         path = reference.write(args.write_reference, checks)
-        print(f"written: {path} ({len(checks)} check(s))")
+        print(f"written: {path} ({reference.count(checks)})")
         return 0
     if checks is not None:
         lines, failed = reference.check(checks, scaling, bench, args.output_dir)
