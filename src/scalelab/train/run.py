@@ -97,7 +97,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
 
     cfg, wl, clock = ctx.cfg, ctx.workload, ctx.clock
     if ctx.rank == 0:
-        print(banner(cfg, ctx.launch, wl, ctx.batch, device.threads), flush=True)
+        print(banner(cfg, ctx.launch, wl, ctx.batch, device), flush=True)
         if device.warning:
             print(f"train.py: warning: {device.warning}; the result and the report say so", file=sys.stderr,
                   flush=True)
@@ -265,15 +265,17 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
                          "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
-def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, threads) -> str:
+def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, device: cores.Placement) -> str:
+    """The run's first line: the job, the batch, the levers and where it runs (on CPU: whether every thread has a
+    core of its own, cores.describe)."""
     import torch
 
     world = launch.world_size
     comm = launch.backend if world > 1 else "no communication"
-    threads = threads or torch.get_num_threads()
+    threads = device.threads or torch.get_num_threads()
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
-             else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), "
-             + ("ranks share cores (oversubscribed)" if cfg.oversubscribe else "each rank pinned"))
+             else f"CPU rehearsal: {world} device(s), {comm}, "
+             + cores.describe(threads, launch.devices, device.node_cores, launch.launcher))
     k = cfg.accumulate_grad_batches
     batches = f"batch {batch}/device = {batch * world} global" + (
         f", x {k} accumulated = {batch * world * k} per optimizer step" if k > 1 else "")
