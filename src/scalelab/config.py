@@ -296,9 +296,9 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     args = parser.parse_args(argv)
     layered = _load_yaml(args.config, parser) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
-    notes = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
+    said = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
     if cluster.env_rank() == 0:  # once per run, not once per rank
-        for line in notes:
+        for line in said:
             print(f"{prog_name(prog)}: warning: {line}", file=sys.stderr, flush=True)
     cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),
                    given=set(layered))

@@ -51,19 +51,19 @@ def tutorial_comet(settings: dict, key=None, environ=None) -> list:
     --logger comet unless a --logger is given; `key` (its --comet_api_key) goes into `environ` and nowhere else.
     Returns the one-line warnings to show."""
     environ = os.environ if environ is None else environ
-    notes = [KEY_WARNING] if key else []
+    said = [KEY_WARNING] if key else []
     given = [f"--{name}" for name in COMET_SETTINGS if settings.get(name) is not None] + ([KEY_FLAG] if key else [])
     if not given:
-        return notes
+        return said
     chosen = settings.setdefault("logger", "comet")
     if chosen != "comet":  # --logger csv beside the tutorial's config file: run without Comet, and say so
         for name in COMET_SETTINGS:
             settings.pop(name, None)
-        return notes + [f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --logger comet only: "
-                        f"not used with --logger {chosen}"]
+        return said + [f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --logger comet only: "
+                       f"not used with --logger {chosen}"]
     if key:
         environ["COMET_API_KEY"] = key
-    return notes
+    return said
 
 
 def without_key(argv: list) -> list:
