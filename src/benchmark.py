@@ -5,8 +5,7 @@
 
 import sys
 
-from scalelab.cli import run_main
-from scalelab.report.cli import main
+from scalelab.report.cli import cli
 
 if __name__ == "__main__":
-    sys.exit(run_main("benchmark.py", main))
+    sys.exit(cli())

@@ -12,7 +12,7 @@ from scalelab.errors import UsageError
 
 def test_model_defaults_fill_in():
     mlp = config.parse_config(["--model", "mlp"])
-    assert (mlp.batch_size, mlp.max_epochs, mlp.hidden_dims, mlp.num_samples) == (64, 5, [64, 32, 16], 10000)
+    assert (mlp.batch_size, mlp.max_epochs, mlp.hidden_dims, mlp.num_samples) == (64, 3, [64, 32, 16], 20000)
     gpt = config.parse_config(["--model", "transformer", "--preset", "tiny"])
     assert (gpt.batch_size, gpt.max_steps, gpt.seq_len, gpt.vocab_size) == (8, 50, 128, 512)
 
@@ -162,6 +162,13 @@ def test_a_named_config_is_what_the_jobs_and_the_demo_run():
     assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps, cfg.warmup_steps) == ("transformer", "tiny", 8, 7, 5)
     assert demo.WORKLOADS["transformer"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
     assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
+
+
+def test_model_mlp_and_config_mlp_are_the_same_job():
+    """The demo and the CPU jobs run --config mlp; a participant types --model mlp: 3 epochs of 20,000 samples both."""
+    by_model, by_name = config.parse_config(["--model", "mlp"]), config.parse_config(["--config", "mlp"])
+    assert (by_model.max_epochs, by_model.num_samples) == (by_name.max_epochs, by_name.num_samples) == (3, 20000)
+    assert by_model.workload() == by_name.workload()  # one scaling group, not two
 
 
 def test_print_config_reads_back_as_the_same_run(tmp_path, capsys):

@@ -79,3 +79,27 @@ def test_train_refuses_more_devices_than_cores_before_starting_a_rank(tmp_path):
 
 def test_gpu_launch_leaves_threads_to_torch():
     assert cores.place(Launch("slurm", 4, 2, "gpu")) == (None, None, [])
+
+
+def test_the_banner_says_whether_each_thread_has_a_core():
+    assert cores.describe(1, 2, [0, 1], "local") == "1 device = 1 core(s), each rank pinned"
+    assert cores.describe(4, 1, [0, 1], "slurm") == ("1 device = 4 core(s), but only 2 core(s) (cores 0-1) here: its 4 "
+                                                     "threads share them")
+    # srun may bind each of 4 ranks to its own 2 cores: a rank compares its own threads with the cores it sees
+    assert cores.describe(2, 4, [4, 5], "slurm") == "1 device = 2 core(s), each rank pinned"
+    assert cores.describe(1, 3, [0, 1], "local") == ("1 device = 1 core(s), but 3 devices need 3 and the node has 2 "
+                                                     "core(s) (cores 0-1): ranks share cores (oversubscribed)")
+
+
+def test_a_slurm_job_asking_more_cores_per_task_than_the_node_has_says_so_in_its_banner(tmp_path):
+    """--cpus-per-task 2 granted on a 1-core node (SLURM's environment faked, the node's cores too): the banner says
+    the 2 threads share 1 core instead of claiming 2 cores, each rank pinned."""
+    env = {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1",
+           "SLURM_JOB_NAME": "scalelab-cores-test", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+           "SLURM_CPUS_PER_TASK": "2", cores.ENV_NODE_CORES: str(sorted(os.sched_getaffinity(0))[0])}
+    proc = run_script("train.py", "--model", "mlp", "--max_steps", "8", "--warmup_steps", "2", "--logger", "none",
+                      "--output_dir", tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    banner = proc.stdout.splitlines()[0]
+    assert (f"1 device = 2 core(s), but only 1 core(s) (cores {env[cores.ENV_NODE_CORES]}) here: its 2 threads share "
+            "them | launcher: slurm") in banner

@@ -41,7 +41,7 @@ def good_ref(tmp_path, capsys):
     good = folder(tmp_path / "good")
     ref = tmp_path / "ref.yaml"
     code, out, _ = report(capsys, "--output_dir", good, "--write_reference", ref)
-    assert code == 0 and out == [f"written: {ref} (4 check(s))"]
+    assert code == 0 and out == [f"written: {ref} (4 check(s) of 6 value(s))"]
     return ref
 
 
@@ -56,7 +56,7 @@ def test_write_then_check_the_same_folder_passes(tmp_path, capsys, good_ref):
                     "mlp-cpu-2x1.efficiency": (0.9, None), "mlp-cpu-2x1.throughput_per_device": (90.0, "samples/s"),
                     "mlp-cpu-4x2.efficiency": (0.75, None), "mlp-cpu-4x2.throughput_per_device": (75.0, "samples/s"),
                     "allreduce-cpu-2x1.busbw": (1.0, "GB/s")}
-    assert out[-1] == "reference: 6 check(s), 6 passed, 0 failed"
+    assert out[-1] == "reference: 4 check(s) of 6 value(s): 6 passed, 0 failed"
     checks = yaml.safe_load(good_ref.read_text())["checks"]
     assert checks[1]["reference"]["efficiency"] == [0.9, -0.1, None, ""]  # ReFrame's tuple, unbounded above
 
@@ -69,7 +69,7 @@ def test_efficiency_below_tolerance_fails_naming_the_check(tmp_path, capsys, goo
     assert [f.split(":")[0] for f in fails] == ["FAIL mlp-cpu-2x1.efficiency", "FAIL mlp-cpu-2x1.throughput_per_device",
                                                 "FAIL allreduce-cpu-2x1.busbw"]
     assert "0.75 below 0.81" in fails[0] and "PERF mlp-cpu-2x1.efficiency=0.75" in out
-    assert out[-1] == "reference: 6 check(s), 3 passed, 3 failed"
+    assert out[-1] == "reference: 4 check(s) of 6 value(s): 3 passed, 3 failed"
     within = folder(tmp_path / "within", two=170.0)  # 0.944 of the reference: inside the -10 %
     assert report(capsys, "--output_dir", within, "--reference", good_ref)[0] == 0
 
@@ -80,9 +80,10 @@ def test_a_reference_entry_matching_no_run_fails(tmp_path, capsys, good_ref):
     assert code == 1
     missing = [line for line in out if line.startswith("FAIL")]
     assert len(missing) == 1 and missing[0].startswith("FAIL mlp-cpu-4x2: no training run on 4 device(s), 2 node(s)")
+    assert out[-1] == "reference: 4 check(s) of 6 value(s): 4 passed, 2 failed"  # its efficiency and throughput
     (tmp_path / "empty").mkdir()
     code, out, _ = report(capsys, "--output_dir", tmp_path / "empty", "--reference", good_ref)
-    assert code == 1 and out[-1] == "reference: 4 check(s), 0 passed, 4 failed"
+    assert code == 1 and out[-1] == "reference: 4 check(s) of 6 value(s): 0 passed, 6 failed"
 
 
 def test_efficiency_against_another_baseline_fails(tmp_path, capsys, good_ref):
@@ -158,3 +159,25 @@ def test_bounds_follow_reframe():
     assert reference.bounds(100, -0.1, None) == pytest.approx((90, math.inf))
     assert reference.bounds(40, None, 0.1) == pytest.approx((-math.inf, 44))
     assert reference.bounds(-10, -0.5, 0.5) == pytest.approx((-15, -5))  # |value|: negative references too
+
+
+def test_writing_and_checking_a_folder_count_the_same_checks_and_values(tmp_path, capsys):
+    """A folder whose 2-node configuration has a forecast_error (a quantity drafted only where the track record has
+    one): both commands say how many checks (configurations) and values (quantities) the file holds."""
+    from test_forecast import STEP1, bench, ring, run
+
+    for r in [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.3 * ring(2)),
+              bench()]:
+        results.write(str(tmp_path / "runs"), r)
+    ref = tmp_path / "ref.yaml"
+    code, written, _ = report(capsys, "--output_dir", tmp_path / "runs", "--write_reference", ref)
+    assert code == 0
+    checks = yaml.safe_load(ref.read_text())["checks"]
+    values = [(c["name"], q) for c in checks for q in c["reference"]]
+    assert any(q == "forecast_error" for _, q in values)
+    code, out, _ = report(capsys, "--output_dir", tmp_path / "runs", "--reference", ref)
+    verdicts = [line for line in out if line.startswith(("PASS", "FAIL"))]
+    assert code == 0 and len(verdicts) == len(values)
+    said = f"{len(checks)} check(s) of {len(values)} value(s)"
+    assert written == [f"written: {ref} ({said})"]
+    assert out[-1] == f"reference: {said}: {len(values)} passed, 0 failed"

@@ -1,10 +1,13 @@
 """The report's arithmetic and grouping, on constructed results (real runs are in test_ddp_cpu.py)."""
 
 import csv as csv_module
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_script
+from conftest import SRC, run_script
 from scalelab import results
 from scalelab.report import tables
 from scalelab.report.frames import runs_frame, scaling_frame
@@ -78,3 +81,17 @@ def test_requeued_job_supersedes_its_first_attempt():
                       "restart_count": restarts}
     runs, _ = frames([first, second, other_step, make_result("base", 1, samples_per_s=100)])
     assert sorted(runs["run_id"]) == ["base", "step1", "try1"]  # the requeued step counts once, at its newest
+
+
+@pytest.mark.parametrize("script, args", [("benchmark.py", ["--output_dir", "{out}"]),
+                                          ("predict.py", ["--params", "1B", "--compute_s", "0.1"])])
+def test_a_reader_that_leaves_early_ends_the_report_quietly(tmp_path, script, args):
+    """`benchmark.py ... | head -8`: the pipe is closed before the report is written (the worst case of head)."""
+    for r in (make_result("x1", 1, samples_per_s=100), make_result("x2", 2, samples_per_s=180)):
+        results.write(str(tmp_path / "out"), r)
+    cmd = [sys.executable, str(SRC / script), *(a.format(out=tmp_path / "out") for a in args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ,
+                            "PYTHONUNBUFFERED": "1"})
+    proc.stdout.close()  # the reader is gone: every write of the report meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == ""

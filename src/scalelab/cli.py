@@ -91,6 +91,19 @@ def run_main(prog: str, main, argv=None) -> int:
         return 130
 
 
+def run_piped(prog: str, main, argv=None) -> int:
+    """run_main for a report, where `benchmark.py ... | head` is normal: when the reader leaves, stop quietly (exit
+    0, as `head` users expect, no BrokenPipeError traceback, and no second error when Python flushes stdout at exit:
+    the recipe of Python's signal module documentation)."""
+    try:
+        code = run_main(prog, main, argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    return code
+
+
 def human_count(n) -> str:
     """3323392 -> '3.32M': parameter counts a person can read."""
     for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):

@@ -12,12 +12,15 @@ import copy
 import dataclasses
 import functools
 import os
+import sys
 from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from scalelab import workloads
-from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int
+from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int, prog_name
 from scalelab.errors import UsageError
+from scalelab.launch import cluster
+from scalelab.train import loggers
 from scalelab.train.loggers import LOGGERS
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -65,6 +68,9 @@ class CommonConfig:
     output_dir: str = "outputs"
     run_name: Optional[str] = None
     logger: str = "csv"
+    comet_project: Optional[str] = None  # the MPCDF tutorial's Comet flags (train/loggers.py); never its key
+    comet_workspace: Optional[str] = None
+    experiment_name: Optional[str] = None
     config: Optional[str] = None
     verbose: bool = False
 
@@ -149,6 +155,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
     _lever_flags(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
     _launch_flags(p.add_argument_group("launch (defaults come from SLURM or torchrun when present)"))
+    _comet_flags(p.add_argument_group("the MPCDF tutorial's Comet flags: any of them chooses --logger comet"))
     real = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
     real.update((o.name, o.default) for _, o in _options())
     for action in p._actions:  # parse_config sets every default to None: --help shows the real ones
@@ -199,6 +206,15 @@ def _launch_flags(lg):
                          "metrics.csv; tensorboard, wandb and comet need their package, wandb and comet their API key "
                          "in the environment (docs/06)")
     lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
+
+
+def _comet_flags(g):
+    g.add_argument("--comet_project", help=f"the Comet project (default: {loggers.PROJECT})")
+    g.add_argument("--comet_workspace", help="the Comet workspace (default: your default workspace)")
+    g.add_argument("--experiment_name", help="the Comet experiment's name (default: the run id)")
+    g.add_argument("--comet_api_key", metavar="KEY",
+                   help="accepted with a warning: the environment variable COMET_API_KEY is safer; never written "
+                        "anywhere")
 
 
 def named_configs() -> list:
@@ -280,6 +296,10 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     args = parser.parse_args(argv)
     layered = _load_yaml(args.config, parser) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
+    said = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
+    if cluster.env_rank() == 0:  # once per run, not once per rank
+        for line in said:
+            print(f"{prog_name(prog)}: warning: {line}", file=sys.stderr, flush=True)
     cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),
                    given=set(layered))
     if args.print_config:

@@ -9,14 +9,13 @@ import torch, so the prediction is instant on a laptop.
 import argparse
 import dataclasses
 import math
-import os
 import re
 import sys
 
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_main
+from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_piped
 from scalelab.config import comm_hook_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel import levers
@@ -351,15 +350,8 @@ def lever_table(args, inputs) -> str:
 
 
 def cli() -> int:
-    """run_main for the script, where `predict.py ... | head` is normal: when the reader leaves, stop quietly
-    (exit 0, no BrokenPipe traceback, and no second error when Python flushes stdout at exit)."""
-    try:
-        code = run_main(PROG, main)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
-    return code
+    """Console-script entry point (see setup.cfg); `predict.py ... | head` stops quietly."""
+    return run_piped(PROG, main)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 #   tests/slurm_cluster/smoke.sh [STATE_DIR]      # no STATE_DIR: $SLURM_CONF, else the default STATE_DIR
 #
 # The torch part uses the python3 on PATH (activate the project's venv first); it is skipped with a
-# message when that python has no torch. Exits non-zero with a message on the first failed check.
+# message when that python has no torch. Exits non-zero with a message on the first failed check; the last
+# line counts the checks that passed and names any that were skipped.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,6 +17,9 @@ if [[ -n ${1:-} || -z ${SLURM_CONF:-} ]]; then export SLURM_CONF=$STATE_DIR/slur
 JOB_TIMEOUT_S=${SCALELAB_SMOKE_JOB_TIMEOUT_S:-120}
 
 say() { echo "[smoke] $*"; }
+PASSED=0
+SKIPPED=()   # "check N" for each check that could not run here
+passed() { PASSED=$((PASSED + 1)); }   # not ((PASSED++)): it returns 1 from 0, and set -e would end the script
 fail() {
     echo "[smoke] FAIL: $*" >&2
     exit 1
@@ -56,6 +60,7 @@ out=$(sort -k2n "$WORK/job1.out")
 echo "$out" | sed 's/^/    /'
 expected=$'node1 0 0,1,2,3\nnode1 1 0,1,2,3\nnode2 2 0,1,2,3\nnode2 3 0,1,2,3'
 [[ $out == "$expected" ]] || fail "job $id1 output differs from the expected:"$'\n'"$expected"
+passed
 
 # 2. Real cross-node communication: torch gloo all_reduce over 2 nodes x 2 tasks, rendezvous on node1.
 if python3 -c 'import torch' 2>/dev/null; then
@@ -84,8 +89,10 @@ EOF
     expected=$'node1 0 10\nnode1 1 10\nnode2 2 10\nnode2 3 10'
     [[ $out == "$expected" ]] || fail "job $id2 all_reduce output wrong; job output:"$'\n'"$(cat "$WORK/job2.out")"
     line=$(sacct_state "$id2" COMPLETED)
+    passed
 else
     say "check 2: SKIPPED (python3 on PATH, $(command -v python3 || echo none), cannot import torch)"
+    SKIPPED+=("check 2")
 fi
 
 # 3. A request no node can satisfy must be refused at submit time, as on a real cluster.
@@ -95,15 +102,22 @@ if out=$(sbatch --parsable --chdir="$WORK" --gres=gpu:h100:8 --wrap true 2>&1); 
     fail "sbatch --gres=gpu:h100:8 was accepted (job $out)"
 fi
 echo "    refused: $out"
+passed
 
 # 4. Accounting: the first job is COMPLETED, a job exiting 3 is FAILED with exit code 3.
 say "check 4: sacct shows job $id1 COMPLETED"
 line=$(sacct_state "$id1" COMPLETED)   # not inside echo's arguments: set -e would miss a failure
 echo "    $line"
+passed
 say "check 5: a job exiting 3 must be FAILED"
 id4=$(submit_wait --output=/dev/null --wrap 'exit 3')
 line=$(sacct_state "$id4" FAILED)
 echo "    $line"
 [[ $line == "$id4|FAILED|3:0" ]] || fail "job $id4: expected exit code 3:0, got '$line'"
+passed
 
-say "all checks passed"
+if ((${#SKIPPED[@]})); then
+    say "$PASSED checks passed, ${#SKIPPED[@]} skipped (${SKIPPED[*]})"
+else
+    say "all $PASSED checks passed"
+fi

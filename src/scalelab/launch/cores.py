@@ -75,6 +75,20 @@ def check_fit(local_ranks: int, threads: int, cores: list, oversubscribe: bool) 
     return f"oversubscribed: {what}"
 
 
+def describe(threads: int, local_ranks: int, cores: list, launcher: str) -> str:
+    """The job banner's words for a CPU device: '1 device = 2 core(s), each rank pinned' where every thread has a core
+    of its own, else how many cores there are and who shares them (said at the start; the report says it again from
+    the ranks' records). A SLURM rank may see only the cores srun bound it to: there its own threads are compared."""
+    ranks = 1 if launcher == "slurm" else local_ranks
+    if not cores or ranks * threads <= len(cores):
+        return f"1 device = {threads} core(s), each rank pinned"
+    here = f"{len(cores)} core(s) (cores {span(cores)})"
+    if ranks == 1:
+        return f"1 device = {threads} core(s), but only {here} here: its {threads} threads share them"
+    return (f"1 device = {threads} core(s), but {ranks} devices need {ranks * threads} and the node has {here}: "
+            "ranks share cores (oversubscribed)")
+
+
 def pin(local_rank: int, threads: int, cores: list) -> list:
     """Pin the calling thread (the rank's compute, and the threads it starts later) to its slice of the node's
     cores. Where there is no such slice (srun bound the rank to fewer cores already, or the node is

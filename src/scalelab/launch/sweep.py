@@ -193,8 +193,10 @@ def main(argv=None) -> int:
     site = site_settings(args.profile, site_file) if site_file else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
     train_args = default_workload(train_args, accelerator)
-    cfg = config.parse_config(train_args + ["--output_dir", args.output_dir])  # bad flags fail here, not in a job
-    loggers.check(cfg.logger)  # --logger wandb without the package or the key, likewise
+    cfg = config.parse_config(train_args + ["--output_dir", args.output_dir],  # bad flags fail here, not in a job
+                              prog="submit.py")
+    train_args = loggers.without_key(train_args)  # the jobs' files keep no key: it travels in their environment
+    loggers.check(cfg.logger, cfg=cfg)  # --logger wandb without the package or the key, likewise
     results.ensure_output_dir(args.output_dir)
     folder = os.path.join(args.output_dir, "submitit", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
 

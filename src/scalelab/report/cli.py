@@ -11,7 +11,7 @@ import pandas as pd
 
 from scalelab import results
 from scalelab.bench import nccl_tests
-from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_main
+from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     if args.write_reference:
         checks = reference.draft(scaling, bench, -(args.reference_tolerance or 0.1))
         path = reference.write(args.write_reference, checks)
-        print(f"written: {path} ({len(checks)} check(s))")
+        print(f"written: {path} ({reference.count(checks)})")
         return 0
     if checks is not None:
         lines, failed = reference.check(checks, scaling, bench, args.output_dir)
@@ -239,5 +239,5 @@ def _warn(skipped):
 
 
 def cli():
-    """Console-script entry point (see setup.cfg)."""
-    return run_main("benchmark.py", main)
+    """Console-script entry point (see setup.cfg); `benchmark.py ... | head` stops quietly."""
+    return run_piped("benchmark.py", main)

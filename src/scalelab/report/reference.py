@@ -159,16 +159,22 @@ def _where(entry: dict) -> str:
 
 # --- verdicts ------------------------------------------------------------------------------------
 
+def count(checks: list) -> str:
+    """'3 check(s) of 5 value(s)': what --write_reference wrote and what --reference checks say it alike (a check is
+    one configuration, a value one quantity of it; each value passes or fails)."""
+    return f"{len(checks)} check(s) of {sum(len(entry['reference']) for entry in checks)} value(s)"
+
+
 def check(checks: list, scaling: pd.DataFrame, bench: pd.DataFrame, folder: str) -> tuple:
-    """(output lines, number of failures): PASS/FAIL per quantity, PERF per measured value, one FAIL per
-    check that matches nothing, and a closing summary."""
-    lines, failed, total = [], 0, 0
+    """(output lines, number of failed values): PASS/FAIL per value, PERF per measured value, one FAIL per check
+    that matches nothing (all its values fail), and a closing summary."""
+    lines, failed, passed = [], 0, 0
     for entry in checks:
         name, kind = entry["name"], entry.get("kind", "training")
         if kind == "training":
             rows = _training_rows(scaling, entry)
             if not rows.empty and rows["group"].nunique() > 1:
-                total, failed = total + 1, failed + 1
+                failed += len(entry["reference"])
                 lines.append(f"FAIL {name}: {rows['group'].nunique()} workloads in {folder} match its workload "
                              "fields: add fields to tell them apart")
                 continue
@@ -177,17 +183,17 @@ def check(checks: list, scaling: pd.DataFrame, bench: pd.DataFrame, folder: str)
             runs = _bench_runs(bench, entry)
             row = None if runs.empty else {"busbw_GBps": runs["busbw_GBps"].median()}  # repeats: their median
         if row is None:
-            total, failed = total + 1, failed + 1
+            failed += len(entry["reference"])
             lines.append(f"FAIL {name}: no {_where(entry)} in {folder} (nothing was checked)")
             continue
         for quantity, tup in entry["reference"].items():
-            total += 1
             verdict, perf = _verdict(name, quantity, tup, row, entry)
             failed += verdict.startswith("FAIL")
+            passed += verdict.startswith("PASS")
             lines.append(verdict)
             if perf:
                 lines.append(perf)
-    lines.append(f"reference: {total} check(s), {total - failed} passed, {failed} failed")
+    lines.append(f"reference: {count(checks)}: {passed} passed, {failed} failed")
     return lines, failed
 
 

@@ -5,6 +5,11 @@ without a service. tensorboard needs the tensorboard (or tensorboardX) package; 
 and an API key in the environment (WANDB_API_KEY, COMET_API_KEY): the service's client reads it from there, and
 scalelab never passes it on or writes it anywhere. What is missing is said in one line before any process starts.
 Only rank 0 gets a logger: the other ranks' curves would repeat its own.
+
+The MPCDF tutorial's Comet flags (--comet_api_key, --comet_project, --comet_workspace, --experiment_name) are
+accepted as they are, so its job lines and config file run unchanged: they choose --logger comet. A key given that
+way is moved into COMET_API_KEY, where comet_ml reads it, and dropped from the command line the other local ranks
+and submitted jobs get; it is never a setting of the run, so no result, hyperparameter or log can hold it.
 """
 
 import importlib.util
@@ -18,20 +23,59 @@ METRICS_FILE = "metrics.csv"  # CSVLogger's file in the run folder (the report's
 NEEDS = {"tensorboard": (("tensorboard", "tensorboardX"), None), "wandb": (("wandb",), "WANDB_API_KEY"),
          "comet": (("comet_ml",), "COMET_API_KEY")}
 PROJECT = "scalelab"  # the wandb / comet project runs land in
+COMET_SETTINGS = ("comet_project", "comet_workspace", "experiment_name")  # the tutorial's, kept in the run's config
+KEY_FLAG = "--comet_api_key"  # the tutorial's key flag: taken, never kept
+KEY_WARNING = (f"{KEY_FLAG} puts the key where others can read it (ps, SLURM's accounting, a config file); the "
+               "environment variable COMET_API_KEY is safer: export it in the job's environment instead")
 
 
-def check(name: str, environ=None):
-    """Refuse, in one line, a logger whose package or key is missing (before any process group starts)."""
+def check(name: str, environ=None, cfg=None):
+    """Refuse, in one line, a logger whose package or key is missing (before any process group starts); cfg: the
+    run's config, to name the tutorial's flags that chose comet."""
     environ = os.environ if environ is None else environ
     if name not in NEEDS:
         return
     packages, key = NEEDS[name]
+    via = [f"--{s}" for s in COMET_SETTINGS if name == "comet" and getattr(cfg, s, None) is not None]
+    what = f"--logger {name}" + (f" (chosen by {', '.join(via)})" if via else "")
     if not any(importlib.util.find_spec(p) for p in packages):
-        raise UsageError(f"--logger {name} needs the {' or '.join(packages)} package, which is not installed: "
+        raise UsageError(f"{what} needs the {' or '.join(packages)} package, which is not installed: "
                          f"pip install {packages[0]}, or use --logger csv (no package, no service)")
     if key and not environ.get(key):
-        raise UsageError(f"--logger {name} reads its API key from the environment variable {key}, which is not set: "
+        raise UsageError(f"{what} reads its API key from the environment variable {key}, which is not set: "
                          f"export it in the job's environment (scalelab never writes it anywhere), or use --logger csv")
+
+
+def tutorial_comet(settings: dict, key=None, environ=None) -> list:
+    """The MPCDF tutorial's Comet flags in `settings` (given ones, command line over config file) choose
+    --logger comet unless a --logger is given; `key` (its --comet_api_key) goes into `environ` and nowhere else.
+    Returns the one-line warnings to show."""
+    environ = os.environ if environ is None else environ
+    said = [KEY_WARNING] if key else []
+    given = [f"--{name}" for name in COMET_SETTINGS if settings.get(name) is not None] + ([KEY_FLAG] if key else [])
+    if not given:
+        return said
+    chosen = settings.setdefault("logger", "comet")
+    if chosen != "comet":  # --logger csv beside the tutorial's config file: run without Comet, and say so
+        for name in COMET_SETTINGS:
+            settings.pop(name, None)
+        return said + [f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --logger comet only: "
+                       f"not used with --logger {chosen}"]
+    if key:
+        environ["COMET_API_KEY"] = key
+    return said
+
+
+def without_key(argv: list) -> list:
+    """argv less --comet_api_key and its value (also as --comet_api_key=K, or abbreviated as argparse allows)."""
+    out, skip = [], False
+    for word in argv:
+        flag = word.split("=", 1)[0]
+        if skip or (len(flag) > len("--comet_") and KEY_FLAG.startswith(flag)):
+            skip = not skip and "=" not in word
+            continue
+        out.append(word)
+    return out
 
 
 def wants_folder(name: str) -> bool:
@@ -39,8 +83,10 @@ def wants_folder(name: str) -> bool:
     return name in ("csv", "tensorboard", "wandb")
 
 
-def build(name: str, folder: str, run_id: str):
-    """Lightning's logger for this run on rank 0 (None for --logger none); its files go into the run folder."""
+def build(name: str, folder: str, run_id: str, comet=None):
+    """Lightning's logger for this run on rank 0 (None for --logger none); its files go into the run folder.
+    comet: the run's config, for its comet_project, comet_workspace and experiment_name (else scalelab, the
+    default workspace and the run id)."""
     if name == "none":
         return None
     from lightning.pytorch import loggers
@@ -51,4 +97,7 @@ def build(name: str, folder: str, run_id: str):
         return loggers.TensorBoardLogger(folder, name="", version="", default_hp_metric=False)
     if name == "wandb":  # the key: wandb's client reads WANDB_API_KEY itself
         return loggers.WandbLogger(name=run_id, save_dir=folder, project=PROJECT)
-    return loggers.CometLogger(project=PROJECT, name=run_id)  # the key: comet_ml reads COMET_API_KEY itself
+    # the key: comet_ml reads COMET_API_KEY itself
+    return loggers.CometLogger(project=getattr(comet, "comet_project", None) or PROJECT,
+                               workspace=getattr(comet, "comet_workspace", None),
+                               name=getattr(comet, "experiment_name", None) or run_id)

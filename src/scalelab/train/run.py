@@ -19,6 +19,8 @@ from scalelab.train import cpushare, loggers
 def main(argv=None, process_start=None) -> int:
     process_start = process_start or cluster.process_start_time()
     cfg = config.parse_config(argv)
+    if argv is None:  # Fabric starts the other local ranks with sys.argv: a --comet_api_key reaches them in the env
+        sys.argv[1:] = loggers.without_key(sys.argv[1:])
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
@@ -95,7 +97,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
 
     cfg, wl, clock = ctx.cfg, ctx.workload, ctx.clock
     if ctx.rank == 0:
-        print(banner(cfg, ctx.launch, wl, ctx.batch, device.threads), flush=True)
+        print(banner(cfg, ctx.launch, wl, ctx.batch, device), flush=True)
         if device.warning:
             print(f"train.py: warning: {device.warning}; the result and the report say so", file=sys.stderr,
                   flush=True)
@@ -194,7 +196,7 @@ def strategy(cfg: config.RunConfig, launch: cluster.Launch):
 
 def preflight(cfg: config.RunConfig, launch: cluster.Launch):
     """What can be refused before any process starts, each in one line (not a traceback after start-up)."""
-    loggers.check(cfg.logger)  # its package, its API key
+    loggers.check(cfg.logger, cfg=cfg)  # its package, its API key
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
     if cluster.env_rank() == 0:
@@ -211,7 +213,7 @@ def run_logger(ctx):
     if loggers.wants_folder(cfg.logger):
         ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)
         ctx.run_id = os.path.basename(ctx.folder)
-    return loggers.build(cfg.logger, ctx.folder, ctx.run_id)
+    return loggers.build(cfg.logger, ctx.folder, ctx.run_id, comet=cfg)
 
 
 def step_metrics(ctx, logger):
@@ -267,15 +269,17 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
                          "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
-def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, threads) -> str:
+def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, device: cores.Placement) -> str:
+    """The run's first line: the job, the batch, the levers and where it runs (on CPU: whether every thread has a
+    core of its own, cores.describe)."""
     import torch
 
     world = launch.world_size
     comm = launch.backend if world > 1 else "no communication"
-    threads = threads or torch.get_num_threads()
+    threads = device.threads or torch.get_num_threads()
     where = (f"{launch.num_nodes} node(s) x {launch.devices} GPU(s), {comm}" if launch.accelerator == "gpu"
-             else f"CPU rehearsal: {world} device(s), {comm}, 1 device = {threads} core(s), "
-             + ("ranks share cores (oversubscribed)" if cfg.oversubscribe else "each rank pinned"))
+             else f"CPU rehearsal: {world} device(s), {comm}, "
+             + cores.describe(threads, launch.devices, device.node_cores, launch.launcher))
     k = cfg.accumulate_grad_batches
     batches = f"batch {batch}/device = {batch * world} global" + (
         f", x {k} accumulated = {batch * world * k} per optimizer step" if k > 1 else "")

@@ -32,7 +32,8 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
 SPEC = WorkloadSpec(
     name="mlp",
     help="mlp: spiral classifier",
-    defaults={"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 5, "max_steps": None, "num_samples": 10000},
+    # the run length `--model mlp` and `--config mlp` (the demo, the CPU jobs, submit.py) share
+    defaults={"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 3, "max_steps": None, "num_samples": 20000},
     options=(
         Option("noise", 0.2, {"type": nonneg_float, "help": "spiral noise (mlp)"}),
         Option("hidden_dims", [64, 32, 16], {"type": positive_int, "nargs": "+", "help": "hidden layer widths (mlp)"}),
