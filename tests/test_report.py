@@ -94,4 +94,7 @@ def test_a_reader_that_leaves_early_ends_the_report_quietly(tmp_path, script, ar
                             "PYTHONUNBUFFERED": "1"})
     proc.stdout.close()  # the reader is gone: every write of the report meets a closed pipe
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 0 and err == ""
+    assert proc.wait(timeout=120) == 141 and err == ""  # as `yes | head` under pipefail: cut, not failed, no trace
+    piped = subprocess.run(["bash", "-c", " ".join(map(str, cmd)) + " | head -3"], capture_output=True, text=True,
+                           timeout=120)
+    assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 3 and piped.stderr == ""

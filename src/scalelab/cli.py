@@ -91,16 +91,21 @@ def run_main(prog: str, main, argv=None) -> int:
         return 130
 
 
+SIGPIPE_EXIT = 128 + 13  # what a shell shows for a process that SIGPIPE ended
+
+
 def run_piped(prog: str, main, argv=None) -> int:
-    """run_main for a report, where `benchmark.py ... | head` is normal: when the reader leaves, stop quietly (exit
-    0, as `head` users expect, no BrokenPipeError traceback, and no second error when Python flushes stdout at exit:
-    the recipe of Python's signal module documentation)."""
+    """run_main for a report, where `benchmark.py ... | head` is normal: when the reader leaves, stop quietly (no
+    BrokenPipeError traceback, and no second error when Python flushes stdout at exit: the recipe of Python's
+    signal module documentation). The exit status is a Unix tool's killed by SIGPIPE, 141: the shell reports
+    head's status for the pipeline, `set -o pipefail` sees that the report was cut, and a failing --reference
+    check piped into head is never turned into a 0."""
     try:
         code = run_main(prog, main, argv)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 0
+        code = SIGPIPE_EXIT
     return code
 
 
