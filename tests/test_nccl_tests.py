@@ -29,6 +29,11 @@ OLD = (DATA / "all_reduce_perf-2019-v100-2x1.log").read_text()
 # The layout of 2017-2018 (nccl-tests 1.0, NCCL 2.0-2.3): a `bytes N type op ... res` header, times in ms, rank
 # lines without Pid, the footer without `#`. 2 nodes x 1 P100; times chosen, bandwidths = size / time.
 OLDEST = (DATA / "all_reduce_perf-2017-p100-2x1.log").read_text()
+# A published measurement, copied unchanged (docs/07 shows it): the SLURM output of all_reduce_perf on 2 nodes x 4
+# GH200 of CSCS's Alps (NCCL 2.23.4, aws-ofi-nccl 1.9.2), from github.com/boeschf/nccl-benchmark-on-alps-2025,
+# results/nccl-tests_nccl-2.23.4-1-aws-1.9.2-v0/job-n-00008-N-0002-142909.out: every line labelled by `srun -l`,
+# a `set -x` trace before the table and MPICH's Slingshot counters after it.
+ALPS = (DATA / "all_reduce_perf-alps-gh200-2x4.log").read_text()
 
 
 def _printed_busbw(text: str, column: int) -> list:
@@ -61,6 +66,25 @@ def test_a_2_13_log_is_8_ranks_on_2_nodes_read_by_its_out_of_place_column():
     assert rows[-1]["busbw_GBps"] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
     assert r["summary"]["nccl_tests_avg_busbw_GBps"] == 49.8942  # the log's own average, as printed
     assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(170.60, abs=0.01)  # of 147.45, 170.60, 177.55
+
+
+def test_a_published_slurm_log_is_read_as_it_was_saved():
+    (r,) = nccl_tests.parse(ALPS, "alps.log")
+    assert r["_warnings"] == []  # sizes, counts and busbw agree with 8 ranks
+    launch = r["launch"]
+    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (8, 2, 4)
+    assert launch["device_names"] == ["NVIDIA GH200 120GB"] and launch["hostnames"] == ["nid005597", "nid005670"]
+    assert r["config"] == {"dtype": "float32", "min_bytes": 8, "max_bytes": 4294967296, "warmup_iters": 8,
+                           "iters": 24}
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [8 * 2**k for k in range(30)]
+    printed = _printed_busbw(ALPS.replace("\n0: ", "\n"), 7)  # srun's label off
+    assert len(printed) == 30
+    assert [row["busbw_GBps"] for row in rows] == pytest.approx(printed, abs=0.006, rel=3e-4)  # times: 4-5 digits
+    assert r["summary"]["nccl_tests_avg_busbw_GBps"] == 42.7223
+    # the plateau docs/07 quotes: the middle of the 3 largest sizes (1, 2, 4 GiB), busbw recomputed from 2 GiB's time
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(23938e-6 ** -1 * 2**31 / 1e9 * 2 * 7 / 8)
+    assert r["summary"]["large_msg_busbw_GBps"] == pytest.approx(156.99, abs=0.01)
 
 
 def test_a_2019_log_without_root_and_with_an_error_column():
