@@ -120,6 +120,18 @@ def test_throughput_panels_give_each_configuration_a_bar(ladder):
         _assert_texts_apart(ax, [*ax.texts, *ax.get_xticklabels()])
 
 
+def test_busbw_names_each_benchmark_by_its_link_not_its_run_id(ladder):
+    _, found = ladder
+    again = _bench_at(0.2, 10)
+    again["run_id"], again["created"] = "ar-0.2-again", "2026-11-25T12:40:00+00:00"
+    ax = plots.busbw_figure(explain.bench_frame([*found, again])).axes[0]
+    legend = _legend(ax)
+    slow = "2 dev, 2 nodes, emulated 200 Mbit/s, run at "
+    assert sorted(legend) == sorted(["2 dev, 1 node", "2 dev, 2 nodes, emulated 2 Gbit/s",
+                                     slow + found[-1]["created"][11:19], slow + "12:40:00"])  # repeats: when
+    assert not HASHLIKE.search(" ".join(legend))
+
+
 def test_two_groups_at_one_link_rate_are_side_by_side():
     found = [*_ladder(), *(_ladder(comm_hook="bf16")[2:]), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
     for r in found[6:10]:

@@ -330,16 +330,28 @@ def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
     return fig
 
 
+def bench_names(bench: pd.DataFrame) -> list:
+    """Each all-reduce benchmark by what sets it apart ("2 dev, 2 nodes, emulated 200 Mbit/s"; the backend,
+    hardware or dtype where those differ); repeats of one configuration by the time they ran, never a run id."""
+    frame = bench.assign(devices=bench["world_size"],
+                         hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
+    names = labels.names(frame)
+    for field in ("backend", "hardware", "dtype"):
+        if frame[field].astype(str).nunique() > 1:
+            names = [f"{n}, {v}" for n, v in zip(names, frame[field])]
+    repeated = pd.Series(names).duplicated(keep=False)
+    return [f"{n}, run at {str(c)[11:19]}" if again and c else n for n, again, c in zip(names, repeated,
+                                                                                       frame["created"])]
+
+
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    for _, b in bench.iterrows():
+    bench = bench.sort_values(["world_size", "nodes", "link", "created"])
+    for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
-        hw = b["device"] if b["accelerator"] == "gpu" else "CPU"
-        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4,
-                label=f"{b['world_size']} ranks on {b['nodes']} node{'s' if b['nodes'] > 1 else ''}, "
-                      f"{b['backend']}, {hw} ({b['run_id'][-8:]})")
+        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x))))
     ax.set_xlabel("message size (bytes per rank, log scale)")
