@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from scalelab.report import explain, frames, levers, plots
+from scalelab.report import explain, forecast_view, frames, levers, plots
 from test_emulated_link import _bench_at, _emulated
 from test_explain import ROWS, _bench, _with_comm
 from test_results import make_result
@@ -151,3 +151,16 @@ def test_two_groups_at_one_link_rate_are_side_by_side():
     assert len(xs) == 6
     marks = [x for label, x, _, _ in _markers(ax) if not label.startswith("_")]  # points, not the ranges' caps
     assert min(abs(a - b) for a in xs for b in marks) > 3  # each predicted range beside its point, not under it
+
+
+def test_forecast_names_each_network_and_draws_two_measured_at_one_node_count_apart():
+    found = [*_ladder(), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
+    found[5]["timing"]["step_time_s"]["median"] = found[4]["timing"]["step_time_s"]["median"]  # equal efficiency
+    figures = dict(forecast_view.figures(frames.runs_frame(found), explain.bench_frame(found)))
+    ax = _drawn(figures["forecast_B.png"]).axes[0]
+    legend = _legend(ax)
+    assert {"measured, emulated 2 Gbit/s", "measured, emulated 200 Mbit/s"} <= set(legend)
+    assert not HASHLIKE.search(" ".join(legend))
+    measured = [m for m in _markers(ax) if m[0].startswith("measured")]
+    assert len(measured) == 2 and measured[0][2] == pytest.approx(measured[1][2])  # the same height …
+    _assert_no_marker_on_another(ax)  # … side by side
