@@ -71,8 +71,19 @@ def _assert_texts_apart(ax, texts):
                 f"{text!r} is printed over a marker of {label!r}"
 
 
+def _assert_legend_clear(ax):
+    """The legend covers no marker and no printed value."""
+    box = (ax.get_legend() or ax.figure.legends[0]).get_window_extent()
+    for label, x, y, half in _markers(ax):
+        assert not (box.x0 < x + half and x - half < box.x1 and box.y0 < y + half and y - half < box.y1), label
+    for text in ax.texts:
+        assert not _overlap(box, text.get_window_extent()), text.get_text()
+
+
 def _legend(ax):
-    return [t.get_text() for t in ax.get_legend().get_texts()]
+    """The legend's entries: the axes' own, or the one the figure draws beside them."""
+    legend = ax.get_legend() or ax.figure.legends[0]
+    return [t.get_text() for t in legend.get_texts()]
 
 
 def test_speedup_draws_every_rung_apart_and_names_its_link(ladder):
@@ -86,6 +97,7 @@ def test_speedup_draws_every_rung_apart_and_names_its_link(ladder):
     values = [t for t in ax.texts if t.get_text().endswith("×")]
     assert sorted(t.get_text() for t in values) == ["0.53×", "1.50×", "1.50×", "1.88×"]  # baselines not printed
     _assert_texts_apart(ax, values)
+    _assert_legend_clear(ax)
 
 
 def test_efficiency_gives_each_configuration_its_own_bars_and_tick(ladder):
@@ -137,15 +149,24 @@ def test_two_groups_at_one_link_rate_are_side_by_side():
     for r in found[6:10]:
         r["run_id"] += "-bf16"
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    ax = _drawn(plots.speedup_figure(scaling)).axes[0]  # three groups; two print the same values at 2 devices
+    _assert_no_marker_on_another(ax)
+    _assert_texts_apart(ax, ax.texts)
+    _assert_legend_clear(ax)
+    assert [t for t in _legend(ax) if t[1] == ":" and t.endswith("measured")] == [
+        "A: mlp, weak scaling: measured", "B: transformer, weak scaling, 1 node: measured",
+        "C: transformer, weak scaling · comm hook bf16, 1 node: measured"]  # the lever names its group
     ax = _drawn(plots.link_rate_figure(scaling)).axes[0]
     assert any("comm hook bf16: measured" in t for t in _legend(ax))
     _assert_no_marker_on_another(ax)
+    _assert_legend_clear(ax)
     (lever, rows), = levers.families(scaling)
     ax = _drawn(plots.lever_figure(lever, rows, scaling)).axes[0]
     assert [t for t in _legend(ax) if t.endswith("measured")] == [
         "2 dev, 1 node: measured", "2 dev, 2 nodes, emulated 2 Gbit/s: measured",
         "2 dev, 2 nodes, emulated 200 Mbit/s: measured"]
     _assert_no_marker_on_another(ax)
+    _assert_legend_clear(ax)
     xs = [c.lines[2][0].get_transform().transform(seg)[0][0] for c in ax.containers
           if isinstance(c, ErrorbarContainer) for seg in c.lines[2][0].get_segments()]
     assert len(xs) == 6

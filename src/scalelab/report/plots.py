@@ -77,7 +77,7 @@ def _series(scaling: pd.DataFrame) -> list:
     """[(group, its drawable rows, one series' index)]: per group one line per link ("" = one node or a real
     network); a device count that still ran several ways (more nodes, same link) gives its others own series."""
     out = []
-    for group, g in scaling.groupby("group", sort=False):
+    for group, g in scaling.sort_values("letter").groupby("group", sort=False):
         g = g[np.isfinite(g["speedup"])].sort_values(KEY)  # no throughput: nothing to draw
         rank = g.groupby(["devices", "link"]).cumcount()
         out += [(group, g, rows.index) for _, rows in g.groupby([g["link"], rank], sort=False)]
@@ -123,7 +123,7 @@ def speedup_figure(scaling: pd.DataFrame):
     ax.set_ylim(0, top * 1.1)
     _values(ax, values, right)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: it covers no mark
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
@@ -154,6 +154,12 @@ def _expected(ax, s: pd.DataFrame, color, letter: str, own_ideal: bool) -> float
                 label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
         ax.fill_between(s["devices"], lo, hi, color=color, alpha=0.15, lw=0)
     return ideal.max()
+
+
+def _legend_beside(fig):
+    """The legend right of the axes, outside them: it covers no mark, and the layout makes room for it and for
+    anything printed past the axes' edge."""
+    fig.legend(loc="outside right upper", fontsize=8)
 
 
 def _finish(fig, scaling):
@@ -211,7 +217,7 @@ def efficiency_figure(scaling: pd.DataFrame):
     ax.set_ylim(0, 120)
     ax.set_title(_title("Parallel efficiency per configuration", scaling))
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
@@ -219,7 +225,7 @@ def efficiency_figure(scaling: pd.DataFrame):
 def throughput_figure(scaling: pd.DataFrame):
     """One panel per group (samples/s and tokens/s do not share an axis), one bar per configuration."""
     letters = _letters(scaling)
-    groups = [(group, g.sort_values(KEY)) for group, g in scaling.groupby("group", sort=False)]
+    groups = [(group, g.sort_values(KEY)) for group, g in scaling.sort_values("letter").groupby("group", sort=False)]
     sizes = [len(g) for _, g in groups]
     fig = Figure(figsize=(1.3 * sum(sizes) + 1.4 * len(groups), 4.8))
     axes = fig.subplots(1, len(groups), squeeze=False, width_ratios=sizes)
@@ -253,17 +259,16 @@ def link_rate_figure(scaling: pd.DataFrame):
     """Efficiency against the link's rate: measured points, the model's band (no overlap … full overlap) for a
     link that delivers its configured rate, and the same devices on one node (no link) as the ceiling. One
     series per group and shape (devices, nodes), dodged: two at one rate never hide each other."""
-    fig = Figure(figsize=(7, 4.8))
+    fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     letters = _letters(scaling)
-    series = list(link_rows(scaling).groupby(["group", "devices", "nodes"], sort=False))
+    series = list(link_rows(scaling).sort_values("letter").groupby(["group", "devices", "nodes"], sort=False))
     shapes = {key[1:] for key, _ in series}
     slots = _slots(2 * len(series))  # each series' points, and beside them its benchmark's prediction
     for k, ((group, devices, nodes), g) in enumerate(series):
-        name = _label(g, letters[group]) + (f", {int(devices)} dev, {labels.words('nodes', nodes)}"
-                                             if len(shapes) > 1 else "")
-        _link_series(ax, slots[2 * k:2 * k + 2], g.sort_values("link_gbit"), scaling, name, first=k == 0,
-                     alone=len(series) == 1)
+        shape = f", {int(devices)} dev, {labels.words('nodes', nodes)}" if len(shapes) > 1 else ""
+        names = (_label(g, letters[group]) + shape, "" if len(series) == 1 else f"{letters[group]}{shape}: ")
+        _link_series(ax, slots[2 * k:2 * k + 2], g.sort_values("link_gbit"), scaling, names, first=k == 0)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_rate(x)))
     ax.set_xlabel("rate of the emulated link between the nodes (log scale)")
@@ -272,15 +277,16 @@ def link_rate_figure(scaling: pd.DataFrame):
     nodes = sorted({int(key[2]) for key, _ in series})
     ax.set_title(_title(f"Efficiency against link rate ({' / '.join(map(str, nodes))} nodes)", scaling))
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
 
-def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, name: str, first: bool, alone: bool):
+def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple, first: bool):
     """One series of link_rate_figure: its points, its band, its benchmark's prediction (beside the points, so
-    neither hides the other), its one-node ceiling."""
-    row = g.iloc[0]
+    neither hides the other), its one-node ceiling. names: the series' whole name, the short prefix of the rest
+    ("" where it is the only series)."""
+    row, (name, short) = g.iloc[0], names
     color = _plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
                          label=f"{name}: measured")[0].get_color()
     base_step = row["baseline_step_ms"] / 1e3
@@ -290,8 +296,7 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, name: str, f
                                              perfmodel.gbit_to_GBps(x), row["scaling"] or "weak") for x in rates]
         ax.fill_between(rates, [p.efficiency_no_overlap * 100 for p in band],
                         [p.efficiency_overlap * 100 for p in band], color=color, alpha=0.2,
-                        label=("" if alone else f"{name}: ") + "predicted at the configured rate (no overlap … "
-                                                               "full overlap)")
+                        label=f"{short}predicted at the configured rate (no overlap … full overlap)")
     lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
     if hi.notna().any():
         _range_dodged(ax, slots[1], g["link_gbit"], lo, hi, color="black",
@@ -299,13 +304,13 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, name: str, f
     one = scaling[(scaling["group"] == row["group"]) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
     if not one.empty:
         ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
-                   label=f"{int(row['devices'])} devices on one node (no link)")
+                   label=f"{short}{int(row['devices'])} devices on one node (no link)")
 
 
 def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
     """Efficiency against one lever's settings (report/levers.py's family): measured points and the predicted
     range, one series per configuration (devices, nodes, link), dodged so that no mark hides another."""
-    fig = Figure(figsize=(7, 4.8))
+    fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     values = list(dict.fromkeys(rows[lever]))
     configs = _configurations(rows)
@@ -320,12 +325,13 @@ def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
             _range_dodged(ax, slots[2 * k + 1], x, lo, hi, color=color, alpha=0.6,
                           label=f"{names[key]}: predicted (no overlap … full overlap)")
     ax.set_xticks(range(len(values)), [f"{v:g}" if isinstance(v, float) else str(v) for v in values])
+    ax.set_xlim(-0.5, len(values) - 0.5)  # a category's width around each setting: room for the dodged marks
     ax.set_xlabel(lever)
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 110)
     ax.set_title(_title(f"Efficiency against {lever}", scaling))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
