@@ -5,7 +5,8 @@ how much faster (speedup, with the ideal and the predicted line), how efficient 
 configuration), how busy each device stays (throughput per device), and what the network
 delivers (all-reduce busbw vs message size). Every builder returns a Figure, so tests can
 read the plotted data back; `write_all` saves them. Figures are made without pyplot: files only, no display
-(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg.
+(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg. Configurations that share a
+device count are named in words (report/labels.py) and drawn side by side (report/marks.py), never on each other.
 """
 
 import io
@@ -15,15 +16,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
-from matplotlib.transforms import offset_copy
 
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import labels, levers
+from scalelab.report import labels, levers, marks
 
 DPI = 120
-DODGE_PT = 9  # points between marks drawn side by side at one x: more than a marker is wide
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
 KEY = ["devices", "nodes", "link"]  # a configuration within a group
 VALUE_PT = (7, 34, 11)  # a printed speedup: its offset right of the marks, its column's width, its line's height
@@ -48,31 +47,6 @@ def _title(what: str, scaling: pd.DataFrame) -> str:
     return f"{what}\n{workload}{' / '.join(hw)}"
 
 
-def _dodge(ax, slot: float):
-    """Data coordinates moved `slot` steps sideways: marks of several series at one x drawn side by side, by a
-    distance in points, so the gap is the same on any axis (linear or log, 2 devices or 64)."""
-    return offset_copy(ax.transData, fig=ax.figure, x=slot * DODGE_PT, units="points")
-
-
-def _slots(n: int) -> list:
-    """n dodge slots centred on the true x: -0.5, 0.5 for two series."""
-    return [i - (n - 1) / 2 for i in range(n)]
-
-
-def _plot_dodged(ax, slot, x, y, *args, **kwargs):
-    """ax.plot, dodged; its points still set the axis limits (an offset transform alone would not count)."""
-    ax.update_datalim(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
-    return ax.plot(x, y, *args, transform=_dodge(ax, slot), **kwargs)
-
-
-def _range_dodged(ax, slot, x, lo, hi, **kwargs):
-    """The predicted range (no overlap … full overlap) as an error bar, dodged like its series' marks."""
-    x, lo, hi = (np.asarray(v, float) for v in (x, lo, hi))
-    ax.update_datalim(np.column_stack([np.r_[x, x], np.r_[lo, hi]]))
-    return ax.errorbar(x, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=4,
-                       transform=_dodge(ax, slot), **kwargs)
-
-
 def _series(scaling: pd.DataFrame) -> list:
     """[(group, its drawable rows, one series' index)]: per group one line per link ("" = one node or a real
     network); a device count that still ran several ways (more nodes, same link) gives its others own series."""
@@ -94,7 +68,7 @@ def speedup_figure(scaling: pd.DataFrame):
     fig = Figure(figsize=(10, 5.2))
     ax = fig.subplots()
     letters, series = _letters(scaling), _series(scaling)
-    slots = _slots(len(series))
+    slots = marks.slots(len(series))
     right = {}  # device count -> the rightmost slot drawn there: the values are printed right of it
     for slot, (_, g, rows) in zip(slots, series):
         right.update({x: max(slot, right.get(x, slot)) for x in g.loc[rows, "devices"]})
@@ -102,9 +76,9 @@ def speedup_figure(scaling: pd.DataFrame):
     for slot, (group, g, rows) in zip(slots, series):
         s = g.loc[rows]
         k = count[group] = count.get(group, -1) + 1
-        line, = _plot_dodged(ax, slot, s["devices"], s["speedup"], "-" if len(s) > 1 else "none", lw=2,
-                             marker=MARKERS[k % len(MARKERS)], color=colors.get(group),
-                             label=_series_label(k == 0, g, letters[group], labels.shared(g, rows)))
+        line, = marks.plot_dodged(ax, slot, s["devices"], s["speedup"], "-" if len(s) > 1 else "none", lw=2,
+                                  marker=MARKERS[k % len(MARKERS)], color=colors.get(group),
+                                  label=_series_label(k == 0, g, letters[group], labels.shared(g, rows)))
         color = colors.setdefault(group, line.get_color())
         shown = s[s.index != g.index[0]]  # not the baseline: 1.00× by definition
         values += [(x, y, color) for x, y in zip(shown["devices"], shown["speedup"])]
@@ -138,8 +112,9 @@ def _values(ax, values: list, right: dict):
         low = columns.setdefault(x, [])
         c = next((i for i, seen in enumerate(low) if seen - y >= gap), len(low))
         low[c:c + 1] = [y]
-        ax.annotate(f"{y:.2f}×", (x, y), xycoords=_dodge(ax, right[x]), xytext=(VALUE_PT[0] + c * VALUE_PT[1], 0),
-                    textcoords="offset points", va="center", fontsize=8, color=color)
+        ax.annotate(f"{y:.2f}×", (x, y), xycoords=marks.dodge(ax, right[x]),
+                    xytext=(VALUE_PT[0] + c * VALUE_PT[1], 0), textcoords="offset points", va="center", fontsize=8,
+                    color=color)
 
 
 def _expected(ax, s: pd.DataFrame, color, letter: str, own_ideal: bool) -> float:
@@ -264,7 +239,7 @@ def link_rate_figure(scaling: pd.DataFrame):
     letters = _letters(scaling)
     series = list(link_rows(scaling).sort_values("letter").groupby(["group", "devices", "nodes"], sort=False))
     shapes = {key[1:] for key, _ in series}
-    slots = _slots(2 * len(series))  # each series' points, and beside them its benchmark's prediction
+    slots = marks.slots(2 * len(series))  # each series' points, and beside them its benchmark's prediction
     for k, ((group, devices, nodes), g) in enumerate(series):
         shape = f", {int(devices)} dev, {labels.words('nodes', nodes)}" if len(shapes) > 1 else ""
         names = (_label(g, letters[group]) + shape, "" if len(series) == 1 else f"{letters[group]}{shape}: ")
@@ -287,8 +262,8 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
     neither hides the other), its one-node ceiling. names: the series' whole name, the short prefix of the rest
     ("" where it is the only series)."""
     row, (name, short) = g.iloc[0], names
-    color = _plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
-                         label=f"{name}: measured")[0].get_color()
+    color = marks.plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
+                              label=f"{name}: measured")[0].get_color()
     base_step = row["baseline_step_ms"] / 1e3
     if row["baseline_devices"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
         rates = np.geomspace(g["link_gbit"].min() / 4, g["link_gbit"].max() * 4, 60)
@@ -299,8 +274,8 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
                         label=f"{short}predicted at the configured rate (no overlap … full overlap)")
     lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
     if hi.notna().any():
-        _range_dodged(ax, slots[1], g["link_gbit"], lo, hi, color="black",
-                      label="predicted from the all-reduce benchmark over that link" if first else None)
+        marks.range_dodged(ax, slots[1], g["link_gbit"], lo, hi, color="black",
+                           label="predicted from the all-reduce benchmark over that link" if first else None)
     one = scaling[(scaling["group"] == row["group"]) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
     if not one.empty:
         ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
@@ -315,15 +290,15 @@ def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
     values = list(dict.fromkeys(rows[lever]))
     configs = _configurations(rows)
     names = dict(zip(configs[KEY].itertuples(index=False), labels.names(configs)))
-    slots = _slots(2 * len(configs))  # each configuration's points, and beside them its predicted range
+    slots = marks.slots(2 * len(configs))  # each configuration's points, and beside them its predicted range
     for k, (key, g) in enumerate(rows.groupby(KEY, sort=False)):
         x = [values.index(v) for v in g[lever]]
-        color = _plot_dodged(ax, slots[2 * k], x, g["efficiency"] * 100, "o-", ms=7,
-                             label=f"{names[key]}: measured")[0].get_color()
+        color = marks.plot_dodged(ax, slots[2 * k], x, g["efficiency"] * 100, "o-", ms=7,
+                                  label=f"{names[key]}: measured")[0].get_color()
         lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
-            _range_dodged(ax, slots[2 * k + 1], x, lo, hi, color=color, alpha=0.6,
-                          label=f"{names[key]}: predicted (no overlap … full overlap)")
+            marks.range_dodged(ax, slots[2 * k + 1], x, lo, hi, color=color, alpha=0.6,
+                               label=f"{names[key]}: predicted (no overlap … full overlap)")
     ax.set_xticks(range(len(values)), [f"{v:g}" if isinstance(v, float) else str(v) for v in values])
     ax.set_xlim(-0.5, len(values) - 0.5)  # a category's width around each setting: room for the dodged marks
     ax.set_xlabel(lever)
