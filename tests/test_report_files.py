@@ -162,7 +162,7 @@ def test_letters_agree_between_report_plots_and_files(tmp_path):
     found, _ = results.scan(str(tmp_path / "out"))
     scaling = frames.scaling_frame(frames.runs_frame(found))
     legend = [t.get_text() for t in plots.speedup_figure(explain.annotate(scaling, explain.bench_frame([])))
-              .axes[0].get_legend().get_texts()]
+              .legends[0].get_texts()]
     assert all(f"{letter}: {workload}," in " ".join(legend) for letter, workload in printed.items())
 
 

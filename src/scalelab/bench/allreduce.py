@@ -21,7 +21,7 @@ import warnings
 from datetime import timedelta
 
 from scalelab import results
-from scalelab.bench import nccl_tests, pattern, table
+from scalelab.bench import nccl_format, pattern, table
 from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores
@@ -288,7 +288,7 @@ class Bench:
             row.update(time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, single_op_s=single, wrong=wrong)
             self.rows.append(row)
             if self.rank == 0 and self.out_of_place:
-                print(nccl_tests.row_line(row), flush=True)
+                print(nccl_format.row_line(row), flush=True)
 
     # the job -------------------------------------------------------------------------------------
     def execute(self) -> int:
@@ -312,7 +312,7 @@ class Bench:
             raise RunFailed(f"rank {self.rank}: all-reduce failed: {error_line(exc)}") from None
         error = self.correctness_error()
         if self.rank == 0 and self.out_of_place:
-            print(nccl_tests.footer(self.rows, PROG), flush=True)
+            print(nccl_format.footer(self.rows, PROG), flush=True)
             path = self.write("failed" if error else "completed", error)
             print(f"# -> {path}", flush=True)
         elif self.rank == 0:
@@ -364,7 +364,7 @@ class Bench:
         params = {"min_bytes": a.min_bytes, "max_bytes": a.max_bytes, "factor": a.factor,
                   "warmup_iters": a.warmup_iters, "iters": a.iters, "check": a.check}
         run = (self.run_id, self.launch.accelerator, self.launch.backend)
-        return f"# {self.banner()}\n" + nccl_tests.header(self.ranks, params, PROG, run)
+        return f"# {self.banner()}\n" + nccl_format.header(self.ranks, params, PROG, run)
 
     def write(self, status: str, error) -> str:
         launch = self.launch

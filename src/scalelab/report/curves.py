@@ -11,7 +11,7 @@ import os
 import pandas as pd
 from matplotlib.figure import Figure
 
-from scalelab.report import plots
+from scalelab.report import labels, plots
 from scalelab.train.loggers import METRICS_FILE
 
 SMOOTH = 10  # steps in the running mean drawn over the raw loss
@@ -64,12 +64,14 @@ def figures(output_dir: str, runs: pd.DataFrame, scaling: pd.DataFrame) -> tuple
     out, missing = [], 0
     for group, g in scaling.groupby("group", sort=False):
         curves = []
-        for (devices, nodes, link), c in ok[ok["group"] == group].groupby(["devices", "nodes", "link"], sort=True):
+        configs = ok[ok["group"] == group].groupby(plots.KEY, sort=True)
+        names = labels.names(pd.DataFrame([key for key, _ in configs], columns=plots.KEY))
+        for name, (_, c) in zip(names, configs):
             newest = [read_curve(files[r]) if r in files else None for r in c["run_id"]][::-1]
             frame = next((f for f in newest if f is not None), None)
             missing += len(c) - sum(f is not None for f in newest)
             if frame is not None:
-                curves.append((plots._config(devices, nodes) + (f", {link}" if link else ""), frame))
+                curves.append((name, frame))
         if curves:
             letter = g["letter"].iloc[0]
             out.append((f"loss_vs_wall_time_{letter}.png", loss_figure(plots._label(g, letter), curves, scaling)))

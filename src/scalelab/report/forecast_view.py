@@ -7,6 +7,7 @@ from tabulate import tabulate
 
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import forecast as fc
+from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct
 from scalelab.report.frames import group_letters
 
@@ -193,7 +194,8 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES) -> 
         fig = Figure(figsize=(7, 4.8))
         ax = fig.subplots()
         ceiling = None
-        for intra_key, inter_key in links_to_forecast(runs, cal, group):
+        networks = links_to_forecast(runs, cal, group)
+        for slot, (intra_key, inter_key) in zip(marks.slots(len(networks)), networks):
             rows = [f for f in fc.forecast(cal, intra_key, inter_key, gpn, nodes)[0] if f.gpus == f.nodes * gpn]
             xs = [f.nodes for f in rows]
             name = inter_key[1] if inter_key and inter_key[1] else "between nodes"
@@ -202,9 +204,10 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES) -> 
                             color=line.get_color(), alpha=0.2)
             measured = [r for r in recs if r.group == group and r.devices == r.nodes * gpn and r.nodes > 1
                         and fc.network(r.nodes, r.link, r.accelerator, r.device) == inter_key]
-            if measured:
-                ax.plot([r.nodes for r in measured], [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in measured],
-                        "o", color=line.get_color(), ms=7, label=f"measured, {name}")
+            if measured:  # dodged: two links measured at one node count never hide each other
+                marks.plot_dodged(ax, slot, [r.nodes for r in measured],
+                                  [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in measured], "o",
+                                  color=line.get_color(), ms=7, label=f"measured, {name}")
             ceiling = next((f for f in rows if f.nodes == 1 and f.gpus > 1), ceiling)
         one_node = [r for r in recs if r.group == group and r.nodes == 1 and r.devices == gpn > 1]
         if one_node:

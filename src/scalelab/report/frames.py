@@ -66,9 +66,7 @@ def runs_frame(found: list) -> pd.DataFrame:
             "link_gbit": (launch.get("link") or {}).get("gbit"),
             "threads": launch.get("threads_per_proc"),
             "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
-            # the least any rank had a core when it was ready to run, and the words for it (train/cpushare.py)
-            "had_cpu": min((x for x in t.get("had_cpu") or [] if x is not None), default=None),
-            "starved": cpushare.contended(t.get("had_cpu")) or "",
+            **contention(t.get("had_cpu")),
             "status": r["status"],
             "error": r.get("error"),
             "train_time_s": t.get("train_time_s"),
@@ -97,6 +95,12 @@ def runs_frame(found: list) -> pd.DataFrame:
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     return frame
+
+
+def contention(shares) -> dict:
+    """The least any rank had a core when it was ready to run, and the words for it (train/cpushare.py)."""
+    return {"had_cpu": min((x for x in shares or [] if x is not None), default=None),
+            "starved": cpushare.contended(shares) or ""}
 
 
 def loss_curve(ranks: list) -> tuple | None:

@@ -60,11 +60,17 @@ def equal_samples(rows: pd.DataFrame) -> float:
                default=0)
 
 
+def setting(lever: str, value) -> str:
+    """One lever's setting in words, as titles and plot labels name it ("accumulate 4", "comm hook bf16")."""
+    if lever == "static_graph":
+        return "static graph" if value else "no static graph"
+    words = {"accumulate_grad_batches": "accumulate {}", "comm_hook": "comm hook {}", "bucket_cap_mb": "buckets {} MB"}
+    return words[lever].format(_show(value))
+
+
 def caption(first) -> str:
     """The group title's note of the levers set away from their defaults (" · accumulate 4 · comm hook bf16")."""
-    words = {"accumulate_grad_batches": "accumulate {}", "comm_hook": "comm hook {}", "bucket_cap_mb": "buckets {} MB",
-             "static_graph": "static graph"}
-    return "".join(f" · {words[k].format(_show(first.get(k)))}" for k, default in LEVER_DEFAULTS.items()
+    return "".join(f" · {setting(k, first.get(k))}" for k, default in LEVER_DEFAULTS.items()
                    if k in first and pd.notna(first.get(k)) and first.get(k) != default)
 
 

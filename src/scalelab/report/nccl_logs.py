@@ -7,7 +7,7 @@ which log was used, over how many ranks, or what busbw it quotes.
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab.bench.nccl_tests import TYPE_NAMES, float_str
+from scalelab.bench.nccl_format import TYPE_NAMES, float_str
 from scalelab.perfmodel.network import PLATEAU_SIZES, human_bytes
 
 HEADERS = ["size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)"]

@@ -5,7 +5,8 @@ how much faster (speedup, with the ideal and the predicted line), how efficient 
 configuration), how busy each device stays (throughput per device), and what the network
 delivers (all-reduce busbw vs message size). Every builder returns a Figure, so tests can
 read the plotted data back; `write_all` saves them. Figures are made without pyplot: files only, no display
-(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg.
+(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg. Configurations that share a
+device count are named in words (report/labels.py) and drawn side by side (report/marks.py), never on each other.
 """
 
 import io
@@ -19,9 +20,12 @@ from matplotlib.ticker import FuncFormatter
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import levers
+from scalelab.report import labels, levers, marks
 
 DPI = 120
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
+KEY = ["devices", "nodes", "link"]  # a configuration within a group
+VALUE_PT = (7, 34, 11)  # a printed speedup: its offset right of the marks, its column's width, its line's height
 
 
 def _letters(scaling: pd.DataFrame) -> dict:
@@ -30,8 +34,9 @@ def _letters(scaling: pd.DataFrame) -> dict:
 
 
 def _label(g: pd.DataFrame, letter: str) -> str:
+    """"A: mlp, weak scaling", and the levers set away from their defaults (" · comm hook bf16")."""
     r = g.iloc[0]
-    return f"{letter}: {r['describe']}, {r['scaling']} scaling"
+    return f"{letter}: {r['describe']}, {r['scaling']} scaling{levers.caption(r)}"
 
 
 def _title(what: str, scaling: pd.DataFrame) -> str:
@@ -42,36 +47,44 @@ def _title(what: str, scaling: pd.DataFrame) -> str:
     return f"{what}\n{workload}{' / '.join(hw)}"
 
 
-def _config(devices, nodes) -> str:
-    return f"{int(devices)}×" + (f" ({int(nodes)} nodes)" if nodes > 1 else "")
+def _series(scaling: pd.DataFrame) -> list:
+    """[(group, its drawable rows, one series' index)]: per group one line per link ("" = one node or a real
+    network); a device count that still ran several ways (more nodes, same link) gives its others own series."""
+    out = []
+    for group, g in scaling.sort_values("letter").groupby("group", sort=False):
+        g = g[np.isfinite(g["speedup"])].sort_values(KEY)  # no throughput: nothing to draw
+        rank = g.groupby(["devices", "link"]).cumcount()
+        out += [(group, g, rows.index) for _, rows in g.groupby([g["link"], rank], sort=False)]
+    return out
+
+
+def _series_label(first: bool, g: pd.DataFrame, letter: str, what: str) -> str:
+    """The group's whole name on its first series; "B, 2 dev, 2 nodes, emulated 2 Gbit/s" on the others."""
+    name = _label(g, letter) if first else letter
+    return f"{name}{', ' + what if what else ''}: measured"
 
 
 def speedup_figure(scaling: pd.DataFrame):
-    fig = Figure(figsize=(7, 4.8))
+    fig = Figure(figsize=(10, 5.2))
     ax = fig.subplots()
-    letters = _letters(scaling)
-    top = 1
-    bases = set(scaling["baseline_devices"])
-    for group, g in scaling.groupby("group", sort=False):
-        g = g[np.isfinite(g["speedup"])].sort_values(["devices", "nodes"])  # no throughput: nothing to draw
-        if g.empty:
-            continue
-        letter = letters[group]
-        line, = ax.plot(g["devices"], g["speedup"], "o-", lw=2, label=f"{_label(g, letter)}: measured")
-        base = g["baseline_devices"].iloc[0]
-        ideal = g["devices"] / base
-        if len(bases) > 1:  # groups start at different device counts: each its own ideal line
-            ax.plot(g["devices"], ideal, ":", color=line.get_color(), lw=1.5, label=f"{letter}: ideal")
-        top = max(top, ideal.max(), g["speedup"].max())
-        for x, y in zip(g["devices"], g["speedup"]):
-            ax.annotate(f"{y:.2f}×", (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8,
-                        color=line.get_color())
-        lo = g["predicted_efficiency_no_overlap"] * ideal
-        hi = g["predicted_efficiency_overlap"] * ideal
-        if hi.notna().sum() >= 2:
-            ax.plot(g["devices"], lo, "--", color=line.get_color(), alpha=0.9,
-                    label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
-            ax.fill_between(g["devices"], lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+    letters, series = _letters(scaling), _series(scaling)
+    slots = marks.slots(len(series))
+    right = {}  # device count -> the rightmost slot drawn there: the values are printed right of it
+    for slot, (_, g, rows) in zip(slots, series):
+        right.update({x: max(slot, right.get(x, slot)) for x in g.loc[rows, "devices"]})
+    top, bases, colors, count, values = 1, set(scaling["baseline_devices"]), {}, {}, []
+    for slot, (group, g, rows) in zip(slots, series):
+        s = g.loc[rows]
+        k = count[group] = count.get(group, -1) + 1
+        line, = marks.plot_dodged(ax, slot, s["devices"], s["speedup"], "-" if len(s) > 1 else "none", lw=2,
+                                  marker=MARKERS[k % len(MARKERS)], color=colors.get(group),
+                                  label=_series_label(k == 0, g, letters[group], labels.shared(g, rows)))
+        color = colors.setdefault(group, line.get_color())
+        shown = s[s.index != g.index[0]]  # not the baseline: 1.00× by definition
+        values += [(x, y, color) for x, y in zip(shown["devices"], shown["speedup"])]
+        top = max(top, s["speedup"].max())
+        if len(s) > 1:
+            top = max(top, _expected(ax, s, color, letters[group], own_ideal=len(bases) > 1))
     xs = sorted(set(scaling["devices"]) | {1})
     if len(bases) == 1:
         base = bases.pop()
@@ -80,22 +93,57 @@ def speedup_figure(scaling: pd.DataFrame):
     ax.set_ylabel("speedup over the group's baseline (×)")
     ax.set_title(_title("Speedup vs devices", scaling))
     ax.set_xticks(xs)
-    ax.margins(x=0.1)
+    ax.margins(x=0.15)  # room right of the last device count for the dodged marks and their values
     ax.set_ylim(0, top * 1.1)
+    _values(ax, values, right)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
 
+def _values(ax, values: list, right: dict):
+    """Each point's speedup in its series' colour, right of every mark dodged at its device count (a line comes
+    in from the left). Values at one device count closer than a line of text go in columns side by side; the
+    closeness is judged on the shortest the axes can be (half the figure), so none is printed over another."""
+    gap = ax.get_ylim()[1] * VALUE_PT[2] / 72 / (ax.figure.get_figheight() / 2)
+    columns = {}  # device count -> per column, the lowest value printed in it so far
+    for x, y, color in sorted(values, key=lambda v: -v[1]):
+        low = columns.setdefault(x, [])
+        c = next((i for i, seen in enumerate(low) if seen - y >= gap), len(low))
+        low[c:c + 1] = [y]
+        ax.annotate(f"{y:.2f}×", (x, y), xycoords=marks.dodge(ax, right[x]),
+                    xytext=(VALUE_PT[0] + c * VALUE_PT[1], 0), textcoords="offset points", va="center", fontsize=8,
+                    color=color)
+
+
+def _expected(ax, s: pd.DataFrame, color, letter: str, own_ideal: bool) -> float:
+    """A series' ideal line (when groups start at different device counts) and predicted band; the ideal's top."""
+    ideal = s["devices"] / s["baseline_devices"].iloc[0]
+    if own_ideal:
+        ax.plot(s["devices"], ideal, ":", color=color, lw=1.5, label=f"{letter}: ideal")
+    lo = s["predicted_efficiency_no_overlap"] * ideal
+    hi = s["predicted_efficiency_overlap"] * ideal
+    if hi.notna().sum() >= 2:
+        ax.plot(s["devices"], lo, "--", color=color, alpha=0.9,
+                label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
+        ax.fill_between(s["devices"], lo, hi, color=color, alpha=0.15, lw=0)
+    return ideal.max()
+
+
+def _legend_beside(fig):
+    """The legend right of the axes, outside them: it covers no mark, and the layout makes room for it and for
+    anything printed past the axes' edge."""
+    fig.legend(loc="outside right upper", fontsize=8)
+
+
 def _finish(fig, scaling):
-    """Lay out; on CPU, a caption saying why the curve is flat (it is not the network)."""
+    """Lay out (constrained: room for outside legends and multi-line ticks); on CPU, a caption saying why the
+    curve is flat (it is not the network)."""
+    fig.set_layout_engine("constrained")
     if (scaling["accelerator"] == "cpu").any():
-        fig.text(0.01, 0.01, f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
-                 "on one machine, not a real network.", fontsize=7, color="dimgray")
-        fig.tight_layout(rect=(0, 0.035, 1, 1))
-    else:
-        fig.tight_layout()
+        fig.supxlabel(f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
+                      "on one machine, not a real network.", x=0.01, ha="left", fontsize=7, color="dimgray")
 
 
 def cpu_device(scaling: pd.DataFrame) -> str:
@@ -103,59 +151,74 @@ def cpu_device(scaling: pd.DataFrame) -> str:
     return f"1 device = {threads[0]} core(s)" if len(threads) == 1 else "a device is a share of the cores"
 
 
+def _configurations(frame: pd.DataFrame) -> pd.DataFrame:
+    """The distinct configurations (devices, nodes, link) of a frame, fewest devices first, one row each."""
+    return frame[KEY].drop_duplicates().sort_values(KEY).reset_index(drop=True)
+
+
+def _bar_positions(scaling: pd.DataFrame):
+    """(rows by group letter with `pos`: each bar's x, the bar width, the configurations): one slot per
+    configuration, its groups' bars side by side, centred on it."""
+    configs = _configurations(scaling)
+    slot = {tuple(c): i for i, c in enumerate(configs.itertuples(index=False))}
+    rows = scaling.sort_values("letter")
+    k, n = rows.groupby(KEY).cumcount(), rows.groupby(KEY)["group"].transform("size")
+    width = 0.8 / n.max()
+    pos = [slot[tuple(c)] + (ki - (ni - 1) / 2) * width for c, ki, ni in zip(rows[KEY].itertuples(index=False), k, n)]
+    return rows.assign(pos=pos), width, configs
+
+
 def efficiency_figure(scaling: pd.DataFrame):
-    fig = Figure(figsize=(7, 5.4))
+    """Grouped bars, one slot per configuration; in each group's share of a slot, its bar and, beside it, the
+    predicted range (where it would cross the printed value on top of the bar)."""
+    rows, width, configs = _bar_positions(scaling)
+    most = rows.groupby(KEY)["group"].size().max()
+    fig = Figure(figsize=(max(7.0, 0.65 * most * len(configs) + 4.5), 5.2))  # a share stays wider than a value
     ax = fig.subplots()
     letters = _letters(scaling)
-    configs = sorted({(int(d), int(n)) for d, n in zip(scaling["devices"], scaling["nodes"])})
-    slot = {c: i for i, c in enumerate(configs)}
-    groups = list(scaling.groupby("group", sort=False))
-    width = 0.8 / len(groups)
-    for k, (group, g) in enumerate(groups):
-        g = g.sort_values(["devices", "nodes"])
-        pos = [slot[(int(d), int(n))] + (k - (len(groups) - 1) / 2) * width for d, n in zip(g["devices"], g["nodes"])]
-        bars = ax.bar(pos, g["efficiency"] * 100, width, label=f"{_label(g, letters[group])}: measured")
+    for k, (group, g) in enumerate(rows.groupby("group", sort=False)):
+        bars = ax.bar(g["pos"] - 0.15 * width, g["efficiency"] * 100, 0.7 * width,
+                      label=f"{_label(g, letters[group])}: measured")
         ax.bar_label(bars, fmt="%.0f %%", fontsize=8)
-        lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
+        multi = g[g["devices"] > g["baseline_devices"]]  # the baseline is 100 % by definition
+        lo, hi = multi["predicted_efficiency_no_overlap"] * 100, multi["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
-            ax.errorbar(pos, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="_", color="black", ms=14, capsize=3,
-                        label="predicted (no overlap … full overlap)" if k == 0 else None)
+            ax.errorbar(multi["pos"] + 0.35 * width, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black",
+                        capsize=3, label="predicted (no overlap … full overlap)" if k == 0 else None)
     ax.axhline(100, ls=":", color="black", lw=1)
-    ax.set_xticks(range(len(configs)), [_config(d, n) for d, n in configs])
-    ax.set_xlabel("configuration (devices, nodes)")
+    ax.set_xticks(range(len(configs)), labels.names(configs, sep="\n"), fontsize=8)
+    ax.set_xlabel("configuration")
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 120)
     ax.set_title(_title("Parallel efficiency per configuration", scaling))
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
 
 def throughput_figure(scaling: pd.DataFrame):
-    """One panel per group: samples/s and tokens/s do not share an axis."""
+    """One panel per group (samples/s and tokens/s do not share an axis), one bar per configuration."""
     letters = _letters(scaling)
-    groups = list(scaling.groupby("group", sort=False))
-    fig = Figure(figsize=(4.2 * len(groups) + 1, 4.4))
-    axes = fig.subplots(1, len(groups), squeeze=False)
+    groups = [(group, g.sort_values(KEY)) for group, g in scaling.sort_values("letter").groupby("group", sort=False)]
+    sizes = [len(g) for _, g in groups]
+    fig = Figure(figsize=(1.3 * sum(sizes) + 1.4 * len(groups), 4.8))
+    axes = fig.subplots(1, len(groups), squeeze=False, width_ratios=sizes)
     for ax, (group, g) in zip(axes[0], groups):
-        g = g.sort_values(["devices", "nodes"])
-        unit = g["unit"].iloc[0]
-        bars = ax.bar([_config(d, n) for d, n in zip(g["devices"], g["nodes"])], g["throughput_per_device"],
-                      color="tab:green")
+        bars = ax.bar(range(len(g)), g["throughput_per_device"], color="tab:green")
+        ax.set_xticks(range(len(g)), labels.names(g, sep="\n"), fontsize=8)
         ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
         base = g["throughput_per_device"].iloc[0]
         if np.isfinite(base):
             ax.axhline(base, ls=":", color="black", lw=1)
-            ax.annotate("baseline: perfect scaling stays here", xy=(1, base), xycoords=("axes fraction", "data"),
-                        xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize=7)
         ax.set_title(_label(g, letters[group]), fontsize=9)
         ax.set_xlabel("configuration")
-        ax.set_ylabel(f"{unit} per device")
+        ax.set_ylabel(f"{g['unit'].iloc[0]} per device")
         finite = g["throughput_per_device"][np.isfinite(g["throughput_per_device"])]
         ax.set_ylim(0, max([1.0, *finite]) * 1.2)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(_title("Throughput per device", scaling).replace("\n", " — "), fontsize=11)
+    fig.suptitle(_title("Throughput per device", scaling).replace("\n", " — ")
+                 + "\ndotted line: the baseline's throughput per device, where perfect scaling stays", fontsize=11)
     _finish(fig, scaling)
     return fig
 
@@ -169,79 +232,108 @@ def link_rows(scaling: pd.DataFrame) -> pd.DataFrame:
 
 def link_rate_figure(scaling: pd.DataFrame):
     """Efficiency against the link's rate: measured points, the model's band (no overlap … full overlap) for a
-    link that delivers its configured rate, and the same devices on one node (no link) as the ceiling."""
-    fig = Figure(figsize=(7, 4.8))
+    link that delivers its configured rate, and the same devices on one node (no link) as the ceiling. One
+    series per group and shape (devices, nodes), dodged: two at one rate never hide each other."""
+    fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     letters = _letters(scaling)
-    linked = link_rows(scaling)
-    for group, g in linked.groupby("group", sort=False):
-        g = g.sort_values("link_gbit")
-        row = g.iloc[0]
-        color = ax.plot(g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
-                        label=f"{_label(g, letters[group])}: measured")[0].get_color()
-        base_step = row["baseline_step_ms"] / 1e3
-        if row["baseline_devices"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
-            rates = np.geomspace(g["link_gbit"].min() / 4, g["link_gbit"].max() * 4, 60)
-            band = [perfmodel.predict_from_busbw(base_step, row["grad_bytes"], int(row["devices"]), int(row["nodes"]),
-                                                 perfmodel.gbit_to_GBps(x), row["scaling"] or "weak") for x in rates]
-            ax.fill_between(rates, [p.efficiency_no_overlap * 100 for p in band],
-                            [p.efficiency_overlap * 100 for p in band], color=color, alpha=0.2,
-                            label="predicted at the configured rate (no overlap … full overlap)")
-        lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
-        if hi.notna().any():
-            ax.errorbar(g["link_gbit"], (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black", capsize=4,
-                        label="predicted from the all-reduce benchmark over that link")
-        one = scaling[(scaling["group"] == group) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
-        if not one.empty:
-            ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
-                       label=f"{int(row['devices'])} devices on one node (no link)")
+    series = list(link_rows(scaling).sort_values("letter").groupby(["group", "devices", "nodes"], sort=False))
+    shapes = {key[1:] for key, _ in series}
+    slots = marks.slots(2 * len(series))  # each series' points, and beside them its benchmark's prediction
+    for k, ((group, devices, nodes), g) in enumerate(series):
+        shape = f", {int(devices)} dev, {labels.words('nodes', nodes)}" if len(shapes) > 1 else ""
+        names = (_label(g, letters[group]) + shape, "" if len(series) == 1 else f"{letters[group]}{shape}: ")
+        _link_series(ax, slots[2 * k:2 * k + 2], g.sort_values("link_gbit"), scaling, names, first=k == 0)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_rate(x)))
     ax.set_xlabel("rate of the emulated link between the nodes (log scale)")
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 110)
-    ax.set_title(_title("Efficiency against link rate (2 nodes)", scaling))
+    nodes = sorted({int(key[2]) for key, _ in series})
+    ax.set_title(_title(f"Efficiency against link rate ({' / '.join(map(str, nodes))} nodes)", scaling))
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
 
 
+def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple, first: bool):
+    """One series of link_rate_figure: its points, its band, its benchmark's prediction (beside the points, so
+    neither hides the other), its one-node ceiling. names: the series' whole name, the short prefix of the rest
+    ("" where it is the only series)."""
+    row, (name, short) = g.iloc[0], names
+    color = marks.plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
+                              label=f"{name}: measured")[0].get_color()
+    base_step = row["baseline_step_ms"] / 1e3
+    if row["baseline_devices"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
+        rates = np.geomspace(g["link_gbit"].min() / 4, g["link_gbit"].max() * 4, 60)
+        band = [perfmodel.predict_from_busbw(base_step, row["grad_bytes"], int(row["devices"]), int(row["nodes"]),
+                                             perfmodel.gbit_to_GBps(x), row["scaling"] or "weak") for x in rates]
+        ax.fill_between(rates, [p.efficiency_no_overlap * 100 for p in band],
+                        [p.efficiency_overlap * 100 for p in band], color=color, alpha=0.2,
+                        label=f"{short}predicted at the configured rate (no overlap … full overlap)")
+    lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
+    if hi.notna().any():
+        marks.range_dodged(ax, slots[1], g["link_gbit"], lo, hi, color="black",
+                           label="predicted from the all-reduce benchmark over that link" if first else None)
+    one = scaling[(scaling["group"] == row["group"]) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
+    if not one.empty:
+        ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
+                   label=f"{short}{int(row['devices'])} devices on one node (no link)")
+
+
 def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
     """Efficiency against one lever's settings (report/levers.py's family): measured points and the predicted
-    range, one series per configuration (devices, nodes, link)."""
-    fig = Figure(figsize=(7, 4.8))
+    range, one series per configuration (devices, nodes, link), dodged so that no mark hides another."""
+    fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     values = list(dict.fromkeys(rows[lever]))
-    for (devices, nodes, link), g in rows.groupby(["devices", "nodes", "link"], sort=False):
+    configs = _configurations(rows)
+    names = dict(zip(configs[KEY].itertuples(index=False), labels.names(configs)))
+    slots = marks.slots(2 * len(configs))  # each configuration's points, and beside them its predicted range
+    for k, (key, g) in enumerate(rows.groupby(KEY, sort=False)):
         x = [values.index(v) for v in g[lever]]
-        where = f"{_config(devices, nodes)}" + (f", {link}" if link else "")
-        color = ax.plot(x, g["efficiency"] * 100, "o-", ms=7, label=f"{where}: measured")[0].get_color()
+        color = marks.plot_dodged(ax, slots[2 * k], x, g["efficiency"] * 100, "o-", ms=7,
+                                  label=f"{names[key]}: measured")[0].get_color()
         lo, hi = g["predicted_efficiency_no_overlap"] * 100, g["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
-            ax.errorbar(x, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color=color, capsize=5, alpha=0.6,
-                        label=f"{where}: predicted (no overlap … full overlap)")
+            marks.range_dodged(ax, slots[2 * k + 1], x, lo, hi, color=color, alpha=0.6,
+                               label=f"{names[key]}: predicted (no overlap … full overlap)")
     ax.set_xticks(range(len(values)), [f"{v:g}" if isinstance(v, float) else str(v) for v in values])
+    ax.set_xlim(-0.5, len(values) - 0.5)  # a category's width around each setting: room for the dodged marks
     ax.set_xlabel(lever)
     ax.set_ylabel("parallel efficiency (%)")
     ax.set_ylim(0, 110)
     ax.set_title(_title(f"Efficiency against {lever}", scaling))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    _legend_beside(fig)
     _finish(fig, scaling)
     return fig
+
+
+def bench_names(bench: pd.DataFrame) -> list:
+    """Each all-reduce benchmark by what sets it apart ("2 dev, 2 nodes, emulated 200 Mbit/s"; the backend,
+    hardware or dtype where those differ); repeats of one configuration by the time they ran, never a run id."""
+    frame = bench.assign(devices=bench["world_size"],
+                         hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
+    names = labels.names(frame)
+    for field in ("backend", "hardware", "dtype"):
+        if frame[field].astype(str).nunique() > 1:
+            names = [f"{n}, {v}" for n, v in zip(names, frame[field])]
+    repeated = pd.Series(names).duplicated(keep=False)
+    return [f"{n}, run at {str(c)[11:19]}" if again and c else n for n, again, c in zip(names, repeated,
+                                                                                       frame["created"])]
 
 
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    for _, b in bench.iterrows():
+    bench = bench.sort_values(["world_size", "nodes", "link", "created"])
+    for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
-        hw = b["device"] if b["accelerator"] == "gpu" else "CPU"
-        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4,
-                label=f"{b['world_size']} ranks on {b['nodes']} node{'s' if b['nodes'] > 1 else ''}, "
-                      f"{b['backend']}, {hw} ({_which(b)})")
+        log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column
+        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name + log)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x))))
     ax.set_xlabel("message size (bytes per rank, log scale)")
@@ -257,10 +349,8 @@ def busbw_figure(bench: pd.DataFrame):
 
 
 def _which(b: pd.Series) -> str:
-    """A log by its file name and the column drawn; a scalelab benchmark by its run id's hash."""
-    if isinstance(b.get("log"), str):
-        return f"{os.path.basename(b['log'])}, {b['source'].get('column', 'in-place')}"
-    return b["run_id"][-8:]
+    """An imported nccl-tests log by its file name and the column drawn."""
+    return f"{os.path.basename(b['log'])}, {b['source'].get('column', 'in-place')}"
 
 
 def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:

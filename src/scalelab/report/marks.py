@@ -1,0 +1,35 @@
+"""Where marks go so that none hides another: several series at one x drawn side by side ("dodged").
+
+A demo ladder puts four configurations at 2 devices, a lever family two groups at each link rate. Each series
+gets a slot, a fixed sideways step in points (the same gap on a linear or a log axis, at 2 devices or 64);
+the data stay the data, so the axis limits still count every point.
+"""
+
+import numpy as np
+from matplotlib.transforms import offset_copy
+
+DODGE_PT = 9  # points between marks drawn side by side at one x: more than a marker is wide
+
+
+def dodge(ax, slot: float):
+    """Data coordinates moved `slot` steps sideways."""
+    return offset_copy(ax.transData, fig=ax.figure, x=slot * DODGE_PT, units="points")
+
+
+def slots(n: int) -> list:
+    """n slots centred on the true x: -0.5, 0.5 for two series."""
+    return [i - (n - 1) / 2 for i in range(n)]
+
+
+def plot_dodged(ax, slot, x, y, *args, **kwargs):
+    """ax.plot, dodged; its points still set the axis limits (an offset transform alone would not count)."""
+    ax.update_datalim(np.column_stack([np.asarray(x, float), np.asarray(y, float)]))
+    return ax.plot(x, y, *args, transform=dodge(ax, slot), **kwargs)
+
+
+def range_dodged(ax, slot, x, lo, hi, **kwargs):
+    """A predicted range (no overlap … full overlap) as an error bar, dodged like its series' marks."""
+    x, lo, hi = (np.asarray(v, float) for v in (x, lo, hi))
+    ax.update_datalim(np.column_stack([np.r_[x, x], np.r_[lo, hi]]))
+    return ax.errorbar(x, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=4,
+                       transform=dodge(ax, slot), **kwargs)

@@ -1,0 +1,187 @@
+"""The figures of a demo-like ladder (2 devices on one node, over 2 Gbit/s and over 200 Mbit/s): every
+configuration is a mark of its own, named in words; no mark, bar or printed value lies on another.
+
+Read from the drawn Figure (positions after layout, in display pixels), not from pixels of a PNG."""
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+from matplotlib.container import BarContainer, ErrorbarContainer
+
+from scalelab.report import explain, forecast_view, frames, levers, plots
+from test_emulated_link import _bench_at, _emulated
+from test_explain import ROWS, _bench, _with_comm
+from test_results import make_result
+
+HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
+
+
+def _ladder(**workload):
+    """make demo's rungs for two workloads: the MLP on 1 and 2 devices, the tiny GPT also across 2 links."""
+    gpt = {"model": "transformer", **workload}
+    return [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+            _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
+            _with_comm(make_result("t1", 1, samples_per_s=40, **gpt), 0.2, 0.0, 0.0, 0.2),
+            _with_comm(make_result("t2", 2, samples_per_s=75, **gpt), 0.2, 0.01, 0.005, 0.21),
+            _emulated(_with_comm(make_result("tf", 2, 2, samples_per_s=60, **gpt), 0.2, 0.06, 0.05, 0.26), 2.0),
+            _emulated(_with_comm(make_result("ts", 2, 2, samples_per_s=21, **gpt), 0.2, 0.55, 0.5, 0.75), 0.2)]
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    found = [*_ladder(), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
+    return explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found)), found
+
+
+def _drawn(fig):
+    fig.draw_without_rendering()  # runs the layout: positions are final
+    return fig
+
+
+def _markers(ax):
+    """[(series label, display x, display y, half size px)] of every marker drawn."""
+    out = []
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "None", "", " ") or not len(line.get_xdata()):
+            continue
+        xy = np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+        half = line.get_markersize() * line.figure.dpi / 72 / 2
+        out += [(line.get_label(), x, y, half) for x, y in line.get_transform().transform(xy[np.isfinite(xy).all(1)])]
+    return out
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _assert_no_marker_on_another(ax):
+    for (la, xa, ya, ha), (lb, xb, yb, hb) in itertools.combinations(_markers(ax), 2):
+        assert abs(xa - xb) >= ha + hb or abs(ya - yb) >= ha + hb, f"{la!r} and {lb!r} lie on each other"
+
+
+def _assert_texts_apart(ax, texts):
+    boxes = [(t.get_text(), t.get_window_extent()) for t in texts if t.get_text() and t.get_visible()]
+    for (ta, a), (tb, b) in itertools.combinations(boxes, 2):
+        assert not _overlap(a, b), f"{ta!r} is printed over {tb!r}"
+    for text, box in boxes:
+        for label, x, y, half in _markers(ax):
+            assert not (box.x0 < x + half and x - half < box.x1 and box.y0 < y + half and y - half < box.y1), \
+                f"{text!r} is printed over a marker of {label!r}"
+
+
+def _assert_legend_clear(ax):
+    """The legend covers no marker and no printed value."""
+    box = (ax.get_legend() or ax.figure.legends[0]).get_window_extent()
+    for label, x, y, half in _markers(ax):
+        assert not (box.x0 < x + half and x - half < box.x1 and box.y0 < y + half and y - half < box.y1), label
+    for text in ax.texts:
+        assert not _overlap(box, text.get_window_extent()), text.get_text()
+
+
+def _legend(ax):
+    """The legend's entries: the axes' own, or the one the figure draws beside them."""
+    legend = ax.get_legend() or ax.figure.legends[0]
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_speedup_draws_every_rung_apart_and_names_its_link(ladder):
+    scaling, _ = ladder
+    ax = _drawn(plots.speedup_figure(scaling)).axes[0]
+    legend = " | ".join(_legend(ax))
+    assert "2 dev, 2 nodes, emulated 2 Gbit/s" in legend and "2 dev, 2 nodes, emulated 200 Mbit/s" in legend
+    assert "B: transformer, weak scaling, 1 node: measured" in legend and not HASHLIKE.search(legend)
+    assert len(_markers(ax)) == 6  # 2 MLP configurations, 4 GPT ones: each its own mark
+    _assert_no_marker_on_another(ax)
+    values = [t for t in ax.texts if t.get_text().endswith("×")]
+    assert sorted(t.get_text() for t in values) == ["0.53×", "1.50×", "1.50×", "1.88×"]  # baselines not printed
+    _assert_texts_apart(ax, values)
+    _assert_legend_clear(ax)
+
+
+def test_efficiency_gives_each_configuration_its_own_bars_and_tick(ladder):
+    scaling, _ = ladder
+    ax = _drawn(plots.efficiency_figure(scaling)).axes[0]
+    bars = [b for c in ax.containers if isinstance(c, BarContainer) for b in c]
+    assert len(bars) == 6
+    for a, b in itertools.combinations(bars, 2):
+        assert min(a.get_x() + a.get_width() - b.get_x(), b.get_x() + b.get_width() - a.get_x()) < 1e-9, \
+            "a bar hides another"
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["1 dev", "2 dev\n1 node", "2 dev\n2 nodes\nemulated 2 Gbit/s",
+                     "2 dev\n2 nodes\nemulated 200 Mbit/s"]
+    _assert_texts_apart(ax, [*ax.texts, *ax.get_xticklabels()])
+    ranges = [seg for c in ax.containers if isinstance(c, ErrorbarContainer) for seg in c.lines[2][0].get_segments()]
+    for text in ax.texts:  # the predicted range stands beside the printed value, not through it
+        box = text.get_window_extent()
+        for seg in ranges:
+            (x, y0), (_, y1) = ax.transData.transform(seg)
+            assert not (box.x0 < x < box.x1 and min(y0, y1) < box.y1 and box.y0 < max(y0, y1)), text.get_text()
+    assert not HASHLIKE.search(" ".join(_legend(ax)))
+
+
+def test_throughput_panels_give_each_configuration_a_bar(ladder):
+    scaling, _ = ladder
+    fig = _drawn(plots.throughput_figure(scaling))
+    gpt = next(ax for ax in fig.axes if "transformer" in ax.get_title())
+    assert [t.get_text().replace("\n", ", ") for t in gpt.get_xticklabels()] == [
+        "1 dev", "2 dev, 1 node", "2 dev, 2 nodes, emulated 2 Gbit/s", "2 dev, 2 nodes, emulated 200 Mbit/s"]
+    assert [round(b.get_height()) for b in gpt.patches] == [40, 38, 30, 10]
+    for ax in fig.axes:
+        _assert_texts_apart(ax, [*ax.texts, *ax.get_xticklabels()])
+
+
+def test_busbw_names_each_benchmark_by_its_link_not_its_run_id(ladder):
+    _, found = ladder
+    again = _bench_at(0.2, 10)
+    again["run_id"], again["created"] = "ar-0.2-again", "2026-11-25T12:40:00+00:00"
+    ax = plots.busbw_figure(explain.bench_frame([*found, again])).axes[0]
+    legend = _legend(ax)
+    slow = "2 dev, 2 nodes, emulated 200 Mbit/s, run at "
+    assert sorted(legend) == sorted(["2 dev, 1 node", "2 dev, 2 nodes, emulated 2 Gbit/s",
+                                     slow + found[-1]["created"][11:19], slow + "12:40:00"])  # repeats: when
+    assert not HASHLIKE.search(" ".join(legend))
+
+
+def test_two_groups_at_one_link_rate_are_side_by_side():
+    found = [*_ladder(), *(_ladder(comm_hook="bf16")[2:]), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
+    for r in found[6:10]:
+        r["run_id"] += "-bf16"
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    ax = _drawn(plots.speedup_figure(scaling)).axes[0]  # three groups; two print the same values at 2 devices
+    _assert_no_marker_on_another(ax)
+    _assert_texts_apart(ax, ax.texts)
+    _assert_legend_clear(ax)
+    assert [t for t in _legend(ax) if t[1] == ":" and t.endswith("measured")] == [
+        "A: mlp, weak scaling: measured", "B: transformer, weak scaling, 1 node: measured",
+        "C: transformer, weak scaling · comm hook bf16, 1 node: measured"]  # the lever names its group
+    ax = _drawn(plots.link_rate_figure(scaling)).axes[0]
+    assert any("comm hook bf16: measured" in t for t in _legend(ax))
+    _assert_no_marker_on_another(ax)
+    _assert_legend_clear(ax)
+    (lever, rows), = levers.families(scaling)
+    ax = _drawn(plots.lever_figure(lever, rows, scaling)).axes[0]
+    assert [t for t in _legend(ax) if t.endswith("measured")] == [
+        "2 dev, 1 node: measured", "2 dev, 2 nodes, emulated 2 Gbit/s: measured",
+        "2 dev, 2 nodes, emulated 200 Mbit/s: measured"]
+    _assert_no_marker_on_another(ax)
+    _assert_legend_clear(ax)
+    xs = [c.lines[2][0].get_transform().transform(seg)[0][0] for c in ax.containers
+          if isinstance(c, ErrorbarContainer) for seg in c.lines[2][0].get_segments()]
+    assert len(xs) == 6
+    marks = [x for label, x, _, _ in _markers(ax) if not label.startswith("_")]  # points, not the ranges' caps
+    assert min(abs(a - b) for a in xs for b in marks) > 3  # each predicted range beside its point, not under it
+
+
+def test_forecast_names_each_network_and_draws_two_measured_at_one_node_count_apart():
+    found = [*_ladder(), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
+    found[5]["timing"]["step_time_s"]["median"] = found[4]["timing"]["step_time_s"]["median"]  # equal efficiency
+    figures = dict(forecast_view.figures(frames.runs_frame(found), explain.bench_frame(found)))
+    ax = _drawn(figures["forecast_B.png"]).axes[0]
+    legend = _legend(ax)
+    assert {"measured, emulated 2 Gbit/s", "measured, emulated 200 Mbit/s"} <= set(legend)
+    assert not HASHLIKE.search(" ".join(legend))
+    measured = [m for m in _markers(ax) if m[0].startswith("measured")]
+    assert len(measured) == 2 and measured[0][2] == pytest.approx(measured[1][2])  # the same height …
+    _assert_no_marker_on_another(ax)  # … side by side
