@@ -17,6 +17,10 @@
   column of its --help, not words inside help texts; the flags
   after `submit.py ... --`, after `emulate.py ... -- SCRIPT` and after a slurm_jobs/*.sh script are checked
   against the script they reach).
+* An image of docs/img preceded by `<!-- docs-test: image PATH -->` is what a run block of its chapter draws at
+  PATH: after the blocks ran, the texts the regenerated figure shows (titles, legend, labels, kept in the PNG by
+  report/plots.py) must be the committed image's, numbers masked; and every figure its caption quotes (a number
+  with %, × or ms; a name in backticks) must be in the committed image. A caption cannot outlive its picture.
 * A ```python block preceded by `<!-- docs-test: excerpt PATH -->` shows real code: its lines, indentation and
   comments included, appear in PATH as one run of consecutive lines.
 * Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
@@ -40,6 +44,8 @@ CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
 RUN_MARK = "<!-- docs-test: run -->"
 SLURM_MARK = "<!-- docs-test: slurm -->"
 EXCERPT_MARK = re.compile(r"^<!-- docs-test: excerpt (\S+) -->$")
+IMAGE_MARK = re.compile(r"^<!-- docs-test: image (\S+) -->$")
+IMAGE = re.compile(r"^!\[([^\]]*)\]\((img/[\w.-]+\.png)\)$")
 LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "Makefile", "setup.cfg", "pyproject.toml")
 # Repository paths a chapter may name (in code or prose); each must exist.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs)/[\w./-]*\.(?:py|sh|md))")
@@ -266,6 +272,52 @@ def chapters_with(mark):
 @pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
 def test_run_blocks_run(chapter, workshop):
     run_blocks(chapter, RUN_MARK, *workshop)
+    folder = workshop[0]
+    for drawn, image, _ in images(chapter):
+        shown = {shape(line) for line in image_text(DOCS / image).splitlines()}
+        now = {shape(line) for line in image_text(folder / drawn).splitlines()}
+        assert shown == now, (f"{chapter.name}: {image} is no longer what {drawn} draws; regenerate it (and its "
+                              f"caption): only in the image {sorted(shown - now)}, "
+                              f"only in the new one {sorted(now - shown)}")
+
+
+def images(chapter):
+    """[(the path a run block draws, the committed image, its caption)] of every marked image: the caption is
+    the alt text and the paragraph right below the image."""
+    lines = chapter.read_text().splitlines()
+    found = []
+    for k, line in enumerate(lines):
+        mark = IMAGE_MARK.match(line.strip())
+        if mark:
+            image = IMAGE.match(lines[k + 1].strip())
+            assert image, f"{chapter.name}:{k + 1}: an image marker not followed by ![...](img/...png)"
+            below = []
+            for text in lines[k + 3:]:
+                if not text.strip():
+                    break
+                below.append(text)
+            found.append((mark.group(1), image.group(2), " ".join([image.group(1), *below])))
+    return found
+
+
+def image_text(path):
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(path) as im:
+        text = im.text.get("Description")
+    assert text, f"{path}: no texts kept in the PNG: not drawn by this scalelab's report (regenerate it)"
+    return text
+
+
+QUOTED = re.compile(r"`([^`]+)`|(\d[\d,.]*\s?(?:%|×|ms))")
+
+
+@pytest.mark.parametrize("chapter", [c for c in CHAPTERS if images(c)], ids=lambda p: p.stem)
+def test_captions_quote_their_image(chapter):
+    for _, image, caption in images(chapter):
+        text = " ".join(image_text(DOCS / image).split())
+        missing = [a or b for a, b in QUOTED.findall(caption) if " ".join((a or b).split()) not in text]
+        assert not missing, f"{chapter.name}: the caption of {image} quotes what the image does not show: {missing}"
 
 
 def squeue(env):

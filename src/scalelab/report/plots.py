@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from scalelab import perfmodel, results
@@ -369,13 +370,21 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
     return save(folder, figures)
 
 
+def figure_text(fig) -> str:
+    """Every text the figure shows (titles, labels, ticks, legend, values), one per line, in drawing order: kept
+    in the PNG (its Description), so a caption in docs/ can be checked against the picture it describes."""
+    fig.draw_without_rendering()  # tick labels exist only once the figure is laid out
+    texts = (t.get_text().strip() for t in fig.findobj(Text) if t.get_visible())
+    return "\n".join(t for t in texts if t)
+
+
 def save(folder: str, figures: list) -> list:
     """[(file name, Figure)] as PNGs in folder, each written atomically; the paths written."""
     paths = []
     for name, fig in figures:
         path = os.path.join(folder, name)
         png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=DPI)
+        fig.savefig(png, format="png", dpi=DPI, metadata={"Description": figure_text(fig)})
         try:
             paths.append(results.atomic_write_bytes(path, png.getvalue()))  # a reader never sees half a PNG
         except OSError as exc:
