@@ -38,24 +38,28 @@ def one_core():
     os.sched_setaffinity(0, before)
 
 
+def _span(threads, work):
+    first = threads.sample()
+    work()
+    last = threads.sample()
+    return [last[0] - first[0], last[1] - first[1]]
+
+
 def test_a_spinning_neighbour_halves_the_share_a_sleeping_one_does_not(one_core):
-    first = cpushare.sample()
-    assert first is not None, "this kernel exposes no /proc/self/task/*/schedstat"
-    _busy(0.5)
-    assert cpushare.had_cpu(first, cpushare.sample()) > 0.8  # alone (other tests' work may still nibble)
+    threads = cpushare.Threads()
+    assert threads.sample() is not None, "this kernel exposes no /proc/self/task/*/schedstat"
+    assert cpushare.had_cpu([_span(threads, lambda: _busy(0.5))]) > 0.8  # alone (other tests may still nibble)
     spinners = _spinners([one_core])
     try:
-        first = cpushare.sample()
-        _busy(1.0)
-        loaded = cpushare.had_cpu(first, cpushare.sample())
+        loaded = cpushare.had_cpu([_span(threads, lambda: _busy(1.0))])
     finally:
         for p in spinners:
             p.kill()
     assert 0.3 < loaded < 0.7, loaded  # two runnable processes on one core: about half each
-    first = cpushare.sample()
-    time.sleep(0.5)  # waiting, not runnable: counts in neither figure
-    _busy(0.2)
-    assert cpushare.had_cpu(first, cpushare.sample()) > 0.8
+    # waiting, not runnable (as a rank waiting for a peer): counts in neither figure
+    assert cpushare.had_cpu([_span(threads, lambda: (time.sleep(0.5), _busy(0.2)))]) > 0.8
+    threads.close()
+    assert threads.sample() is None  # closed: nothing to read
 
 
 def test_contended_names_the_most_starved_rank():

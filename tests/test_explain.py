@@ -306,17 +306,16 @@ def test_predicted_columns_when_communication_exceeds_compute():
     assert cell in tables.render(runs, scaling)
 
 
-def test_had_cpu_is_the_share_of_ready_time_on_a_core_after_warm_up():
-    """Samples [batches read, on-core s, waiting s]; with --accumulate_grad_batches 2 warm-up (2 optimizer steps)
-    ends after batch 3, so the sample at batch 2 is warm-up and the share runs from batch 4 to the end."""
+def test_had_cpu_is_the_share_of_ready_time_on_a_core_over_the_probe_steps():
+    """Per probe step [on-core s, waiting s]: the share is the sums' ratio, not the mean of each step's."""
     rec = _rank(0, [.1] * 8, [.05] * 8, [0] * 8, [])
-    rec["step_ends"] = [1, 3, 5, 7]
-    rec["cpu_sched_s"] = [[0, 0.0, 0.0], [2, 1.0, 5.0], [4, 2.0, 5.5], [8, 5.0, 6.5]]
-    assert timing.had_cpu([rec], warmup_steps=2) == [0.75]  # (5-2) / ((5-2) + (6.5-5.5))
-    rec.pop("step_ends")  # every batch a step: warm-up ends after batch 1, the sample at batch 2 starts the span
-    assert timing.had_cpu([rec], warmup_steps=2) == [pytest.approx(4 / 5.5, abs=1e-3)]
-    assert timing.had_cpu([dict(rec, cpu_sched_s=[[8, 5.0, 6.5]])], 2) is None  # one sample spans nothing
-    assert timing.had_cpu([{k: v for k, v in rec.items() if k != "cpu_sched_s"}], 2) is None  # older results
+    rec["probe_cpu_s"] = [[0.3, 0.1], [0.1, 0.3]]  # 75 % and 25 %: 0.4 of 0.8 s ready, not their mean by chance
+    rec1 = dict(rec, probe_cpu_s=[[0.9, 0.1]])
+    assert timing.had_cpu([rec, rec1]) == [0.5, 0.9]
+    rec["probe_cpu_s"] = [[0.3, 0.1], [0.3, 0.3]]
+    assert timing.had_cpu([rec]) == [0.6]  # 0.6 / 1.0; the mean of 75 % and 50 % would be 62.5 %
+    assert timing.had_cpu([dict(rec, probe_cpu_s=[])]) is None  # no probe step (--comm_probe_every 0)
+    assert timing.had_cpu([{k: v for k, v in rec.items() if k != "probe_cpu_s"}]) is None  # older results
 
 
 def _shared(share, had_cpu_1=None):

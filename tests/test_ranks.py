@@ -64,10 +64,8 @@ def test_the_slow_rank_and_its_host_are_named_and_excluded():
 
 
 def starved(rank, host, share, **kw):
-    """A rank that had a core `share` of its ready time over the timed steps (samples after warm-up, batch 5 on)."""
-    on = 2.0 * share
-    return rank_record(rank, host, 0.02, cpu_sched_s=[[1, 0.1, 0.0], [10, 1.0, 0.3], [30, 1.0 + on, 0.3 + 2.0 - on]],
-                       **kw)
+    """A rank that had a core `share` of its ready time in its probe steps' compute (two probes)."""
+    return rank_record(rank, host, 0.02, probe_cpu_s=[[share, 1 - share], [share, 1 - share]], **kw)
 
 
 def test_advice_fits_the_launcher_and_the_measured_contention():
@@ -255,7 +253,7 @@ def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):
     assert "rank 0 on" not in proc.stdout
     # a stopped process is not ready to run: throttling leaves its share high, and node2 is the one to leave out,
     # unless other work on this machine kept the rank from its core meanwhile (then that is said instead)
-    share = timing.had_cpu(result["ranks"], result["timing"]["warmup_steps"])[1]
+    share = timing.had_cpu(result["ranks"])[1]
     if share >= cpushare.QUIET:
         assert "sbatch --exclude=node2 <job script>" in proc.stdout
     else:

@@ -39,7 +39,7 @@ def rank_rows(result: dict) -> list:
         normal = [times[i] for i in range(warmup, len(times)) if i not in probes and i not in skip]
         rows.append({"rank": r.get("rank"), "host": r.get("host") or "?", "device": r.get("device") or "?",
                      "cores": r.get("cpu_affinity") or [],
-                     "had_cpu": (timing.had_cpu([record], warmup) or [None])[0],
+                     "had_cpu": (timing.had_cpu([record]) or [None])[0],
                      "compute_s": statistics.median(compute) if compute else None,
                      "step_s": statistics.median(normal) if normal else None})
     return sorted(rows, key=lambda row: (row["host"], row["rank"] if row["rank"] is not None else -1))

@@ -20,8 +20,6 @@ import torch
 from scalelab.launch import cluster, cores
 from scalelab.train import comm, cpushare
 
-CPU_SAMPLE_S = 0.5  # the scheduler's figures read at a window read at most this often: 64 us for 8 threads
-
 
 class DeviceClock:
     """Marks on the device's clock, read later as perf_counter seconds: floats on CPU, CUDA events on GPU.
@@ -79,8 +77,9 @@ class StepClock:
         self.probe_steps = []  # optimizer steps that were compute-only probes
         self.alone = []  # per probe step: seconds to all-reduce the step's buckets with nothing else running
         self.epoch_times = []
-        self.cpu = []  # [batches read, seconds on a core, seconds ready but waiting for one] (train/cpushare.py)
-        self._cpu_at = None  # perf_counter of the last sample
+        self.threads = cpushare.Threads()  # per probe step's compute: did the rank have its cores?
+        self.probe_cpu = []  # per probe step: [seconds on a core, seconds ready but waiting for one]
+        self._probe_cpu = None
         self.first_step_end = None  # wall clock
         self._last = self._ready = self._epoch_start = None
 
@@ -111,8 +110,17 @@ class StepClock:
         """After backward: DDP has waited for its last bucket, the gradients are reduced (or local, in a probe)."""
         self._ready = self.clock.mark()
 
+    def probe_start(self) -> None:
+        """A probe step begins: the scheduler's figures of this rank's threads (train/cpushare.py), 1 us."""
+        self._probe_cpu = self.threads.sample()
+
     def allreduce_alone(self) -> None:
-        """A probe step: all ranks all-reduce the last step's bucket sizes together, with nothing else running."""
+        """A probe step: all ranks all-reduce the last step's bucket sizes together, with nothing else running.
+        First, the scheduler's figures again: the compute since probe_start ran with no communication beside it."""
+        now = self.threads.sample()
+        if now and self._probe_cpu:
+            self.probe_cpu.append([round(now[0] - self._probe_cpu[0], 6), round(now[1] - self._probe_cpu[1], 6)])
+        self._probe_cpu = None
         if self.world_size > 1 and self.buckets.bucket_bytes:
             self.alone.append(round(comm.allreduce_alone_s(self.buckets.bucket_bytes, self.device,
                                                            scratch=self.scratch), 6))
@@ -156,16 +164,6 @@ class StepClock:
         del self.pending[:done]
         if wait:
             self.clock.anchor(synced=True)  # the next window's events are read against a fresh reference
-            if self._cpu_at is None or self.clock.ref_s - self._cpu_at >= CPU_SAMPLE_S:
-                self.sample_cpu()
-
-    def sample_cpu(self) -> None:
-        """Did this rank get its cores (train/cpushare.py)? Keyed by the batches read so far, so the summary
-        can leave warm-up out."""
-        got = cpushare.sample()
-        if got is not None:
-            self.cpu.append([len(self.step_times), round(got[0], 6), round(got[1], 6)])
-        self._cpu_at = time.perf_counter()
 
     def steps_within(self, seconds: float, most: int) -> int:
         """How many of the latest steps (as read) fit in `seconds`: 1 to `most`."""
@@ -177,7 +175,7 @@ class StepClock:
     def rank_record(self, rank: int, local_rank: int, node_rank: int) -> dict:
         """This rank's figures for the result (a failing run: the steps its device has finished; never waits)."""
         self.read(wait=False)
-        self.sample_cpu()
+        self.threads.close()
         gpu = self.device.type == "cuda"
         return {
             "rank": rank,
@@ -193,7 +191,7 @@ class StepClock:
             # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
             "peak_memory_bytes": torch.cuda.max_memory_allocated(self.device) if gpu else None,
             "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # host memory, so far
-            "cpu_sched_s": self.cpu,
+            "probe_cpu_s": self.probe_cpu,
             "load_avg": _load_avg(),  # the host's 1-minute load at the end, beside its cores
             "host_cores": os.cpu_count(),
             "process_start": self.process_start,

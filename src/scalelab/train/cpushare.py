@@ -1,10 +1,12 @@
 """Did this rank get a core whenever it wanted one? The kernel's per-thread scheduler figures say.
 
 Linux keeps, for every thread, the time it ran on a core and the time it was ready to run but waited for one
-(/proc/self/task/*/schedstat, nanoseconds). A rank waiting for the network sleeps and counts in neither, so
-on-core / (on-core + waiting) measures contention, not communication: other work on the rank's cores (another
-job, a login node's users, a compile, ranks that share cores) lowers it; a rank blocked in an all-reduce does not.
-CPU time against wall time could not tell those apart. Read where the kernel exposes it, else None.
+(/proc/self/task/*/schedstat, nanoseconds). The step clock reads them around the compute of each no-sync probe
+step (train/clock.py), where the rank computes alone: no all-reduce runs beside backward, so its own
+communication threads compete for nothing, and a rank waiting for a peer sleeps (counted in neither figure).
+There, on-core / (on-core + waiting) below 1 means other work on the rank's cores: another job, a login node's
+users, a compile, ranks that share cores. CPU time against wall time could not tell that from waiting for the
+network, and a whole step's figures would count the rank's own gloo threads running beside backward.
 """
 
 from __future__ import annotations
@@ -16,28 +18,50 @@ TASKS = "/proc/self/task"
 QUIET = 0.9  # below this share, the report names contention before any other cause of slower compute
 
 
-def sample() -> Optional[tuple[float, float]]:
-    """(seconds on a core, seconds ready but waiting), summed over this process's threads; None if unreadable."""
-    try:
-        tids = os.listdir(TASKS)
-    except OSError:
-        return None
-    on = waiting = 0
-    for tid in tids:
+class Threads:
+    """This process's threads' scheduler files, opened once and read with pread (0.5 us a thread, cheap enough
+    inside a step); a thread that ended is skipped. None from sample() where the kernel does not expose them."""
+
+    def __init__(self):
+        self.fds = None
+
+    def sample(self) -> Optional[tuple[float, float]]:
+        """(seconds on a core, seconds ready but waiting), summed over the threads open."""
+        if self.fds is None:
+            self.fds = self._open()
+        on = waiting = 0
+        for fd in self.fds:
+            try:
+                fields = os.pread(fd, 128, 0).split()
+                on, waiting = on + int(fields[0]), waiting + int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return (on / 1e9, waiting / 1e9) if on else None
+
+    @staticmethod
+    def _open() -> list:
         try:
-            with open(f"{TASKS}/{tid}/schedstat", "rb") as f:
-                fields = f.read().split()
-            on, waiting = on + int(fields[0]), waiting + int(fields[1])
-        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
-            continue
-    return (on / 1e9, waiting / 1e9) if on else None
+            tids = os.listdir(TASKS)
+        except OSError:
+            return []
+        fds = []
+        for tid in tids:
+            try:
+                fds.append(os.open(f"{TASKS}/{tid}/schedstat", os.O_RDONLY))
+            except OSError:
+                continue
+        return fds
+
+    def close(self) -> None:
+        for fd in self.fds or []:
+            os.close(fd)
+        self.fds = []
 
 
-def had_cpu(first, last) -> Optional[float]:
-    """The share of the time between two samples that the threads were ready to run and did run (0-1)."""
-    if not first or not last:
-        return None
-    on, waiting = last[0] - first[0], last[1] - first[1]
+def had_cpu(spans) -> Optional[float]:
+    """The share of the ready-to-run time the threads ran, over [on-core s, waiting s] spans (0-1)."""
+    on = sum(s[0] for s in spans or [])
+    waiting = sum(s[1] for s in spans or [])
     return on / (on + waiting) if on > 0 and waiting >= 0 else None
 
 

@@ -58,6 +58,8 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
             batch = fabric.to_device(batch)
             ends_step = (i + 1) % k == 0 or i + 1 == len(loader)  # the K-th batch (or the epoch's last)
             probe = comm.is_probe(plan.step, plan.warmup_steps, plan.probe_every)  # compute only: no sync, no update
+            if probe and i % k == 0:
+                clock.probe_start()  # did this rank have its cores while it computed alone? (train/cpushare.py)
             with fabric.no_backward_sync(model, enabled=probe or not ends_step):
                 loss = model.training_step(batch, i)  # forward (autocast when --precision is mixed)
                 fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it

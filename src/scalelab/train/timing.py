@@ -47,21 +47,16 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
         "final_train_loss": statistics.fmean(final_losses) if final_losses else None,
         "comm": comm_summary(per_rank, normal,
                              [i for i in sorted(probes) if warmup_steps <= i < steps and i not in short]),
-        "had_cpu": had_cpu(per_rank, warmup_steps),
+        "had_cpu": had_cpu(per_rank),
     }
     return out
 
 
-def had_cpu(per_rank: list, warmup_steps: int) -> Optional[list]:
-    """Per rank, the share of its ready-to-run time it spent on a core after warm-up (train/cpushare.py);
-    None where no two samples span the timed steps."""
-    shares = []
-    for r in per_rank:
-        ends = r.get("step_ends")  # with accumulation, warm-up ends after the batch that ended its last step
-        first = ends[warmup_steps - 1] + 1 if ends and 0 < warmup_steps <= len(ends) else warmup_steps
-        timed = [s for s in r.get("cpu_sched_s") or [] if s[0] >= first]
-        share = cpushare.had_cpu(timed[0][1:], timed[-1][1:]) if len(timed) > 1 else None
-        shares.append(None if share is None else round(share, 3))
+def had_cpu(per_rank: list) -> Optional[list]:
+    """Per rank, the share of its ready-to-run time it had a core while computing alone (the probe steps, all
+    after warm-up: train/cpushare.py); None where no probe step recorded it."""
+    shares = [cpushare.had_cpu(r.get("probe_cpu_s")) for r in per_rank]
+    shares = [None if s is None else round(s, 3) for s in shares]
     return shares if any(s is not None for s in shares) else None
 
 
