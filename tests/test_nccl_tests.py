@@ -186,6 +186,40 @@ def test_unchecked_runs_say_n_a_and_repeated_sizes_take_the_median():
     assert len(r["rows"]) == 13 and r["rows"][-1]["time_s"] == pytest.approx(1322.9e-6)
 
 
+def _with_reductions(times_us: dict) -> str:
+    """The 2019 log (2 ranks: busbw = algbw) as `all_reduce_perf -o all` prints it: each size once per reduction,
+    out-of-place and in-place `time` = times_us[redop] x the size in MiB, bandwidths printed from that time."""
+    out = []
+    for line in OLD.splitlines():
+        words = line.split()
+        if not words or not words[0].isdigit():
+            out.append(line)
+            continue
+        size = int(words[0])
+        for redop, us_per_mib in times_us.items():
+            us = us_per_mib * size / MiB
+            bw = f"{size / (us * 1e-6) / 1e9:.2f}"
+            column = f"{us:>8.1f} {bw} {bw} 0e+00"
+            out.append(f"{size:>12} {size // 4:>12} float {redop:>6} {column} {column}")
+    return "\n".join(out)
+
+
+def test_of_several_reductions_only_the_sum_rows_are_read():
+    """DDP's gradient all-reduce is a sum: a log of every reduction (-o all) is read by its sum rows alone, not a
+    median over prod, min, max and avg (which would be 2000 us per MiB here, not 1000)."""
+    (r,) = nccl_tests.parse(_with_reductions({"prod": 3000.0, "sum": 1000.0, "min": 2000.0, "max": 2000.0,
+                                              "avg": 4000.0}), "all-ops.log")
+    assert r["source"]["redop"] == "sum" and len(r["rows"]) == 7
+    assert [row["time_s"] for row in r["rows"]] == pytest.approx([1000e-6 * 2**k for k in range(7)])
+    assert r["rows"][0]["busbw_GBps"] == pytest.approx(MiB / 1000e-6 / 1e9)  # 2 ranks: busbw = algbw
+
+
+def test_without_a_sum_the_first_reduction_by_name_is_read():
+    (r,) = nccl_tests.parse(_with_reductions({"prod": 3000.0, "min": 1500.0, "max": 2000.0}), "no-sum.log")
+    assert r["source"]["redop"] == "max" and len(r["rows"]) == 7
+    assert r["rows"][0]["time_s"] == pytest.approx(2000e-6)
+
+
 def _unchecked(line: str) -> str:
     words = line.split()
     if not words or not words[0].isdigit():
