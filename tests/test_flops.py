@@ -126,3 +126,20 @@ def test_lora_flops_skip_the_frozen_weight_gradients():
     assert counted == wl.flops_per_sample - skipped + attention_recompute_per_sample(shape)
     full = workload("--model", "transformer", "--preset", "tiny").flops_per_sample
     assert 0.6 < wl.flops_per_sample / full < 0.75  # no weight-gradient matmuls: about 2/3 of the compute
+
+
+def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
+    """samples_per_s is the whole run's (every rank's samples): per device it is divided by the world size.
+    8 A100s at 40,000 samples/s of a 1.2 GFLOP sample: 48 TFLOP/s over 8 = 6 TFLOP/s each; bf16 peak 312."""
+    from types import SimpleNamespace
+
+    from scalelab.train.record import throughput
+
+    ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9), cfg=SimpleNamespace(precision="bf16-mixed"),
+                          launch=SimpleNamespace(world_size=8, accelerator="gpu"))
+    got = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A100-SXM4-80GB"}])
+    assert got == {"flops_per_sample": 1.2e9, "tflops_per_device": pytest.approx(6.0), "peak_tflops": 312.0,
+                   "mfu": pytest.approx(6.0 / 312.0)}
+    cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
+                     {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
+    assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None

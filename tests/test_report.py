@@ -20,16 +20,34 @@ def frames(found):
 
 
 def test_speedup_efficiency_and_repeats():
-    found = [make_result("a1", 1, samples_per_s=100), make_result("a1b", 1, samples_per_s=120),
-             make_result("a1c", 1, samples_per_s=110),  # three repeats at 1 device: median 110
+    found = [make_result("a1", 1, samples_per_s=100), make_result("a1b", 1, samples_per_s=150),
+             make_result("a1c", 1, samples_per_s=110),  # three repeats at 1 device: median 110 (mean 120)
              make_result("a4", 4, samples_per_s=330), make_result("a8", 8, nodes=2, samples_per_s=528)]
     _, scaling = frames(found)
     rows = {r.devices: r for r in scaling.itertuples()}
     assert rows[1].runs == 3 and rows[1].throughput == 110
-    assert (rows[1].throughput_min, rows[1].throughput_max) == (100, 120)
+    assert (rows[1].throughput_min, rows[1].throughput_max) == (100, 150)
     assert rows[4].speedup == pytest.approx(3.0) and rows[4].efficiency == pytest.approx(0.75)
     assert rows[8].speedup == pytest.approx(4.8) and rows[8].efficiency == pytest.approx(0.6)
     assert rows[8].throughput_per_device == pytest.approx(66)
+
+
+def test_repeats_are_combined_by_their_median_in_every_figure_the_tables_show():
+    """Three repeats, each figure skewed by one slow or fast run: the median (the middle run), never the mean."""
+    found = []
+    for i, (sps, step, waited, tflops) in enumerate([(100, 0.010, 0.002, 1.0), (110, 0.030, 0.004, 2.0),
+                                                    (200, 0.011, 0.010, 9.0)]):
+        r = make_result(f"rep{i}", 2, samples_per_s=sps)
+        r["timing"].update(step_time_s={"median": step}, tflops_per_device=tflops, peak_tflops=10.0,
+                           mfu=tflops / 10.0, comm={"waited_s": waited, "compute_s": 0.008})
+        found.append(r)
+    runs, scaling = frames(found)
+    (row,) = scaling.itertuples()
+    assert row.runs == 3 and row.throughput == 110 and row.samples_per_s == 110  # mean 136.7
+    assert row.step_ms == pytest.approx(11.0)  # mean 17
+    assert row.train_time_s == pytest.approx(1000 / 110)  # make_result: 1000 samples
+    assert row.waited_s == pytest.approx(0.004) and row.tflops_per_device == 2.0 and row.mfu == pytest.approx(0.2)
+    assert "110 [100–200]" in tables.render(runs, scaling)
 
 
 def test_groups_split_by_workload_and_baseline_is_smallest():

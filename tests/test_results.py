@@ -46,6 +46,102 @@ def test_environment_capture_is_an_allow_list_without_secrets():
                                                  "OMP_NUM_THREADS": "4", "SLURM_JOB_ID": "42"}
 
 
+@pytest.mark.parametrize("name, secret", [
+    # a part (split at _ - . and camelCase) that is one of the secret words, or ends in key/token/secret/password
+    ("MY_PRIVATE_KEY", True), ("SESSION_ID", True), ("browser-cookie", True), ("db.passwd", True),
+    ("LDAP_PWD", True), ("SSO_CREDENTIALS", True), ("AZURE_CREDENTIAL", True), ("X_SIGNATURE", True),
+    ("GPG_PASSPHRASE", True), ("MLFLOW_SESSIONID", True), ("myApiToken", True), ("APIKEY", True),
+    ("HUGGINGFACEHUB_ACCESSTOKEN", True), ("CLIENTSECRET", True), ("ROOTPASSWORD", True), ("NCCL_AUTH", True),
+    # ordinary: a secret word inside a longer part, or a part that merely starts with one
+    ("tokens_per_s", False), ("KEYBOARD_LAYOUT", False), ("NCCL_SOCKET_IFNAME", False), ("PATIENCE", False),
+    ("SESSIONS_MAX", False), ("TOKENIZERS_PARALLELISM", False), ("AUTHOR", False), ("", False),
+])
+def test_a_name_is_secret_by_its_parts(name, secret):
+    assert results.looks_secret(name) is secret
+
+
+def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
+    allowed = {"NCCL_A": "1", "SLURM_A": "1", "CUDA_A": "1", "OMP_A": "1", "TORCH_A": "1", "TORCHELASTIC_A": "1",
+               "PYTORCH_A": "1", "MKL_A": "1", "GLOO_A": "1", "UCX_A": "1", "FI_A": "1", "SUBMITIT_A": "1",
+               "MASTER_A": "1", "SCALELAB_A": "1", "SRUN_A": "1", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0"}
+    dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x",
+               "SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k"}
+    captured = results.capture_environment({**dropped, **allowed})
+    assert captured == allowed and list(captured) == sorted(allowed)  # sorted: equal environments, equal files
+
+
+def test_scrub_drops_secret_keys_inside_lists_and_tuples_and_keeps_every_value_else():
+    data = {"lr": 0.1, "runs": ({"api_key": "k", "steps": 5}, [{"HF_TOKEN": "t"}, 3]), "note": "token",
+            "nested": {"password": {"deep": 1}, "ok": None}}
+    assert results.scrub(data) == {"lr": 0.1, "runs": [{"steps": 5}, [{}, 3]], "note": "token",
+                                   "nested": {"ok": None}}
+
+
+def _training(**changes):
+    data = json.loads(json.dumps(make_result()))
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = data
+        for parent in parents:
+            node = node[parent]
+        if value is _DROP:
+            del node[key]
+        else:
+            node[key] = value
+    return data
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"schema_version": 0}, "bad schema_version 0"),
+    ({"schema_version": -1}, "bad schema_version -1"),
+    ({"schema_version": True}, "bad schema_version True"),
+    ({"schema_version": "2"}, "bad schema_version '2'"),
+    ({"schema_version": 1.0}, "bad schema_version 1.0"),
+    ({"schema_version": _DROP}, "bad schema_version None"),
+    ({"schema_version": 3}, "schema_version 3 is newer than this scalelab reads (2); upgrade scalelab"),
+    ({"schema": "scalelab.report_summary"}, 'not a scalelab result (no "schema": "scalelab.result")'),
+    ({"kind": "inference"}, "unknown result kind 'inference'"),
+    ({"run_id": ""}, "missing run_id"),
+    ({"run_id": 7}, "missing run_id"),
+    ({"timing": [1]}, "field 'timing' missing or not a dict"),
+    ({"status": _DROP}, "field 'status' missing or not a str"),
+    ({"status": "done"}, "unknown status 'done'"),
+    ({"launch__world_size": 0}, "launch.world_size missing or not a positive integer"),
+    ({"launch__world_size": True}, "launch.world_size missing or not a positive integer"),
+    ({"launch__num_nodes": 1.0}, "launch.num_nodes missing or not a positive integer"),
+    ({"launch__num_nodes": _DROP}, "launch.num_nodes missing or not a positive integer"),
+    ({"timing__samples_per_s": -0.5}, "timing.samples_per_s is not a number >= 0"),
+    ({"timing__samples_per_s": "100"}, "timing.samples_per_s is not a number >= 0"),
+    ({"timing__train_time_s": False}, "timing.train_time_s is not a number >= 0"),
+    ({"workload__model": _DROP}, "workload.model missing"),
+])
+def test_the_reader_refuses_each_bad_field_with_its_own_line(changes, message):
+    with pytest.raises(results.ResultError) as err:
+        results.validate(_training(**changes))
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"schema_version": 1}, {"timing__samples_per_s": 0}, {"timing__samples_per_s": None},
+    {"timing__train_time_s": 0.0}, {"launch__world_size": 1, "launch__num_nodes": 1}, {"status": "preempted"},
+    {"status": "timeout"}, {"status": "failed"},
+])
+def test_the_reader_accepts_every_version_and_value_it_knows(changes):
+    assert results.validate(_training(**changes))["schema_version"] == results.SCHEMA_VERSION
+
+
+def test_an_allreduce_result_needs_its_rows_not_a_workload():
+    data = {**results.envelope("allreduce", "b1"), "status": "completed", "rows": [],
+            "launch": {"world_size": 2, "num_nodes": 1}}
+    assert results.validate(data)["kind"] == "allreduce"
+    with pytest.raises(results.ResultError, match="^field 'rows' missing or not a list$"):
+        results.validate({**data, "rows": {}})
+
+
 def test_write_scrubs_secret_keys_at_any_depth(tmp_path):
     data = make_result()
     data["config"] = {"lr": 1, "nested": {"api_key": "sk-123", "ok": [{"hf_token": "t"}]}}
