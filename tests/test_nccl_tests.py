@@ -220,6 +220,20 @@ def test_without_a_sum_the_first_reduction_by_name_is_read():
     assert r["rows"][0]["time_s"] == pytest.approx(2000e-6)
 
 
+def test_a_log_whose_column_header_was_cut_is_read_by_the_length_of_its_rows():
+    """13 fields a row: the 2.13+ layout (with root); 12: 2019-2021's (without). Same figures as with the header."""
+    header = next(line for line in NEW.splitlines() if line.split()[1:3] == ["size", "count"])
+    (cut,) = nccl_tests.parse(NEW.replace(header + "\n", ""), "cut.log")
+    (whole,) = nccl_tests.parse(NEW, "cut.log")
+    assert cut["rows"] == whole["rows"] and cut["source"] == whole["source"] and len(cut["rows"]) == 13
+    old_header = next(line for line in OLD.splitlines() if line.split()[1:3] == ["size", "count"])
+    (old,) = nccl_tests.parse(OLD.replace(old_header + "\n", ""), "old.log")
+    assert [row["time_s"] for row in old["rows"]] == pytest.approx(
+        [1013.3e-6, 1966.5e-6, 3873.0e-6, 7686.0e-6, 15312e-6, 30564e-6, 61068e-6])  # out-of-place, in us
+    assert [row["in_place_time_s"] for row in old["rows"]][:2] == pytest.approx([1016.3e-6, 1972.4e-6])
+    assert old["source"]["redop"] == "sum" and all(row["wrong"] == 0 for row in old["rows"])  # read as #wrong
+
+
 def _unchecked(line: str) -> str:
     words = line.split()
     if not words or not words[0].isdigit():
