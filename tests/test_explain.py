@@ -353,3 +353,45 @@ def test_strong_scaling_compares_compute_with_the_baselines_share_and_says_so():
     line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
     assert ("slower compute per device: 120 ms more per step than the compute at 1 device × 1/2 (strong scaling: "
             "each device has 1/2 of the batch)") in line, line
+
+
+def _step_rows(found, fmt="pipe"):
+    """The step table of the first group: {devices: [cells]}, and its lines below the table."""
+    _, scaling = annotated(found)
+    g = scaling[scaling["group"] == scaling["group"].iloc[0]].sort_values(["devices", "nodes"])
+    lines = tables.step_table(g, fmt)
+    table = lines[2].splitlines()
+    assert [c.strip() for c in table[0].strip("|").split("|")] == tables.STEP_HEADERS
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    return {int(c[0]): c[1:] for c in cells}, lines[3:]
+
+
+def test_the_step_table_prints_each_figure_in_its_unit():
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)
+    two["timing"]["comm"]["allreduce_alone_s"] = 0.0065
+    two["timing"].update(tflops_per_device=1.2345, peak_tflops=27.0, mfu=0.0456)
+    rows, below = _step_rows([_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1), two,
+                              _bench(2, ROWS)])
+    # step 104 ms, compute 100, all-reduce 8 (alone 6.5), predicted: 8 MB at the benchmark's busbw there,
+    # 0.5 x 8^log10(2) = 0.935 GB/s -> 8.6 ms; waited 4 ms = 4 % of the step, half the all-reduce hidden;
+    # 8 MB of gradients, DDP's busbw 8 MB / 8 ms = 1 GB/s; 1.23 TFLOP/s, MFU 4.6 %
+    assert rows[2] == ["1", "104.0", "100.0", "8.0", "6.5", "8.6", "4.0", "4 %", "50 %", "8", "1", "0.935", "1.23",
+                       "4.6 %"]
+    assert not [line for line in below if "MFU" in line or "No all-reduce benchmark" in line]  # an MLP, a peak
+    _, below = _step_rows([dict(two, workload={**two["workload"], "model": "transformer"})])
+    assert below[-1] == ("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT "
+                         "and PaLM count it: compare it with figures that do the same")
+
+
+def test_the_step_table_says_which_parts_are_missing():
+    one = _with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)
+    two["timing"]["comm"]["synced_s"] = 0.09  # gradients ready sooner than without sync: the split is noise
+    rows, below = _step_rows([one, two])
+    assert rows[2][5:9] == ["—", "?", "?", "?"]  # no benchmark: no prediction; waited, share, hidden unknown
+    assert rows[2][11:] == ["—", "—", "—"]
+    assert "  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py --devices 2` " \
+           "adds the predicted columns.)" in below
+    assert below[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
+    _, alone = _step_rows([one])  # one device: nothing to all-reduce, nothing to benchmark
+    assert not [line for line in alone if "No all-reduce benchmark" in line]
