@@ -5,12 +5,13 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from conftest import SRC, run_script
 from scalelab import results
 from scalelab.report import tables
-from scalelab.report.frames import runs_frame, scaling_frame
+from scalelab.report.frames import link_label, runs_frame, scaling_frame
 from test_results import make_result
 
 
@@ -116,3 +117,61 @@ def test_a_reader_that_leaves_early_ends_the_report_quietly(tmp_path, script, ar
     piped = subprocess.run(["bash", "-c", " ".join(map(str, cmd)) + " | head -3"], capture_output=True, text=True,
                            timeout=120)
     assert piped.returncode == 0 and len(piped.stdout.splitlines()) == 3 and piped.stderr == ""
+
+
+def _everything():
+    """One 2-node GPT result with every field the runs frame reads set to a value of its own."""
+    r = make_result("full", 4, nodes=2, samples_per_s=80.0, model="transformer", tokens_per_sample=128,
+                    accumulate_grad_batches=4, comm_hook="bf16", bucket_cap_mb=50.0, static_graph=True)
+    r["workload"].update(describe="gpt tiny", params=3_300_000, global_batch=256, precision="bf16-mixed")
+    r["launch"].update(launcher="slurm", procs_per_node=2, accelerator="gpu", device_names=["NVIDIA H100", "x"],
+                       backend="nccl", threads_per_proc=8, oversubscribed="4 ranks on 2 cores",
+                       link={"gbit": 0.2, "emulated": True, "latency_ms": 5})
+    r["timing"].update(tokens_per_s=10240.0, train_time_s=12.5, step_time_s={"median": 0.0421}, had_cpu=[0.97, 0.5],
+                       epoch_times_s=[3.0, 1.0, 2.0, 9.0], time_to_first_step_s=4.5, whole_run_s=20.25,
+                       tflops_per_device=11.5, peak_tflops=989.0, mfu=0.0116,
+                       comm={"compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01,
+                             "waited_s": 0.008, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000,
+                             "buckets": 2, "ddp_busbw_GBps": 1.1, "bucket_bytes": [6_600_000, 6_600_000],
+                             "wire_bytes": [3_300_000, 3_300_000]})
+    r["metrics"] = {"final_train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
+    r["slurm"] = {"job_id": "77", "restart_count": 1}
+    r["ranks"] = [{"losses": [4.0, 3.0]}, {"losses": [2.0, 1.0, 9.0]}, "not a rank"]
+    return r
+
+
+def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
+    (row,) = runs_frame([_everything()]).to_dict("records")
+    assert {k: row[k] for k in row if k not in ("group", "created")} == {
+        "run_id": "full", "model": "transformer", "describe": "gpt tiny", "params": 3_300_000, "scaling": "weak",
+        "batch_per_device": 64, "global_batch": 256, "precision": "bf16-mixed", "devices": 4, "nodes": 2,
+        "procs_per_node": 2, "launcher": "slurm", "accelerator": "gpu", "device": "NVIDIA H100", "backend": "nccl",
+        "link": "emulated 200 Mbit/s +5 ms", "link_gbit": 0.2, "threads": 8, "oversubscribed": "4 ranks on 2 cores",
+        "had_cpu": 0.5,
+        "starved": "rank 1 had a core 50 % of the time it was ready to run: other work shared its cores",
+        "status": "completed", "error": None, "train_time_s": 12.5, "step_ms": 42.1, "epoch_s": 2.5,
+        "unit": "tokens/s", "samples_per_s": 80.0, "tokens_per_s": 10240.0, "first_step_s": 4.5, "whole_run_s": 20.25,
+        "train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4, "slurm_job": "77", "restart_count": 1,
+        "compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01, "waited_s": 0.008,
+        "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2,
+        "bucket_bytes": (6_600_000, 6_600_000), "ddp_busbw_GBps": 1.1, "tflops_per_device": 11.5,
+        "peak_tflops": 989.0, "mfu": 0.0116, "accumulate_grad_batches": 4, "comm_hook": "bf16",
+        "bucket_cap_mb": 50.0, "static_graph": True, "wire_bytes": (3_300_000, 3_300_000), "samples_per_batch": 256,
+        "loss_curve": (3.0, 2.0)}  # the ranks' losses averaged per batch, as long as the shortest rank's
+    assert row["step_ms"] == pytest.approx(42.1)
+
+
+def test_a_result_without_the_optional_fields_reads_as_missing_and_the_levers_as_their_defaults():
+    r = make_result("bare", 1)
+    for key in ("step_time_s", "epoch_times_s"):
+        del r["timing"][key]
+    del r["metrics"]
+    (row,) = runs_frame([r]).to_dict("records")
+    assert pd.isna(row["epoch_s"]) and pd.isna(row["had_cpu"]) and row["starved"] == "" and row["link"] == ""
+    assert row["oversubscribed"] == "" and row["restart_count"] == 0 and row["slurm_job"] is None
+    assert pd.isna(row["step_ms"]) and pd.isna(row["train_loss"]) and row["loss_curve"] is None
+    assert row["bucket_bytes"] is None and row["wire_bytes"] is None and row["device"] == "cpu"
+    assert (row["accumulate_grad_batches"], row["comm_hook"], row["bucket_cap_mb"], row["static_graph"]) == (
+        1, "none", 25.0, False)
+    assert link_label({"gbit": 2, "emulated": False}) == "2 Gbit/s" and link_label({"gbit": "x"}) == ""
+    assert link_label(None) == "" and link_label({"gbit": 1.5, "latency_ms": "5"}) == "1.5 Gbit/s"
