@@ -38,11 +38,12 @@ $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 	@touch $@
 
 # Not in CI: plants each small edit mutmut can make in the modules listed in pyproject.toml's [tool.mutmut], runs
-# the unit tests that reach it, then prints the score per module (tests/mutation/equivalent.txt: the reviewed
-# survivors). Starts from scratch each time: a cached verdict could predate the tests.
+# the unit tests that reach it (none that starts a process: tests/conftest.py), then prints the score per module
+# (tests/mutation/equivalent.txt: the reviewed survivors). From scratch each time: a cached verdict could predate
+# the tests.
 mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report, perfmodel, results, bench, timing
 	rm -rf mutants
-	$(VENV)/bin/mutmut run || true
+	env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run || true
 	$(PY) tests/mutation/score.py
 
 clean:  ## remove the virtualenv and caches
