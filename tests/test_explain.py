@@ -1,5 +1,6 @@
 """Compute vs communication, predicted efficiency, cost: the arithmetic, on constructed results."""
 
+from types import SimpleNamespace
 
 import pytest
 
@@ -395,3 +396,82 @@ def test_the_step_table_says_which_parts_are_missing():
     assert below[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
     _, alone = _step_rows([one])  # one device: nothing to all-reduce, nothing to benchmark
     assert not [line for line in alone if "No all-reduce benchmark" in line]
+
+
+NAN = float("nan")
+
+
+def _row(**given):
+    """One configuration of the annotated frame, as limiting_line reads it."""
+    base = dict(devices=2, baseline_devices=1, nodes=1, efficiency=0.9, compute_s=0.1, baseline_compute_s=0.1,
+                scaling="weak", comm_share=0.1, synced_s=None, waited_s=0.01, allreduce_s=0.02, hidden_fraction=0.5,
+                link="", accelerator="gpu", ddp_busbw_GBps=NAN, bench_busbw_GBps=NAN, allreduce_alone_s=NAN,
+                oversubscribed="", starved="", had_cpu=NAN)
+    return SimpleNamespace(**{**base, **given})
+
+
+def test_the_limiting_line_of_a_communication_bound_multi_node_run():
+    r = _row(devices=8, nodes=2, efficiency=0.604, compute_s=0.105, comm_share=0.3, waited_s=0.045, allreduce_s=0.06,
+             hidden_fraction=0.25, ddp_busbw_GBps=12.3456, bench_busbw_GBps=20.0, allreduce_alone_s=0.04)
+    assert explain.limiting_line(r) == (
+        "8 devices on 2 nodes: efficiency 60 %. Limited by communication: 30 % of the step (45 ms waited; 25 % of "
+        "the 60 ms all-reduce hidden behind backward); the inter-node link delivered 12.3 GB/s busbw to DDP "
+        "(all-reduce benchmark: 20 GB/s at these bucket sizes). Alone, the same all-reduce takes 40.0 ms: running "
+        "beside backward cost it 20.0 ms, because compute and communication share the GPU's SMs and memory "
+        "bandwidth.")  # compute 5 % above the baseline's: under the 10 % that counts as slower
+
+
+def test_the_limiting_line_puts_the_larger_cause_first_and_scales_strong_scaling_compute():
+    r = _row(efficiency=0.45, compute_s=0.08, scaling="strong", accelerator="cpu", had_cpu=0.93, waited_s=0.0088,
+             allreduce_s=0.0075, allreduce_alone_s=0.007)  # expected compute 100 ms x 1/2; alone: lost < 15 %
+    assert explain.limiting_line(r) == (
+        "2 devices on 1 node: efficiency 45 %. Limited by slower compute per device: 30 ms more per step than the "
+        "compute at 1 device × 1/2 (strong scaling: each device has 1/2 of the batch) (CPU rehearsal: each rank had "
+        "its core 93 % of the time it was ready to run; the ranks still share this machine's memory bandwidth and "
+        "caches). Communication: 10 % of the step (8.8 ms lost, more than the 7.5 ms the all-reduce itself took: "
+        "compute also ran slower while it was in flight).")
+
+
+def test_the_limiting_line_says_nothing_large_and_names_an_emulated_link():
+    r = _row(nodes=2, link="emulated 1 Gbit/s", efficiency=0.97, comm_share=0.02, waited_s=0.002, allreduce_s=0.01,
+             hidden_fraction=0.8, ddp_busbw_GBps=0.5, accelerator="cpu")
+    assert explain.limiting_line(r) == (
+        "2 devices on 2 nodes: efficiency 97 %. Limited by nothing large: communication: 2 % of the step (2.0 ms "
+        "waited; 80 % of the 10 ms all-reduce hidden behind backward); the emulated 1 Gbit/s inter-node link "
+        "delivered 0.5 GB/s busbw to DDP.")
+    cpu = _row(comm_share=0.2, ddp_busbw_GBps=1.0, accelerator="cpu", waited_s=0.02, allreduce_s=0.02,
+               hidden_fraction=NAN)
+    assert explain.limiting_line(cpu).endswith("(20 ms waited; 0 % of the 20 ms all-reduce hidden behind backward); "
+                                               "the local gloo transport delivered 1 GB/s busbw to DDP.")
+
+
+def test_the_limiting_line_of_noise_of_the_baseline_and_of_old_results():
+    noisy = _row(efficiency=0.95, synced_s=0.09, comm_share=0.01, waited_s=0.001, ddp_busbw_GBps=30.0)
+    assert explain.limiting_line(noisy) == (
+        "2 devices on 1 node: efficiency 95 %. Limited by communication: not separable from compute in these runs "
+        "(the no-sync probe steps were 11 % slower than the normal steps, which is noise; more --max_steps gives "
+        "more probe steps); NVLink/PCIe within the node delivered 30 GB/s busbw to DDP.")
+    assert explain.limiting_line(_row(devices=1)) is None
+    assert explain.limiting_line(_row(devices=4, nodes=2, efficiency=0.5, compute_s=NAN)) == (
+        "4 devices on 2 nodes: efficiency 50 %. No communication measurement in these runs (--comm_probe_every 0, "
+        "or an older scalelab).")
+    weak = explain.limiting_line(_row(devices=4, baseline_devices=2, compute_s=0.2, waited_s=0.001, comm_share=0.01))
+    assert " 100 ms more per step than at 2 devices. " in weak  # a GPU: no CPU words after it
+
+
+def test_why_compute_was_slower_most_certain_cause_first():
+    assert explain.slower_why(_row(oversubscribed="4 ranks on 2 cores", starved="x")) == (
+        " (ranks shared cores: oversubscribed)")
+    assert explain.slower_why(_row(starved="rank 1 had a core 50 % of the time")) == (
+        " (rank 1 had a core 50 % of the time)")
+    assert explain.slower_why(_row(accelerator="gpu", had_cpu=0.5)) == ""
+    assert explain.slower_why(_row(accelerator="cpu")) == (
+        " (CPU rehearsal: the ranks still share this machine's memory bandwidth and caches)")
+
+
+def test_the_split_is_noise_only_where_synced_steps_were_clearly_faster():
+    assert explain.split_within_noise(_row(synced_s=0.0949))
+    assert not explain.split_within_noise(_row(synced_s=0.095))  # 5 % faster: within what probes scatter
+    assert not explain.split_within_noise(_row(devices=1, synced_s=0.05))  # one device: no communication
+    assert not explain.split_within_noise(_row(synced_s=NAN)) and not explain.split_within_noise(_row())
+    assert not explain.split_within_noise(_row(synced_s=0.05, compute_s=None))
