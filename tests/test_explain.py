@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from conftest import run_script
@@ -475,3 +476,81 @@ def test_the_split_is_noise_only_where_synced_steps_were_clearly_faster():
     assert not explain.split_within_noise(_row(devices=1, synced_s=0.05))  # one device: no communication
     assert not explain.split_within_noise(_row(synced_s=NAN)) and not explain.split_within_noise(_row())
     assert not explain.split_within_noise(_row(synced_s=0.05, compute_s=None))
+
+
+def _ar(run_id, world=2, nodes=1, created="2026-01-01T00:00:00", dtype="float32", rows=ROWS, **launch):
+    data = _bench(world, [dict(r) for r in rows or ROWS], nodes)
+    data.update(run_id=run_id, created=created, config={"dtype": dtype}, rows=[dict(r) for r in rows])
+    data["launch"].update(launch)
+    return data
+
+
+def test_the_benchmark_frame_keeps_completed_benchmarks_with_rows_newest_first():
+    log = _ar("log", created="2026-01-03", accelerator="gpu", backend="nccl", device_names=["NVIDIA A100"],
+              link={"gbit": 1, "emulated": True})
+    log.update(source={"format": "nccl-tests"}, _path="/logs/a.log")
+    failed = dict(_ar("failed"), status="failed")
+    found = [_ar("old", created="2026-01-01"), log, failed, _ar("empty", rows=[]), make_result("training")]
+    frame = explain.bench_frame(found)
+    assert list(frame["run_id"]) == ["log", "old"]
+    newest = frame.iloc[0]
+    assert (newest.world_size, newest.nodes, newest.accelerator, newest.backend, newest.device) == (
+        2, 1, "gpu", "nccl", "NVIDIA A100")
+    assert [newest[k] for k in ("busbw_GBps", "dtype", "link", "log")] == [1.0, "float32", "emulated 1 Gbit/s",
+                                                                         "/logs/a.log"]
+    assert pd.isna(frame.iloc[1]["log"]) and frame.iloc[1]["link"] == "" and frame.iloc[1]["device"] == "cpu"
+    assert explain.bench_frame([]).empty
+
+
+def test_the_benchmark_for_a_configuration_matches_size_nodes_hardware_and_link_and_combines_repeats():
+    slow = [dict(r, time_s=r["time_s"] * 3) for r in ROWS]
+    mid = [dict(r, time_s=r["time_s"] * 2) for r in ROWS]
+    found = [_ar("a", created="1", rows=ROWS), _ar("b", created="3", rows=slow), _ar("c", created="2", rows=mid),
+             _ar("four", world=4, nodes=2), _ar("linked", link={"gbit": 2, "emulated": True}),
+             _ar("half", created="9", dtype="bfloat16", rows=slow)]
+    bench = explain.bench_frame(found)
+    got = explain.bench_for(bench, 2, 1, "cpu", "cpu")
+    assert got["run_id"] == "b" and got["runs"] == 3  # float32 only; the newest's labels, the median's rows
+    assert [r["time_s"] for r in got["rows"]] == pytest.approx([0.004, 0.02])  # median of x1, x2, x3
+    assert got["rows"][0]["busbw_GBps"] == pytest.approx(1e6 / 0.004 / 1e9 * 2 * (2 - 1) / 2)
+    assert explain.bench_for(bench, 4, 2, "cpu", "cpu")["run_id"] == "four"
+    assert explain.bench_for(bench, 2, 1, "cpu", "cpu", "emulated 2 Gbit/s")["run_id"] == "linked"
+    assert explain.bench_for(bench, 2, 2, "cpu", "cpu") is None and explain.bench_for(bench, 8, 1, "cpu", "x") is None
+    assert explain.bench_for(bench, 2, 1, "gpu", "cpu") is None
+    only_half = explain.bench_frame([_ar("h1", created="1", dtype="bfloat16"), _ar("h2", created="2", dtype="float16")])
+    assert explain.bench_for(only_half, 2, 1, "cpu", "cpu")["dtype"] == "float16"  # the newest run's dtype
+    gpus = explain.bench_frame([_ar("a100", accelerator="gpu", device_names=["A100"]),
+                                _ar("h100", created="2", accelerator="gpu", device_names=["H100"])])
+    assert explain.bench_for(gpus, 2, 1, "gpu", "A100")["run_id"] == "a100"  # on GPUs the model must match too
+    assert explain.bench_for(explain.bench_frame([]), 2, 1, "cpu", "cpu") is None
+
+
+def test_repeated_rows_with_and_without_single_op_times():
+    single = [dict(r, single_op_s=r["time_s"] * 4) for r in ROWS]
+    rows = explain.median_rows([ROWS, single, [dict(r, single_op_s=r["time_s"] * 2) for r in ROWS]], 4)
+    # only the runs that timed single all-reduces: medians of (x1, x1) times and of (x4, x2) single ops
+    assert [(r["bytes"], r["time_s"], r["single_op_s"]) for r in rows] == [
+        (1_000_000, 0.002, pytest.approx(0.006)), (10_000_000, 0.01, pytest.approx(0.03))]
+    assert rows[0]["algbw_GBps"] == pytest.approx(0.5) and rows[0]["busbw_GBps"] == pytest.approx(0.5 * 2 * 3 / 4)
+    plain = explain.median_rows([ROWS, [{"bytes": 100, "time_s": 1e-5}]], 2)
+    assert [r["bytes"] for r in plain] == [100, 1_000_000, 10_000_000] and "single_op_s" not in plain[0]
+    assert explain.timed_single(single) and not explain.timed_single(ROWS) and not explain.timed_single([])
+
+
+def test_cost_hours_and_mfu_columns_from_the_prices_given():
+    found = [make_result("g1", 1, samples_per_s=100), make_result("g4", 4, samples_per_s=360)]
+    for r in found:
+        r["timing"].update(tokens_per_s=r["timing"]["samples_per_s"] * 1000, tflops_per_device=50.0, mfu=0.1)
+    runs = frames.runs_frame(found)
+    out = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]), peak_tflops=200.0,
+                           gpu_hour_price=2.0, token_budget=3.6e9).set_index("devices")
+    # 4 devices at $2 an hour: $8/h for 360 samples/s = 1,296,000 samples/h -> $0.00617 per 1,000 samples
+    assert out.loc[4, "cost_per_1k_samples"] == pytest.approx(8 / 1296)
+    assert out.loc[4, "hours_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600)  # 2.78 h
+    assert out.loc[4, "cost_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600 * 8)
+    assert out.loc[1, "cost_for_token_budget"] == pytest.approx(10 * 2.0)  # 10 h on one device
+    assert list(out["mfu"]) == [0.25, 0.25]  # 50 of the 200 given, not the recorded 0.1
+    assert out.loc[1, "predicted_efficiency_overlap"] == 1.0 and pd.isna(out.loc[4, "predicted_allreduce_s"])
+    bare = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
+    assert list(bare["mfu"]) == [0.1, 0.1] and bare["cost_per_1k_samples"].isna().all()
+    assert bare["hours_for_token_budget"].isna().all() and bare["cost_for_token_budget"].isna().all()
