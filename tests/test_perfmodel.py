@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from scalelab import perfmodel as pm
+from scalelab.perfmodel import scaling
 from scalelab.workloads.presets import PRESETS
 
 GB = 1e9
@@ -303,3 +304,99 @@ def test_a_hook_changes_the_bytes_on_the_wire_only():
     plain, half = (pm.predict(pm.ScalingInputs(**base, wire_bytes=w))[-1] for w in (None, full / 2))
     assert half.comm_s == pytest.approx(plain.comm_s / 2, rel=1e-3) and half.compute_s == plain.compute_s
     assert wire_bytes("powersgd:4", shapes, 4) < full / 100  # rank-4 factors of 2048-wide matrices
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"gpus_per_node": 0}, "gpus_per_node must be a positive number, got 0"),
+    ({"gpus_per_node": True}, "gpus_per_node must be a positive number, got True"),
+    ({"inter_GBps": float("inf")}, "inter_GBps must be a positive number, got inf"),
+    ({"accumulate": 0}, "accumulate must be a positive number, got 0"),
+    ({"wire_bytes": 0}, "wire_bytes must be a positive number, got 0"),
+    ({"intra_latency_s": -1e-6}, "intra_latency_s must be a number >= 0, got -1e-06"),
+    ({"inter_latency_s": "1"}, "inter_latency_s must be a number >= 0, got '1'"),
+    ({"nodes": ()}, "nodes must be positive integers, got []"),
+    ({"nodes": (2, 0)}, "nodes must be positive integers, got [2, 0]"),
+    ({"scaling": "linear"}, "scaling must be 'weak' or 'strong', got 'linear'"),
+    ({"grad_bytes": None}, "give grad_bytes or n_params"),
+    ({"compute_s": 0}, "compute_s must be a positive number, got 0"),
+    ({"token_budget": -5}, "token_budget must be a positive number, got -5"),
+    ({"gpu_hour_price": -1}, "gpu_hour_price must be a number >= 0, got -1"),
+    ({"compute_s": None, "flops_per_step": 1e12, "tflops": 100, "mfu": 1.5},
+     "mfu is a fraction of peak (0 < mfu <= 1), got 1.5"),
+    ({"compute_s": None, "flops_per_step": 1e12, "tflops": 100},
+     "give compute_s, or flops_per_step with tflops and mfu"),
+    ({"busbw_GBps": {2: 0}}, "busbw_GBps[2] must be a positive number, got 0"),
+])
+def test_scaling_inputs_name_what_is_wrong(given, message):
+    with pytest.raises(ValueError) as err:
+        pm.ScalingInputs(**{"gpus_per_node": 8, "grad_bytes": 1e9, "compute_s": 0.1, **given})
+    assert str(err.value) == message
+
+
+def test_scaling_inputs_derive_bytes_compute_and_buckets():
+    i = pm.ScalingInputs(gpus_per_node=4, nodes=(4, 2, 2, 1), n_params=25 * 2**20, grad_dtype_bytes=2,
+                         flops_per_step=1e15, tflops=100, mfu=0.5, gpu_hour_price=0)
+    assert i.nodes == (1, 2, 4) and i.allreduce_bytes == 50 * 2**20 and i.sent_bytes == 50 * 2**20
+    assert i.compute_s_1gpu == pytest.approx(20.0)  # 1e15 FLOP at 50 % of 100 TFLOP/s
+    assert i.buckets == 2  # 50 MiB in DDP's 25 MiB buckets
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=25 * 2**20 + 1, compute_s=1).buckets == 2
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1, compute_s=1).buckets == 1
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1e12, compute_s=1, bucket_bytes=None).buckets == 1
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=8e9, compute_s=1, wire_bytes=4e9).sent_bytes == 4e9
+
+
+def test_the_scales_are_one_gpu_one_node_then_each_node_count():
+    assert scaling.scales(4, [3, 1, 2, 2]) == [("1 GPU", 1, 1), ("1 node", 1, 4), ("2 nodes", 2, 8), ("3 nodes", 3, 12)]
+    assert scaling.scales(1, [1, 2]) == [("1 GPU", 1, 1), ("2 nodes", 2, 2)]
+
+
+def test_a_measured_busbw_predicts_weak_and_strong_scaling():
+    # 8 ranks on 2 nodes, 1 GB of gradients at 10 GB/s busbw: 2 x 7/8 x 1 GB / 10 GB/s = 0.175 s
+    weak = scaling.predict_from_busbw(0.1, 1e9, 8, 2, 10.0)
+    assert (weak.comm_s, weak.compute_s) == (pytest.approx(0.175), 0.1) and weak.comm_bound
+    assert (weak.step_s_no_overlap, weak.step_s_overlap) == (pytest.approx(0.275), pytest.approx(0.175))
+    assert weak.efficiency_no_overlap == pytest.approx(0.1 / 0.275)
+    assert weak.efficiency_overlap == pytest.approx(0.1 / 0.175)
+    strong = scaling.predict_from_busbw(0.1, 1e9, 8, 2, 10.0, "strong")  # each rank computes 1/8
+    assert strong.compute_s == pytest.approx(0.0125) and strong.step_s_no_overlap == pytest.approx(0.1875)
+    assert strong.efficiency_no_overlap == pytest.approx(0.1 / 0.1875 / 8)
+    assert strong.efficiency_overlap == pytest.approx(0.1 / 0.175 / 8)
+    one = scaling.predict_from_busbw(0.1, 1e9, 1, 1, None)
+    assert (one.comm_s, one.efficiency_no_overlap, one.efficiency_overlap, one.comm_bound) == (0.0, 1.0, 1.0, False)
+    quick = scaling.predict_from_busbw(0.1, 1e9, 2, 1, 1000.0)  # 1 ms of comm under 100 ms of compute
+    assert not quick.comm_bound and quick.efficiency_overlap == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 1e9, 2, 1, 1.0), "step_s_1gpu must be a positive number, got 0"),
+    ((0.1, -1, 2, 1, 1.0), "grad_bytes must be a number >= 0, got -1"),
+    ((0.1, 1e9, 6, 4, 1.0), "world_size 6 is not a multiple of nodes 4"),
+    ((0.1, 1e9, 2, 1, None), "busbw_GBps is needed for world_size > 1"),
+    ((0.1, 1e9, 2, 1, 1.0, "linear"), "scaling must be 'weak' or 'strong', got 'linear'"),
+])
+def test_a_measured_prediction_refuses_bad_input(args, message):
+    with pytest.raises(ValueError) as err:
+        scaling.predict_from_busbw(*args)
+    assert str(err.value) == message
+
+
+def _verdict(**given):
+    inputs = {"gpus_per_node": 8, "nodes": (2,), "grad_bytes": 1e9, "compute_s": 0.05, "bucket_bytes": None, **given}
+    return scaling.verdict(pm.predict(pm.ScalingInputs(**inputs)))
+
+
+def test_the_verdict_names_where_communication_outlasts_compute_and_the_link_that_would_hide_it():
+    # 16 GPUs on 2 nodes: 2 x 15/16 x 1 GB over 25 GB/s per node = 0.075 s > 0.05 s; hiding it needs
+    # 1.875 GB in 0.05 s = 37.5 GB/s = 300 Gbit/s
+    assert _verdict() == ("communication-bound from 2 nodes (16 GPUs): all-reduce 0.075 s > compute 0.05 s; full "
+                          "overlap needs >= 37.5 GB/s (300 Gbit/s) per node between nodes, or more work per GPU")
+    assert _verdict(nodes=(1,), intra_GBps=10.0) == (  # 1.75 GB over 10 GB/s per GPU
+        "communication-bound from 1 node (8 GPUs): all-reduce 0.175 s > compute 0.05 s; full overlap needs "
+        ">= 35 GB/s per GPU within the node, or more work per GPU")
+    assert _verdict(busbw_GBps={2: 5.0}) == (
+        "communication-bound from 2 nodes (16 GPUs): all-reduce 0.375 s > compute 0.05 s; full overlap needs >= "
+        "a busbw of 37.5 GB/s, or more work per GPU")
+    assert _verdict(inter_latency_s=0.01).endswith(  # 2 x 15 hops x 10 ms = 0.3 s of latency alone
+        "; latency alone exceeds compute: fewer, larger all-reduces or more work per GPU")
+    assert _verdict(compute_s=0.1) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
+                                       "0.075 s <= compute 0.1 s")
