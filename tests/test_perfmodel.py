@@ -400,3 +400,57 @@ def test_the_verdict_names_where_communication_outlasts_compute_and_the_link_tha
         "; latency alone exceeds compute: fewer, larger all-reduces or more work per GPU")
     assert _verdict(compute_s=0.1) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
                                        "0.075 s <= compute 0.1 s")
+
+
+def test_the_network_arithmetic_by_hand():
+    net = pm.network
+    assert net.gbit_to_GBps(200) == 25 and net.GBps_to_gbit(25) == 200
+    assert net.busbw_from_algbw(10.0, 8) == pytest.approx(17.5) and net.busbw_from_algbw(10.0, 1) == 0
+    assert net.busbw_from_time(2e9, 0.5, 4) == pytest.approx(4 * 1.5)  # algbw 4 GB/s, x 2 x 3/4
+    assert net.algbw_from_busbw(17.5, 8) == pytest.approx(10.0) and net.algbw_from_busbw(1.0, 1) == float("inf")
+    assert net.allreduce_bytes_per_rank(1000, 4) == 1500 and net.allreduce_bytes_per_rank(1000, 1) == 0
+    # 4 ranks, 1 GB at 10 GB/s with 1 ms a hop and 3 buckets: 3 x 2 x 3 x 1 ms + 1.5 GB / 10 GB/s
+    assert net.allreduce_time_s(1e9, 4, 10.0, 0.001, 3) == pytest.approx(0.018 + 0.15)
+    assert net.allreduce_time_s(1e9, 1, 10.0, 0.001) == 0.0
+    assert net.allreduce_time_from_busbw_s(1e9, 4, 10.0) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="^n must be a positive number, got 0$"):
+        net.busbw_from_algbw(1.0, 0)
+    with pytest.raises(ValueError, match="^buckets must be a positive number, got 0$"):
+        net.allreduce_time_s(1e9, 2, 10.0, buckets=0)
+    with pytest.raises(ValueError, match="^latency_s must be a number >= 0, got -1$"):
+        net.allreduce_time_s(1e9, 2, 10.0, latency_s=-1)
+    with pytest.raises(ValueError, match="^grad_bytes must be a number >= 0, got -1$"):
+        net.allreduce_bytes_per_rank(-1, 2)
+
+
+def test_the_ring_runs_on_the_slowest_link_it_crosses():
+    net = pm.network
+    assert net.ring_for(1, 1, 300, 25, 1e-6, 5e-6) == net.Ring(1, None, 0.0, "none")
+    assert net.ring_for(1, 8, 300, 25, 1e-6, 5e-6) == net.Ring(8, 300, 1e-6, "intra")
+    assert net.ring_for(2, 8, 300, 25, 1e-6, 5e-6) == net.Ring(16, 25, 5e-6, "inter")
+    assert net.ring_for(4, 1, 300, 25) == net.Ring(4, 25, 0.0, "inter")
+    with pytest.raises(ValueError, match="^nodes must be a positive number, got 0$"):
+        net.ring_for(0, 8, 300, 25)
+
+
+def test_busbw_between_and_beyond_the_measured_sizes():
+    net = pm.network
+    rows = [{"bytes": 1000, "busbw_GBps": 1.0}, {"bytes": 100_000, "busbw_GBps": 4.0},
+            {"bytes": 10_000, "busbw_GBps": None}]
+    assert net.busbw_at(rows, 10) == 1.0 and net.busbw_at(rows, 1000) == 1.0 and net.busbw_at(rows, 1e6) == 4.0
+    assert net.busbw_at(rows, 10_000) == pytest.approx(2.0)  # halfway in log(bytes): the geometric mean
+    zero = [{"bytes": 1000, "busbw_GBps": 0.0}, {"bytes": 100_000, "busbw_GBps": 4.0}]
+    assert net.busbw_at(zero, 10_000) == pytest.approx(2.0)  # log(0) undefined: linear in busbw
+    assert net.busbw_at([{"bytes": 10, "busbw_GBps": 1.0}, {"bytes": 10, "busbw_GBps": 3.0}], 10) == 1.0
+    with pytest.raises(ValueError, match="^nbytes must be >= 0, got -1$"):
+        net.busbw_at(rows, -1)
+    with pytest.raises(ValueError, match="^no rows with a busbw to interpolate$"):
+        net.busbw_at([{"bytes": 1, "busbw_GBps": None}], 1)
+
+
+def test_the_plateau_is_the_median_of_the_three_largest_sizes():
+    net = pm.network
+    rows = [{"bytes": b, "busbw_GBps": v} for b, v in [(1, 0.1), (4, 9.0), (2, 5.0), (3, 7.0), (5, 8.0)]]
+    assert net.plateau_busbw(rows) == 8.0  # of 7, 9, 8 (sizes 3, 4, 5)
+    assert net.plateau_busbw(rows[:2]) == pytest.approx(4.55) and net.plateau_busbw([]) is None
+    assert net.plateau_busbw([{"bytes": 9, "busbw_GBps": None}, *rows[:1]]) == 0.1
