@@ -264,3 +264,69 @@ def test_an_atomic_write_interrupted_before_the_rename_leaves_nothing(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         results.atomic_write_json(str(target), {"a": 1})
     assert list((tmp_path / "run").iterdir()) == []  # neither the result nor a temporary file
+
+
+def test_slurm_info_records_the_job_step_and_restarts():
+    env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "scalelab",
+           "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "gpu", "SLURM_STEP_ID": "0",
+           "SLURM_RESTART_COUNT": "3"}
+    assert results.slurm_info(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
+                                       "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
+                                       "step_id": "0", "restart_count": 3}
+    assert results.slurm_info({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
+    assert results.slurm_info({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
+        "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
+        "partition": None, "step_id": None, "restart_count": 0}
+    assert results.slurm_info({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
+
+
+def test_versions_name_python_torch_lightning_submitit_and_scalelab():
+    import platform
+
+    import lightning
+    import submitit
+    import torch
+
+    import scalelab
+
+    v = results.versions()
+    assert v == {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                 "lightning": lightning.__version__, "submitit": submitit.__version__, "scalelab": scalelab.__version__}
+
+
+def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
+    import re
+
+    rid = results.new_run_id("transformer", 8, run_name="my run/α" + "x" * 50,
+                             environ={"SLURM_JOB_ID": "123", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "3"})
+    name = "my-run-" + "x" * 33  # every other character -> "-", cut at 40
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{name}-transformer-8x-job120_3-pid{os.getpid()}-[0-9a-f]{{8}}", rid), rid
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-1x-job9-pid{os.getpid()}-[0-9a-f]{{8}}",
+                        results.new_run_id("mlp", 1, environ={"SLURM_JOB_ID": "9"}))
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-job9_1-pid{os.getpid()}-[0-9a-f]{{8}}",  # array id unknown
+                        results.new_run_id("mlp", 2, environ={"SLURM_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "1"}))
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-pid{os.getpid()}-[0-9a-f]{{8}}", results.new_run_id("mlp", 2,
+                                                                                                    environ={}))
+
+
+def test_the_output_folder_is_made_or_refused_in_one_line(tmp_path):
+    made = tmp_path / "a" / "b"
+    results.ensure_output_dir(str(made))
+    assert made.is_dir() and not list(made.iterdir())  # the probe folder is gone again
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir(str(tmp_path / "file"), "--plot")
+    assert str(err.value) == f"--plot {tmp_path / 'file'} is a file, not a folder"
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir(str(tmp_path / "file" / "sub"))
+    assert str(err.value) == f"--output_dir {tmp_path / 'file' / 'sub'} cannot be created (Not a directory)"
+
+
+def test_a_claimed_folder_is_never_shared(tmp_path):
+    first = results.claim_folder(str(tmp_path / "out"), "run")
+    second = results.claim_folder(str(tmp_path / "out"), "run")
+    assert first == str(tmp_path / "out" / "run") and os.path.dirname(second) == str(tmp_path / "out")
+    assert os.path.basename(second).startswith("run-") and len(os.path.basename(second)) == len("run-") + 4
+    path = results.write(str(tmp_path / "out"), make_result("run"))
+    assert os.path.basename(os.path.dirname(path)).startswith("run-")
+    assert json.load(open(path))["run_id"] == os.path.basename(os.path.dirname(path))  # the folder's own name
