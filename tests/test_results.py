@@ -330,3 +330,85 @@ def test_a_claimed_folder_is_never_shared(tmp_path):
     path = results.write(str(tmp_path / "out"), make_result("run"))
     assert os.path.basename(os.path.dirname(path)).startswith("run-")
     assert json.load(open(path))["run_id"] == os.path.basename(os.path.dirname(path))  # the folder's own name
+
+
+def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_hardware():
+    a, b = make_result("a", 1), make_result("b", 8, nodes=2)
+    b["workload"].update(describe="mlp at 8", params=2000, tokens_per_sample=7)
+    assert results.group_key(a) == results.group_key(b)  # describe, params, batches, tokens: derived
+    assert json.loads(results.group_key(a)) == {
+        "workload": {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"},
+        "hardware": {"accelerator": "cpu", "device": "cpu"}}
+    other = make_result("c", 1)
+    other["launch"]["device_names"] = ["NVIDIA A100"]
+    assert results.group_key(other) != results.group_key(a)
+    other["launch"]["device_names"] = []
+    assert json.loads(results.group_key(other))["hardware"]["device"] is None
+    assert results.group_key(make_result("d", 1, batch_size=32)) != results.group_key(a)
+
+
+def test_a_version_1_file_gets_the_version_2_names_in_comm_and_in_each_rank():
+    old = make_result("v1")
+    old["schema_version"] = 1
+    old["timing"]["comm"] = {"exposed_comm_s": 1, "comm_busy_s": 2, "comm_alone_s": 3, "hidden_comm_s": 4,
+                             "overlap": 5, "train_busbw_GBps": 6, "compute_s": 7}
+    old["ranks"] = [{"comm_busy_s": 1, "comm_alone_s": 2, "rank": 0}, "not a rank"]
+    new = results.validate(old)
+    assert new["schema_version"] == 2 and new["timing"]["comm"] == {
+        "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 5,
+        "ddp_busbw_GBps": 6, "compute_s": 7}
+    assert new["ranks"] == [{"allreduce_s": 1, "allreduce_alone_s": 2, "rank": 0}, "not a rank"]
+    assert old["schema_version"] == 1 and "exposed_comm_s" in old["timing"]["comm"]  # the caller's dict untouched
+    assert results.validate(dict(make_result("v2"), ranks=[{"comm_busy_s": 1}]))["ranks"] == [{"comm_busy_s": 1}]
+
+
+def test_requeued_attempts_share_a_key_per_job_array_task_and_step():
+    def attempt(run_id, **slurm):
+        return dict(make_result(run_id), slurm=slurm)
+    assert results.attempt_key(make_result("x")) is None and results.attempt_key(attempt("y", job_id=None)) is None
+    assert results.attempt_key(attempt("a", job_id="5", step_id="0")) == ("5", None, "0")
+    assert results.attempt_key(attempt("b", job_id="7", array_job_id="5", array_task_id="2")) == ("5", "2", None)
+    found = [attempt("r0", job_id="5", restart_count=0, created="2"), attempt("r1", job_id="5", restart_count=1),
+             attempt("r2", job_id="5", restart_count=1, created="1"), attempt("other", job_id="6"), make_result("free")]
+    for r in found:
+        r["created"] = r["slurm"].pop("created", "0") if r.get("slurm") else "0"
+    # restart 1 beats restart 0 whatever the dates; between two restart-1 attempts the newer one
+    assert [r["run_id"] for r in results.latest_attempts(found)] == ["r2", "other", "free"]
+
+
+def test_an_unreadable_file_says_why(tmp_path):
+    with pytest.raises(results.ResultError, match=r"^unreadable \(No such file or directory\)$"):
+        results.load(str(tmp_path / "missing.json"))
+    (tmp_path / "blank.json").write_text("  \n")
+    with pytest.raises(results.ResultError, match="^empty file$"):
+        results.load(str(tmp_path / "blank.json"))
+    (tmp_path / "bad.json").write_text('{"a": ')
+    with pytest.raises(results.ResultError, match=r"^not valid JSON \(Expecting value: line 1 column 7 \(char 6\)\)$"):
+        results.load(str(tmp_path / "bad.json"))
+
+
+def _summary(**changes):
+    config = {k: 1 for k in results._SUMMARY_FIELDS}
+    config["workload"] = {"model": "mlp"}
+    return {"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [config], **changes}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"schema": "scalelab.result"}, 'not a scalelab report summary (no "schema": "scalelab.report_summary")'),
+    ({"schema_version": 2}, "summary schema_version 2 is not one this scalelab reads (1)"),
+    ({"schema_version": True}, "summary schema_version True is not one this scalelab reads (1)"),
+    ({"schema_version": "1"}, "summary schema_version '1' is not one this scalelab reads (1)"),
+    ({"configurations": {}}, 'summary has no "configurations" list'),
+    ({"configurations": [{"workload": {}}]}, "summary configuration 0 lacks hardware, describe, scaling, unit, "
+     "devices, nodes, throughput, efficiency, baseline_devices, step_s, comm_share"),
+    ({"configurations": [dict(_summary()["configurations"][0], workload=[])]},
+     "summary configuration 0 lacks a workload object"),
+])
+def test_a_summary_is_refused_with_what_it_lacks(tmp_path, changes, message):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_summary(**changes)))
+    with pytest.raises(results.ResultError) as err:
+        results.load_summary(str(path))
+    assert str(err.value) == message
+    path.write_text(json.dumps(_summary()))
+    assert results.load_summary(str(path))["configurations"][0]["devices"] == 1
