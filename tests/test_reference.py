@@ -1,5 +1,6 @@
 """Reference checks (`benchmark.py --reference` / `--write_reference`) on folders written by results.write."""
 
+import json
 import math
 import re
 
@@ -9,6 +10,7 @@ import yaml
 from conftest import run_script
 from scalelab import results
 from scalelab.cli import run_main
+from scalelab.errors import UsageError
 from scalelab.report import reference
 from scalelab.report.cli import main
 from test_explain import ROWS, _bench
@@ -181,3 +183,74 @@ def test_writing_and_checking_a_folder_count_the_same_checks_and_values(tmp_path
     said = f"{len(checks)} check(s) of {len(values)} value(s)"
     assert written == [f"written: {ref} ({said})"]
     assert out[-1] == f"reference: {said}: {len(values)} passed, 0 failed"
+
+
+def _entry(**changes):
+    entry = {"name": "c1", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+             "reference": {"efficiency": [0.9, -0.1, None, ""]}}
+    return {k: v for k, v in {**entry, **changes}.items() if v is not DROP}
+
+
+DROP = object()
+C1 = "check 1 (c1)"
+
+
+@pytest.mark.parametrize("checks, message", [
+    ([[1]], "check 1: expected a mapping, got list"),
+    ([_entry(name="a b")], "check 1: `name` must be letters, digits and _.:+/- (no spaces), got 'a b'"),
+    ([_entry(name=DROP)], "check 1: `name` must be letters, digits and _.:+/- (no spaces), got None"),
+    ([_entry(kind="nccl")], f"{C1}: kind must be training or allreduce, got 'nccl'"),
+    ([_entry(workload=DROP)], f"{C1}: a training check needs a `workload:` mapping (its fields select the runs)"),
+    ([_entry(devices=0)], f"{C1}: `devices` must be a positive integer, got 0"),
+    ([_entry(nodes=True)], f"{C1}: `nodes` must be a positive integer, got True"),
+    ([_entry(baseline_devices="1")], f"{C1}: `baseline_devices` must be a positive integer, got '1'"),
+    ([_entry(hardware={"device": "A100"})],
+     f"{C1}: `hardware:` must be a mapping with `accelerator` (and `device` for a GPU)"),
+    ([_entry(link=5)], f"{C1}: `link` must be text (\"\" for a real network), got 5"),
+    ([_entry(reference={})], f"{C1}: `reference:` must map quantities (efficiency, throughput_per_device, "
+                             "forecast_error) to [value, lower, upper, unit]"),
+    ([_entry(reference={"busbw": [1, None, None, "GB/s"]})],
+     f"{C1}: unknown quantity 'busbw' for a training check (known: efficiency, throughput_per_device, forecast_error)"),
+    ([_entry(kind="allreduce", reference={"efficiency": [1, None, None, ""]})],
+     f"{C1}: unknown quantity 'efficiency' for a allreduce check (known: busbw)"),
+    ([_entry(reference={"efficiency": [0.9, -0.1, None]})],
+     f"{C1}: efficiency: expected [value, lower, upper, unit] (e.g. [0.9, -0.1, null, '']), got [0.9, -0.1, None]"),
+    ([_entry(reference={"efficiency": ["0.9", -0.1, None, ""]})],
+     f"{C1}: efficiency: the reference value must be a number, got '0.9'"),
+    ([_entry(reference={"efficiency": [True, -0.1, None, ""]})],
+     f"{C1}: efficiency: the reference value must be a number, got True"),
+    ([_entry(reference={"efficiency": [0.9, 0.1, None, ""]})],
+     f"{C1}: efficiency: the lower threshold must be a fraction in [-1, 0] or null, got 0.1"),
+    ([_entry(reference={"efficiency": [0.9, -1.5, None, ""]})],
+     f"{C1}: efficiency: the lower threshold must be a fraction in [-1, 0] or null, got -1.5"),
+    ([_entry(reference={"efficiency": [0.9, None, -0.1, ""]})],
+     f"{C1}: efficiency: the upper threshold must be a fraction >= 0 or null, got -0.1"),
+    ([_entry(reference={"efficiency": [0.9, None, None, 0]})],
+     f"{C1}: efficiency: the unit must be text ('' for none), got 0"),
+    ([_entry(), _entry()], "check 2: name 'c1' is used twice"),
+    ([], "expected a mapping with a non-empty `checks:` list (write one with --write_reference)"),
+])
+def test_each_bad_reference_entry_is_named_with_what_is_wrong(tmp_path, checks, message):
+    path = tmp_path / "ref.yaml"
+    path.write_text(json.dumps({"checks": checks}))  # JSON is YAML
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    assert str(err.value) == f"--reference {path}: {message}"
+
+
+def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
+    ok = [_entry(reference={"efficiency": [0.9, -1, 0, ""], "throughput_per_device": [5, 0, None, "samples/s"]},
+                 baseline_devices=1, link=""),
+          _entry(name="bench.2x1:a/b+c-d", kind="allreduce", workload=DROP,
+                 reference={"busbw": [1, None, 0.5, "GB/s"]})]
+    path = tmp_path / "ref.yaml"
+    path.write_text(json.dumps({"checks": ok}))
+    assert reference.load(str(path)) == ok
+    with pytest.raises(UsageError) as err:
+        reference.load(str(tmp_path / "none.yaml"))
+    assert str(err.value) == f"--reference {tmp_path / 'none.yaml'}: cannot read it (No such file or directory)"
+    path.write_text("checks:\n  - name: [\n")
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    # the third line: where the file ends inside the open bracket (the words are libyaml's)
+    assert str(err.value) == f"--reference {path}: not valid YAML at line 3 (did not find expected node content)"
