@@ -4,6 +4,7 @@ import json
 import math
 import re
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -254,3 +255,59 @@ def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
         reference.load(str(path))
     # the third line: where the file ends inside the open bracket (the words are libyaml's)
     assert str(err.value) == f"--reference {path}: not valid YAML at line 3 (did not find expected node content)"
+
+
+ROW = {"efficiency": 0.85, "unit": "samples/s", "baseline_devices": 1, "throughput_per_device": 123.456789,
+       "busbw_GBps": 2.5}
+
+
+@pytest.mark.parametrize("quantity, tup, entry, row, verdict", [
+    ("efficiency", [0.9, -0.1, None, ""], {}, {}, "PASS c.efficiency: 0.85 (reference 0.9, accepted 0.81..inf)"),
+    ("efficiency", [0.95, -0.1, None, ""], {}, {},
+     "FAIL c.efficiency: 0.85 below 0.855 (reference 0.95, accepted 0.855..inf)"),
+    ("efficiency", [0.8, None, 0.05, ""], {}, {},
+     "FAIL c.efficiency: 0.85 above 0.84 (reference 0.8, accepted -inf..0.84)"),
+    ("efficiency", [0.85, 0, 0, ""], {}, {}, "PASS c.efficiency: 0.85 (reference 0.85, accepted 0.85..0.85)"),
+    ("throughput_per_device", [120, -0.1, 0.1, "samples/s"], {}, {},
+     "PASS c.throughput_per_device: 123.5 samples/s (reference 120, accepted 108..132)"),
+    ("throughput_per_device", [120, -0.1, None, "tokens/s"], {}, {},
+     "FAIL c.throughput_per_device: measured in samples/s, the reference is in tokens/s"),
+    ("efficiency", [0.9, -0.1, None, "%"], {}, {}, "FAIL c.efficiency: measured in no unit, the reference is in %"),
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 2}, {},
+     "FAIL c.efficiency: efficiency here is against 1 device(s), the reference's against 2: run the baseline too"),
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 1}, {},
+     "PASS c.efficiency: 0.85 (reference 0.9, accepted 0.81..inf)"),
+    ("efficiency", [0.9, -0.1, None, ""], {}, {"efficiency": float("nan")},
+     "FAIL c.efficiency: not measured in the matching runs"),
+    ("efficiency", [0.9, -0.1, None, ""], {}, {"efficiency": None},
+     "FAIL c.efficiency: not measured in the matching runs"),
+    ("busbw", [2, -0.2, None, "GB/s"], {"kind": "allreduce"}, {},
+     "PASS c.busbw: 2.5 GB/s (reference 2, accepted 1.6..inf)"),
+    ("busbw", [-2, -0.1, 0.1, "GB/s"], {"kind": "allreduce"}, {"busbw_GBps": -1.0},
+     "FAIL c.busbw: -1 GB/s above -1.8 (reference -2, accepted -2.2..-1.8)"),  # |value|: below stays below
+])
+def test_each_verdict_line(quantity, tup, entry, row, verdict):
+    line, perf = reference._verdict("c", quantity, tup, {**ROW, **row}, entry)
+    assert line == verdict
+    assert (perf is None) == line.endswith("not measured in the matching runs")
+
+
+def test_the_perf_line_carries_the_measured_value_and_its_unit():
+    assert reference._verdict("c", "throughput_per_device", [1, None, None, "samples/s"], ROW, {})[1] == (
+        "PERF c.throughput_per_device=123.457 samples/s")
+    assert reference._verdict("c", "efficiency", [1, None, None, ""], ROW, {})[1] == "PERF c.efficiency=0.85"
+    assert reference._verdict("c", "busbw", [1, None, None, ""], ROW, {"kind": "allreduce"}) == (
+        "FAIL c.busbw: measured in GB/s, the reference is in no unit", "PERF c.busbw=2.5 GB/s")
+
+
+def test_a_check_that_matches_nothing_fails_with_what_it_looked_for():
+    checks = [{"name": "t", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+               "reference": {"efficiency": [0.9, -0.1, None, ""], "throughput_per_device": [1, -0.1, None, ""]}},
+              {"name": "b", "kind": "allreduce", "devices": 8, "nodes": 2, "link": "emulated 1 Gbit/s",
+               "hardware": {"accelerator": "gpu", "device": "A100"}, "reference": {"busbw": [1, -0.1, None, "GB/s"]}}]
+    lines, failed = reference.check(checks, pd.DataFrame(), pd.DataFrame(), "DIR")
+    assert lines == ["FAIL t: no training run on 2 device(s), 1 node(s), cpu in DIR (nothing was checked)",
+                     "FAIL b: no all-reduce benchmark on 8 device(s), 2 node(s), A100, link emulated 1 Gbit/s in DIR "
+                     "(nothing was checked)",
+                     "reference: 2 check(s) of 3 value(s): 0 passed, 3 failed"]
+    assert failed == 3
