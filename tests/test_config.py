@@ -203,3 +203,48 @@ def test_a_result_json_re_runs_that_run(run, tmp_path, capsys):
 def test_an_unknown_config_name_lists_the_named_ones():
     with pytest.raises(UsageError, match=r"--config gpt-huge: no such file, nor a named config \(gpt-large, "):
         config.parse_config(["--config", "gpt-huge"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'transformer')"),
+    (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
+    (["--max_steps", "5", "--warmup_steps", "5"],
+     "--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer warm-up steps or more steps"),
+    (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml: no such file, nor a named config "
+     "(gpt-large, gpt-medium, gpt-small, gpt-tiny, gpt-xl, mlp)"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+])
+def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
+    with pytest.raises(UsageError) as err:
+        config.parse_config(args)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "expected a mapping of flag names to values"),
+    ("batch_size: [1, 2]", "batch_size: expected one value, got a list"),
+    ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
+    ("static_graph: 1", "static_graph: expected true or false, got 1"),
+    ("batch_size: 0", "batch_size: expected a positive integer, got '0'"),
+    ("model: resnet", "model: 'resnet' is not one of mlp, transformer"),
+    ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
+    ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message
+    ('{"schema": "scalelab.result", "kind": "allreduce"}', "a scalelab allreduce result, not a training run's"),
+])
+def test_a_bad_config_file_says_which_key_and_why(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        config.parse_config(["--config", str(path)])
+    assert str(err.value) == f"--config {path}: {message}"
+
+
+def test_a_config_file_gets_the_command_lines_types_and_a_result_replays_its_run(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("batch-size: '32'\nhidden_dims: [8, 4]\nstatic_graph: true\nseed: null\n")
+    cfg = config.parse_config(["--config", str(path)])
+    assert (cfg.batch_size, cfg.hidden_dims, cfg.static_graph) == (32, [8, 4], True)
+    path.write_text("")
+    assert config.parse_config(["--config", str(path)]).batch_size == config.parse_config([]).batch_size
