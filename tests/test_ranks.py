@@ -260,3 +260,55 @@ def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):
         assert "sbatch --exclude=node2 <job script>" in proc.stdout
     else:
         assert f"rank 1 had a core {share * 100:.0f} % of the time it was ready to run" in proc.stdout
+
+
+def _cells(text: str) -> list:
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def test_one_runs_rank_table_cell_by_cell():
+    def rec(rank, host, device, cores, probe_ready):  # steps 1 and 3 normal (200 and 300 ms), 2 a probe
+        return {"rank": rank, "host": host, "device": device, "cpu_affinity": cores,
+                "step_times_s": [1.0, 0.2, 0.25, 0.3], "grads_ready_s": [0.5, 0.1, probe_ready, 0.2],
+                "probe_steps": [2]}
+    run = training("r", [rec(2, "n2", "cuda:0", [], 0.15), rec(1, "n1", "cuda:1", [4, 5, 7], 0.10),
+                         rec(0, "n1", "cuda:0", [0, 1, 2, 3], 0.12)], launcher="slurm")
+    run["timing"]["warmup_steps"] = 1
+    run["slurm"] = {"job_id": "42"}
+    lines = ranks.run_table(run, 10.0, "pipe")
+    assert lines[0] == "r: 3 devices on 2 node(s), slurm job 42"
+    assert _cells(lines[1]) == [ranks.HEADERS,
+                                ["n1", "0", "cuda:0", "0-3", "—", "120.0", "+0 %", "250.0", ""],
+                                ["", "1", "cuda:1", "4-5,7", "—", "100.0", "-17 %", "250.0", ""],
+                                ["n2", "2", "cuda:0", "—", "—", "150.0", "+25 %", "250.0", "slow"]]
+    assert lines[2:] == ["  slow: rank 2 on n2 (+25 %) against the median rank's 120.0 ms",
+                         "  try next without them: sbatch --exclude=n2 <job script>"]
+    assert ranks.run_table(run, 30.0, "pipe")[2:] == [
+        "  no rank's compute is more than 30 % above the median (120.0 ms)"]
+    for r in run["ranks"]:
+        r["probe_steps"] = []
+    run["launch"]["oversubscribed"] = "3 ranks on 2 cores"
+    del run["slurm"]
+    lines = ranks.run_table(run, 10.0, "pipe")
+    assert lines[0] == "r: 3 devices on 2 node(s), slurm" and _cells(lines[1])[1][5:7] == ["—", "—"]
+    assert _cells(lines[1])[1][7] == "250.0"  # steps 1, 2 and 3 are all normal now: 200, 250, 300 ms
+    assert lines[2:] == ["  ! 3 ranks on 2 cores: a rank that shared cores is slow for that reason, not its node",
+                         "  no probe steps (--comm_probe_every 0): no rank's own compute is known, and step times "
+                         "agree in DDP, so no rank can be named"]
+
+
+def test_the_per_rank_view_lists_the_newest_multi_rank_run_of_each_configuration():
+    old = training("old", [rank_record(0, "a", 0.01), rank_record(1, "b", 0.01)], created="2026-01-01")
+    new = training("new", [rank_record(0, "a", 0.01), rank_record(1, "b", 0.01)], created="2026-01-02")
+    one = make_result("one", 1)
+    assert [r["run_id"] for r in ranks.newest_runs([new, old, one])] == ["new"]
+    assert [r["run_id"] for r in ranks.newest_runs([new, old, one], all_runs=True)] == ["old", "new"]
+    assert ranks.render([one]) == "No completed run on 2 or more devices here: the per-rank view needs one."
+    text = ranks.render([old], pct=12.5)
+    assert text.splitlines()[0] == ("Per rank (compute: median of the no-sync probe steps, each rank alone; step: "
+                                    "median of the normal steps, which end together; flagged: compute more than "
+                                    "12.5 % above the median rank)")
+    assert text.splitlines()[1] == "" and text.splitlines()[2].startswith("old: 2 devices on 2 node(s), local")
+    assert ranks.fmt_pct(0.456) == "46 %" and ranks.fmt_pct(None) == "—" and ranks.fmt_ms(0.0123) == "12.3"
+    assert ranks.fmt_vs(0.263) == "+26 %" and ranks.fmt_vs(-0.04) == "-4 %" and ranks.fmt_vs(float("nan")) == "—"
