@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scalelab import config
 from scalelab.workloads import build, data
+from scalelab.workloads.presets import TransformerShape
 from scalelab.workloads.transformer import lora_params
 
 BATCH = 3
@@ -143,3 +144,22 @@ def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
     cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
                      {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
     assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None
+
+
+def test_flops_formulas_by_hand():
+    from scalelab.perfmodel import flops
+
+    # 6 N + 12 L H Q T = 6,000 + 12 x 2 x 4 x 8 x 16 = 18,288; causal kernels skip half the attention term
+    assert flops.transformer_flops_per_token(1000, n_layer=2, n_head=4, head_dim=8, seq_len=16) == 18288
+    assert flops.transformer_flops_per_token(1000, n_layer=2, n_head=4, head_dim=8, seq_len=16, causal=True) == 12144
+    shape = TransformerShape(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=50)
+    assert flops.transformer_flops_per_token(shape, seq_len=8) == 6 * shape.matmul_params() + 12 * 2 * 4 * 8 * 8
+    with pytest.raises(ValueError, match="^with an explicit parameter count, also give n_head, seq_len$"):
+        flops.transformer_flops_per_token(1000, n_layer=2, head_dim=8)
+    with pytest.raises(ValueError, match="^n_layer must be a positive number, got 0$"):
+        flops.transformer_flops_per_token(shape, n_layer=0)
+    assert flops.dense_flops_per_sample(100) == 600
+    assert flops.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=True) == pytest.approx(65.536)
+    assert flops.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=False) == pytest.approx(49.152)
+    with pytest.raises(ValueError, match="^gpus must be a positive number, got 0$"):
+        flops.iteration_tflop_per_gpu(2, 2048, 16, 0, recompute=False)
