@@ -1,12 +1,13 @@
 """The analytic model: the worked example of docs/07, nccl-tests arithmetic, peaks, and scaling by hand."""
 
 import sys
+from math import prod
 
 import pytest
 
 from scalelab import perfmodel as pm
 from scalelab.perfmodel import scaling
-from scalelab.workloads.presets import PRESETS
+from scalelab.workloads.presets import PRESETS, TransformerShape
 
 GB = 1e9
 S_2B_FP32 = 2e9 * 4  # 8 GB of fp32 gradients
@@ -454,3 +455,54 @@ def test_the_plateau_is_the_median_of_the_three_largest_sizes():
     assert net.plateau_busbw(rows) == 8.0  # of 7, 9, 8 (sizes 3, 4, 5)
     assert net.plateau_busbw(rows[:2]) == pytest.approx(4.55) and net.plateau_busbw([]) is None
     assert net.plateau_busbw([{"bytes": 9, "busbw_GBps": None}, *rows[:1]]) == 0.1
+
+
+@pytest.mark.parametrize("name, family", [
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA RTX A1000", None),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 SXM5", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H100", None), ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", None),
+    ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla V100-PCIE-32GB", "V100 PCIe"), ("Tesla V100S-PCIE-32GB", "V100S"),
+    ("Tesla V100-DGXS-32GB", None), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", None), ("", None), (None, None),
+])
+def test_the_gpu_family_of_a_device_name(name, family):
+    assert pm.peaks.gpu_family(name) == family
+
+
+def test_peaks_by_precision_and_mfu():
+    peaks = pm.peaks
+    assert [peaks.precision_dtype(p) for p in ("32", " 32-TRUE ", "tf32", "bf16-mixed", "bf16-true", "16-mixed",
+                                                 "half", "float32", "bfloat16", "64", None)] == [
+        "fp32", "fp32", "tf32", "bf16", "bf16", "fp16", "fp16", "fp32", "bf16", None, None]
+    assert peaks.peak_tflops("NVIDIA A100-SXM4-80GB", "bf16-mixed") == 312.0
+    assert peaks.peak_tflops("NVIDIA A100-SXM4-80GB", "32") == 19.5  # TF32 off by default: the fp32 rate
+    assert peaks.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
+    assert peaks.peak_tflops("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # Volta: no bf16 tensor cores
+    assert peaks.peak_tflops("cpu", "32") is None and peaks.peak_tflops("NVIDIA A100", "64") is None
+    assert peaks.mfu(156.0, 312.0) == 0.5 and peaks.mfu(0.0, 312.0) == 0.0
+    assert peaks.mfu(1.0, None) is None and peaks.mfu(1.0, 0.0) is None and peaks.mfu(None, 312.0) is None
+    with pytest.raises(ValueError, match="^achieved TFLOP/s must be >= 0, got -1.0$"):
+        peaks.mfu(-1.0, 312.0)
+
+
+def test_bytes_on_the_wire_per_hook():
+    lv = pm.levers
+    shapes = [(1000, 100), (10,), (4, 3)]  # 100,000 + 10 + 12 elements
+    assert lv.wire_bytes("none", shapes, 4) == 4 * 100_022
+    assert lv.wire_bytes("bf16", shapes, 4) == lv.wire_bytes("fp16", shapes, 4) == 2 * 100_022
+    # PowerSGD rank 4: (1000 + 100) x 4 = 4,400 for the matrix; the vector (1 x 10, r = 1: 11 x 2 >= 10) and the
+    # 4 x 3 matrix ((4 + 3) x 3 x 2 >= 12) go as they are
+    assert lv.wire_bytes("powersgd:4", shapes, 4) == 4 * (4400 + 10 + 12)
+    assert lv.wire_bytes("powersgd", [(1000, 100)], 2) == 2 * 1100  # rank 1 by default
+    assert lv.wire_bytes("powersgd:4", shapes, 4, compressing=False) == 4 * 100_022
+    assert lv.wire_bytes("powersgd:4", [()], 4) == 4  # a scalar: one element, sent as it is
+    assert lv.accumulated_step(0.1, 0.3, 4) == (pytest.approx(0.7), pytest.approx(0.6))
+    assert lv.accumulated_step(0.1, 0.05, 4) == (pytest.approx(0.45), pytest.approx(0.4))
+
+
+def test_the_gradient_tensors_of_the_gpt():
+    shape = TransformerShape(n_layer=2, n_head=2, d_model=8, seq_len=4, vocab_size=16)
+    shapes = pm.levers.gradient_shapes(shape)
+    assert shapes[:2] == [(16, 8), (4, 8)] and shapes[-2:] == [(8,), (8,)] and len(shapes) == 2 + 12 * 2 + 2
+    assert shapes[2:14] == [(8,), (8,), (24, 8), (24,), (8, 8), (8,), (8,), (8,), (32, 8), (32,), (8, 32), (8,)]
+    assert sum(prod(s) for s in shapes) == shape.total_params()  # every parameter has its gradient, once
