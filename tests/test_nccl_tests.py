@@ -525,3 +525,34 @@ def test_a_wrong_out_of_place_sum_is_counted(tmp_path):
     with pytest.raises(NcclTestsError, match="wrong values"):
         nccl_tests.parse(proc.stdout)
     assert os.path.exists(next(tmp_path.rglob("result.json")))
+
+
+def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
+    import re
+
+    ranks = [{"rank": 0, "pid": 7, "host": "h", "device": 0, "bus": "0x00", "name": "cpu"},
+             {"rank": 1, "pid": 123456, "host": "node-b", "device": 1, "bus": "0x1a", "name": "cpu"}]
+    params = {"min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup_iters": 5, "iters": 20, "check": False}
+    lines = nccl_tests.header(ranks, params, "all_reduce_perf", ("rid", "cpu", "gloo")).splitlines()
+    assert lines[:8] == [
+        "# Collective test starting: all_reduce_perf", "# scalelab run_id: rid accelerator: cpu backend: gloo",
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+        "validation: 0 graph: 0", "#", "# Using devices",
+        "#  Rank  0 Group  0 Pid      7 on          h device  0 [0x00] cpu",
+        "#  Rank  1 Group  0 Pid 123456 on     node-b device  1 [0x1a] cpu", "#"]
+    groups, names, units = lines[8:]
+    row = nccl_tests.row_line({"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 2e-5, "algbw_GBps": 0.05,
+                               "busbw_GBps": 0.05, "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.05,
+                               "oop_busbw_GBps": 0.05, "oop_wrong": None})
+    ends = [m.end() for m in re.finditer(r"\S+", row)]
+    assert names.split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                             "time", "algbw", "busbw", "#wrong"]
+    assert [m.end() for m in re.finditer(r"\S+", names)][1:] == ends  # right-aligned over the values
+    assert row.split()[3:5] == ["sum", "-1"] and row.split()[8] == "N/A"  # an unchecked column says N/A
+    unit_ends = {m.group(): m.end() for m in re.finditer(r"\S+", units)}
+    assert units.split()[1:] == ["(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"]
+    assert (unit_ends["(B)"], unit_ends["(elements)"]) == (ends[0], ends[1])
+    assert [m.end() for m in re.finditer(r"\(us\)", units)] == [ends[5], ends[9]]
+    assert groups.split() == ["#", "out-of-place", "in-place"]
+    assert ends[4] < groups.index("out-of-place") < ends[8] < groups.index("in-place") < ends[12]
+    assert nccl_tests.header(ranks, params, "p").splitlines()[1].startswith("# nThread 1")  # no run: no run line
