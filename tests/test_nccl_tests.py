@@ -556,3 +556,37 @@ def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
     assert groups.split() == ["#", "out-of-place", "in-place"]
     assert ends[4] < groups.index("out-of-place") < ends[8] < groups.index("in-place") < ends[12]
     assert nccl_tests.header(ranks, params, "p").splitlines()[1].startswith("# nThread 1")  # no run: no run line
+
+
+def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monkeypatch):
+    import datetime
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "alps.out").write_text(OLD)
+    (tmp_path / "a.log").write_text(NEW)
+    (tmp_path / "a.json").write_text(NEW)  # not a log's suffix
+    (tmp_path / "train.txt").write_text("epoch 1 loss 0.3\n")  # a log, not nccl-tests': passed over in silence
+    (tmp_path / "cut.log").write_text(NEW.split("# Out of bounds")[0])  # nccl-tests', unfinished
+    (tmp_path / "big.log").write_text(NEW + "#" * 64)
+    monkeypatch.setattr(nccl_tests, "MAX_BYTES", len(NEW) + 32)  # larger files are training logs
+    os.utime(tmp_path / "a.log", (0, 86400))
+    found, skipped = nccl_tests.scan(str(tmp_path))
+    assert [(r["run_id"], r["_path"]) for r in found] == [
+        ("nccl-tests-a.log", str(tmp_path / "a.log")), ("nccl-tests-b/alps.out", str(tmp_path / "b" / "alps.out"))]
+    assert found[0]["created"] == datetime.datetime(1970, 1, 2, tzinfo=datetime.timezone.utc).isoformat()
+    assert skipped == [(str(tmp_path / "cut.log"),
+                        "truncated: 13 row(s) and no 'Avg bus bandwidth' line (the run did not finish)")]
+    assert nccl_tests.load(str(tmp_path / "a.log"))[0]["run_id"] == "nccl-tests-a.log"
+    with pytest.raises(NcclTestsError, match=r"^unreadable \(No such file or directory\)$"):
+        nccl_tests.load(str(tmp_path / "none.log"))
+    assert nccl_tests._too_big(str(tmp_path / "none.log"))  # gone meanwhile: not read
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ("# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20", True),
+    ("# Avg bus bandwidth    : 1.07929", True), ("# Collective test starting: all_reduce_perf", True),
+    ("#   out-of-place    in-place", True), ("Avg bus bandwidth: 0.100 GB/s (sizes >= 1 MiB)", False),
+    ("epoch 3: loss 0.2\nbusbw looks fine", False), ("", False),
+])
+def test_what_counts_as_nccl_tests_output(text, verdict):
+    assert nccl_tests.looks_like("training log\n" + text) is verdict
