@@ -212,16 +212,17 @@ def test_the_table_prints_each_size_in_microseconds_and_gb_per_s_right_aligned()
 
     rows = [{"bytes": 32768, "count": 8192, "dtype": "float32", "time_s": 0.000123456, "algbw_GBps": 0.26542,
              "busbw_GBps": 0.13271, "single_op_s": 0.0002, "wrong": 0},
-            {"bytes": 2097152, "count": 524288, "dtype": "float32", "time_s": 0.0105, "algbw_GBps": 0.19973,
-             "busbw_GBps": 0.099865, "single_op_s": 0.0125, "wrong": None}]
+            {"bytes": 2097152, "count": 524288, "dtype": "float32", "time_s": 0.1, "algbw_GBps": 0.19973,
+             "busbw_GBps": 0.099865, "single_op_s": 0.2, "wrong": None}]
     # tabulate's simple layout: each column as wide as its widest cell or its header + 2, two spaces between
     assert table.table(rows).splitlines() == [
         "  size    count     type    time (us)    algbw (GB/s)    busbw (GB/s)    1 op (us)    #wrong",
         "------  -------  -------  -----------  --------------  --------------  -----------  --------",
         "32 KiB     8192  float32        123.5           0.265           0.133        200.0         0",
-        " 2 MiB   524288  float32      10500.0           0.200           0.100      12500.0       n/a"]
+        " 2 MiB   524288  float32     100000.0           0.200           0.100     200000.0       n/a"]
     assert table.avg_line(rows) == "Avg bus bandwidth: 0.100 GB/s (sizes >= 1 MiB)"  # the 2 MiB row alone
     assert table.avg_line(rows[:1]) == "Avg bus bandwidth: 0.133 GB/s (all sizes)"
+    assert table.avg_line([{"bytes": 1 << 20, "busbw_GBps": 0.5}]) == "Avg bus bandwidth: 0.500 GB/s (sizes >= 1 MiB)"
 
 
 def _bench(rows=(), **args):
