@@ -460,7 +460,7 @@ def test_the_plateau_is_the_median_of_the_three_largest_sizes():
 @pytest.mark.parametrize("name, family", [
     ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA RTX A1000", None),
     ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 SXM5", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA H100 NVL", None), ("NVIDIA H100", None), ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H100 NVL 94GB HBM3", None), ("NVIDIA H100", None), ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
     ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", None),
     ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla V100-PCIE-32GB", "V100 PCIe"), ("Tesla V100S-PCIE-32GB", "V100S"),
     ("Tesla V100-DGXS-32GB", None), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", None), ("", None), (None, None),
@@ -479,7 +479,7 @@ def test_peaks_by_precision_and_mfu():
     assert peaks.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
     assert peaks.peak_tflops("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # Volta: no bf16 tensor cores
     assert peaks.peak_tflops("cpu", "32") is None and peaks.peak_tflops("NVIDIA A100", "64") is None
-    assert peaks.mfu(156.0, 312.0) == 0.5 and peaks.mfu(0.0, 312.0) == 0.0
+    assert peaks.mfu(156.0, 312.0) == 0.5 and peaks.mfu(0.0, 312.0) == 0.0 and peaks.mfu(0.25, 0.5) == 0.5
     assert peaks.mfu(1.0, None) is None and peaks.mfu(1.0, 0.0) is None and peaks.mfu(None, 312.0) is None
     with pytest.raises(ValueError, match="^achieved TFLOP/s must be >= 0, got -1.0$"):
         peaks.mfu(-1.0, 312.0)
@@ -506,3 +506,23 @@ def test_the_gradient_tensors_of_the_gpt():
     assert shapes[:2] == [(16, 8), (4, 8)] and shapes[-2:] == [(8,), (8,)] and len(shapes) == 2 + 12 * 2 + 2
     assert shapes[2:14] == [(8,), (8,), (24, 8), (24,), (8, 8), (8,), (8,), (8,), (32, 8), (32,), (8, 32), (8,)]
     assert sum(prod(s) for s in shapes) == shape.total_params()  # every parameter has its gradient, once
+
+
+def test_lightnings_peak_for_a_gpu_outside_the_table(monkeypatch):
+    import torch
+    from lightning.fabric.utilities import throughput
+
+    asked = []
+
+    def available(device, dtype):
+        asked.append(dtype)
+        rates = {torch.bfloat16: 181e12, torch.float16: 181e12, torch.float32: 90.5e12}
+        return rates[dtype] if device else None
+    monkeypatch.setattr(throughput, "get_available_flops", available)
+    peaks = pm.peaks
+    assert peaks.lightning_peak_tflops("cuda:0", "bf16-mixed") == pytest.approx(181.0)
+    assert peaks.lightning_peak_tflops("cuda:0", "16-mixed") == pytest.approx(181.0)
+    assert peaks.lightning_peak_tflops("cuda:0", "32") == pytest.approx(90.5)
+    assert peaks.lightning_peak_tflops("cuda:0", "tf32") == pytest.approx(90.5)  # tf32 matmuls: fp32 tensors
+    assert asked == [torch.bfloat16, torch.float16, torch.float32, torch.float32]
+    assert peaks.lightning_peak_tflops(None, "32") is None  # Lightning does not know it either
