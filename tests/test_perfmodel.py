@@ -460,7 +460,8 @@ def test_the_plateau_is_the_median_of_the_three_largest_sizes():
 @pytest.mark.parametrize("name, family", [
     ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA RTX A1000", None),
     ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 SXM5", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA H100 NVL", None), ("NVIDIA H100 NVL 94GB HBM3", None), ("NVIDIA H100", None), ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H100 NVL 94GB HBM3", None), ("NVIDIA H100", None),
+    ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
     ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", None),
     ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla V100-PCIE-32GB", "V100 PCIe"), ("Tesla V100S-PCIE-32GB", "V100S"),
     ("Tesla V100-DGXS-32GB", None), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", None), ("", None), (None, None),
