@@ -182,3 +182,74 @@ def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
     assert comm["waited_s"] == 0.0 and comm["ddp_busbw_GBps"] is None and comm["hidden_fraction"] is None
     assert comm["comm_share"] == 0.0 and comm["wire_bytes"] == [400] and comm["allreduce_alone_s"] is None
     assert timing.comm_summary(one, [1], []) is None and timing.comm_summary(one, [], [2]) is None
+
+
+def _rank(times, ready=None, **kw):
+    n = len(times)
+    return {"step_times_s": times, "grads_ready_s": ready or [t / 2 for t in times], "allreduce_s": [0.01] * n,
+            "buckets": [1] * n, "losses": [], "epoch_times_s": [], "first_step_end": None, "process_start": 0.0, **kw}
+
+
+def test_statistics_of_the_timed_steps():
+    import numpy as np
+
+    from scalelab.train import timing
+
+    assert timing._stats([0.5]) == {"median": 0.5, "mean": 0.5, "min": 0.5, "max": 0.5, "p90": 0.5}
+    ten = [float(x) for x in range(1, 11)]
+    assert timing._stats(ten)["p90"] == pytest.approx(np.percentile(ten, 90, method="weibull"))  # 9.9
+    # two steps: Python's exclusive method puts p90 at position 0.9 x (2 + 1) = 2.7, past the last value, and
+    # extrapolates the line through the two: 1 + 1.7 x (2 - 1) = 2.7 (above the slowest step)
+    assert timing._stats([1.0, 2.0])["p90"] == pytest.approx(2.7)
+    assert timing._stats([]) is None
+
+
+def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
+    from scalelab.train import timing
+
+    # no warm-up: step 0 is timed; 20 steps: the final loss is the mean of each rank's last 2
+    got = timing.summarize([_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])], 0, 4, None)
+    assert (got["warmup_steps"], got["timed_steps"]) == (0, 20) and got["final_train_loss"] == 2.0
+    assert got["samples_per_s"] == pytest.approx(80 / 2.0) and got["tokens_per_s"] is None
+    quick = timing.summarize([_rank([0.1, 0.2, 0.2])], 1, 4, 10)  # under a second in all
+    assert quick["samples_per_s"] == pytest.approx(8 / 0.4) and quick["tokens_per_s"] == pytest.approx(80 / 0.4)
+    none = timing.summarize([_rank([0.1, 0.2], probe_steps=[1])], 1, 4, 10)
+    assert none["samples_per_s"] is None and none["tokens_per_s"] is None  # the only step after warm-up: a probe
+    # K = 2: batches 0-1, 2-3, 4-5, 6 (short); the short step is neither timed nor a probe
+    acc = _rank([0.1] * 7, step_ends=[1, 3, 5, 6], probe_steps=[3], ready=[0.05] * 7)
+    acc_two = dict(acc, rank=1)
+    got = timing.summarize([acc, acc_two], 1, 8, None)
+    assert (got["steps"], got["timed_steps"]) == (4, 2) and got["train_time_s"] == pytest.approx(0.4)
+    assert got["comm"] is None  # probe 3 is the short step: no probe left to compare with
+    probes = _rank([0.3, 0.2, 0.2, 0.2], ready=[0.1, 0.1, 0.15, 0.1], probe_steps=[1, 4])  # 4: never ended
+    got = timing.summarize([probes, dict(probes, rank=1)], 1, 8, None)
+    assert got["comm"]["probe_steps"] == 1 and got["comm"]["compute_s"] == 0.1  # step 1, at the warm-up's end
+
+
+def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measured_all_reduce():
+    from scalelab.train import timing
+
+    hooked = _rank([0.2, 0.2, 0.2], ready=[0.1, 0.1, 0.12], grad_bytes=4e6, wire_bytes=[1e6, 1e6])
+    two = [hooked, dict(hooked, rank=1)]
+    comm = timing.comm_summary(two, [2], [1])
+    assert comm["ddp_busbw_GBps"] == pytest.approx(2e6 / 0.01 / 1e9) and comm["wire_bytes"] == [1e6, 1e6]
+    assert comm["hidden_fraction"] == pytest.approx(0.0) and comm["hidden_s"] == 0.0  # waited 20 ms > 10 ms busy
+    alone = timing.comm_summary([hooked], [2], [1])  # one rank: nothing crossed a link
+    assert alone["ddp_busbw_GBps"] is None and alone["waited_s"] == 0.0
+    idle = [dict(r, allreduce_s=[0.0] * 3) for r in two]
+    assert timing.comm_summary(idle, [2], [1])["ddp_busbw_GBps"] is None
+    zero = [dict(r, step_times_s=[0.0] * 3) for r in two]
+    assert timing.comm_summary(zero, [2], [1])["comm_share"] is None
+
+
+def test_the_share_of_a_core_starts_after_the_warm_up_batches():
+    from scalelab.train import timing
+
+    # K = 2: warm-up step 1 ends at batch 1, so samples from batch 2 on count
+    samples = [(1, 1.0, 0.0), (2, 2.0, 0.0), (4, 3.0, 1.0), (5, 4.0, 1.0)]
+    rec = {"step_ends": [1, 3, 5], "cpu_sched_s": samples}
+    assert timing.had_cpu([rec], 1) == [pytest.approx(0.667)]  # batches 2 to 5: 2 s on a core, 1 s waiting
+    assert timing.had_cpu([rec], 0) == [0.75]  # from batch 0: 3 s on, 1 s waiting
+    assert timing.had_cpu([rec], 3) is None  # after the last step (batch 6 on): nothing left
+    assert timing.had_cpu([{"cpu_sched_s": samples}], 2) == [pytest.approx(0.667)]  # one batch a step: batch 2 on
+    assert timing.had_cpu([{"cpu_sched_s": samples[:1]}], 0) is None  # one sample spans nothing
