@@ -278,6 +278,7 @@ def test_slurm_info_records_the_job_step_and_restarts():
         "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
         "partition": None, "step_id": None, "restart_count": 0}
     assert results.slurm_info({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
+    assert results.slurm_info({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
 
 
 def test_versions_name_python_torch_lightning_submitit_and_scalelab():
@@ -294,6 +295,16 @@ def test_versions_name_python_torch_lightning_submitit_and_scalelab():
                  "lightning": lightning.__version__, "submitit": submitit.__version__, "scalelab": scalelab.__version__}
 
 
+def test_versions_on_a_gpu_build_name_cuda_and_nccl(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    v = results.versions()
+    assert (v["cuda"], v["nccl"]) == ("12.4", "2.21.5")
+
+
 def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
     import re
 
@@ -305,6 +316,7 @@ def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
                         results.new_run_id("mlp", 1, environ={"SLURM_JOB_ID": "9"}))
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-job9_1-pid{os.getpid()}-[0-9a-f]{{8}}",  # array id unknown
                         results.new_run_id("mlp", 2, environ={"SLURM_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "1"}))
+    assert "-Run_A.1-mlp-" in results.new_run_id("mlp", 1, run_name="Run_A.1", environ={})  # kept as written
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-pid{os.getpid()}-[0-9a-f]{{8}}", results.new_run_id("mlp", 2,
                                                                                                     environ={}))
 
@@ -320,6 +332,11 @@ def test_the_output_folder_is_made_or_refused_in_one_line(tmp_path):
     with pytest.raises(results.UsageError) as err:
         results.ensure_output_dir(str(tmp_path / "file" / "sub"))
     assert str(err.value) == f"--output_dir {tmp_path / 'file' / 'sub'} cannot be created (Not a directory)"
+    # a folder that exists but where even root cannot make one (sysfs): found before any run starts
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir("/sys/kernel")
+    assert str(err.value) == ("--output_dir /sys/kernel is not writable: a folder cannot be made in it (Operation "
+                              "not permitted)")
 
 
 def test_a_claimed_folder_is_never_shared(tmp_path):
