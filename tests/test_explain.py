@@ -554,3 +554,33 @@ def test_cost_hours_and_mfu_columns_from_the_prices_given():
     bare = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
     assert list(bare["mfu"]) == [0.1, 0.1] and bare["cost_per_1k_samples"].isna().all()
     assert bare["hours_for_token_budget"].isna().all() and bare["cost_for_token_budget"].isna().all()
+
+
+def test_the_predicted_all_reduce_of_a_runs_own_buckets():
+    # single-op times are used where every row has one: 2 ms at 1 MB, 10 ms at 10 MB (busbw 0.5 and 1.0 GB/s at n 2)
+    single = [dict(r, time_s=r["time_s"] / 2, single_op_s=r["time_s"]) for r in ROWS]
+    assert explain.bench_allreduce_time_s(single, 1_000_000, 2) == pytest.approx(0.002)
+    assert explain.bench_allreduce_time_s(single, 100, 2) == pytest.approx(0.002)  # below: the latency floor
+    assert explain.bench_allreduce_time_s(ROWS, 20_000_000, 2) == pytest.approx(0.02)  # above: the largest's busbw
+    # the real buckets one by one (1 MB at its own 0.5 GB/s, 10 MB at 1 GB/s), else equal parts of the gradient
+    assert explain.predicted_allreduce_s(ROWS, 11e6, 2, 2, bucket_bytes=(1e6, 10e6)) == pytest.approx(0.002 + 0.01)
+    assert explain.predicted_allreduce_s(ROWS, 20e6, 2.4, 2) == pytest.approx(2 * 0.01)  # 2 buckets of 10 MB
+    assert explain.predicted_allreduce_s(ROWS, 20e6, float("nan"), 2) == pytest.approx(0.02)  # unknown: one
+    assert [explain._bucket_count(b) for b in (0.2, 2.6, None, float("nan"))] == [1, 3, 1, 1]
+
+
+def test_the_predicted_efficiency_needs_a_one_device_baseline_and_reads_the_wire_bytes():
+    one = _with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104, grad_bytes=20_000_000)
+    two["timing"]["comm"].update(bucket_bytes=[10_000_000, 10_000_000], wire_bytes=[1_000_000, 1_000_000])
+    _, scaling = annotated([one, two, _bench(2, ROWS)])
+    row = scaling.set_index("devices").loc[2]
+    # bf16-compressed buckets: two 1 MB messages at 0.5 GB/s, 2 ms each
+    assert row.predicted_allreduce_s == pytest.approx(0.004)
+    assert row.bench_busbw_GBps == pytest.approx(2e6 / 0.004 / 1e9)
+    assert row.predicted_efficiency_no_overlap == pytest.approx(0.1 / 0.104) and row.bench_runs == 1
+    _, no_base = annotated([two, _with_comm(make_result("a4", 4, samples_per_s=250), 0.1, 0.01, 0.005, 0.105),
+                            _bench(4, ROWS)])
+    four = no_base.set_index("devices").loc[4]  # baseline 2 devices: no 1-device step to predict from
+    assert pd.notna(four.predicted_allreduce_s) and pd.isna(four.predicted_efficiency_no_overlap)
+    assert pd.isna(no_base.set_index("devices").loc[2].predicted_efficiency_overlap)  # the baseline, not 1 device
