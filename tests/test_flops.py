@@ -163,3 +163,25 @@ def test_flops_formulas_by_hand():
     assert flops.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=False) == pytest.approx(49.152)
     with pytest.raises(ValueError, match="^gpus must be a positive number, got 0$"):
         flops.iteration_tflop_per_gpu(2, 2048, 16, 0, recompute=False)
+
+
+def test_every_shape_field_can_be_overridden_and_each_bad_one_is_named():
+    from scalelab.perfmodel import flops
+
+    shape = TransformerShape(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=50)
+    got = flops.transformer_flops_per_token(shape, n_layer=3, n_head=2, head_dim=5, seq_len=7)
+    assert got == 6 * shape.matmul_params() + 12 * 3 * 2 * 5 * 7
+    with pytest.raises(ValueError, match="^with an explicit parameter count, also give n_layer, n_head, head_dim, "
+                                         "seq_len$"):
+        flops.transformer_flops_per_token(1000)
+    for bad in ("n_layer", "n_head", "head_dim", "seq_len"):
+        given = {"n_layer": 2, "n_head": 4, "head_dim": 8, "seq_len": 16, bad: 0}
+        with pytest.raises(ValueError, match=f"^{bad} must be a positive number, got 0$"):
+            flops.transformer_flops_per_token(1000, **given)
+    with pytest.raises(ValueError, match="^n_params must be a positive number, got 0$"):
+        flops.transformer_flops_per_token(0, n_layer=2, n_head=4, head_dim=8, seq_len=16)
+    for i, bad in enumerate(("params_billion", "seq_len", "global_batch")):
+        args = [2, 2048, 16, 8]
+        args[i] = 0
+        with pytest.raises(ValueError, match=f"^{bad} must be a positive number, got 0$"):
+            flops.iteration_tflop_per_gpu(*args, recompute=False)

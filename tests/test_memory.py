@@ -100,3 +100,11 @@ def test_the_estimate_in_words_and_the_batch_that_fits():
     assert memory.advice(TINY, 4, "32", two) == "--batch_size 2 fits"  # 3 does not, 2 just does
     assert memory.advice(TINY, 4, "32", two - 1) == "--batch_size 1 fits"
     assert memory.advice(TINY, 4, "32", 1.0) == "no batch fits: use a smaller --preset or a shorter --seq_len"
+
+
+def test_the_batch_advice_starts_one_below_the_batch_asked_for():
+    three = memory.training_memory(TINY, 3, "32").total
+    assert memory.advice(TINY, 4, "32", three) == "--batch_size 3 fits"
+    assert memory.advice(TINY, 4, "32", 1e15) == "--batch_size 3 fits"  # never above the batch that was asked for
+    e = memory.MemoryEstimate(weights=1.05e9, gradients=0, optimizer=0, buckets=0, activations=0, logits=0, overhead=0)
+    assert e.describe() == "≈ 1.1 GB per GPU (weights 1.1 GB)"  # 1.05 GB: decimal gigabytes, rounded
