@@ -527,3 +527,18 @@ def test_lightnings_peak_for_a_gpu_outside_the_table(monkeypatch):
     assert peaks.lightning_peak_tflops("cuda:0", "tf32") == pytest.approx(90.5)  # tf32 matmuls: fp32 tensors
     assert asked == [torch.bfloat16, torch.float16, torch.float32, torch.float32]
     assert peaks.lightning_peak_tflops(None, "32") is None  # Lightning does not know it either
+
+
+def test_powersgd_edges_an_empty_tensor_and_a_tie_at_twice_smaller():
+    lv = pm.levers
+    assert lv.wire_bytes("powersgd:1", [(0, 5)], 4) == 0  # no rows: nothing to send, nothing to factor
+    assert lv.wire_bytes("powersgd:1", [(4, 4)], 4) == 4 * 16  # (4 + 4) x 1 x 2 = 16: not smaller, sent as is
+    assert lv.wire_bytes("powersgd:1", [(5, 4)], 4) == 4 * 9  # 9 x 2 = 18 < 20: factored
+    assert isinstance(lv.wire_bytes("powersgd:4", [(1000, 100)], 4), int)  # a byte count, as the result records it
+
+
+def test_a_size_that_is_not_one_is_refused_by_name():
+    with pytest.raises(ValueError) as err:
+        pm.network.parse_size("12 parsecs")
+    assert str(err.value) == "not a size: '12 parsecs'"
+    assert pm.network.parse_size("4gib") == pm.network.parse_size("4G") == 4 * 2**30
