@@ -542,3 +542,33 @@ def test_a_size_that_is_not_one_is_refused_by_name():
         pm.network.parse_size("12 parsecs")
     assert str(err.value) == "not a size: '12 parsecs'"
     assert pm.network.parse_size("4gib") == pm.network.parse_size("4G") == 4 * 2**30
+
+
+def test_the_model_in_words_with_this_predictions_figures():
+    i = pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=0.1, intra_latency_s=2e-6,
+                         inter_latency_s=5e-6)
+    assert scaling.formula(i).splitlines() == [
+        "all-reduce (ring, nccl-tests definitions): each GPU sends and receives 2(n-1)/n * S bytes;",
+        "  t_comm = buckets * 2(n-1) * alpha + 2(n-1)/n * S / beta   (S = 1 GB of gradients, buckets = 39 DDP buckets "
+        "of 25 MiB)",  # 1e9 B in 25 MiB buckets: 38.1, so 39 calls
+        "  with a measured busbw: t_comm = 2(n-1)/n * S / busbw   (busbw = algbw * 2(n-1)/n, algbw = S / t)",
+        "step: no overlap = compute + comm; full overlap (DDP all-reduces buckets during backward) = max(compute, "
+        "comm); reality lies between.",
+        "weak scaling: per-GPU work fixed (global batch grows with GPUs); speedup = gpus * T1 / step, efficiency = "
+        "compute / step.",
+        "bandwidth (unidirectional): 1 node = one ring over its 8 GPUs on the intra-node link, beta = 300 GB/s per "
+        "GPU, alpha = 2 us;",
+        "  several nodes = one ring over all GPUs whose slowest hop is the inter-node link, beta = 25 GB/s (200 "
+        "Gbit/s) per node, alpha = 5 us.",
+        "  advertised link figures (applications reach ~80 %); ring model, not the '2*S over duplex NVLink' shortcut."]
+    k = pm.ScalingInputs(gpus_per_node=4, nodes=(1, 2), grad_bytes=1e9, wire_bytes=5e8, compute_s=0.1,
+                         bucket_bytes=None, accumulate=4, scaling="strong", busbw_GBps={2: 12.5, 1: 100})
+    lines = scaling.formula(k).splitlines()
+    assert lines[1].endswith("(S = 0.5 GB on the wire: a hook compresses 1 GB, buckets = 1 = one all-reduce)")
+    assert lines[4:6] == [
+        "accumulation: an optimizer step computes K = 4 batches and all-reduces once: no overlap = K * compute + "
+        "comm; full overlap = (K-1) * compute + max(compute, comm).",
+        "strong scaling: global batch fixed, compute per GPU = T1 / gpus; speedup = T1 / step, efficiency = "
+        "speedup / gpus."]
+    assert lines[8] == "  measured busbw replaces the link figure at 1 node: 100 GB/s, 2 nodes: 12.5 GB/s."
+    assert "alpha = 0 us" in lines[6]
