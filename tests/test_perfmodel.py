@@ -572,3 +572,18 @@ def test_the_model_in_words_with_this_predictions_figures():
         "speedup / gpus."]
     assert lines[8] == "  measured busbw replaces the link figure at 1 node: 100 GB/s, 2 nodes: 12.5 GB/s."
     assert "alpha = 0 us" in lines[6]
+
+
+def test_the_bandwidth_that_would_hide_the_all_reduce_and_the_largest_share_under_strong_scaling():
+    import dataclasses
+
+    rows = pm.predict(pm.ScalingInputs(gpus_per_node=2, grad_bytes=1e9, compute_s=0.1, bucket_bytes=None))
+    assert scaling.required_bandwidth_GBps(rows[0]) is None  # one GPU: nothing to hide
+    assert scaling.required_bandwidth_GBps(rows[1]) == pytest.approx(1e9 / 0.1 / 1e9)  # 1 GB per rank in 0.1 s
+    assert scaling.required_bandwidth_GBps(dataclasses.replace(rows[1], latency_term_s=0.1)) is None
+    # strong scaling, an inter-node link faster than the node's own: 16 GPUs spend the largest share of their
+    # (smaller) compute in the all-reduce, though 8 GPUs spend more seconds in it
+    strong = pm.predict(pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=10.0,
+                                         inter_GBps=500.0, scaling="strong", bucket_bytes=None))
+    assert scaling.verdict(strong) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
+                                       "0.00375 s <= compute 0.625 s")
