@@ -311,3 +311,49 @@ def test_a_check_that_matches_nothing_fails_with_what_it_looked_for():
                      "(nothing was checked)",
                      "reference: 2 check(s) of 3 value(s): 0 passed, 3 failed"]
     assert failed == 3
+
+
+def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_values():
+    from scalelab.report import explain, frames
+
+    def gpu(run_id, world, sps):
+        r = make_result(run_id, world, samples_per_s=sps)
+        r["launch"].update(accelerator="gpu", device_names=["A100"])
+        return r
+    unmeasured = make_result("n1", 1, samples_per_s=10, batch_size=16)
+    unmeasured["timing"]["samples_per_s"] = None  # no throughput: nothing to reference, the others still are
+    linked = make_result("c1", 2, samples_per_s=50)
+    linked["launch"]["link"] = {"gbit": 1, "emulated": True}
+    found = [gpu("g1", 1, 100), gpu("g2", 2, 180), linked, make_result("c2", 2, samples_per_s=60, batch_size=32),
+             make_result("c3", 2, samples_per_s=70, batch_size=48), unmeasured]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    scaling = scaling.sort_values(["group", "devices"]).reset_index(drop=True)  # batch 16, 32, 48, 64, then GPU
+    scaling["forecast_error"] = [float("nan")] * 4 + [1.2, 3.2]  # the track record's error, in points
+    slow = _bench(2, [dict(r, busbw_GBps=2 * r["busbw_GBps"]) for r in ROWS])
+    untyped = [dict(b, config={}) for b in (_bench(2, ROWS), slow)]  # no dtype recorded: float32
+    nothing = dict(_bench(1, ROWS), summary={"large_msg_busbw_GBps": None})
+    a100 = _bench(2, ROWS)
+    a100["launch"].update(accelerator="gpu", device_names=["A100"])
+    checks = reference.draft(scaling, explain.bench_frame([*untyped, nothing, a100]))
+
+    def training(name, batch, devices, reference_, hardware=None, link=""):
+        return {"name": name, "kind": "training", "workload": {"model": "mlp", "batch_size": batch, "scaling": "weak",
+                                                               "precision": "32"},
+                "hardware": hardware or {"accelerator": "cpu"}, "devices": devices, "nodes": 1, "link": link,
+                "baseline_devices": 1 if hardware else 2, "reference": reference_}
+    a100_hw = {"accelerator": "gpu", "device": "A100"}
+    assert checks == [
+        training("mlp-cpu-2x1", 32, 2, {"throughput_per_device": [30.0, -0.1, None, "samples/s"]}),
+        training("mlp-cpu-2x1-2", 48, 2, {"throughput_per_device": [35.0, -0.1, None, "samples/s"]}),
+        training("mlp-cpu-2x1-emulated-1-Gbit/s", 64, 2, {"throughput_per_device": [25.0, -0.1, None, "samples/s"]},
+                 link="emulated 1 Gbit/s"),
+        training("mlp-A100-1x1", 64, 1, {"throughput_per_device": [100.0, -0.1, None, "samples/s"],
+                                         "forecast_error": [5.0, None, 0, "points"]}, a100_hw),  # at least 5 points
+        training("mlp-A100-2x1", 64, 2, {"efficiency": [0.9, -0.1, None, ""],
+                                         "throughput_per_device": [90.0, -0.1, None, "samples/s"],
+                                         "forecast_error": [6.0, None, 0, "points"]}, a100_hw),  # ceil(3.2) + 2
+        {"name": "allreduce-cpu-2x1", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2,
+         "nodes": 1, "link": "", "dtype": "float32", "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}},  # median
+        {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "devices": 2, "nodes": 1,
+         "link": "", "dtype": "float32", "reference": {"busbw": [1.0, -0.1, None, "GB/s"]}}]
+    assert reference.draft(scaling.iloc[:0], explain.bench_frame([])) == []
