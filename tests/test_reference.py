@@ -357,3 +357,68 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
         {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "devices": 2, "nodes": 1,
          "link": "", "dtype": "float32", "reference": {"busbw": [1.0, -0.1, None, "GB/s"]}}]
     assert reference.draft(scaling.iloc[:0], explain.bench_frame([])) == []
+
+
+def test_a_benchmark_check_reads_the_median_of_the_runs_of_its_size_hardware_link_and_dtype():
+    from scalelab.report import explain
+
+    def run(busbw, accelerator="cpu", device="cpu", dtype=None, link=None):
+        b = _bench(2, [dict(r, busbw_GBps=busbw) for r in ROWS])
+        b["launch"].update(accelerator=accelerator, device_names=[device], link=link)
+        b["config"] = {"dtype": dtype} if dtype else {}
+        return b
+    bench = explain.bench_frame([run(1.0), run(2.0), run(1.0, "gpu", "A100", "float32"), run(3.0, "gpu", "H100"),
+                                 run(0.5, link={"gbit": 1, "emulated": True}), run(9.0, dtype="bfloat16")])
+
+    def entry(name, value, **kw):
+        hw = {"accelerator": kw.pop("accelerator", "cpu"), **({"device": kw.pop("device")} if "device" in kw else {})}
+        return {"name": name, "kind": "allreduce", "devices": 2, "nodes": 1, "hardware": hw,
+                "reference": {"busbw": [value, 0, 0, "GB/s"]}, **kw}
+    checks = [entry("cpu", 1.5), entry("a100", 1.0, accelerator="gpu", device="A100"),
+              entry("linked", 0.5, link="emulated 1 Gbit/s"), entry("bf16", 9.0, dtype="bfloat16"),
+              entry("any-gpu", 2.0, accelerator="gpu"), entry("none", 1.0, devices=4)]
+    lines, failed = reference.check(checks, pd.DataFrame(), bench, "DIR")
+    verdicts = [line for line in lines if line.startswith(("PASS", "FAIL"))]
+    assert verdicts == ["PASS cpu.busbw: 1.5 GB/s (reference 1.5, accepted 1.5..1.5)",  # median of 1 and 2
+                        "PASS a100.busbw: 1 GB/s (reference 1, accepted 1..1)",
+                        "PASS linked.busbw: 0.5 GB/s (reference 0.5, accepted 0.5..0.5)",
+                        "PASS bf16.busbw: 9 GB/s (reference 9, accepted 9..9)",
+                        "PASS any-gpu.busbw: 2 GB/s (reference 2, accepted 2..2)",  # no device named: both GPUs
+                        "FAIL none: no all-reduce benchmark on 4 device(s), 1 node(s), cpu in DIR (nothing was "
+                        "checked)"]
+    assert failed == 1 and lines[-1] == "reference: 6 check(s) of 6 value(s): 5 passed, 1 failed"
+
+
+def test_a_check_whose_workload_fields_match_two_groups_fails_and_the_next_check_still_runs(tmp_path):
+    from scalelab.report import explain, frames
+
+    found = [make_result("a", 2), make_result("b", 2, batch_size=32)]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    vague = {"name": "vague", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1,
+             "hardware": {"accelerator": "cpu"},
+             "reference": {"efficiency": [1, None, None, ""], "throughput_per_device": [50, None, None, "samples/s"]}}
+    exact = dict(vague, name="exact", workload={"model": "mlp", "batch_size": 32},
+                 reference={"throughput_per_device": [50, -0.1, None, "samples/s"]})
+    lines, failed = reference.check([vague, exact], scaling, explain.bench_frame([]), "DIR")
+    assert lines[0] == "FAIL vague: 2 workloads in DIR match its workload fields: add fields to tell them apart"
+    assert lines[1] == "PASS exact.throughput_per_device: 50 samples/s (reference 50, accepted 45..inf)"
+    assert failed == 2 and lines[-1] == "reference: 2 check(s) of 3 value(s): 1 passed, 2 failed"
+
+
+def test_names_are_made_unique_and_safe_and_the_file_is_written_as_it_reads(tmp_path):
+    names = set()
+    assert [reference._unique("a", names) for _ in range(3)] == ["a", "a-2", "a-3"] and names == {"a", "a-2", "a-3"}
+    assert reference._slug("-XGB model (tiny)-") == "XGB-model-tiny"
+    check = {"name": "c", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2, "nodes": 1,
+             "link": "", "dtype": "float32", "workload": {f"field_{i}": "value" for i in range(6)},
+             "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}}
+    path = tmp_path / "ref.yaml"
+    assert reference.write(str(path), [check]) == str(path)
+    assert path.read_text() == reference.HEADER + (
+        "checks:\n- name: c\n  kind: allreduce\n  hardware: {accelerator: cpu}\n  devices: 2\n  nodes: 1\n  link: ''\n"
+        "  dtype: float32\n  workload: {field_0: value, field_1: value, field_2: value, field_3: value, "
+        "field_4: value, field_5: value}\n  reference:\n    busbw: [1.5, -0.1, null, GB/s]\n")  # one line to 120
+    with pytest.raises(UsageError) as err:
+        reference.write(str(path), [])
+    assert str(err.value) == ("--write_reference: no completed training run or all-reduce benchmark in the folder: "
+                              "nothing to reference")
