@@ -590,3 +590,23 @@ def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monk
 ])
 def test_what_counts_as_nccl_tests_output(text, verdict):
     assert nccl_tests.looks_like("training log\n" + text) is verdict
+
+
+def test_rows_footer_and_average_as_scalelab_prints_them():
+    full = {"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 1.0, "algbw_GBps": 0.05, "busbw_GBps": 0.05,
+            "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.04, "oop_busbw_GBps": 0.07, "oop_wrong": 2}
+    assert nccl_tests.row_line(full).split()[5:] == ["20.00", "0.04", "0.07", "2", "1000000", "0.05", "0.05", "0"]
+    in_place = {k: v for k, v in full.items() if not k.startswith("oop_")}
+    line = nccl_tests.row_line(dict(in_place, dtype="int8", bytes=1024, count=1024))
+    assert line.split() == ["1024", "1024", "int8", "sum", "-1", "1000000", "0.05", "0.05", "0"]  # no nccl name: as is
+    assert "  -1" + " " * 30 in line  # the out-of-place columns left blank
+    rows = [full, dict(in_place, wrong=1), dict(in_place, wrong=0)]
+    assert nccl_tests.footer(rows, "prog").splitlines() == [  # a size's column with wrong values counts once
+        "# Out of bounds values : 2 FAILED", f"# Avg bus bandwidth    : {(0.07 + 0.05 * 3) / 4:g} ", "#",
+        "# Collective test concluded: prog"]
+    assert nccl_tests.footer([dict(in_place, wrong=None)], "p").splitlines()[0] == "# Out of bounds values : 0 OK"
+    assert nccl_tests.avg_busbw([]) == 0.0
+    log = nccl_tests.format_log(rows, [], {"min_bytes": 1, "max_bytes": 2, "factor": 2, "warmup_iters": 1,
+                                           "iters": 1, "check": True}, "prog", ("rid", "cpu", "gloo")).splitlines()
+    assert log[:2] == ["# Collective test starting: prog", "# scalelab run_id: rid accelerator: cpu backend: gloo"]
+    assert log[-1] == "# Collective test concluded: prog" and log[-7] == nccl_tests.row_line(full)
