@@ -175,3 +175,35 @@ def test_a_result_without_the_optional_fields_reads_as_missing_and_the_levers_as
         1, "none", 25.0, False)
     assert link_label({"gbit": 2, "emulated": False}) == "2 Gbit/s" and link_label({"gbit": "x"}) == ""
     assert link_label(None) == "" and link_label({"gbit": 1.5, "latency_ms": "5"}) == "1.5 Gbit/s"
+
+
+def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_the_worst_flags():
+    real = [make_result("r2", 2, nodes=2, samples_per_s=200), make_result("r2b", 2, nodes=2, samples_per_s=220)]
+    real[0]["launch"].update(oversubscribed="2 ranks on 1 core", threads_per_proc=2)
+    real[0]["timing"]["had_cpu"] = [0.5, 0.95]
+    real[1]["timing"].update(had_cpu=[0.8], step_time_s={"median": 0.02})
+    real[1]["timing"]["comm"] = {"compute_s": 0.015}
+    real[0]["timing"]["comm"] = {"compute_s": 0.017}
+    emulated = make_result("e2", 2, nodes=2, samples_per_s=100)
+    emulated["launch"]["link"] = {"gbit": 1, "emulated": True}
+    four = make_result("f4", 4, nodes=2, samples_per_s=300)
+    gpu = make_result("g1", 1)
+    gpu["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
+    _, scaling = frames([*real, emulated, four, gpu])
+    cpu = scaling[scaling["accelerator"] == "cpu"].set_index("link")
+    assert list(cpu["baseline_devices"]) == [2, 2, 2] and cpu.loc["emulated 1 Gbit/s", "speedup"] == 100 / 210
+    two = scaling[(scaling["devices"] == 2) & (scaling["link"] == "")].iloc[0]
+    assert (two.runs, two.throughput, two.oversubscribed, two.had_cpu, two.threads) == (
+        2, 210, "2 ranks on 1 core", 0.5, 2)  # any run's warning, the least share of a core, the most threads
+    assert two.starved.startswith("rank 0 had a core ")  # one run's words: the largest string, not the least share's
+    assert (two.baseline_step_ms, two.baseline_compute_s) == (pytest.approx(15.0), pytest.approx(0.016))  # medians
+    assert list(scaling.sort_values("devices")["hardware"]) == ["NVIDIA H100", "CPU (gloo)", "CPU (gloo)",
+                                                                 "CPU (gloo)"]
+    assert frames_letters(28)[26:] == ["27", "28"]  # after Z: numbers
+
+
+def frames_letters(n):
+    from scalelab.report.frames import group_letters
+
+    letters = group_letters([f"g{i}" for i in range(n)] + ["g0"])
+    return [letters[f"g{i}"] for i in range(n)]
