@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # A quick subset while editing: make test-quick (no multi-process training, no SLURM cluster, no chapters).
 QUICK  ?= -m "not slow and not slurm" --ignore=tests/test_docs.py
 
-.PHONY: help demo test test-quick lint install clean
+.PHONY: help demo test test-quick mutation lint install clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -33,5 +33,18 @@ test: lint  ## lint, then the whole test suite (what CI runs)
 test-quick: $(VENV)/.installed  ## unit tests only, about 2 minutes
 	$(PY) -m pytest $(QUICK)
 
+$(VENV)/.mutation: $(VENV)/.installed setup.cfg
+	$(PY) -m pip install -q -e '.[test,mutation]'
+	@touch $@
+
+# Not in CI: plants each small edit mutmut can make in the modules listed in pyproject.toml's [tool.mutmut], runs
+# the unit tests that reach it (none that starts a process: tests/conftest.py), then prints the score per module
+# (tests/mutation/equivalent.txt: the reviewed survivors). From scratch each time: a cached verdict could predate
+# the tests.
+mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report, perfmodel, results, bench, timing
+	rm -rf mutants
+	env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run || true
+	$(PY) tests/mutation/score.py
+
 clean:  ## remove the virtualenv and caches
-	rm -rf $(VENV) src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) src/*.egg-info .pytest_cache .ruff_cache mutants

@@ -89,6 +89,20 @@ def run(tmp_path):
     return run_script
 
 
+class _NoProcess:
+    def __init__(self, *args, **kwargs):
+        pytest.skip("starts a process: left out of a mutation run (SCALELAB_MUTATION)")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_only_under_mutation(monkeypatch):
+    """`make mutation` sets SCALELAB_MUTATION=1: a test that starts a process (a script, a training run, bash) is
+    skipped where it would start it. Each costs seconds, for every mutant that reaches it; a mutant only such a test
+    catches is a missing unit test (pyproject.toml's [tool.mutmut])."""
+    if os.environ.get("SCALELAB_MUTATION") == "1":
+        monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI (CI=true) a skipped test fails: CI must run everything the README promises, and a skip there

@@ -205,3 +205,75 @@ def test_a_wrong_contribution_fails_the_check(tmp_path):
     (r,) = load_results(tmp_path)
     assert r["status"] == "failed" and r["error"].startswith("all-reduce returned 2 wrong values at size 32 KiB")
     assert [row["wrong"] for row in r["rows"]] == [2, 2] and r["rows"][0]["dtype"] == "bfloat16"
+
+
+def test_the_table_prints_each_size_in_microseconds_and_gb_per_s_right_aligned():
+    from scalelab.bench import table
+
+    rows = [{"bytes": 32768, "count": 8192, "dtype": "float32", "time_s": 0.000123456, "algbw_GBps": 0.26542,
+             "busbw_GBps": 0.13271, "single_op_s": 0.0002, "wrong": 0},
+            {"bytes": 2097152, "count": 524288, "dtype": "float32", "time_s": 0.1, "algbw_GBps": 0.19973,
+             "busbw_GBps": 0.099865, "single_op_s": 0.2, "wrong": None}]
+    # tabulate's simple layout: each column as wide as its widest cell or its header + 2, two spaces between
+    assert table.table(rows).splitlines() == [
+        "  size    count     type    time (us)    algbw (GB/s)    busbw (GB/s)    1 op (us)    #wrong",
+        "------  -------  -------  -----------  --------------  --------------  -----------  --------",
+        "32 KiB     8192  float32        123.5           0.265           0.133        200.0         0",
+        " 2 MiB   524288  float32     100000.0           0.200           0.100     200000.0       n/a"]
+    assert table.avg_line(rows) == "Avg bus bandwidth: 0.100 GB/s (sizes >= 1 MiB)"  # the 2 MiB row alone
+    assert table.avg_line(rows[:1]) == "Avg bus bandwidth: 0.133 GB/s (all sizes)"
+    assert table.avg_line([{"bytes": 1 << 20, "busbw_GBps": 0.5}]) == "Avg bus bandwidth: 0.500 GB/s (sizes >= 1 MiB)"
+
+
+def _bench(rows=(), **args):
+    """A Bench as its output methods see it, without a process group."""
+    from types import SimpleNamespace
+
+    from scalelab.launch.cluster import Launch
+
+    bench = allreduce.Bench.__new__(allreduce.Bench)
+    bench.args = SimpleNamespace(**{"dtype": "float32", "min_bytes": 32768, "max_bytes": 1 << 26, "factor": 2,
+                                    "iters": 20, "warmup_iters": 5, "check": True, **args})
+    bench.launch = Launch("slurm", 4, 2, "gpu")  # 4 processes on each of 2 nodes
+    bench.world, bench.device_names, bench.rows, bench.ranks, bench.run_id = 8, ["A100", "H100"], list(rows), [], "rid"
+    return bench
+
+
+def test_wrong_values_are_named_by_their_first_size():
+    assert _bench([{"bytes": 1024, "wrong": 0}, {"bytes": 2048, "wrong": None}]).correctness_error() is None
+    assert _bench([{"bytes": 1024, "wrong": 0}, {"bytes": 1 << 20, "wrong": 3}]).correctness_error() == (
+        "all-reduce returned 3 wrong values at size 1 MiB")
+    assert _bench([{"bytes": 1024, "wrong": 0, "oop_wrong": 2}, {"bytes": 2048, "wrong": 1},
+                   {"bytes": 4096, "wrong": 5}]).correctness_error() == (
+        "all-reduce returned 2 wrong values at size 1 KiB (and at 2 more size(s))")
+
+
+def test_the_banner_says_the_world_the_sizes_and_the_check():
+    assert _bench().banner() == (
+        "scalelab all-reduce: world size 8 = 2 node(s) x 4 process(es), backend nccl, device A100, H100 | float32, "
+        "32 KiB to 64 MiB x2, 20 timed + 5 warm-up all-reduces per size, check on | launcher: slurm")
+    assert _bench(check=False, dtype="bfloat16").banner().endswith("| bfloat16, 32 KiB to 64 MiB x2, 20 timed + 5 "
+                                                                    "warm-up all-reduces per size, check off | "
+                                                                    "launcher: slurm")
+    header = _bench().nccl_tests_header().splitlines()
+    assert header[0] == f"# {_bench().banner()}" and header[1] == "# Collective test starting: allreduce_bench.py"
+    assert header[2] == "# scalelab run_id: rid accelerator: gpu backend: nccl"
+    assert header[3].startswith("# nThread 1 nGpus 1 minBytes 32768 maxBytes 67108864 step: 2(factor) warmup iters: "
+                                "5 iters: 20 agg iters: 1 validation: 1")
+
+
+def test_flags_get_the_accelerators_defaults_and_sizes_must_be_in_order():
+    from types import SimpleNamespace
+
+    from scalelab.launch.cluster import Launch
+
+    def args(**given):
+        return SimpleNamespace(**{"max_bytes": None, "iters": None, "warmup_iters": None, "min_bytes": 32768,
+                                  "oversubscribe": False, **given})
+    got = allreduce.resolve(args(), Launch("torchrun", 1, 1, "cpu"))
+    assert (got.max_bytes, got.iters, got.warmup_iters) == (64 << 20, 20, 5)
+    gpu = allreduce.resolve(args(iters=3), Launch("slurm", 4, 1, "gpu"))
+    assert (gpu.max_bytes, gpu.iters, gpu.warmup_iters) == (4 << 30, 3, 5)
+    with pytest.raises(UsageError) as err:
+        allreduce.resolve(args(min_bytes=1 << 20, max_bytes=1024), Launch("torchrun", 1, 1, "cpu"))
+    assert str(err.value) == "--min_bytes 1 MiB is larger than --max_bytes 1 KiB"

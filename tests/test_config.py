@@ -1,5 +1,6 @@
 """Configuration: YAML defaults under the command line, and one-line errors for bad input."""
 
+import argparse
 import json
 import pickle
 
@@ -203,3 +204,93 @@ def test_a_result_json_re_runs_that_run(run, tmp_path, capsys):
 def test_an_unknown_config_name_lists_the_named_ones():
     with pytest.raises(UsageError, match=r"--config gpt-huge: no such file, nor a named config \(gpt-large, "):
         config.parse_config(["--config", "gpt-huge"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'transformer')"),
+    (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
+    (["--max_steps", "5", "--warmup_steps", "5"],
+     "--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer warm-up steps or more steps"),
+    (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml: no such file, nor a named config "
+     "(gpt-large, gpt-medium, gpt-small, gpt-tiny, gpt-xl, mlp)"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+])
+def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
+    with pytest.raises(UsageError) as err:
+        config.parse_config(args)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "expected a mapping of flag names to values"),
+    ("batch_size: [1, 2]", "batch_size: expected one value, got a list"),
+    ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
+    ("static_graph: 1", "static_graph: expected true or false, got 1"),
+    ("batch_size: 0", "batch_size: expected a positive integer, got '0'"),
+    ("model: resnet", "model: 'resnet' is not one of mlp, transformer"),
+    ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
+    ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message
+    ('{"schema": "scalelab.result", "kind": "allreduce"}', "a scalelab allreduce result, not a training run's"),
+])
+def test_a_bad_config_file_says_which_key_and_why(tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        config.parse_config(["--config", str(path)])
+    assert str(err.value) == f"--config {path}: {message}"
+
+
+def test_a_config_file_gets_the_command_lines_types_and_a_result_replays_its_run(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("batch-size: '32'\nhidden_dims: [8, 4]\nstatic_graph: true\nseed: null\n")
+    cfg = config.parse_config(["--config", str(path)])
+    assert (cfg.batch_size, cfg.hidden_dims, cfg.static_graph) == (32, [8, 4], True)
+    path.write_text("")
+    assert config.parse_config(["--config", str(path)]).batch_size == config.parse_config([]).batch_size
+
+
+def test_a_result_json_replays_its_runs_settings_but_not_where_it_wrote(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training", "config": {
+        "model": "mlp", "batch_size": 32, "output_dir": "/elsewhere", "run_name": "old", "seed": None}}))
+    cfg = config.parse_config(["--config", str(path)])
+    assert (cfg.batch_size, cfg.output_dir, cfg.run_name, cfg.seed) == (32, "outputs", None, 42)  # the defaults
+    path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training"}))
+    with pytest.raises(UsageError) as err:
+        config.parse_config(["--config", str(path)])
+    assert str(err.value) == f"--config {path}: a scalelab training result, not a training run's"
+
+
+@pytest.mark.parametrize("key", ["config", "help", "print_config", "version"])
+def test_a_config_file_cannot_set_what_only_the_command_line_does(tmp_path, key):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"{key}: x\n")
+    with pytest.raises(UsageError) as err:
+        config.parse_config(["--config", str(path)])
+    assert str(err.value) == f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)"
+
+
+def test_flag_spellings_and_hooks_a_config_file_accepts(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("--batch-size: 8\n")
+    assert config.parse_config(["--config", str(path)]).batch_size == 8
+    assert [config.comm_hook_type(t) for t in ("none", "fp16", "bf16", "powersgd", "powersgd:1", "powersgd:4")] == [
+        "none", "fp16", "bf16", "powersgd:1", "powersgd:1", "powersgd:4"]
+    for bad in ("fp16:2", "powersgd:0", "powersgd:x", "int8"):
+        with pytest.raises(argparse.ArgumentTypeError) as err:
+            config.comm_hook_type(bad)
+        assert str(err.value) == f"expected none, fp16, bf16 or powersgd[:RANK], got {bad!r}"
+
+
+def test_the_printed_settings_are_this_workloads_in_flag_order_and_steps_stay_unset_where_epochs_are():
+    text = config.settings_yaml(config.parse_config(["--model", "mlp", "--batch_size", "8"]))
+    assert text.splitlines()[:5] == ["model: mlp", "num_samples: 20000", "batch_size: 8", "learning_rate: 0.001",
+                                     "max_epochs: 3"]  # the flags' order, not sorted; unset ones left out
+    assert "preset:" not in text and "max_steps" not in text and "hidden_dims:" in text
+    gpt = config.parse_config(["--model", "transformer"])
+    assert (gpt.max_steps, gpt.max_epochs) == (50, None)  # a step budget: no epoch count made up
+    assert config.parse_config(["--model", "mlp", "--batch_size", "64"]).batch_per_device(4) == 64
+    strong = config.parse_config(["--model", "mlp", "--scaling", "strong", "--batch_size", "64"])
+    assert strong.batch_per_device(4) == 16 and isinstance(strong.batch_per_device(4), int)

@@ -69,6 +69,44 @@ def test_contended_names_the_most_starved_rank():
     assert cpushare.contended([None, 0.4]).startswith("rank 1 had a core 40 %")
 
 
+def _schedstat(folder, **threads):
+    """A /proc/self/task lookalike: one schedstat per thread, "<ns on a core> <ns waiting> <timeslices>"."""
+    for tid, fields in threads.items():
+        (folder / tid[1:]).mkdir()
+        (folder / tid[1:] / "schedstat").write_text(fields)
+    return str(folder)
+
+
+def test_a_sample_sums_every_threads_figures_in_seconds(tmp_path, monkeypatch):
+    # 1.5 s + 0.25 s on a core, 0.5 s + 0.125 s waiting; a thread that ended meanwhile (no file) and one with
+    # a torn line are skipped
+    monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t101="1500000000 500000000 9\n",
+                                                      t102="250000000 125000000 3\n", t103="garbage\n"))
+    (tmp_path / "104").mkdir()
+    assert cpushare.sample() == (1.75, 0.625)
+
+
+def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpushare, "TASKS", str(tmp_path / "absent"))
+    assert cpushare.sample() is None
+    monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t7="0 0 0\n"))  # schedstats off: nothing ran
+    assert cpushare.sample() is None
+
+
+def test_the_share_is_on_core_time_over_ready_time_between_two_samples():
+    assert cpushare.had_cpu((10.0, 2.0), (13.0, 3.0)) == 0.75  # ran 3 s, waited 1 s
+    assert cpushare.had_cpu((10.0, 2.0), (12.0, 2.0)) == 1.0  # never waited
+    assert cpushare.had_cpu((10.0, 2.0), (10.0, 2.5)) is None  # did not run at all: no share to tell
+    assert cpushare.had_cpu((10.0, 2.0), (11.0, 1.0)) is None  # counters that went back: not one thread set
+    assert cpushare.had_cpu(None, (1.0, 0.0)) is None and cpushare.had_cpu((1.0, 0.0), None) is None
+
+
+def test_contention_is_named_below_nine_tenths_only():
+    assert cpushare.contended([0.9]) is None
+    assert cpushare.contended([0.89]) == ("rank 0 had a core 89 % of the time it was ready to run: other work "
+                                          "shared its cores")
+
+
 @pytest.mark.slow
 def test_a_run_beside_busy_cores_says_so_and_the_report_blames_contention(tmp_path):
     spinners = _spinners(sorted(os.sched_getaffinity(0)))  # every core this run may use

@@ -1,6 +1,8 @@
 """Compute vs communication, predicted efficiency, cost: the arithmetic, on constructed results."""
 
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from conftest import run_script
@@ -352,3 +354,232 @@ def test_strong_scaling_compares_compute_with_the_baselines_share_and_says_so():
     line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
     assert ("slower compute per device: 120 ms more per step than the compute at 1 device × 1/2 (strong scaling: "
             "each device has 1/2 of the batch)") in line, line
+
+
+def _step_rows(found, fmt="pipe"):
+    """The step table of the first group: {devices: [cells]}, and its lines below the table."""
+    _, scaling = annotated(found)
+    g = scaling[scaling["group"] == scaling["group"].iloc[0]].sort_values(["devices", "nodes"])
+    lines = tables.step_table(g, fmt)
+    table = lines[2].splitlines()
+    assert [c.strip() for c in table[0].strip("|").split("|")] == tables.STEP_HEADERS
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    return {int(c[0]): c[1:] for c in cells}, lines[3:]
+
+
+def test_the_step_table_prints_each_figure_in_its_unit():
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)
+    two["timing"]["comm"]["allreduce_alone_s"] = 0.0065
+    two["timing"].update(tflops_per_device=1.2345, peak_tflops=27.0, mfu=0.0456)
+    rows, below = _step_rows([_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1), two,
+                              _bench(2, ROWS)])
+    # step 104 ms, compute 100, all-reduce 8 (alone 6.5), predicted: 8 MB at the benchmark's busbw there,
+    # 0.5 x 8^log10(2) = 0.935 GB/s -> 8.6 ms; waited 4 ms = 4 % of the step, half the all-reduce hidden;
+    # 8 MB of gradients, DDP's busbw 8 MB / 8 ms = 1 GB/s; 1.23 TFLOP/s, MFU 4.6 %
+    assert rows[2] == ["1", "104.0", "100.0", "8.0", "6.5", "8.6", "4.0", "4 %", "50 %", "8", "1", "0.935", "1.23",
+                       "4.6 %"]
+    assert not [line for line in below if "MFU" in line or "No all-reduce benchmark" in line]  # an MLP, a peak
+    _, below = _step_rows([dict(two, workload={**two["workload"], "model": "transformer"})])
+    assert below[-1] == ("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT "
+                         "and PaLM count it: compare it with figures that do the same")
+
+
+def test_the_step_table_says_which_parts_are_missing():
+    one = _with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)
+    two["timing"]["comm"]["synced_s"] = 0.09  # gradients ready sooner than without sync: the split is noise
+    rows, below = _step_rows([one, two])
+    assert rows[2][5:9] == ["—", "?", "?", "?"]  # no benchmark: no prediction; waited, share, hidden unknown
+    assert rows[2][11:] == ["—", "—", "—"]
+    assert "  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py --devices 2` " \
+           "adds the predicted columns.)" in below
+    assert below[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
+    _, alone = _step_rows([one])  # one device: nothing to all-reduce, nothing to benchmark
+    assert not [line for line in alone if "No all-reduce benchmark" in line]
+
+
+NAN = float("nan")
+
+
+def _row(**given):
+    """One configuration of the annotated frame, as limiting_line reads it."""
+    base = dict(devices=2, baseline_devices=1, nodes=1, efficiency=0.9, compute_s=0.1, baseline_compute_s=0.1,
+                scaling="weak", comm_share=0.1, synced_s=None, waited_s=0.01, allreduce_s=0.02, hidden_fraction=0.5,
+                link="", accelerator="gpu", ddp_busbw_GBps=NAN, bench_busbw_GBps=NAN, allreduce_alone_s=NAN,
+                oversubscribed="", starved="", had_cpu=NAN)
+    return SimpleNamespace(**{**base, **given})
+
+
+def test_the_limiting_line_of_a_communication_bound_multi_node_run():
+    r = _row(devices=8, nodes=2, efficiency=0.604, compute_s=0.105, comm_share=0.3, waited_s=0.045, allreduce_s=0.06,
+             hidden_fraction=0.25, ddp_busbw_GBps=12.3456, bench_busbw_GBps=20.0, allreduce_alone_s=0.04)
+    assert explain.limiting_line(r) == (
+        "8 devices on 2 nodes: efficiency 60 %. Limited by communication: 30 % of the step (45 ms waited; 25 % of "
+        "the 60 ms all-reduce hidden behind backward); the inter-node link delivered 12.3 GB/s busbw to DDP "
+        "(all-reduce benchmark: 20 GB/s at these bucket sizes). Alone, the same all-reduce takes 40.0 ms: running "
+        "beside backward cost it 20.0 ms, because compute and communication share the GPU's SMs and memory "
+        "bandwidth.")  # compute 5 % above the baseline's: under the 10 % that counts as slower
+
+
+def test_the_limiting_line_puts_the_larger_cause_first_and_scales_strong_scaling_compute():
+    r = _row(efficiency=0.45, compute_s=0.08, scaling="strong", accelerator="cpu", had_cpu=0.93, waited_s=0.0088,
+             allreduce_s=0.0075, allreduce_alone_s=0.007)  # expected compute 100 ms x 1/2; alone: lost < 15 %
+    assert explain.limiting_line(r) == (
+        "2 devices on 1 node: efficiency 45 %. Limited by slower compute per device: 30 ms more per step than the "
+        "compute at 1 device × 1/2 (strong scaling: each device has 1/2 of the batch) (CPU rehearsal: each rank had "
+        "its core 93 % of the time it was ready to run; the ranks still share this machine's memory bandwidth and "
+        "caches). Communication: 10 % of the step (8.8 ms lost, more than the 7.5 ms the all-reduce itself took: "
+        "compute also ran slower while it was in flight).")
+
+
+def test_the_limiting_line_says_nothing_large_and_names_an_emulated_link():
+    r = _row(nodes=2, link="emulated 1 Gbit/s", efficiency=0.97, comm_share=0.02, waited_s=0.002, allreduce_s=0.01,
+             hidden_fraction=0.8, ddp_busbw_GBps=0.5, accelerator="cpu")
+    assert explain.limiting_line(r) == (
+        "2 devices on 2 nodes: efficiency 97 %. Limited by nothing large: communication: 2 % of the step (2.0 ms "
+        "waited; 80 % of the 10 ms all-reduce hidden behind backward); the emulated 1 Gbit/s inter-node link "
+        "delivered 0.5 GB/s busbw to DDP.")
+    cpu = _row(comm_share=0.2, ddp_busbw_GBps=1.0, accelerator="cpu", waited_s=0.02, allreduce_s=0.02,
+               hidden_fraction=NAN)
+    assert explain.limiting_line(cpu).endswith("(20 ms waited; 0 % of the 20 ms all-reduce hidden behind backward); "
+                                               "the local gloo transport delivered 1 GB/s busbw to DDP.")
+
+
+def test_the_limiting_line_of_noise_of_the_baseline_and_of_old_results():
+    noisy = _row(efficiency=0.95, synced_s=0.09, comm_share=0.01, waited_s=0.001, ddp_busbw_GBps=30.0)
+    assert explain.limiting_line(noisy) == (
+        "2 devices on 1 node: efficiency 95 %. Limited by communication: not separable from compute in these runs "
+        "(the no-sync probe steps were 11 % slower than the normal steps, which is noise; more --max_steps gives "
+        "more probe steps); NVLink/PCIe within the node delivered 30 GB/s busbw to DDP.")
+    assert explain.limiting_line(_row(devices=1)) is None
+    assert explain.limiting_line(_row(devices=4, nodes=2, efficiency=0.5, compute_s=NAN)) == (
+        "4 devices on 2 nodes: efficiency 50 %. No communication measurement in these runs (--comm_probe_every 0, "
+        "or an older scalelab).")
+    weak = explain.limiting_line(_row(devices=4, baseline_devices=2, compute_s=0.2, waited_s=0.001, comm_share=0.01))
+    assert " 100 ms more per step than at 2 devices. " in weak  # a GPU: no CPU words after it
+
+
+def test_why_compute_was_slower_most_certain_cause_first():
+    assert explain.slower_why(_row(oversubscribed="4 ranks on 2 cores", starved="x")) == (
+        " (ranks shared cores: oversubscribed)")
+    assert explain.slower_why(_row(starved="rank 1 had a core 50 % of the time")) == (
+        " (rank 1 had a core 50 % of the time)")
+    assert explain.slower_why(_row(accelerator="gpu", had_cpu=0.5)) == ""
+    assert explain.slower_why(_row(accelerator="cpu")) == (
+        " (CPU rehearsal: the ranks still share this machine's memory bandwidth and caches)")
+
+
+def test_the_split_is_noise_only_where_synced_steps_were_clearly_faster():
+    assert explain.split_within_noise(_row(synced_s=0.0949))
+    assert not explain.split_within_noise(_row(synced_s=0.095))  # 5 % faster: within what probes scatter
+    assert not explain.split_within_noise(_row(devices=1, synced_s=0.05))  # one device: no communication
+    assert not explain.split_within_noise(_row(synced_s=NAN)) and not explain.split_within_noise(_row())
+    assert not explain.split_within_noise(_row(synced_s=0.05, compute_s=None))
+
+
+def _ar(run_id, world=2, nodes=1, created="2026-01-01T00:00:00", dtype="float32", rows=ROWS, **launch):
+    data = _bench(world, [dict(r) for r in rows or ROWS], nodes)
+    data.update(run_id=run_id, created=created, config={"dtype": dtype}, rows=[dict(r) for r in rows])
+    data["launch"].update(launch)
+    return data
+
+
+def test_the_benchmark_frame_keeps_completed_benchmarks_with_rows_newest_first():
+    log = _ar("log", created="2026-01-03", accelerator="gpu", backend="nccl", device_names=["NVIDIA A100"],
+              link={"gbit": 1, "emulated": True})
+    log.update(source={"format": "nccl-tests"}, _path="/logs/a.log")
+    failed = dict(_ar("failed"), status="failed")
+    found = [_ar("old", created="2026-01-01"), log, failed, _ar("empty", rows=[]), make_result("training")]
+    frame = explain.bench_frame(found)
+    assert list(frame["run_id"]) == ["log", "old"]
+    newest = frame.iloc[0]
+    assert (newest.world_size, newest.nodes, newest.accelerator, newest.backend, newest.device) == (
+        2, 1, "gpu", "nccl", "NVIDIA A100")
+    assert [newest[k] for k in ("busbw_GBps", "dtype", "link", "log")] == [1.0, "float32", "emulated 1 Gbit/s",
+                                                                         "/logs/a.log"]
+    assert pd.isna(frame.iloc[1]["log"]) and frame.iloc[1]["link"] == "" and frame.iloc[1]["device"] == "cpu"
+    assert explain.bench_frame([]).empty
+
+
+def test_the_benchmark_for_a_configuration_matches_size_nodes_hardware_and_link_and_combines_repeats():
+    slow = [dict(r, time_s=r["time_s"] * 3) for r in ROWS]
+    mid = [dict(r, time_s=r["time_s"] * 2) for r in ROWS]
+    found = [_ar("a", created="1", rows=ROWS), _ar("b", created="3", rows=slow), _ar("c", created="2", rows=mid),
+             _ar("four", world=4, nodes=2), _ar("linked", link={"gbit": 2, "emulated": True}),
+             _ar("half", created="9", dtype="bfloat16", rows=slow)]
+    bench = explain.bench_frame(found)
+    got = explain.bench_for(bench, 2, 1, "cpu", "cpu")
+    assert got["run_id"] == "b" and got["runs"] == 3  # float32 only; the newest's labels, the median's rows
+    assert [r["time_s"] for r in got["rows"]] == pytest.approx([0.004, 0.02])  # median of x1, x2, x3
+    assert got["rows"][0]["busbw_GBps"] == pytest.approx(1e6 / 0.004 / 1e9 * 2 * (2 - 1) / 2)
+    assert explain.bench_for(bench, 4, 2, "cpu", "cpu")["run_id"] == "four"
+    assert explain.bench_for(bench, 2, 1, "cpu", "cpu", "emulated 2 Gbit/s")["run_id"] == "linked"
+    assert explain.bench_for(bench, 2, 2, "cpu", "cpu") is None and explain.bench_for(bench, 8, 1, "cpu", "x") is None
+    assert explain.bench_for(bench, 2, 1, "gpu", "cpu") is None
+    only_half = explain.bench_frame([_ar("h1", created="1", dtype="bfloat16"), _ar("h2", created="2", dtype="float16")])
+    assert explain.bench_for(only_half, 2, 1, "cpu", "cpu")["dtype"] == "float16"  # the newest run's dtype
+    gpus = explain.bench_frame([_ar("a100", accelerator="gpu", device_names=["A100"]),
+                                _ar("h100", created="2", accelerator="gpu", device_names=["H100"])])
+    assert explain.bench_for(gpus, 2, 1, "gpu", "A100")["run_id"] == "a100"  # on GPUs the model must match too
+    assert explain.bench_for(explain.bench_frame([]), 2, 1, "cpu", "cpu") is None
+
+
+def test_repeated_rows_with_and_without_single_op_times():
+    single = [dict(r, single_op_s=r["time_s"] * 4) for r in ROWS]
+    rows = explain.median_rows([ROWS, single, [dict(r, single_op_s=r["time_s"] * 2) for r in ROWS]], 4)
+    # only the runs that timed single all-reduces: medians of (x1, x1) times and of (x4, x2) single ops
+    assert [(r["bytes"], r["time_s"], r["single_op_s"]) for r in rows] == [
+        (1_000_000, 0.002, pytest.approx(0.006)), (10_000_000, 0.01, pytest.approx(0.03))]
+    assert rows[0]["algbw_GBps"] == pytest.approx(0.5) and rows[0]["busbw_GBps"] == pytest.approx(0.5 * 2 * 3 / 4)
+    plain = explain.median_rows([ROWS, [{"bytes": 100, "time_s": 1e-5}]], 2)
+    assert [r["bytes"] for r in plain] == [100, 1_000_000, 10_000_000] and "single_op_s" not in plain[0]
+    assert explain.timed_single(single) and not explain.timed_single(ROWS) and not explain.timed_single([])
+
+
+def test_cost_hours_and_mfu_columns_from_the_prices_given():
+    found = [make_result("g1", 1, samples_per_s=100), make_result("g4", 4, samples_per_s=360)]
+    for r in found:
+        r["timing"].update(tokens_per_s=r["timing"]["samples_per_s"] * 1000, tflops_per_device=50.0, mfu=0.1)
+    runs = frames.runs_frame(found)
+    out = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]), peak_tflops=200.0,
+                           gpu_hour_price=2.0, token_budget=3.6e9).set_index("devices")
+    # 4 devices at $2 an hour: $8/h for 360 samples/s = 1,296,000 samples/h -> $0.00617 per 1,000 samples
+    assert out.loc[4, "cost_per_1k_samples"] == pytest.approx(8 / 1296)
+    assert out.loc[4, "hours_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600)  # 2.78 h
+    assert out.loc[4, "cost_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600 * 8)
+    assert out.loc[1, "cost_for_token_budget"] == pytest.approx(10 * 2.0)  # 10 h on one device
+    assert list(out["mfu"]) == [0.25, 0.25]  # 50 of the 200 given, not the recorded 0.1
+    assert out.loc[1, "predicted_efficiency_overlap"] == 1.0 and pd.isna(out.loc[4, "predicted_allreduce_s"])
+    bare = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
+    assert list(bare["mfu"]) == [0.1, 0.1] and bare["cost_per_1k_samples"].isna().all()
+    assert bare["hours_for_token_budget"].isna().all() and bare["cost_for_token_budget"].isna().all()
+
+
+def test_the_predicted_all_reduce_of_a_runs_own_buckets():
+    # single-op times are used where every row has one: 2 ms at 1 MB, 10 ms at 10 MB (busbw 0.5 and 1.0 GB/s at n 2)
+    single = [dict(r, time_s=r["time_s"] / 2, single_op_s=r["time_s"]) for r in ROWS]
+    assert explain.bench_allreduce_time_s(single, 1_000_000, 2) == pytest.approx(0.002)
+    assert explain.bench_allreduce_time_s(single, 100, 2) == pytest.approx(0.002)  # below: the latency floor
+    assert explain.bench_allreduce_time_s(ROWS, 20_000_000, 2) == pytest.approx(0.02)  # above: the largest's busbw
+    # the real buckets one by one (1 MB at its own 0.5 GB/s, 10 MB at 1 GB/s), else equal parts of the gradient
+    assert explain.predicted_allreduce_s(ROWS, 11e6, 2, 2, bucket_bytes=(1e6, 10e6)) == pytest.approx(0.002 + 0.01)
+    assert explain.predicted_allreduce_s(ROWS, 20e6, 2.4, 2) == pytest.approx(2 * 0.01)  # 2 buckets of 10 MB
+    assert explain.predicted_allreduce_s(ROWS, 20e6, float("nan"), 2) == pytest.approx(0.02)  # unknown: one
+    assert [explain._bucket_count(b) for b in (0.2, 2.6, None, float("nan"))] == [1, 3, 1, 1]
+
+
+def test_the_predicted_efficiency_needs_a_one_device_baseline_and_reads_the_wire_bytes():
+    one = _with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1)
+    two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104, grad_bytes=20_000_000)
+    two["timing"]["comm"].update(bucket_bytes=[10_000_000, 10_000_000], wire_bytes=[1_000_000, 1_000_000])
+    _, scaling = annotated([one, two, _bench(2, ROWS)])
+    row = scaling.set_index("devices").loc[2]
+    # bf16-compressed buckets: two 1 MB messages at 0.5 GB/s, 2 ms each
+    assert row.predicted_allreduce_s == pytest.approx(0.004)
+    assert row.bench_busbw_GBps == pytest.approx(2e6 / 0.004 / 1e9)
+    assert row.predicted_efficiency_no_overlap == pytest.approx(0.1 / 0.104) and row.bench_runs == 1
+    _, no_base = annotated([two, _with_comm(make_result("a4", 4, samples_per_s=250), 0.1, 0.01, 0.005, 0.105),
+                            _bench(4, ROWS)])
+    four = no_base.set_index("devices").loc[4]  # baseline 2 devices: no 1-device step to predict from
+    assert pd.notna(four.predicted_allreduce_s) and pd.isna(four.predicted_efficiency_no_overlap)
+    assert pd.isna(no_base.set_index("devices").loc[2].predicted_efficiency_overlap)  # the baseline, not 1 device

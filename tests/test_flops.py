@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scalelab import config
 from scalelab.workloads import build, data
+from scalelab.workloads.presets import TransformerShape
 from scalelab.workloads.transformer import lora_params
 
 BATCH = 3
@@ -126,3 +127,61 @@ def test_lora_flops_skip_the_frozen_weight_gradients():
     assert counted == wl.flops_per_sample - skipped + attention_recompute_per_sample(shape)
     full = workload("--model", "transformer", "--preset", "tiny").flops_per_sample
     assert 0.6 < wl.flops_per_sample / full < 0.75  # no weight-gradient matmuls: about 2/3 of the compute
+
+
+def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
+    """samples_per_s is the whole run's (every rank's samples): per device it is divided by the world size.
+    8 A100s at 40,000 samples/s of a 1.2 GFLOP sample: 48 TFLOP/s over 8 = 6 TFLOP/s each; bf16 peak 312."""
+    from types import SimpleNamespace
+
+    from scalelab.train.record import throughput
+
+    ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9), cfg=SimpleNamespace(precision="bf16-mixed"),
+                          launch=SimpleNamespace(world_size=8, accelerator="gpu"))
+    got = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A100-SXM4-80GB"}])
+    assert got == {"flops_per_sample": 1.2e9, "tflops_per_device": pytest.approx(6.0), "peak_tflops": 312.0,
+                   "mfu": pytest.approx(6.0 / 312.0)}
+    cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
+                     {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
+    assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None
+
+
+def test_flops_formulas_by_hand():
+    from scalelab.perfmodel import flops
+
+    # 6 N + 12 L H Q T = 6,000 + 12 x 2 x 4 x 8 x 16 = 18,288; causal kernels skip half the attention term
+    assert flops.transformer_flops_per_token(1000, n_layer=2, n_head=4, head_dim=8, seq_len=16) == 18288
+    assert flops.transformer_flops_per_token(1000, n_layer=2, n_head=4, head_dim=8, seq_len=16, causal=True) == 12144
+    shape = TransformerShape(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=50)
+    assert flops.transformer_flops_per_token(shape, seq_len=8) == 6 * shape.matmul_params() + 12 * 2 * 4 * 8 * 8
+    with pytest.raises(ValueError, match="^with an explicit parameter count, also give n_head, seq_len$"):
+        flops.transformer_flops_per_token(1000, n_layer=2, head_dim=8)
+    with pytest.raises(ValueError, match="^n_layer must be a positive number, got 0$"):
+        flops.transformer_flops_per_token(shape, n_layer=0)
+    assert flops.dense_flops_per_sample(100) == 600
+    assert flops.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=True) == pytest.approx(65.536)
+    assert flops.iteration_tflop_per_gpu(2, 2048, 16, 8, recompute=False) == pytest.approx(49.152)
+    with pytest.raises(ValueError, match="^gpus must be a positive number, got 0$"):
+        flops.iteration_tflop_per_gpu(2, 2048, 16, 0, recompute=False)
+
+
+def test_every_shape_field_can_be_overridden_and_each_bad_one_is_named():
+    from scalelab.perfmodel import flops
+
+    shape = TransformerShape(n_layer=2, n_head=4, d_model=32, seq_len=16, vocab_size=50)
+    got = flops.transformer_flops_per_token(shape, n_layer=3, n_head=2, head_dim=5, seq_len=7)
+    assert got == 6 * shape.matmul_params() + 12 * 3 * 2 * 5 * 7
+    with pytest.raises(ValueError, match="^with an explicit parameter count, also give n_layer, n_head, head_dim, "
+                                         "seq_len$"):
+        flops.transformer_flops_per_token(1000)
+    for bad in ("n_layer", "n_head", "head_dim", "seq_len"):
+        given = {"n_layer": 2, "n_head": 4, "head_dim": 8, "seq_len": 16, bad: 0}
+        with pytest.raises(ValueError, match=f"^{bad} must be a positive number, got 0$"):
+            flops.transformer_flops_per_token(1000, **given)
+    with pytest.raises(ValueError, match="^n_params must be a positive number, got 0$"):
+        flops.transformer_flops_per_token(0, n_layer=2, n_head=4, head_dim=8, seq_len=16)
+    for i, bad in enumerate(("params_billion", "seq_len", "global_batch")):
+        args = [2, 2048, 16, 8]
+        args[i] = 0
+        with pytest.raises(ValueError, match=f"^{bad} must be a positive number, got 0$"):
+            flops.iteration_tflop_per_gpu(*args, recompute=False)

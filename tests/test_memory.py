@@ -9,6 +9,7 @@ import torch
 
 from conftest import run_script
 from scalelab import perfmodel as pm
+from scalelab.perfmodel import memory
 from scalelab.workloads.nets.gpt import GPT
 from scalelab.workloads.presets import PRESETS, TransformerShape
 
@@ -64,3 +65,46 @@ def test_predict_says_what_fits_each_gpu():
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("memory at")]
     assert re.match(r"memory at 8 sequence\(s\) of 2048 per GPU \(bf16-mixed, AdamW\): ≈ 4\d\.\d GB per GPU", line)
     assert "A100 40GB: no (--batch_size 6 fits); A100 80GB: fits" in line
+
+
+TINY = TransformerShape(n_layer=2, n_head=2, d_model=8, seq_len=4, vocab_size=16)
+
+
+def test_activations_counted_by_hand_for_a_tiny_gpt():
+    # fp32, per layer: 17 d floats + one float per head = 17*8*4 + 2*4 = 552 B; per token: 2 layers, the final
+    # norm's and the head's inputs (8*4 each) and the fp32 log-softmax (16*4): 1,232 B; 3 sequences of 4 tokens
+    assert memory.activation_bytes(TINY, 3, bf16=False) == 3 * 4 * 1232
+    # bf16: 15 d bf16 + 2 d fp32 + heads = 240 + 64 + 8 = 312 B a layer; head input bf16 (16 B): 736 B a token,
+    # plus a bf16 copy of every matmul weight
+    assert memory.activation_bytes(TINY, 3, bf16=True) == 3 * 4 * 736 + 2 * TINY.matmul_params()
+
+
+def test_the_parts_of_one_ranks_memory():
+    p = TINY.total_params()
+    fp32 = memory.training_memory(TINY, 3, "32", bucket_view=False, overhead=5.0)
+    assert fp32 == (4 * p, 4 * p, 8 * p, 4 * p, 3 * 4 * 1232, 3 * 4 * 16 * 4, 5.0)
+    lora = memory.training_memory(TINY, 3, "16-mixed", trainable_params=10)  # fp16 autocast: as bf16
+    assert lora[:4] == (4 * p, 40, 80, 0) and lora.logits == 3 * 4 * 16 * 2 and lora.overhead == memory.OVERHEAD_BYTES
+    assert lora.activations == memory.activation_bytes(TINY, 3, bf16=True) and lora.total == sum(lora)
+    with pytest.raises(ValueError, match="^batch must be >= 1, got 0$"):
+        memory.training_memory(TINY, 0)
+
+
+def test_the_estimate_in_words_and_the_batch_that_fits():
+    e = memory.MemoryEstimate(weights=4e9, gradients=4e9, optimizer=8e9, buckets=0, activations=1.3e9, logits=0.5e9,
+                              overhead=2e9)
+    assert e.describe() == ("≈ 19.8 GB per GPU (weights 4.0, gradients 4.0, optimizer 8.0, activations 1.3, "
+                            "logits 0.5, overhead 2.0 GB)")  # no buckets: left out
+    assert memory.fits(e, 19.8e9) and not memory.fits(e, 19.7e9)
+    two = memory.training_memory(TINY, 2, "32").total
+    assert memory.advice(TINY, 4, "32", two) == "--batch_size 2 fits"  # 3 does not, 2 just does
+    assert memory.advice(TINY, 4, "32", two - 1) == "--batch_size 1 fits"
+    assert memory.advice(TINY, 4, "32", 1.0) == "no batch fits: use a smaller --preset or a shorter --seq_len"
+
+
+def test_the_batch_advice_starts_one_below_the_batch_asked_for():
+    three = memory.training_memory(TINY, 3, "32").total
+    assert memory.advice(TINY, 4, "32", three) == "--batch_size 3 fits"
+    assert memory.advice(TINY, 4, "32", 1e15) == "--batch_size 3 fits"  # never above the batch that was asked for
+    e = memory.MemoryEstimate(weights=1.05e9, gradients=0, optimizer=0, buckets=0, activations=0, logits=0, overhead=0)
+    assert e.describe() == "≈ 1.1 GB per GPU (weights 1.1 GB)"  # 1.05 GB: decimal gigabytes, rounded

@@ -186,6 +186,54 @@ def test_unchecked_runs_say_n_a_and_repeated_sizes_take_the_median():
     assert len(r["rows"]) == 13 and r["rows"][-1]["time_s"] == pytest.approx(1322.9e-6)
 
 
+def _with_reductions(times_us: dict) -> str:
+    """The 2019 log (2 ranks: busbw = algbw) as `all_reduce_perf -o all` prints it: each size once per reduction,
+    out-of-place and in-place `time` = times_us[redop] x the size in MiB, bandwidths printed from that time."""
+    out = []
+    for line in OLD.splitlines():
+        words = line.split()
+        if not words or not words[0].isdigit():
+            out.append(line)
+            continue
+        size = int(words[0])
+        for redop, us_per_mib in times_us.items():
+            us = us_per_mib * size / MiB
+            bw = f"{size / (us * 1e-6) / 1e9:.2f}"
+            column = f"{us:>8.1f} {bw} {bw} 0e+00"
+            out.append(f"{size:>12} {size // 4:>12} float {redop:>6} {column} {column}")
+    return "\n".join(out)
+
+
+def test_of_several_reductions_only_the_sum_rows_are_read():
+    """DDP's gradient all-reduce is a sum: a log of every reduction (-o all) is read by its sum rows alone, not a
+    median over prod, min, max and avg (which would be 2000 us per MiB here, not 1000)."""
+    (r,) = nccl_tests.parse(_with_reductions({"prod": 3000.0, "sum": 1000.0, "min": 2000.0, "max": 2000.0,
+                                              "avg": 4000.0}), "all-ops.log")
+    assert r["source"]["redop"] == "sum" and len(r["rows"]) == 7
+    assert [row["time_s"] for row in r["rows"]] == pytest.approx([1000e-6 * 2**k for k in range(7)])
+    assert r["rows"][0]["busbw_GBps"] == pytest.approx(MiB / 1000e-6 / 1e9)  # 2 ranks: busbw = algbw
+
+
+def test_without_a_sum_the_first_reduction_by_name_is_read():
+    (r,) = nccl_tests.parse(_with_reductions({"prod": 3000.0, "min": 1500.0, "max": 2000.0}), "no-sum.log")
+    assert r["source"]["redop"] == "max" and len(r["rows"]) == 7
+    assert r["rows"][0]["time_s"] == pytest.approx(2000e-6)
+
+
+def test_a_log_whose_column_header_was_cut_is_read_by_the_length_of_its_rows():
+    """13 fields a row: the 2.13+ layout (with root); 12: 2019-2021's (without). Same figures as with the header."""
+    header = next(line for line in NEW.splitlines() if line.split()[1:3] == ["size", "count"])
+    (cut,) = nccl_tests.parse(NEW.replace(header + "\n", ""), "cut.log")
+    (whole,) = nccl_tests.parse(NEW, "cut.log")
+    assert cut["rows"] == whole["rows"] and cut["source"] == whole["source"] and len(cut["rows"]) == 13
+    old_header = next(line for line in OLD.splitlines() if line.split()[1:3] == ["size", "count"])
+    (old,) = nccl_tests.parse(OLD.replace(old_header + "\n", ""), "old.log")
+    assert [row["time_s"] for row in old["rows"]] == pytest.approx(
+        [1013.3e-6, 1966.5e-6, 3873.0e-6, 7686.0e-6, 15312e-6, 30564e-6, 61068e-6])  # out-of-place, in us
+    assert [row["in_place_time_s"] for row in old["rows"]][:2] == pytest.approx([1016.3e-6, 1972.4e-6])
+    assert old["source"]["redop"] == "sum" and all(row["wrong"] == 0 for row in old["rows"])  # read as #wrong
+
+
 def _unchecked(line: str) -> str:
     words = line.split()
     if not words or not words[0].isdigit():
@@ -477,3 +525,88 @@ def test_a_wrong_out_of_place_sum_is_counted(tmp_path):
     with pytest.raises(NcclTestsError, match="wrong values"):
         nccl_tests.parse(proc.stdout)
     assert os.path.exists(next(tmp_path.rglob("result.json")))
+
+
+def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
+    import re
+
+    ranks = [{"rank": 0, "pid": 7, "host": "h", "device": 0, "bus": "0x00", "name": "cpu"},
+             {"rank": 1, "pid": 123456, "host": "node-b", "device": 1, "bus": "0x1a", "name": "cpu"}]
+    params = {"min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup_iters": 5, "iters": 20, "check": False}
+    lines = nccl_tests.header(ranks, params, "all_reduce_perf", ("rid", "cpu", "gloo")).splitlines()
+    assert lines[:8] == [
+        "# Collective test starting: all_reduce_perf", "# scalelab run_id: rid accelerator: cpu backend: gloo",
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+        "validation: 0 graph: 0", "#", "# Using devices",
+        "#  Rank  0 Group  0 Pid      7 on          h device  0 [0x00] cpu",
+        "#  Rank  1 Group  0 Pid 123456 on     node-b device  1 [0x1a] cpu", "#"]
+    groups, names, units = lines[8:]
+    row = nccl_tests.row_line({"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 2e-5, "algbw_GBps": 0.05,
+                               "busbw_GBps": 0.05, "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.05,
+                               "oop_busbw_GBps": 0.05, "oop_wrong": None})
+    ends = [m.end() for m in re.finditer(r"\S+", row)]
+    assert names.split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                             "time", "algbw", "busbw", "#wrong"]
+    assert [m.end() for m in re.finditer(r"\S+", names)][1:] == ends  # right-aligned over the values
+    assert row.split()[3:5] == ["sum", "-1"] and row.split()[8] == "N/A"  # an unchecked column says N/A
+    unit_ends = {m.group(): m.end() for m in re.finditer(r"\S+", units)}
+    assert units.split()[1:] == ["(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)", "(us)", "(GB/s)", "(GB/s)"]
+    assert (unit_ends["(B)"], unit_ends["(elements)"]) == (ends[0], ends[1])
+    assert [m.end() for m in re.finditer(r"\(us\)", units)] == [ends[5], ends[9]]
+    assert groups.split() == ["#", "out-of-place", "in-place"]
+    assert ends[4] < groups.index("out-of-place") < ends[8] < groups.index("in-place") < ends[12]
+    assert nccl_tests.header(ranks, params, "p").splitlines()[1].startswith("# nThread 1")  # no run: no run line
+
+
+def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monkeypatch):
+    import datetime
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "alps.out").write_text(OLD)
+    (tmp_path / "a.log").write_text(NEW)
+    (tmp_path / "a.json").write_text(NEW)  # not a log's suffix
+    (tmp_path / "train.txt").write_text("epoch 1 loss 0.3\n")  # a log, not nccl-tests': passed over in silence
+    (tmp_path / "cut.log").write_text(NEW.split("# Out of bounds")[0])  # nccl-tests', unfinished
+    (tmp_path / "big.log").write_text(NEW + "#" * 64)
+    monkeypatch.setattr(nccl_tests, "MAX_BYTES", len(NEW) + 32)  # larger files are training logs
+    os.utime(tmp_path / "a.log", (0, 86400))
+    found, skipped = nccl_tests.scan(str(tmp_path))
+    assert [(r["run_id"], r["_path"]) for r in found] == [
+        ("nccl-tests-a.log", str(tmp_path / "a.log")), ("nccl-tests-b/alps.out", str(tmp_path / "b" / "alps.out"))]
+    assert found[0]["created"] == datetime.datetime(1970, 1, 2, tzinfo=datetime.timezone.utc).isoformat()
+    assert skipped == [(str(tmp_path / "cut.log"),
+                        "truncated: 13 row(s) and no 'Avg bus bandwidth' line (the run did not finish)")]
+    assert nccl_tests.load(str(tmp_path / "a.log"))[0]["run_id"] == "nccl-tests-a.log"
+    with pytest.raises(NcclTestsError, match=r"^unreadable \(No such file or directory\)$"):
+        nccl_tests.load(str(tmp_path / "none.log"))
+    assert nccl_tests._too_big(str(tmp_path / "none.log"))  # gone meanwhile: not read
+
+
+@pytest.mark.parametrize("text, verdict", [
+    ("# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20", True),
+    ("# Avg bus bandwidth    : 1.07929", True), ("# Collective test starting: all_reduce_perf", True),
+    ("#   out-of-place    in-place", True), ("Avg bus bandwidth: 0.100 GB/s (sizes >= 1 MiB)", False),
+    ("epoch 3: loss 0.2\nbusbw looks fine", False), ("", False),
+])
+def test_what_counts_as_nccl_tests_output(text, verdict):
+    assert nccl_tests.looks_like("training log\n" + text) is verdict
+
+
+def test_rows_footer_and_average_as_scalelab_prints_them():
+    full = {"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 1.0, "algbw_GBps": 0.05, "busbw_GBps": 0.05,
+            "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.04, "oop_busbw_GBps": 0.07, "oop_wrong": 2}
+    assert nccl_tests.row_line(full).split()[5:] == ["20.00", "0.04", "0.07", "2", "1000000", "0.05", "0.05", "0"]
+    in_place = {k: v for k, v in full.items() if not k.startswith("oop_")}
+    line = nccl_tests.row_line(dict(in_place, dtype="int8", bytes=1024, count=1024))
+    assert line.split() == ["1024", "1024", "int8", "sum", "-1", "1000000", "0.05", "0.05", "0"]  # no nccl name: as is
+    assert "  -1" + " " * 30 in line  # the out-of-place columns left blank
+    rows = [full, dict(in_place, wrong=1), dict(in_place, wrong=0)]
+    assert nccl_tests.footer(rows, "prog").splitlines() == [  # a size's column with wrong values counts once
+        "# Out of bounds values : 2 FAILED", f"# Avg bus bandwidth    : {(0.07 + 0.05 * 3) / 4:g} ", "#",
+        "# Collective test concluded: prog"]
+    assert nccl_tests.footer([dict(in_place, wrong=None)], "p").splitlines()[0] == "# Out of bounds values : 0 OK"
+    assert nccl_tests.avg_busbw([]) == 0.0
+    log = nccl_tests.format_log(rows, [], {"min_bytes": 1, "max_bytes": 2, "factor": 2, "warmup_iters": 1,
+                                           "iters": 1, "check": True}, "prog", ("rid", "cpu", "gloo")).splitlines()
+    assert log[:2] == ["# Collective test starting: prog", "# scalelab run_id: rid accelerator: cpu backend: gloo"]
+    assert log[-1] == "# Collective test concluded: prog" and log[-7] == nccl_tests.row_line(full)

@@ -1,11 +1,13 @@
 """The analytic model: the worked example of docs/07, nccl-tests arithmetic, peaks, and scaling by hand."""
 
 import sys
+from math import prod
 
 import pytest
 
 from scalelab import perfmodel as pm
-from scalelab.workloads.presets import PRESETS
+from scalelab.perfmodel import scaling
+from scalelab.workloads.presets import PRESETS, TransformerShape
 
 GB = 1e9
 S_2B_FP32 = 2e9 * 4  # 8 GB of fp32 gradients
@@ -303,3 +305,285 @@ def test_a_hook_changes_the_bytes_on_the_wire_only():
     plain, half = (pm.predict(pm.ScalingInputs(**base, wire_bytes=w))[-1] for w in (None, full / 2))
     assert half.comm_s == pytest.approx(plain.comm_s / 2, rel=1e-3) and half.compute_s == plain.compute_s
     assert wire_bytes("powersgd:4", shapes, 4) < full / 100  # rank-4 factors of 2048-wide matrices
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"gpus_per_node": 0}, "gpus_per_node must be a positive number, got 0"),
+    ({"gpus_per_node": True}, "gpus_per_node must be a positive number, got True"),
+    ({"inter_GBps": float("inf")}, "inter_GBps must be a positive number, got inf"),
+    ({"accumulate": 0}, "accumulate must be a positive number, got 0"),
+    ({"wire_bytes": 0}, "wire_bytes must be a positive number, got 0"),
+    ({"intra_latency_s": -1e-6}, "intra_latency_s must be a number >= 0, got -1e-06"),
+    ({"inter_latency_s": "1"}, "inter_latency_s must be a number >= 0, got '1'"),
+    ({"nodes": ()}, "nodes must be positive integers, got []"),
+    ({"nodes": (2, 0)}, "nodes must be positive integers, got [2, 0]"),
+    ({"scaling": "linear"}, "scaling must be 'weak' or 'strong', got 'linear'"),
+    ({"grad_bytes": None}, "give grad_bytes or n_params"),
+    ({"compute_s": 0}, "compute_s must be a positive number, got 0"),
+    ({"token_budget": -5}, "token_budget must be a positive number, got -5"),
+    ({"gpu_hour_price": -1}, "gpu_hour_price must be a number >= 0, got -1"),
+    ({"compute_s": None, "flops_per_step": 1e12, "tflops": 100, "mfu": 1.5},
+     "mfu is a fraction of peak (0 < mfu <= 1), got 1.5"),
+    ({"compute_s": None, "flops_per_step": 1e12, "tflops": 100},
+     "give compute_s, or flops_per_step with tflops and mfu"),
+    ({"busbw_GBps": {2: 0}}, "busbw_GBps[2] must be a positive number, got 0"),
+])
+def test_scaling_inputs_name_what_is_wrong(given, message):
+    with pytest.raises(ValueError) as err:
+        pm.ScalingInputs(**{"gpus_per_node": 8, "grad_bytes": 1e9, "compute_s": 0.1, **given})
+    assert str(err.value) == message
+
+
+def test_scaling_inputs_derive_bytes_compute_and_buckets():
+    i = pm.ScalingInputs(gpus_per_node=4, nodes=(4, 2, 2, 1), n_params=25 * 2**20, grad_dtype_bytes=2,
+                         flops_per_step=1e15, tflops=100, mfu=0.5, gpu_hour_price=0)
+    assert i.nodes == (1, 2, 4) and i.allreduce_bytes == 50 * 2**20 and i.sent_bytes == 50 * 2**20
+    assert i.compute_s_1gpu == pytest.approx(20.0)  # 1e15 FLOP at 50 % of 100 TFLOP/s
+    assert i.buckets == 2  # 50 MiB in DDP's 25 MiB buckets
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=25 * 2**20 + 1, compute_s=1).buckets == 2
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1, compute_s=1).buckets == 1
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1e12, compute_s=1, bucket_bytes=None).buckets == 1
+    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=8e9, compute_s=1, wire_bytes=4e9).sent_bytes == 4e9
+
+
+def test_the_scales_are_one_gpu_one_node_then_each_node_count():
+    assert scaling.scales(4, [3, 1, 2, 2]) == [("1 GPU", 1, 1), ("1 node", 1, 4), ("2 nodes", 2, 8), ("3 nodes", 3, 12)]
+    assert scaling.scales(1, [1, 2]) == [("1 GPU", 1, 1), ("2 nodes", 2, 2)]
+
+
+def test_a_measured_busbw_predicts_weak_and_strong_scaling():
+    # 8 ranks on 2 nodes, 1 GB of gradients at 10 GB/s busbw: 2 x 7/8 x 1 GB / 10 GB/s = 0.175 s
+    weak = scaling.predict_from_busbw(0.1, 1e9, 8, 2, 10.0)
+    assert (weak.comm_s, weak.compute_s) == (pytest.approx(0.175), 0.1) and weak.comm_bound
+    assert (weak.step_s_no_overlap, weak.step_s_overlap) == (pytest.approx(0.275), pytest.approx(0.175))
+    assert weak.efficiency_no_overlap == pytest.approx(0.1 / 0.275)
+    assert weak.efficiency_overlap == pytest.approx(0.1 / 0.175)
+    strong = scaling.predict_from_busbw(0.1, 1e9, 8, 2, 10.0, "strong")  # each rank computes 1/8
+    assert strong.compute_s == pytest.approx(0.0125) and strong.step_s_no_overlap == pytest.approx(0.1875)
+    assert strong.efficiency_no_overlap == pytest.approx(0.1 / 0.1875 / 8)
+    assert strong.efficiency_overlap == pytest.approx(0.1 / 0.175 / 8)
+    one = scaling.predict_from_busbw(0.1, 1e9, 1, 1, None)
+    assert (one.comm_s, one.efficiency_no_overlap, one.efficiency_overlap, one.comm_bound) == (0.0, 1.0, 1.0, False)
+    quick = scaling.predict_from_busbw(0.1, 1e9, 2, 1, 1000.0)  # 1 ms of comm under 100 ms of compute
+    assert not quick.comm_bound and quick.efficiency_overlap == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 1e9, 2, 1, 1.0), "step_s_1gpu must be a positive number, got 0"),
+    ((0.1, -1, 2, 1, 1.0), "grad_bytes must be a number >= 0, got -1"),
+    ((0.1, 1e9, 6, 4, 1.0), "world_size 6 is not a multiple of nodes 4"),
+    ((0.1, 1e9, 2, 1, None), "busbw_GBps is needed for world_size > 1"),
+    ((0.1, 1e9, 2, 1, 1.0, "linear"), "scaling must be 'weak' or 'strong', got 'linear'"),
+])
+def test_a_measured_prediction_refuses_bad_input(args, message):
+    with pytest.raises(ValueError) as err:
+        scaling.predict_from_busbw(*args)
+    assert str(err.value) == message
+
+
+def _verdict(**given):
+    inputs = {"gpus_per_node": 8, "nodes": (2,), "grad_bytes": 1e9, "compute_s": 0.05, "bucket_bytes": None, **given}
+    return scaling.verdict(pm.predict(pm.ScalingInputs(**inputs)))
+
+
+def test_the_verdict_names_where_communication_outlasts_compute_and_the_link_that_would_hide_it():
+    # 16 GPUs on 2 nodes: 2 x 15/16 x 1 GB over 25 GB/s per node = 0.075 s > 0.05 s; hiding it needs
+    # 1.875 GB in 0.05 s = 37.5 GB/s = 300 Gbit/s
+    assert _verdict() == ("communication-bound from 2 nodes (16 GPUs): all-reduce 0.075 s > compute 0.05 s; full "
+                          "overlap needs >= 37.5 GB/s (300 Gbit/s) per node between nodes, or more work per GPU")
+    assert _verdict(nodes=(1,), intra_GBps=10.0) == (  # 1.75 GB over 10 GB/s per GPU
+        "communication-bound from 1 node (8 GPUs): all-reduce 0.175 s > compute 0.05 s; full overlap needs "
+        ">= 35 GB/s per GPU within the node, or more work per GPU")
+    assert _verdict(busbw_GBps={2: 5.0}) == (
+        "communication-bound from 2 nodes (16 GPUs): all-reduce 0.375 s > compute 0.05 s; full overlap needs >= "
+        "a busbw of 37.5 GB/s, or more work per GPU")
+    assert _verdict(inter_latency_s=0.01).endswith(  # 2 x 15 hops x 10 ms = 0.3 s of latency alone
+        "; latency alone exceeds compute: fewer, larger all-reduces or more work per GPU")
+    assert _verdict(compute_s=0.1) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
+                                       "0.075 s <= compute 0.1 s")
+
+
+def test_the_network_arithmetic_by_hand():
+    net = pm.network
+    assert net.gbit_to_GBps(200) == 25 and net.GBps_to_gbit(25) == 200
+    assert net.busbw_from_algbw(10.0, 8) == pytest.approx(17.5) and net.busbw_from_algbw(10.0, 1) == 0
+    assert net.busbw_from_time(2e9, 0.5, 4) == pytest.approx(4 * 1.5)  # algbw 4 GB/s, x 2 x 3/4
+    assert net.algbw_from_busbw(17.5, 8) == pytest.approx(10.0) and net.algbw_from_busbw(1.0, 1) == float("inf")
+    assert net.allreduce_bytes_per_rank(1000, 4) == 1500 and net.allreduce_bytes_per_rank(1000, 1) == 0
+    # 4 ranks, 1 GB at 10 GB/s with 1 ms a hop and 3 buckets: 3 x 2 x 3 x 1 ms + 1.5 GB / 10 GB/s
+    assert net.allreduce_time_s(1e9, 4, 10.0, 0.001, 3) == pytest.approx(0.018 + 0.15)
+    assert net.allreduce_time_s(1e9, 1, 10.0, 0.001) == 0.0
+    assert net.allreduce_time_from_busbw_s(1e9, 4, 10.0) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="^n must be a positive number, got 0$"):
+        net.busbw_from_algbw(1.0, 0)
+    with pytest.raises(ValueError, match="^buckets must be a positive number, got 0$"):
+        net.allreduce_time_s(1e9, 2, 10.0, buckets=0)
+    with pytest.raises(ValueError, match="^latency_s must be a number >= 0, got -1$"):
+        net.allreduce_time_s(1e9, 2, 10.0, latency_s=-1)
+    with pytest.raises(ValueError, match="^grad_bytes must be a number >= 0, got -1$"):
+        net.allreduce_bytes_per_rank(-1, 2)
+
+
+def test_the_ring_runs_on_the_slowest_link_it_crosses():
+    net = pm.network
+    assert net.ring_for(1, 1, 300, 25, 1e-6, 5e-6) == net.Ring(1, None, 0.0, "none")
+    assert net.ring_for(1, 8, 300, 25, 1e-6, 5e-6) == net.Ring(8, 300, 1e-6, "intra")
+    assert net.ring_for(2, 8, 300, 25, 1e-6, 5e-6) == net.Ring(16, 25, 5e-6, "inter")
+    assert net.ring_for(4, 1, 300, 25) == net.Ring(4, 25, 0.0, "inter")
+    with pytest.raises(ValueError, match="^nodes must be a positive number, got 0$"):
+        net.ring_for(0, 8, 300, 25)
+
+
+def test_busbw_between_and_beyond_the_measured_sizes():
+    net = pm.network
+    rows = [{"bytes": 1000, "busbw_GBps": 1.0}, {"bytes": 100_000, "busbw_GBps": 4.0},
+            {"bytes": 10_000, "busbw_GBps": None}]
+    assert net.busbw_at(rows, 10) == 1.0 and net.busbw_at(rows, 1000) == 1.0 and net.busbw_at(rows, 1e6) == 4.0
+    assert net.busbw_at(rows, 10_000) == pytest.approx(2.0)  # halfway in log(bytes): the geometric mean
+    zero = [{"bytes": 1000, "busbw_GBps": 0.0}, {"bytes": 100_000, "busbw_GBps": 4.0}]
+    assert net.busbw_at(zero, 10_000) == pytest.approx(2.0)  # log(0) undefined: linear in busbw
+    assert net.busbw_at([{"bytes": 10, "busbw_GBps": 1.0}, {"bytes": 10, "busbw_GBps": 3.0}], 10) == 1.0
+    with pytest.raises(ValueError, match="^nbytes must be >= 0, got -1$"):
+        net.busbw_at(rows, -1)
+    with pytest.raises(ValueError, match="^no rows with a busbw to interpolate$"):
+        net.busbw_at([{"bytes": 1, "busbw_GBps": None}], 1)
+
+
+def test_the_plateau_is_the_median_of_the_three_largest_sizes():
+    net = pm.network
+    rows = [{"bytes": b, "busbw_GBps": v} for b, v in [(1, 0.1), (4, 9.0), (2, 5.0), (3, 7.0), (5, 8.0)]]
+    assert net.plateau_busbw(rows) == 8.0  # of 7, 9, 8 (sizes 3, 4, 5)
+    assert net.plateau_busbw(rows[:2]) == pytest.approx(4.55) and net.plateau_busbw([]) is None
+    assert net.plateau_busbw([{"bytes": 9, "busbw_GBps": None}, *rows[:1]]) == 0.1
+
+
+@pytest.mark.parametrize("name, family", [
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"), ("NVIDIA RTX A1000", None),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 SXM5", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H100 NVL", None), ("NVIDIA H100 NVL 94GB HBM3", None), ("NVIDIA H100", None),
+    ("NVIDIA H200", "H200"), ("NVIDIA H200 NVL", None),
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", None),
+    ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla V100-PCIE-32GB", "V100 PCIe"), ("Tesla V100S-PCIE-32GB", "V100S"),
+    ("Tesla V100-DGXS-32GB", None), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", None), ("", None), (None, None),
+])
+def test_the_gpu_family_of_a_device_name(name, family):
+    assert pm.peaks.gpu_family(name) == family
+
+
+def test_peaks_by_precision_and_mfu():
+    peaks = pm.peaks
+    assert [peaks.precision_dtype(p) for p in ("32", " 32-TRUE ", "tf32", "bf16-mixed", "bf16-true", "16-mixed",
+                                                 "half", "float32", "bfloat16", "64", None)] == [
+        "fp32", "fp32", "tf32", "bf16", "bf16", "fp16", "fp16", "fp32", "bf16", None, None]
+    assert peaks.peak_tflops("NVIDIA A100-SXM4-80GB", "bf16-mixed") == 312.0
+    assert peaks.peak_tflops("NVIDIA A100-SXM4-80GB", "32") == 19.5  # TF32 off by default: the fp32 rate
+    assert peaks.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
+    assert peaks.peak_tflops("Tesla V100-SXM2-16GB", "bf16-mixed") is None  # Volta: no bf16 tensor cores
+    assert peaks.peak_tflops("cpu", "32") is None and peaks.peak_tflops("NVIDIA A100", "64") is None
+    assert peaks.mfu(156.0, 312.0) == 0.5 and peaks.mfu(0.0, 312.0) == 0.0 and peaks.mfu(0.25, 0.5) == 0.5
+    assert peaks.mfu(1.0, None) is None and peaks.mfu(1.0, 0.0) is None and peaks.mfu(None, 312.0) is None
+    with pytest.raises(ValueError, match="^achieved TFLOP/s must be >= 0, got -1.0$"):
+        peaks.mfu(-1.0, 312.0)
+
+
+def test_bytes_on_the_wire_per_hook():
+    lv = pm.levers
+    shapes = [(1000, 100), (10,), (4, 3)]  # 100,000 + 10 + 12 elements
+    assert lv.wire_bytes("none", shapes, 4) == 4 * 100_022
+    assert lv.wire_bytes("bf16", shapes, 4) == lv.wire_bytes("fp16", shapes, 4) == 2 * 100_022
+    # PowerSGD rank 4: (1000 + 100) x 4 = 4,400 for the matrix; the vector (1 x 10, r = 1: 11 x 2 >= 10) and the
+    # 4 x 3 matrix ((4 + 3) x 3 x 2 >= 12) go as they are
+    assert lv.wire_bytes("powersgd:4", shapes, 4) == 4 * (4400 + 10 + 12)
+    assert lv.wire_bytes("powersgd", [(1000, 100)], 2) == 2 * 1100  # rank 1 by default
+    assert lv.wire_bytes("powersgd:4", shapes, 4, compressing=False) == 4 * 100_022
+    assert lv.wire_bytes("powersgd:4", [()], 4) == 4  # a scalar: one element, sent as it is
+    assert lv.accumulated_step(0.1, 0.3, 4) == (pytest.approx(0.7), pytest.approx(0.6))
+    assert lv.accumulated_step(0.1, 0.05, 4) == (pytest.approx(0.45), pytest.approx(0.4))
+
+
+def test_the_gradient_tensors_of_the_gpt():
+    shape = TransformerShape(n_layer=2, n_head=2, d_model=8, seq_len=4, vocab_size=16)
+    shapes = pm.levers.gradient_shapes(shape)
+    assert shapes[:2] == [(16, 8), (4, 8)] and shapes[-2:] == [(8,), (8,)] and len(shapes) == 2 + 12 * 2 + 2
+    assert shapes[2:14] == [(8,), (8,), (24, 8), (24,), (8, 8), (8,), (8,), (8,), (32, 8), (32,), (8, 32), (8,)]
+    assert sum(prod(s) for s in shapes) == shape.total_params()  # every parameter has its gradient, once
+
+
+def test_lightnings_peak_for_a_gpu_outside_the_table(monkeypatch):
+    import torch
+    from lightning.fabric.utilities import throughput
+
+    asked = []
+
+    def available(device, dtype):
+        asked.append(dtype)
+        rates = {torch.bfloat16: 181e12, torch.float16: 181e12, torch.float32: 90.5e12}
+        return rates[dtype] if device else None
+    monkeypatch.setattr(throughput, "get_available_flops", available)
+    peaks = pm.peaks
+    assert peaks.lightning_peak_tflops("cuda:0", "bf16-mixed") == pytest.approx(181.0)
+    assert peaks.lightning_peak_tflops("cuda:0", "16-mixed") == pytest.approx(181.0)
+    assert peaks.lightning_peak_tflops("cuda:0", "32") == pytest.approx(90.5)
+    assert peaks.lightning_peak_tflops("cuda:0", "tf32") == pytest.approx(90.5)  # tf32 matmuls: fp32 tensors
+    assert asked == [torch.bfloat16, torch.float16, torch.float32, torch.float32]
+    assert peaks.lightning_peak_tflops(None, "32") is None  # Lightning does not know it either
+
+
+def test_powersgd_edges_an_empty_tensor_and_a_tie_at_twice_smaller():
+    lv = pm.levers
+    assert lv.wire_bytes("powersgd:1", [(0, 5)], 4) == 0  # no rows: nothing to send, nothing to factor
+    assert lv.wire_bytes("powersgd:1", [(4, 4)], 4) == 4 * 16  # (4 + 4) x 1 x 2 = 16: not smaller, sent as is
+    assert lv.wire_bytes("powersgd:1", [(5, 4)], 4) == 4 * 9  # 9 x 2 = 18 < 20: factored
+    assert isinstance(lv.wire_bytes("powersgd:4", [(1000, 100)], 4), int)  # a byte count, as the result records it
+
+
+def test_a_size_that_is_not_one_is_refused_by_name():
+    with pytest.raises(ValueError) as err:
+        pm.network.parse_size("12 parsecs")
+    assert str(err.value) == "not a size: '12 parsecs'"
+    assert pm.network.parse_size("4gib") == pm.network.parse_size("4G") == 4 * 2**30
+
+
+def test_the_model_in_words_with_this_predictions_figures():
+    i = pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=0.1, intra_latency_s=2e-6,
+                         inter_latency_s=5e-6)
+    assert scaling.formula(i).splitlines() == [
+        "all-reduce (ring, nccl-tests definitions): each GPU sends and receives 2(n-1)/n * S bytes;",
+        "  t_comm = buckets * 2(n-1) * alpha + 2(n-1)/n * S / beta   (S = 1 GB of gradients, buckets = 39 DDP buckets "
+        "of 25 MiB)",  # 1e9 B in 25 MiB buckets: 38.1, so 39 calls
+        "  with a measured busbw: t_comm = 2(n-1)/n * S / busbw   (busbw = algbw * 2(n-1)/n, algbw = S / t)",
+        "step: no overlap = compute + comm; full overlap (DDP all-reduces buckets during backward) = max(compute, "
+        "comm); reality lies between.",
+        "weak scaling: per-GPU work fixed (global batch grows with GPUs); speedup = gpus * T1 / step, efficiency = "
+        "compute / step.",
+        "bandwidth (unidirectional): 1 node = one ring over its 8 GPUs on the intra-node link, beta = 300 GB/s per "
+        "GPU, alpha = 2 us;",
+        "  several nodes = one ring over all GPUs whose slowest hop is the inter-node link, beta = 25 GB/s (200 "
+        "Gbit/s) per node, alpha = 5 us.",
+        "  advertised link figures (applications reach ~80 %); ring model, not the '2*S over duplex NVLink' shortcut."]
+    k = pm.ScalingInputs(gpus_per_node=4, nodes=(1, 2), grad_bytes=1e9, wire_bytes=5e8, compute_s=0.1,
+                         bucket_bytes=None, accumulate=4, scaling="strong", busbw_GBps={2: 12.5, 1: 100})
+    lines = scaling.formula(k).splitlines()
+    assert lines[1].endswith("(S = 0.5 GB on the wire: a hook compresses 1 GB, buckets = 1 = one all-reduce)")
+    assert lines[4:6] == [
+        "accumulation: an optimizer step computes K = 4 batches and all-reduces once: no overlap = K * compute + "
+        "comm; full overlap = (K-1) * compute + max(compute, comm).",
+        "strong scaling: global batch fixed, compute per GPU = T1 / gpus; speedup = T1 / step, efficiency = "
+        "speedup / gpus."]
+    assert lines[8] == "  measured busbw replaces the link figure at 1 node: 100 GB/s, 2 nodes: 12.5 GB/s."
+    assert "alpha = 0 us" in lines[6]
+
+
+def test_the_bandwidth_that_would_hide_the_all_reduce_and_the_largest_share_under_strong_scaling():
+    import dataclasses
+
+    rows = pm.predict(pm.ScalingInputs(gpus_per_node=2, grad_bytes=1e9, compute_s=0.1, bucket_bytes=None))
+    assert scaling.required_bandwidth_GBps(rows[0]) is None  # one GPU: nothing to hide
+    assert scaling.required_bandwidth_GBps(rows[1]) == pytest.approx(1e9 / 0.1 / 1e9)  # 1 GB per rank in 0.1 s
+    assert scaling.required_bandwidth_GBps(dataclasses.replace(rows[1], latency_term_s=0.1)) is None
+    # strong scaling, an inter-node link faster than the node's own: 16 GPUs spend the largest share of their
+    # (smaller) compute in the all-reduce, though 8 GPUs spend more seconds in it
+    strong = pm.predict(pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=10.0,
+                                         inter_GBps=500.0, scaling="strong", bucket_bytes=None))
+    assert scaling.verdict(strong) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
+                                       "0.00375 s <= compute 0.625 s")

@@ -258,3 +258,115 @@ def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):
         assert "sbatch --exclude=node2 <job script>" in proc.stdout
     else:
         assert f"rank 1 had a core {share * 100:.0f} % of the time it was ready to run" in proc.stdout
+
+
+def _cells(text: str) -> list:
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def test_one_runs_rank_table_cell_by_cell():
+    def rec(rank, host, device, cores, probe_ready):  # steps 1 and 3 normal (200 and 300 ms), 2 a probe
+        return {"rank": rank, "host": host, "device": device, "cpu_affinity": cores,
+                "step_times_s": [1.0, 0.2, 0.9, 0.3], "grads_ready_s": [0.5, 0.1, probe_ready, 0.2],
+                "probe_steps": [2]}
+    run = training("r", [rec(2, "n2", "cuda:0", [], 0.15), rec(1, "n1", "cuda:1", [4, 5, 7], 0.10),
+                         rec(0, "n1", "cuda:0", [0, 1, 2, 3], 0.12)], launcher="slurm")
+    run["timing"]["warmup_steps"] = 1
+    run["slurm"] = {"job_id": "42"}
+    lines = ranks.run_table(run, 10.0, "pipe")
+    assert lines[0] == "r: 3 devices on 2 node(s), slurm job 42"
+    assert _cells(lines[1]) == [ranks.HEADERS,
+                                ["n1", "0", "cuda:0", "0-3", "—", "120.0", "+0 %", "250.0", ""],
+                                ["", "1", "cuda:1", "4-5,7", "—", "100.0", "-17 %", "250.0", ""],
+                                ["n2", "2", "cuda:0", "—", "—", "150.0", "+25 %", "250.0", "slow"]]
+    assert lines[2:] == ["  slow: rank 2 on n2 (+25 %) against the median rank's 120.0 ms",
+                         "  try next without them: sbatch --exclude=n2 <job script>"]
+    assert ranks.run_table(run, 30.0, "pipe")[2:] == [
+        "  no rank's compute is more than 30 % above the median (120.0 ms)"]
+    for r in run["ranks"]:
+        r["probe_steps"] = []
+    run["launch"]["oversubscribed"] = "3 ranks on 2 cores"
+    del run["slurm"]
+    lines = ranks.run_table(run, 10.0, "pipe")
+    assert lines[0] == "r: 3 devices on 2 node(s), slurm" and _cells(lines[1])[1][5:7] == ["—", "—"]
+    assert _cells(lines[1])[1][7] == "300.0"  # steps 1, 2 and 3 are all normal now: 200, 900, 300 ms
+    assert lines[2:] == ["  ! 3 ranks on 2 cores: a rank that shared cores is slow for that reason, not its node",
+                         "  no probe steps (--comm_probe_every 0): no rank's own compute is known, and step times "
+                         "agree in DDP, so no rank can be named"]
+
+
+def test_the_per_rank_view_lists_the_newest_multi_rank_run_of_each_configuration():
+    old = training("old", [rank_record(0, "a", 0.01), rank_record(1, "b", 0.01)], created="2026-01-01")
+    new = training("new", [rank_record(0, "a", 0.01), rank_record(1, "b", 0.01)], created="2026-01-02")
+    one = make_result("one", 1)
+    assert [r["run_id"] for r in ranks.newest_runs([new, old, one])] == ["new"]
+    assert [r["run_id"] for r in ranks.newest_runs([new, old, one], all_runs=True)] == ["old", "new"]
+    assert ranks.render([one]) == "No completed run on 2 or more devices here: the per-rank view needs one."
+    text = ranks.render([old], pct=12.5)
+    assert text.splitlines()[0] == ("Per rank (compute: median of the no-sync probe steps, each rank alone; step: "
+                                    "median of the normal steps, which end together; flagged: compute more than "
+                                    "12.5 % above the median rank)")
+    assert text.splitlines()[1] == "" and text.splitlines()[2].startswith("old: 2 devices on 2 node(s), local")
+    assert ranks.fmt_pct(0.456) == "46 %" and ranks.fmt_pct(None) == "—" and ranks.fmt_ms(0.0123) == "12.3"
+    assert ranks.fmt_vs(0.263) == "+26 %" and ranks.fmt_vs(-0.04) == "-4 %" and ranks.fmt_vs(float("nan")) == "—"
+
+
+def test_rank_rows_leave_out_warm_up_and_short_steps_and_sort_by_host_then_rank():
+    def rec(**kw):
+        return {"step_times_s": [0.5, 0.3, 0.2, 0.1], "grads_ready_s": [0.4, 0.25, 0.15, 0.05], **kw}
+    bare = {"timing": {}, "ranks": [rec(rank=1, host="b", probe_steps=[0]), rec(rank=None, host="b", probe_steps=[]),
+                                    rec(probe_steps=[0, 1, 2, 3])]}
+    rows = ranks.rank_rows(bare)  # no warm-up recorded: step 0 counts
+    assert [(r["host"], r["rank"], r["device"]) for r in rows] == [("?", None, "?"), ("b", None, "?"), ("b", 1, "?")]
+    assert rows[2]["compute_s"] == 0.4 and rows[2]["step_s"] == 0.2  # steps 1-3 normal: 0.3, 0.2, 0.1
+    assert rows[0]["compute_s"] == pytest.approx(0.2) and rows[0]["step_s"] is None  # every step a probe
+    assert rows[1]["compute_s"] is None and rows[1]["step_s"] == pytest.approx(0.25)
+    # accumulation of 2 (steps of batches 0-1, 2-3, 4): the last step is short and neither a probe nor a step
+    acc = {"timing": {"warmup_steps": 1}, "ranks": [{
+        "rank": 0, "host": "a", "step_ends": [1, 3, 4], "step_times_s": [0.1, 0.2, 0.1, 0.3, 0.05],
+        "grads_ready_s": [0.1, 0.15, 0.1, 0.25, 0.04], "allreduce_s": [0] * 5, "buckets": [1] * 5,
+        "probe_steps": [1, 2]}]}
+    (row,) = ranks.rank_rows(acc)
+    assert row["compute_s"] == pytest.approx(0.1 + 0.25) and row["step_s"] is None  # step 1 is the probe at warm-up
+
+
+def test_flags_at_the_threshold_and_ranks_without_a_compute_figure():
+    rows = [{"rank": 0, "host": "a", "compute_s": 1.0}, {"rank": 1, "host": "b", "compute_s": 1.25},
+            {"rank": 2, "host": "c", "compute_s": None}, {"rank": 3, "host": "b", "compute_s": 1.0}]
+    assert ranks.flag(rows, 25.0) == 1.0 and not any(r["slow"] for r in rows)  # exactly 25 % above: not more
+    assert rows[2]["vs_median"] is None and rows[1]["vs_median"] == 0.25
+    ranks.flag(rows, 24.0)
+    assert [r["slow"] for r in rows] == [False, True, False, False] and ranks.exclude_list(rows) == "b"
+    two = [{"rank": i, "host": h, "compute_s": c} for i, (h, c) in enumerate(
+        [("a", 1.3), ("b", 1.3), ("a", 1.4), ("x", 1.0), ("y", 1.0), ("z", 1.0), ("w", 1.0)])]
+    ranks.flag(two, 10.0)
+    assert ranks.exclude_list(two) == "a,b"  # each slow host once, in the order met
+    assert ranks.flag([{"compute_s": None}]) is None
+
+
+def test_the_advice_for_several_starved_ranks_and_an_unknown_launcher():
+    slow = [{"rank": 1, "host": "a", "had_cpu": 0.6, "vs_median": 0.3}, {"rank": 2, "host": "b", "had_cpu": 0.5}]
+    assert ranks.advice(slow, "slurm") == ["  rank 1 had a core 60 %, rank 2 had a core 50 % of the time it was ready "
+                                           "to run: other work shared its cores (see top or ps on a); run again when "
+                                           "they are quiet"]
+    quiet = [{"rank": 1, "host": "a", "had_cpu": 0.9, "slow": True}]  # at the threshold: not contention
+    assert ranks.advice(quiet, "slurm") == ["  try next without them: sbatch --exclude=a <job script>"]
+    assert ranks.advice(quiet, None) == [
+        "  not a SLURM job (launcher unknown): no node to leave out; the slow rank's cores were its own (see the "
+        "share above): look for throttling or a slower core type on that machine"]
+    assert ranks.fmt_pct(0.6) == "60 %" and ranks.fmt_ms(0.0125) == "12.5"
+
+
+def test_the_title_names_two_slow_ranks_and_an_unknown_launcher():
+    def rec(rank, host, ready):
+        return {"rank": rank, "host": host, "step_times_s": [0.3, 0.3], "grads_ready_s": [ready, 0.1],
+                "probe_steps": [0]}
+    run = training("r", [rec(0, "a", 1.0), rec(1, "b", 1.3), rec(2, "c", 1.4), rec(3, "d", 1.0)], nodes=4)
+    run["timing"]["warmup_steps"] = 0
+    run["launch"]["launcher"] = None
+    lines = ranks.run_table(run, 10.0, "simple")
+    assert lines[0] == "r: 4 devices on 4 node(s), ?"
+    assert lines[2] == "  slow: rank 1 on b (+13 %), rank 2 on c (+22 %) against the median rank's 1,150.0 ms"
+    text = ranks.render([run], fmt="pipe")
+    assert "| host   |" in text  # the table in the format asked for

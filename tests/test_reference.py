@@ -1,14 +1,17 @@
 """Reference checks (`benchmark.py --reference` / `--write_reference`) on folders written by results.write."""
 
+import json
 import math
 import re
 
+import pandas as pd
 import pytest
 import yaml
 
 from conftest import run_script
 from scalelab import results
 from scalelab.cli import run_main
+from scalelab.errors import UsageError
 from scalelab.report import reference
 from scalelab.report.cli import main
 from test_explain import ROWS, _bench
@@ -181,3 +184,241 @@ def test_writing_and_checking_a_folder_count_the_same_checks_and_values(tmp_path
     said = f"{len(checks)} check(s) of {len(values)} value(s)"
     assert written == [f"written: {ref} ({said})"]
     assert out[-1] == f"reference: {said}: {len(values)} passed, 0 failed"
+
+
+def _entry(**changes):
+    entry = {"name": "c1", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+             "reference": {"efficiency": [0.9, -0.1, None, ""]}}
+    return {k: v for k, v in {**entry, **changes}.items() if v is not DROP}
+
+
+DROP = object()
+C1 = "check 1 (c1)"
+
+
+@pytest.mark.parametrize("checks, message", [
+    ([[1]], "check 1: expected a mapping, got list"),
+    ([_entry(name="a b")], "check 1: `name` must be letters, digits and _.:+/- (no spaces), got 'a b'"),
+    ([_entry(name=DROP)], "check 1: `name` must be letters, digits and _.:+/- (no spaces), got None"),
+    ([_entry(kind="nccl")], f"{C1}: kind must be training or allreduce, got 'nccl'"),
+    ([_entry(workload=DROP)], f"{C1}: a training check needs a `workload:` mapping (its fields select the runs)"),
+    ([_entry(devices=0)], f"{C1}: `devices` must be a positive integer, got 0"),
+    ([_entry(nodes=True)], f"{C1}: `nodes` must be a positive integer, got True"),
+    ([_entry(baseline_devices="1")], f"{C1}: `baseline_devices` must be a positive integer, got '1'"),
+    ([_entry(hardware={"device": "A100"})],
+     f"{C1}: `hardware:` must be a mapping with `accelerator` (and `device` for a GPU)"),
+    ([_entry(link=5)], f"{C1}: `link` must be text (\"\" for a real network), got 5"),
+    ([_entry(reference={})], f"{C1}: `reference:` must map quantities (efficiency, throughput_per_device, "
+                             "forecast_error) to [value, lower, upper, unit]"),
+    ([_entry(reference={"busbw": [1, None, None, "GB/s"]})],
+     f"{C1}: unknown quantity 'busbw' for a training check (known: efficiency, throughput_per_device, forecast_error)"),
+    ([_entry(kind="allreduce", reference={"efficiency": [1, None, None, ""]})],
+     f"{C1}: unknown quantity 'efficiency' for a allreduce check (known: busbw)"),
+    ([_entry(reference={"efficiency": [0.9, -0.1, None]})],
+     f"{C1}: efficiency: expected [value, lower, upper, unit] (e.g. [0.9, -0.1, null, '']), got [0.9, -0.1, None]"),
+    ([_entry(reference={"efficiency": ["0.9", -0.1, None, ""]})],
+     f"{C1}: efficiency: the reference value must be a number, got '0.9'"),
+    ([_entry(reference={"efficiency": [True, -0.1, None, ""]})],
+     f"{C1}: efficiency: the reference value must be a number, got True"),
+    ([_entry(reference={"efficiency": [0.9, 0.1, None, ""]})],
+     f"{C1}: efficiency: the lower threshold must be a fraction in [-1, 0] or null, got 0.1"),
+    ([_entry(reference={"efficiency": [0.9, -1.5, None, ""]})],
+     f"{C1}: efficiency: the lower threshold must be a fraction in [-1, 0] or null, got -1.5"),
+    ([_entry(reference={"efficiency": [0.9, None, -0.1, ""]})],
+     f"{C1}: efficiency: the upper threshold must be a fraction >= 0 or null, got -0.1"),
+    ([_entry(reference={"efficiency": [0.9, None, None, 0]})],
+     f"{C1}: efficiency: the unit must be text ('' for none), got 0"),
+    ([_entry(), _entry()], "check 2: name 'c1' is used twice"),
+    ([], "expected a mapping with a non-empty `checks:` list (write one with --write_reference)"),
+])
+def test_each_bad_reference_entry_is_named_with_what_is_wrong(tmp_path, checks, message):
+    path = tmp_path / "ref.yaml"
+    path.write_text(json.dumps({"checks": checks}))  # JSON is YAML
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    assert str(err.value) == f"--reference {path}: {message}"
+
+
+def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
+    ok = [_entry(reference={"efficiency": [0.9, -1, 0, ""], "throughput_per_device": [5, 0, None, "samples/s"]},
+                 baseline_devices=1, link=""),
+          _entry(name="bench.2x1:a/b+c-d", kind="allreduce", workload=DROP,
+                 reference={"busbw": [1, None, 0.5, "GB/s"]})]
+    path = tmp_path / "ref.yaml"
+    path.write_text(json.dumps({"checks": ok}))
+    assert reference.load(str(path)) == ok
+    with pytest.raises(UsageError) as err:
+        reference.load(str(tmp_path / "none.yaml"))
+    assert str(err.value) == f"--reference {tmp_path / 'none.yaml'}: cannot read it (No such file or directory)"
+    path.write_text("checks:\n  - name: [\n")
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    # the third line: where the file ends inside the open bracket (the words are libyaml's)
+    assert str(err.value) == f"--reference {path}: not valid YAML at line 3 (did not find expected node content)"
+
+
+ROW = {"efficiency": 0.85, "unit": "samples/s", "baseline_devices": 1, "throughput_per_device": 123.456789,
+       "busbw_GBps": 2.5}
+
+
+@pytest.mark.parametrize("quantity, tup, entry, row, verdict", [
+    ("efficiency", [0.9, -0.1, None, ""], {}, {}, "PASS c.efficiency: 0.85 (reference 0.9, accepted 0.81..inf)"),
+    ("efficiency", [0.95, -0.1, None, ""], {}, {},
+     "FAIL c.efficiency: 0.85 below 0.855 (reference 0.95, accepted 0.855..inf)"),
+    ("efficiency", [0.8, None, 0.05, ""], {}, {},
+     "FAIL c.efficiency: 0.85 above 0.84 (reference 0.8, accepted -inf..0.84)"),
+    ("efficiency", [0.85, 0, 0, ""], {}, {}, "PASS c.efficiency: 0.85 (reference 0.85, accepted 0.85..0.85)"),
+    ("throughput_per_device", [120, -0.1, 0.1, "samples/s"], {}, {},
+     "PASS c.throughput_per_device: 123.5 samples/s (reference 120, accepted 108..132)"),
+    ("throughput_per_device", [120, -0.1, None, "tokens/s"], {}, {},
+     "FAIL c.throughput_per_device: measured in samples/s, the reference is in tokens/s"),
+    ("efficiency", [0.9, -0.1, None, "%"], {}, {}, "FAIL c.efficiency: measured in no unit, the reference is in %"),
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 2}, {},
+     "FAIL c.efficiency: efficiency here is against 1 device(s), the reference's against 2: run the baseline too"),
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 1}, {},
+     "PASS c.efficiency: 0.85 (reference 0.9, accepted 0.81..inf)"),
+    ("efficiency", [0.9, -0.1, None, ""], {}, {"efficiency": float("nan")},
+     "FAIL c.efficiency: not measured in the matching runs"),
+    ("efficiency", [0.9, -0.1, None, ""], {}, {"efficiency": None},
+     "FAIL c.efficiency: not measured in the matching runs"),
+    ("busbw", [2, -0.2, None, "GB/s"], {"kind": "allreduce"}, {},
+     "PASS c.busbw: 2.5 GB/s (reference 2, accepted 1.6..inf)"),
+    ("busbw", [-2, -0.1, 0.1, "GB/s"], {"kind": "allreduce"}, {"busbw_GBps": -1.0},
+     "FAIL c.busbw: -1 GB/s above -1.8 (reference -2, accepted -2.2..-1.8)"),  # |value|: below stays below
+])
+def test_each_verdict_line(quantity, tup, entry, row, verdict):
+    line, perf = reference._verdict("c", quantity, tup, {**ROW, **row}, entry)
+    assert line == verdict
+    assert (perf is None) == line.endswith("not measured in the matching runs")
+
+
+def test_the_perf_line_carries_the_measured_value_and_its_unit():
+    assert reference._verdict("c", "throughput_per_device", [1, None, None, "samples/s"], ROW, {})[1] == (
+        "PERF c.throughput_per_device=123.457 samples/s")
+    assert reference._verdict("c", "efficiency", [1, None, None, ""], ROW, {})[1] == "PERF c.efficiency=0.85"
+    assert reference._verdict("c", "busbw", [1, None, None, ""], ROW, {"kind": "allreduce"}) == (
+        "FAIL c.busbw: measured in GB/s, the reference is in no unit", "PERF c.busbw=2.5 GB/s")
+
+
+def test_a_check_that_matches_nothing_fails_with_what_it_looked_for():
+    checks = [{"name": "t", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+               "reference": {"efficiency": [0.9, -0.1, None, ""], "throughput_per_device": [1, -0.1, None, ""]}},
+              {"name": "b", "kind": "allreduce", "devices": 8, "nodes": 2, "link": "emulated 1 Gbit/s",
+               "hardware": {"accelerator": "gpu", "device": "A100"}, "reference": {"busbw": [1, -0.1, None, "GB/s"]}}]
+    lines, failed = reference.check(checks, pd.DataFrame(), pd.DataFrame(), "DIR")
+    assert lines == ["FAIL t: no training run on 2 device(s), 1 node(s), cpu in DIR (nothing was checked)",
+                     "FAIL b: no all-reduce benchmark on 8 device(s), 2 node(s), A100, link emulated 1 Gbit/s in DIR "
+                     "(nothing was checked)",
+                     "reference: 2 check(s) of 3 value(s): 0 passed, 3 failed"]
+    assert failed == 3
+
+
+def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_values():
+    from scalelab.report import explain, frames
+
+    def gpu(run_id, world, sps):
+        r = make_result(run_id, world, samples_per_s=sps)
+        r["launch"].update(accelerator="gpu", device_names=["A100"])
+        return r
+    unmeasured = make_result("n1", 1, samples_per_s=10, batch_size=16)
+    unmeasured["timing"]["samples_per_s"] = None  # no throughput: nothing to reference, the others still are
+    linked = make_result("c1", 2, samples_per_s=50)
+    linked["launch"]["link"] = {"gbit": 1, "emulated": True}
+    found = [gpu("g1", 1, 100), gpu("g2", 2, 180), linked, make_result("c2", 2, samples_per_s=60, batch_size=32),
+             make_result("c3", 2, samples_per_s=70, batch_size=48), unmeasured]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    scaling = scaling.sort_values(["group", "devices"]).reset_index(drop=True)  # batch 16, 32, 48, 64, then GPU
+    scaling["forecast_error"] = [float("nan")] * 4 + [1.2, 3.2]  # the track record's error, in points
+    slow = _bench(2, [dict(r, busbw_GBps=2 * r["busbw_GBps"]) for r in ROWS])
+    untyped = [dict(b, config={}) for b in (_bench(2, ROWS), slow)]  # no dtype recorded: float32
+    nothing = dict(_bench(1, ROWS), summary={"large_msg_busbw_GBps": None})
+    a100 = _bench(2, ROWS)
+    a100["launch"].update(accelerator="gpu", device_names=["A100"])
+    checks = reference.draft(scaling, explain.bench_frame([*untyped, nothing, a100]))
+
+    def training(name, batch, devices, reference_, hardware=None, link=""):
+        return {"name": name, "kind": "training", "workload": {"model": "mlp", "batch_size": batch, "scaling": "weak",
+                                                               "precision": "32"},
+                "hardware": hardware or {"accelerator": "cpu"}, "devices": devices, "nodes": 1, "link": link,
+                "baseline_devices": 1 if hardware else 2, "reference": reference_}
+    a100_hw = {"accelerator": "gpu", "device": "A100"}
+    assert checks == [
+        training("mlp-cpu-2x1", 32, 2, {"throughput_per_device": [30.0, -0.1, None, "samples/s"]}),
+        training("mlp-cpu-2x1-2", 48, 2, {"throughput_per_device": [35.0, -0.1, None, "samples/s"]}),
+        training("mlp-cpu-2x1-emulated-1-Gbit/s", 64, 2, {"throughput_per_device": [25.0, -0.1, None, "samples/s"]},
+                 link="emulated 1 Gbit/s"),
+        training("mlp-A100-1x1", 64, 1, {"throughput_per_device": [100.0, -0.1, None, "samples/s"],
+                                         "forecast_error": [5.0, None, 0, "points"]}, a100_hw),  # at least 5 points
+        training("mlp-A100-2x1", 64, 2, {"efficiency": [0.9, -0.1, None, ""],
+                                         "throughput_per_device": [90.0, -0.1, None, "samples/s"],
+                                         "forecast_error": [6.0, None, 0, "points"]}, a100_hw),  # ceil(3.2) + 2
+        {"name": "allreduce-cpu-2x1", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2,
+         "nodes": 1, "link": "", "dtype": "float32", "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}},  # median
+        {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "devices": 2, "nodes": 1,
+         "link": "", "dtype": "float32", "reference": {"busbw": [1.0, -0.1, None, "GB/s"]}}]
+    assert reference.draft(scaling.iloc[:0], explain.bench_frame([])) == []
+
+
+def test_a_benchmark_check_reads_the_median_of_the_runs_of_its_size_hardware_link_and_dtype():
+    from scalelab.report import explain
+
+    def run(busbw, accelerator="cpu", device="cpu", dtype=None, link=None):
+        b = _bench(2, [dict(r, busbw_GBps=busbw) for r in ROWS])
+        b["launch"].update(accelerator=accelerator, device_names=[device], link=link)
+        b["config"] = {"dtype": dtype} if dtype else {}
+        return b
+    bench = explain.bench_frame([run(1.0), run(2.0), run(1.0, "gpu", "A100", "float32"), run(3.0, "gpu", "H100"),
+                                 run(0.5, link={"gbit": 1, "emulated": True}), run(9.0, dtype="bfloat16")])
+
+    def entry(name, value, **kw):
+        hw = {"accelerator": kw.pop("accelerator", "cpu"), **({"device": kw.pop("device")} if "device" in kw else {})}
+        return {"name": name, "kind": "allreduce", "devices": 2, "nodes": 1, "hardware": hw,
+                "reference": {"busbw": [value, 0, 0, "GB/s"]}, **kw}
+    checks = [entry("cpu", 1.5), entry("a100", 1.0, accelerator="gpu", device="A100"),
+              entry("linked", 0.5, link="emulated 1 Gbit/s"), entry("bf16", 9.0, dtype="bfloat16"),
+              entry("any-gpu", 2.0, accelerator="gpu"), entry("none", 1.0, devices=4)]
+    lines, failed = reference.check(checks, pd.DataFrame(), bench, "DIR")
+    verdicts = [line for line in lines if line.startswith(("PASS", "FAIL"))]
+    assert verdicts == ["PASS cpu.busbw: 1.5 GB/s (reference 1.5, accepted 1.5..1.5)",  # median of 1 and 2
+                        "PASS a100.busbw: 1 GB/s (reference 1, accepted 1..1)",
+                        "PASS linked.busbw: 0.5 GB/s (reference 0.5, accepted 0.5..0.5)",
+                        "PASS bf16.busbw: 9 GB/s (reference 9, accepted 9..9)",
+                        "PASS any-gpu.busbw: 2 GB/s (reference 2, accepted 2..2)",  # no device named: both GPUs
+                        "FAIL none: no all-reduce benchmark on 4 device(s), 1 node(s), cpu in DIR (nothing was "
+                        "checked)"]
+    assert failed == 1 and lines[-1] == "reference: 6 check(s) of 6 value(s): 5 passed, 1 failed"
+
+
+def test_a_check_whose_workload_fields_match_two_groups_fails_and_the_next_check_still_runs(tmp_path):
+    from scalelab.report import explain, frames
+
+    found = [make_result("a", 2), make_result("b", 2, batch_size=32)]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    vague = {"name": "vague", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1,
+             "hardware": {"accelerator": "cpu"},
+             "reference": {"efficiency": [1, None, None, ""], "throughput_per_device": [50, None, None, "samples/s"]}}
+    exact = dict(vague, name="exact", workload={"model": "mlp", "batch_size": 32},
+                 reference={"throughput_per_device": [50, -0.1, None, "samples/s"]})
+    lines, failed = reference.check([vague, exact], scaling, explain.bench_frame([]), "DIR")
+    assert lines[0] == "FAIL vague: 2 workloads in DIR match its workload fields: add fields to tell them apart"
+    assert lines[1] == "PASS exact.throughput_per_device: 50 samples/s (reference 50, accepted 45..inf)"
+    assert failed == 2 and lines[-1] == "reference: 2 check(s) of 3 value(s): 1 passed, 2 failed"
+
+
+def test_names_are_made_unique_and_safe_and_the_file_is_written_as_it_reads(tmp_path):
+    names = set()
+    assert [reference._unique("a", names) for _ in range(3)] == ["a", "a-2", "a-3"] and names == {"a", "a-2", "a-3"}
+    assert reference._slug("-XGB model (tiny)-") == "XGB-model-tiny"
+    check = {"name": "c", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2, "nodes": 1,
+             "link": "", "dtype": "float32", "workload": {f"field_{i}": "value" for i in range(6)},
+             "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}}
+    path = tmp_path / "ref.yaml"
+    assert reference.write(str(path), [check]) == str(path)
+    assert path.read_text() == reference.HEADER + (
+        "checks:\n- name: c\n  kind: allreduce\n  hardware: {accelerator: cpu}\n  devices: 2\n  nodes: 1\n  link: ''\n"
+        "  dtype: float32\n  workload: {field_0: value, field_1: value, field_2: value, field_3: value, "
+        "field_4: value, field_5: value}\n  reference:\n    busbw: [1.5, -0.1, null, GB/s]\n")  # one line to 120
+    with pytest.raises(UsageError) as err:
+        reference.write(str(path), [])
+    assert str(err.value) == ("--write_reference: no completed training run or all-reduce benchmark in the folder: "
+                              "nothing to reference")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 
@@ -44,6 +45,102 @@ def test_environment_capture_is_an_allow_list_without_secrets():
            "HOME": "/root", "WANDB_API_KEY": "x", "NCCL_SECRET_TOKEN": "y", "PATH": "/bin"}
     assert results.capture_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
                                                  "OMP_NUM_THREADS": "4", "SLURM_JOB_ID": "42"}
+
+
+@pytest.mark.parametrize("name, secret", [
+    # a part (split at _ - . and camelCase) that is one of the secret words, or ends in key/token/secret/password
+    ("MY_PRIVATE_KEY", True), ("SESSION_ID", True), ("browser-cookie", True), ("db.passwd", True),
+    ("LDAP_PWD", True), ("SSO_CREDENTIALS", True), ("AZURE_CREDENTIAL", True), ("X_SIGNATURE", True),
+    ("GPG_PASSPHRASE", True), ("MLFLOW_SESSIONID", True), ("myApiToken", True), ("APIKEY", True),
+    ("HUGGINGFACEHUB_ACCESSTOKEN", True), ("CLIENTSECRET", True), ("ROOTPASSWORD", True), ("NCCL_AUTH", True),
+    # ordinary: a secret word inside a longer part, or a part that merely starts with one
+    ("tokens_per_s", False), ("KEYBOARD_LAYOUT", False), ("NCCL_SOCKET_IFNAME", False), ("PATIENCE", False),
+    ("SESSIONS_MAX", False), ("TOKENIZERS_PARALLELISM", False), ("AUTHOR", False), ("", False),
+])
+def test_a_name_is_secret_by_its_parts(name, secret):
+    assert results.looks_secret(name) is secret
+
+
+def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
+    allowed = {"NCCL_A": "1", "SLURM_A": "1", "CUDA_A": "1", "OMP_A": "1", "TORCH_A": "1", "TORCHELASTIC_A": "1",
+               "PYTORCH_A": "1", "MKL_A": "1", "GLOO_A": "1", "UCX_A": "1", "FI_A": "1", "SUBMITIT_A": "1",
+               "MASTER_A": "1", "SCALELAB_A": "1", "SRUN_A": "1", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0"}
+    dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x",
+               "SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k"}
+    captured = results.capture_environment({**dropped, **allowed})
+    assert captured == allowed and list(captured) == sorted(allowed)  # sorted: equal environments, equal files
+
+
+def test_scrub_drops_secret_keys_inside_lists_and_tuples_and_keeps_every_value_else():
+    data = {"lr": 0.1, "runs": ({"api_key": "k", "steps": 5}, [{"HF_TOKEN": "t"}, 3]), "note": "token",
+            "nested": {"password": {"deep": 1}, "ok": None}}
+    assert results.scrub(data) == {"lr": 0.1, "runs": [{"steps": 5}, [{}, 3]], "note": "token",
+                                   "nested": {"ok": None}}
+
+
+def _training(**changes):
+    data = json.loads(json.dumps(make_result()))
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = data
+        for parent in parents:
+            node = node[parent]
+        if value is _DROP:
+            del node[key]
+        else:
+            node[key] = value
+    return data
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"schema_version": 0}, "bad schema_version 0"),
+    ({"schema_version": -1}, "bad schema_version -1"),
+    ({"schema_version": True}, "bad schema_version True"),
+    ({"schema_version": "2"}, "bad schema_version '2'"),
+    ({"schema_version": 1.0}, "bad schema_version 1.0"),
+    ({"schema_version": _DROP}, "bad schema_version None"),
+    ({"schema_version": 3}, "schema_version 3 is newer than this scalelab reads (2); upgrade scalelab"),
+    ({"schema": "scalelab.report_summary"}, 'not a scalelab result (no "schema": "scalelab.result")'),
+    ({"kind": "inference"}, "unknown result kind 'inference'"),
+    ({"run_id": ""}, "missing run_id"),
+    ({"run_id": 7}, "missing run_id"),
+    ({"timing": [1]}, "field 'timing' missing or not a dict"),
+    ({"status": _DROP}, "field 'status' missing or not a str"),
+    ({"status": "done"}, "unknown status 'done'"),
+    ({"launch__world_size": 0}, "launch.world_size missing or not a positive integer"),
+    ({"launch__world_size": True}, "launch.world_size missing or not a positive integer"),
+    ({"launch__num_nodes": 1.0}, "launch.num_nodes missing or not a positive integer"),
+    ({"launch__num_nodes": _DROP}, "launch.num_nodes missing or not a positive integer"),
+    ({"timing__samples_per_s": -0.5}, "timing.samples_per_s is not a number >= 0"),
+    ({"timing__samples_per_s": "100"}, "timing.samples_per_s is not a number >= 0"),
+    ({"timing__train_time_s": False}, "timing.train_time_s is not a number >= 0"),
+    ({"workload__model": _DROP}, "workload.model missing"),
+])
+def test_the_reader_refuses_each_bad_field_with_its_own_line(changes, message):
+    with pytest.raises(results.ResultError) as err:
+        results.validate(_training(**changes))
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"schema_version": 1}, {"timing__samples_per_s": 0}, {"timing__samples_per_s": None},
+    {"timing__train_time_s": 0.0}, {"launch__world_size": 1, "launch__num_nodes": 1}, {"status": "preempted"},
+    {"status": "timeout"}, {"status": "failed"},
+])
+def test_the_reader_accepts_every_version_and_value_it_knows(changes):
+    assert results.validate(_training(**changes))["schema_version"] == results.SCHEMA_VERSION
+
+
+def test_an_allreduce_result_needs_its_rows_not_a_workload():
+    data = {**results.envelope("allreduce", "b1"), "status": "completed", "rows": [],
+            "launch": {"world_size": 2, "num_nodes": 1}}
+    assert results.validate(data)["kind"] == "allreduce"
+    with pytest.raises(results.ResultError, match="^field 'rows' missing or not a list$"):
+        results.validate({**data, "rows": {}})
 
 
 def test_write_scrubs_secret_keys_at_any_depth(tmp_path):
@@ -168,3 +265,168 @@ def test_an_atomic_write_interrupted_before_the_rename_leaves_nothing(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         results.atomic_write_json(str(target), {"a": 1})
     assert list((tmp_path / "run").iterdir()) == []  # neither the result nor a temporary file
+
+
+def test_slurm_info_records_the_job_step_and_restarts():
+    env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "scalelab",
+           "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "gpu", "SLURM_STEP_ID": "0",
+           "SLURM_RESTART_COUNT": "3"}
+    assert results.slurm_info(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
+                                       "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
+                                       "step_id": "0", "restart_count": 3}
+    assert results.slurm_info({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
+    assert results.slurm_info({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
+        "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
+        "partition": None, "step_id": None, "restart_count": 0}
+    assert results.slurm_info({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
+    assert results.slurm_info({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
+
+
+def test_versions_name_python_torch_lightning_submitit_and_scalelab():
+    import platform
+
+    import lightning
+    import submitit
+    import torch
+
+    import scalelab
+
+    v = results.versions()
+    assert v == {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                 "lightning": lightning.__version__, "submitit": submitit.__version__, "scalelab": scalelab.__version__}
+
+
+def test_versions_on_a_gpu_build_name_cuda_and_nccl(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    v = results.versions()
+    assert (v["cuda"], v["nccl"]) == ("12.4", "2.21.5")
+
+
+def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
+    import re
+
+    rid = results.new_run_id("transformer", 8, run_name="my run/α" + "x" * 50,
+                             environ={"SLURM_JOB_ID": "123", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "3"})
+    name = "my-run-" + "x" * 33  # every other character -> "-", cut at 40
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{name}-transformer-8x-job120_3-pid{os.getpid()}-[0-9a-f]{{8}}", rid), rid
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-1x-job9-pid{os.getpid()}-[0-9a-f]{{8}}",
+                        results.new_run_id("mlp", 1, environ={"SLURM_JOB_ID": "9"}))
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-job9_1-pid{os.getpid()}-[0-9a-f]{{8}}",  # array id unknown
+                        results.new_run_id("mlp", 2, environ={"SLURM_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "1"}))
+    assert "-Run_A.1-mlp-" in results.new_run_id("mlp", 1, run_name="Run_A.1", environ={})  # kept as written
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-pid{os.getpid()}-[0-9a-f]{{8}}", results.new_run_id("mlp", 2,
+                                                                                                    environ={}))
+
+
+def test_the_output_folder_is_made_or_refused_in_one_line(tmp_path):
+    made = tmp_path / "a" / "b"
+    results.ensure_output_dir(str(made))
+    assert made.is_dir() and not list(made.iterdir())  # the probe folder is gone again
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir(str(tmp_path / "file"), "--plot")
+    assert str(err.value) == f"--plot {tmp_path / 'file'} is a file, not a folder"
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir(str(tmp_path / "file" / "sub"))
+    assert str(err.value) == f"--output_dir {tmp_path / 'file' / 'sub'} cannot be created (Not a directory)"
+    # a folder that exists but where even root cannot make one (sysfs): found before any run starts
+    with pytest.raises(results.UsageError) as err:
+        results.ensure_output_dir("/sys/kernel")
+    assert re.fullmatch(r"--output_dir /sys/kernel is not writable: a folder cannot be made in it \((Operation not "
+                        r"permitted|Permission denied)\)", str(err.value)), str(err.value)  # root, or not
+
+
+def test_a_claimed_folder_is_never_shared(tmp_path):
+    first = results.claim_folder(str(tmp_path / "out"), "run")
+    second = results.claim_folder(str(tmp_path / "out"), "run")
+    assert first == str(tmp_path / "out" / "run") and os.path.dirname(second) == str(tmp_path / "out")
+    assert os.path.basename(second).startswith("run-") and len(os.path.basename(second)) == len("run-") + 4
+    path = results.write(str(tmp_path / "out"), make_result("run"))
+    assert os.path.basename(os.path.dirname(path)).startswith("run-")
+    assert json.load(open(path))["run_id"] == os.path.basename(os.path.dirname(path))  # the folder's own name
+
+
+def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_hardware():
+    a, b = make_result("a", 1), make_result("b", 8, nodes=2)
+    b["workload"].update(describe="mlp at 8", params=2000, tokens_per_sample=7)
+    assert results.group_key(a) == results.group_key(b)  # describe, params, batches, tokens: derived
+    assert json.loads(results.group_key(a)) == {
+        "workload": {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"},
+        "hardware": {"accelerator": "cpu", "device": "cpu"}}
+    other = make_result("c", 1)
+    other["launch"]["device_names"] = ["NVIDIA A100"]
+    assert results.group_key(other) != results.group_key(a)
+    other["launch"]["device_names"] = []
+    assert json.loads(results.group_key(other))["hardware"]["device"] is None
+    assert results.group_key(make_result("d", 1, batch_size=32)) != results.group_key(a)
+
+
+def test_a_version_1_file_gets_the_version_2_names_in_comm_and_in_each_rank():
+    old = make_result("v1")
+    old["schema_version"] = 1
+    old["timing"]["comm"] = {"exposed_comm_s": 1, "comm_busy_s": 2, "comm_alone_s": 3, "hidden_comm_s": 4,
+                             "overlap": 5, "train_busbw_GBps": 6, "compute_s": 7}
+    old["ranks"] = [{"comm_busy_s": 1, "comm_alone_s": 2, "rank": 0}, "not a rank"]
+    new = results.validate(old)
+    assert new["schema_version"] == 2 and new["timing"]["comm"] == {
+        "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 5,
+        "ddp_busbw_GBps": 6, "compute_s": 7}
+    assert new["ranks"] == [{"allreduce_s": 1, "allreduce_alone_s": 2, "rank": 0}, "not a rank"]
+    assert old["schema_version"] == 1 and "exposed_comm_s" in old["timing"]["comm"]  # the caller's dict untouched
+    assert results.validate(dict(make_result("v2"), ranks=[{"comm_busy_s": 1}]))["ranks"] == [{"comm_busy_s": 1}]
+
+
+def test_requeued_attempts_share_a_key_per_job_array_task_and_step():
+    def attempt(run_id, **slurm):
+        return dict(make_result(run_id), slurm=slurm)
+    assert results.attempt_key(make_result("x")) is None and results.attempt_key(attempt("y", job_id=None)) is None
+    assert results.attempt_key(attempt("a", job_id="5", step_id="0")) == ("5", None, "0")
+    assert results.attempt_key(attempt("b", job_id="7", array_job_id="5", array_task_id="2")) == ("5", "2", None)
+    found = [attempt("r0", job_id="5", restart_count=0, created="2"), attempt("r1", job_id="5", restart_count=1),
+             attempt("r2", job_id="5", restart_count=1, created="1"), attempt("other", job_id="6"), make_result("free")]
+    for r in found:
+        r["created"] = r["slurm"].pop("created", "0") if r.get("slurm") else "0"
+    # restart 1 beats restart 0 whatever the dates; between two restart-1 attempts the newer one
+    assert [r["run_id"] for r in results.latest_attempts(found)] == ["r2", "other", "free"]
+
+
+def test_an_unreadable_file_says_why(tmp_path):
+    with pytest.raises(results.ResultError, match=r"^unreadable \(No such file or directory\)$"):
+        results.load(str(tmp_path / "missing.json"))
+    (tmp_path / "blank.json").write_text("  \n")
+    with pytest.raises(results.ResultError, match="^empty file$"):
+        results.load(str(tmp_path / "blank.json"))
+    (tmp_path / "bad.json").write_text('{"a": ')
+    with pytest.raises(results.ResultError, match=r"^not valid JSON \(Expecting value: line 1 column 7 \(char 6\)\)$"):
+        results.load(str(tmp_path / "bad.json"))
+
+
+def _summary(**changes):
+    config = {k: 1 for k in results._SUMMARY_FIELDS}
+    config["workload"] = {"model": "mlp"}
+    return {"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [config], **changes}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"schema": "scalelab.result"}, 'not a scalelab report summary (no "schema": "scalelab.report_summary")'),
+    ({"schema_version": 2}, "summary schema_version 2 is not one this scalelab reads (1)"),
+    ({"schema_version": True}, "summary schema_version True is not one this scalelab reads (1)"),
+    ({"schema_version": "1"}, "summary schema_version '1' is not one this scalelab reads (1)"),
+    ({"configurations": {}}, 'summary has no "configurations" list'),
+    ({"configurations": [{"workload": {}}]}, "summary configuration 0 lacks hardware, describe, scaling, unit, "
+     "devices, nodes, throughput, efficiency, baseline_devices, step_s, comm_share"),
+    ({"configurations": [dict(_summary()["configurations"][0], workload=[])]},
+     "summary configuration 0 lacks a workload object"),
+])
+def test_a_summary_is_refused_with_what_it_lacks(tmp_path, changes, message):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_summary(**changes)))
+    with pytest.raises(results.ResultError) as err:
+        results.load_summary(str(path))
+    assert str(err.value) == message
+    path.write_text(json.dumps(_summary()))
+    assert results.load_summary(str(path))["configurations"][0]["devices"] == 1

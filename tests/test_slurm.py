@@ -252,3 +252,33 @@ def test_scancel_of_a_two_node_job_ends_both_ranks_within_seconds_with_a_record(
     assert [k["rank"] for k in r["ranks"]] == [0, 1] and r["timing"]["steps"] >= 1
     assert took < 10, took
     print(f"\nscancel of a 2-node job: record written {took:.1f} s after it; {r['error']}")
+
+
+def test_a_rank_that_dies_mid_run_ends_the_job_within_seconds(slurm_env, tmp_path):
+    """Rank 1 (node2) crashes in step 5 while rank 0 blocks in the same step for good, as a survivor of a dead NCCL
+    peer does (no error ever reaches it). The job scripts' `srun --kill-on-bad-exit=1` ends the step when task 1
+    exits non-zero: the job is over seconds later, FAILED, its log naming the task and its exit code. Without the
+    flag rank 0 would hold both nodes until its stall deadline (0.9 x --timeout = 108 s here)."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_FAULT": "exit@step=5,rank=1;wedge@step=5,rank=0"}
+    log = tmp_path / "slurm-%j.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", "--ntasks-per-node=1", "--cpus-per-task=1",
+                          str(ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh"), "--devices", "1", "--threads", "1",
+                          "--max_epochs", "200", "--timeout", "120"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    try:
+        _wait_for("training", lambda: job_log.exists() and "scalelab: mlp" in job_log.read_text(), 120)
+        started = time.time()
+
+        def ended():
+            state = sacct_state(env, job, timeout=2)
+            return state if state not in ("", "PENDING", "RUNNING", "COMPLETING") else None
+        state = _wait_for("the job's end", ended, 150)
+        took = time.time() - started
+    finally:
+        subprocess.run(["scancel", "--signal=KILL", job], env=env, capture_output=True)
+    text = job_log.read_text()
+    assert state == "FAILED", f"job {job} ended {state}:\n{text[-3000:]}"
+    assert re.search(r"task 1: Exited with exit code 3", text), text[-3000:]
+    assert took < 30, f"the job ended {took:.0f} s after training started:\n{text[-3000:]}"
+    print(f"\nrank 1 died in step 5: job {job} FAILED {took:.1f} s after training started")

@@ -45,6 +45,20 @@ def test_what_is_not_refused(env):
     assert cluster.slurm_step_problem({k: v for k, v in env.items() if v is not None}) is None
 
 
+def test_a_two_task_job_script_that_runs_train_py_outside_srun_is_refused_with_the_srun_line(monkeypatch):
+    """The batch script of `sbatch -N2 --ntasks-per-node=1` running `python src/train.py` itself (no srun: no step):
+    one process would wait for a second rank that never starts."""
+    for name in [k for k in os.environ if k.startswith(("SLURM_", "TORCHELASTIC_"))] + ["WORLD_SIZE", "RANK"]:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"SLURM_JOB_ID": "16", "SLURM_JOB_NAME": "scalelab", "SLURM_NTASKS": "2", "SLURM_NNODES": "2",
+                        "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(cluster.UsageError) as err:
+        cluster.detect(accelerator="cpu")
+    assert str(err.value) == ("this SLURM job has 2 tasks but train.py runs outside srun; start it as "
+                              "`srun python src/train.py ...`")
+
+
 def test_ntasks_without_tasks_per_node_is_one_line_with_the_per_node_count():
     env = {**SALLOC_SRUN, "SLURM_JOB_NAME": "scalelab", "SLURM_NTASKS": "8"}
     line = cluster.slurm_step_problem(env)

@@ -108,6 +108,7 @@ RunConfig.__doc__ = "Every knob of a training run: the common flags plus each re
 RunConfig.__module__ = __name__  # make_dataclass would say "types" (before Python 3.12): pickle finds it here
 
 
+# pragma: no mutate start (flag definitions and --help text; make mutation scores the checks below)
 def _per_workload(key: str) -> str:
     """'mlp 64, transformer 8': a common flag's per-workload defaults, for its --help."""
     shown = [(spec.name, spec.defaults.get(key)) for spec in workloads.REGISTRY.values()]
@@ -163,6 +164,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     return p
 
 
+# pragma: no mutate end
 def comm_hook_type(text: str) -> str:
     """--comm_hook: none, fp16, bf16 or powersgd[:RANK] (PyTorch's DDP communication hooks)."""
     name, _, rank = text.partition(":")
@@ -173,6 +175,7 @@ def comm_hook_type(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected none, fp16, bf16 or powersgd[:RANK], got {text!r}")
 
 
+# pragma: no mutate start (flag definitions and --help text)
 def _lever_flags(g):
     g.add_argument("--accumulate_grad_batches", type=positive_int,
                    help="K batches per optimizer step: one all-reduce per K (DDP's no_sync for the others); the "
@@ -217,6 +220,7 @@ def _comet_flags(g):
                         "anywhere")
 
 
+# pragma: no mutate end
 def named_configs() -> list:
     """The configs shipped in the package: gpt-small, mlp, ..."""
     try:

@@ -43,6 +43,7 @@ factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
 # --- flags ----------------------------------------------------------------------------------------
 
 
+# pragma: no mutate start (flags and help text; `make mutation` scores the pure functions below)
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="All-reduce bus bandwidth over message sizes (nccl-tests style).")
     p.add_argument("--devices", type=positive_int,
@@ -74,6 +75,7 @@ def build_parser() -> OneLineParser:
     return p
 
 
+# pragma: no mutate end
 def resolve(args, launch):
     """Fill the accelerator-dependent defaults and check the flags against each other, before any rank starts."""
     gpu = launch.accelerator == "gpu"
@@ -94,6 +96,7 @@ def resolve(args, launch):
     return args
 
 
+# pragma: no mutate start (launching and timing on a live process group: the slow tests run them)
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)  # flag syntax first: fails before torch is even imported
@@ -341,6 +344,7 @@ class Bench:
                 "device": self.device.index or 0, "bus": bus,
                 "name": cluster.device_name(self.launch.accelerator, self.device)}
 
+    # pragma: no mutate end
     def correctness_error(self):
         bad = [r for r in self.rows if r["wrong"] or r.get("oop_wrong")]
         if not bad:
@@ -387,7 +391,7 @@ class Bench:
 
 def cli():
     """Console-script entry point (see setup.cfg), and `python -m scalelab.bench`."""
-    fast_exit(run_main(PROG, main))
+    fast_exit(run_main(PROG, main))  # pragma: no mutate (the console-script entry)
 
 
 if __name__ == "__main__":  # how spawn_local starts each local rank (python -m MODULE)

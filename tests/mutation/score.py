@@ -1,0 +1,97 @@
+"""The mutation score per module, from the last `mutmut run` (`make mutation` runs both).
+
+mutmut leaves one mutants/src/<module>.py.meta per mutated module: the exit code of the guarding tests for each
+mutant (1: a test failed, the mutant is killed; 0: every test passed, it survived). A survivor that is
+equivalent (no input makes it behave differently where a user could see it) is listed in equivalent.txt beside
+this script, one a line: the mutant's name, then why. Those leave the count; every other survivor is a hole.
+
+    python tests/mutation/score.py [mutants]
+
+Prints killed / (mutants - equivalent) per module and in all, and writes the unexplained survivors, one name a
+line, to mutants/survivors.txt (`mutmut show NAME` prints the edit). Exit 1 when an entry of equivalent.txt has
+no reason or names no surviving mutant (it was killed, or the code moved: review the list).
+"""
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, a timeout: mutmut's "killed"
+SURVIVED = 0
+
+
+def read_equivalents(path: Path) -> tuple:
+    """({mutant name: reason}, [problems]) from equivalent.txt; '#' starts a comment line."""
+    reasons, problems = {}, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, _, reason = line.strip().partition(" ")
+        if not reason.strip():
+            problems.append(f"equivalent.txt:{number}: {name} has no reason")
+        reasons[name] = reason.strip()
+    return reasons, problems
+
+
+def read_results(mutants: Path) -> dict:
+    """{module path: {mutant name: exit code}} from mutmut's .meta files."""
+    found = {}
+    for meta in sorted((mutants / "src").rglob("*.py.meta")):
+        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        if codes:
+            found[meta.relative_to(mutants / "src").as_posix()[: -len(".meta")]] = codes
+    return found
+
+
+def score(results: dict, equivalent: dict) -> tuple:
+    """(rows of [module, mutants, killed, equivalent, holes, score], unexplained survivors, stale entries)."""
+    rows, holes, total = [], [], Counter()
+    for module, codes in results.items():
+        n = Counter()
+        for name, code in codes.items():
+            n["mutants"] += 1
+            if code in KILLED:
+                n["killed"] += 1
+            elif code == SURVIVED and name in equivalent:
+                n["equivalent"] += 1
+            else:  # survived, no test reached it, not run: all holes until a test or a reason says otherwise
+                n["holes"] += 1
+                holes.append(name)
+        total.update(n)
+        rows.append([module, *_figures(n)])
+    rows.append(["all", *_figures(total)])
+    surviving = {name for codes in results.values() for name, code in codes.items() if code == SURVIVED}
+    stale = sorted(set(equivalent) - surviving)
+    return rows, holes, stale
+
+
+def _figures(n: Counter) -> list:
+    judged = n["mutants"] - n["equivalent"]
+    return [n["mutants"], n["killed"], n["equivalent"], n["holes"],
+            f"{100 * n['killed'] / judged:.1f} %" if judged else "-"]
+
+
+def main(argv: list) -> int:
+    mutants = Path(argv[0]) if argv else Path("mutants")
+    equivalent, problems = read_equivalents(HERE / "equivalent.txt")
+    results = read_results(mutants)
+    if not results:
+        print(f"no mutmut results under {mutants}/src: run `make mutation`")
+        return 1
+    rows, holes, stale = score(results, equivalent)
+    header = ["module", "mutants", "killed", "equivalent", "holes", "score"]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))))
+    (mutants / "survivors.txt").write_text("".join(f"{name}\n" for name in holes), encoding="utf-8")
+    print(f"score = killed / (mutants - equivalent); {len(holes)} holes listed in {mutants}/survivors.txt")
+    problems += [f"equivalent.txt: {name} is not a surviving mutant any more" for name in stale]
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

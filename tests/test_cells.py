@@ -1,0 +1,59 @@
+"""The report's cells: how a number, a percentage, a predicted range, money and a node count are printed."""
+
+from types import SimpleNamespace
+
+import pandas as pd
+
+from scalelab.report import cells
+
+NAN = float("nan")
+
+
+def test_a_number_is_printed_by_its_spec_and_a_missing_one_as_a_dash():
+    assert cells.fmt_num(12345.678) == "12,345.7"
+    assert cells.fmt_num(0.5, ".3f") == "0.500"
+    assert cells.fmt_num(None) == "—" and cells.fmt_num(NAN) == "—" and cells.fmt_num(pd.NA) == "—"
+    assert cells.fmt_num(None, missing="n/a") == "n/a" and cells.fmt_num(0.0) == "0.0"
+
+
+def test_a_fraction_is_printed_as_a_percentage():
+    assert cells.fmt_pct(0.254) == "25 %" and cells.fmt_pct(0.2546, ".1f") == "25.5 %" and cells.fmt_pct(1) == "100 %"
+    assert cells.fmt_pct(None) == "—" and cells.fmt_pct(NAN) == "—" and cells.fmt_pct(0) == "0 %"
+
+
+def _predicted(lo, hi):
+    return SimpleNamespace(predicted_efficiency_no_overlap=lo, predicted_efficiency_overlap=hi)
+
+
+def test_the_predicted_range_runs_from_no_overlap_to_full_overlap():
+    assert cells.predicted_range(_predicted(0.934, 1.0)) == "93–100 %"
+    assert cells.predicted_range(_predicted(0.996, 1.0)) == "100 %"  # both round to 100: one figure
+    assert cells.predicted_range(_predicted(0.5, 0.504)) == "50 %"
+    assert cells.predicted_range(_predicted(0.494, 0.506)) == "49–51 %"
+    assert cells.predicted_range(_predicted(NAN, 1.0)) == "—" and cells.predicted_range(_predicted(0.9, NAN)) == "—"
+
+
+def _money(cost, hours, budget_cost):
+    return pd.DataFrame({"cost_per_1k_samples": [NAN, cost], "hours_for_token_budget": [NAN, hours],
+                         "cost_for_token_budget": [NAN, budget_cost]})
+
+
+def test_money_columns_appear_only_where_a_group_has_figures_and_cells_match_them():
+    full = _money(0.01234567, 1234.56, 98765.4)
+    assert cells.money_headers(full) == ["cost / 1K samples", "hours for token budget", "cost for token budget"]
+    assert cells.money_cells(next(full.iloc[1:].itertuples())) == ["0.01235", "1,234.6", "98,765"]
+    no_price = _money(NAN, 12.0, NAN)  # a token budget without --gpu_hour_price: hours, no cost
+    assert cells.money_headers(no_price) == ["hours for token budget"]
+    assert cells.money_cells(next(no_price.iloc[1:].itertuples())) == ["12.0"]
+    price_only = _money(2.5, NAN, NAN)
+    assert cells.money_headers(price_only) == ["cost / 1K samples"]
+    assert cells.money_cells(next(price_only.iloc[1:].itertuples())) == ["2.5"]
+    assert cells.money_headers(_money(NAN, NAN, 5.0)) == [] and cells.money_cells(next(_money(NAN, NAN, 5.0)
+                                                                                     .itertuples())) == []
+
+
+def test_the_nodes_cell_names_an_emulated_link():
+    assert cells.nodes_cell(SimpleNamespace(nodes=2, link="emulated 1 Gbit/s")) == "2 (emulated 1 Gbit/s)"
+    assert cells.nodes_cell(SimpleNamespace(nodes=2, link="")) == "2"
+    assert cells.nodes_cell(SimpleNamespace(nodes=1, link=NAN)) == "1"  # a frame cell without a link
+    assert cells.nodes_cell(SimpleNamespace(nodes=4)) == "4"

@@ -1,0 +1,132 @@
+"""The printed report's tables and captions, on constructed results: each cell and line as a user reads it."""
+
+import pandas as pd
+
+from scalelab.report import explain, tables
+from scalelab.report.frames import runs_frame, scaling_frame
+from test_results import make_result
+
+
+def _pipe(text: str) -> list:
+    """The cells of a tabulate "pipe" table: [header cells, row cells, ...] (the alignment line left out)."""
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def _scaling(found):
+    runs = runs_frame(found)
+    return runs, explain.annotate(scaling_frame(runs), explain.bench_frame([]))
+
+
+def test_what_one_cpu_device_was():
+    def caption(*threads):
+        return tables.cpu_device_caption(pd.DataFrame({"threads": list(threads)}, dtype="float"))
+    assert caption() == caption(float("nan")) == "CPU rehearsal (gloo)"
+    assert caption(1, 1) == "CPU rehearsal (gloo): 1 device = 1 core"
+    assert caption(2) == "CPU rehearsal (gloo): 1 device = 2 cores"
+    assert caption(4, 1, 2) == ("CPU rehearsal (gloo): 1 device = 1–4 cores, different between runs (speedups mix "
+                                "device sizes)")
+
+
+def test_the_group_title_names_workload_batch_precision_levers_and_hardware():
+    runs = runs_frame([make_result("w", 2, accumulate_grad_batches=4, comm_hook="bf16")])
+    first = runs.iloc[0]
+    assert tables._group_title(first, "A", runs) == (
+        "Group A: mlp (1K params) · batch 64/device (weak scaling: global batch grows) · precision 32 · accumulate 4 "
+        "· comm hook bf16 · CPU rehearsal (gloo): 1 device = 1 core")
+    strong = make_result("s", 4, scaling="strong", params=None)
+    strong["workload"].update(global_batch=256, params=None)
+    strong["launch"].update(accelerator="gpu", device_names=["NVIDIA H100 80GB HBM3"])
+    runs = runs_frame([strong])
+    assert tables._group_title(runs.iloc[0], "C", runs) == (
+        "Group C: mlp (params unknown) · global batch 256 split over devices (strong scaling) · precision 32 · "
+        "GPU: NVIDIA H100 80GB HBM3")
+
+
+def test_processes_per_node_and_threads():
+    runs = runs_frame([make_result("c", 2)])
+    r = next(runs.itertuples())
+    assert tables.procs_cell(r) == "2×1t"
+    assert tables.procs_cell(r._replace(oversubscribed="2 ranks on 1 core")) == "2×1t!"
+    assert tables.procs_cell(r._replace(accelerator="gpu", procs_per_node=4)) == "4"
+
+
+def test_the_runs_table_lists_each_run_and_warns_about_shared_or_starved_cores():
+    found = [make_result(f"r{i}", 1, samples_per_s=100 + i) for i in range(5)]
+    found[4]["launch"]["oversubscribed"] = "2 ranks on 1 core"
+    found[3]["timing"]["had_cpu"] = [0.5]
+    for i, r in enumerate(found):
+        r["created"] = f"2026-01-0{i + 1}"
+    runs = runs_frame(found)
+    lines = tables.runs_table(runs, "pipe", None)
+    table = _pipe(lines[0])
+    assert table[0] == ["run id", "devices", "nodes", "procs×threads", "1st step s", "train s", "step ms", "epoch s",
+                        "samples/s", "train loss", "val acc"]
+    assert table[1] == ["r0", "1", "1", "1×1t", "3.0", "10.00", "10.0", "1.00", "100", "0.500", "0.900"]
+    assert lines[1:] == ["  ! r4: 2 ranks on 1 core; its speedup measures ranks sharing cores, not scaling",
+                         "  ! r3: rank 0 had a core 50 % of the time it was ready to run: other work shared its "
+                         "cores; its times are slower than this hardware's"]
+    trimmed = tables.runs_table(runs, "pipe", 2)
+    assert [row[0] for row in _pipe(trimmed[0])[1:]] == ["r3", "r4"]  # the newest two
+    assert trimmed[-1] == "  ... 3 older run(s) not listed (all are in the scaling table; --all_runs lists them)"
+
+
+def test_the_scaling_table_row_by_row():
+    found = [make_result("a", 2, samples_per_s=100), make_result("b", 2, samples_per_s=200),
+             make_result("c", 2, samples_per_s=110), make_result("d", 4, nodes=2, samples_per_s=198)]
+    found[3]["launch"]["link"] = {"gbit": 1, "emulated": True}
+    _, scaling = _scaling(found)
+    lines = tables.scaling_table(scaling, "pipe")
+    assert lines[:2] == ["", "Scaling (baseline: 2 devices; speedup = samples/s ÷ baseline samples/s)"]
+    table = _pipe(lines[2])
+    assert table[0] == ["devices", "nodes", "runs", "samples/s (median [min–max])", "speedup", "efficiency",
+                        "predicted eff.", "samples/s per device"]
+    assert table[1] == ["2", "1", "3", "110 [100–200]", "1.00×", "100 %", "—", "55"]
+    assert table[2] == ["4", "2 (emulated 1 Gbit/s)", "1", "198", "1.80×", "90 %", "—", "50"]
+    assert lines[3:] == ["  2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine, shaped "
+                         "with tc (src/emulate.py), not a real network"]
+    _, alone = _scaling([make_result("x", 1)])
+    lines = tables.scaling_table(alone, "pipe")
+    assert lines[1] == "Scaling (baseline: 1 device; speedup = samples/s ÷ baseline samples/s)"
+    assert lines[2] == "  only one configuration (1 device(s)) in this group: nothing to compare against yet"
+    assert _pipe(lines[3])[1] == ["1", "1", "1", "100", "1.00×", "100 %", "100 %", "100"]
+
+
+def test_runs_that_did_not_complete_are_listed_with_the_start_of_their_error():
+    failed = make_result("f", 2, status="failed")
+    failed["error"] = "x" * 150
+    runs = runs_frame([make_result("ok", 1), failed, dict(make_result("t", 4, status="timeout"), error="stopped")])
+    lines = tables.failed_table(runs, "pipe")
+    assert lines[0] == "Runs that did not complete (left out of every speedup):" and lines[-1] == ""
+    assert _pipe(lines[1]) == [["run id", "status", "devices", "nodes", "error"], ["f", "failed", "2", "1", "x" * 100],
+                               ["t", "timeout", "4", "1", "stopped"]]
+    assert tables.failed_table(runs_frame([make_result("ok", 1)]), "pipe") == []
+
+
+def _hint(devices, nodes, accelerator="cpu", link="", gbit=None):
+    return tables._bench_hint(pd.DataFrame({"devices": [1, devices], "nodes": [1, nodes], "link": ["", link],
+                                            "link_gbit": [None, gbit], "accelerator": [accelerator] * 2}))
+
+
+def test_the_benchmark_hint_is_the_command_for_the_largest_configuration():
+    assert _hint(2, 1) == "`python src/allreduce_bench.py --devices 2`"
+    assert _hint(4, 2, link="emulated 0.2 Gbit/s", gbit=0.2) == (
+        "`python src/emulate.py --devices 2 --link_gbit 0.2 -- src/allreduce_bench.py`")
+    assert _hint(4, 2) == ("`sbatch --nodes=2 slurm_jobs/allreduce_bench.sh` (its header must say 2 tasks per node, "
+                           "as the training runs had)")
+    assert _hint(8, 1, "gpu") == ("`sbatch --nodes=1 slurm_jobs/allreduce_bench.sh` (its header must say 8 tasks per "
+                                  "node, as the training runs had) or an all_reduce_perf log of 8 ranks on 1 node(s) "
+                                  "(--nccl_tests LOG)")
+
+
+def test_the_report_prints_each_group_then_the_runs_that_failed():
+    found = [make_result("a1", 1), make_result("a2", 2, samples_per_s=180), make_result("b1", 1, batch_size=32),
+             dict(make_result("bad", 2, status="failed"))]
+    runs = runs_frame(found)
+    text = tables.render(runs, scaling_frame(runs), fmt="pipe", max_runs=None)
+    titles = [line for line in text.splitlines() if line.startswith("Group ")]
+    assert [t[:9] for t in titles] == ["Group A: ", "Group B: "]
+    assert text.index("| a2 ") < text.index("Group B: ") < text.index("| b1 ") < text.index(
+        "Runs that did not complete") < text.index("| bad ")
+    assert "Where the step goes" not in text  # no run measured its communication
+    assert tables.render(runs_frame([]), scaling_frame(runs_frame([]))) == ""
