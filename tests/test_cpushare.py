@@ -78,27 +78,32 @@ def _schedstat(folder, **threads):
 
 
 def test_a_sample_sums_every_threads_figures_in_seconds(tmp_path, monkeypatch):
-    # 1.5 s + 0.25 s on a core, 0.5 s + 0.125 s waiting; a thread that ended meanwhile (no file) and one with
-    # a torn line are skipped
+    # 1.5 s + 0.25 s on a core, 0.5 s + 0.125 s waiting; a thread whose file cannot be opened and one with a torn
+    # line are skipped
     monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t101="1500000000 500000000 9\n",
                                                       t102="250000000 125000000 3\n", t103="garbage\n"))
     (tmp_path / "104").mkdir()
-    assert cpushare.sample() == (1.75, 0.625)
+    threads = cpushare.Threads()
+    assert threads.sample() == (1.75, 0.625)
+    (tmp_path / "102" / "schedstat").write_text("750000000 125000000 4\n")  # read again: the same files, new figures
+    assert threads.sample() == (2.25, 0.625)
+    threads.close()
 
 
 def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(cpushare, "TASKS", str(tmp_path / "absent"))
-    assert cpushare.sample() is None
+    assert cpushare.Threads().sample() is None
     monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t7="0 0 0\n"))  # schedstats off: nothing ran
-    assert cpushare.sample() is None
+    assert cpushare.Threads().sample() is None
 
 
-def test_the_share_is_on_core_time_over_ready_time_between_two_samples():
-    assert cpushare.had_cpu((10.0, 2.0), (13.0, 3.0)) == 0.75  # ran 3 s, waited 1 s
-    assert cpushare.had_cpu((10.0, 2.0), (12.0, 2.0)) == 1.0  # never waited
-    assert cpushare.had_cpu((10.0, 2.0), (10.0, 2.5)) is None  # did not run at all: no share to tell
-    assert cpushare.had_cpu((10.0, 2.0), (11.0, 1.0)) is None  # counters that went back: not one thread set
-    assert cpushare.had_cpu(None, (1.0, 0.0)) is None and cpushare.had_cpu((1.0, 0.0), None) is None
+def test_the_share_is_on_core_time_over_ready_time_summed_over_spans():
+    assert cpushare.had_cpu([[3.0, 1.0]]) == 0.75  # ran 3 s, waited 1 s
+    assert cpushare.had_cpu([[2.0, 0.0]]) == 1.0  # never waited
+    assert cpushare.had_cpu([[3.0, 0.0], [1.0, 4.0]]) == 0.5  # 4 of 8 s: the sums, not the mean of 100 % and 20 %
+    assert cpushare.had_cpu([[0.0, 0.5]]) is None  # did not run at all: no share to tell
+    assert cpushare.had_cpu([[1.0, -1.0]]) is None  # counters that went back: not one thread set
+    assert cpushare.had_cpu([]) is None and cpushare.had_cpu(None) is None
 
 
 def test_contention_is_named_below_nine_tenths_only():
