@@ -533,7 +533,7 @@ def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
     ranks = [{"rank": 0, "pid": 7, "host": "h", "device": 0, "bus": "0x00", "name": "cpu"},
              {"rank": 1, "pid": 123456, "host": "node-b", "device": 1, "bus": "0x1a", "name": "cpu"}]
     params = {"min_bytes": 1024, "max_bytes": 4096, "factor": 2, "warmup_iters": 5, "iters": 20, "check": False}
-    lines = nccl_tests.header(ranks, params, "all_reduce_perf", ("rid", "cpu", "gloo")).splitlines()
+    lines = nccl_format.header(ranks, params, "all_reduce_perf", ("rid", "cpu", "gloo")).splitlines()
     assert lines[:8] == [
         "# Collective test starting: all_reduce_perf", "# scalelab run_id: rid accelerator: cpu backend: gloo",
         "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
@@ -541,7 +541,7 @@ def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
         "#  Rank  0 Group  0 Pid      7 on          h device  0 [0x00] cpu",
         "#  Rank  1 Group  0 Pid 123456 on     node-b device  1 [0x1a] cpu", "#"]
     groups, names, units = lines[8:]
-    row = nccl_tests.row_line({"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 2e-5, "algbw_GBps": 0.05,
+    row = nccl_format.row_line({"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 2e-5, "algbw_GBps": 0.05,
                                "busbw_GBps": 0.05, "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.05,
                                "oop_busbw_GBps": 0.05, "oop_wrong": None})
     ends = [m.end() for m in re.finditer(r"\S+", row)]
@@ -555,7 +555,7 @@ def test_the_header_is_all_reduce_perfs_with_each_column_name_over_its_column():
     assert [m.end() for m in re.finditer(r"\(us\)", units)] == [ends[5], ends[9]]
     assert groups.split() == ["#", "out-of-place", "in-place"]
     assert ends[4] < groups.index("out-of-place") < ends[8] < groups.index("in-place") < ends[12]
-    assert nccl_tests.header(ranks, params, "p").splitlines()[1].startswith("# nThread 1")  # no run: no run line
+    assert nccl_format.header(ranks, params, "p").splitlines()[1].startswith("# nThread 1")  # no run: no run line
 
 
 def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monkeypatch):
@@ -595,18 +595,18 @@ def test_what_counts_as_nccl_tests_output(text, verdict):
 def test_rows_footer_and_average_as_scalelab_prints_them():
     full = {"bytes": 1024, "count": 256, "dtype": "float32", "time_s": 1.0, "algbw_GBps": 0.05, "busbw_GBps": 0.05,
             "wrong": 0, "oop_time_s": 2e-5, "oop_algbw_GBps": 0.04, "oop_busbw_GBps": 0.07, "oop_wrong": 2}
-    assert nccl_tests.row_line(full).split()[5:] == ["20.00", "0.04", "0.07", "2", "1000000", "0.05", "0.05", "0"]
+    assert nccl_format.row_line(full).split()[5:] == ["20.00", "0.04", "0.07", "2", "1000000", "0.05", "0.05", "0"]
     in_place = {k: v for k, v in full.items() if not k.startswith("oop_")}
-    line = nccl_tests.row_line(dict(in_place, dtype="int8", bytes=1024, count=1024))
+    line = nccl_format.row_line(dict(in_place, dtype="int8", bytes=1024, count=1024))
     assert line.split() == ["1024", "1024", "int8", "sum", "-1", "1000000", "0.05", "0.05", "0"]  # no nccl name: as is
     assert "  -1" + " " * 30 in line  # the out-of-place columns left blank
     rows = [full, dict(in_place, wrong=1), dict(in_place, wrong=0)]
-    assert nccl_tests.footer(rows, "prog").splitlines() == [  # a size's column with wrong values counts once
+    assert nccl_format.footer(rows, "prog").splitlines() == [  # a size's column with wrong values counts once
         "# Out of bounds values : 2 FAILED", f"# Avg bus bandwidth    : {(0.07 + 0.05 * 3) / 4:g} ", "#",
         "# Collective test concluded: prog"]
-    assert nccl_tests.footer([dict(in_place, wrong=None)], "p").splitlines()[0] == "# Out of bounds values : 0 OK"
-    assert nccl_tests.avg_busbw([]) == 0.0
-    log = nccl_tests.format_log(rows, [], {"min_bytes": 1, "max_bytes": 2, "factor": 2, "warmup_iters": 1,
+    assert nccl_format.footer([dict(in_place, wrong=None)], "p").splitlines()[0] == "# Out of bounds values : 0 OK"
+    assert nccl_format.avg_busbw([]) == 0.0
+    log = nccl_format.format_log(rows, [], {"min_bytes": 1, "max_bytes": 2, "factor": 2, "warmup_iters": 1,
                                            "iters": 1, "check": True}, "prog", ("rid", "cpu", "gloo")).splitlines()
     assert log[:2] == ["# Collective test starting: prog", "# scalelab run_id: rid accelerator: cpu backend: gloo"]
-    assert log[-1] == "# Collective test concluded: prog" and log[-7] == nccl_tests.row_line(full)
+    assert log[-1] == "# Collective test concluded: prog" and log[-7] == nccl_format.row_line(full)

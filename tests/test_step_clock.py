@@ -141,7 +141,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
               "allreduce_s": [0, 0.05, 0, 0.06, 0.07, 0.08], "allreduce_alone_s": [0.03, 0.05],
               "buckets": [0, 2, 0, 2, 3, 2], "losses": [3.0, 2.0, 1.5], "probe_steps": [2], "grad_bytes": 1e6,
               "bucket_bytes": [5e5, 5e5], "epoch_times_s": [2.5], "first_step_end": 15.0, "process_start": 10.0,
-              "cpu_sched_s": [(0, 0.0, 0.0), (1, 1.0, 0.1), (6, 2.0, 0.2)]},
+              "probe_cpu_s": [[1.0, 0.1]]},
              {"step_times_s": [1.2, 0.2, 0.1, 0.35, 0.2, 0.4], "grads_ready_s": [0.6, 0.12, 0.25, 0.28, 0.2, 0.3],
               "allreduce_s": [0, 0.04, 0, 0.09, 0.05, 0.1], "allreduce_alone_s": [0.04],
               "buckets": [0, 2, 0, 2, 2, 2], "losses": [3.0, 2.0, 0.5]}]
@@ -164,7 +164,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
                  "comm_share": pytest.approx(0.04 / 0.3), "step_s": pytest.approx(0.3), "grad_bytes": 1e6,
                  "bucket_bytes": [5e5, 5e5], "wire_bytes": None, "buckets": 2,
                  "ddp_busbw_GBps": pytest.approx(1e6 / 0.055 / 1e9)},  # n = 2: busbw = algbw
-        "had_cpu": [0.909, None]}  # rank 0 after warm-up: 1 s on a core, 0.1 s waiting for one
+        "had_cpu": [0.909, None]}  # rank 0's probe: 1 s on a core, 0.1 s waiting for one; rank 1 has no figures
 
 
 def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
@@ -242,14 +242,14 @@ def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measur
     assert timing.comm_summary(zero, [2], [1])["comm_share"] is None
 
 
-def test_the_share_of_a_core_starts_after_the_warm_up_batches():
-    from scalelab.train import timing
-
-    # K = 2: warm-up step 1 ends at batch 1, so samples from batch 2 on count
-    samples = [(1, 1.0, 0.0), (2, 2.0, 0.0), (4, 3.0, 1.0), (5, 4.0, 1.0)]
-    rec = {"step_ends": [1, 3, 5], "cpu_sched_s": samples}
-    assert timing.had_cpu([rec], 1) == [pytest.approx(0.667)]  # batches 2 to 5: 2 s on a core, 1 s waiting
-    assert timing.had_cpu([rec], 0) == [0.75]  # from batch 0: 3 s on, 1 s waiting
-    assert timing.had_cpu([rec], 3) is None  # after the last step (batch 6 on): nothing left
-    assert timing.had_cpu([{"cpu_sched_s": samples}], 2) == [pytest.approx(0.667)]  # one batch a step: batch 2 on
-    assert timing.had_cpu([{"cpu_sched_s": samples[:1]}], 0) is None  # one sample spans nothing
+def test_the_share_of_a_core_is_read_around_each_probes_compute():
+    """The clock reads the scheduler's figures at probe_start and again before the probe's all-reduce alone:
+    one [on-core, waiting] span per probe step, and none for a step that was not a probe."""
+    readings = iter([(1.0, 0.5), (1.75, 0.75), (9.0, 9.0)])
+    c = SimpleNamespace(threads=SimpleNamespace(sample=lambda: next(readings)), probe_cpu=[], _probe_cpu=None,
+                        world_size=1, buckets=SimpleNamespace(bucket_bytes=[]))
+    clock.StepClock.probe_start(c)
+    clock.StepClock.allreduce_alone(c)
+    assert c.probe_cpu == [[0.75, 0.25]] and c._probe_cpu is None  # 75 % of its ready time on a core
+    clock.StepClock.allreduce_alone(c)  # no probe_start: no span (the reading is not taken as one)
+    assert c.probe_cpu == [[0.75, 0.25]]
