@@ -351,3 +351,15 @@ def test_published_figures_name_their_source_and_hardware():
         refs = re.findall(r"\]\[([\w-]+)\]", cells[0])
         assert refs and all(r in links for r in refs), f"no source link: {row}"
         assert re.search(r"GPU|A100|P100|Pascal", cells[1]), f"no hardware: {row}"
+
+
+def test_the_folder_to_show_when_the_queue_stalls_reports():
+    """docs/results/cpu-rehearsal (docs/instructors.md): a whole demo folder that reports as a CPU rehearsal, each
+    rung named, all of the track record inside its band; never a GPU figure."""
+    out = subprocess.run([sys.executable, str(ROOT / "src" / "benchmark.py"), "--output_dir",
+                          str(DOCS / "results" / "cpu-rehearsal")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "scalelab report: 6 run(s)" in out.stdout and out.stdout.count("CPU rehearsal (gloo)") == 2
+    for rung in ("2 (emulated 2 Gbit/s)", "2 (emulated 200 Mbit/s)"):
+        assert rung in out.stdout
+    assert "4 of 4 inside the band" in out.stdout and "had a core" not in out.stdout  # a quiet machine's runs
