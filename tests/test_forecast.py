@@ -3,6 +3,8 @@
 Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
 100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from conftest import run_script
@@ -220,3 +222,13 @@ def test_a_reading_from_the_other_level_is_read_both_ways_too():
     u = 2.0 * intra(2, S) - cal.fits[("intra", "cpu", "cpu")].seconds(2, S)  # U of the one-node run
     assert (exposure.low, exposure.high) == pytest.approx(sorted((2.0, 1 + u / t)), rel=1e-4)
     assert where == "borrowed from this workload's at the other level"
+
+
+def test_an_exposure_nobody_measured_is_a_wide_band_not_a_point():
+    """One workload, one node, no other runs: x is unknown. The band spans all hidden (x = 0) to twice the
+    all-reduce (x = 2), so a 2-device step of 100 ms compute and a 10 ms all-reduce is forecast at 100-120 ms."""
+    cal = SimpleNamespace(exposures={}, borrowed={})
+    band, where = forecast.exposure_for(cal, ("intra", None), 0.010)
+    assert (band.low, band.mid, band.high) == (0.0, 1.0, 2.0) and where.startswith("none measured: x from 0 to 2")
+    steps = [0.100 + x * 0.010 for x in (band.low, band.mid, band.high)]
+    assert steps == pytest.approx([0.100, 0.110, 0.120])

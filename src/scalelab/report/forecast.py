@@ -25,6 +25,7 @@ from scalelab.perfmodel.network import human_rate
 
 SIZE_WINDOW = 8  # a ring fit uses the all-reduces within this factor of the workload's bucket size (at least 3)
 COMM_UNCERTAINTY = 0.05  # the ring fit's relative error, at least (repeats of one all-reduce scatter this much)
+UNMEASURED_X = 2.0  # the top of x's band where no run measured it (exposure_for)
 EXPOSURE_SPREAD = 0.15  # x of one run, ± this: x of repeats of one configuration scattered 10-15 % here
 DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64)
 GOOD_EFFICIENCY = 0.8  # the one-line answer: up to how many nodes efficiency stays above this
@@ -187,7 +188,9 @@ def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
     others = cal.borrowed.get(key[0]) or []
     mine = [e for es in cal.exposures.values() for e in es if e[0] is not None]  # the other level's
     if (not others and not mine) or allreduce_s <= 0:
-        return Band(1.0, 1.0, 1.0), "none measured: x = 1 (no overlap, no contention)"
+        # nothing to read x from: a band as wide as x is found, from all hidden to twice the all-reduce alone
+        # (compute slowed beside it: 1.0-1.4 measured on one CPU node here), not a width of zero
+        return Band(0.0, 1.0, UNMEASURED_X), f"none measured: x from 0 to {UNMEASURED_X:g} (1: no overlap)"
     readings = [max(0.0, v) for x, u, _ in others + mine for v in ((x,) if x is not None else ()) + (
         1 + u / allreduce_s,)]
     where = " and ".join(w for w, have in (("the other workloads' runs at this level", others),
