@@ -183,7 +183,8 @@ def test_two_local_processes_measure_check_and_write(tmp_path):
     for row in r["rows"]:
         assert row["wrong"] == 0 and row["count"] == row["bytes"] // 4 and row["time_s"] > 0 and row["single_op_s"] > 0
         assert row["busbw_GBps"] > 0 and row["busbw_GBps"] == pytest.approx(row["algbw_GBps"])  # 2(n-1)/n = 1
-    assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]  # the only size >= 1 MiB
+    plateau = sorted(row["busbw_GBps"] for row in r["rows"][-3:])[1]  # the median of the 3 largest sizes
+    assert r["summary"]["large_msg_busbw_GBps"] == plateau
     assert r["config"]["iters"] == 3 and r["config"]["warmup_iters"] == 5 and "-t-allreduce-2x-" in r["run_id"]
     assert r["environment"]["WORLD_SIZE"] == "2"  # captured on a rank, not in the parent
     text = path.read_text()

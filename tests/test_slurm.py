@@ -147,7 +147,7 @@ def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
     assert launch["hostnames"] == ["node1", "node2"] and launch["backend"] == "gloo"
     assert [row["bytes"] for row in r["rows"]] == [32768, 65536, 131072, 262144]
     assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in r["rows"])
-    assert r["summary"]["large_msg_busbw_GBps"] == r["rows"][-1]["busbw_GBps"]
+    assert r["summary"]["large_msg_busbw_GBps"] == sorted(row["busbw_GBps"] for row in r["rows"][-3:])[1]  # plateau
     assert r["slurm"]["job_id"] == job_id and sacct_state(env, job_id) == "COMPLETED"
 
 
