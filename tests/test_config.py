@@ -235,11 +235,17 @@ def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
     ('{"schema": "scalelab.result", "kind": "allreduce"}', "a scalelab allreduce result, not a training run's"),
 ])
 def test_a_bad_config_file_says_which_key_and_why(tmp_path, text, message):
+    path, error = config_error(tmp_path, text)
+    assert error == f"--config {path}: {message}"
+
+
+def config_error(tmp_path, text):
+    """(the config file, the one line parse_config refuses it with)."""
     path = tmp_path / "run.yaml"
     path.write_text(text)
     with pytest.raises(UsageError) as err:
         config.parse_config(["--config", str(path)])
-    assert str(err.value) == f"--config {path}: {message}"
+    return path, str(err.value)
 
 
 def test_a_config_file_gets_the_command_lines_types_and_a_result_replays_its_run(tmp_path):
@@ -265,11 +271,8 @@ def test_a_result_json_replays_its_runs_settings_but_not_where_it_wrote(tmp_path
 
 @pytest.mark.parametrize("key", ["config", "help", "print_config", "version"])
 def test_a_config_file_cannot_set_what_only_the_command_line_does(tmp_path, key):
-    path = tmp_path / "run.yaml"
-    path.write_text(f"{key}: x\n")
-    with pytest.raises(UsageError) as err:
-        config.parse_config(["--config", str(path)])
-    assert str(err.value) == f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)"
+    path, error = config_error(tmp_path, f"{key}: x\n")
+    assert error == f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)"
 
 
 def test_flag_spellings_and_hooks_a_config_file_accepts(tmp_path):
