@@ -133,8 +133,6 @@ def test_batches_become_optimizer_steps_of_k_batches_each():
 
 
 def test_run_figures_from_two_ranks_clocks_by_hand():
-    import numpy as np
-
     from scalelab.train import timing
 
     ranks = [{"step_times_s": [1.0, 0.2, 0.3, 0.25, 0.4, 0.2], "grads_ready_s": [0.5, 0.15, 0.2, 0.2, 0.3, 0.15],
@@ -147,11 +145,10 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
               "buckets": [0, 2, 0, 2, 2, 2], "losses": [3.0, 2.0, 0.5]}]
     got = timing.summarize(ranks, warmup_steps=1, samples_per_step=10, tokens_per_sample=5)
     # step 0 warm-up, step 2 a probe: steps 1, 3, 4, 5 timed, each the mean over the ranks: 0.2, 0.3, 0.3, 0.3
-    timed = [0.2, 0.3, 0.3, 0.3]
     assert got == {
         "warmup_steps": 1, "steps": 6, "timed_steps": 4, "train_time_s": pytest.approx(1.1),
         "step_time_s": {"median": pytest.approx(0.3), "mean": pytest.approx(0.275), "min": pytest.approx(0.2),
-                        "max": pytest.approx(0.3), "p90": pytest.approx(np.percentile(timed, 90, method="weibull"))},
+                        "max": pytest.approx(0.3), "p90": pytest.approx(0.3)},  # 0.9 x 3 = 2.7 places up: 0.3
         "samples_per_step": 10, "samples_per_s": pytest.approx(40 / 1.1), "tokens_per_s": pytest.approx(200 / 1.1),
         "epoch_times_s": [2.5], "time_to_first_step_s": 5.0, "final_train_loss": 1.0,  # last losses 1.5 and 0.5
         "comm": {"probe_steps": 1,
@@ -196,11 +193,16 @@ def test_statistics_of_the_timed_steps():
     from scalelab.train import timing
 
     assert timing._stats([0.5]) == {"median": 0.5, "mean": 0.5, "min": 0.5, "max": 0.5, "p90": 0.5}
+    # p90 interpolates between the sorted steps (numpy's default "linear", Python's "inclusive"): position
+    # 0.9 x (n - 1) from the fastest. Ten steps 1..10: 0.9 x 9 = 8.1 past the first, 9 + 0.1 x (10 - 9) = 9.1
     ten = [float(x) for x in range(1, 11)]
-    assert timing._stats(ten)["p90"] == pytest.approx(np.percentile(ten, 90, method="weibull"))  # 9.9
-    # two steps: Python's exclusive method puts p90 at position 0.9 x (2 + 1) = 2.7, past the last value, and
-    # extrapolates the line through the two: 1 + 1.7 x (2 - 1) = 2.7 (above the slowest step)
-    assert timing._stats([1.0, 2.0])["p90"] == pytest.approx(2.7)
+    assert timing._stats(ten)["p90"] == pytest.approx(9.1)
+    assert timing._stats(ten)["p90"] == pytest.approx(np.percentile(ten, 90))
+    # two steps: 0.9 of the way from 1 to 2 is 1.9; never above the slowest step (the "exclusive" method
+    # extrapolated to 2.7 here, a p90 no step took)
+    assert timing._stats([1.0, 2.0])["p90"] == pytest.approx(1.9)
+    for steps in ([1.0, 2.0], [0.3, 0.1, 0.2], [5.0, 5.0], [0.2, 0.3, 0.3, 0.3]):
+        assert min(steps) <= timing._stats(steps)["p90"] <= max(steps)
     assert timing._stats([]) is None
 
 
