@@ -237,6 +237,7 @@ def _bench(rows=(), **args):
                                     "iters": 20, "warmup_iters": 5, "check": True, **args})
     bench.launch = Launch("slurm", 4, 2, "gpu")  # 4 processes on each of 2 nodes
     bench.world, bench.device_names, bench.rows, bench.ranks, bench.run_id = 8, ["A100", "H100"], list(rows), [], "rid"
+    bench.hosts = []
     return bench
 
 
@@ -247,6 +248,8 @@ def test_wrong_values_are_named_by_their_first_size():
     assert _bench([{"bytes": 1024, "wrong": 0, "oop_wrong": 2}, {"bytes": 2048, "wrong": 1},
                    {"bytes": 4096, "wrong": 5}]).correctness_error() == (
         "all-reduce returned 2 wrong values at size 1 KiB (and at 2 more size(s))")
+    assert _bench([{"bytes": 2048, "wrong": 1}, {"bytes": 4096, "wrong": 5}]).correctness_error() == (
+        "all-reduce returned 1 wrong values at size 2 KiB (and at 1 more size(s))")
 
 
 def test_the_banner_says_the_world_the_sizes_and_the_check():
@@ -263,14 +266,18 @@ def test_the_banner_says_the_world_the_sizes_and_the_check():
                                 "5 iters: 20 agg iters: 1 validation: 1")
 
 
-def test_flags_get_the_accelerators_defaults_and_sizes_must_be_in_order():
+def _flags(**given):
+    """The parsed flags resolve() sees, the size and count defaults still unset."""
     from types import SimpleNamespace
 
+    return SimpleNamespace(**{"max_bytes": None, "iters": None, "warmup_iters": None, "min_bytes": 32768,
+                              "oversubscribe": False, **given})
+
+
+def test_flags_get_the_accelerators_defaults_and_sizes_must_be_in_order():
     from scalelab.launch.cluster import Launch
 
-    def args(**given):
-        return SimpleNamespace(**{"max_bytes": None, "iters": None, "warmup_iters": None, "min_bytes": 32768,
-                                  "oversubscribe": False, **given})
+    args = _flags
     got = allreduce.resolve(args(), Launch("torchrun", 1, 1, "cpu"))
     assert (got.max_bytes, got.iters, got.warmup_iters) == (64 << 20, 20, 5)
     gpu = allreduce.resolve(args(iters=3), Launch("slurm", 4, 1, "gpu"))
@@ -278,3 +285,60 @@ def test_flags_get_the_accelerators_defaults_and_sizes_must_be_in_order():
     with pytest.raises(UsageError) as err:
         allreduce.resolve(args(min_bytes=1 << 20, max_bytes=1024), Launch("torchrun", 1, 1, "cpu"))
     assert str(err.value) == "--min_bytes 1 MiB is larger than --max_bytes 1 KiB"
+    assert allreduce.resolve(args(min_bytes=1024, max_bytes=1024), Launch("torchrun", 1, 1, "cpu")).max_bytes == 1024
+
+
+def test_local_cpu_ranks_must_each_have_a_core_before_they_start(monkeypatch):
+    """A local launch checks its ranks against the node's cores up front (here 1 core: 2 ranks would share it);
+    --oversubscribe lets them share. torchrun's ranks are already running: each checks its own fit in run()."""
+    from scalelab.launch.cluster import Launch
+
+    monkeypatch.setenv("SCALELAB_NODE_CORES", "0")
+    with pytest.raises(UsageError) as err:
+        allreduce.resolve(_flags(), Launch("local", 2, 1, "cpu"))
+    assert str(err.value).startswith("2 device(s) x 1 core(s) need 2 cores but this node has 1 (cores 0): ranks "
+                                     "would share cores")
+    assert allreduce.resolve(_flags(oversubscribe=True), Launch("local", 2, 1, "cpu")).max_bytes == 64 << 20
+    assert allreduce.resolve(_flags(), Launch("local", 1, 1, "cpu")).max_bytes == 64 << 20
+    assert allreduce.resolve(_flags(), Launch("torchrun", 2, 1, "cpu")).max_bytes == 64 << 20
+
+
+def test_local_gpu_ranks_need_as_many_gpus(monkeypatch):
+    import torch
+
+    from scalelab.launch.cluster import Launch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert allreduce.resolve(_flags(), Launch("local", 2, 1, "gpu")).max_bytes == 4 << 30
+    with pytest.raises(UsageError) as err:
+        allreduce.resolve(_flags(), Launch("local", 3, 1, "gpu"))
+    assert str(err.value) == "--devices 3 but this machine has 2 GPU(s)"
+    assert allreduce.resolve(_flags(), Launch("slurm", 3, 1, "gpu")).max_bytes == 4 << 30  # srun gave each its own
+
+
+def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path, monkeypatch):
+    """What the report and a reader of result.json see: the error, the run's name, every flag (False and None
+    too) but not the hidden test hook unless it was used, the summary of the rows, SLURM and the environment."""
+    import json
+    import platform
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    rows = [{"bytes": MiB, "busbw_GBps": 2.0, "wrong": 3}, {"bytes": 2 * MiB, "busbw_GBps": 4.0, "wrong": 0}]
+    bench = _bench(rows, check=False, run_name="sweep-a", inject_wrong=False, output_dir=str(tmp_path))
+    bench.hosts = ["n1", "n2"]
+    with open(bench.write("failed", "all-reduce returned 3 wrong values at size 1 MiB")) as fh:
+        r = json.load(fh)
+    assert (r["kind"], r["status"], r["run_name"]) == ("allreduce", "failed", "sweep-a")
+    assert r["error"] == "all-reduce returned 3 wrong values at size 1 MiB"
+    assert r["config"] == {"dtype": "float32", "min_bytes": 32768, "max_bytes": 1 << 26, "factor": 2, "iters": 20,
+                           "warmup_iters": 5, "check": False, "run_name": "sweep-a", "output_dir": str(tmp_path)}
+    assert r["rows"] == rows and r["launch"]["hostnames"] == ["n1", "n2"] and r["launch"]["world_size"] == 8
+    # avg over the sizes >= 1 MiB: (2 + 4) / 2; peak 4; the plateau: the median of the (two) largest sizes
+    assert r["summary"] == {"avg_busbw_GBps": 3.0, "peak_busbw_GBps": 4.0, "large_msg_busbw_GBps": 3.0}
+    assert r["slurm"]["job_id"] == "4242" and r["versions"]["python"] == platform.python_version()
+    assert r["environment"]["NCCL_DEBUG"] == "INFO" and r["environment"]["SLURM_JOB_ID"] == "4242"
+    hooked = _bench(rows, inject_wrong=True, output_dir=str(tmp_path), run_name=None)
+    with open(hooked.write("completed", None)) as fh:
+        r = json.load(fh)
+    assert r["config"]["inject_wrong"] is True and r["config"]["run_name"] is None and r["error"] is None
