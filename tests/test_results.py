@@ -162,7 +162,7 @@ def test_run_ids_are_unique_and_carry_the_slurm_job():
 @pytest.mark.parametrize("content, reason", [
     ("", "empty file"),
     ('{"schema": "scalelab.result", "schema_ver', "not valid JSON"),
-    ("[1, 2]", "not a JSON object"),
+    ("[1, 2]", "not a JSON object but list"),
     ('{"name": "some other tool"}', "not a scalelab result"),
     ('{"schema": "scalelab.result", "schema_version": 99}', "newer than this scalelab reads"),
 ])
@@ -430,3 +430,104 @@ def test_a_summary_is_refused_with_what_it_lacks(tmp_path, changes, message):
     assert str(err.value) == message
     path.write_text(json.dumps(_summary()))
     assert results.load_summary(str(path))["configurations"][0]["devices"] == 1
+
+
+def test_a_result_is_stamped_in_utc():
+    import datetime as dt
+
+    created = dt.datetime.fromisoformat(results.envelope("training", "r")["created"])
+    assert created.utcoffset() == dt.timedelta(0)
+    assert abs((dt.datetime.now(dt.timezone.utc) - created).total_seconds()) < 60
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path, monkeypatch):
+    """The new bytes go to a hidden file beside the target (the same filesystem, so the rename is atomic);
+    a disk that fails before the rename leaves the old result as it was and nothing else."""
+    target = tmp_path / "run" / "result.json"
+    results.atomic_write_json(str(target), {"a": 1})
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    seen = []
+
+    def disk_full(fd):
+        seen.append(sorted(os.listdir(target.parent)))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        results.atomic_write_json(str(target), {"a": 2})
+    assert len(seen[0]) == 2 and seen[0][0].startswith(".tmp-") and seen[0][1] == "result.json"
+    assert os.listdir(target.parent) == ["result.json"] and json.loads(target.read_text()) == {"a": 1}
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_result_file_is_indented_one_space_and_writes_any_value_as_text(tmp_path):
+    """One key a line, readable with less; a value JSON has no type for (a path, a date) is written as its text."""
+    import datetime as dt
+    from pathlib import PurePosixPath
+
+    path = tmp_path / "result.json"
+    results.atomic_write_json(str(path), {"a": [1], "dir": PurePosixPath("/data/x"), "at": dt.date(2026, 1, 2)})
+    assert path.read_text() == '{\n "a": [\n  1\n ],\n "dir": "/data/x",\n "at": "2026-01-02"\n}\n'
+
+
+def test_the_group_key_does_not_depend_on_key_order_or_on_values_json_lacks():
+    """A result read back from its file (keys in the file's order, a path as its text) groups as it did
+    in memory."""
+    from pathlib import PurePosixPath
+
+    a = make_result("a", 1, data=PurePosixPath("/data/x"))
+    b = make_result("b", 2)
+    b["workload"] = dict(reversed(list(b["workload"].items())), data="/data/x")
+    assert list(a["workload"]) != list(b["workload"])
+    assert results.group_key(a) == results.group_key(b)
+    assert json.loads(results.group_key(a))["workload"]["data"] == "/data/x"
+
+
+def test_a_file_that_is_not_utf8_is_skipped_with_its_reason(tmp_path):
+    bad = tmp_path / "bad" / "result.json"
+    bad.parent.mkdir()
+    bad.write_bytes(b'{"a": "\xff"}')  # byte 7: 0xff starts no UTF-8 character
+    results.write(str(tmp_path), make_result("good"))
+    found, skipped = results.scan(str(tmp_path))
+    assert [r["run_id"] for r in found] == ["good"]
+    assert skipped == [(str(bad), "not valid JSON ('utf-8' codec can't decode byte 0xff in position 7: invalid "
+                                  "start byte)")]
+
+
+def test_a_long_json_error_is_cut_to_80_characters(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text("\n" * 100000 + "{x")
+    # "Expecting property name enclosed in double quotes: " is 51 characters, "line 100001 column 2 (char " 27:
+    # 2 more make 80, "10" of the position 100001
+    with pytest.raises(results.ResultError) as err:
+        results.load(str(path))
+    assert str(err.value) == ("not valid JSON (Expecting property name enclosed in double quotes: line 100001 "
+                              "column 2 (char 10)")
+
+
+def test_scan_finds_the_result_beside_other_files_and_says_where_each_came_from(tmp_path):
+    a = results.write(str(tmp_path), make_result("a"))
+    b = results.write(str(tmp_path), make_result("b"))
+    for name in ("app.log", "config.yaml", "zz.txt"):  # before and after "result.json" in sorted order
+        (tmp_path / "a" / name).write_text("x")
+    (tmp_path / "a" / "nested").mkdir()
+    (tmp_path / "a" / "nested" / "result.json").write_text("[]")
+    found, skipped = results.scan(str(tmp_path))
+    assert [(r["run_id"], r["_path"]) for r in found] == [("a", a), ("b", b)]
+    assert skipped == [(str(tmp_path / "a" / "nested" / "result.json"), "not a JSON object but list")]
+
+
+def test_requeue_supersede_looks_past_results_outside_slurm_and_keeps_the_first_of_a_tie():
+    free = make_result("free")
+    try0 = _attempt("try0", "2026-11-23T10:00:00+00:00", 0)
+    try1 = _attempt("try1", "2026-11-23T10:05:00+00:00", 1)
+    assert [r["run_id"] for r in results.latest_attempts([free, try0, try1])] == ["free", "try1"]
+    twin = _attempt("twin", "2026-11-23T10:05:00+00:00", 1)  # the same restart and second: the first found stays
+    assert [r["run_id"] for r in results.latest_attempts([try1, twin])] == ["try1"]
+    assert [r["run_id"] for r in results.latest_attempts([twin, try1])] == ["twin"]
+    undated = _attempt("undated", None, 1)  # a file without its date loses to a dated attempt of the same restart
+    del undated["created"]
+    assert [r["run_id"] for r in results.latest_attempts([undated, try1])] == ["try1"]
+    assert [r["run_id"] for r in results.latest_attempts([try1, undated])] == ["try1"]
