@@ -3,6 +3,7 @@
 import argparse
 import json
 import pickle
+import sys
 
 import pytest
 
@@ -181,6 +182,7 @@ def test_print_config_reads_back_as_the_same_run(tmp_path, capsys):
     (tmp_path / "again.yaml").write_text(printed)
     again = config.parse_config(["--config", str(tmp_path / "again.yaml")])
     original = config.parse_config(["--config", "gpt-small", "--accumulate_grad_batches", "4"])
+    assert printed == config.settings_yaml(original) and not printed.endswith("\n\n")  # no blank line after it
     assert again.workload() == original.workload()
 
 
@@ -231,6 +233,7 @@ def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
     ("batch_size: 0", "batch_size: expected a positive integer, got '0'"),
     ("model: resnet", "model: 'resnet' is not one of mlp, transformer"),
     ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
+    ("Xbatch_size: 8", "unknown key 'Xbatch_size' (keys are flag names, e.g. batch_size)"),  # only dashes dropped
     ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message
     ('{"schema": "scalelab.result", "kind": "allreduce"}', "a scalelab allreduce result, not a training run's"),
 ])
@@ -297,3 +300,17 @@ def test_the_printed_settings_are_this_workloads_in_flag_order_and_steps_stay_un
     assert config.parse_config(["--model", "mlp", "--batch_size", "64"]).batch_per_device(4) == 64
     strong = config.parse_config(["--model", "mlp", "--scaling", "strong", "--batch_size", "64"])
     assert strong.batch_per_device(4) == 16 and isinstance(strong.batch_per_device(4), int)
+
+
+def test_python_m_scalelab_train_names_itself_train_py(monkeypatch, capsys):
+    """Under `python -m scalelab.train` argv[0] is the package's __main__.py: --version and the usage line
+    still say train.py, the name the tutorial uses."""
+    from scalelab import __version__
+
+    monkeypatch.setattr(sys, "argv", ["/site-packages/scalelab/train/__main__.py"])
+    with pytest.raises(SystemExit):
+        config.parse_config(["--version"])
+    assert capsys.readouterr().out == f"train.py (scalelab) {__version__}\n"
+    with pytest.raises(SystemExit):
+        config.parse_config(["--help"])
+    assert capsys.readouterr().out.startswith("usage: train.py ")
