@@ -302,6 +302,8 @@ def test_the_per_rank_view_lists_the_newest_multi_rank_run_of_each_configuration
     one = make_result("one", 1)
     assert [r["run_id"] for r in ranks.newest_runs([new, old, one])] == ["new"]
     assert [r["run_id"] for r in ranks.newest_runs([new, old, one], all_runs=True)] == ["old", "new"]
+    tables = [line for line in ranks.render([new, old]).splitlines() if ": 2 devices on" in line]
+    assert [line.split(":")[0] for line in tables] == ["new"]  # render, too, shows the newest unless asked
     assert ranks.render([one]) == "No completed run on 2 or more devices here: the per-rank view needs one."
     text = ranks.render([old], pct=12.5)
     assert text.splitlines()[0] == ("Per rank (compute: median of the no-sync probe steps, each rank alone; step: "
