@@ -422,3 +422,13 @@ def test_names_are_made_unique_and_safe_and_the_file_is_written_as_it_reads(tmp_
         reference.write(str(path), [])
     assert str(err.value) == ("--write_reference: no completed training run or all-reduce benchmark in the folder: "
                               "nothing to reference")
+
+
+def test_a_reference_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path):
+    """A file saved in Latin-1 (é is the byte 0xe9): no line number to give, the decoder's words instead."""
+    path = tmp_path / "ref.yaml"
+    path.write_bytes("checks:\n- name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    assert str(err.value) == (f"--reference {path}: not valid YAML ('utf-8' codec can't decode byte 0xe9 in position "
+                              "19: invalid continuation byte)")
