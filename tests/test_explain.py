@@ -758,3 +758,12 @@ def test_the_limiting_line_of_strong_scaling_against_a_two_device_baseline_and_o
     assert explain.limiting_line(_row(comm_share=NAN)) == (
         "2 devices on 1 node: efficiency 90 %. Limited by nothing large: communication: 0 % of the step (10 ms "
         "waited; 50 % of the 20 ms all-reduce hidden behind backward).")
+
+
+def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():
+    """A broken benchmark file (-2 ms at 1 MB) predicts its -2 ms for a 1 MB gradient, but no bandwidth is made of
+    it and no efficiency: "—" in the table, not a negative GB/s."""
+    broken = [dict(ROWS[0], time_s=-0.002, busbw_GBps=-0.5), ROWS[1]]
+    two = annotated(_pair(grad_bytes=1_000_000) + [_bench(2, broken)])[1].set_index("devices").loc[2]
+    assert two.predicted_allreduce_s == -0.002
+    assert pd.isna(two.bench_busbw_GBps) and pd.isna(two.predicted_efficiency_no_overlap)
