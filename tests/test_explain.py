@@ -1,5 +1,6 @@
 """Compute vs communication, predicted efficiency, cost: the arithmetic, on constructed results."""
 
+import math
 from types import SimpleNamespace
 
 import pandas as pd
@@ -583,3 +584,186 @@ def test_the_predicted_efficiency_needs_a_one_device_baseline_and_reads_the_wire
     four = no_base.set_index("devices").loc[4]  # baseline 2 devices: no 1-device step to predict from
     assert pd.notna(four.predicted_allreduce_s) and pd.isna(four.predicted_efficiency_no_overlap)
     assert pd.isna(no_base.set_index("devices").loc[2].predicted_efficiency_overlap)  # the baseline, not 1 device
+
+
+def test_the_benchmark_frame_fills_what_a_result_does_not_say():
+    """No device name: "?"; no creation time: "", so the undated run sorts oldest, never as the newest whose labels
+    a combined benchmark carries; a result.json's own path is not an nccl-tests log to print."""
+    undated = _ar("undated", created=None)
+    del undated["launch"]["device_names"]
+    dated = _ar("dated", created="2026-01-01T00:00:00")
+    dated["_path"] = "/runs/dated/result.json"  # as results.scan records where it read a result
+    frame = explain.bench_frame([undated, dated])
+    assert list(frame["run_id"]) == ["dated", "undated"]
+    assert list(frame["created"]) == ["2026-01-01T00:00:00", ""] and list(frame["device"]) == ["cpu", "?"]
+    assert frame["log"].isna().all()
+    assert explain.bench_for(frame, 2, 1, "cpu", "cpu")["run_id"] == "dated"
+
+
+def test_the_benchmark_of_a_cpu_run_matches_any_device_name_of_a_gpu_run_only_its_model():
+    """A CPU's name is the processor's (`x86_64`) and no part of its hardware; on GPUs the model must match, even
+    where a newer benchmark of another model sits beside it."""
+    cpu = explain.bench_frame([_ar("x86", device_names=["x86_64"])])
+    assert explain.bench_for(cpu, 2, 1, "cpu", "cpu")["run_id"] == "x86"
+    gpus = explain.bench_frame([_ar("a100", created="2026-01-01", accelerator="gpu", device_names=["A100"]),
+                                _ar("h100", created="2026-01-02", accelerator="gpu", device_names=["H100"])])
+    a100 = explain.bench_for(gpus, 2, 1, "gpu", "A100")
+    assert (a100["run_id"], a100["runs"]) == ("a100", 1)
+    assert explain.bench_for(gpus, 2, 1, "gpu", "V100") is None
+
+
+def test_a_benchmark_that_recorded_no_dtype_counts_as_float32():
+    """Results written before the dtype was recorded were float32 runs: combined with a float32 run (median of
+    2 ms and 4 ms at 1 MB is 3 ms), and used alone where they are all there is."""
+    old = _ar("old", created="2026-01-02", dtype=None)
+    new = _ar("new", created="2026-01-01", rows=[dict(r, time_s=r["time_s"] * 2) for r in ROWS])
+    both = explain.bench_for(explain.bench_frame([old, new]), 2, 1, "cpu", "cpu")
+    assert both["runs"] == 2 and both["rows"][0]["time_s"] == pytest.approx(0.003)
+    alone = explain.bench_for(explain.bench_frame([old]), 2, 1, "cpu", "cpu")
+    assert alone["runs"] == 1 and alone["rows"][0]["time_s"] == 0.002
+
+
+def test_at_the_smallest_measured_size_the_time_is_the_measured_one():
+    """Not one recomputed from a bandwidth printed to 4 digits (1 MB / 0.3333 GB/s would be 3.0003 ms)."""
+    rows = [{"bytes": 1_000_000, "time_s": 0.003, "busbw_GBps": 0.3333},
+            {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
+    assert explain.bench_allreduce_time_s(rows, 1_000_000, 2) == 0.003
+
+
+def _pair(**comm):
+    """A 1-device baseline (step 100 ms) and a 2-device run (step 104 ms) of 8 MB gradients in one bucket."""
+    return [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+            _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104, **comm)]
+
+
+# ROWS' busbw at 8 MB, log-log between (1 MB, 0.5 GB/s) and (10 MB, 1 GB/s): 0.5 * 2^log10(8) = 0.935 GB/s;
+# the 8 MB gradient over 2 ranks, 2(n-1)/n = 1: 8e6 / 0.935e9 = 8.55 ms
+COMM_8MB = 8e6 / (0.5 * 2 ** math.log10(8) * 1e9)
+
+
+def test_the_predicted_efficiency_of_strong_scaling_and_of_results_without_a_scaling_field():
+    """Strong scaling: each of 2 devices computes half the 100 ms step, 50 ms, then waits for the all-reduce:
+    50 / (50 + 8.55) = 85 %. Results that do not say (written before the field) are weak scaling: 100 / 108.55."""
+    strong = _pair()
+    for r in strong:
+        r["workload"]["scaling"] = "strong"
+    two = annotated(strong + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    assert two.predicted_efficiency_no_overlap == pytest.approx(0.05 / (0.05 + COMM_8MB))
+    assert round(two.predicted_efficiency_no_overlap * 100) == 85
+    assert two.predicted_efficiency_overlap == pytest.approx(1.0)  # 8.55 ms hides behind 50 ms of compute
+    unsaid = _pair()
+    for r in unsaid:
+        del r["workload"]["scaling"]
+    two = annotated(unsaid + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    assert two.predicted_efficiency_no_overlap == pytest.approx(0.1 / (0.1 + COMM_8MB))
+
+
+def test_a_one_device_run_is_not_predicted_from_a_one_rank_benchmark():
+    """One device all-reduces nothing: efficiency 1 by definition, whatever a 1-rank benchmark measured."""
+    _, scaling = annotated(_pair() + [_bench(1, ROWS), _bench(2, ROWS)])
+    one, two = (scaling.set_index("devices").loc[n] for n in (1, 2))
+    assert pd.isna(one.bench_runs) and pd.isna(one.predicted_allreduce_s) and pd.isna(one.bench_busbw_GBps)
+    assert one.predicted_efficiency_no_overlap == 1.0 and one.predicted_efficiency_overlap == 1.0
+    assert two.bench_runs == 1 and two.predicted_allreduce_s == pytest.approx(COMM_8MB)
+
+
+def test_a_one_byte_gradient_pays_the_latency_floor_and_no_gradient_is_not_predicted():
+    """1 B is below the benchmark's smallest size: its 2 ms, busbw 1 B / 2 ms = 5e-7 GB/s, efficiency 100 / 102;
+    0 B: nothing goes over the wire, nothing to predict."""
+    two = annotated(_pair(grad_bytes=1) + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    assert two.predicted_allreduce_s == 0.002 and two.bench_busbw_GBps == pytest.approx(5e-7)
+    assert two.predicted_efficiency_no_overlap == pytest.approx(0.1 / 0.102)
+    none = annotated(_pair(grad_bytes=0) + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    assert pd.isna(none.predicted_allreduce_s) and pd.isna(none.bench_busbw_GBps)
+    assert pd.isna(none.predicted_efficiency_no_overlap) and none.bench_runs == 1
+
+
+def test_a_price_without_a_token_budget_and_a_budget_without_a_price():
+    """$2 an hour, 4 devices at 360 samples/s: $8 / 1,296,000 samples = $0.00617 per 1,000; no budget: no hours,
+    no cost for it. A budget of 3.6e9 tokens at 360,000 tokens/s: 2.78 h; no price: no cost."""
+    found = [make_result("g1", 1, samples_per_s=100), make_result("g4", 4, samples_per_s=360)]
+    for r in found:
+        r["timing"]["tokens_per_s"] = r["timing"]["samples_per_s"] * 1000
+    scaling = frames.scaling_frame(frames.runs_frame(found))
+    priced = explain.annotate(scaling, explain.bench_frame([]), gpu_hour_price=2.0).set_index("devices")
+    assert priced.loc[4, "cost_per_1k_samples"] == pytest.approx(8 / 1296)
+    assert priced["hours_for_token_budget"].isna().all() and priced["cost_for_token_budget"].isna().all()
+    budget = explain.annotate(scaling, explain.bench_frame([]), token_budget=3.6e9).set_index("devices")
+    assert budget.loc[4, "hours_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600)
+    assert budget["cost_for_token_budget"].isna().all() and budget["cost_per_1k_samples"].isna().all()
+
+
+def test_annotate_keeps_each_figure_on_its_own_row_whatever_the_frames_order():
+    """A frame in another order (or a part of one) keeps its index: the 2-device prediction stays on that row."""
+    backwards = frames.scaling_frame(frames.runs_frame(_pair())).iloc[::-1]
+    out = explain.annotate(backwards, explain.bench_frame([_bench(2, ROWS)])).set_index("devices")
+    assert out.loc[2, "predicted_allreduce_s"] == pytest.approx(COMM_8MB) and out.loc[2, "bench_runs"] == 1
+    assert pd.isna(out.loc[1, "predicted_allreduce_s"]) and out.loc[1, "predicted_efficiency_overlap"] == 1.0
+    assert out.loc[2, "predicted_efficiency_no_overlap"] == pytest.approx(0.1 / (0.1 + COMM_8MB))
+
+
+COMM_10 = "communication: 10 % of the step (10 ms waited; 50 % of the 20 ms all-reduce hidden behind backward)"
+
+
+def test_the_limiting_line_at_each_threshold_it_draws():
+    """Compute 10 % above the baseline's is not yet slower; waited 1.1 x the all-reduce is not yet "lost, more than";
+    running beside backward costing 15 % of the all-reduce alone is not yet named; a 5 % share is not "nothing
+    large". Each figure is exact in binary floating point, so the line shows the rule, not a rounding."""
+    head = "2 devices on 1 node: efficiency 90 %. Limited by "
+    assert explain.limiting_line(_row(compute_s=11.0, baseline_compute_s=10.0)) == f"{head}{COMM_10}."
+    assert explain.limiting_line(_row(comm_share=0.5, waited_s=0.55, allreduce_s=0.5, hidden_fraction=0.0)) == (
+        f"{head}communication: 50 % of the step (550 ms waited; 0 % of the 500 ms all-reduce hidden behind "
+        "backward).")
+    assert explain.limiting_line(_row(allreduce_s=0.115, allreduce_alone_s=0.1)) == (
+        f"{head}communication: 10 % of the step (10 ms waited; 50 % of the 115 ms all-reduce hidden behind "
+        "backward).")  # lost 15 ms of the 100 ms alone: exactly 15 %
+    assert explain.limiting_line(_row(comm_share=0.05)) == (
+        f"{head}communication: 5 % of the step (10 ms waited; 50 % of the 20 ms all-reduce hidden behind backward).")
+    assert explain.limiting_line(_row(allreduce_alone_s=0.0)) == f"{head}{COMM_10}."  # no time alone: no comparison
+
+
+def test_the_limiting_line_in_seconds_long_steps():
+    """Figures of a second and more keep their scale and thousands separator: 600 ms waited of a 1,500 ms all-reduce
+    that takes 1,200.0 ms alone, so running beside backward cost it 300.0 ms (more than 15 %)."""
+    r = _row(devices=4, efficiency=0.5, accelerator="cpu", comm_share=0.3, waited_s=0.6, allreduce_s=1.5,
+             hidden_fraction=0.6, allreduce_alone_s=1.2)
+    assert explain.limiting_line(r) == (
+        "4 devices on 1 node: efficiency 50 %. Limited by communication: 30 % of the step (600 ms waited; 60 % of "
+        "the 1,500 ms all-reduce hidden behind backward). Alone, the same all-reduce takes 1,200.0 ms: running "
+        "beside backward cost it 300.0 ms, because compute and communication share the node's cores.")
+
+
+def test_the_limiting_line_orders_two_causes_by_the_time_each_cost():
+    """50 ms waited outweighs compute 20 ms slower: communication first. Where the split is noise (probes 20 %
+    slower, no waited time known), communication has no measured cost and the slower compute comes first."""
+    r = _row(compute_s=0.12, comm_share=0.3, waited_s=0.05, allreduce_s=0.1)
+    assert explain.limiting_line(r) == (
+        "2 devices on 1 node: efficiency 90 %. Limited by communication: 30 % of the step (50 ms waited; 50 % of the "
+        "100 ms all-reduce hidden behind backward). Slower compute per device: 20 ms more per step than at 1 device.")
+    noisy = _row(compute_s=0.12, synced_s=0.1, waited_s=NAN)
+    assert explain.limiting_line(noisy) == (
+        "2 devices on 1 node: efficiency 90 %. Limited by slower compute per device: 20 ms more per step than at "
+        "1 device. Communication: not separable from compute in these runs (the no-sync probe steps were 20 % "
+        "slower than the normal steps, which is noise; more --max_steps gives more probe steps).")
+
+
+def test_the_limiting_line_of_strong_scaling_against_a_two_device_baseline_and_of_an_unknown_share():
+    """Strong scaling from 2 to 4 devices: each computes 2/4 of the batch, 100 ms x 2/4 = 50 ms expected, 80 ms
+    measured: 30 ms more. No comm share recorded: 0 %, nothing large."""
+    r = _row(devices=4, baseline_devices=2, scaling="strong", compute_s=0.08)
+    assert explain.limiting_line(r) == (
+        "4 devices on 1 node: efficiency 90 %. Limited by slower compute per device: 30 ms more per step than the "
+        f"compute at 2 devices × 2/4 (strong scaling: each device has 2/4 of the batch). {COMM_10[0].upper()}"
+        f"{COMM_10[1:]}.")
+    assert explain.limiting_line(_row(comm_share=NAN)) == (
+        "2 devices on 1 node: efficiency 90 %. Limited by nothing large: communication: 0 % of the step (10 ms "
+        "waited; 50 % of the 20 ms all-reduce hidden behind backward).")
+
+
+def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():
+    """A broken benchmark file (-2 ms at 1 MB) predicts its -2 ms for a 1 MB gradient, but no bandwidth is made of
+    it and no efficiency: "—" in the table, not a negative GB/s."""
+    broken = [dict(ROWS[0], time_s=-0.002, busbw_GBps=-0.5), ROWS[1]]
+    two = annotated(_pair(grad_bytes=1_000_000) + [_bench(2, broken)])[1].set_index("devices").loc[2]
+    assert two.predicted_allreduce_s == -0.002
+    assert pd.isna(two.bench_busbw_GBps) and pd.isna(two.predicted_efficiency_no_overlap)

@@ -422,3 +422,80 @@ def test_names_are_made_unique_and_safe_and_the_file_is_written_as_it_reads(tmp_
         reference.write(str(path), [])
     assert str(err.value) == ("--write_reference: no completed training run or all-reduce benchmark in the folder: "
                               "nothing to reference")
+
+
+def test_a_reference_file_reads_without_libyaml(tmp_path, monkeypatch):
+    """PyYAML built without libyaml has no CSafeLoader: its pure-Python SafeLoader reads the file alike."""
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    path = tmp_path / "ref.yaml"
+    path.write_text(json.dumps({"checks": [_entry()]}))
+    assert reference.load(str(path)) == [_entry()]
+
+
+def test_a_reference_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path):
+    """A file saved in Latin-1 (é is the byte 0xe9): no line number to give, the decoder's words instead."""
+    path = tmp_path / "ref.yaml"
+    path.write_bytes("checks:\n- name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(UsageError) as err:
+        reference.load(str(path))
+    assert str(err.value) == (f"--reference {path}: not valid YAML ('utf-8' codec can't decode byte 0xe9 in position "
+                              "19: invalid continuation byte)")
+
+
+def test_failed_values_add_up_over_checks_that_match_nothing_and_checks_that_match_too_much():
+    """A check matching no run (2 values) and one whose workload fields match 2 groups (1 value): 3 failed."""
+    from scalelab.report import explain, frames
+
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame([make_result("a", 2),
+                                                                       make_result("b", 2, batch_size=32)])),
+                               explain.bench_frame([]))
+    missing = {"name": "missing", "workload": {"model": "mlp"}, "devices": 8, "nodes": 1,
+               "hardware": {"accelerator": "cpu"},
+               "reference": {"efficiency": [1, None, None, ""], "throughput_per_device": [1, None, None, "samples/s"]}}
+    vague = dict(missing, name="vague", devices=2, reference={"efficiency": [1, None, None, ""]})
+    lines, failed = reference.check([missing, vague], scaling, explain.bench_frame([]), "DIR")
+    assert lines == ["FAIL missing: no training run on 8 device(s), 1 node(s), cpu in DIR (nothing was checked)",
+                     "FAIL vague: 2 workloads in DIR match its workload fields: add fields to tell them apart",
+                     "reference: 2 check(s) of 3 value(s): 0 passed, 3 failed"]
+    assert failed == 3
+
+
+def test_drafted_checks_name_cpu_hardware_cpu_sort_benchmarks_and_name_their_link():
+    """A CPU's device name is the processor's (`x86_64`): the names say `cpu`. Benchmark checks come in the order
+    of their configuration (2 ranks on a real network, then on an emulated link, then 4 ranks on 2 nodes), not
+    in the order they were run (newest first)."""
+    from scalelab.report import explain, frames
+
+    found = [make_result("t1", 1, samples_per_s=100), make_result("t2", 2, samples_per_s=180)]
+    for r in found:
+        r["launch"]["device_names"] = ["x86_64"]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+    benches = [_bench(4, ROWS, nodes=2), _bench(2, ROWS), _bench(2, ROWS)]
+    benches[1]["launch"]["link"] = {"gbit": 1, "emulated": True}
+    for b, created in zip(benches, ("2026-01-03", "2026-01-02", "2026-01-01")):
+        b.update(created=created)
+        b["launch"]["device_names"] = ["x86_64"]
+    checks = reference.draft(scaling, explain.bench_frame(benches))
+    workload = {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"}
+    training = {"kind": "training", "workload": workload, "hardware": {"accelerator": "cpu"}, "nodes": 1, "link": "",
+                "baseline_devices": 1}
+    busbw = {"busbw": [1.0, -0.1, None, "GB/s"]}  # ROWS' largest size: 1 GB/s
+    bench = {"kind": "allreduce", "hardware": {"accelerator": "cpu"}, "dtype": "float32", "reference": busbw}
+    assert checks == [
+        {"name": "mlp-cpu-1x1", **training, "devices": 1,
+         "reference": {"throughput_per_device": [100.0, -0.1, None, "samples/s"]}},
+        {"name": "mlp-cpu-2x1", **training, "devices": 2,
+         "reference": {"efficiency": [0.9, -0.1, None, ""], "throughput_per_device": [90.0, -0.1, None, "samples/s"]}},
+        {"name": "allreduce-cpu-2x1", **bench, "devices": 2, "nodes": 1, "link": ""},
+        {"name": "allreduce-cpu-2x1-emulated-1-Gbit/s", **bench, "devices": 2, "nodes": 1, "link": "emulated 1 Gbit/s"},
+        {"name": "allreduce-cpu-4x2", **bench, "devices": 4, "nodes": 2, "link": ""}]
+
+
+def test_a_written_reference_wraps_a_long_mapping_past_120_columns(tmp_path):
+    """`  workload: {model: ` is 20 columns; a 100-character model name ends at 120 and its comma at 121: past
+    the 120 columns, the next field starts a new line."""
+    check = {"name": "c", "workload": {"model": "m" * 100, "batch_size": 64}}
+    path = tmp_path / "ref.yaml"
+    reference.write(str(path), [check])
+    assert path.read_text() == reference.HEADER + (
+        f"checks:\n- name: c\n  workload: {{model: {'m' * 100},\n    batch_size: 64}}\n")

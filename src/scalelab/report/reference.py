@@ -39,11 +39,11 @@ def load(path: str) -> list:
     import yaml
 
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:  # UTF-8 whatever the locale: the file travels
             data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 10x faster
     except OSError as exc:
         raise UsageError(f"--reference {path}: cannot read it ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not UTF-8 (a Latin-1 editor): no line, the byte
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"--reference {path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") \
