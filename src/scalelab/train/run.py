@@ -124,6 +124,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     stall.arm()
     stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
                       watch.signals, metrics)
+    clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
     if stop and stop.requeue:
         with stall.held():  # a save is no step: 16 GB and more for xl
             requeue.save(fabric, model, optimizer, plan, checkpoint)
