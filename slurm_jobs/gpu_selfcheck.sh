@@ -12,11 +12,30 @@
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
 MODEL=${MODEL:-transformer} PRESET=${PRESET:-small}
 source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
-export NCCL_DEBUG=INFO   # NCCL reports its transport (NET/IB or NET/Socket) into this log: the check reads it
+export NCCL_DEBUG=INFO   # NCCL names its network (NET/IB, NET/OFI or NET/Socket) in this log: the check reads it
 OUT=${OUTPUT_DIR:-outputs}/selfcheck-${SLURM_JOB_ID:-local}
-OUTPUT_DIR=$OUT run_train "${SLURM_NNODES:-1}" "$@"
-srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_bench.py --devices "$GPUS_PER_NODE" \
+# Every step runs, whatever the one before it did (a failed training run still leaves the benchmark's figure and
+# the check's verdicts); the job fails at the end if any step failed. The benchmark first: it is the short one
+# and needs nothing of the training run.
+set +e
+failed=()
+step() {   # step NAME COMMAND...: run it, note it when it fails, go on
+  local name=$1 rc
+  shift
+  "$@"
+  rc=$?
+  [ "$rc" -ne 0 ] && failed+=("$name (exit $rc)")
+  return 0
+}
+step allreduce_bench srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_bench.py --devices "$GPUS_PER_NODE" \
     --num_nodes "${SLURM_NNODES:-1}" --accelerator "${SCALELAB_ACCELERATOR:-auto}" --output_dir "$OUT"
+OUTPUT_DIR=$OUT step train run_train "${SLURM_NNODES:-1}" "$@"
 # this job's own log (wherever --output put it), for NCCL's transport lines
 LOG=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -1)
-"$SCALELAB_PYTHON" src/selfcheck.py --output_dir "$OUT" ${LOG:+--log "$LOG"} ${EXPECT_BUSBW:+--expect_busbw "$EXPECT_BUSBW"}
+step selfcheck "$SCALELAB_PYTHON" src/selfcheck.py --output_dir "$OUT" ${LOG:+--log "$LOG"} \
+    ${EXPECT_BUSBW:+--expect_busbw "$EXPECT_BUSBW"}
+if [ ${#failed[@]} -gt 0 ]; then
+  said=$(printf '%s, ' "${failed[@]}")
+  echo "gpu_selfcheck: ${#failed[@]} step(s) failed: ${said%, }" >&2
+  exit 1
+fi

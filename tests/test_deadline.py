@@ -1,11 +1,17 @@
 """The stall deadline (train/deadline.py): when it is armed, when it fires, and that progress and disarm hold it."""
 
+import ctypes
+import os
+import signal
+import threading
 import time
 
 import pytest
 
-from scalelab.testing.faults import Fault, blocks_like_nccl, from_env
-from scalelab.train.deadline import StallDeadline, stall_seconds
+from scalelab.testing.faults import Fault, blocks_like_nccl, from_env, wedge_anywhere
+from scalelab.train.deadline import StallDeadline, sigterm_grace, stall_seconds
+from scalelab.train.signals import RunSignals
+from scalelab.train.watch import hung_line
 
 
 def test_armed_only_where_errors_never_reach_python():
@@ -19,6 +25,8 @@ def test_a_wedge_fault_blocks_like_nccl_and_several_faults_parse():
     (fault,) = from_env(env)  # rank 0's share of the two faults
     assert isinstance(fault, Fault) and fault.kind == "wedge" and fault.step == 3
     assert blocks_like_nccl([fault]) and not blocks_like_nccl([Fault("exit", 3)])
+    assert wedge_anywhere({"SCALELAB_FAULT": "wedge@step=3,rank=2"})  # rank 0 arms too, as under NCCL
+    assert not wedge_anywhere({"SCALELAB_FAULT": "exit@step=3,rank=1"}) and not wedge_anywhere({})
     (teardown,) = from_env({"SCALELAB_FAULT": "exit@teardown,rank=0"})
     assert teardown.kind == "exit" and teardown.step is None
 
@@ -57,3 +65,99 @@ def test_never_armed_without_a_deadline():
     d = StallDeadline(None, lambda line: None, lambda: (0, 0))
     d.arm()
     assert d._thread is None
+
+
+# --- which rank hung: each rank's progress when it stopped (steps, batches, gradient all-reduces issued) ----------
+
+def test_the_rank_furthest_behind_is_named_not_the_lowest_numbered():
+    """Under NCCL the ranks waiting for a hung rank run ahead to their next device sync (steps queue on the GPU):
+    rank 2 stopped after step 4, ranks 0, 1 and 3 after step 10. Every rank's deadline fires; rank 2 is named."""
+    progress = {0: (10, 10, 30), 1: (10, 10, 30), 2: (4, 4, 12), 3: (10, 10, 30)}
+    assert hung_line(progress, 4) == ("rank 2 hung during step 5: furthest behind (last completed step by rank: "
+                                      "0: 10, 1: 10, 2: 4, 3: 10)")
+
+
+def test_under_gloo_the_all_reduces_issued_break_the_tie():
+    """Under gloo the waiting ranks block inside the hung rank's step 5, having issued its 3 gradient
+    all-reduces (15 in all); the hung rank blocked before its forward: 12."""
+    progress = {0: (4, 4, 15), 1: (4, 4, 12), 2: (4, 4, 15)}
+    assert hung_line(progress, 3) == ("rank 1 hung during step 5: furthest behind (last completed step by rank: "
+                                      "0: 4, 1: 4, 2: 4; 12 gradient all-reduces issued, the others up to 15)")
+
+
+def test_a_rank_that_never_reported_is_named_only_when_the_others_are_level():
+    assert hung_line({0: (4, 4, 15), 2: (4, 4, 15)}, 3).startswith("rank 1 never reported while the others waited "
+                                                                   "after step 4")
+    assert hung_line({0: (4, 4, 15), 1: (4, 4, 15)}, 2) is None  # nothing sets a rank apart
+    assert hung_line({0: (4, 4, 15), 1: (3, 3, 12)}, 3).startswith("rank 1 hung during step 4")  # behind beats silent
+
+
+# --- SIGTERM while the main thread is blocked in C (an NCCL survivor's device sync) ---------------------------
+
+def _mutex():
+    """A glibc mutex, locked: a second lock() blocks the calling thread in C without ever returning to Python
+    (pthread_mutex_lock is never interrupted by a signal), as cudaStreamSynchronize does."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    return libc, mutex
+
+
+def test_sigterm_reaches_the_deadline_thread_while_the_main_thread_is_blocked_in_c():
+    sigs = RunSignals()
+    old = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    calls = []
+    libc, mutex = _mutex()
+    try:
+        sigs.install()  # the Python handler, and the wakeup fd the deadline's thread reads
+        sigs.loop_started = True  # in training: the handler only notes the signal
+        assert sigs._wakeup is not None
+
+        def on_stall(line, kind=None):
+            calls.append((line, kind, sigs.received["SIGTERM"]))  # has the main thread's handler run yet?
+            libc.pthread_mutex_unlock(mutex)  # let the main thread go again
+
+        d = StallDeadline(None, on_stall, lambda: (2, 2, 6, False), poll_s=0.02, signals=sigs, grace=lambda: 0.3)
+        d.arm()
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        threading.Timer(10, libc.pthread_mutex_unlock, (mutex,)).start()  # never blocked for good, whatever happens
+        libc.pthread_mutex_lock(mutex)  # the main thread blocks here, in C, until on_stall unlocks it
+    finally:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, old)
+    assert len(calls) == 1, calls
+    line, kind, handler_ran = calls[0]
+    assert kind == "SIGTERM" and not handler_ran  # the record came from the thread, the main thread's handler never ran
+    assert line.startswith("received SIGTERM while blocked during step 3: no progress for ")
+
+
+def test_no_sigterm_no_progress_no_deadline_means_no_record_and_pauses_are_posted_once():
+    """Several ranks on gloo: no stall deadline, only the SIGTERM watch. A pause of grace() posts the rank's
+    progress once (rank 0 reads it if it blocks), and progress resuming posts it once more; nothing fires."""
+    posted, steps = [], [0]
+    d = StallDeadline(None, lambda *a: posted.append(("fired", a)), lambda: (steps[0], steps[0]), poll_s=0.02,
+                      signals=RunSignals(), grace=lambda: 0.2, on_idle=lambda: posted.append(steps[0]))
+    d.arm()
+    time.sleep(0.5)  # idle: posted once
+    steps[0] = 1
+    time.sleep(0.1)  # moving again: posted once more
+    d.disarm()
+    assert posted == [0, 1]
+
+
+def test_the_wait_after_sigterm_follows_the_step_time_within_bounds():
+    assert sigterm_grace(0.0) == 1.0 and sigterm_grace(0.5) == 1.5 and sigterm_grace(60.0) == 10.0
+
+
+def test_nccl_errors_reach_python_unless_the_user_chose_otherwise():
+    """2 = CleanUpOnly (ProcessGroupNCCL.hpp): abort the communicators and raise, never kill the process as torch's
+    default 3 (SkipCleanUp) and 1 (TearDown) do; a value the user set stays."""
+    from scalelab.train.run import nccl_errors_reach_python
+
+    env = {}
+    nccl_errors_reach_python(env)
+    assert env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+    env = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    nccl_errors_reach_python(env)
+    assert env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}

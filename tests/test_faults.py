@@ -340,3 +340,33 @@ def test_two_runs_into_one_folder_at_once(tmp_path):
     report = run_script("benchmark.py", "--output_dir", tmp_path, "--all_runs")
     assert report.returncode == 0, report.stderr
     assert all(r["run_id"] in report.stdout for r in found) and "2 run(s)" in report.stdout
+
+
+def test_rank_0_blocked_for_good_still_records_the_run_on_sigterm(tmp_path):
+    """srun --kill-on-bad-exit, scancel and the time limit send SIGTERM, then SIGKILL KillWait later (5 s on the
+    local cluster, 30 s by default). Rank 0 blocked in step 3 (a wedge: the main thread never gets back to a
+    step) with --timeout 120, so no stall deadline comes in time: the SIGTERM watch writes the record within
+    seconds, and names rank 0 itself as the one behind (rank 1 issued step 3's gradient all-reduce, then waited)."""
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", 120,
+                 env={"SCALELAB_FAULT": "wedge@step=3,rank=0", "SCALELAB_FAULT_WEDGED": str(tmp_path / "wedged")})
+    try:
+        wait_for_banner(proc)
+        deadline = time.time() + 120
+        while not (tmp_path / "wedged").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # rank 1 reaches step 3's all-reduce and waits there; both ranks are idle
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.time() - sent
+    finally:
+        proc.kill()
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 1 and took < 5, (took, err[-3000:])
+    assert re.match(r"train\.py: error: run ended with status failed: rank 0 hung during step 3: furthest behind "
+                    r"\(last completed step by rank: 0: 2, 1: 2; \d+ gradient all-reduces issued, the others up to "
+                    r"\d+\) \(rank 0: received SIGTERM while blocked during step 3: no progress for [\d.]+ s after it",
+                    last), last
+    r, folder = the_record(tmp_path)
+    assert r["status"] == "failed" and r["timing"]["steps"] == 2
+    assert "main thread, blocked:" in open(os.path.join(folder, "error.log")).read()

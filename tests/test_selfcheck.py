@@ -2,10 +2,12 @@
 check on real CPU runs."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from conftest import load_results, run_script
+from conftest import ROOT, load_results, run_script
 from scalelab import selfcheck
 from test_results import make_result
 
@@ -15,8 +17,9 @@ def gpu_run(**launch):
     r = make_result("g", 4, 2, model="transformer", precision="bf16-mixed")
     r["launch"].update(accelerator="gpu", backend="nccl", device_names=["NVIDIA A100-SXM4-40GB"], **launch)
     r["ranks"] = [{"rank": k, "host": f"n{k // 2}", "device": f"cuda:{k % 2}", "threads": 4, "machine": f"m{k // 2}",
+                   "gpu_uuid": f"GPU-{k}a2f0c1e-0000-4000-8000-00000000000{k}", "backend": "nccl",
                    "cpu_affinity": [4 * (k % 2) + c for c in range(4)], "step_times_s": [0.5, 0.4, 0.4],
-                   "allreduce_s": [0.2, 0.3, 0.3], "epoch_times_s": [1.32]} for k in range(4)]
+                   "allreduce_s": [0.2, 0.3, 0.3], "epoch_times_s": [1.3], "loop_wall_s": 1.32} for k in range(4)]
     r["timing"].update(mfu=0.41, peak_tflops=312.0)
     return r
 
@@ -42,14 +45,18 @@ def test_a_healthy_gpu_run_passes_every_claim_it_can_show():
 
 def test_each_broken_claim_fails_with_its_reason():
     run = gpu_run(oversubscribed="oversubscribed: rank 0 ran 4 threads on 1 core(s)")
-    run["ranks"][1]["device"] = "cuda:0"  # two ranks of node n0 on one GPU
+    run["ranks"][1]["gpu_uuid"] = run["ranks"][0]["gpu_uuid"]  # ranks 0 and 1 on one GPU, though cuda:0 and cuda:1
     run["ranks"][2]["allreduce_s"][1] = 0.9  # busy longer than its 0.4 s step: intervals on two clocks
-    run["ranks"][0]["epoch_times_s"] = [2.0]  # the loop took 2 s, the timed steps 1.3 s: a clock missed a sync
+    run["ranks"][0]["loop_wall_s"] = 2.0  # the loop took 2 s on the host clock, the timed steps 1.3 s
     bench = {"launch": {"world_size": 8, "num_nodes": 2}, "summary": {"large_msg_busbw_GBps": 3.1}}
     v = verdicts(run, bench, expect=20, log="NCCL INFO Channel 00 : 0[0] -> 2[0] [send] via NET/Socket/0")
     failed = {k for k, x in v.items() if x.status == "FAIL"}
     assert failed == {"each rank on its own GPU", "cores per rank", "NCCL transport between nodes",
                       "step clocks cover the loop", "all-reduce time within its step", "all-reduce busbw"}
+    assert v["each rank on its own GPU"].figure == ("4 rank(s) on 3 GPU(s): ranks 0, 1 on "
+                                                    "GPU-0a2f0c1e-0000-4000-8000-000000000000")
+    # |2.0 - (0.5 + 0.4 + 0.4)| / 2.0 = 35 %
+    assert v["step clocks cover the loop"].figure == "rank 0: steps 1.30 s of 2.00 s on the host clock (35.0 % apart)"
     assert v["cores per rank"].note == "oversubscribed: rank 0 ran 4 threads on 1 core(s)"
     assert v["all-reduce time within its step"].figure == "at most 225 % of its step"
     assert "NCCL_IB_HCA" in v["NCCL transport between nodes"].note
@@ -58,7 +65,8 @@ def test_each_broken_claim_fails_with_its_reason():
 def test_what_a_cpu_rehearsal_cannot_show_is_skipped_saying_why():
     v = verdicts(make_result("c", 1) | {"ranks": [{"rank": 0, "host": "h", "device": "cpu", "threads": 1,
                                                    "cpu_affinity": [0], "step_times_s": [0.1], "allreduce_s": [0.0],
-                                                   "epoch_times_s": [0.1]}]})
+                                                   "epoch_times_s": [0.1], "gpu_uuid": None, "backend": None,
+                                                   "loop_wall_s": 0.1}]})
     assert v["each rank on its own GPU"].status == "SKIP" and v["NCCL transport between nodes"].figure == "CPU run"
     assert v["all-reduce busbw"].note == "run src/allreduce_bench.py into the folder"
     assert v["bf16 training"].status == "SKIP" and v["model FLOPs utilisation"].status == "SKIP"
@@ -89,6 +97,10 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
     assert len(load_results(tmp_path)) == 2  # the check adds no result.json the report would trip over
+    (train,) = [r for r in load_results(tmp_path) if r["kind"] == "training"]
+    for r in train["ranks"]:  # what the claims read: as torch ran it, and the loop on the host clock
+        assert r["backend"] == "gloo" and r["gpu_uuid"] is None
+        assert sum(r["step_times_s"]) <= r["loop_wall_s"] <= 1.05 * sum(r["step_times_s"]), r["loop_wall_s"]
 
 
 @pytest.mark.parametrize("peak, status", [(10.0e9, "PASS"), (8.8e9, "PASS"), (12.5e9, "FAIL"), (7.0e9, "FAIL")])
@@ -99,3 +111,113 @@ def test_the_memory_estimate_against_the_measured_peak(peak, status):
     assert v.status == status and v.figure.startswith(f"estimate 10.00 GB, peak {peak / 1e9:.2f} GB allocated")
     run["launch"]["accelerator"] = "cpu"
     assert selfcheck.memory_estimate(run).status == "SKIP"
+
+
+def test_ranks_bound_to_one_gpu_each_all_say_cuda_0_and_pass_by_their_uuids():
+    """Under CUDA_VISIBLE_DEVICES binding (--gpus-per-task) every rank sees its GPU as cuda:0: the slot names
+    cannot tell one GPU from four, the UUIDs can."""
+    run = gpu_run()
+    for r in run["ranks"]:
+        r["device"] = "cuda:0"
+    v = selfcheck.each_rank_own_device(run)
+    assert (v.status, v.figure) == ("PASS", "4 rank(s) on 4 GPU(s)")
+    for r in run["ranks"]:
+        r["gpu_uuid"] = "GPU-5e1d0c4b-1111-4000-8000-000000000001"  # one physical GPU for all four
+    v = selfcheck.each_rank_own_device(run)
+    assert v.status == "FAIL" and v.figure.endswith("ranks 0, 1, 2, 3 on GPU-5e1d0c4b-1111-4000-8000-000000000001")
+    del run["ranks"][2]["gpu_uuid"]  # a result from before the UUID was recorded: no verdict, not a PASS
+    assert selfcheck.each_rank_own_device(run).status == "SKIP"
+
+
+@pytest.mark.parametrize("backends, status, figure", [
+    (["nccl"] * 4, "PASS", "nccl on 4 ranks"),
+    (["cpu:gloo,cuda:nccl"] * 4, "PASS", "cpu:gloo,cuda:nccl on 4 ranks"),  # torch's default for a CUDA group
+    (["gloo"] * 4, "FAIL", "rank 0: gloo on cuda:0; rank 1: gloo on cuda:1; rank 2: gloo on cuda:0; "
+                           "rank 3: gloo on cuda:1"),
+    (["nccl", "nccl", "nccl", "gloo"], "FAIL", "rank 3: gloo on cuda:1"),
+])
+def test_the_backend_torch_ran_is_held_against_the_device_each_rank_used(backends, status, figure):
+    """The launch says nccl whatever ran (it derives it from the accelerator): the ranks' own backends decide."""
+    run = gpu_run()
+    for r, b in zip(run["ranks"], backends):
+        r["backend"] = b
+    v = selfcheck.backend(run)
+    assert (v.status, v.figure) == (status, figure) and run["launch"]["backend"] == "nccl"
+
+
+@pytest.mark.parametrize("wall, status", [(1.3, "PASS"), (1.36, "PASS"), (1.38, "FAIL"), (2.6, "FAIL")])
+def test_the_timed_steps_against_the_host_interval_around_the_loop(wall, status):
+    """Steps sum to 1.3 s; the loop's own host interval 1.36 s is 4.4 % more (passes), 1.38 s 5.8 % (fails), and
+    2.6 s is what unsynchronised marks (launch times, not work) would leave: half the loop unaccounted for."""
+    run = gpu_run()
+    run["ranks"][3]["loop_wall_s"] = wall
+    v = selfcheck.step_clocks_cover_the_loop(run)
+    assert v.status == status
+    if status == "FAIL":
+        assert v.figure.startswith("rank 3: steps 1.30 s of ")
+    del run["ranks"][0]["loop_wall_s"]
+    assert selfcheck.step_clocks_cover_the_loop(run).status == "SKIP"
+
+
+# NCCL_DEBUG=INFO lines as NCCL and its plugins print them (one rank's share of each kind of log)
+IB_LOG = """node1:12:12 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.1.0.1<0>
+node1:12:12 [0] NCCL INFO Using network IB
+node1:12:40 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/IB/0/GDRDMA
+"""
+SLINGSHOT_LOG = """nid001:88:88 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.9.2
+nid001:88:88 [0] NCCL INFO NET/OFI Selected Provider is cxi (found 4 nics)
+nid001:88:88 [0] NCCL INFO Using network AWS Libfabric
+nid001:88:97 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/AWS Libfabric/0/GDRDMA
+"""
+EFA_LOG = """ip-10-0-0-1:7:7 [0] NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)
+ip-10-0-0-1:7:7 [0] NCCL INFO Using network Libfabric
+ip-10-0-0-1:7:30 [0] NCCL INFO Channel 01/0 : 8[0] -> 0[0] [receive] via NET/Libfabric/0/GDRDMA
+"""
+SOCKET_LOG = """node1:12:12 [0] NCCL INFO NET/IB : No device found.
+node1:12:12 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>
+node1:12:12 [0] NCCL INFO Using network Socket
+node1:12:40 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/Socket/0
+"""
+
+
+@pytest.mark.parametrize("log, status, figure", [
+    (IB_LOG, "PASS", "NET/IB"),
+    (SLINGSHOT_LOG, "PASS", "NET/OFI (provider cxi)"),
+    (EFA_LOG, "PASS", "NET/OFI (provider efa)"),
+    (SOCKET_LOG, "FAIL", "NET/Socket"),  # "NET/IB" is in it too: IB was tried and found nothing
+    ("NCCL INFO NET/OFI Selected Provider is efa\nNCCL INFO NET/Socket : Using [0]eth0\n", "PASS",
+     "NET/OFI (provider efa)"),  # no "Using network" line: what came up; sockets only when nothing else did
+    ("NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n", "FAIL", "not found in the log"),
+])
+def test_nccl_transport_read_from_the_log(log, status, figure):
+    v = selfcheck.nccl_transport(log, gpu_run())
+    assert (v.status, v.figure) == (status, figure)
+
+
+def _fake_tools(tmp_path, srun_rc):
+    """srun, scontrol and a Python that only note their arguments (srun exits srun_rc): the job script's flow."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.txt"
+    bin_dir.mkdir()
+    for name, rc in (("srun", srun_rc), ("python", 0), ("scontrol", 0)):
+        (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\nexit {rc}\n')
+        (bin_dir / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALELAB_"))}
+    env.update(PATH=f"{bin_dir}:/usr/bin:/bin", SLURM_SUBMIT_DIR=str(ROOT), SCALELAB_PYTHON=str(bin_dir / "python"),
+               VIRTUAL_ENV=str(tmp_path), SCALELAB_PROFILE="cpu", OUTPUT_DIR=str(tmp_path), SLURM_JOB_ID="77")
+    return env, calls
+
+
+@pytest.mark.parametrize("srun_rc", [0, 1])
+def test_gpu_selfcheck_job_runs_the_benchmark_first_and_every_step_after_a_failure(tmp_path, srun_rc):
+    env, calls = _fake_tools(tmp_path, srun_rc)
+    proc = subprocess.run(["bash", "slurm_jobs/gpu_selfcheck.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    ran = [line.split()[:1] + [w for w in line.split() if w.startswith("src/")] for line in
+           calls.read_text().splitlines() if not line.startswith("scontrol")]
+    assert ran == [["srun", "src/allreduce_bench.py"], ["srun", "src/train.py"], ["python", "src/selfcheck.py"]]
+    if srun_rc:
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines()[-1] == (
+            "gpu_selfcheck: 2 step(s) failed: allreduce_bench (exit 1), train (exit 1)")
+    else:
+        assert proc.returncode == 0, proc.stderr

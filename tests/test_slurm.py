@@ -281,4 +281,27 @@ def test_a_rank_that_dies_mid_run_ends_the_job_within_seconds(slurm_env, tmp_pat
     assert state == "FAILED", f"job {job} ended {state}:\n{text[-3000:]}"
     assert re.search(r"task 1: Exited with exit code 3", text), text[-3000:]
     assert took < 30, f"the job ended {took:.0f} s after training started:\n{text[-3000:]}"
-    print(f"\nrank 1 died in step 5: job {job} FAILED {took:.1f} s after training started")
+    # srun's SIGTERM reached rank 0 blocked in step 5: its SIGTERM watch wrote the record before the SIGKILL
+    # (KillWait = 5 s here), naming rank 1: the one rank that never posted how far it got
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("rank 1 never reported while the others waited after "
+                                                             "step 4"), r["error"]
+    assert "received SIGTERM while blocked during step 5" in r["error"] and r["timing"]["steps"] == 4
+    print(f"\nrank 1 died in step 5: job {job} FAILED {took:.1f} s after training started; {r['error']}")
+
+
+def test_a_rank_that_hangs_is_named_by_its_progress(slurm_env, tmp_path):
+    """Rank 1 (node2) blocks for good in step 5 with its process alive; every rank arms the stall deadline, as
+    under NCCL. Rank 0 blocks in step 5's all-reduce; each rank's deadline fires (0.9 x --timeout = 18 s); the
+    record names rank 1, the one furthest behind (the lowest-numbered rank that stopped would be rank 0 or 1 by
+    chance of timing, not by evidence)."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path),
+           "SCALELAB_FAULT": "wedge@step=5,rank=1"}
+    rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh", "--devices", "1",
+                                  "--threads", "1", "--max_epochs", "200", "--timeout", "20",
+                                  sbatch_args=("--ntasks-per-node=1", "--cpus-per-task=1"), timeout=300)
+    assert rc != 0 and sacct_state(env, job_id) == "FAILED", log[-3000:]
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "failed" and r["timing"]["steps"] == 4, r["error"]
+    assert r["error"].startswith("rank 1 "), r["error"]
+    print(f"\nrank 1 hung in step 5: job {job_id}: {r['error']}")

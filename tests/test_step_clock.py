@@ -102,8 +102,11 @@ def test_a_failing_run_keeps_the_steps_the_gpu_finished_and_never_waits(gpu, mon
     syncs = gpu.syncs
     monkeypatch.setattr(clock.cluster, "device_name", lambda *a: "NVIDIA A100")  # no CUDA here to ask
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 0)  # likewise
+    uuid = "GPU-3f1c2b7a-0000-4000-8000-0000000000aa"
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(uuid=uuid))
     record = steps.rank_record(0, 0, 0)
     assert gpu.syncs == syncs  # no sync: it would never return
+    assert record["gpu_uuid"] == uuid and record["loop_wall_s"] is None  # the loop never ended
     assert record["step_times_s"] == [pytest.approx(0.050, abs=0.004)] * 2
     assert record["losses"] == []  # a GPU loss is read by a copy queued behind the blocked work: not read
     assert len(steps.pending) == 2 and steps.steps == 4  # 4 ended on the host: "during step 5" if it fails now

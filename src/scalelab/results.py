@@ -33,7 +33,8 @@ STATUSES = ("completed", "failed", "timeout", "preempted")
 ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
                 "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_", "SRUN_")
 ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
-ENV_NOT_RECORDED = {"SCALELAB_FAULT"}  # the test hook of scalelab/testing/faults.py: never part of a result
+# the test hooks of scalelab/testing/faults.py: never part of a result
+ENV_NOT_RECORDED = {"SCALELAB_FAULT", "SCALELAB_FAULT_WEDGED"}
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
 _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
                  "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")

@@ -37,16 +37,24 @@ def newest(found: list, kind: str) -> Optional[dict]:
 
 
 def each_rank_own_device(run) -> Verdict:
+    """Each rank's GPU by its UUID (one per physical GPU): "cuda:0" names a slot, the same on every node and the
+    only one a rank sees under CUDA_VISIBLE_DEVICES binding, so two ranks on one GPU can both say "cuda:0"."""
     ranks, gpu = run["ranks"], run["launch"]["accelerator"] == "gpu"
     if not gpu:
         return Verdict("each rank on its own GPU", "SKIP", "CPU run", "no GPUs in this run")
-    per_host = {}
+    if not all(r.get("gpu_uuid") for r in ranks):
+        return Verdict("each rank on its own GPU", "SKIP", "no GPU UUID recorded",
+                       "a result from an older scalelab, or a torch that does not report the GPU's UUID")
+    holders = {}
     for r in ranks:
-        per_host.setdefault(r["host"], []).append(r["device"])
-    shared = {h: d for h, d in per_host.items() if len(set(d)) < len(d)}
-    figure = "; ".join(f"{h}: {', '.join(d)}" for h, d in sorted(per_host.items()))
-    return Verdict("each rank on its own GPU", "FAIL" if shared else "PASS", figure,
-                   "ranks shared a GPU: check --gres and --ntasks-per-node" if shared else "")
+        holders.setdefault(r["gpu_uuid"], []).append(r["rank"])
+    shared = {u: rs for u, rs in holders.items() if len(rs) > 1}
+    figure = f"{len(ranks)} rank(s) on {len(holders)} GPU(s)"
+    if not shared:
+        return Verdict("each rank on its own GPU", "PASS", figure)
+    said = "; ".join(f"ranks {', '.join(map(str, rs))} on {u}" for u, rs in sorted(shared.items()))
+    return Verdict("each rank on its own GPU", "FAIL", f"{figure}: {said}",
+                   "ranks shared a GPU: check --gres, --ntasks-per-node and CUDA_VISIBLE_DEVICES")
 
 
 def cores_per_rank(run) -> Verdict:
@@ -60,13 +68,62 @@ def cores_per_rank(run) -> Verdict:
                    problem or "")
 
 
+def backend_for(name: Optional[str], device: str) -> Optional[str]:
+    """The backend a process group runs for tensors on `device` ("cuda:1", "cpu"), from dist.get_backend():
+    "nccl", or per device type "cpu:gloo,cuda:nccl"."""
+    if not name or ":" not in name:
+        return name
+    per_type = dict(part.split(":", 1) for part in name.split(",") if ":" in part)
+    return per_type.get(device.split(":")[0])
+
+
 def backend(run) -> Verdict:
-    launch = run["launch"]
+    """Each rank's backend as torch.distributed ran it, against the device the rank's tensors were on: NCCL for
+    CUDA tensors, gloo for CPU ones. (The backend the launch asked for is derived from the accelerator: comparing
+    the two would pass by construction.)"""
+    launch, ranks = run["launch"], run["ranks"]
     if launch["world_size"] == 1:
         return Verdict("process group backend", "SKIP", "1 rank", "no communication in a 1-device run")
-    want = "nccl" if launch["accelerator"] == "gpu" else "gloo"
-    return Verdict("process group backend", "PASS" if launch.get("backend") == want else "FAIL",
-                   str(launch.get("backend")), "" if launch.get("backend") == want else f"expected {want}")
+    if not all("backend" in r for r in ranks):
+        return Verdict("process group backend", "SKIP", "not recorded", "a result from an older scalelab")
+    wrong = []
+    for r in ranks:
+        want = "nccl" if str(r.get("device", "")).startswith("cuda") else "gloo"
+        got = backend_for(r["backend"], str(r.get("device", "cpu")))
+        if got != want:
+            wrong.append(f"rank {r['rank']}: {got} on {r.get('device')}")
+    used = sorted({str(r["backend"]) for r in ranks})
+    if wrong:
+        return Verdict("process group backend", "FAIL", "; ".join(wrong[:4]) + (" ..." if len(wrong) > 4 else ""),
+                       "CUDA tensors need nccl, CPU tensors gloo: check --accelerator and the torch build")
+    return Verdict("process group backend", "PASS", ", ".join(used) + f" on {len(ranks)} ranks")
+
+
+FABRICS = {"IB": "NET/IB", "AWS Libfabric": "NET/OFI", "Libfabric": "NET/OFI", "OFI": "NET/OFI"}
+
+
+def transport_in_log(log_text: str) -> tuple:
+    """(verdict, figure) for NCCL's inter-node network in a NCCL_DEBUG=INFO log: ("fabric", "NET/IB"),
+    ("fabric", "NET/OFI (provider cxi)") for libfabric (Slingshot, EFA) through the OFI plugin, ("socket",
+    "NET/Socket") or (None, "not found in the log").
+
+    The network NCCL chose is named by "Using network <name>" and by each channel's "via NET/<name>/..."; plugin
+    and init lines ("NET/OFI Selected Provider is efa", "NET/IB : Using [0]mlx5_0:1/IB") only say what loaded."""
+    chosen = set(re.findall(r"Using network ([A-Za-z][\w ]*?)\s*$", log_text, re.M))
+    chosen |= set(re.findall(r"via NET/([A-Za-z][\w ]*?)/", log_text))
+    provider = re.search(r"NET/OFI Selected Provider is (\w+)", log_text)
+    ofi = "NET/OFI" + (f" (provider {provider.group(1)})" if provider else "")
+    if not chosen:  # an older NCCL, or a log cut short: what was initialised
+        chosen = {name for name, mark in (("Socket", "NET/Socket"), ("IB", "NET/IB"), ("OFI", "NET/OFI"))
+                  if mark in log_text}
+        if "Socket" in chosen and len(chosen) > 1:
+            chosen.discard("Socket")  # NCCL falls back to sockets only when no fabric came up
+    if "Socket" in chosen:
+        return "socket", "NET/Socket"
+    fabrics = sorted({FABRICS[name] for name in chosen if name in FABRICS})
+    if fabrics:
+        return "fabric", ", ".join(ofi if f == "NET/OFI" else f for f in fabrics)
+    return None, "not found in the log"
 
 
 def nccl_transport(log_text: Optional[str], run) -> Verdict:
@@ -74,13 +131,14 @@ def nccl_transport(log_text: Optional[str], run) -> Verdict:
         return Verdict("NCCL transport between nodes", "SKIP", "CPU run", "gloo over TCP")
     if not log_text:
         return Verdict("NCCL transport between nodes", "SKIP", "no log", "give --log with NCCL_DEBUG=INFO output")
-    ib, sock = re.search(r"NET/IB", log_text), re.search(r"NET/Socket", log_text)
     if run["launch"]["num_nodes"] == 1:
         return Verdict("NCCL transport between nodes", "SKIP", "1 node", "no inter-node traffic")
-    if ib and not sock:
-        return Verdict("NCCL transport between nodes", "PASS", "NET/IB")
-    return Verdict("NCCL transport between nodes", "FAIL", "NET/Socket" if sock else "not found in the log",
-                   "NCCL uses TCP sockets between nodes: check NCCL_IB_HCA / NCCL_SOCKET_IFNAME (chapter 8)")
+    kind, figure = transport_in_log(log_text)
+    if kind == "fabric":
+        return Verdict("NCCL transport between nodes", "PASS", figure)
+    return Verdict("NCCL transport between nodes", "FAIL", figure,
+                   "NCCL uses TCP sockets between nodes: check NCCL_IB_HCA / NCCL_SOCKET_IFNAME, or the OFI plugin "
+                   "on Slingshot/EFA (chapter 8)")
 
 
 def precision_ran(run) -> Verdict:
@@ -95,15 +153,20 @@ def precision_ran(run) -> Verdict:
 
 
 def step_clocks_cover_the_loop(run) -> Verdict:
-    """Timed steps (device-synchronised) against the epochs' wall time: a missed sync shows as a gap."""
-    rank0 = run["ranks"][0]
-    steps, epochs = sum(rank0["step_times_s"]), sum(rank0.get("epoch_times_s") or [])
-    if not epochs:
-        return Verdict("step clocks cover the loop", "SKIP", "no epoch times", "")
-    gap = abs(epochs - steps) / epochs
-    return Verdict("step clocks cover the loop", "PASS" if gap <= CLOCK_TOLERANCE else "FAIL",
-                   f"steps {steps:.2f} s of {epochs:.2f} s ({gap * 100:.1f} % apart)",
-                   "" if gap <= CLOCK_TOLERANCE else "step timing misses part of the loop (an unsynchronised clock?)")
+    """The timed steps (device-synchronised marks, chained end to end) against the loop's interval on the host
+    clock, read after a device sync at each end (loop_wall_s): independent clocks, so a step clock that misses
+    work (a mark read before the device finished it) shows as steps summing to less than the loop took.
+    Each rank; the worst is shown."""
+    timed = [(r["rank"], sum(r["step_times_s"]), r.get("loop_wall_s")) for r in run["ranks"]]
+    if not all(wall for _, _, wall in timed):
+        return Verdict("step clocks cover the loop", "SKIP", "no loop interval recorded",
+                       "a result from an older scalelab, or a run that did not finish its loop")
+    rank, steps, wall = max(timed, key=lambda t: abs(t[2] - t[1]) / t[2])
+    gap = abs(wall - steps) / wall
+    ok = gap <= CLOCK_TOLERANCE
+    return Verdict("step clocks cover the loop", "PASS" if ok else "FAIL",
+                   f"rank {rank}: steps {steps:.2f} s of {wall:.2f} s on the host clock ({gap * 100:.1f} % apart)",
+                   "" if ok else "step timing misses part of the loop (a clock read without a device sync?)")
 
 
 def comm_on_one_clock(run) -> Verdict:

@@ -7,9 +7,11 @@ sees it: a fault rides on the loader (it fires as the step's first batch is fetc
     SCALELAB_FAULT="exit@step=5,rank=1"    rank 1 dies with os._exit(3) in step 5 (a crashed rank)
     SCALELAB_FAULT="sleep@start=30,rank=1" rank 1 sleeps 30 s before it joins (a late joiner)
     SCALELAB_FAULT="wedge@step=5,rank=0"   rank 0 blocks for good in step 5, without an error, as a survivor of a
-                                           dead NCCL peer blocks in a device sync (the run arms the stall deadline
-                                           as under NCCL: train/deadline.py)
+                                           dead NCCL peer blocks in a device sync (every rank then arms the stall
+                                           deadline as under NCCL: train/deadline.py)
     SCALELAB_FAULT="exit@teardown,rank=0"  rank 0 dies with os._exit(3) as its teardown starts (after the record)
+
+SCALELAB_FAULT_WEDGED=PATH: a wedged rank creates the file PATH as it blocks (a test's cue to act on it).
 
 Several faults, one per rank, are separated by ';': "exit@step=3,rank=1;wedge@step=3,rank=0" is what a crashed
 rank does to the others under NCCL.
@@ -38,6 +40,9 @@ class Fault:
         if self.kind == "exit":
             os._exit(3)
         if self.kind == "wedge":
+            mark = os.environ.get("SCALELAB_FAULT_WEDGED")  # a test's signal that the rank is wedged now
+            if mark:
+                open(mark, "w").close()
             threading.Event().wait()  # waits in C with the GIL released, as torch's syncs and collectives do
 
 
@@ -79,6 +84,13 @@ def at_teardown(faults: list[Fault]):
 def blocks_like_nccl(faults: list[Fault]) -> bool:
     """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
     return any(f.kind == "wedge" for f in faults)
+
+
+def wedge_anywhere(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether SCALELAB_FAULT blocks some rank like NCCL: then every rank arms the stall deadline, as every rank
+    of an NCCL run does (the ranks waiting for the wedged one block too)."""
+    environ = os.environ if environ is None else environ
+    return any(text.strip().startswith("wedge@") for text in environ.get("SCALELAB_FAULT", "").split(";"))
 
 
 def parse_fault(text: str) -> dict:

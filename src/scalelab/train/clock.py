@@ -81,6 +81,8 @@ class StepClock:
         self.probe_cpu = []  # per probe step: [seconds on a core, seconds ready but waiting for one]
         self._probe_cpu = None
         self.first_step_end = None  # wall clock
+        self.loop_wall_s = None  # host seconds from the loop's start to its end, each after a device sync
+        self._loop_start = None
         self._last = self._ready = self._epoch_start = None
 
     def attach(self, model) -> None:
@@ -96,7 +98,15 @@ class StepClock:
     def start(self) -> None:
         if self.clock.cuda:  # the peak of training alone
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._last = self.clock.anchor()
+        self._last = self._loop_start = self.clock.anchor()
+
+    def loop_end(self) -> None:
+        """The loop is over: the host interval around it, after a device sync at each end. The steps are timed on
+        the device's events and chained end to end; this interval is read on the host clock alone, so the
+        self-check can hold one against the other (a step clock that missed work shows as a gap)."""
+        if self._loop_start is not None:
+            comm.sync(self.device)
+            self.loop_wall_s = round(time.perf_counter() - self._loop_start, 6)
 
     def epoch_start(self) -> None:
         self.read()
@@ -184,6 +194,10 @@ class StepClock:
             "host": cluster.hostname(),
             "device": str(self.device),
             "device_name": cluster.device_name("gpu" if gpu else "cpu", self.device),
+            # the physical GPU (cuda:N names a slot, the same on every node and under any CUDA_VISIBLE_DEVICES)
+            "gpu_uuid": gpu_uuid(self.device),
+            "backend": process_group_backend(),  # as torch.distributed runs it, not as asked for
+            "loop_wall_s": self.loop_wall_s,
             "threads": torch.get_num_threads(),
             "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
             "machine": cores.machine_id(),
@@ -210,6 +224,24 @@ class StepClock:
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }
+
+
+def gpu_uuid(device):
+    """The GPU's UUID (unique per physical GPU), or None: a CPU device, or a torch that does not report it."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return str(uuid) if uuid is not None else None
+
+
+def process_group_backend():
+    """dist.get_backend() of the world group ("nccl", "gloo", or per device: "cpu:gloo,cuda:nccl"); None without a
+    process group (one rank)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return str(dist.get_backend())
 
 
 def _load_avg():

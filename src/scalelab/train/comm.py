@@ -39,6 +39,7 @@ class BucketClock:
         self.cuda_events = []  # GPU: (start, end) events, turned into intervals once the device has caught up
         self.sizes = []  # bytes of each bucket since the last cut()
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
+        self.issued = 0  # bucket all-reduces issued in the run: progress finer than a step (failure.record_stall)
 
     def cut(self) -> tuple:
         """This batch's records, to be read once the device has caught up (`resolve`): the step clock reads a
@@ -95,6 +96,7 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     (BucketClock.resolve).
     """
     buffer = bucket.buffer()
+    state.issued += 1
     state.sizes.append(buffer.numel() * buffer.element_size())
     hook_state = state.hook_state
     compressing = not hasattr(hook_state, "start_powerSGD_iter") or hook_state.iter >= hook_state.start_powerSGD_iter

@@ -11,6 +11,12 @@ queued after the last progress, so this fires before the watchdog does), it call
 line. That works while the main thread
 is blocked, because torch releases the GIL in every sync and collective. What is and is not guaranteed is
 written up in docs/08.
+
+The same thread watches for SIGTERM (srun --kill-on-bad-exit sends it to the survivors when a rank fails, then
+SIGKILL after SLURM's KillWait; scancel and the time limit likewise). The main thread's handler notes it and the
+loop stops at the next step the ranks agree on (signals.py), but a main thread blocked in a device sync runs no
+handler: if no progress follows the signal for `sigterm_grace` seconds, the thread records the run itself
+(`on_stall(line, "SIGTERM")`), well inside KillWait. Armed for every run of several ranks, on any backend.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from typing import Callable
 
 NCCL_FRACTION = 0.9  # of --timeout: the deadline fires this long after the last progress, before the watchdog
+SIGTERM_GRACE_S = (1.0, 10.0)  # after SIGTERM, no progress for 3 median steps, within these bounds: blocked
 
 
 def stall_seconds(timeout_s: float, backend: str | None, blocks_like_nccl: bool = False) -> float | None:
@@ -31,24 +38,38 @@ def stall_seconds(timeout_s: float, backend: str | None, blocks_like_nccl: bool 
     return None
 
 
-class StallDeadline:
-    """Calls `on_stall(line)` once, from its own thread, when `progress()` did not change for `seconds`.
+def sigterm_grace(step_s: float) -> float:
+    """Seconds without progress after a SIGTERM that mean the main thread is blocked: 3 of its steps (a healthy
+    rank ends one or more steps before the next sync point), within SIGTERM_GRACE_S (SLURM's KillWait is 30 s by
+    default: the record must be on disk before the SIGKILL)."""
+    low, high = SIGTERM_GRACE_S
+    return min(high, max(low, 3 * step_s))
 
-    `progress()` gives (batches ended, optimizer steps ended): any new batch is progress; the line names the step.
+
+class StallDeadline:
+    """Calls `on_stall(line)` once, from its own thread, when `progress()` did not change for `seconds`, or
+    `on_stall(line, "SIGTERM")` when it did not change for `grace()` seconds after a SIGTERM (with `signals`).
+
+    `progress()` gives (batches ended, optimizer steps ended, ...): any change is progress; the line names the step.
 
     Armed from the first training step until the record is on disk and the ranks have met a last time: the parts
     where a peer can block this rank. `held()` suspends it around long work that is no step (a checkpoint save)."""
 
-    def __init__(self, seconds: float | None, on_stall: Callable[[str], None], progress: Callable[[], tuple],
-                 poll_s: float = 0.2):
+    def __init__(self, seconds: float | None, on_stall: Callable[..., None], progress: Callable[[], tuple],
+                 poll_s: float = 0.2, signals=None, grace: Callable[[], float] = lambda: SIGTERM_GRACE_S[0],
+                 on_idle: Callable[[], None] | None = None):
         self.seconds, self.on_stall, self.progress, self.poll_s = seconds, on_stall, progress, poll_s
+        # on_idle: called once when progress has stopped for grace() seconds, and once more when it resumes (the
+        # rank posts how far it got: rank 0, blocked, names the rank furthest behind; failure.record_stall)
+        self.on_idle = on_idle
+        self.signals, self.grace = signals, grace  # signals: a RunSignals (its wait() sees SIGTERM off the main thread)
         self.fired = False
         self._held = False
         self._stop = threading.Event()
         self._thread = None
 
     def arm(self):
-        if self.seconds is None or self._thread is not None:
+        if (self.seconds is None and self.signals is None) or self._thread is not None:
             return
         self._thread = threading.Thread(target=self._watch, name="scalelab-stall-deadline", daemon=True)
         self._thread.start()
@@ -66,13 +87,34 @@ class StallDeadline:
         finally:
             self._held = False
 
+    def _wait(self) -> bool:
+        """One poll: True when a SIGTERM arrived during it."""
+        if self.signals is None:
+            self._stop.wait(self.poll_s)
+            return False
+        return "SIGTERM" in self.signals.wait(self.poll_s)
+
     def _watch(self):
-        seen, last = self.progress(), time.monotonic()
-        while not self._stop.wait(self.poll_s):
+        seen, last, term_at, idle = self.progress(), time.monotonic(), None, False
+        while not self._stop.is_set():
+            got_term = self._wait()
+            if self._stop.is_set():
+                return
             now, count = time.monotonic(), self.progress()
+            if got_term and term_at is None:
+                term_at = now
+            if self.on_idle and (count != seen) == idle and (idle or now - last >= self.grace()):
+                idle = not idle  # stopped for grace(), or moving again after that: say where it is now
+                self.on_idle()
             if count != seen or self._held:
                 seen, last = count, now
-            elif now - last >= self.seconds:
+            elif term_at is not None and now - max(last, term_at) >= self.grace():
+                self.fired = True
+                where = f"during step {count[1] + 1}" if count[1] else "before the first step ended"
+                self.on_stall(f"received SIGTERM while blocked {where}: no progress for {now - term_at:.1f} s after "
+                              "it (srun --kill-on-bad-exit after a rank failed, scancel or the time limit)", "SIGTERM")
+                return
+            elif self.seconds is not None and now - last >= self.seconds:
                 self.fired = True
                 where = f"during step {count[1] + 1}" if count[1] else "before the first step ended"
                 self.on_stall(f"no progress for {self.seconds:g} s {where}: blocked in a collective or device "

@@ -28,6 +28,9 @@ from scalelab.train import peers
 from scalelab.train.peers import is_peer_failure
 from scalelab.train.record import RunContext, build_payload, run_summary
 from scalelab.train.signals import Terminated
+from scalelab.train.watch import PEER_WAIT_S
+
+SIGTERM_PEER_WAIT_S = 1.0  # after a SIGTERM, how long rank 0 waits for the others' progress (KillWait is >= 5 s)
 
 if TYPE_CHECKING:
     from scalelab.train.watch import RankWatch
@@ -90,27 +93,38 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
     return f" (partial result: {path})"
 
 
-def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "train.py"):
-    """The end of a run whose main thread is blocked for good (deadline.py calls this from its thread).
+def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "train.py", signal: str | None = None):
+    """The end of a run whose main thread is blocked for good (deadline.py calls this from its thread): no
+    progress for the stall deadline, or (signal="SIGTERM") none after a SIGTERM, whose Python handler a blocked
+    main thread never runs.
 
-    Every rank says its line; another rank posts it for rank 0 first. Rank 0 names the rank that failed first
-    when it can (a posted error, a launched rank that died), writes its partial result with the main thread's
-    stack as error.log (where it was blocked), stops the ranks it launched, and exits: a blocked thread cannot
-    be woken, and NCCL's watchdog would otherwise abort the process with nothing written.
+    Every rank says its line; another rank first posts how far it got (peers.post_stall) for rank 0. Rank 0 names
+    the rank that failed first when it can (a posted error, a launched rank that died, else the rank furthest
+    behind: watch.hung_line), writes its partial result with the main thread's stack as error.log (where it was
+    blocked), stops the ranks it launched, and exits: a blocked thread cannot be woken, and NCCL's watchdog (or
+    SLURM's SIGKILL, KillWait after the SIGTERM) would otherwise end the process with nothing written.
     """
     watch.begin_failure()
     rank = ctx.rank
+    clock = ctx.clock
+    progress = (clock.steps, clock.batches, clock.buckets.issued) if clock else (0, 0, 0)
     if rank != 0:
-        peers.post_error(rank, line)
+        peers.post_stall(rank, progress, line)
         print(f"{prog}: error: rank {rank} stopped: {line}", file=sys.stderr, flush=True)
         fast_exit(1)
-    peer = watch.culprit(None, ctx.clock.steps if ctx.clock else 0)
+    # a posted error or a dead rank first; else, once the others have posted (after SIGTERM, SIGKILL follows:
+    # wait less), the rank furthest behind
+    peer = watch.culprit(None, progress[0], wait_s=0, stalled=False)
+    if not peer:
+        hung = watch.hung_rank(progress, SIGTERM_PEER_WAIT_S if signal else PEER_WAIT_S)
+        peer = watch.culprit(None, progress[0], wait_s=0, stalled=False) or hung
     line = f"{peer} (rank 0: {line})" if peer else f"rank 0: {line}"
     frame = sys._current_frames().get(threading.main_thread().ident)
     trace = "main thread, blocked:\n" + "".join(traceback.format_stack(frame)) if frame else None
-    note = record_failure(ctx, "failed", line, None, trace=f"{line}\n\n{trace or ''}")
+    status = "timeout" if signal and not peer else "failed"
+    note = record_failure(ctx, status, line, None, trace=f"{line}\n\n{trace or ''}")
     watch.stop_children()
-    print(f"{prog}: error: run ended with status failed: {line}{note}", file=sys.stderr, flush=True)
+    print(f"{prog}: error: run ended with status {status}: {line}{note}", file=sys.stderr, flush=True)
     fast_exit(1)
 
 

@@ -22,7 +22,9 @@ import torch.distributed as dist
 
 STORE_PREFIX = "scalelab/error/"
 WHERE_PREFIX = "scalelab/where/"
+PROGRESS_PREFIX = "scalelab/progress/"
 MARK_SIGNAL, MARK_PEER = "~stopped by a signal", "~saw another rank fail"  # posted by ranks that are not the cause
+MARK_STALLED = "~stalled: "  # a rank blocked, and its line: which rank caused it is decided by progress
 
 
 def post_where(rank: int) -> None:
@@ -44,6 +46,40 @@ def post_error(rank: int, line: str) -> None:
             store.set(f"{STORE_PREFIX}{rank}", line[:300])
         except Exception:  # noqa: BLE001 - rank 0 may be gone already; its own error says enough
             pass
+
+
+def post_progress(rank: int, progress: tuple) -> None:
+    """How far this rank got (steps, batches, all-reduces issued): posted when it stops making progress (and when
+    it resumes), so a blocked rank 0 can tell the rank that hung from the ranks waiting for it (watch.hung_line).
+    One store write per pause, none while steps flow."""
+    store = _store()
+    if store is not None:
+        try:
+            store.set(f"{PROGRESS_PREFIX}{rank}", " ".join(str(int(n)) for n in progress))
+        except Exception:  # noqa: BLE001 - best effort, as post_error
+            pass
+
+
+def post_stall(rank: int, progress: tuple, line: str) -> None:
+    """A rank that found itself blocked (deadline.py): its progress, and its line, marked as not an error."""
+    post_progress(rank, progress)
+    post_error(rank, MARK_STALLED + line)
+
+
+def progress_posts(world_size: int) -> dict[int, tuple]:
+    """{rank: (steps, batches, all-reduces issued)} of the ranks that posted theirs."""
+    store = _store()
+    out = {}
+    if store is None:
+        return out
+    for rank in range(1, world_size):
+        key = f"{PROGRESS_PREFIX}{rank}"
+        try:
+            if store.check([key]):
+                out[rank] = tuple(int(n) for n in store.get(key).decode().split())
+        except Exception:  # noqa: BLE001 - store unusable or a garbled post: what we have
+            return out
+    return out
 
 
 def posts(world_size: int) -> dict[int, str]:

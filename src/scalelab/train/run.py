@@ -22,6 +22,8 @@ def main(argv=None, process_start=None) -> int:
     if argv is None:  # Fabric starts the other local ranks with sys.argv: a --comet_api_key reaches them in the env
         sys.argv[1:] = loggers.without_key(sys.argv[1:])
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
+    if launch.accelerator == "gpu":
+        nccl_errors_reach_python()
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
     preflight(cfg, launch)
@@ -69,6 +71,23 @@ def main(argv=None, process_start=None) -> int:
     if stop and ctx.rank == 0:  # the ranks stopped together: rank 0 says why, once, for all of them
         raise RunFailed(f"run ended with status {stop.status()}: {stop.line()} (partial result: {path})")
     return 1 if stop else 0
+
+
+NCCL_ERROR_HANDLING = "2"  # torch's CleanUpOnly: abort the communicators on an error, raise, do not kill the process
+
+
+def nccl_errors_reach_python(environ=None) -> None:
+    """TORCH_NCCL_ASYNC_ERROR_HANDLING=2 unless the user chose a value (set before any process group forms; the
+    ranks Fabric launches inherit it).
+
+    What torch's NCCL watchdog does when a collective fails or passes --timeout (ProcessGroupNCCL.hpp's
+    ErrorHandlingMode): 0 nothing (the main thread stays blocked in its device sync for good); 1 abort the
+    communicators and rethrow in the watchdog thread, which ends the process (SIGABRT); 3, torch's default, the
+    same without the abort. Either way Python never runs again and no record is written. 2 aborts the
+    communicators only: the pending NCCL kernels return, so the blocked device sync returns, and the next NCCL
+    call raises in Python, where failure.py records the run and names the rank. docs/08."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", NCCL_ERROR_HANDLING)
 
 
 def build_workload(fabric, ctx):
@@ -124,6 +143,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     stall.arm()
     stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
                       watch.signals, metrics)
+    clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
     if stop and stop.requeue:
         with stall.held():  # a save is no step: 16 GB and more for xl
             requeue.save(fabric, model, optimizer, plan, checkpoint)
@@ -229,14 +249,26 @@ def step_metrics(ctx, logger):
 
 def stall_deadline(ctx, watch, injected):
     """deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog."""
-    from scalelab.testing.faults import blocks_like_nccl
-    from scalelab.train import failure
-    from scalelab.train.deadline import StallDeadline, stall_seconds
+    from scalelab.testing.faults import blocks_like_nccl, wedge_anywhere
+    from scalelab.train import failure, peers
+    from scalelab.train.deadline import StallDeadline, sigterm_grace, stall_seconds
 
-    backend = ctx.launch.backend if ctx.launch.world_size > 1 else None
-    seconds = stall_seconds(ctx.cfg.timeout, backend, blocks_like_nccl(injected))
-    return StallDeadline(seconds, lambda line: failure.record_stall(ctx, watch, line),
-                         lambda: (ctx.clock.batches, ctx.clock.steps))
+    several = ctx.launch.world_size > 1
+    backend = ctx.launch.backend if several else None
+    seconds = stall_seconds(ctx.cfg.timeout, backend, blocks_like_nccl(injected) or wedge_anywhere())
+    clock = ctx.clock
+
+    def step_s():
+        recent = sorted(clock.step_times[-20:])
+        return recent[len(recent) // 2] if recent else 0.0
+
+    # progress: batches and steps ended, gradient all-reduces issued (finer than a step: failure.hung_line), and
+    # whether the ranks agreed to stop (a rank acting on SIGTERM is not blocked)
+    return StallDeadline(seconds, lambda line, signal=None: failure.record_stall(ctx, watch, line, signal=signal),
+                         lambda: (clock.batches, clock.steps, clock.buckets.issued, watch.signals.ending),
+                         signals=watch.signals if several else None, grace=lambda: sigterm_grace(step_s()),
+                         on_idle=(lambda: ctx.rank and peers.post_progress(
+                             ctx.rank, (clock.steps, clock.batches, clock.buckets.issued))) if several else None)
 
 
 def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):

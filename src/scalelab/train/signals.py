@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import sys
 import threading
@@ -77,6 +78,7 @@ class RunSignals:
         self.loop_started = False  # before it, SIGTERM ends the run at once (there is no step to end after)
         self.ending = False  # the run is recording its end: signals are noted, nothing more
         self.every = 1  # steps to the next sync point, as the ranks last agreed
+        self._wakeup = None  # read end of the pipe CPython's C-level handler writes each signal's number to
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -85,6 +87,47 @@ class RunSignals:
             signum = getattr(signal, name, None)
             if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
                 signal.signal(signum, self._handler)
+        self._watch_off_the_main_thread()
+
+    def _watch_off_the_main_thread(self) -> None:
+        """A Python handler runs on the main thread between two bytecodes: a main thread blocked in a C call (an
+        NCCL survivor's device sync) never runs it. CPython's C-level handler, though, runs at once in whatever
+        thread the kernel picked and writes the signal's number to the wakeup fd: the stall deadline's thread
+        (deadline.py) reads it from there. Left alone if something else owns the wakeup fd already."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        try:
+            old = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            old = None
+        if old is None or old != -1:
+            if old is not None:
+                signal.set_wakeup_fd(old)
+            os.close(read)
+            os.close(write)
+            return
+        self._wakeup = read
+
+    def wait(self, timeout: float) -> list:
+        """Names of the signals that arrived (any thread's view), waiting up to `timeout` for one. Without a
+        wakeup fd: what the main thread's handler noted, after the wait."""
+        if self._wakeup is None:
+            threading.Event().wait(timeout)
+            return [name for name, got in self.received.items() if got]
+        ready, _, _ = select.select([self._wakeup], [], [], timeout)
+        if not ready:
+            return []
+        try:
+            data = os.read(self._wakeup, 64)
+        except BlockingIOError:
+            return []
+        names = []
+        for signum in data:
+            try:
+                names.append(signal.Signals(signum).name)
+            except ValueError:
+                pass
+        return names
 
     def _handler(self, signum, frame):
         name = signal.Signals(signum).name

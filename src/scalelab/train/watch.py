@@ -121,13 +121,15 @@ class RankWatch:
         forget_launcher()
 
     def culprit(self, exc: BaseException | None, steps_done: int, wait_s: float = PEER_WAIT_S,
-                silent: bool = True) -> str | None:
+                silent: bool = True, stalled: bool = True) -> str | None:
         """One line naming the rank that failed first, or None when this rank's own error is the cause.
 
         A closed connection means a peer is dying: wait up to `wait_s` to see its exit (or its posted error).
         A timed-out collective means a peer is alive but silent: name launched ranks that are still running.
         exc=None: only what is known already (a posted error, a rank gone without saying why).
         silent=False: leave out the alive-but-silent ranks (they may be stuck because of this rank).
+        stalled=True: else a rank whose stall deadline fired (peers.post_stall), the furthest behind of them: this
+        rank's collective broke because it left. (Blocked itself, rank 0 weighs its own progress: hung_rank.)
         """
         if exc is not None and not is_peer_failure(exc):
             return None
@@ -150,6 +152,9 @@ class RankWatch:
                 if dead and not peers.posted_errors(self.world_size):
                     return f"{describe_dead(dead)}{where}"
                 continue
+            hung = stalled and _furthest_behind_stalled(self.world_size)
+            if hung:
+                return hung
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.1)
@@ -159,6 +164,19 @@ class RankWatch:
             return "; ".join(f"rank {rank} did not answer within {self.timeout_s:g} s (--timeout){where}; its "
                              f"process is alive ({state})" for rank, state in silent)
         return None
+
+    def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S) -> str | None:
+        """Rank 0, blocked: the line naming the rank that hung, from every rank's posted progress (peers.post_stall)
+        and its own. Waits up to `wait_s` for the ranks that have not posted yet (each posts when its own deadline
+        fires: the one that hung first, the ones waiting for it later), unless they are known dead."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            progress = peers.progress_posts(self.world_size)
+            gone = {rank for rank, _ in self.dead_children() + peers.gone_on_this_host(self.world_size)}
+            if len(set(progress) | gone) >= self.world_size - 1 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        return hung_line({0: tuple(own), **progress}, self.world_size)
 
     def not_joined(self, arrived: int, expected: int) -> str:
         """The one line of a rendezvous that timed out: who arrived, who died, who never joined."""
@@ -171,6 +189,44 @@ class RankWatch:
         if late:
             line += f"; rank {', '.join(map(str, late))} started but never joined"
         return line
+
+
+def _furthest_behind_stalled(world_size: int) -> str | None:
+    """'rank 2 stopped: <its stall line>' for the stalled rank furthest behind (then the lowest), if any stalled."""
+    lines = {rank: text[len(peers.MARK_STALLED):] for rank, text in peers.posts(world_size).items()
+             if text.startswith(peers.MARK_STALLED)}
+    if not lines:
+        return None
+    progress = peers.progress_posts(world_size)
+    rank = min(lines, key=lambda r: (progress.get(r, (float("inf"),)), r))
+    return f"rank {rank} stopped: {lines[rank]}"
+
+
+def hung_line(progress: dict[int, tuple], world_size: int) -> str | None:
+    """The rank(s) that hung, from {rank: (steps, batches, all-reduces issued)} as each rank's deadline found it.
+
+    Every rank blocks at once when one hangs, and each one's deadline fires: the rank that hung is the one
+    furthest behind, not the lowest-numbered. Under NCCL the others ran ahead to their next device sync (steps
+    queue on the GPU without waiting for the collective); under gloo they block inside the hung rank's step,
+    having issued its gradient all-reduces, which the hung rank has not: the third number tells them apart.
+    Ranks that posted nothing (a process stopped, a node gone) are named when the others are level. None when
+    nothing sets a rank apart."""
+    if not progress:
+        return None
+    low, high = min(progress.values()), max(progress.values())
+    steps = ", ".join(f"{rank}: {p[0]}" for rank, p in sorted(progress.items()))
+    if low < high:
+        behind = [rank for rank, p in sorted(progress.items()) if p == low]
+        who = f"rank {behind[0]}" if len(behind) == 1 else f"ranks {', '.join(map(str, behind))}"
+        level = low[0] == high[0]
+        return (f"{who} hung during step {low[0] + 1}: furthest behind (last completed step by rank: {steps}"
+                + (f"; {low[2]} gradient all-reduces issued, the others up to {high[2]})" if level else ")"))
+    silent = [rank for rank in range(world_size) if rank not in progress]
+    if silent:
+        who = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
+        return (f"{who} never reported while the others waited after step {low[0]} (its process stopped, hung "
+                "without a thread running, or on a node that is gone)")
+    return None
 
 
 _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped, e.g. by SIGSTOP",
