@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from scalelab import config
 from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
 
@@ -101,11 +102,11 @@ def site_settings(profile: str, site: str) -> dict:
 
 
 def default_workload(train_args: list, accelerator: str) -> list:
-    """Without --config or --model, the sweep runs what the sbatch scripts run: the named config gpt-small where
-    the jobs may get GPUs, the MLP on CPU."""
+    """Without --config or --model, the sweep runs what the sbatch scripts run (configs/default-workload.txt: gpt-small
+    where the jobs may get GPUs, the MLP on CPU)."""
     if any(a.startswith(("--config", "--model")) for a in train_args):
         return train_args
-    return ["--config", "mlp" if accelerator == "cpu" else "gpt-small", *train_args]
+    return ["--config", config.default_config("cpu" if accelerator == "cpu" else "gpu"), *train_args]
 
 
 def build_parser():
@@ -178,7 +179,7 @@ class Submitter:
 def main(argv=None) -> int:
     from tqdm import tqdm
 
-    from scalelab import config, results
+    from scalelab import results
     from scalelab.report.cli import main as report_main
     from scalelab.train import loggers
 
