@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, SRC, load_results, run_script
 from scalelab import results
 from scalelab.errors import UsageError
-from scalelab.launch import cluster, netns
+from scalelab.launch import cluster, link_env, netns
 from scalelab.report import explain, frames, plots, tables
 from test_explain import ROWS, _with_comm
 from test_results import make_result
@@ -312,11 +312,11 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
         assert "tbf" in qdiscs and "rate 500Mbit" in qdiscs
         if link.latency_ms is None:
             assert len(link.notes) == 1 and "--latency_ms 3 cannot be applied" in link.notes[0]
-            assert env[netns.ENV_LATENCY_APPLIED] == "0"
+            assert env[link_env.ENV_LATENCY_APPLIED] == "0"
         else:
-            assert "netem" in qdiscs and env[netns.ENV_LATENCY_APPLIED] == "1"
+            assert "netem" in qdiscs and env[link_env.ENV_LATENCY_APPLIED] == "1"
     assert_torn_down(os.getpid(), wait_s=2)
-    assert cluster.link_record(env)["latency_requested_ms"] == 3.0
+    assert link_env.link_record(env)["latency_requested_ms"] == 3.0
 
 
 # --- one-line errors, before any namespace ------------------------------------------------------------------
@@ -342,15 +342,16 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 
 
 def test_link_record_reads_what_emulate_exports():
-    assert cluster.link_record({}) is None
+    assert link_env.link_record({}) is None
     env = {"SCALELAB_LINK": "emulated", "SCALELAB_LINK_GBIT": "0.2"}
-    assert cluster.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
+    assert link_env.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
                                         "latency_requested_ms": None}
     asked = {**env, "SCALELAB_LINK_LATENCY_MS": "5", "SCALELAB_LINK_LATENCY_APPLIED": "0"}
-    assert cluster.link_record(asked)["latency_ms"] is None and cluster.link_record(asked)["latency_requested_ms"] == 5
-    assert cluster.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
-    assert cluster.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
-    assert "shaped_gbit" not in cluster.link_record(env)
+    record = link_env.link_record(asked)
+    assert record["latency_ms"] is None and record["latency_requested_ms"] == 5
+    assert link_env.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
+    assert link_env.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
+    assert "shaped_gbit" not in link_env.link_record(env)
     launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
     assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
 

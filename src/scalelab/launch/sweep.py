@@ -17,6 +17,7 @@ import time
 from scalelab import config
 from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
+from scalelab.launch import slurm_env
 
 SITE = os.path.join("slurm_jobs", "site.sh")
 DEFAULT_SHAPES = ["1x1", "1x4", "2x4"]
@@ -33,7 +34,7 @@ class TrainTask:
 
         # Keep every GPU visible: Lightning picks cuda:LOCAL_RANK itself (submitit's binding would fight it).
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        if "SLURM_JOB_ID" not in os.environ or os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        if not slurm_env.in_job() or os.environ.get("SUBMITIT_EXECUTOR") == "local":
             os.environ["SCALELAB_LAUNCHER"] = "submitit-local"
         from scalelab.train.run import main
 
