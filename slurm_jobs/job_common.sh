@@ -8,17 +8,18 @@ source slurm_jobs/site.sh
 # every rank gets one core (Python, autograd, NCCL's proxy thread and data loading share it).
 [ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
-# The default workload follows the node: on GPUs the GPT `small` (the MLP and `tiny` are host-bound there: a
-# GPU step of theirs times Python, not the GPU); on CPU the MLP. MODEL=... PRESET=... sbatch ... picks another.
-if [ -n "$(gpus_visible)" ] && [ "${SCALELAB_ACCELERATOR:-auto}" != cpu ]; then
-  MODEL=${MODEL:-transformer}; PRESET=${PRESET:-small}
-fi
-MODEL=${MODEL:-mlp}
+# The default workload follows the node: src/scalelab/configs/default-workload.txt names it for GPUs and for CPU
+# (one file, read by submit.py too). MODEL=... PRESET=... or CONFIG=... sbatch ... picks another.
+KIND=cpu
+if [ -n "$(gpus_visible)" ] && [ "${SCALELAB_ACCELERATOR:-auto}" != cpu ]; then KIND=gpu; fi
+DEFAULT_CONFIG=$(awk -v kind=$KIND '$1 == kind { print $2 }' src/scalelab/configs/default-workload.txt)
+DEFAULT_PRESET=tiny; [[ $DEFAULT_CONFIG == gpt-* ]] && DEFAULT_PRESET=${DEFAULT_CONFIG#gpt-}
 # The workload is a named config of the package (src/scalelab/configs/: the same files the demo and submit.py
-# run; `python src/train.py --config gpt-small --print_config` shows one). CONFIG=... sbatch ... names another.
-case "$MODEL" in
+# run; `python src/train.py --config gpt-small --print_config` shows one).
+case "${MODEL:-}" in
+  "")          CONFIG=${CONFIG:-$DEFAULT_CONFIG} ;;
   mlp)         CONFIG=${CONFIG:-mlp} ;;
-  transformer) CONFIG=${CONFIG:-gpt-${PRESET:-tiny}} ;;
+  transformer) CONFIG=${CONFIG:-gpt-${PRESET:-$DEFAULT_PRESET}} ;;
   *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
 esac
 WORKLOAD=(--config "$CONFIG")

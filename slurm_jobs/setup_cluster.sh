@@ -94,6 +94,13 @@ else
 fi
 
 # --- 3. the environment -----------------------------------------------------------------------------------
+# The oldest Python scalelab claims (setup.cfg's python_requires) is the one its tests run under; an older python3
+# (RHEL 8's 3.6, RHEL 9's 3.9) would fail later inside pip with a page of output.
+NEED=$(sed -n 's/^python_requires *= *>= *\([0-9.]*\).*/\1/p' setup.cfg)
+if [ "$DRY" != 1 ] || [ -z "${SCALELAB_MODULES:-}" ]; then  # a dry run loads no modules: their python is unknown
+  HAVE=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || die "no '$PY' to make the venv with: load a Python $NEED module (SCALELAB_MODULES in slurm_jobs/site.sh) or set PYTHON"
+  [ "$(printf '%s\n%s\n' "$NEED" "$HAVE" | sort -V | head -1)" = "$NEED" ] || die "$PY is Python $HAVE; scalelab needs $NEED or newer: load a newer Python module (SCALELAB_MODULES in slurm_jobs/site.sh) or set PYTHON=python$NEED"
+fi
 parent=$(dirname "$VENV")
 if [ "$DRY" != 1 ] && [ -d "$parent" ]; then
   free_gb=$(df -Pk "$parent" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')

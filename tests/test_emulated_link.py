@@ -13,13 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, SRC, load_results, run_script
 from scalelab import results
 from scalelab.errors import UsageError
-from scalelab.launch import cluster, netns
+from scalelab.launch import cluster, link_env, netns
 from scalelab.report import explain, frames, plots, tables
 from test_explain import ROWS, _with_comm
 from test_results import make_result
@@ -54,12 +55,13 @@ def link_ok():
         pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
 
 
-def emulate(*args, user=None, timeout=240, env=None):
-    """src/emulate.py ARGS (as `user` when given, through setpriv); checks that teardown left nothing behind."""
-    cmd = [sys.executable, str(SRC / "emulate.py"), *map(str, args)]
+def emulate(*args, user=None, timeout=240, env=None, root=ROOT):
+    """src/emulate.py ARGS (as `user` when given, through setpriv) in checkout `root`; checks that teardown left
+    nothing behind."""
+    cmd = [sys.executable, str(root / "src" / "emulate.py"), *map(str, args)]
     if user:
         cmd = _as(user, *cmd)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -230,39 +232,55 @@ with netns.emulated_nodes(2, 0.2) as link:
 """
 
 
+def readable_copy(user, where):
+    """A checkout `user` can read: this one, or, where it lies under a folder `user` cannot enter (a clone in
+    `mktemp -d`, 0700), a world-readable copy of its src/ in `where`."""
+    if subprocess.run(_as(user, "test", "-r", str(SRC / "emulate.py")), capture_output=True).returncode == 0:
+        return ROOT
+    shutil.copytree(SRC, where / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for folder in [where, *where.rglob("*")]:
+        folder.chmod(0o755 if folder.is_dir() else 0o644)
+    return where
+
+
 @pytest.mark.slow
 def test_the_unprivileged_path_as_a_plain_user(link_ok):
     """User namespaces instead of root's named ones: as this user when not root, else as `nobody`.
 
     Where `nobody` cannot execute this venv's interpreter (it lies under a 0700 home, e.g. pyenv in /root), the
-    link itself is still built and measured as `nobody`, with the system's python3 and a plain TCP transfer."""
+    link itself is still built and measured as `nobody`, with the system's python3 and a plain TCP transfer. Where
+    it cannot read this checkout, it runs a world-readable copy of src/."""
     user = "nobody" if os.geteuid() == 0 else None
-    venv_ok = user is None or subprocess.run(_as(user, sys.executable, "-c", "import torch"), cwd=ROOT,
-                                             capture_output=True).returncode == 0
-    if not venv_ok:
-        system_python = shutil.which("python3", path="/usr/bin:/bin")
-        assert system_python, "nobody cannot run this venv's python, and there is no /usr/bin/python3"
-        proc = subprocess.Popen(_as(user, system_python, "-c", LINK_PROBE), cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        out, err = proc.communicate(timeout=60)
-        assert_torn_down(proc.pid)
-        if proc.returncode and "user namespaces" in err:
-            pytest.skip(err.strip().splitlines()[-1])
-        assert proc.returncode == 0, out + err
-        mode, gbps = out.split()[-2:]
-        assert mode == "userns" and 0.6 * RATE_GBIT / 8 < float(gbps) < RATE_GBIT / 8, out
-        return
-    out = tempfile.mkdtemp(prefix="scalelab-emulate-")  # not under pytest's 0700 tmp folder: nobody writes here
+    out = Path(tempfile.mkdtemp(prefix="scalelab-emulate-"))  # not under pytest's 0700 tmp folder: nobody writes here
     try:
-        os.chmod(out, 0o777)
-        proc = emulate("--link_gbit", RATE_GBIT, "--", *BENCH[:4], "2M", *BENCH[5:], "--output_dir", out,
-                       user=user, env={"HOME": out, "PYTHONDONTWRITEBYTECODE": "1"})
+        out.chmod(0o777)
+        root = readable_copy(user, out / "checkout") if user else ROOT
+        venv_ok = user is None or subprocess.run(_as(user, sys.executable, "-c", "import torch"), cwd=root,
+                                                 capture_output=True).returncode == 0
+        if not venv_ok:
+            system_python = shutil.which("python3", path="/usr/bin:/bin")
+            assert system_python, "nobody cannot run this venv's python, and there is no /usr/bin/python3"
+            proc = subprocess.Popen(_as(user, system_python, "-c", LINK_PROBE), cwd=root, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            stdout, err = proc.communicate(timeout=60)
+            assert_torn_down(proc.pid)
+            if proc.returncode and "user namespaces" in err:
+                pytest.skip(err.strip().splitlines()[-1])
+            assert proc.returncode == 0, stdout + err
+            mode, gbps = stdout.split()[-2:]
+            assert mode == "userns" and 0.6 * RATE_GBIT / 8 < float(gbps) < RATE_GBIT / 8, stdout
+            return
+        results_dir = out / "results"
+        results_dir.mkdir(mode=0o777)
+        results_dir.chmod(0o777)
+        proc = emulate("--link_gbit", RATE_GBIT, "--", *BENCH[:4], "2M", *BENCH[5:], "--output_dir", results_dir,
+                       user=user, root=root, env={"HOME": str(out), "PYTHONDONTWRITEBYTECODE": "1"})
         if proc.returncode == 2 and "user namespaces" in proc.stderr:  # refused by this kernel: one line, why
             assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
             pytest.skip(proc.stderr.strip())
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         assert "(userns: namespaces pid " in proc.stdout
-        (r,) = load_results(out)
+        (r,) = load_results(results_dir)
         assert r["launch"]["num_nodes"] == 2 and r["launch"]["link"]["gbit"] == RATE_GBIT
         assert 0.6 * RATE_GBIT / 8 < busbw(r) < RATE_GBIT / 8
     finally:
@@ -294,11 +312,11 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
         assert "tbf" in qdiscs and "rate 500Mbit" in qdiscs
         if link.latency_ms is None:
             assert len(link.notes) == 1 and "--latency_ms 3 cannot be applied" in link.notes[0]
-            assert env[netns.ENV_LATENCY_APPLIED] == "0"
+            assert env[link_env.ENV_LATENCY_APPLIED] == "0"
         else:
-            assert "netem" in qdiscs and env[netns.ENV_LATENCY_APPLIED] == "1"
+            assert "netem" in qdiscs and env[link_env.ENV_LATENCY_APPLIED] == "1"
     assert_torn_down(os.getpid(), wait_s=2)
-    assert cluster.link_record(env)["latency_requested_ms"] == 3.0
+    assert link_env.link_record(env)["latency_requested_ms"] == 3.0
 
 
 # --- one-line errors, before any namespace ------------------------------------------------------------------
@@ -324,15 +342,16 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 
 
 def test_link_record_reads_what_emulate_exports():
-    assert cluster.link_record({}) is None
+    assert link_env.link_record({}) is None
     env = {"SCALELAB_LINK": "emulated", "SCALELAB_LINK_GBIT": "0.2"}
-    assert cluster.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
+    assert link_env.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
                                         "latency_requested_ms": None}
     asked = {**env, "SCALELAB_LINK_LATENCY_MS": "5", "SCALELAB_LINK_LATENCY_APPLIED": "0"}
-    assert cluster.link_record(asked)["latency_ms"] is None and cluster.link_record(asked)["latency_requested_ms"] == 5
-    assert cluster.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
-    assert cluster.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
-    assert "shaped_gbit" not in cluster.link_record(env)
+    record = link_env.link_record(asked)
+    assert record["latency_ms"] is None and record["latency_requested_ms"] == 5
+    assert link_env.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
+    assert link_env.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
+    assert "shaped_gbit" not in link_env.link_record(env)
     launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
     assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
 

@@ -4,13 +4,14 @@ import multiprocessing
 import os
 
 from scalelab import results
+from scalelab.launch import slurm_env
 
 SLURM = {"SLURM_JOB_ID": "4242"}  # the same job for every process: only pid and randomness tell them apart
 
 
 def _ids(args):
     environ, n = args
-    return [results.new_run_id("mlp", 2, run_name="same", environ=environ) for _ in range(n)]
+    return [results.new_run_id("mlp", 2, run_name="same", job=slurm_env.job_label(environ)) for _ in range(n)]
 
 
 def test_run_ids_unique_across_many_processes():

@@ -153,9 +153,9 @@ def test_write_scrubs_secret_keys_at_any_depth(tmp_path):
 
 
 def test_run_ids_are_unique_and_carry_the_slurm_job():
-    ids = {results.new_run_id("mlp", 8, environ={}) for _ in range(200)}
+    ids = {results.new_run_id("mlp", 8, job=None) for _ in range(200)}
     assert len(ids) == 200
-    rid = results.new_run_id("mlp", 8, run_name="a b/c", environ={"SLURM_JOB_ID": "123"})
+    rid = results.new_run_id("mlp", 8, run_name="a b/c", job="123")
     assert "job123" in rid and "a-b-c" in rid and "/" not in rid
 
 
@@ -267,21 +267,6 @@ def test_an_atomic_write_interrupted_before_the_rename_leaves_nothing(tmp_path, 
     assert list((tmp_path / "run").iterdir()) == []  # neither the result nor a temporary file
 
 
-def test_slurm_info_records_the_job_step_and_restarts():
-    env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "scalelab",
-           "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "gpu", "SLURM_STEP_ID": "0",
-           "SLURM_RESTART_COUNT": "3"}
-    assert results.slurm_info(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
-                                       "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
-                                       "step_id": "0", "restart_count": 3}
-    assert results.slurm_info({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
-    assert results.slurm_info({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
-        "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
-        "partition": None, "step_id": None, "restart_count": 0}
-    assert results.slurm_info({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
-    assert results.slurm_info({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
-
-
 def test_versions_name_python_torch_lightning_submitit_and_scalelab():
     import platform
 
@@ -310,16 +295,16 @@ def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
     import re
 
     rid = results.new_run_id("transformer", 8, run_name="my run/α" + "x" * 50,
-                             environ={"SLURM_JOB_ID": "123", "SLURM_ARRAY_JOB_ID": "120", "SLURM_ARRAY_TASK_ID": "3"})
+                             job="120_3")
     name = "my-run-" + "x" * 33  # every other character -> "-", cut at 40
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{name}-transformer-8x-job120_3-pid{os.getpid()}-[0-9a-f]{{8}}", rid), rid
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-1x-job9-pid{os.getpid()}-[0-9a-f]{{8}}",
-                        results.new_run_id("mlp", 1, environ={"SLURM_JOB_ID": "9"}))
-    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-job9_1-pid{os.getpid()}-[0-9a-f]{{8}}",  # array id unknown
-                        results.new_run_id("mlp", 2, environ={"SLURM_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "1"}))
-    assert "-Run_A.1-mlp-" in results.new_run_id("mlp", 1, run_name="Run_A.1", environ={})  # kept as written
+                        results.new_run_id("mlp", 1, job="9"))
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-job9_1-pid{os.getpid()}-[0-9a-f]{{8}}",
+                        results.new_run_id("mlp", 2, job="9_1"))
+    assert "-Run_A.1-mlp-" in results.new_run_id("mlp", 1, run_name="Run_A.1", job=None)  # kept as written
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-mlp-2x-pid{os.getpid()}-[0-9a-f]{{8}}", results.new_run_id("mlp", 2,
-                                                                                                    environ={}))
+                                                                                                    job=None))
 
 
 def test_the_output_folder_is_made_or_refused_in_one_line(tmp_path):

@@ -166,3 +166,18 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     on_gpus = preflight("--gpu", SCALELAB_PROFILE="a100")  # a GPU profile: a CPU-only torch is NOT READY
     if "sees GPU False" in on_gpus.stdout:
         assert on_gpus.returncode == 1 and on_gpus.stdout.splitlines()[-1].startswith("NOT READY: torch sees no GPU")
+
+
+@pytest.mark.parametrize("version, refused", [("3.9", True), ("3.6", True), ("3.11", False), ("3.13", False)])
+def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_path, version, refused):
+    """RHEL 9's python3 is 3.9: refused in one line that names the floor and the way out, before any venv or pip."""
+    fake_tool(tmp_path / "bin", "python", version)  # answers the version query the way python -c would
+    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_CUDA="cpu", PYTHON=str(tmp_path / "bin" / "python"))
+    if refused:
+        assert proc.returncode == 2 and "venv" not in proc.stdout.split("\n", 1)[1]
+        assert proc.stderr == (f"setup_cluster.sh: {tmp_path}/bin/python is Python {version}; scalelab needs 3.11 or "
+                               "newer: load a newer Python module (SCALELAB_MODULES in slurm_jobs/site.sh) or set "
+                               "PYTHON=python3.11\n")
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert f"+ {tmp_path}/bin/python -m venv .venv" in proc.stdout.splitlines()

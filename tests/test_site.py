@@ -2,6 +2,7 @@
 profiles never leak into each other, and the CPU profile refuses a node with GPUs."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -11,9 +12,9 @@ from conftest import ROOT
 SHOW = 'env | grep -E "^(SBATCH|NCCL|SCALELAB_(ACCELERATOR|SITE_SET))" | sort'
 
 
-def bash(script, **env):
+def bash(script, cwd=ROOT, **env):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SCALELAB_", "SBATCH_", "NCCL_"))}
-    return subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30,
+    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=30,
                           env={**clean, **env})
 
 
@@ -107,3 +108,22 @@ def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
     after = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
                  f" && {SHOW}")
     assert not [line for line in after.stdout.splitlines() if line.startswith("SBATCH_MEM")]
+
+
+def test_the_scripts_and_the_sweep_read_one_default_workload_file(tmp_path):
+    """Edit configs/default-workload.txt and both the sbatch scripts and the sweep follow: one place, not two."""
+    from scalelab import config
+    from scalelab.launch.sweep import default_workload
+
+    text = (ROOT / "src/scalelab/configs/default-workload.txt").read_text()
+    assert default_workload([], "auto")[:2] == ["--config", "gpt-small"] and "gpu gpt-small" in text
+    fake = tmp_path / "checkout"
+    shutil.copytree(ROOT / "slurm_jobs", fake / "slurm_jobs")
+    (fake / "src/scalelab/configs").mkdir(parents=True)
+    (fake / "src/scalelab/configs/default-workload.txt").write_text(text.replace("gpu gpt-small", "gpu gpt-medium"))
+    show = 'GPUS_PER_NODE=1 source slurm_jobs/job_common.sh >/dev/null && echo "${WORKLOAD[*]}"'
+    gpu = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake))
+    assert gpu.stdout.split() == ["--config", "gpt-medium"], gpu.stderr
+    transformer = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake), MODEL="transformer")
+    assert transformer.stdout.split() == ["--config", "gpt-medium"], transformer.stderr
+    assert config.default_config("cpu") == "mlp"

@@ -4,6 +4,7 @@ one-node rungs and the report run from the installed package alone."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,3 +94,17 @@ def test_demo_rungs_and_report_run_from_the_installed_package(installed):
     report = _run(bin_dir, work, "report", "--output_dir", "out")
     assert report.returncode == 0 and "scalelab report: 2 run(s) in out/" in report.stdout, report.stdout[-2000:]
     assert "(all-reduce benchmark: " in report.stdout  # the installed benchmark's rows feed the explanation
+
+
+def test_the_python_floor_claimed_is_the_one_linted_for_and_tested():
+    """setup.cfg's python_requires, ruff's target-version and the interpreter CI runs the suite under name the same
+    version: a claim of an older Python no test runs under is how `X | None` shipped to a 3.9 that cannot import it."""
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    floor = cfg["options"]["python_requires"].removeprefix(">=").strip()
+    ruff = re.search(r'^target-version = "py(\d)(\d+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert f"{ruff[1]}.{ruff[2]}" == floor
+    assert f"Programming Language :: Python :: {floor}" in cfg["metadata"]["classifiers"]
+    if os.environ.get("CI"):
+        assert "%d.%d" % sys.version_info[:2] == floor, "CI must run the oldest Python setup.cfg claims"

@@ -221,6 +221,14 @@ def _comet_flags(g):
 
 
 # pragma: no mutate end
+def default_config(kind: str) -> str:
+    """The config a job trains when none is named, for kind "gpu" or "cpu" (configs/default-workload.txt, which the
+    sbatch scripts read too)."""
+    with open(os.path.join(CONFIG_DIR, "default-workload.txt"), encoding="utf-8") as f:
+        names = dict(line.split() for line in f if line.strip() and not line.startswith("#"))
+    return names[kind]
+
+
 def named_configs() -> list:
     """The configs shipped in the package: gpt-small, mlp, ..."""
     try:

@@ -130,33 +130,13 @@ def versions() -> dict:
     return out
 
 
-def slurm_info(environ=None) -> dict:
-    environ = os.environ if environ is None else environ
-    if "SLURM_JOB_ID" not in environ:
-        return {}
-    return {
-        "job_id": environ.get("SLURM_JOB_ID"),
-        "array_job_id": environ.get("SLURM_ARRAY_JOB_ID"),
-        "array_task_id": environ.get("SLURM_ARRAY_TASK_ID"),
-        "job_name": environ.get("SLURM_JOB_NAME"),
-        "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
-        "partition": environ.get("SLURM_JOB_PARTITION"),
-        "step_id": environ.get("SLURM_STEP_ID"),
-        "restart_count": int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
-    }
-
-
-def new_run_id(model: str, world_size: int, run_name=None, environ=None) -> str:
-    """Unique even for concurrent runs: time + SLURM job + process id + 32 random bits.
+def new_run_id(model: str, world_size: int, run_name=None, job: Optional[str] = None) -> str:
+    """Unique even for concurrent runs: time + SLURM job (`launch.slurm_env.job_label`) + process id + 32 random bits.
 
     Two processes alive at once never share a pid on one host, and the random part separates hosts and
     repeats; should two ids still meet, `write()` gives the second its own folder instead of overwriting.
     """
-    environ = os.environ if environ is None else environ
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    job = environ.get("SLURM_JOB_ID")
-    if job and environ.get("SLURM_ARRAY_TASK_ID"):
-        job = f"{environ.get('SLURM_ARRAY_JOB_ID', job)}_{environ['SLURM_ARRAY_TASK_ID']}"
     where = f"job{job}-pid{os.getpid()}" if job else f"pid{os.getpid()}"
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name)[:40] + "-" if run_name else ""
     return f"{stamp}-{name}{model}-{world_size}x-{where}-{secrets.token_hex(4)}"

@@ -24,7 +24,7 @@ from scalelab import results
 from scalelab.bench import nccl_format, pattern, table
 from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
-from scalelab.launch import cluster, cores
+from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes, message_sizes, parse_size
 
@@ -169,7 +169,8 @@ class Bench:
         self.rows, self.hosts, self.device_names, self.ranks = [], [], [], []
         self.out_of_place = args.format == "nccl-tests"
         # named before measuring: nccl-tests' format prints its header (which names the run) first
-        self.run_id = results.new_run_id("allreduce", world, args.run_name) if rank == 0 else None
+        self.run_id = (results.new_run_id("allreduce", world, args.run_name, job=slurm_env.job_label())
+                       if rank == 0 else None)
 
     # collectives ---------------------------------------------------------------------------------
     def _reduce(self, value: float, op) -> float:
@@ -383,7 +384,7 @@ class Bench:
             rows=self.rows,
             summary=bench_summary(self.rows),
             versions=results.versions(),
-            slurm=results.slurm_info(),
+            slurm=slurm_env.job_record(),
             environment=results.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from scalelab.errors import UsageError
-from scalelab.launch.netns import ENV_GBIT, ENV_LATENCY, ENV_LATENCY_APPLIED, ENV_LINK, ENV_SHAPED
-from scalelab.results import LaunchRecord, LinkRecord
+from scalelab.launch import link_env, slurm_env
+from scalelab.results import LaunchRecord
 
 
 @dataclass
@@ -48,39 +48,7 @@ class Launch:
                 "procs_per_node": self.devices, "accelerator": self.accelerator,
                 "backend": self.backend if self.world_size > 1 else None,
                 "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)),
-                "link": link_record(), **extra}
-
-
-def _float(environ, name) -> Optional[float]:
-    """A number a launcher exported, or None when it is missing, empty or not a number."""
-    try:
-        return float(environ[name]) if environ.get(name) else None
-    except ValueError:
-        return None
-
-
-def link_record(environ=None) -> Optional[LinkRecord]:
-    """The emulated link between the nodes, as src/emulate.py announced it to the ranks; None otherwise (a real
-    network, whose rate nobody told us)."""
-    environ = os.environ if environ is None else environ
-    gbit = _float(environ, ENV_GBIT)
-    if environ.get(ENV_LINK) != "emulated" or gbit is None:
-        return None
-    requested = _float(environ, ENV_LATENCY)
-    if requested is None and environ.get(ENV_LATENCY):
-        return None  # a latency that is not a number: the announcement is garbled, trust none of it
-    applied = requested if requested is not None and environ.get(ENV_LATENCY_APPLIED) == "1" else None
-    record = {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
-    shaped = _float(environ, ENV_SHAPED)  # a degraded rehearsal: gbit is what the link claims, this what it gave
-    if shaped is not None:
-        record["shaped_gbit"] = shaped
-    return record
-
-
-def _slurm_tasks_per_node() -> int:
-    # SLURM_NTASKS_PER_NODE is set by --ntasks-per-node; SLURM_TASKS_PER_NODE ("4(x2)") always is.
-    raw = os.environ.get("SLURM_NTASKS_PER_NODE") or os.environ.get("SLURM_TASKS_PER_NODE", "1")
-    return int(raw.split("(")[0].split(",")[0])
+                "link": link_env.link_record(), **extra}
 
 
 INTERACTIVE_NAMES = ("bash", "interactive")  # job names Lightning's SLURMEnvironment.detect() ignores
@@ -89,22 +57,22 @@ INTERACTIVE_NAMES = ("bash", "interactive")  # job names Lightning's SLURMEnviro
 def slurm_step_problem(environ=None, script="src/train.py") -> Optional[str]:
     """What is wrong with this srun step for a multi-rank run, in one line; None when nothing is (or when this is no
     multi-task srun step: a batch script, a salloc shell and a 1-task step have no SLURM_STEP_ID or one task)."""
-    environ = os.environ if environ is None else environ
     try:
-        ntasks, nnodes = int(environ.get("SLURM_NTASKS", "1")), int(environ.get("SLURM_NNODES", "1"))
+        ntasks, nnodes = slurm_env.sizes(environ)
     except ValueError:
         return None
-    if ntasks <= 1 or "SLURM_STEP_ID" not in environ:
+    if ntasks <= 1 or not slurm_env.in_step(environ):
         return None
-    per_node = environ.get("SLURM_NTASKS_PER_NODE") or str(max(1, ntasks // max(1, nnodes)))
-    name = environ.get("SLURM_JOB_NAME", "")
+    given = slurm_env.ntasks_per_node_given(environ)
+    per_node = given or str(max(1, ntasks // max(1, nnodes)))
+    name = slurm_env.job_name(environ)
     if name in INTERACTIVE_NAMES:
         why = " (salloc's default)" if name == "interactive" else ""
         return (f"srun started {ntasks} tasks in a job named '{name}'{why}, which Lightning does not treat as SLURM: "
                 f"each task would train alone as a 1-rank run; name the step, `srun --job-name=scalelab "
                 f"--ntasks-per-node={per_node} python {script} ...`, or the allocation, `salloc --job-name=scalelab` "
                 "(sbatch: any name but bash or interactive)")
-    if "SLURM_NTASKS_PER_NODE" not in environ:
+    if given is None:
         return (f"srun started {ntasks} tasks with -n/--ntasks, which Lightning refuses: give the tasks per node "
                 f"instead, `srun --ntasks-per-node={per_node} python {script} ...`")
     return None
@@ -128,8 +96,8 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
     if problem:
         raise UsageError(problem)
     if SLURMEnvironment.detect():
-        tasks, nodes = _slurm_tasks_per_node(), int(os.environ.get("SLURM_NNODES", "1"))
-        if tasks * nodes > 1 and "SLURM_STEP_ID" not in os.environ:
+        tasks, nodes = slurm_env.tasks_per_node(), slurm_env.nodes()
+        if tasks * nodes > 1 and not slurm_env.in_step():
             raise UsageError(
                 f"this SLURM job has {tasks * nodes} tasks but train.py runs outside srun; "
                 "start it as `srun python src/train.py ...`"
@@ -207,9 +175,9 @@ def device_name(accelerator: str, device=0) -> str:
 
 def env_rank() -> int:
     """This process's global rank as the launcher announced it (0 before any launch)."""
-    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
+    for rank in (os.environ.get("RANK"), slurm_env.procid(), os.environ.get("LOCAL_RANK")):
+        if rank is not None:
+            return int(rank)
     return 0
 
 

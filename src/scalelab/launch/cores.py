@@ -12,6 +12,7 @@ import os
 from typing import NamedTuple, Optional
 
 from scalelab.errors import UsageError
+from scalelab.launch import slurm_env
 
 DEFAULT_THREADS = 1  # one CPU device = one core
 ENV_NODE_CORES = "SCALELAB_NODE_CORES"  # a node's cores, where a launcher says so (tests simulate a node with it)
@@ -34,8 +35,8 @@ def threads_per_device(requested: Optional[int], launcher: str, accelerator: str
     own default: the rank's cores feed one GPU)."""
     if requested:
         return requested
-    if launcher == "slurm" and os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    if launcher == "slurm" and slurm_env.cpus_per_task():
+        return slurm_env.cpus_per_task()
     return DEFAULT_THREADS if accelerator == "cpu" else None
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from scalelab.errors import UsageError
+from scalelab.launch import link_env
 from scalelab.launch.local import exit_on_sigterm
 
 NET = "198.51.100"  # TEST-NET-2: documentation addresses, inside the namespaces only; node K is .K
@@ -38,10 +39,6 @@ NS_PREFIX = "scalelab-"  # root path: named namespaces scalelab-<pid>-n1 ... -nN
 SBIN = ("/usr/sbin", "/sbin")  # ip and tc live here, often not on a user's PATH
 BURST_MIN_BYTES = 256 * 1024  # tbf bucket: at least one GSO super-packet (64 KiB) several times over
 QUEUE_LATENCY = "50ms"  # tbf queue limit, as time at the rate
-# Environment of the ranks (read back by launch.cluster.link_record into the result's launch.link)
-ENV_LINK, ENV_GBIT = "SCALELAB_LINK", "SCALELAB_LINK_GBIT"
-ENV_LATENCY, ENV_LATENCY_APPLIED = "SCALELAB_LINK_LATENCY_MS", "SCALELAB_LINK_LATENCY_APPLIED"
-ENV_SHAPED = "SCALELAB_LINK_SHAPED_GBIT"  # only for a degraded link: the rate tc really applies
 
 
 @dataclass
@@ -72,13 +69,9 @@ class Link:
     def env(self, node: int) -> dict:
         """What node's ranks need: gloo's interface, and the link for their result."""
         told = self.gbit if self.nominal_gbit is None else self.nominal_gbit
-        env = {"GLOO_SOCKET_IFNAME": self.ifnames[node - 1], ENV_LINK: "emulated", ENV_GBIT: f"{told:g}"}
-        if self.nominal_gbit is not None:
-            env[ENV_SHAPED] = f"{self.gbit:g}"
-        if self.latency_requested_ms is not None:
-            env[ENV_LATENCY] = f"{self.latency_requested_ms:g}"
-            env[ENV_LATENCY_APPLIED] = "1" if self.latency_ms is not None else "0"
-        return env
+        shaped = self.gbit if self.nominal_gbit is not None else None
+        return {"GLOO_SOCKET_IFNAME": self.ifnames[node - 1],
+                **link_env.announce(told, shaped, self.latency_requested_ms, self.latency_ms is not None)}
 
 
 def tool(name: str) -> str:

@@ -14,8 +14,10 @@ import subprocess
 import sys
 import time
 
+from scalelab import config
 from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
+from scalelab.launch import slurm_env
 
 SITE = os.path.join("slurm_jobs", "site.sh")
 DEFAULT_SHAPES = ["1x1", "1x4", "2x4"]
@@ -32,7 +34,7 @@ class TrainTask:
 
         # Keep every GPU visible: Lightning picks cuda:LOCAL_RANK itself (submitit's binding would fight it).
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        if "SLURM_JOB_ID" not in os.environ or os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        if not slurm_env.in_job() or os.environ.get("SUBMITIT_EXECUTOR") == "local":
             os.environ["SCALELAB_LAUNCHER"] = "submitit-local"
         from scalelab.train.run import main
 
@@ -101,11 +103,11 @@ def site_settings(profile: str, site: str) -> dict:
 
 
 def default_workload(train_args: list, accelerator: str) -> list:
-    """Without --config or --model, the sweep runs what the sbatch scripts run: the named config gpt-small where
-    the jobs may get GPUs, the MLP on CPU."""
+    """Without --config or --model, the sweep runs what the sbatch scripts run (configs/default-workload.txt: gpt-small
+    where the jobs may get GPUs, the MLP on CPU)."""
     if any(a.startswith(("--config", "--model")) for a in train_args):
         return train_args
-    return ["--config", "mlp" if accelerator == "cpu" else "gpt-small", *train_args]
+    return ["--config", config.default_config("cpu" if accelerator == "cpu" else "gpu"), *train_args]
 
 
 def build_parser():
@@ -178,7 +180,7 @@ class Submitter:
 def main(argv=None) -> int:
     from tqdm import tqdm
 
-    from scalelab import config, results
+    from scalelab import results
     from scalelab.report.cli import main as report_main
     from scalelab.train import loggers
 

@@ -9,7 +9,7 @@ import torch
 
 from scalelab import perfmodel, results
 from scalelab.config import RunConfig
-from scalelab.launch import cores
+from scalelab.launch import cores, slurm_env
 from scalelab.launch.cluster import Launch
 from scalelab.train import timing
 from scalelab.train.clock import StepClock
@@ -51,8 +51,8 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
     cfg, launch = ctx.cfg, ctx.launch
     summary = dict(summary)
     final_loss = summary.pop("final_train_loss")
-    payload = results.envelope("training", ctx.run_id or results.new_run_id(cfg.model, launch.world_size,
-                                                                             cfg.run_name))
+    payload = results.envelope("training", ctx.run_id or results.new_run_id(
+        cfg.model, launch.world_size, cfg.run_name, job=slurm_env.job_label()))
     payload.update(
         status="completed",
         error=None,
@@ -68,7 +68,7 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         memory=memory_record(ctx, per_rank),
         versions=results.versions(),
-        slurm=results.slurm_info(),
+        slurm=slurm_env.job_record(),
         environment=results.capture_environment(),
         ranks=per_rank,
     )

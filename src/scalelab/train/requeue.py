@@ -13,13 +13,14 @@ import subprocess
 from dataclasses import asdict, fields
 from typing import Optional
 
+from scalelab.launch import slurm_env
+
 CHECKPOINT_DIR = "checkpoints"  # under --output_dir: outputs/checkpoints/<job id>/requeue.ckpt
 
 
 def checkpoint_path(output_dir: str, environ=None) -> Optional[str]:
     """Where this SLURM job's requeue checkpoint lives (None outside a SLURM job)."""
-    environ = os.environ if environ is None else environ
-    job = environ.get("SLURM_JOB_ID")  # each task of an array has its own
+    job = slurm_env.job_id(environ)  # each task of an array has its own
     return os.path.join(output_dir, CHECKPOINT_DIR, job, "requeue.ckpt") if job else None
 
 
@@ -27,8 +28,7 @@ def resume(fabric, model, optimizer, plan, path: Optional[str], environ=None) ->
     """A requeued attempt (SLURM_RESTART_COUNT > 0) with its job's checkpoint: load it and move `plan` to the saved
     step. A first attempt never loads (job ids restart after a cluster is wiped: a stale file is not this job's).
     Rank 0 looks for the file and tells the others: every rank must take the same branch (loading waits for all)."""
-    environ = os.environ if environ is None else environ
-    if not path or int(environ.get("SLURM_RESTART_COUNT") or 0) < 1:
+    if not path or slurm_env.restart_count(environ) < 1:
         return False
     if not fabric.broadcast(os.path.exists(path) if fabric.global_rank == 0 else None, src=0):
         return False
@@ -57,8 +57,7 @@ def done_with(path: Optional[str]) -> None:
 
 def ask_slurm(environ=None) -> Optional[str]:
     """`scontrol requeue JOB`; None when SLURM took it, else why not (one line)."""
-    environ = os.environ if environ is None else environ
-    job = environ.get("SLURM_JOB_ID")
+    job = slurm_env.job_id(environ)
     try:
         proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from scalelab import config, results
 from scalelab.cli import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
-from scalelab.launch import cluster, cores
+from scalelab.launch import cluster, cores, slurm_env
 from scalelab.train import cpushare, loggers
 
 
@@ -229,7 +229,7 @@ def run_logger(ctx):
     if ctx.rank != 0:
         return None
     cfg = ctx.cfg
-    ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name)
+    ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name, job=slurm_env.job_label())
     if loggers.wants_folder(cfg.logger):
         ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)
         ctx.run_id = os.path.basename(ctx.folder)

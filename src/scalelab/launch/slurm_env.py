@@ -1,0 +1,97 @@
+"""What SLURM tells a process, read in one place: every `SLURM_*` variable scalelab reads is named here.
+
+submitit keeps one environment class per launcher (`core/job_environment.py`) for the same reason: a launcher's
+variables, their quirks (SLURM_NTASKS_PER_NODE only with --ntasks-per-node, SLURM_TASKS_PER_NODE as "4(x2)", array
+jobs' two ids) and what they mean live beside each other, and the rest of the package asks by meaning. Every
+function takes `environ` (default: this process's) so a test can hand it the variables of any job shape.
+"""
+
+import os
+from typing import Optional
+
+
+def _env(environ):
+    return os.environ if environ is None else environ
+
+
+def in_job(environ=None) -> bool:
+    """Inside a SLURM allocation (a batch script, an srun task, a salloc shell)."""
+    return "SLURM_JOB_ID" in _env(environ)
+
+
+def in_step(environ=None) -> bool:
+    """Started by srun (a job step), not by the batch script or a salloc shell itself."""
+    return "SLURM_STEP_ID" in _env(environ)
+
+
+def job_id(environ=None) -> Optional[str]:
+    """This job's own id: each task of an array has one of its own."""
+    return _env(environ).get("SLURM_JOB_ID")
+
+
+def job_label(environ=None) -> Optional[str]:
+    """The id a person recognises: `ARRAYJOB_TASK` (what squeue shows) for a task of an array, else the job id."""
+    environ = _env(environ)
+    job = environ.get("SLURM_JOB_ID")
+    if job and environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{environ.get('SLURM_ARRAY_JOB_ID', job)}_{environ['SLURM_ARRAY_TASK_ID']}"
+    return job
+
+
+def job_name(environ=None) -> str:
+    return _env(environ).get("SLURM_JOB_NAME", "")
+
+
+def procid(environ=None) -> Optional[str]:
+    """This task's global rank as srun numbered it (None outside an srun step)."""
+    return _env(environ).get("SLURM_PROCID")
+
+
+def restart_count(environ=None) -> int:
+    """How often SLURM requeued this job (0: the first attempt)."""
+    return int(_env(environ).get("SLURM_RESTART_COUNT") or 0)
+
+
+def cpus_per_task(environ=None) -> Optional[int]:
+    """--cpus-per-task as the job asked it; None where it did not."""
+    raw = _env(environ).get("SLURM_CPUS_PER_TASK", "")
+    return int(raw) if raw.isdigit() else None
+
+
+def tasks_per_node(environ=None) -> int:
+    """SLURM_NTASKS_PER_NODE is set by --ntasks-per-node only; SLURM_TASKS_PER_NODE ("4(x2)") always is."""
+    environ = _env(environ)
+    raw = environ.get("SLURM_NTASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE", "1")
+    return int(raw.split("(")[0].split(",")[0])
+
+
+def ntasks_per_node_given(environ=None) -> Optional[str]:
+    """--ntasks-per-node as given (None when the tasks were asked with -n/--ntasks, which Lightning refuses)."""
+    return _env(environ).get("SLURM_NTASKS_PER_NODE")
+
+
+def sizes(environ=None) -> tuple:
+    """(tasks, nodes) of this job or step; ValueError where SLURM's figures are not numbers."""
+    environ = _env(environ)
+    return int(environ.get("SLURM_NTASKS", "1")), int(environ.get("SLURM_NNODES", "1"))
+
+
+def nodes(environ=None) -> int:
+    return int(_env(environ).get("SLURM_NNODES", "1"))
+
+
+def job_record(environ=None) -> dict:
+    """The result file's `slurm` block: which job, array task, nodes, partition, step and attempt; {} outside SLURM."""
+    environ = _env(environ)
+    if "SLURM_JOB_ID" not in environ:
+        return {}
+    return {
+        "job_id": environ.get("SLURM_JOB_ID"),
+        "array_job_id": environ.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": environ.get("SLURM_ARRAY_TASK_ID"),
+        "job_name": environ.get("SLURM_JOB_NAME"),
+        "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
+        "partition": environ.get("SLURM_JOB_PARTITION"),
+        "step_id": environ.get("SLURM_STEP_ID"),
+        "restart_count": restart_count(environ),
+    }
