@@ -44,7 +44,8 @@ fi
 set -u
 sets=""
 for v in ${SCALELAB_SITE_SET:-}; do sets+=" $v=${!v:-}"; done
-# The GPUs the job scripts ask for per node: --gres=gpu[:TYPE]:N in their headers (docs/09 says how to change them).
+# The GPUs the job scripts ask for per node: --gres=gpu:N in their headers, any type; the profile's SCALELAB_GPU_TYPE
+# names one (sweep.sh and submit.py then ask gpu:TYPE:N).
 GRES_TYPE="" GRES_MAX=0
 for f in slurm_jobs/single_gpu.sh slurm_jobs/single_node_multi_gpu.sh slurm_jobs/multi_node_multi_gpu.sh; do
   g=$(sed -n 's/^#SBATCH --gres=gpu:\(.*\)$/\1/p' "$f")
@@ -53,6 +54,7 @@ for f in slurm_jobs/single_gpu.sh slurm_jobs/single_node_multi_gpu.sh slurm_jobs
   [[ $g == *:* ]] && GRES_TYPE=${g%:*}
   ((n > GRES_MAX)) && GRES_MAX=$n
 done
+GRES_TYPE=${SCALELAB_GPU_TYPE:-$GRES_TYPE}
 ASK="gpu:${GRES_TYPE:+$GRES_TYPE:}$GRES_MAX"
 
 echo "scalelab preflight: profile $PROFILE (slurm_jobs/site.sh)"
@@ -60,7 +62,7 @@ echo "  sets:        ${sets# }"
 echo "  partition:   ${SBATCH_PARTITION:-(none: the default partition)}"
 echo "  account:     ${SBATCH_ACCOUNT:-(none: your default account)}"
 echo "  constraint:  ${SBATCH_CONSTRAINT:-(none)}"
-echo "  job scripts: up to $ASK per node (--gres in slurm_jobs/*.sh)"
+echo "  job scripts: up to $ASK per node (--gres in slurm_jobs/*.sh${SCALELAB_GPU_TYPE:+, the type from SCALELAB_GPU_TYPE})"
 echo "  modules:     ${SCALELAB_MODULES:-(none)}"
 echo "  python:      $SCALELAB_PYTHON"
 
@@ -108,7 +110,13 @@ if [ -n "$PART" ]; then
     fits=$(cut -d'|' -f4 <<<"$ROWS" | tr ',' '\n' | sed 's/(.*//' | awk -F: -v t="$GRES_TYPE" -v n="$GRES_MAX" '
       $1 == "gpu" { c = $NF + 0; ty = (NF == 3) ? $2 : ""; if ((t == "" || ty == t) && c >= n) { print $0; exit } }')
     offered=$(cut -d'|' -f4 <<<"$ROWS" | sort -u | paste -sd' ' -)
-    [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); change --gres in the job scripts (docs/09-adapting-site-sh.md)"
+    # The types a node of it offers, as --gres or SCALELAB_GPU_TYPE would name them (gpu:TYPE:N; AutoDetect names
+    # such as nvidia_a100-sxm4-80gb included)
+    types=$(cut -d'|' -f4 <<<"$ROWS" | tr ',' '\n' | sed 's/(.*//' | awk -F: '$1 == "gpu" && NF == 3 { print $2 }' |
+            sort -u | paste -sd' ' -)
+    echo "GPU types in partition $PART: ${types:-(none named: gpu:N only)}; the job scripts ask ${GRES_TYPE:-any type}"
+    [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); pick another partition" \
+                                "(SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile $PROFILE (docs/09-adapting-site-sh.md)"
   fi
 fi
 if [ -n "${SBATCH_ACCOUNT:-}" ] && [ -n "$ACCOUNTS" ] && ! cut -d'|' -f1 <<<"$ACCOUNTS" | grep -qx "$SBATCH_ACCOUNT"; then

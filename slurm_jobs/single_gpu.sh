@@ -3,7 +3,7 @@
 #SBATCH --job-name=scalelab-1gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
-#SBATCH --gres=gpu:a100:1
+#SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:30:00
 #SBATCH --output=outputs/slurm-%j.out

@@ -3,7 +3,7 @@
 #SBATCH --job-name=scalelab-1x4gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
-#SBATCH --gres=gpu:a100:4
+#SBATCH --gres=gpu:4
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:30:00
 #SBATCH --output=outputs/slurm-%j.out

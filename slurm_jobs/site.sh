@@ -4,6 +4,11 @@
 # Partition/account/constraint: exported as SBATCH_* input variables, which sbatch reads when it runs, so
 # source this file in your shell before `sbatch` (submit.py does that for you):
 #     source slurm_jobs/site.sh && sbatch slurm_jobs/single_gpu.sh
+# The job scripts ask `--gres=gpu:N`, any GPU type: an H100 site, or one whose types are AutoDetect names
+# (nvidia_a100-sxm4-80gb), accepts that as it is. A profile picks a type by a node feature (SBATCH_CONSTRAINT;
+# `sinfo -o '%G %f'` lists both), or by SCALELAB_GPU_TYPE, which sweep.sh and submit.py put into the --gres of
+# each job they submit (`sbatch --gres=gpu:TYPE:N` does it by hand). Never SBATCH_GRES: sbatch's variables
+# override the scripts' headers, so every job, the 1-GPU one too, would get the same count.
 # Never put an API key or token in this file: it lives in the repository.
 
 # What a previous `source` of this file set is undone first, so one profile never leaks into the next (a
@@ -39,7 +44,8 @@ case "${SCALELAB_PROFILE:-auto}" in
     # --- Example: an A100 cluster with InfiniBand (adapt the names to your site) ---------------------
     # site_export SBATCH_PARTITION gpu          # sbatch --partition
     # site_export SBATCH_ACCOUNT my_project     # sbatch --account
-    # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint
+    # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint: a node feature (sinfo -o '%f')
+    # site_export SCALELAB_GPU_TYPE a100        # only where the type must be in --gres (sinfo -o '%G')
     site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
     # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
     # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)

@@ -105,16 +105,21 @@ def test_a_driver_too_old_or_no_driver_is_one_line(tmp_path):
     assert none.returncode == 2 and none.stderr.startswith("setup_cluster.sh: nvidia-smi printed no 'CUDA Version")
 
 
-SINFO = "debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100:2"
+SINFO = ("debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100:2\n"
+         "auto|up|4|gpu:nvidia_a100-sxm4-80gb:4(S:0-1)")
+NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile auto " \
+          "(docs/09-adapting-site-sh.md)"
 
 
 @pytest.mark.parametrize("env, verdict", [
-    ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:a100:4 per node available"),
-    ({"SBATCH_PARTITION": "gpu"}, "NOT READY: partition 'gpu' has no node with gpu:a100:4 (it offers: gpu:h100:8); "
-                                  "change --gres in the job scripts (docs/09-adapting-site-sh.md)"),
+    ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:4 per node available"),
+    # the scripts ask gpu:4, any type: an H100 partition and AutoDetect's type names take them as they are
+    ({"SBATCH_PARTITION": "gpu"}, "READY: profile auto, partition gpu, gpu:4 per node available"),
+    ({"SBATCH_PARTITION": "auto"}, "READY: profile auto, partition auto, gpu:4 per node available"),
+    ({"SBATCH_PARTITION": "gpu", "SCALELAB_GPU_TYPE": "a100"},
+     f"NOT READY: partition 'gpu' has no node with gpu:a100:4 (it offers: gpu:h100:8); {NO_NODE}"),
     ({"SBATCH_PARTITION": "old"}, "NOT READY: partition 'old' is not up (down); partition 'old' has no node with "
-                                  "gpu:a100:4 (it offers: gpu:v100:2); change --gres in the job scripts "
-                                  "(docs/09-adapting-site-sh.md)"),
+                                  f"gpu:4 (it offers: gpu:v100:2); {NO_NODE}"),
     ({"SBATCH_ACCOUNT": "proj9"}, "NOT READY: account 'proj9' is not one of yours (proj1 proj2)"),
     ({"SCALELAB_VENV": "/nowhere", "SCALELAB_PYTHON": "/nowhere/bin/python"},
      "NOT READY: no Python at /nowhere/bin/python (bash slurm_jobs/setup_cluster.sh makes it; "
@@ -154,7 +159,8 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     ready = preflight()
     assert ready.returncode == 0, ready.stdout + ready.stderr
     lines = ready.stdout.splitlines()
-    assert lines[-1].startswith("READY: profile cpu, partition debug, gpu:a100:4 per node available; next: ")
+    assert lines[-1].startswith("READY: profile cpu, partition debug, gpu:4 per node available; next: ")
+    assert "GPU types in partition debug: a100; the job scripts ask any type" in lines
     assert any(re.match(r"^ +debug\* +up +2 +infinite +gpu:a100:4", line) for line in lines), ready.stdout
     assert "  account|partition|qos" in lines  # the user's associations, from sacctmgr
     missing = preflight(SBATCH_PARTITION="nosuch")
@@ -166,3 +172,15 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     on_gpus = preflight("--gpu", SCALELAB_PROFILE="a100")  # a GPU profile: a CPU-only torch is NOT READY
     if "sees GPU False" in on_gpus.stdout:
         assert on_gpus.returncode == 1 and on_gpus.stdout.splitlines()[-1].startswith("NOT READY: torch sees no GPU")
+
+
+def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
+    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
+    auto = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    assert "GPU types in partition auto: nvidia_a100-sxm4-80gb; the job scripts ask any type" in auto
+    typed = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="debug", SCALELAB_GPU_TYPE="a100", **env)
+    assert "GPU types in partition debug: a100; the job scripts ask a100" in typed.stdout.splitlines()
+    assert "  job scripts: up to gpu:a100:4 per node (--gres in slurm_jobs/*.sh, the type from SCALELAB_GPU_TYPE)" \
+        in typed.stdout.splitlines()
+    assert typed.returncode == 0, typed.stdout
