@@ -4,6 +4,7 @@
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
 #SBATCH --gres=gpu:4
+#SBATCH --exclusive
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:30:00
 #SBATCH --output=outputs/slurm-%j.out

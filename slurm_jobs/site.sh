@@ -46,6 +46,8 @@ case "${SCALELAB_PROFILE:-auto}" in
     # site_export SBATCH_ACCOUNT my_project     # sbatch --account
     # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint: a node feature (sinfo -o '%f')
     # site_export SCALELAB_GPU_TYPE a100        # only where the type must be in --gres (sinfo -o '%G')
+    # site_export SBATCH_EXCLUSIVE user         # where whole nodes queue too long: share them with your own jobs
+    #                                           # only ('oversubscribe': with anyone; results say the node was shared)
     site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
     # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
     # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)
@@ -72,6 +74,20 @@ case "${SCALELAB_PROFILE:-auto}" in
     ;;
 esac
 unset _v
+
+# Inside a job: whether its nodes are its alone (the multi-GPU scripts ask --exclusive; a profile may share them,
+# and a partition with OverSubscribe=EXCLUSIVE gives whole nodes anyway), read once from SLURM and recorded in
+# every result's environment (results.slurm_info turns it into slurm.exclusive). A neighbour's job on the node
+# shares its PCIe, memory bandwidth and network card: a scaling table from shared nodes says so.
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  _job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+  export SCALELAB_JOB_OVERSUBSCRIBE=$(sed -n 's/.*[[:space:]]OverSubscribe=\([^[:space:]]*\).*/\1/p' <<<"$_job" | head -1)
+  _part=$(sed -n 's/.*[[:space:]]Partition=\([^[:space:]]*\).*/\1/p' <<<"$_job" | head -1)
+  export SCALELAB_PARTITION_OVERSUBSCRIBE=$([ -n "$_part" ] && scontrol show partition "$_part" 2>/dev/null |
+    sed -n 's/.*[[:space:]]OverSubscribe=\([^[:space:]]*\).*/\1/p' | head -1)
+  : "${SCALELAB_JOB_OVERSUBSCRIBE:=unknown}" "${SCALELAB_PARTITION_OVERSUBSCRIBE:=unknown}"
+  unset _job _part
+fi
 
 # Modules: a profile names them in SCALELAB_MODULES; they are loaded here (module purge, then module load), so every
 # job and your shell before sbatch get the same, and slurm_jobs/setup_cluster.sh installs against them.

@@ -273,13 +273,27 @@ def test_slurm_info_records_the_job_step_and_restarts():
            "SLURM_RESTART_COUNT": "3"}
     assert results.slurm_info(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
                                        "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
-                                       "step_id": "0", "restart_count": 3}
+                                       "step_id": "0", "restart_count": 3, "exclusive": None}
     assert results.slurm_info({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
     assert results.slurm_info({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
         "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
-        "partition": None, "step_id": None, "restart_count": 0}
+        "partition": None, "step_id": None, "restart_count": 0, "exclusive": None}
     assert results.slurm_info({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
     assert results.slurm_info({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
+
+
+@pytest.mark.parametrize("job, partition, exclusive", [
+    ("NO", "NO", True),  # sbatch --exclusive (what scontrol show job says, measured on the local cluster)
+    ("OK", "EXCLUSIVE", True),  # the partition gives whole nodes whatever the job asked
+    ("OK", "NO", False),  # the default: other jobs may share the node
+    ("YES", "FORCE:4", False),  # SBATCH_EXCLUSIVE=oversubscribe
+    ("USER", "NO", False),  # shared with the user's own jobs only: still not the job's alone
+    (None, None, None),  # nobody read it (a job that never sourced slurm_jobs/site.sh)
+    ("unknown", "unknown", None),  # scontrol did not answer
+])
+def test_slurm_info_says_whether_the_nodes_were_the_jobs_alone(job, partition, exclusive):
+    env = {"SLURM_JOB_ID": "42", "SCALELAB_JOB_OVERSUBSCRIBE": job, "SCALELAB_PARTITION_OVERSUBSCRIBE": partition}
+    assert results.slurm_info({k: v for k, v in env.items() if v is not None})["exclusive"] is exclusive
 
 
 def test_versions_name_python_torch_lightning_submitit_and_scalelab():

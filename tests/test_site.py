@@ -107,3 +107,22 @@ def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
     after = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
                  f" && {SHOW}")
     assert not [line for line in after.stdout.splitlines() if line.startswith("SBATCH_MEM")]
+
+
+def test_inside_a_job_site_sh_reads_whether_the_nodes_are_the_jobs_alone(tmp_path):
+    """What `scontrol show job` / `show partition` print (the local cluster's, trimmed): the OverSubscribe values go
+    into the environment every result records; outside a job, or where scontrol does not answer, nothing or unknown."""
+    tool = tmp_path / "scontrol"
+    tool.write_text('#!/bin/sh\ncase "$2 $3" in\n'
+                    '  "job 42") echo "JobId=42 JobName=x"; echo "   Partition=gpu AllocNode:Sid=login:1";'
+                    ' echo "   OverSubscribe=NO Contiguous=0 Licenses=(null)" ;;\n'
+                    '  "partition gpu") echo "   PriorityJobFactor=1 ReqResv=NO OverSubscribe=FORCE:4" ;;\n'
+                    '  *) exit 1 ;;\nesac\n')
+    tool.chmod(0o755)
+    show = 'source slurm_jobs/site.sh && env | grep _OVERSUBSCRIBE= | sort'
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    assert bash(show, PATH=path, SLURM_JOB_ID="42").stdout.splitlines() == [
+        "SCALELAB_JOB_OVERSUBSCRIBE=NO", "SCALELAB_PARTITION_OVERSUBSCRIBE=FORCE:4"]
+    assert bash(show, PATH=path, SLURM_JOB_ID="43").stdout.splitlines() == [
+        "SCALELAB_JOB_OVERSUBSCRIBE=unknown", "SCALELAB_PARTITION_OVERSUBSCRIBE=unknown"]
+    assert bash(show, PATH=path).stdout == ""  # a login shell: no job to ask about

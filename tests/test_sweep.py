@@ -77,3 +77,9 @@ def test_the_sweep_asks_for_gpus_of_any_type_unless_the_profile_names_one(tmp_pa
     untyped = _sbatch_header(tmp_path, {"SCALELAB_GPU_TYPE": "h100"}, 1, 4, "--gres_type", "")
     assert "#SBATCH --gres=gpu:4" in untyped
     assert not [line for line in untyped if "gpus-per-node" in line]
+
+
+def test_multi_gpu_shapes_ask_for_whole_nodes_unless_the_profile_shares_them(tmp_path):
+    assert "#SBATCH --exclusive" in _sbatch_header(tmp_path, {}, 1, 4)
+    assert not [line for line in _sbatch_header(tmp_path, {}, 1, 1) if "exclusive" in line]  # the 1-GPU baseline
+    assert "#SBATCH --exclusive=user" in _sbatch_header(tmp_path, {"SBATCH_EXCLUSIVE": "user"}, 2, 4)

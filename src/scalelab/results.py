@@ -142,7 +142,19 @@ def slurm_info(environ=None) -> dict:
         "partition": environ.get("SLURM_JOB_PARTITION"),
         "step_id": environ.get("SLURM_STEP_ID"),
         "restart_count": int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        "exclusive": nodes_exclusive(environ),
     }
+
+
+def nodes_exclusive(environ) -> Optional[bool]:
+    """Whether the job had its nodes to itself (--exclusive, or a partition with OverSubscribe=EXCLUSIVE), from the
+    OverSubscribe values slurm_jobs/site.sh read in the job (scontrol); None where nobody read them. A neighbour's
+    job shares the node's PCIe, memory bandwidth and network card: its timings are not the hardware's alone."""
+    job = environ.get("SCALELAB_JOB_OVERSUBSCRIBE", "unknown")
+    partition = environ.get("SCALELAB_PARTITION_OVERSUBSCRIBE", "unknown")
+    if job == "NO" or partition.startswith("EXCLUSIVE"):
+        return True
+    return None if job == "unknown" else False
 
 
 def new_run_id(model: str, world_size: int, run_name=None, environ=None) -> str:

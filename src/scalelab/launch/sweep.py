@@ -160,6 +160,9 @@ class Submitter:
             partition=args.partition or site.get("SBATCH_PARTITION"),
             account=args.account or site.get("SBATCH_ACCOUNT"),
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+            # whole nodes for a multi-GPU shape, as the sbatch scripts ask; a profile's SBATCH_EXCLUSIVE (user,
+            # oversubscribe) wins, as it does over their headers
+            exclusive=site.get("SBATCH_EXCLUSIVE") or (True if gpus > 1 else None),
             mem_per_gpu=site.get("SBATCH_MEM_PER_GPU"),  # site.sh's SCALELAB_MEM_PER_GPU (None: the site default)
             setup=[f"cd {shlex.quote(os.getcwd())}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    f"source {shlex.quote(self.site_file)}"],
