@@ -63,6 +63,11 @@ echo "  partition:   ${SBATCH_PARTITION:-(none: the default partition)}"
 echo "  account:     ${SBATCH_ACCOUNT:-(none: your default account)}"
 echo "  constraint:  ${SBATCH_CONSTRAINT:-(none)}"
 echo "  job scripts: up to $ASK per node (--gres in slurm_jobs/*.sh${SCALELAB_GPU_TYPE:+, the type from SCALELAB_GPU_TYPE})"
+if [ -n "${SBATCH_MEM_PER_GPU:-}" ]; then
+  echo "  memory:      $SBATCH_MEM_PER_GPU per GPU (--mem-per-gpu)"
+else
+  echo "  memory:      (none asked: the partition default)"
+fi
 echo "  modules:     ${SCALELAB_MODULES:-(none)}"
 echo "  python:      $SCALELAB_PYTHON"
 
@@ -81,8 +86,31 @@ if ! command -v sinfo >/dev/null 2>&1; then
 fi
 echo "partitions and GPU types (sinfo):"
 sinfo -o '%15P %.5a %.6D %.10l  %G' 2>&1 | sed 's/^/  /'
-PARTS=$(sinfo -h -o '%P|%a|%D|%G' 2>/dev/null)
+PARTS=$(sinfo -h -o '%P|%a|%D|%G|%m' 2>/dev/null)
 [ -n "$PARTS" ] || { not_ready "sinfo lists no partition (is SLURM reachable from here?)"; verdict ""; }
+
+to_mb() {  # a SLURM memory size (32G, 64000 = MB, 500M, 1T) in MB; nothing when it is not one
+  local v=${1^^}
+  [[ $v =~ ^([0-9]+)([KMGT]?)B?$ ]] || return 0
+  case ${BASH_REMATCH[2]:-M} in
+    K) echo $((BASH_REMATCH[1] / 1024)) ;; M) echo "${BASH_REMATCH[1]}" ;;
+    G) echo $((BASH_REMATCH[1] * 1024)) ;; T) echo $((BASH_REMATCH[1] * 1048576)) ;;
+  esac
+}
+memory_check() {  # the partition's default memory, and whether the profile's --mem-per-gpu fits its nodes
+  local rows=$1 defaults node_mb ask_mb
+  defaults=$(scontrol show partition "$PART" 2>/dev/null | grep -o '\(Def\|Max\)MemPer[A-Za-z]*=[^ ]*' | paste -sd' ' -)
+  node_mb=$(cut -d'|' -f5 <<<"$rows" | tr -d '+' | sort -n | tail -1)
+  echo "memory in partition $PART: ${node_mb:+nodes of ${node_mb}M; }${defaults:-no default shown (scontrol show partition)}"
+  [ -n "${SBATCH_MEM_PER_GPU:-}" ] || return 0
+  ask_mb=$(to_mb "$SBATCH_MEM_PER_GPU")
+  if [ -z "$ask_mb" ]; then
+    not_ready "SBATCH_MEM_PER_GPU='$SBATCH_MEM_PER_GPU' is not a size (e.g. 32G); set SCALELAB_MEM_PER_GPU in profile $PROFILE"
+  elif [[ $node_mb =~ ^[0-9]+$ ]] && ((ask_mb * GRES_MAX > node_mb)); then
+    not_ready "profile $PROFILE asks $GRES_MAX x $SBATCH_MEM_PER_GPU of host memory per node but partition '$PART' nodes" \
+              "have ${node_mb}M: set SCALELAB_MEM_PER_GPU lower, or none for the partition's default"
+  fi
+}
 
 USER_NAME=${USER:-$(id -un)}
 echo "your accounts (sacctmgr, user $USER_NAME):"
@@ -117,6 +145,7 @@ if [ -n "$PART" ]; then
     echo "GPU types in partition $PART: ${types:-(none named: gpu:N only)}; the job scripts ask ${GRES_TYPE:-any type}"
     [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); pick another partition" \
                                 "(SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile $PROFILE (docs/09-adapting-site-sh.md)"
+    memory_check "$ROWS"
   fi
 fi
 if [ -n "${SBATCH_ACCOUNT:-}" ] && [ -n "$ACCOUNTS" ] && ! cut -d'|' -f1 <<<"$ACCOUNTS" | grep -qx "$SBATCH_ACCOUNT"; then

@@ -31,14 +31,22 @@ gpus_visible() {  # the GPUs this node shows, by name (nvidia-smi -L): empty on 
 }
 
 # Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a
-# header, because what a node has and what a site allows differ (some sites refuse --mem). Set it in your shell
-# (SCALELAB_MEM_PER_GPU=32G) or in your profile below; unset, the site's default applies.
-[ -n "${SCALELAB_MEM_PER_GPU:-}" ] && site_export SBATCH_MEM_PER_GPU "$SCALELAB_MEM_PER_GPU"
+# header, because what a node has and what a site allows differ (some sites refuse --mem). A GPU profile asks a
+# floor (auto: 32G, a100: 64G): a site's default can be a few GB a node, too little for a rank's torch and CUDA
+# libraries (about 4 GB) plus, while a checkpoint is written, the model and AdamW state (16 bytes a parameter:
+# 20 GB for gpt-xl, the largest named config). SCALELAB_MEM_PER_GPU=48G in your shell or profile asks that
+# instead, SCALELAB_MEM_PER_GPU=none asks nothing (the site's default). slurm_jobs/preflight.sh checks it fits.
+site_mem_per_gpu() {  # site_mem_per_gpu DEFAULT: SCALELAB_MEM_PER_GPU, else DEFAULT; "none" or empty: no request
+  local v=${SCALELAB_MEM_PER_GPU:-$1}
+  [ -z "$v" ] || [ "$v" = none ] || site_export SBATCH_MEM_PER_GPU "$v"
+}
+site_mem_per_gpu ""   # in any profile, the value you set
 
 case "${SCALELAB_PROFILE:-auto}" in
   auto)
     # --- The default: the accelerator follows the hardware the job got (GPUs visible: NCCL; none: CPU, gloo).
     site_export SCALELAB_ACCELERATOR auto
+    site_mem_per_gpu 32G
     ;;
   a100)
     # --- Example: an A100 cluster with InfiniBand (adapt the names to your site) ---------------------
@@ -48,7 +56,7 @@ case "${SCALELAB_PROFILE:-auto}" in
     # site_export SCALELAB_GPU_TYPE a100        # only where the type must be in --gres (sinfo -o '%G')
     # site_export SBATCH_EXCLUSIVE user         # where whole nodes queue too long: share them with your own jobs
     #                                           # only ('oversubscribe': with anyone; results say the node was shared)
-    site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
+    site_mem_per_gpu 64G                       # host memory per GPU (data loading, checkpoints)
     # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
     # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)
     site_export NCCL_DEBUG "${NCCL_DEBUG:-WARN}"     # INFO prints rings/transports: proof that IB is used

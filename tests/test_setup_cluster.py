@@ -105,8 +105,9 @@ def test_a_driver_too_old_or_no_driver_is_one_line(tmp_path):
     assert none.returncode == 2 and none.stderr.startswith("setup_cluster.sh: nvidia-smi printed no 'CUDA Version")
 
 
-SINFO = ("debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100:2\n"
-         "auto|up|4|gpu:nvidia_a100-sxm4-80gb:4(S:0-1)")
+SINFO = ("debug*|up|2|gpu:a100:4(S:0-1)|512000\ngpu|up|8|gpu:h100:8|1024000\nold|down|2|gpu:v100:2|192000\n"
+         "auto|up|4|gpu:nvidia_a100-sxm4-80gb:4(S:0-1)|257000\nsmall|up|2|gpu:4|120000")
+PARTITION = "   DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED"  # scontrol show partition, the lines preflight reads
 NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile auto " \
           "(docs/09-adapting-site-sh.md)"
 
@@ -121,6 +122,14 @@ NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_T
     ({"SBATCH_PARTITION": "old"}, "NOT READY: partition 'old' is not up (down); partition 'old' has no node with "
                                   f"gpu:4 (it offers: gpu:v100:2); {NO_NODE}"),
     ({"SBATCH_ACCOUNT": "proj9"}, "NOT READY: account 'proj9' is not one of yours (proj1 proj2)"),
+    # auto asks 32G a GPU: 4 x 32G = 131072M, more than 120000M
+    ({"SBATCH_PARTITION": "small"}, "NOT READY: profile auto asks 4 x 32G of host memory per node but partition "
+                                    "'small' nodes have 120000M: set SCALELAB_MEM_PER_GPU lower, or none for the "
+                                    "partition's default"),
+    ({"SBATCH_PARTITION": "small", "SCALELAB_MEM_PER_GPU": "29G"}, "READY: profile auto, partition small"),
+    ({"SBATCH_PARTITION": "small", "SCALELAB_MEM_PER_GPU": "none"}, "READY: profile auto, partition small"),
+    ({"SCALELAB_MEM_PER_GPU": "lots"}, "NOT READY: SBATCH_MEM_PER_GPU='lots' is not a size (e.g. 32G); set "
+                                       "SCALELAB_MEM_PER_GPU in profile auto"),
     ({"SCALELAB_VENV": "/nowhere", "SCALELAB_PYTHON": "/nowhere/bin/python"},
      "NOT READY: no Python at /nowhere/bin/python (bash slurm_jobs/setup_cluster.sh makes it; "
      "SCALELAB_VENV says where)"),
@@ -128,6 +137,7 @@ NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_T
 def test_preflight_verdict_against_fake_slurm_tools(tmp_path, env, verdict):
     bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
     fake_tool(tmp_path / "bin", "sacctmgr", "proj1||normal\nproj2|gpu|normal")
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
     env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable)), **env}
     proc = bash("preflight.sh", path=bin_dir, **env)
     last = proc.stdout.splitlines()[-1]
@@ -176,6 +186,7 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
 
 def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
     bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
     env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
     auto = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
     assert "GPU types in partition auto: nvidia_a100-sxm4-80gb; the job scripts ask any type" in auto
@@ -184,3 +195,14 @@ def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
     assert "  job scripts: up to gpu:a100:4 per node (--gres in slurm_jobs/*.sh, the type from SCALELAB_GPU_TYPE)" \
         in typed.stdout.splitlines()
     assert typed.returncode == 0, typed.stdout
+
+
+def test_preflight_prints_the_memory_asked_and_the_partitions_default(tmp_path):
+    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
+    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
+    lines = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    assert "  memory:      32G per GPU (--mem-per-gpu)" in lines
+    assert "memory in partition auto: nodes of 257000M; DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED" in lines
+    none = bash("preflight.sh", path=bin_dir, SCALELAB_MEM_PER_GPU="none", **env).stdout.splitlines()
+    assert "  memory:      (none asked: the partition default)" in none

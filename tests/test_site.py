@@ -28,7 +28,8 @@ def fake_gpu_node(tmp_path):
 def test_default_profile_lets_the_job_follow_its_hardware():
     proc = bash(f"source slurm_jobs/site.sh && {SHOW}")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["SCALELAB_ACCELERATOR=auto", "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR"]
+    assert proc.stdout.splitlines() == ["SBATCH_MEM_PER_GPU=32G", "SCALELAB_ACCELERATOR=auto",
+                                        "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR SBATCH_MEM_PER_GPU"]
 
 
 def test_a_profile_never_leaks_into_the_next_and_leaves_the_users_own_settings():
@@ -100,8 +101,12 @@ def test_a_value_the_user_changed_after_the_profile_survives_the_job_s_own_sourc
 
 
 def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
-    set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="32G")
-    assert "SBATCH_MEM_PER_GPU=32G" in set_by_user.stdout.splitlines()
+    set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="48G")
+    assert "SBATCH_MEM_PER_GPU=48G" in set_by_user.stdout.splitlines()
+    none = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="none")  # the site's default
+    assert not [line for line in none.stdout.splitlines() if line.startswith("SBATCH_MEM")], none.stdout
+    rehearsal = bash(f"SCALELAB_PROFILE=cpu source slurm_jobs/site.sh && {SHOW}")  # a CPU rehearsal asks no floor
+    assert not [line for line in rehearsal.stdout.splitlines() if line.startswith("SBATCH_MEM")]
     a100 = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && {SHOW}")
     assert "SBATCH_MEM_PER_GPU=64G" in a100.stdout.splitlines()
     after = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
@@ -126,3 +131,15 @@ def test_inside_a_job_site_sh_reads_whether_the_nodes_are_the_jobs_alone(tmp_pat
     assert bash(show, PATH=path, SLURM_JOB_ID="43").stdout.splitlines() == [
         "SCALELAB_JOB_OVERSUBSCRIBE=unknown", "SCALELAB_PARTITION_OVERSUBSCRIBE=unknown"]
     assert bash(show, PATH=path).stdout == ""  # a login shell: no job to ask about
+
+
+def test_the_auto_profiles_memory_floor_holds_a_checkpoint_of_the_largest_named_config():
+    """32G a GPU: a rank's torch and CUDA libraries (about 4 GB on the host) plus, while the requeue checkpoint is
+    written, the model and AdamW state of gpt-xl (fp32 weights, gradients and two moments: 16 bytes a parameter)."""
+    from scalelab import config
+    from scalelab.workloads.transformer import shape_of
+
+    floor = bash("source slurm_jobs/site.sh && echo $SBATCH_MEM_PER_GPU").stdout.strip()
+    assert floor == "32G"
+    params = shape_of(config.for_accelerator(config.parse_config(["--config", "gpt-xl"]), "gpu")).total_params()
+    assert 4e9 + 16 * params < 32 * 2**30
