@@ -10,6 +10,7 @@
 #SBATCH --output=outputs/slurm-%j.out
 #SBATCH --signal=SIGUSR1@90
 #SBATCH --requeue
+#SBATCH --open-mode=append
 GPUS_PER_NODE=4
 source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
 run_train 1 "$@"

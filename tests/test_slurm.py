@@ -197,7 +197,8 @@ def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp
     assert "requeue" in attempts[0]["error"] and attempts[1]["error"] is None
     saved = attempts[0]["timing"]["steps"]
     assert not (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()  # resumed from, then removed
-    assert "restart 1" in job_log.read_text()
+    # --open-mode=append: the requeue adds the second attempt to the log instead of truncating the first away
+    assert "restart 0" in job_log.read_text() and "restart 1" in job_log.read_text()
     assert f"checkpoints/{job}/requeue.ckpt at step {saved} (a requeued job)" in job_log.read_text()
     c = attempts[1]["config"]  # one rank: num_samples // batch steps an epoch
     assert attempts[1]["timing"]["steps"] == c["max_epochs"] * (c["num_samples"] // c["batch_size"]) - saved
