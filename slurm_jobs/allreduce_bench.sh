@@ -25,6 +25,8 @@ echo "scalelab all-reduce job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLUR
      "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-auto} (set: ${SCALELAB_SITE_SET:-nothing})"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+else
+  gpus_visible   # AMD GPUs (rocm-smi), if any
 fi
 
 # --devices is the header's tasks per node: allreduce_bench.py checks it against SLURM's and fails fast on a

@@ -7,8 +7,8 @@
 # (partition, account, constraint, modules, the Python jobs run) and the GPUs the job scripts ask for, then
 # READY or NOT READY: <reason>. Pure bash and SLURM's clients: no Python needed on the login node.
 # --gpu also runs one short job on one GPU with the profile's partition/account/constraint (srun reads no
-# SBATCH_* variable, so they are passed as flags): the driver's CUDA version (nvidia-smi) against the CUDA
-# torch was built for, and whether torch sees the GPU.
+# SBATCH_* variable, so they are passed as flags): the driver's CUDA version (nvidia-smi; on AMD nodes rocm-smi
+# and the ROCm version) against the CUDA (or ROCm) torch was built for, and whether torch sees the GPU.
 # Exit status: 0 READY, 1 NOT READY, 2 a usage error.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -158,9 +158,13 @@ if ((GPU_CHECK)) && ((${#REASONS[@]} == 0)); then
   [ -n "${SBATCH_ACCOUNT:-}" ] && FLAGS+=("--account=$SBATCH_ACCOUNT")
   [ -n "${SBATCH_CONSTRAINT:-}" ] && FLAGS+=("--constraint=$SBATCH_CONSTRAINT")
   echo "one GPU: srun ${FLAGS[*]} ..."
-  CHECK_PY='import torch; ok = torch.cuda.is_available(); print("torch:", torch.__version__, "| built for CUDA",
-torch.version.cuda, "| sees GPU", ok, torch.cuda.get_device_name(0) if ok else "")'
-  NODE_SH='echo "driver: $(nvidia-smi 2>/dev/null | grep -o "CUDA Version: [0-9.]*" || echo no nvidia-smi on $(hostname))"
+  # A ROCm build of torch has torch.version.hip instead of .cuda, and answers torch.cuda.* for AMD GPUs
+  CHECK_PY='import torch; ok = torch.cuda.is_available(); hip = getattr(torch.version, "hip", None)
+print("torch:", torch.__version__, "| built for", f"ROCm {hip}" if hip else f"CUDA {torch.version.cuda}", "| sees GPU",
+ok, torch.cuda.get_device_name(0) if ok else "")'
+  NODE_SH='if command -v nvidia-smi >/dev/null; then echo "driver: $(nvidia-smi | grep -o "CUDA Version: [0-9.]*")"
+elif command -v rocm-smi >/dev/null; then echo "driver: ROCm $(cat "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null || echo "?") (rocm-smi)"
+else echo "driver: no nvidia-smi or rocm-smi on $(hostname)"; fi
 "$1" -c "$2"'
   OUT=$(srun "${FLAGS[@]}" bash -c "$NODE_SH" bash "$SCALELAB_PYTHON" "$CHECK_PY" 2>&1)
   rc=$?

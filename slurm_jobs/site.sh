@@ -26,8 +26,13 @@ site_export() {  # export NAME VALUE, remembered in SCALELAB_SITE_SET (the job b
   export "_SCALELAB_SET_$1=$2"
   case " $SCALELAB_SITE_SET " in *" $1 "*) ;; *) SCALELAB_SITE_SET="${SCALELAB_SITE_SET:+$SCALELAB_SITE_SET }$1" ;; esac
 }
-gpus_visible() {  # the GPUs this node shows, by name (nvidia-smi -L): empty on a CPU node or a login node
-  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' || true
+gpus_visible() {  # the GPUs this node shows, by name: empty on a CPU node or a login node
+  if command -v nvidia-smi >/dev/null 2>&1; then   # "GPU 0: NVIDIA A100-SXM4-40GB (UUID: ...)"
+    nvidia-smi -L 2>/dev/null | grep '^GPU ' || true
+  elif command -v rocm-smi >/dev/null 2>&1; then   # AMD: "GPU[0]   : Card Series:   AMD Instinct MI250X" -> "GPU 0: ..."
+    rocm-smi --showproductname 2>/dev/null |
+      sed -n 's/^GPU\[\([0-9]*\)\][[:space:]]*:[[:space:]]*Card [Ss]eries:[[:space:]]*\(.*[^[:space:]]\)[[:space:]]*$/GPU \1: \2/p' || true
+  fi
 }
 
 # Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a

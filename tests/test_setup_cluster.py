@@ -74,7 +74,8 @@ def test_the_profile_picks_cpu_and_its_modules_and_a_venv_elsewhere_is_named_for
 
 
 @pytest.mark.parametrize("args, env, error", [
-    (["--dry-run"], {"SCALELAB_CUDA": "12.8"}, "SCALELAB_CUDA='12.8' is not cuXYZ (e.g. cu126, cu128) or cpu"),
+    (["--dry-run"], {"SCALELAB_CUDA": "12.8"}, "SCALELAB_CUDA='12.8' is not cuXYZ (e.g. cu126, cu128), rocmX.Y "
+                                               "(AMD GPUs, e.g. rocm6.4) or cpu"),
     (["--dryrun"], {}, "unknown argument '--dryrun' (use --dry-run or --help)"),
     (["--dry-run"], {"SCALELAB_PROFILE": "h100"}, None),  # site.sh's own line
 ])
@@ -206,3 +207,19 @@ def test_preflight_prints_the_memory_asked_and_the_partitions_default(tmp_path):
     assert "memory in partition auto: nodes of 257000M; DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED" in lines
     none = bash("preflight.sh", path=bin_dir, SCALELAB_MEM_PER_GPU="none", **env).stdout.splitlines()
     assert "  memory:      (none asked: the partition default)" in none
+
+
+def test_amd_gpus_install_the_rocm_build_the_user_names(tmp_path):
+    """On an AMD node (rocm-smi, no nvidia-smi) the ROCm build is named, not guessed (which ROCm versions a torch
+    release is built for changes every release): one line with the node's ROCm version; SCALELAB_CUDA=rocm6.4 then
+    installs from the rocm6.4 index."""
+    bin_dir = fake_tool(tmp_path / "bin", "rocm-smi", "GPU[0]\t\t: Card Series: \t\tAMD Instinct MI250X")
+    (tmp_path / "rocm" / ".info").mkdir(parents=True)
+    (tmp_path / "rocm" / ".info" / "version").write_text("6.4.1-120\n")
+    asked = bash("setup_cluster.sh", "--dry-run", path=bin_dir, ROCM_PATH=str(tmp_path / "rocm"))
+    assert asked.returncode == 2 and asked.stdout == ""
+    assert asked.stderr == (f"setup_cluster.sh: an AMD GPU node (rocm-smi, ROCm 6.4 here): set SCALELAB_CUDA=rocmX.Y, "
+                            f"a ROCm build of {PIN} (https://download.pytorch.org/whl/torch/ lists its +rocmX.Y wheels; "
+                            "e.g. SCALELAB_CUDA=rocm6.4 if listed)\n")
+    named = bash("setup_cluster.sh", "--dry-run", path=bin_dir, SCALELAB_CUDA="rocm6.4")
+    assert index_line(named)[0].endswith("--index-url https://download.pytorch.org/whl/rocm6.4")

@@ -143,3 +143,23 @@ def test_the_auto_profiles_memory_floor_holds_a_checkpoint_of_the_largest_named_
     assert floor == "32G"
     params = shape_of(config.for_accelerator(config.parse_config(["--config", "gpt-xl"]), "gpu")).total_params()
     assert 4e9 + 16 * params < 32 * 2**30
+
+
+def test_an_amd_gpu_node_is_a_gpu_node_too(tmp_path):
+    """No nvidia-smi, but rocm-smi (what `rocm-smi --showproductname` prints on an MI300X node, trimmed): the cpu
+    profile refuses it as it refuses an NVIDIA node, and the job banner lists the GPUs by name."""
+    tool = tmp_path / "rocm-smi"
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n"
+                    "============================ ROCm System Management Interface ============================\n"
+                    "GPU[0]\t\t: Card Series: \t\tAMD Instinct MI300X\nGPU[0]\t\t: Card Model: \t\t0x74a1\n"
+                    "GPU[1]\t\t: Card Series: \t\tAMD Instinct MI300X\nGPU[1]\t\t: Card Model: \t\t0x74a1\n"
+                    "================================== End of ROCm SMI Log ===================================\nEOF\n")
+    tool.chmod(0o755)
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    proc = bash("source slurm_jobs/site.sh && gpus_visible", PATH=path)
+    assert proc.stdout.splitlines() == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X"]
+    refused = bash("source slurm_jobs/site.sh", SCALELAB_PROFILE="cpu", PATH=path)
+    assert refused.returncode == 2 and "profile cpu on a node with GPUs (GPU 0: AMD Instinct MI300X...)" in refused.stderr
+    banner = bash("GPUS_PER_NODE=2 source slurm_jobs/job_common.sh && echo \"${WORKLOAD[*]}\"", PATH=path)
+    assert banner.stdout.splitlines()[-3:] == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X",
+                                               "--config gpt-small"], banner.stdout + banner.stderr

@@ -64,7 +64,7 @@ def backend(run) -> Verdict:
     launch = run["launch"]
     if launch["world_size"] == 1:
         return Verdict("process group backend", "SKIP", "1 rank", "no communication in a 1-device run")
-    want = "nccl" if launch["accelerator"] == "gpu" else "gloo"
+    want = "nccl" if launch["accelerator"] == "gpu" else "gloo"  # on AMD GPUs RCCL, under the same name
     return Verdict("process group backend", "PASS" if launch.get("backend") == want else "FAIL",
                    str(launch.get("backend")), "" if launch.get("backend") == want else f"expected {want}")
 

@@ -128,7 +128,8 @@ def build_parser():
     p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
     p.add_argument("--cpus_per_task", type=positive_int, default=4)
     p.add_argument("--gres_type", default=None,
-                   help="GPU type in --gres=gpu:TYPE:N (default: the profile's SCALELAB_GPU_TYPE; none: gpu:N, any type)")
+                   help="GPU type in --gres=gpu:TYPE:N (default: the profile's SCALELAB_GPU_TYPE; none: gpu:N, "
+                        "any type)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
     p.add_argument("--poll_s", type=positive_float, default=2.0)
