@@ -219,7 +219,7 @@ def test_amd_gpus_install_the_rocm_build_the_user_names(tmp_path):
     asked = bash("setup_cluster.sh", "--dry-run", path=bin_dir, ROCM_PATH=str(tmp_path / "rocm"))
     assert asked.returncode == 2 and asked.stdout == ""
     assert asked.stderr == (f"setup_cluster.sh: an AMD GPU node (rocm-smi, ROCm 6.4 here): set SCALELAB_CUDA=rocmX.Y, "
-                            f"a ROCm build of {PIN} (https://download.pytorch.org/whl/torch/ lists its +rocmX.Y wheels; "
-                            "e.g. SCALELAB_CUDA=rocm6.4 if listed)\n")
+                            f"a ROCm build of {PIN} (https://download.pytorch.org/whl/torch/ lists its +rocmX.Y "
+                            "wheels; e.g. SCALELAB_CUDA=rocm6.4 if listed)\n")
     named = bash("setup_cluster.sh", "--dry-run", path=bin_dir, SCALELAB_CUDA="rocm6.4")
     assert index_line(named)[0].endswith("--index-url https://download.pytorch.org/whl/rocm6.4")

@@ -159,7 +159,8 @@ def test_an_amd_gpu_node_is_a_gpu_node_too(tmp_path):
     proc = bash("source slurm_jobs/site.sh && gpus_visible", PATH=path)
     assert proc.stdout.splitlines() == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X"]
     refused = bash("source slurm_jobs/site.sh", SCALELAB_PROFILE="cpu", PATH=path)
-    assert refused.returncode == 2 and "profile cpu on a node with GPUs (GPU 0: AMD Instinct MI300X...)" in refused.stderr
+    assert refused.returncode == 2
+    assert "profile cpu on a node with GPUs (GPU 0: AMD Instinct MI300X...)" in refused.stderr
     banner = bash("GPUS_PER_NODE=2 source slurm_jobs/job_common.sh && echo \"${WORKLOAD[*]}\"", PATH=path)
     assert banner.stdout.splitlines()[-3:] == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X",
                                                "--config gpt-small"], banner.stdout + banner.stderr
