@@ -7,7 +7,8 @@
 #SBATCH --job-name=scalelab-allreduce
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --gres=gpu:a100:4
+#SBATCH --gres=gpu:4
+#SBATCH --exclusive
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:15:00
 #SBATCH --output=outputs/slurm-%j.out
@@ -24,6 +25,8 @@ echo "scalelab all-reduce job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLUR
      "${SLURM_NTASKS_PER_NODE:-?} task(s), ${GPUS_PER_NODE} GPU(s) per node expected, profile ${SCALELAB_PROFILE:-auto} (set: ${SCALELAB_SITE_SET:-nothing})"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+else
+  gpus_visible   # AMD GPUs (rocm-smi), if any
 fi
 
 # --devices is the header's tasks per node: allreduce_bench.py checks it against SLURM's and fails fast on a

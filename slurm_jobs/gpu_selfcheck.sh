@@ -5,7 +5,8 @@
 #SBATCH --job-name=scalelab-selfcheck
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --gres=gpu:a100:4
+#SBATCH --gres=gpu:4
+#SBATCH --exclusive
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:20:00
 #SBATCH --output=outputs/slurm-%j.out

@@ -30,6 +30,8 @@ echo "scalelab job ${SLURM_JOB_ID:-?} '${SLURM_JOB_NAME:-}' on ${SLURM_JOB_NODEL
      "config $CONFIG, restart ${SLURM_RESTART_COUNT:-0}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader || true
+else
+  gpus_visible   # AMD GPUs (rocm-smi), if any
 fi
 
 # Train with the sizes this script asks for: train.py checks them against SLURM's and fails fast on a mismatch.

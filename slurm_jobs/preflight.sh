@@ -7,8 +7,8 @@
 # (partition, account, constraint, modules, the Python jobs run) and the GPUs the job scripts ask for, then
 # READY or NOT READY: <reason>. Pure bash and SLURM's clients: no Python needed on the login node.
 # --gpu also runs one short job on one GPU with the profile's partition/account/constraint (srun reads no
-# SBATCH_* variable, so they are passed as flags): the driver's CUDA version (nvidia-smi) against the CUDA
-# torch was built for, and whether torch sees the GPU.
+# SBATCH_* variable, so they are passed as flags): the driver's CUDA version (nvidia-smi; on AMD nodes rocm-smi
+# and the ROCm version) against the CUDA (or ROCm) torch was built for, and whether torch sees the GPU.
 # Exit status: 0 READY, 1 NOT READY, 2 a usage error.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,7 +44,8 @@ fi
 set -u
 sets=""
 for v in ${SCALELAB_SITE_SET:-}; do sets+=" $v=${!v:-}"; done
-# The GPUs the job scripts ask for per node: --gres=gpu[:TYPE]:N in their headers (docs/09 says how to change them).
+# The GPUs the job scripts ask for per node: --gres=gpu:N in their headers, any type; the profile's SCALELAB_GPU_TYPE
+# names one (sweep.sh and submit.py then ask gpu:TYPE:N).
 GRES_TYPE="" GRES_MAX=0
 for f in slurm_jobs/single_gpu.sh slurm_jobs/single_node_multi_gpu.sh slurm_jobs/multi_node_multi_gpu.sh; do
   g=$(sed -n 's/^#SBATCH --gres=gpu:\(.*\)$/\1/p' "$f")
@@ -53,6 +54,7 @@ for f in slurm_jobs/single_gpu.sh slurm_jobs/single_node_multi_gpu.sh slurm_jobs
   [[ $g == *:* ]] && GRES_TYPE=${g%:*}
   ((n > GRES_MAX)) && GRES_MAX=$n
 done
+GRES_TYPE=${SCALELAB_GPU_TYPE:-$GRES_TYPE}
 ASK="gpu:${GRES_TYPE:+$GRES_TYPE:}$GRES_MAX"
 
 echo "scalelab preflight: profile $PROFILE (slurm_jobs/site.sh)"
@@ -60,7 +62,12 @@ echo "  sets:        ${sets# }"
 echo "  partition:   ${SBATCH_PARTITION:-(none: the default partition)}"
 echo "  account:     ${SBATCH_ACCOUNT:-(none: your default account)}"
 echo "  constraint:  ${SBATCH_CONSTRAINT:-(none)}"
-echo "  job scripts: up to $ASK per node (--gres in slurm_jobs/*.sh)"
+echo "  job scripts: up to $ASK per node (--gres in slurm_jobs/*.sh${SCALELAB_GPU_TYPE:+, the type from SCALELAB_GPU_TYPE})"
+if [ -n "${SBATCH_MEM_PER_GPU:-}" ]; then
+  echo "  memory:      $SBATCH_MEM_PER_GPU per GPU (--mem-per-gpu)"
+else
+  echo "  memory:      (none asked: the partition default)"
+fi
 echo "  modules:     ${SCALELAB_MODULES:-(none)}"
 echo "  python:      $SCALELAB_PYTHON"
 
@@ -79,8 +86,31 @@ if ! command -v sinfo >/dev/null 2>&1; then
 fi
 echo "partitions and GPU types (sinfo):"
 sinfo -o '%15P %.5a %.6D %.10l  %G' 2>&1 | sed 's/^/  /'
-PARTS=$(sinfo -h -o '%P|%a|%D|%G' 2>/dev/null)
+PARTS=$(sinfo -h -o '%P|%a|%D|%G|%m' 2>/dev/null)
 [ -n "$PARTS" ] || { not_ready "sinfo lists no partition (is SLURM reachable from here?)"; verdict ""; }
+
+to_mb() {  # a SLURM memory size (32G, 64000 = MB, 500M, 1T) in MB; nothing when it is not one
+  local v=${1^^}
+  [[ $v =~ ^([0-9]+)([KMGT]?)B?$ ]] || return 0
+  case ${BASH_REMATCH[2]:-M} in
+    K) echo $((BASH_REMATCH[1] / 1024)) ;; M) echo "${BASH_REMATCH[1]}" ;;
+    G) echo $((BASH_REMATCH[1] * 1024)) ;; T) echo $((BASH_REMATCH[1] * 1048576)) ;;
+  esac
+}
+memory_check() {  # the partition's default memory, and whether the profile's --mem-per-gpu fits its nodes
+  local rows=$1 defaults node_mb ask_mb
+  defaults=$(scontrol show partition "$PART" 2>/dev/null | grep -o '\(Def\|Max\)MemPer[A-Za-z]*=[^ ]*' | paste -sd' ' -)
+  node_mb=$(cut -d'|' -f5 <<<"$rows" | tr -d '+' | sort -n | tail -1)
+  echo "memory in partition $PART: ${node_mb:+nodes of ${node_mb}M; }${defaults:-no default shown (scontrol show partition)}"
+  [ -n "${SBATCH_MEM_PER_GPU:-}" ] || return 0
+  ask_mb=$(to_mb "$SBATCH_MEM_PER_GPU")
+  if [ -z "$ask_mb" ]; then
+    not_ready "SBATCH_MEM_PER_GPU='$SBATCH_MEM_PER_GPU' is not a size (e.g. 32G); set SCALELAB_MEM_PER_GPU in profile $PROFILE"
+  elif [[ $node_mb =~ ^[0-9]+$ ]] && ((ask_mb * GRES_MAX > node_mb)); then
+    not_ready "profile $PROFILE asks $GRES_MAX x $SBATCH_MEM_PER_GPU of host memory per node but partition '$PART' nodes" \
+              "have ${node_mb}M: set SCALELAB_MEM_PER_GPU lower, or none for the partition's default"
+  fi
+}
 
 USER_NAME=${USER:-$(id -un)}
 echo "your accounts (sacctmgr, user $USER_NAME):"
@@ -108,7 +138,14 @@ if [ -n "$PART" ]; then
     fits=$(cut -d'|' -f4 <<<"$ROWS" | tr ',' '\n' | sed 's/(.*//' | awk -F: -v t="$GRES_TYPE" -v n="$GRES_MAX" '
       $1 == "gpu" { c = $NF + 0; ty = (NF == 3) ? $2 : ""; if ((t == "" || ty == t) && c >= n) { print $0; exit } }')
     offered=$(cut -d'|' -f4 <<<"$ROWS" | sort -u | paste -sd' ' -)
-    [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); change --gres in the job scripts (docs/09-adapting-site-sh.md)"
+    # The types a node of it offers, as --gres or SCALELAB_GPU_TYPE would name them (gpu:TYPE:N; AutoDetect names
+    # such as nvidia_a100-sxm4-80gb included)
+    types=$(cut -d'|' -f4 <<<"$ROWS" | tr ',' '\n' | sed 's/(.*//' | awk -F: '$1 == "gpu" && NF == 3 { print $2 }' |
+            sort -u | paste -sd' ' -)
+    echo "GPU types in partition $PART: ${types:-(none named: gpu:N only)}; the job scripts ask ${GRES_TYPE:-any type}"
+    [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); pick another partition" \
+                                "(SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile $PROFILE (docs/09-adapting-site-sh.md)"
+    memory_check "$ROWS"
   fi
 fi
 if [ -n "${SBATCH_ACCOUNT:-}" ] && [ -n "$ACCOUNTS" ] && ! cut -d'|' -f1 <<<"$ACCOUNTS" | grep -qx "$SBATCH_ACCOUNT"; then
@@ -121,9 +158,13 @@ if ((GPU_CHECK)) && ((${#REASONS[@]} == 0)); then
   [ -n "${SBATCH_ACCOUNT:-}" ] && FLAGS+=("--account=$SBATCH_ACCOUNT")
   [ -n "${SBATCH_CONSTRAINT:-}" ] && FLAGS+=("--constraint=$SBATCH_CONSTRAINT")
   echo "one GPU: srun ${FLAGS[*]} ..."
-  CHECK_PY='import torch; ok = torch.cuda.is_available(); print("torch:", torch.__version__, "| built for CUDA",
-torch.version.cuda, "| sees GPU", ok, torch.cuda.get_device_name(0) if ok else "")'
-  NODE_SH='echo "driver: $(nvidia-smi 2>/dev/null | grep -o "CUDA Version: [0-9.]*" || echo no nvidia-smi on $(hostname))"
+  # A ROCm build of torch has torch.version.hip instead of .cuda, and answers torch.cuda.* for AMD GPUs
+  CHECK_PY='import torch; ok = torch.cuda.is_available(); hip = getattr(torch.version, "hip", None)
+print("torch:", torch.__version__, "| built for", f"ROCm {hip}" if hip else f"CUDA {torch.version.cuda}", "| sees GPU",
+ok, torch.cuda.get_device_name(0) if ok else "")'
+  NODE_SH='if command -v nvidia-smi >/dev/null; then echo "driver: $(nvidia-smi | grep -o "CUDA Version: [0-9.]*")"
+elif command -v rocm-smi >/dev/null; then echo "driver: ROCm $(cat "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null || echo "?") (rocm-smi)"
+else echo "driver: no nvidia-smi or rocm-smi on $(hostname)"; fi
 "$1" -c "$2"'
   OUT=$(srun "${FLAGS[@]}" bash -c "$NODE_SH" bash "$SCALELAB_PYTHON" "$CHECK_PY" 2>&1)
   rc=$?

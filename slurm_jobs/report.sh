@@ -2,7 +2,8 @@
 # The sweep's report, as a job: slurm_jobs/sweep.sh submits it with --dependency=afterany:<the training jobs>, so
 # it starts once they have all ended, however they ended. It lists each job's final state (sacct), then runs
 # src/benchmark.py on the output folder (tables in this log, CSV/Markdown under <output>/report/). By hand:
-#     sbatch --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103
+#     sbatch --mem=4G --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103
+# (--mem: this job has no GPU, so the profile's --mem-per-gpu, SBATCH_MEM_PER_GPU, cannot size it; sbatch refuses it)
 # Exit status 1 when a job did not complete (the tables then hold the ones that did).
 #SBATCH --job-name=scalelab-report
 #SBATCH --nodes=1

@@ -7,8 +7,8 @@
 # 2. creates the virtual environment at SCALELAB_VENV (default .venv in the checkout; where the home quota is
 #    small, put it on project or scratch space and set SCALELAB_VENV in the profile too, so jobs find it);
 # 3. installs torch at the version the Makefile pins, the CUDA build that matches the GPU nodes' driver:
-#    SCALELAB_CUDA=cu128 (or cpu) names it; unset, it is read from `nvidia-smi` (run this on a GPU node then,
-#    or find the figure with `srun -p <partition> --gres=gpu:1 nvidia-smi`). The index is
+#    SCALELAB_CUDA=cu128 (or cpu; rocmX.Y for AMD GPUs) names it; unset, it is read from `nvidia-smi` (run this on
+#    a GPU node, or find it with `srun -p <partition> --gres=gpu:1 nvidia-smi`). The index is
 #    https://download.pytorch.org/whl/<variant> (SCALELAB_TORCH_INDEX replaces the whole URL, e.g. a mirror);
 # 4. pip install -e . (scalelab and the rest of its requirements), then prints what torch it got.
 #
@@ -65,7 +65,8 @@ pick_variant() {  # the newest variant the driver runs; else the oldest of its m
 
 if [ -n "${SCALELAB_CUDA:-}" ]; then
   CUDA=$SCALELAB_CUDA
-  [[ $CUDA =~ ^(cu[0-9]{3}|cpu)$ ]] || die "SCALELAB_CUDA='$CUDA' is not cuXYZ (e.g. cu126, cu128) or cpu"
+  [[ $CUDA =~ ^(cu[0-9]{3}|cpu|rocm[0-9]+\.[0-9]+(\.[0-9]+)?)$ ]] ||
+    die "SCALELAB_CUDA='$CUDA' is not cuXYZ (e.g. cu126, cu128), rocmX.Y (AMD GPUs, e.g. rocm6.4) or cpu"
   WHY="SCALELAB_CUDA"
 elif [ "${SCALELAB_ACCELERATOR:-auto}" = cpu ]; then
   CUDA=cpu WHY="profile $PROFILE trains on CPU"
@@ -76,6 +77,12 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
   [ -n "$CUDA" ] || die "the driver runs CUDA $DRIVER, older than every build of $TORCH_PIN ($VARIANTS): ask your site" \
                         "for a newer driver, or set SCALELAB_CUDA"
   WHY="nvidia-smi: the driver runs CUDA $DRIVER; builds of $TORCH_PIN: $VARIANTS"
+elif command -v rocm-smi >/dev/null 2>&1; then
+  # AMD GPUs: torch's ROCm builds live at download.pytorch.org/whl/rocmX.Y (RCCL, under torch's backend name
+  # "nccl"). Which ROCm versions a torch release is built for changes with each release: named, not guessed.
+  ROCM=$(sed -n '1s/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null)
+  die "an AMD GPU node (rocm-smi${ROCM:+, ROCm $ROCM here}): set SCALELAB_CUDA=rocmX.Y, a ROCm build of $TORCH_PIN" \
+      "(https://download.pytorch.org/whl/torch/ lists its +rocmX.Y wheels${ROCM:+; e.g. SCALELAB_CUDA=rocm$ROCM if listed})"
 else
   # srun reads no SBATCH_*: the profile's partition and account go on its command line, or it lands elsewhere.
   probe="srun -N1 --gres=gpu:1 --time=5${SBATCH_PARTITION:+ -p $SBATCH_PARTITION}${SBATCH_ACCOUNT:+ -A $SBATCH_ACCOUNT}"
@@ -113,7 +120,7 @@ else
 fi
 step "$VENV/bin/python" -m pip install --no-cache-dir "$TORCH_PIN" --index-url "$INDEX"
 step "$VENV/bin/python" -m pip install --no-cache-dir -e .
-step "$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "| built for CUDA", torch.version.cuda)'
+step "$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "| built for CUDA", torch.version.cuda, "| ROCm", torch.version.hip)'
 case "$VENV" in
   .venv|./.venv) ;;
   *) echo "# jobs find this venv when the profile says so: site_export SCALELAB_VENV \"$VENV\" in slurm_jobs/site.sh" ;;

@@ -3,12 +3,13 @@
 #SBATCH --job-name=scalelab-1gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
-#SBATCH --gres=gpu:a100:1
+#SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=4
 #SBATCH --time=00:30:00
 #SBATCH --output=outputs/slurm-%j.out
 #SBATCH --signal=SIGUSR1@90
 #SBATCH --requeue
+#SBATCH --open-mode=append
 GPUS_PER_NODE=1
 source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
 run_train 1 "$@"

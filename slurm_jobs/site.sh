@@ -4,6 +4,11 @@
 # Partition/account/constraint: exported as SBATCH_* input variables, which sbatch reads when it runs, so
 # source this file in your shell before `sbatch` (submit.py does that for you):
 #     source slurm_jobs/site.sh && sbatch slurm_jobs/single_gpu.sh
+# The job scripts ask `--gres=gpu:N`, any GPU type: an H100 site, or one whose types are AutoDetect names
+# (nvidia_a100-sxm4-80gb), accepts that as it is. A profile picks a type by a node feature (SBATCH_CONSTRAINT;
+# `sinfo -o '%G %f'` lists both), or by SCALELAB_GPU_TYPE, which sweep.sh and submit.py put into the --gres of
+# each job they submit (`sbatch --gres=gpu:TYPE:N` does it by hand). Never SBATCH_GRES: sbatch's variables
+# override the scripts' headers, so every job, the 1-GPU one too, would get the same count.
 # Never put an API key or token in this file: it lives in the repository.
 
 # What a previous `source` of this file set is undone first, so one profile never leaks into the next (a
@@ -21,26 +26,42 @@ site_export() {  # export NAME VALUE, remembered in SCALELAB_SITE_SET (the job b
   export "_SCALELAB_SET_$1=$2"
   case " $SCALELAB_SITE_SET " in *" $1 "*) ;; *) SCALELAB_SITE_SET="${SCALELAB_SITE_SET:+$SCALELAB_SITE_SET }$1" ;; esac
 }
-gpus_visible() {  # the GPUs this node shows, by name (nvidia-smi -L): empty on a CPU node or a login node
-  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep '^GPU ' || true
+gpus_visible() {  # the GPUs this node shows, by name: empty on a CPU node or a login node
+  if command -v nvidia-smi >/dev/null 2>&1; then   # "GPU 0: NVIDIA A100-SXM4-40GB (UUID: ...)"
+    nvidia-smi -L 2>/dev/null | grep '^GPU ' || true
+  elif command -v rocm-smi >/dev/null 2>&1; then   # AMD: "GPU[0]   : Card Series:   AMD Instinct MI250X" -> "GPU 0: ..."
+    rocm-smi --showproductname 2>/dev/null |
+      sed -n 's/^GPU\[\([0-9]*\)\][[:space:]]*:[[:space:]]*Card [Ss]eries:[[:space:]]*\(.*[^[:space:]]\)[[:space:]]*$/GPU \1: \2/p' || true
+  fi
 }
 
 # Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a
-# header, because what a node has and what a site allows differ (some sites refuse --mem). Set it in your shell
-# (SCALELAB_MEM_PER_GPU=32G) or in your profile below; unset, the site's default applies.
-[ -n "${SCALELAB_MEM_PER_GPU:-}" ] && site_export SBATCH_MEM_PER_GPU "$SCALELAB_MEM_PER_GPU"
+# header, because what a node has and what a site allows differ (some sites refuse --mem). A GPU profile asks a
+# floor (auto: 32G, a100: 64G): a site's default can be a few GB a node, too little for a rank's torch and CUDA
+# libraries (about 4 GB) plus, while a checkpoint is written, the model and AdamW state (16 bytes a parameter:
+# 20 GB for gpt-xl, the largest named config). SCALELAB_MEM_PER_GPU=48G in your shell or profile asks that
+# instead, SCALELAB_MEM_PER_GPU=none asks nothing (the site's default). slurm_jobs/preflight.sh checks it fits.
+site_mem_per_gpu() {  # site_mem_per_gpu DEFAULT: SCALELAB_MEM_PER_GPU, else DEFAULT; "none" or empty: no request
+  local v=${SCALELAB_MEM_PER_GPU:-$1}
+  [ -z "$v" ] || [ "$v" = none ] || site_export SBATCH_MEM_PER_GPU "$v"
+}
+site_mem_per_gpu ""   # in any profile, the value you set
 
 case "${SCALELAB_PROFILE:-auto}" in
   auto)
     # --- The default: the accelerator follows the hardware the job got (GPUs visible: NCCL; none: CPU, gloo).
     site_export SCALELAB_ACCELERATOR auto
+    site_mem_per_gpu 32G
     ;;
   a100)
     # --- Example: an A100 cluster with InfiniBand (adapt the names to your site) ---------------------
     # site_export SBATCH_PARTITION gpu          # sbatch --partition
     # site_export SBATCH_ACCOUNT my_project     # sbatch --account
-    # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint
-    site_export SBATCH_MEM_PER_GPU "${SCALELAB_MEM_PER_GPU:-64G}"  # host memory per GPU (data loading, checkpoints)
+    # site_export SBATCH_CONSTRAINT a100        # sbatch --constraint: a node feature (sinfo -o '%f')
+    # site_export SCALELAB_GPU_TYPE a100        # only where the type must be in --gres (sinfo -o '%G')
+    # site_export SBATCH_EXCLUSIVE user         # where whole nodes queue too long: share them with your own jobs
+    #                                           # only ('oversubscribe': with anyone; results say the node was shared)
+    site_mem_per_gpu 64G                       # host memory per GPU (data loading, checkpoints)
     # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
     # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)
     site_export NCCL_DEBUG "${NCCL_DEBUG:-WARN}"     # INFO prints rings/transports: proof that IB is used
@@ -66,6 +87,20 @@ case "${SCALELAB_PROFILE:-auto}" in
     ;;
 esac
 unset _v
+
+# Inside a job: whether its nodes are its alone (the multi-GPU scripts ask --exclusive; a profile may share them,
+# and a partition with OverSubscribe=EXCLUSIVE gives whole nodes anyway), read once from SLURM and recorded in
+# every result's environment (results.slurm_info turns it into slurm.exclusive). A neighbour's job on the node
+# shares its PCIe, memory bandwidth and network card: a scaling table from shared nodes says so.
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  _job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+  export SCALELAB_JOB_OVERSUBSCRIBE=$(sed -n 's/.*[[:space:]]OverSubscribe=\([^[:space:]]*\).*/\1/p' <<<"$_job" | head -1)
+  _part=$(sed -n 's/.*[[:space:]]Partition=\([^[:space:]]*\).*/\1/p' <<<"$_job" | head -1)
+  export SCALELAB_PARTITION_OVERSUBSCRIBE=$([ -n "$_part" ] && scontrol show partition "$_part" 2>/dev/null |
+    sed -n 's/.*[[:space:]]OverSubscribe=\([^[:space:]]*\).*/\1/p' | head -1)
+  : "${SCALELAB_JOB_OVERSUBSCRIBE:=unknown}" "${SCALELAB_PARTITION_OVERSUBSCRIBE:=unknown}"
+  unset _job _part
+fi
 
 # Modules: a profile names them in SCALELAB_MODULES; they are loaded here (module purge, then module load), so every
 # job and your shell before sbatch get the same, and slurm_jobs/setup_cluster.sh installs against them.

@@ -42,10 +42,20 @@ submit() {  # sbatch ARGS... -> the job id (sbatch's own error, one line, on fai
   echo "${out%%;*}"
 }
 
+# The scripts ask --gres=gpu:N, any type; a profile's SCALELAB_GPU_TYPE names one: --gres=gpu:TYPE:N on the command
+# line, which wins over the header (slurm_jobs/site.sh says why not SBATCH_GRES).
+typed_gres() {
+  local n
+  [ -n "${SCALELAB_GPU_TYPE:-}" ] || return 0
+  n=$(sed -n 's/^#SBATCH --gres=gpu:\([0-9][0-9]*\)$/\1/p' "$1")
+  [ -n "$n" ] && echo "--gres=gpu:$SCALELAB_GPU_TYPE:$n"
+}
+
 IDS=() NAMES=()
 submitted() { ((${#IDS[@]})) && echo "sweep.sh: already submitted: ${IDS[*]} (scancel ${IDS[*]} to withdraw them)" >&2; }
 for script in single_gpu.sh single_node_multi_gpu.sh multi_node_multi_gpu.sh; do
-  id=$(submit "slurm_jobs/$script" "${TRAIN_ARGS[@]}") || { submitted; exit 2; }
+  GRES=$(typed_gres "slurm_jobs/$script")
+  id=$(submit ${GRES:+"$GRES"} "slurm_jobs/$script" "${TRAIN_ARGS[@]}") || { submitted; exit 2; }
   IDS+=("$id") NAMES+=("$script")
 done
 DEPS=$(IFS=:; echo "${IDS[*]}")

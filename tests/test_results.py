@@ -65,7 +65,9 @@ def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
     allowed = {"NCCL_A": "1", "SLURM_A": "1", "CUDA_A": "1", "OMP_A": "1", "TORCH_A": "1", "TORCHELASTIC_A": "1",
                "PYTORCH_A": "1", "MKL_A": "1", "GLOO_A": "1", "UCX_A": "1", "FI_A": "1", "SUBMITIT_A": "1",
                "MASTER_A": "1", "SCALELAB_A": "1", "SRUN_A": "1", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
-               "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0"}
+               "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0",
+               # AMD GPUs: SLURM sets ROCR_VISIBLE_DEVICES; HIP_*, HSA_* and RCCL_* steer the runtime and RCCL
+               "ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0", "HSA_A": "1", "RCCL_A": "1"}
     dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x",
                "SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k"}
     captured = results.capture_environment({**dropped, **allowed})

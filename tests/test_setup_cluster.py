@@ -74,7 +74,8 @@ def test_the_profile_picks_cpu_and_its_modules_and_a_venv_elsewhere_is_named_for
 
 
 @pytest.mark.parametrize("args, env, error", [
-    (["--dry-run"], {"SCALELAB_CUDA": "12.8"}, "SCALELAB_CUDA='12.8' is not cuXYZ (e.g. cu126, cu128) or cpu"),
+    (["--dry-run"], {"SCALELAB_CUDA": "12.8"}, "SCALELAB_CUDA='12.8' is not cuXYZ (e.g. cu126, cu128), rocmX.Y "
+                                               "(AMD GPUs, e.g. rocm6.4) or cpu"),
     (["--dryrun"], {}, "unknown argument '--dryrun' (use --dry-run or --help)"),
     (["--dry-run"], {"SCALELAB_PROFILE": "h100"}, None),  # site.sh's own line
 ])
@@ -105,17 +106,31 @@ def test_a_driver_too_old_or_no_driver_is_one_line(tmp_path):
     assert none.returncode == 2 and none.stderr.startswith("setup_cluster.sh: nvidia-smi printed no 'CUDA Version")
 
 
-SINFO = "debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100:2"
+SINFO = ("debug*|up|2|gpu:a100:4(S:0-1)|512000\ngpu|up|8|gpu:h100:8|1024000\nold|down|2|gpu:v100:2|192000\n"
+         "auto|up|4|gpu:nvidia_a100-sxm4-80gb:4(S:0-1)|257000\nsmall|up|2|gpu:4|120000")
+PARTITION = "   DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED"  # scontrol show partition, the lines preflight reads
+NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile auto " \
+          "(docs/09-adapting-site-sh.md)"
 
 
 @pytest.mark.parametrize("env, verdict", [
-    ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:a100:4 per node available"),
-    ({"SBATCH_PARTITION": "gpu"}, "NOT READY: partition 'gpu' has no node with gpu:a100:4 (it offers: gpu:h100:8); "
-                                  "change --gres in the job scripts (docs/09-adapting-site-sh.md)"),
+    ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:4 per node available"),
+    # the scripts ask gpu:4, any type: an H100 partition and AutoDetect's type names take them as they are
+    ({"SBATCH_PARTITION": "gpu"}, "READY: profile auto, partition gpu, gpu:4 per node available"),
+    ({"SBATCH_PARTITION": "auto"}, "READY: profile auto, partition auto, gpu:4 per node available"),
+    ({"SBATCH_PARTITION": "gpu", "SCALELAB_GPU_TYPE": "a100"},
+     f"NOT READY: partition 'gpu' has no node with gpu:a100:4 (it offers: gpu:h100:8); {NO_NODE}"),
     ({"SBATCH_PARTITION": "old"}, "NOT READY: partition 'old' is not up (down); partition 'old' has no node with "
-                                  "gpu:a100:4 (it offers: gpu:v100:2); change --gres in the job scripts "
-                                  "(docs/09-adapting-site-sh.md)"),
+                                  f"gpu:4 (it offers: gpu:v100:2); {NO_NODE}"),
     ({"SBATCH_ACCOUNT": "proj9"}, "NOT READY: account 'proj9' is not one of yours (proj1 proj2)"),
+    # auto asks 32G a GPU: 4 x 32G = 131072M, more than 120000M
+    ({"SBATCH_PARTITION": "small"}, "NOT READY: profile auto asks 4 x 32G of host memory per node but partition "
+                                    "'small' nodes have 120000M: set SCALELAB_MEM_PER_GPU lower, or none for the "
+                                    "partition's default"),
+    ({"SBATCH_PARTITION": "small", "SCALELAB_MEM_PER_GPU": "29G"}, "READY: profile auto, partition small"),
+    ({"SBATCH_PARTITION": "small", "SCALELAB_MEM_PER_GPU": "none"}, "READY: profile auto, partition small"),
+    ({"SCALELAB_MEM_PER_GPU": "lots"}, "NOT READY: SBATCH_MEM_PER_GPU='lots' is not a size (e.g. 32G); set "
+                                       "SCALELAB_MEM_PER_GPU in profile auto"),
     ({"SCALELAB_VENV": "/nowhere", "SCALELAB_PYTHON": "/nowhere/bin/python"},
      "NOT READY: no Python at /nowhere/bin/python (bash slurm_jobs/setup_cluster.sh makes it; "
      "SCALELAB_VENV says where)"),
@@ -123,6 +138,7 @@ SINFO = "debug*|up|2|gpu:a100:4(S:0-1)\ngpu|up|8|gpu:h100:8\nold|down|2|gpu:v100
 def test_preflight_verdict_against_fake_slurm_tools(tmp_path, env, verdict):
     bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
     fake_tool(tmp_path / "bin", "sacctmgr", "proj1||normal\nproj2|gpu|normal")
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
     env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable)), **env}
     proc = bash("preflight.sh", path=bin_dir, **env)
     last = proc.stdout.splitlines()[-1]
@@ -154,7 +170,8 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     ready = preflight()
     assert ready.returncode == 0, ready.stdout + ready.stderr
     lines = ready.stdout.splitlines()
-    assert lines[-1].startswith("READY: profile cpu, partition debug, gpu:a100:4 per node available; next: ")
+    assert lines[-1].startswith("READY: profile cpu, partition debug, gpu:4 per node available; next: ")
+    assert "GPU types in partition debug: a100; the job scripts ask any type" in lines
     assert any(re.match(r"^ +debug\* +up +2 +infinite +gpu:a100:4", line) for line in lines), ready.stdout
     assert "  account|partition|qos" in lines  # the user's associations, from sacctmgr
     missing = preflight(SBATCH_PARTITION="nosuch")
@@ -181,3 +198,43 @@ def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_pa
     else:
         assert proc.returncode == 0, proc.stderr
         assert f"+ {tmp_path}/bin/python -m venv .venv" in proc.stdout.splitlines()
+
+
+def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
+    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
+    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
+    auto = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    assert "GPU types in partition auto: nvidia_a100-sxm4-80gb; the job scripts ask any type" in auto
+    typed = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="debug", SCALELAB_GPU_TYPE="a100", **env)
+    assert "GPU types in partition debug: a100; the job scripts ask a100" in typed.stdout.splitlines()
+    assert "  job scripts: up to gpu:a100:4 per node (--gres in slurm_jobs/*.sh, the type from SCALELAB_GPU_TYPE)" \
+        in typed.stdout.splitlines()
+    assert typed.returncode == 0, typed.stdout
+
+
+def test_preflight_prints_the_memory_asked_and_the_partitions_default(tmp_path):
+    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
+    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
+    lines = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    assert "  memory:      32G per GPU (--mem-per-gpu)" in lines
+    assert "memory in partition auto: nodes of 257000M; DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED" in lines
+    none = bash("preflight.sh", path=bin_dir, SCALELAB_MEM_PER_GPU="none", **env).stdout.splitlines()
+    assert "  memory:      (none asked: the partition default)" in none
+
+
+def test_amd_gpus_install_the_rocm_build_the_user_names(tmp_path):
+    """On an AMD node (rocm-smi, no nvidia-smi) the ROCm build is named, not guessed (which ROCm versions a torch
+    release is built for changes every release): one line with the node's ROCm version; SCALELAB_CUDA=rocm6.4 then
+    installs from the rocm6.4 index."""
+    bin_dir = fake_tool(tmp_path / "bin", "rocm-smi", "GPU[0]\t\t: Card Series: \t\tAMD Instinct MI250X")
+    (tmp_path / "rocm" / ".info").mkdir(parents=True)
+    (tmp_path / "rocm" / ".info" / "version").write_text("6.4.1-120\n")
+    asked = bash("setup_cluster.sh", "--dry-run", path=bin_dir, ROCM_PATH=str(tmp_path / "rocm"))
+    assert asked.returncode == 2 and asked.stdout == ""
+    assert asked.stderr == (f"setup_cluster.sh: an AMD GPU node (rocm-smi, ROCm 6.4 here): set SCALELAB_CUDA=rocmX.Y, "
+                            f"a ROCm build of {PIN} (https://download.pytorch.org/whl/torch/ lists its +rocmX.Y "
+                            "wheels; e.g. SCALELAB_CUDA=rocm6.4 if listed)\n")
+    named = bash("setup_cluster.sh", "--dry-run", path=bin_dir, SCALELAB_CUDA="rocm6.4")
+    assert index_line(named)[0].endswith("--index-url https://download.pytorch.org/whl/rocm6.4")

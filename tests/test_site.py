@@ -29,7 +29,8 @@ def fake_gpu_node(tmp_path):
 def test_default_profile_lets_the_job_follow_its_hardware():
     proc = bash(f"source slurm_jobs/site.sh && {SHOW}")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["SCALELAB_ACCELERATOR=auto", "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR"]
+    assert proc.stdout.splitlines() == ["SBATCH_MEM_PER_GPU=32G", "SCALELAB_ACCELERATOR=auto",
+                                        "SCALELAB_SITE_SET=SCALELAB_ACCELERATOR SBATCH_MEM_PER_GPU"]
 
 
 def test_a_profile_never_leaks_into_the_next_and_leaves_the_users_own_settings():
@@ -101,8 +102,12 @@ def test_a_value_the_user_changed_after_the_profile_survives_the_job_s_own_sourc
 
 
 def test_host_memory_per_gpu_is_a_site_variable_that_never_leaks():
-    set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="32G")
-    assert "SBATCH_MEM_PER_GPU=32G" in set_by_user.stdout.splitlines()
+    set_by_user = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="48G")
+    assert "SBATCH_MEM_PER_GPU=48G" in set_by_user.stdout.splitlines()
+    none = bash(f"source slurm_jobs/site.sh && {SHOW}", SCALELAB_MEM_PER_GPU="none")  # the site's default
+    assert not [line for line in none.stdout.splitlines() if line.startswith("SBATCH_MEM")], none.stdout
+    rehearsal = bash(f"SCALELAB_PROFILE=cpu source slurm_jobs/site.sh && {SHOW}")  # a CPU rehearsal asks no floor
+    assert not [line for line in rehearsal.stdout.splitlines() if line.startswith("SBATCH_MEM")]
     a100 = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && {SHOW}")
     assert "SBATCH_MEM_PER_GPU=64G" in a100.stdout.splitlines()
     after = bash(f"SCALELAB_PROFILE=a100 source slurm_jobs/site.sh && SCALELAB_PROFILE=cpu source slurm_jobs/site.sh"
@@ -127,3 +132,55 @@ def test_the_scripts_and_the_sweep_read_one_default_workload_file(tmp_path):
     transformer = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake), MODEL="transformer")
     assert transformer.stdout.split() == ["--config", "gpt-medium"], transformer.stderr
     assert config.default_config("cpu") == "mlp"
+
+
+def test_inside_a_job_site_sh_reads_whether_the_nodes_are_the_jobs_alone(tmp_path):
+    """What `scontrol show job` / `show partition` print (the local cluster's, trimmed): the OverSubscribe values go
+    into the environment every result records; outside a job, or where scontrol does not answer, nothing or unknown."""
+    tool = tmp_path / "scontrol"
+    tool.write_text('#!/bin/sh\ncase "$2 $3" in\n'
+                    '  "job 42") echo "JobId=42 JobName=x"; echo "   Partition=gpu AllocNode:Sid=login:1";'
+                    ' echo "   OverSubscribe=NO Contiguous=0 Licenses=(null)" ;;\n'
+                    '  "partition gpu") echo "   PriorityJobFactor=1 ReqResv=NO OverSubscribe=FORCE:4" ;;\n'
+                    '  *) exit 1 ;;\nesac\n')
+    tool.chmod(0o755)
+    show = 'source slurm_jobs/site.sh && env | grep _OVERSUBSCRIBE= | sort'
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    assert bash(show, PATH=path, SLURM_JOB_ID="42").stdout.splitlines() == [
+        "SCALELAB_JOB_OVERSUBSCRIBE=NO", "SCALELAB_PARTITION_OVERSUBSCRIBE=FORCE:4"]
+    assert bash(show, PATH=path, SLURM_JOB_ID="43").stdout.splitlines() == [
+        "SCALELAB_JOB_OVERSUBSCRIBE=unknown", "SCALELAB_PARTITION_OVERSUBSCRIBE=unknown"]
+    assert bash(show, PATH=path).stdout == ""  # a login shell: no job to ask about
+
+
+def test_the_auto_profiles_memory_floor_holds_a_checkpoint_of_the_largest_named_config():
+    """32G a GPU: a rank's torch and CUDA libraries (about 4 GB on the host) plus, while the requeue checkpoint is
+    written, the model and AdamW state of gpt-xl (fp32 weights, gradients and two moments: 16 bytes a parameter)."""
+    from scalelab import config
+    from scalelab.workloads.transformer import shape_of
+
+    floor = bash("source slurm_jobs/site.sh && echo $SBATCH_MEM_PER_GPU").stdout.strip()
+    assert floor == "32G"
+    params = shape_of(config.for_accelerator(config.parse_config(["--config", "gpt-xl"]), "gpu")).total_params()
+    assert 4e9 + 16 * params < 32 * 2**30
+
+
+def test_an_amd_gpu_node_is_a_gpu_node_too(tmp_path):
+    """No nvidia-smi, but rocm-smi (what `rocm-smi --showproductname` prints on an MI300X node, trimmed): the cpu
+    profile refuses it as it refuses an NVIDIA node, and the job banner lists the GPUs by name."""
+    tool = tmp_path / "rocm-smi"
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n"
+                    "============================ ROCm System Management Interface ============================\n"
+                    "GPU[0]\t\t: Card Series: \t\tAMD Instinct MI300X\nGPU[0]\t\t: Card Model: \t\t0x74a1\n"
+                    "GPU[1]\t\t: Card Series: \t\tAMD Instinct MI300X\nGPU[1]\t\t: Card Model: \t\t0x74a1\n"
+                    "================================== End of ROCm SMI Log ===================================\nEOF\n")
+    tool.chmod(0o755)
+    path = f"{tmp_path}:{os.environ['PATH']}"
+    proc = bash("source slurm_jobs/site.sh && gpus_visible", PATH=path)
+    assert proc.stdout.splitlines() == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X"]
+    refused = bash("source slurm_jobs/site.sh", SCALELAB_PROFILE="cpu", PATH=path)
+    assert refused.returncode == 2
+    assert "profile cpu on a node with GPUs (GPU 0: AMD Instinct MI300X...)" in refused.stderr
+    banner = bash("GPUS_PER_NODE=2 source slurm_jobs/job_common.sh && echo \"${WORKLOAD[*]}\"", PATH=path)
+    assert banner.stdout.splitlines()[-3:] == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X",
+                                               "--config gpt-small"], banner.stdout + banner.stderr

@@ -64,6 +64,9 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert sorted({r["host"] for r in eight["ranks"]}) == ["node1", "node2"] and len(eight["ranks"]) == 8
     assert eight["slurm"]["job_id"] == jobs["multi_node_multi_gpu.sh"][0]
     assert eight["environment"]["SLURM_NNODES"] == "2"
+    # the multi-GPU scripts ask --exclusive: their results say the nodes were theirs alone; the 1-GPU job's was shared
+    assert [found[n]["slurm"]["exclusive"] for n in (1, 4, 8)] == [False, True, True]
+    assert eight["environment"]["SCALELAB_JOB_OVERSUBSCRIBE"] == "NO"
     # srun gets the header's --cpus-per-task (Slurm >= 22.05 does not pass it on by itself)
     assert eight["environment"]["SRUN_CPUS_PER_TASK"] == eight["environment"]["SLURM_CPUS_PER_TASK"] == "4"
     # 8 ranks on this machine's cores: recorded and flagged, never shown as plain scaling
@@ -81,6 +84,41 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     print(proc.stdout)
     scaling = frames.scaling_frame(runs).set_index("devices")
     assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2
+
+
+def _held(env, *sbatch):
+    """Submit held (it never runs), return what `scontrol show job` says of it as {field: value}, then cancel it."""
+    submit = 'source slurm_jobs/site.sh >/dev/null && sbatch --hold --parsable "$@"'
+    proc = subprocess.run(["bash", "-c", submit, "sbatch", *sbatch], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    shown = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True, text=True).stdout
+    subprocess.run(["scancel", job], env=env, capture_output=True)
+    return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+
+def test_what_the_job_scripts_ask_slurm_for(slurm_env, tmp_path):
+    """The headers as SLURM reads them (held jobs): GPUs of any type (this cluster's are typed a100, as AutoDetect
+    or a site's gres.conf types them), whole nodes for the multi-GPU scripts, and the profile's host memory per GPU
+    and node sharing, which sbatch reads from the variables site.sh exports (they win over the headers)."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    out = f"--output={tmp_path}/slurm-%j.out"
+    gpus = {script: _held(env, out, f"slurm_jobs/{script}") for script in
+            ("single_gpu.sh", "single_node_multi_gpu.sh", "multi_node_multi_gpu.sh", "allreduce_bench.sh",
+             "gpu_selfcheck.sh")}
+    assert {s: (j["TresPerNode"], j["OverSubscribe"]) for s, j in gpus.items()} == {
+        "single_gpu.sh": ("gres:gpu:1", "OK"), "single_node_multi_gpu.sh": ("gres:gpu:4", "NO"),
+        "multi_node_multi_gpu.sh": ("gres:gpu:4", "NO"), "allreduce_bench.sh": ("gres:gpu:4", "NO"),
+        "gpu_selfcheck.sh": ("gres:gpu:4", "NO")}
+    assert "MemPerTres" not in gpus["single_gpu.sh"]  # the cpu profile asks no memory: the partition's default
+    # the auto profile's floor, made smaller than this cluster's 16000M nodes; a profile that shares whole nodes
+    shared = _held({**env, "SCALELAB_PROFILE": "auto", "SCALELAB_MEM_PER_GPU": "2G", "SBATCH_EXCLUSIVE": "user"}, out,
+                   "slurm_jobs/single_node_multi_gpu.sh")
+    assert (shared["MemPerTres"], shared["TRES"].split(",")[1], shared["OverSubscribe"]) == (
+        "gres:gpu:2048", "mem=8G", "USER")  # 4 GPUs x 2G
+    typed = _held(env, out, "--gres=gpu:a100:4", "slurm_jobs/single_node_multi_gpu.sh")  # what SCALELAB_GPU_TYPE adds
+    assert typed["TresPerNode"] == "gres:gpu:a100:4"
 
 
 def test_gpu_selfcheck_script_runs_its_checks_on_the_cpu_profile(slurm_env, tmp_path):
@@ -194,7 +232,8 @@ def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp
     assert "requeue" in attempts[0]["error"] and attempts[1]["error"] is None
     saved = attempts[0]["timing"]["steps"]
     assert not (tmp_path / "checkpoints" / job / "requeue.ckpt").exists()  # resumed from, then removed
-    assert "restart 1" in job_log.read_text()
+    # --open-mode=append: the requeue adds the second attempt to the log instead of truncating the first away
+    assert "restart 0" in job_log.read_text() and "restart 1" in job_log.read_text()
     assert f"checkpoints/{job}/requeue.ckpt at step {saved} (a requeued job)" in job_log.read_text()
     c = attempts[1]["config"]  # one rank: num_samples // batch steps an epoch
     assert attempts[1]["timing"]["steps"] == c["max_epochs"] * (c["num_samples"] // c["batch_size"]) - saved

@@ -11,11 +11,11 @@ def test_the_job_record_names_the_job_step_and_restarts_the_job_step_and_restart
            "SLURM_RESTART_COUNT": "3"}
     assert slurm_env.job_record(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
                                        "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
-                                       "step_id": "0", "restart_count": 3}
+                                       "step_id": "0", "restart_count": 3, "exclusive": None}
     assert slurm_env.job_record({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
     assert slurm_env.job_record({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
         "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
-        "partition": None, "step_id": None, "restart_count": 0}
+        "partition": None, "step_id": None, "restart_count": 0, "exclusive": None}
     assert slurm_env.job_record({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
     assert slurm_env.job_record({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
 
@@ -47,3 +47,17 @@ def test_the_step_the_sizes_and_the_cores_asked_for():
     assert not slurm_env.in_job({}) and slurm_env.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2
     with pytest.raises(ValueError):
         slurm_env.sizes({"SLURM_NTASKS": "many"})
+
+
+@pytest.mark.parametrize("job, partition, exclusive", [
+    ("NO", "NO", True),  # sbatch --exclusive (what scontrol show job says, measured on the local cluster)
+    ("OK", "EXCLUSIVE", True),  # the partition gives whole nodes whatever the job asked
+    ("OK", "NO", False),  # the default: other jobs may share the node
+    ("YES", "FORCE:4", False),  # SBATCH_EXCLUSIVE=oversubscribe
+    ("USER", "NO", False),  # shared with the user's own jobs only: still not the job's alone
+    (None, None, None),  # nobody read it (a job that never sourced slurm_jobs/site.sh)
+    ("unknown", "unknown", None),  # scontrol did not answer
+])
+def test_the_job_record_says_whether_the_nodes_were_the_jobs_alone(job, partition, exclusive):
+    env = {"SLURM_JOB_ID": "42", "SCALELAB_JOB_OVERSUBSCRIBE": job, "SCALELAB_PARTITION_OVERSUBSCRIBE": partition}
+    assert slurm_env.job_record({k: v for k, v in env.items() if v is not None})["exclusive"] is exclusive

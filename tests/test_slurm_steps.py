@@ -116,6 +116,22 @@ def test_sweep_submits_three_jobs_then_the_report_after_them(tmp_path):
     assert "watch:  squeue --me        or  sacct -j 101,102,103,104" in proc.stdout
 
 
+def test_sweep_puts_the_profiles_gpu_type_into_each_jobs_gres(tmp_path):
+    """The scripts ask gpu:N, any type; SCALELAB_GPU_TYPE makes it gpu:TYPE:N on sbatch's command line, which wins
+    over the header, with each script's own count (an SBATCH_GRES would give all three jobs one count)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$*" >> "$CALLS"\necho "$(( RANDOM + 100 ))"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "SCALELAB_GPU_TYPE": "h100",
+           "OUTPUT_DIR": str(tmp_path / "out")}
+    proc = subprocess.run(SWEEP, cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    asked = [re.findall(r"--gres=\S+", line) for line in calls.read_text().splitlines()]
+    assert asked == [["--gres=gpu:h100:1"], ["--gres=gpu:h100:4"], ["--gres=gpu:h100:4"], []]  # the report: none
+
+
 def test_sweep_wait_holds_until_the_report_job_ends_then_prints_its_log_and_status(tmp_path):
     """--wait: the report goes to `sbatch --wait`, which prints the id when queued and exits with the job's status
     once it has ended (here a stand-in whose report job 'fails' with 1, after writing its log)."""

@@ -58,3 +58,28 @@ def test_the_site_file_is_found_where_the_user_stands(tmp_path, monkeypatch):
     assert find_site(None) == str(tmp_path / "slurm_jobs" / "site.sh")
     (tmp_path / "mine.sh").write_text("")
     assert find_site("mine.sh") == str(tmp_path / "mine.sh")
+
+
+def _sbatch_header(tmp_path, site, nodes, gpus, *argv):
+    """The #SBATCH lines submitit would submit for one shape, with the site file's settings `site`."""
+    from scalelab.launch.sweep import Submitter, build_parser
+
+    args = build_parser().parse_args(["--output_dir", str(tmp_path), *argv])
+    executor = Submitter(args, site, str(tmp_path / "sub"), "gpu", [], "site.sh").executor(nodes, gpus)
+    text = executor._make_submission_file_text("python -c pass", "%j")
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_the_sweep_asks_for_gpus_of_any_type_unless_the_profile_names_one(tmp_path):
+    assert "#SBATCH --gres=gpu:4" in _sbatch_header(tmp_path, {}, 2, 4)
+    typed = _sbatch_header(tmp_path, {"SCALELAB_GPU_TYPE": "h100"}, 1, 1)
+    assert "#SBATCH --gres=gpu:h100:1" in typed
+    untyped = _sbatch_header(tmp_path, {"SCALELAB_GPU_TYPE": "h100"}, 1, 4, "--gres_type", "")
+    assert "#SBATCH --gres=gpu:4" in untyped
+    assert not [line for line in untyped if "gpus-per-node" in line]
+
+
+def test_multi_gpu_shapes_ask_for_whole_nodes_unless_the_profile_shares_them(tmp_path):
+    assert "#SBATCH --exclusive" in _sbatch_header(tmp_path, {}, 1, 4)
+    assert not [line for line in _sbatch_header(tmp_path, {}, 1, 1) if "exclusive" in line]  # the 1-GPU baseline
+    assert "#SBATCH --exclusive=user" in _sbatch_header(tmp_path, {"SBATCH_EXCLUSIVE": "user"}, 2, 4)

@@ -31,7 +31,8 @@ STATUSES = ("completed", "failed", "timeout", "preempted")
 
 # Environment kept in a result: an allow-list, and even inside it nothing whose name looks secret.
 ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
-                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_", "SRUN_")
+                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_", "SRUN_",
+                "ROCR_", "HIP_", "HSA_", "RCCL_")  # AMD: SLURM sets ROCR_VISIBLE_DEVICES; RCCL reads NCCL_* too
 ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
 # the test hooks of scalelab/testing/faults.py: never part of a result
 ENV_NOT_RECORDED = {"SCALELAB_FAULT", "SCALELAB_FAULT_WEDGED"}
@@ -117,6 +118,8 @@ def versions() -> dict:
 
         out["torch"] = torch.__version__
         out["cuda"] = torch.version.cuda
+        if getattr(torch.version, "hip", None):  # a ROCm build: its "nccl" backend and version are RCCL's
+            out["hip"] = torch.version.hip
         if torch.cuda.is_available():
             out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     except ImportError:

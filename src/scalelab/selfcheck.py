@@ -88,7 +88,7 @@ def backend(run) -> Verdict:
         return Verdict("process group backend", "SKIP", "not recorded", "a result from an older scalelab")
     wrong = []
     for r in ranks:
-        want = "nccl" if str(r.get("device", "")).startswith("cuda") else "gloo"
+        want = "nccl" if str(r.get("device", "")).startswith("cuda") else "gloo"  # AMD: RCCL, named nccl
         got = backend_for(r["backend"], str(r.get("device", "cpu")))
         if got != want:
             wrong.append(f"rank {r['rank']}: {got} on {r.get('device')}")

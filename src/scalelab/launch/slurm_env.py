@@ -94,4 +94,17 @@ def job_record(environ=None) -> dict:
         "partition": environ.get("SLURM_JOB_PARTITION"),
         "step_id": environ.get("SLURM_STEP_ID"),
         "restart_count": restart_count(environ),
+        "exclusive": nodes_exclusive(environ),
     }
+
+
+def nodes_exclusive(environ=None) -> Optional[bool]:
+    """Whether the job had its nodes to itself (--exclusive, or a partition with OverSubscribe=EXCLUSIVE), from the
+    OverSubscribe values slurm_jobs/site.sh read in the job (scontrol); None where nobody read them. A neighbour's
+    job shares the node's PCIe, memory bandwidth and network card: its timings are not the hardware's alone."""
+    environ = _env(environ)
+    job = environ.get("SCALELAB_JOB_OVERSUBSCRIBE", "unknown")
+    partition = environ.get("SCALELAB_PARTITION_OVERSUBSCRIBE", "unknown")
+    if job == "NO" or partition.startswith("EXCLUSIVE"):
+        return True
+    return None if job == "unknown" else False

@@ -102,6 +102,12 @@ def site_settings(profile: str, site: str) -> dict:
     return {k: v for k, v in env.items() if k.startswith(("SBATCH_", "SCALELAB_"))}
 
 
+def gres_request(gpus: int, gres_type: str = "") -> str:
+    """--gres for `gpus` GPUs a node: any type unless one is named. A fixed type (gpu:a100:N) is refused at submit
+    time wherever the site's types differ (h100, or AutoDetect names such as nvidia_a100-sxm4-80gb)."""
+    return f"gpu:{gres_type}:{gpus}" if gres_type else f"gpu:{gpus}"
+
+
 def default_workload(train_args: list, accelerator: str) -> list:
     """Without --config or --model, the sweep runs what the sbatch scripts run (configs/default-workload.txt: gpt-small
     where the jobs may get GPUs, the MLP on CPU)."""
@@ -123,7 +129,9 @@ def build_parser():
     p.add_argument("--partition"), p.add_argument("--account"), p.add_argument("--constraint")
     p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
     p.add_argument("--cpus_per_task", type=positive_int, default=4)
-    p.add_argument("--gres_type", default="a100", help="GPU type in --gres=gpu:TYPE:N (empty: --gpus-per-node)")
+    p.add_argument("--gres_type", default=None,
+                   help="GPU type in --gres=gpu:TYPE:N (default: the profile's SCALELAB_GPU_TYPE; none: gpu:N, "
+                        "any type)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
     p.add_argument("--poll_s", type=positive_float, default=2.0)
@@ -148,19 +156,22 @@ class Submitter:
             executor.update_parameters(nodes=1, tasks_per_node=gpus, timeout_min=args.time_min)
             return executor
         executor = submitit.SlurmExecutor(folder=self.folder)
-        gres = {"gres": f"gpu:{args.gres_type}:{gpus}"} if args.gres_type else {"gpus_per_node": gpus}
+        gres_type = site.get("SCALELAB_GPU_TYPE", "") if args.gres_type is None else args.gres_type
         executor.update_parameters(
             nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
             job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
             partition=args.partition or site.get("SBATCH_PARTITION"),
             account=args.account or site.get("SBATCH_ACCOUNT"),
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),
+            # whole nodes for a multi-GPU shape, as the sbatch scripts ask; a profile's SBATCH_EXCLUSIVE (user,
+            # oversubscribe) wins, as it does over their headers
+            exclusive=site.get("SBATCH_EXCLUSIVE") or (True if gpus > 1 else None),
             mem_per_gpu=site.get("SBATCH_MEM_PER_GPU"),  # site.sh's SCALELAB_MEM_PER_GPU (None: the site default)
             setup=[f"cd {shlex.quote(os.getcwd())}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    f"source {shlex.quote(self.site_file)}"],
             # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank)
             srun_args=[f"--cpus-per-task={args.cpus_per_task}"],
-            **gres,
+            gres=gres_request(gpus, gres_type),
         )
         return executor
 
