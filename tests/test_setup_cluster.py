@@ -189,7 +189,8 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
 def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_path, version, refused):
     """RHEL 9's python3 is 3.9: refused in one line that names the floor and the way out, before any venv or pip."""
     fake_tool(tmp_path / "bin", "python", version)  # answers the version query the way python -c would
-    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_CUDA="cpu", PYTHON=str(tmp_path / "bin" / "python"))
+    proc = bash("setup_cluster.sh", "--dry-run", SCALELAB_CUDA="cpu", PYTHON=str(tmp_path / "bin" / "python"),
+                SCALELAB_VENV=str(tmp_path / "venv"))  # not the checkout's .venv, which a `make` may have made
     if refused:
         assert proc.returncode == 2 and "venv" not in proc.stdout.split("\n", 1)[1]
         assert proc.stderr == (f"setup_cluster.sh: {tmp_path}/bin/python is Python {version}; scalelab needs 3.11 or "
@@ -197,7 +198,7 @@ def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_pa
                                "PYTHON=python3.11\n")
     else:
         assert proc.returncode == 0, proc.stderr
-        assert f"+ {tmp_path}/bin/python -m venv .venv" in proc.stdout.splitlines()
+        assert f"+ {tmp_path}/bin/python -m venv {tmp_path}/venv" in proc.stdout.splitlines()
 
 
 def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
