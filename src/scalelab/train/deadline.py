@@ -11,6 +11,12 @@ queued after the last progress, so this fires before the watchdog does), it call
 line. That works while the main thread
 is blocked, because torch releases the GIL in every sync and collective. What is and is not guaranteed is
 written up in docs/08.
+
+With --compile the first batch of a process also compiles the model (the forward graph, then the backward one
+at its first call): minutes for the xl GPT, more than the 162 s of the default --timeout. That batch gets
+COMPILE_ALLOWANCE_S on top. The rank is compiling, in no collective, for nearly all of it; the price is that a
+peer that dies during that first batch is recorded up to COMPILE_ALLOWANCE_S later, or, if the watchdog's
+--timeout runs out first, not recorded at all (raise --timeout with --compile, docs/08).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from typing import Callable
 
 NCCL_FRACTION = 0.9  # of --timeout: the deadline fires this long after the last progress, before the watchdog
+COMPILE_ALLOWANCE_S = 600.0  # more for the first batch under --compile: torch.compile's first compile of xl
 
 
 def stall_seconds(timeout_s: float, backend: str | None, blocks_like_nccl: bool = False) -> float | None:
@@ -29,6 +36,14 @@ def stall_seconds(timeout_s: float, backend: str | None, blocks_like_nccl: bool 
     if backend == "nccl" or blocks_like_nccl:
         return NCCL_FRACTION * timeout_s
     return None
+
+
+def first_batch_seconds(seconds: float | None, compile: bool) -> float | None:
+    """The deadline before this process's first batch has ended: `seconds`, plus COMPILE_ALLOWANCE_S with
+    --compile (that batch compiles the model)."""
+    if seconds is None or not compile:
+        return seconds
+    return seconds + COMPILE_ALLOWANCE_S
 
 
 class StallDeadline:
@@ -40,8 +55,9 @@ class StallDeadline:
     where a peer can block this rank. `held()` suspends it around long work that is no step (a checkpoint save)."""
 
     def __init__(self, seconds: float | None, on_stall: Callable[[str], None], progress: Callable[[], tuple],
-                 poll_s: float = 0.2):
+                 poll_s: float = 0.2, first_seconds: float | None = None):
         self.seconds, self.on_stall, self.progress, self.poll_s = seconds, on_stall, progress, poll_s
+        self.first_seconds = first_seconds or seconds  # until the first batch has ended (first_batch_seconds)
         self.fired = False
         self._held = False
         self._stop = threading.Event()
@@ -72,9 +88,13 @@ class StallDeadline:
             now, count = time.monotonic(), self.progress()
             if count != seen or self._held:
                 seen, last = count, now
-            elif now - last >= self.seconds:
+                continue
+            first = count[0] == 0 and self.first_seconds != self.seconds
+            limit = self.first_seconds if first else self.seconds
+            if now - last >= limit:
                 self.fired = True
                 where = f"during step {count[1] + 1}" if count[1] else "before the first step ended"
-                self.on_stall(f"no progress for {self.seconds:g} s {where}: blocked in a collective or device "
-                              f"sync (stall deadline = {NCCL_FRACTION:g} x --timeout)")
+                allowance = f" + {self.first_seconds - self.seconds:g} s for --compile's first batch" if first else ""
+                self.on_stall(f"no progress for {limit:g} s {where}: blocked in a collective or device "
+                              f"sync (stall deadline = {NCCL_FRACTION:g} x --timeout{allowance})")
                 return

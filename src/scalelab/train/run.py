@@ -231,12 +231,13 @@ def stall_deadline(ctx, watch, injected):
     """deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog."""
     from scalelab.testing.faults import blocks_like_nccl
     from scalelab.train import failure
-    from scalelab.train.deadline import StallDeadline, stall_seconds
+    from scalelab.train.deadline import StallDeadline, first_batch_seconds, stall_seconds
 
     backend = ctx.launch.backend if ctx.launch.world_size > 1 else None
     seconds = stall_seconds(ctx.cfg.timeout, backend, blocks_like_nccl(injected))
     return StallDeadline(seconds, lambda line: failure.record_stall(ctx, watch, line),
-                         lambda: (ctx.clock.batches, ctx.clock.steps))
+                         lambda: (ctx.clock.batches, ctx.clock.steps),
+                         first_seconds=first_batch_seconds(seconds, ctx.cfg.compile))
 
 
 def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
