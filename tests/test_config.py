@@ -82,6 +82,8 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
     (["--scaling", "strong", "--batch_size", "65", "--devices", "2"], "does not divide"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+    (["--static_graph", "--accumulate_grad_batches", "4"], "--static_graph cannot be used with "
+     "--accumulate_grad_batches 4"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
     proc = run_script("train.py", *args, timeout=120)
@@ -218,11 +220,23 @@ def test_an_unknown_config_name_lists_the_named_ones():
      "(gpt-large, gpt-medium, gpt-small, gpt-tiny, gpt-xl, mlp)"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+    (["--static_graph", "--accumulate_grad_batches", "2"], "--static_graph cannot be used with "
+     "--accumulate_grad_batches 2: the first batch would run under DDP's no_sync, which a static graph does not "
+     "allow; drop one of them"),
 ])
 def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
     with pytest.raises(UsageError) as err:
         config.parse_config(args)
     assert str(err.value) == message
+
+
+def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
+    """K = 1 (every backward synchronised) keeps --static_graph; K > 1 without it keeps accumulating; both together
+    are refused, from a config file too."""
+    assert config.parse_config(["--static_graph", "--accumulate_grad_batches", "1"]).static_graph is True
+    assert config.parse_config(["--accumulate_grad_batches", "4"]).accumulate_grad_batches == 4
+    path, error = config_error(tmp_path, "static_graph: true\naccumulate_grad_batches: 3\n")
+    assert error.startswith("--static_graph cannot be used with --accumulate_grad_batches 3: ")
 
 
 @pytest.mark.parametrize("text, message", [

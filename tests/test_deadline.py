@@ -161,3 +161,47 @@ def test_nccl_errors_reach_python_unless_the_user_chose_otherwise():
     env = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     nccl_errors_reach_python(env)
     assert env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_compile_gives_the_first_batch_ten_more_minutes():
+    """--compile's first batch compiles the model (minutes for xl): 0.9 x 180 = 162 s, plus 600 s, for that batch
+    only; without --compile, or where no deadline is armed, nothing changes."""
+    from scalelab.train.deadline import first_batch_seconds
+
+    assert first_batch_seconds(stall_seconds(180, "nccl"), compile=True) == pytest.approx(762)
+    assert first_batch_seconds(162.0, compile=False) == 162.0
+    assert first_batch_seconds(None, compile=True) is None  # gloo: no deadline to extend
+
+
+def test_the_run_arms_the_first_batch_allowance_with_compile_only():
+    from types import SimpleNamespace
+
+    from scalelab.train.run import stall_deadline
+
+    def armed(compile, backend="nccl", world_size=2):
+        ctx = SimpleNamespace(cfg=SimpleNamespace(timeout=100.0, compile=compile),
+                              launch=SimpleNamespace(backend=backend, world_size=world_size),
+                              clock=SimpleNamespace(batches=0, steps=0))
+        d = stall_deadline(ctx, watch=SimpleNamespace(signals=None), injected=[])
+        return d.seconds, d.first_seconds
+
+    assert armed(True) == (pytest.approx(90), pytest.approx(690))
+    assert armed(False) == (pytest.approx(90), pytest.approx(90))
+    assert armed(True, backend="gloo") == (None, None)
+
+
+def test_the_first_batch_waits_for_its_allowance_then_the_usual_deadline_applies():
+    lines = []
+    d = StallDeadline(0.2, lines.append, lambda: (0, 0), poll_s=0.02, first_seconds=0.6)  # nothing ended yet
+    d.arm()
+    time.sleep(0.4)
+    assert not lines  # past 0.2 s: the first batch is still compiling
+    assert _wait(lambda: lines)
+    assert lines == ["no progress for 0.6 s before the first step ended: blocked in a collective or device sync "
+                     "(stall deadline = 0.9 x --timeout + 0.4 s for --compile's first batch)"]
+    later = []
+    d = StallDeadline(0.2, later.append, lambda: (1, 1), poll_s=0.02, first_seconds=0.6)  # one batch ended
+    d.arm()
+    assert _wait(lambda: later)
+    assert later == ["no progress for 0.2 s during step 2: blocked in a collective or device sync "
+                     "(stall deadline = 0.9 x --timeout)"]

@@ -395,6 +395,10 @@ def test_the_step_table_says_which_parts_are_missing():
     assert "  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py --devices 2` " \
            "adds the predicted columns.)" in below
     assert below[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
+    for r in (one, two):  # a GPU the peak table does not know: the run recorded why
+        r["timing"]["peak_note"] = "NVIDIA A10G is not in scalelab's datasheet table"
+    _, below = _step_rows([one, two])
+    assert below[-1] == "  MFU: — (NVIDIA A10G is not in scalelab's datasheet table; give --peak_tflops to compute it)"
     _, alone = _step_rows([one])  # one device: nothing to all-reduce, nothing to benchmark
     assert not [line for line in alone if "No all-reduce benchmark" in line]
 

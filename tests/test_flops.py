@@ -144,6 +144,12 @@ def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
     cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
                      {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
     assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None
+    assert "peak_note" not in cpu  # the report says what a CPU lacks itself
+    a40 = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A40"}])
+    assert a40["peak_tflops"] == 149.7 and "peak_note" not in a40  # its tensor-core bf16 rate, not the 37.4 fp32 one
+    a10g = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A10G"}])
+    assert (a10g["peak_tflops"], a10g["mfu"]) == (None, None)
+    assert a10g["peak_note"] == "NVIDIA A10G is not in scalelab's datasheet table"
 
 
 def test_flops_formulas_by_hand():

@@ -63,13 +63,17 @@ def test_each_broken_claim_fails_with_its_reason():
 
 
 def test_what_a_cpu_rehearsal_cannot_show_is_skipped_saying_why():
-    v = verdicts(make_result("c", 1) | {"ranks": [{"rank": 0, "host": "h", "device": "cpu", "threads": 1,
-                                                   "cpu_affinity": [0], "step_times_s": [0.1], "allreduce_s": [0.0],
-                                                   "epoch_times_s": [0.1], "gpu_uuid": None, "backend": None,
-                                                   "loop_wall_s": 0.1}]})
+    run = make_result("c", 1) | {"ranks": [{"rank": 0, "host": "h", "device": "cpu", "threads": 1,
+                                            "cpu_affinity": [0], "step_times_s": [0.1], "allreduce_s": [0.0],
+                                            "epoch_times_s": [0.1], "gpu_uuid": None, "backend": None,
+                                            "loop_wall_s": 0.1}]}
+    v = verdicts(run)
     assert v["each rank on its own GPU"].status == "SKIP" and v["NCCL transport between nodes"].figure == "CPU run"
     assert v["all-reduce busbw"].note == "run src/allreduce_bench.py into the folder"
     assert v["bf16 training"].status == "SKIP" and v["model FLOPs utilisation"].status == "SKIP"
+    assert v["model FLOPs utilisation"].note == "CPU, or a GPU without a known peak"
+    run["timing"].update(peak_note="a MIG slice has a fraction of the card's peak")  # as a GPU run records it
+    assert verdicts(run)["model FLOPs utilisation"].note == "a MIG slice has a fraction of the card's peak"
 
 
 def test_no_training_result_is_one_line(tmp_path):

@@ -185,7 +185,8 @@ def _lever_flags(g):
                         "(low-rank, (m+n)*RANK per m x n matrix); changes the optimisation too")
     g.add_argument("--bucket_cap_mb", type=positive_float, help="DDP's gradient bucket size (MB)")
     g.add_argument("--static_graph", action="store_true", default=None,
-                   help="tell DDP the set of used parameters never changes (skips per-step bookkeeping)")
+                   help="tell DDP the set of used parameters never changes (skips per-step bookkeeping); not with "
+                        "--accumulate_grad_batches > 1")
 
 
 def _launch_flags(lg):
@@ -347,6 +348,13 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
         if owner != cfg.model and option.name in given and getattr(cfg, option.name) != option.default:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
+    if cfg.static_graph and (cfg.accumulate_grad_batches or 1) > 1:
+        # DDP's static graph records the graph in its first backward, which must be synchronised; accumulation's
+        # first batch runs under no_sync, where PyTorch's reducer fails an internal assert (expect_autograd_hooks_)
+        raise UsageError(
+            f"--static_graph cannot be used with --accumulate_grad_batches {cfg.accumulate_grad_batches}: the "
+            "first batch would run under DDP's no_sync, which a static graph does not allow; drop one of them"
+        )
     if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
         raise UsageError(
             f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "

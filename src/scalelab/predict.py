@@ -67,7 +67,7 @@ def parse_args(argv):
                        help="sequences per step across one full node (16 on 8 GPUs = 2 per GPU)")
     batch.add_argument("--batch_per_gpu", type=positive_int, help="sequences per GPU per step at one node")
     p.add_argument("--recompute", action="store_true", help="activation recomputation: k = 4 instead of 3")
-    p.add_argument("--tflops", type=positive_float, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989)")
+    p.add_argument("--tflops", type=positive_float, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989.5)")
     p.add_argument("--mfu", type=fraction, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")

@@ -217,7 +217,8 @@ def memory_estimate(run) -> Verdict:
 def mfu(run) -> Verdict:
     t = run["timing"]
     if t.get("mfu") is None:
-        return Verdict("model FLOPs utilisation", "SKIP", "no peak known", "CPU, or a GPU without a known peak")
+        why = t.get("peak_note")  # a GPU the datasheet table does not know: the run recorded why
+        return Verdict("model FLOPs utilisation", "SKIP", "no peak known", why or "CPU, or a GPU without a known peak")
     return Verdict("model FLOPs utilisation", "INFO", f"{t['mfu'] * 100:.1f} % of {t['peak_tflops']:g} TFLOP/s")
 
 

@@ -42,9 +42,10 @@ from scalelab.perfmodel.network import (
 )
 from scalelab.perfmodel.peaks import (
     PEAK_TFLOPS,
+    family_or_reason,
     gpu_family,
-    lightning_peak_tflops,
     mfu,
+    peak_or_reason,
     peak_tflops,
     precision_dtype,
 )

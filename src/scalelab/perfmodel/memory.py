@@ -2,15 +2,22 @@
 
 Parts, in bytes: fp32 weights (4P; under bf16-mixed autocast the weights stay fp32), fp32 gradients (4P of the
 trainable ones), AdamW's two moments (8P), DDP's gradient buckets (4P more unless gradient_as_bucket_view, which
-scalelab uses), the activations autograd saves for backward, and the logits. Activations per token and layer,
-counted from what this repository's GPT saves (checked against torch's saved-tensor hooks on CPU,
+scalelab uses), the activations autograd saves for backward, and the loss's gradients. Activations per token and
+layer, counted from what this repository's GPT saves (checked against torch's saved-tensor hooks on CPU,
 tests/test_memory.py; 3-6 % above the measurement): in fp32 17·d floats (layer-norm inputs 2d, linear inputs d +
 d + d + 4d, q/k/v 3d, attention output d, GELU input 4d) plus the attention's log-sum-exp (one float per head);
 under bf16 autocast the 15·d that feed matmuls are bf16 and the 2·d layer-norm inputs stay fp32, and autocast keeps
 a bf16 copy of every matmul weight for the step (2 bytes per matmul parameter). Last layers: the final layer
-norm's and the head's inputs, and the fp32 log-softmax of the logits (V floats per token) besides the logits.
-Flash / memory-efficient attention keeps no T×T matrix. The CUDA context and allocator slack come on top: a fixed
-OVERHEAD_BYTES, a rule of thumb, not a measurement.
+norm's and the head's inputs, and the fp32 log-probabilities cross_entropy saves (V floats per token: autocast
+runs cross_entropy in fp32 whatever the logits' dtype). Flash / memory-efficient attention keeps no T×T matrix.
+
+The peak is the start of backward, not the end of forward: log-softmax's backward holds three vocab-sized fp32
+tensors at once, the saved log-probabilities, the gradient nll_loss's backward hands it (dense, V per token) and
+the gradient of the logits it makes, 12·V bytes per token with every activation still saved. The logits themselves
+are gone by then (training_step returns the loss only; neither the fp32 cast nor log-softmax keeps its input), so
+`loss` is the two gradients, 8·V bytes per token, beside the 4·V in the activations (benchmarks/memory_model.py
+measures the peak on CPU). The CUDA context and allocator slack come on top: a fixed OVERHEAD_BYTES, a rule of
+thumb, not a measurement.
 """
 
 from typing import NamedTuple
@@ -18,6 +25,7 @@ from typing import NamedTuple
 from scalelab.workloads.presets import TransformerShape
 
 OVERHEAD_BYTES = 2.0e9  # CUDA context, NCCL buffers, allocator fragmentation: a rule of thumb
+LOSS_GRADIENT_BYTES = 2 * 4  # per token and vocabulary entry: two fp32 gradients beside the saved log-probabilities
 GPU_MEMORY_GB = {"A100 40GB": 40, "A100 80GB": 80, "H100 80GB": 80, "H200 141GB": 141}
 
 
@@ -27,7 +35,7 @@ class MemoryEstimate(NamedTuple):
     optimizer: float
     buckets: float
     activations: float
-    logits: float
+    loss: float
     overhead: float
 
     @property
@@ -50,16 +58,16 @@ def activation_bytes(shape: TransformerShape, batch: int, bf16: bool) -> float:
 
 def training_memory(shape: TransformerShape, batch: int, precision: str = "bf16-mixed", bucket_view: bool = True,
                     trainable_params=None, overhead: float = OVERHEAD_BYTES) -> MemoryEstimate:
-    """One rank's memory at the peak of a step (end of forward): batch = sequences per GPU."""
+    """One rank's memory at the peak of a step (the start of backward): batch = sequences per GPU."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     bf16 = precision in ("bf16-mixed", "16-mixed")
     params = shape.total_params()  # the head is tied to the token embedding: counted once
     trainable = params if trainable_params is None else trainable_params
-    logits = batch * shape.seq_len * shape.vocab_size * (2 if bf16 else 4)
+    loss = batch * shape.seq_len * LOSS_GRADIENT_BYTES * shape.vocab_size  # fp32 in both precisions
     return MemoryEstimate(weights=4 * params, gradients=4 * trainable, optimizer=8 * trainable,
                           buckets=0 if bucket_view else 4 * trainable,
-                          activations=activation_bytes(shape, batch, bf16), logits=logits, overhead=overhead)
+                          activations=activation_bytes(shape, batch, bf16), loss=loss, overhead=overhead)
 
 
 def fits(estimate: MemoryEstimate, memory_bytes: float) -> bool:

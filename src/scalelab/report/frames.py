@@ -27,7 +27,7 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
                "train_time_s", "step_ms", "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s",
                "whole_run_s", "train_loss", "val_loss", "val_acc", "created", "slurm_job", "restart_count",
                *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu",
-               *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve"]
+               "peak_note", *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve"]
 NUMERIC = ("link_gbit", "had_cpu", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s",
            "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS,
            "tflops_per_device", "peak_tflops", "mfu")
@@ -85,7 +85,7 @@ def runs_frame(found: list) -> pd.DataFrame:
             "restart_count": slurm.get("restart_count") or 0,
             **{k: c.get(k) for k in COMM_FIELDS},
             "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
-            **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu")},
+            **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu", "peak_note")},
             **{k: w.get(k, default) for k, default in LEVER_DEFAULTS.items()},
             "wire_bytes": tuple(c.get("wire_bytes") or ()) or None,
             "samples_per_batch": (w.get("batch_per_device") or 0) * launch["world_size"],
@@ -143,7 +143,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
                 bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),
                 wire_bytes=("wire_bytes", "first"), samples_per_batch=("samples_per_batch", "first"),
-                loss_curve=("loss_curve", "last"), **{k: (k, "first") for k in LEVER_DEFAULTS},
+                loss_curve=("loss_curve", "last"), peak_note=("peak_note", "first"),
+                **{k: (k, "first") for k in LEVER_DEFAULTS},
                 **{k: (k, "median") for k in (*COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))

@@ -131,7 +131,9 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
         out.append(f"  (predicted ms and bench busbw: the median of {g['bench_runs'].max():.0f} all-reduce "
                    "benchmark runs in this folder, per message size)")
     if g["mfu"].isna().all():
-        out.append("  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)")
+        notes = g["peak_note"].dropna() if "peak_note" in g else ()
+        why = notes.iloc[0] if len(notes) else "no peak known for this hardware"  # a GPU's note says which
+        out.append(f"  MFU: — ({why}; give --peak_tflops to compute it)")
     elif (g["model"] == "transformer").any():
         out.append("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and "
                    "PaLM count it: compare it with figures that do the same")

@@ -17,6 +17,12 @@ SIGKILL after SLURM's KillWait; scancel and the time limit likewise). The main t
 loop stops at the next step the ranks agree on (signals.py), but a main thread blocked in a device sync runs no
 handler: if no progress follows the signal for `sigterm_grace` seconds, the thread records the run itself
 (`on_stall(line, "SIGTERM")`), well inside KillWait. Armed for every run of several ranks, on any backend.
+
+With --compile the first batch of a process also compiles the model (the forward graph, then the backward one
+at its first call): minutes for the xl GPT, more than the 162 s of the default --timeout. That batch gets
+COMPILE_ALLOWANCE_S on top. The rank is compiling, in no collective, for nearly all of it; the price is that a
+peer that dies during that first batch is recorded up to COMPILE_ALLOWANCE_S later, or, if the watchdog's
+--timeout runs out first, not recorded at all (raise --timeout with --compile, docs/08).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Callable
 
 NCCL_FRACTION = 0.9  # of --timeout: the deadline fires this long after the last progress, before the watchdog
 SIGTERM_GRACE_S = (1.0, 10.0)  # after SIGTERM, no progress for 3 median steps, within these bounds: blocked
+COMPILE_ALLOWANCE_S = 600.0  # more for the first batch under --compile: torch.compile's first compile of xl
 
 
 def stall_seconds(timeout_s: float, backend: str | None, blocks_like_nccl: bool = False) -> float | None:
@@ -46,6 +53,14 @@ def sigterm_grace(step_s: float) -> float:
     return min(high, max(low, 3 * step_s))
 
 
+def first_batch_seconds(seconds: float | None, compile: bool) -> float | None:
+    """The deadline before this process's first batch has ended: `seconds`, plus COMPILE_ALLOWANCE_S with
+    --compile (that batch compiles the model)."""
+    if seconds is None or not compile:
+        return seconds
+    return seconds + COMPILE_ALLOWANCE_S
+
+
 class StallDeadline:
     """Calls `on_stall(line)` once, from its own thread, when `progress()` did not change for `seconds`, or
     `on_stall(line, "SIGTERM")` when it did not change for `grace()` seconds after a SIGTERM (with `signals`).
@@ -57,12 +72,13 @@ class StallDeadline:
 
     def __init__(self, seconds: float | None, on_stall: Callable[..., None], progress: Callable[[], tuple],
                  poll_s: float = 0.2, signals=None, grace: Callable[[], float] = lambda: SIGTERM_GRACE_S[0],
-                 on_idle: Callable[[], None] | None = None):
+                 on_idle: Callable[[], None] | None = None, first_seconds: float | None = None):
         self.seconds, self.on_stall, self.progress, self.poll_s = seconds, on_stall, progress, poll_s
         # on_idle: called once when progress has stopped for grace() seconds, and once more when it resumes (the
         # rank posts how far it got: rank 0, blocked, names the rank furthest behind; failure.record_stall)
         self.on_idle = on_idle
         self.signals, self.grace = signals, grace  # signals: a RunSignals (its wait() sees SIGTERM off the main thread)
+        self.first_seconds = first_seconds or seconds  # until the first batch has ended (first_batch_seconds)
         self.fired = False
         self._held = False
         self._stop = threading.Event()
@@ -108,15 +124,19 @@ class StallDeadline:
                 self.on_idle()
             if count != seen or self._held:
                 seen, last = count, now
-            elif term_at is not None and now - max(last, term_at) >= self.grace():
+                continue
+            if term_at is not None and now - max(last, term_at) >= self.grace():
                 self.fired = True
                 where = f"during step {count[1] + 1}" if count[1] else "before the first step ended"
                 self.on_stall(f"received SIGTERM while blocked {where}: no progress for {now - term_at:.1f} s after "
                               "it (srun --kill-on-bad-exit after a rank failed, scancel or the time limit)", "SIGTERM")
                 return
-            elif self.seconds is not None and now - last >= self.seconds:
+            first = count[0] == 0 and self.first_seconds != self.seconds
+            limit = self.first_seconds if first else self.seconds
+            if limit is not None and now - last >= limit:
                 self.fired = True
                 where = f"during step {count[1] + 1}" if count[1] else "before the first step ended"
-                self.on_stall(f"no progress for {self.seconds:g} s {where}: blocked in a collective or device "
-                              f"sync (stall deadline = {NCCL_FRACTION:g} x --timeout)")
+                allowance = f" + {self.first_seconds - self.seconds:g} s for --compile's first batch" if first else ""
+                self.on_stall(f"no progress for {limit:g} s {where}: blocked in a collective or device "
+                              f"sync (stall deadline = {NCCL_FRACTION:g} x --timeout{allowance})")
                 return

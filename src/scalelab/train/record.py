@@ -110,19 +110,17 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
 
 
 def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
-    """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where a peak is known."""
+    """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where the datasheet table knows the
+    device's peak, else `peak_note` says why there is none (the report prints it beside MFU's "—")."""
     flops = ctx.workload.flops_per_sample if ctx.workload else None
     if not flops or not summary.get("samples_per_s"):
         return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
     achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12
-    peak = None
+    peak, note = None, None  # on CPU the report says it itself
     if ctx.launch.accelerator == "gpu":
-        import torch
-
-        peak = (perfmodel.peak_tflops(per_rank[0]["device_name"], ctx.cfg.precision)
-                or perfmodel.lightning_peak_tflops(torch.device("cuda", 0), ctx.cfg.precision))
+        peak, note = perfmodel.peak_or_reason(per_rank[0]["device_name"], ctx.cfg.precision)
     return {"flops_per_sample": flops, "tflops_per_device": achieved, "peak_tflops": peak,
-            "mfu": perfmodel.mfu(achieved, peak)}
+            "mfu": perfmodel.mfu(achieved, peak), **({"peak_note": note} if note else {})}
 
 
 def _num(value):

@@ -251,7 +251,7 @@ def stall_deadline(ctx, watch, injected):
     """deadline.py: under NCCL a dead peer blocks the survivors without an error; record before the watchdog."""
     from scalelab.testing.faults import blocks_like_nccl, wedge_anywhere
     from scalelab.train import failure, peers
-    from scalelab.train.deadline import StallDeadline, sigterm_grace, stall_seconds
+    from scalelab.train.deadline import StallDeadline, first_batch_seconds, sigterm_grace, stall_seconds
 
     several = ctx.launch.world_size > 1
     backend = ctx.launch.backend if several else None
@@ -268,7 +268,8 @@ def stall_deadline(ctx, watch, injected):
                          lambda: (clock.batches, clock.steps, clock.buckets.issued, watch.signals.ending),
                          signals=watch.signals if several else None, grace=lambda: sigterm_grace(step_s()),
                          on_idle=(lambda: ctx.rank and peers.post_progress(
-                             ctx.rank, (clock.steps, clock.batches, clock.buckets.issued))) if several else None)
+                             ctx.rank, (clock.steps, clock.batches, clock.buckets.issued))) if several else None,
+                         first_seconds=first_batch_seconds(seconds, ctx.cfg.compile))
 
 
 def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
