@@ -317,3 +317,11 @@ def test_the_model_rows_are_those_of_the_links_there_is_a_fit_for():
     assert node.step_s_no_overlap == pytest.approx(0.1 + 8e-5 + 8e-3)
     assert [(r.nodes, r.gpus) for r in calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), None, inter)] == [
         (1, 1), (2, 4), (4, 8)]
+
+
+def test_a_workloads_calls_are_its_buckets_however_the_bytes_divide():
+    """1 GB in 29 calls: 29 latency bills (29 · 2 · 10 µs over 2 ranks), not 30 because 1e9 / 29 rounds down."""
+    intra = calibrate.RingFit(1e-5, 2.0, 0.0, 2, ("a",))
+    assert calibrate.inputs_for(0.1, 1e9, 29, 2, (1,), intra, None).buckets == 29
+    node = calibrate.model_rows(0.1, 1e9, 29, 2, (1,), intra, None)[-1]
+    assert node.latency_term_s == pytest.approx(29 * 2 * 1e-5)
