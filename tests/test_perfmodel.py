@@ -447,6 +447,8 @@ def test_busbw_between_and_beyond_the_measured_sizes():
         net.busbw_at(rows, -1)
     with pytest.raises(ValueError, match="^no rows with a busbw to interpolate$"):
         net.busbw_at([{"bytes": 1, "busbw_GBps": None}], 1)
+    with pytest.raises(ValueError, match="^no measured sizes around nan bytes: a size that is not a number$"):
+        net.busbw_at(rows, float("nan"))  # e.g. a gradient size missing from a results frame
 
 
 def test_the_plateau_is_the_median_of_the_three_largest_sizes():
