@@ -232,3 +232,96 @@ def test_an_exposure_nobody_measured_is_a_wide_band_not_a_point():
     assert (band.low, band.mid, band.high) == (0.0, 1.0, 2.0) and where.startswith("none measured: x from 0 to 2")
     steps = [0.100 + x * 0.010 for x in (band.low, band.mid, band.high)]
     assert steps == pytest.approx([0.100, 0.110, 0.120])
+
+
+# --- the calibrated model's own rules (perfmodel/calibrate.py), worked by hand ------------------------------------
+
+def test_one_size_cannot_tell_latency_from_bandwidth_so_beta_is_fitted_alone():
+    """16 MB over 2 ranks in 10 ms and in 20 ms: busbw v = 1.6 and 0.8 GB/s, and with α = 0 the relative errors are
+    v / β − 1, least squares at 1/β = Σv / Σv² = 2.4 / 3.2: β = 4/3 GB/s. Predicted 12 ms: errors +0.2 and −0.4, whose
+    root mean square is √0.1."""
+    fit = calibrate.fit_ring([Point(2, 16e6, 1, 0.010, "a"), Point(2, 16e6, 1, 0.020, "b")])
+    assert fit.alpha_s == 0 and fit.beta_GBps == pytest.approx(4 / 3)
+    assert fit.residual == pytest.approx(0.1 ** 0.5) and fit.points == 2 and fit.sources == ("a", "b")
+
+
+def test_times_that_do_not_grow_with_size_fit_beta_alone_not_an_infinite_bandwidth():
+    """1 MB and 2 MB over 2 ranks, both in 1 ms: α = 0.5 ms and 1/β = 0 fit exactly, but β must be finite. β alone:
+    v = 1 and 2 GB/s, 1/β = Σv / Σv² = 3/5, β = 5/3 GB/s; predicted 0.6 and 1.2 ms, errors −0.4 and +0.2."""
+    fit = calibrate.fit_ring([Point(2, 1e6, 1, 0.001, "a"), Point(2, 2e6, 1, 0.001, "b")])
+    assert fit.alpha_s == 0 and fit.beta_GBps == pytest.approx(5 / 3)
+    assert fit.residual == pytest.approx(0.1 ** 0.5)
+
+
+def test_a_point_without_a_call_count_carries_no_latency():
+    """calls = 0: the α column is all zero, nothing to separate; β alone, 1 GB in 0.5 s over 2 ranks = 2 GB/s."""
+    fit = calibrate.fit_ring([Point(2, 1e9, 0, 0.5, "a")])
+    assert (fit.alpha_s, fit.beta_GBps, fit.residual) == (0, pytest.approx(2.0), pytest.approx(0, abs=1e-12))
+
+
+def test_points_without_a_time_or_bytes_are_left_out_one_byte_is_kept():
+    points = [Point(2, 1e6, 1, ring(2, 1e6), "a"), Point(2, 8e6, 1, ring(2, 8e6), "b"),
+              Point(2, 4e6, 1, 0.0, "no time"), Point(2, 0, 1, 0.001, "no bytes"), Point(2, 1, 1, ring(2, 1), "1 B")]
+    fit = calibrate.fit_ring(points)
+    assert fit.points == 3 and fit.sources == ("a", "b", "1 B")
+    assert fit.alpha_s == pytest.approx(ALPHA, rel=1e-6) and fit.beta_GBps == pytest.approx(BETA, rel=1e-6)
+
+
+def test_a_slow_link_separates_latency_from_bandwidth_as_a_fast_one_does():
+    """An emulated 10 Mbit/s link (β = 1.25e-3 GB/s) with 1 ms a step: 1 MB and 2 MB over 2 ranks take 2 ms + 0.8 s
+    and 2 ms + 1.6 s. Whether two sizes can be told apart is a matter of the angle between the α and β columns,
+    not of their units: α and β are recovered here too."""
+    fit = calibrate.fit_ring([Point(2, 1e6, 1, 0.002 + 0.8, "a"), Point(2, 2e6, 1, 0.002 + 1.6, "b")])
+    assert fit.alpha_s == pytest.approx(1e-3, rel=1e-6) and fit.beta_GBps == pytest.approx(1.25e-3, rel=1e-6)
+
+
+def test_a_fit_scaled_to_another_rate_keeps_its_latency():
+    fit = calibrate.RingFit(2e-5, 1.0, 0.05, 7, ("a", "b"))
+    assert fit.at_rate(2.5) == calibrate.RingFit(2e-5, 2.5, 0.05, 7, ("a", "b"))
+
+
+def test_below_two_ranks_there_is_no_ring_and_the_link_is_not_read():
+    """One rank (or none) all-reduces nothing: 0 s, even on a fit scaled to a rate of 0, which two ranks refuse."""
+    stopped = calibrate.RingFit(2e-5, 1.0, 0.0, 1, ("a",)).at_rate(0.0)
+    assert stopped.seconds(1, S) == 0.0 and stopped.seconds(0, S) == 0.0
+    with pytest.raises(ValueError, match="^bandwidth_GBps must be a positive number, got 0.0$"):
+        stopped.seconds(2, S)
+
+
+def test_the_exposed_factor_is_what_a_step_paid_per_second_of_all_reduce():
+    assert calibrate.exposed_factor(0.130, 0.100, 0.020) == pytest.approx(1.5)
+    assert calibrate.exposed_factor(0.130, 0.100, 0.0) is None  # no all-reduce to compare with
+    assert calibrate.exposed_factor(0.130, 0.100, -0.01) is None
+
+
+def test_a_band_holds_its_ends_and_a_step_band_never_credits_a_negative_exposure():
+    band = Band(1.0, 2.0, 3.0)
+    assert band.contains(1.0) and band.contains(3.0) and not band.contains(0.99) and not band.contains(3.01)
+    # step = 1 s + x · 0.1 s, t ± 10 %: x in [0.5, 0.8, 1.5] -> 1 + 0.5·0.09, 1 + 0.08, 1 + 1.5·0.11
+    step = calibrate.step_band(Band(1.0, 1.0, 1.0), 0.1, Band(0.5, 0.8, 1.5), 0.1)
+    assert (step.low, step.mid, step.high) == pytest.approx((1.045, 1.08, 1.165))
+    # x in [-0.2, 0.3, 0.6]: the low end adds nothing (no all-reduce saves time), the high end 0.6·0.11
+    step = calibrate.step_band(Band(1.0, 1.0, 1.0), 0.1, Band(-0.2, 0.3, 0.6), 0.1)
+    assert (step.low, step.mid, step.high) == pytest.approx((1.0, 1.03, 1.066))
+
+
+def test_the_model_rows_are_those_of_the_links_there_is_a_fit_for():
+    """2 GPUs a node, 16 MB in 4 calls, 100 ms a step on one device. One node's link: α = 10 µs, β = 2 GB/s, so
+    one node's all-reduce is 4 · 2 · 10 µs + 16 MB / 2 GB/s = 0.08 ms + 8 ms."""
+    intra = calibrate.RingFit(1e-5, 2.0, 0.0, 2, ("a",))
+    inter = calibrate.RingFit(2e-5, 1.0, 0.0, 2, ("b",))
+    rows = calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), intra, None)
+    assert [(r.nodes, r.gpus) for r in rows] == [(1, 1), (1, 2)]
+    node = rows[1]
+    assert node.latency_term_s == pytest.approx(8e-5) and node.comm_s == pytest.approx(8e-5 + 8e-3)
+    assert node.step_s_no_overlap == pytest.approx(0.1 + 8e-5 + 8e-3)
+    assert [(r.nodes, r.gpus) for r in calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), None, inter)] == [
+        (1, 1), (2, 4), (4, 8)]
+
+
+def test_a_workloads_calls_are_its_buckets_however_the_bytes_divide():
+    """1 GB in 29 calls: 29 latency bills (29 · 2 · 10 µs over 2 ranks), not 30 because 1e9 / 29 rounds down."""
+    intra = calibrate.RingFit(1e-5, 2.0, 0.0, 2, ("a",))
+    assert calibrate.inputs_for(0.1, 1e9, 29, 2, (1,), intra, None).buckets == 29
+    node = calibrate.model_rows(0.1, 1e9, 29, 2, (1,), intra, None)[-1]
+    assert node.latency_term_s == pytest.approx(29 * 2 * 1e-5)

@@ -377,6 +377,16 @@ def test_a_hook_changes_the_bytes_on_the_wire_only():
     ({"compute_s": None, "flops_per_step": 1e12, "tflops": 100},
      "give compute_s, or flops_per_step with tflops and mfu"),
     ({"busbw_GBps": {2: 0}}, "busbw_GBps[2] must be a positive number, got 0"),
+    ({"intra_GBps": 0}, "intra_GBps must be a positive number, got 0"),
+    ({"grad_dtype_bytes": 0}, "grad_dtype_bytes must be a positive number, got 0"),
+    ({"n_params": 0}, "n_params must be a positive number, got 0"),
+    ({"grad_bytes": 0}, "grad_bytes must be a positive number, got 0"),
+    ({"flops_per_step": 0}, "flops_per_step must be a positive number, got 0"),
+    ({"tflops": 0}, "tflops must be a positive number, got 0"),
+    ({"mfu": 0}, "mfu must be a positive number, got 0"),
+    ({"bucket_bytes": 0}, "bucket_bytes must be a positive number, got 0"),
+    ({"tokens_per_step": 0}, "tokens_per_step must be a positive number, got 0"),
+    ({"intra_latency_s": float("inf")}, "intra_latency_s must be a number >= 0, got inf"),
 ])
 def test_scaling_inputs_name_what_is_wrong(given, message):
     with pytest.raises(ValueError) as err:
@@ -422,6 +432,8 @@ def test_a_measured_busbw_predicts_weak_and_strong_scaling():
     ((0, 1e9, 2, 1, 1.0), "step_s_1gpu must be a positive number, got 0"),
     ((0.1, -1, 2, 1, 1.0), "grad_bytes must be a number >= 0, got -1"),
     ((0.1, 1e9, 6, 4, 1.0), "world_size 6 is not a multiple of nodes 4"),
+    ((0.1, 1e9, 0, 1, 1.0), "world_size must be a positive number, got 0"),
+    ((0.1, 1e9, 2, 0, 1.0), "nodes must be a positive number, got 0"),
     ((0.1, 1e9, 2, 1, None), "busbw_GBps is needed for world_size > 1"),
     ((0.1, 1e9, 2, 1, 1.0, "linear"), "scaling must be 'weak' or 'strong', got 'linear'"),
 ])
@@ -474,14 +486,29 @@ def test_the_network_arithmetic_by_hand():
         net.allreduce_bytes_per_rank(-1, 2)
 
 
+def test_the_all_reduce_time_names_a_bad_rank_count_or_busbw_first():
+    """A rank count is checked before anything is computed from it: True is not one rank, and a bad n is named
+    even where the byte count is bad too; a busbw of 0 is refused, not divided by."""
+    net = pm.network
+    with pytest.raises(ValueError, match="^n must be a positive number, got True$"):
+        net.allreduce_time_s(1e9, True, 10.0)
+    with pytest.raises(ValueError, match="^n must be a positive number, got 0$"):
+        net.allreduce_time_from_busbw_s(-1, 0, 10.0)
+    with pytest.raises(ValueError, match="^busbw_GBps must be a positive number, got 0$"):
+        net.allreduce_time_from_busbw_s(1e9, 4, 0)
+
+
 def test_the_ring_runs_on_the_slowest_link_it_crosses():
     net = pm.network
     assert net.ring_for(1, 1, 300, 25, 1e-6, 5e-6) == net.Ring(1, None, 0.0, "none")
     assert net.ring_for(1, 8, 300, 25, 1e-6, 5e-6) == net.Ring(8, 300, 1e-6, "intra")
     assert net.ring_for(2, 8, 300, 25, 1e-6, 5e-6) == net.Ring(16, 25, 5e-6, "inter")
     assert net.ring_for(4, 1, 300, 25) == net.Ring(4, 25, 0.0, "inter")
+    assert net.ring_for(1, 8, 300, 25) == net.Ring(8, 300, 0.0, "intra")  # no latency given: none charged
     with pytest.raises(ValueError, match="^nodes must be a positive number, got 0$"):
         net.ring_for(0, 8, 300, 25)
+    with pytest.raises(ValueError, match="^gpus_per_node must be a positive number, got 0$"):
+        net.ring_for(1, 0, 300, 25)
 
 
 def test_busbw_between_and_beyond_the_measured_sizes():
@@ -493,10 +520,26 @@ def test_busbw_between_and_beyond_the_measured_sizes():
     zero = [{"bytes": 1000, "busbw_GBps": 0.0}, {"bytes": 100_000, "busbw_GBps": 4.0}]
     assert net.busbw_at(zero, 10_000) == pytest.approx(2.0)  # log(0) undefined: linear in busbw
     assert net.busbw_at([{"bytes": 10, "busbw_GBps": 1.0}, {"bytes": 10, "busbw_GBps": 3.0}], 10) == 1.0
+    # the largest size is clamped to: its own measurement, not one re-derived through logs (exp(log 3) is not 3.0)
+    assert net.busbw_at([{"bytes": 1024, "busbw_GBps": 1.0}, {"bytes": 4096, "busbw_GBps": 3.0}], 4096) == 3.0
+    # nccl-tests prints busbw with two decimals: a small size reads 0.00, and the size above it is reached linearly
+    # (w = 1: 0 + 1 x 3.0), not through the logs of the pair above
+    zero_first = [{"bytes": 1024, "busbw_GBps": 0.0}, {"bytes": 2048, "busbw_GBps": 3.0},
+                  {"bytes": 4096, "busbw_GBps": 6.0}]
+    assert net.busbw_at(zero_first, 2048) == 3.0
+    falls_to_zero = [{"bytes": 1000, "busbw_GBps": 4.0}, {"bytes": 100_000, "busbw_GBps": 0.0}]
+    assert net.busbw_at(falls_to_zero, 10_000) == pytest.approx(2.0)  # halfway, linear: no log of 0
     with pytest.raises(ValueError, match="^nbytes must be >= 0, got -1$"):
         net.busbw_at(rows, -1)
     with pytest.raises(ValueError, match="^no rows with a busbw to interpolate$"):
         net.busbw_at([{"bytes": 1, "busbw_GBps": None}], 1)
+    with pytest.raises(ValueError, match="^no measured sizes around nan bytes: a size that is not a number$"):
+        net.busbw_at(rows, float("nan"))  # e.g. a gradient size missing from a results frame
+
+
+def test_a_summary_of_no_rows_has_every_figure_and_none_of_them():
+    assert pm.network.bench_summary([]) == {"avg_busbw_GBps": None, "peak_busbw_GBps": None,
+                                            "large_msg_busbw_GBps": None}
 
 
 def test_the_plateau_is_the_median_of_the_three_largest_sizes():
@@ -620,3 +663,43 @@ def test_the_bandwidth_that_would_hide_the_all_reduce_and_the_largest_share_unde
                                          inter_GBps=500.0, scaling="strong", bucket_bytes=None))
     assert scaling.verdict(strong) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
                                        "0.00375 s <= compute 0.625 s")
+
+
+def test_accumulation_time_and_cost_by_hand():
+    """2 nodes of 1 GPU, 1 GB at 10 GB/s: the all-reduce takes 2 x 1/2 x 1 GB / 10 GB/s = 0.1 s. 40 ms a batch, 2
+    batches an optimizer step: no overlap 2 x 0.04 + 0.1 = 0.18 s, full overlap 0.04 + max(0.04, 0.1) = 0.14 s. Two
+    GPUs do 2 x 2 one-GPU batches a step: speedup 0.16 / 0.18 and 0.16 / 0.14; 1000 tokens a batch -> 4000 a step,
+    8e6 tokens = 2000 steps = 0.1 h and 280 / 3600 h; at 3 an hour for 2 GPUs, 0.6 and 280 / 3600 x 6."""
+    two = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2,), grad_bytes=1e9, inter_GBps=10, bucket_bytes=None,
+                                      compute_s=0.04, accumulate=2, tokens_per_step=1000, token_budget=8e6,
+                                      gpu_hour_price=3.0))[-1]
+    assert (two.comm_s, two.compute_s) == (pytest.approx(0.1), pytest.approx(0.08)) and two.comm_bound
+    assert (two.step_s_no_overlap, two.step_s_overlap) == (pytest.approx(0.18), pytest.approx(0.14))
+    assert (two.speedup_no_overlap, two.speedup_overlap) == (pytest.approx(0.16 / 0.18), pytest.approx(0.16 / 0.14))
+    assert two.efficiency_overlap == pytest.approx(0.16 / 0.14 / 2)
+    assert two.tokens_per_step == 4000
+    assert (two.train_h_no_overlap, two.train_h_overlap) == (pytest.approx(0.1), pytest.approx(280 / 3600))
+    assert (two.cost_no_overlap, two.cost_overlap) == (pytest.approx(0.6), pytest.approx(280 / 3600 * 6))
+
+
+def test_an_all_reduce_exactly_as_long_as_compute_is_not_communication_bound():
+    """1 GB over 2 ranks at 10 GB/s: 0.1 s, as long as the 0.1 s of compute: full overlap hides it all."""
+    rows = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2,), grad_bytes=1e9, inter_GBps=10,
+                                       bucket_bytes=None, compute_s=0.1))
+    assert rows[-1].comm_s == rows[-1].compute_s == 0.1 and not rows[-1].comm_bound
+    assert scaling.verdict(rows).startswith("compute-bound at every scale")
+    tie = scaling.predict_from_busbw(0.1, 1e9, 2, 1, 10.0)
+    assert tie.comm_s == tie.compute_s == 0.1 and not tie.comm_bound
+
+
+def test_an_mfu_of_one_is_the_peak_itself():
+    """mfu is a fraction of peak, 0 < mfu <= 1: at 1, 1e12 FLOP at 100 TFLOP/s take 10 ms."""
+    i = pm.ScalingInputs(gpus_per_node=1, grad_bytes=1e9, flops_per_step=1e12, tflops=100, mfu=1.0)
+    assert i.compute_s_1gpu == pytest.approx(0.01)
+
+
+def test_the_formula_names_accumulation_from_two_batches_and_latency_in_microseconds():
+    i = pm.ScalingInputs(gpus_per_node=2, grad_bytes=1e9, compute_s=0.1, accumulate=2, intra_latency_s=0.1234564)
+    text = scaling.formula(i)
+    assert "accumulation: an optimizer step computes K = 2 batches and all-reduces once" in text
+    assert "alpha = 123456 us;" in text  # 0.1234564 s = 123456.4 us, to 6 significant digits

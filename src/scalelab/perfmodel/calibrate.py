@@ -91,7 +91,10 @@ def inputs_for(baseline_step_s: float, nbytes: float, calls: int, gpus_per_node:
                          intra_GBps=beta(intra), inter_GBps=beta(inter),
                          intra_latency_s=intra.alpha_s if intra else 0.0,
                          inter_latency_s=inter.alpha_s if inter else 0.0,
-                         compute_s=baseline_step_s, bucket_bytes=nbytes / max(1, calls))
+                         compute_s=baseline_step_s,
+                         # the next float up: `calls` buckets of it hold all nbytes, so ScalingInputs counts `calls`
+                         # all-reduces, not one more where nbytes / calls rounds down (1e9 / 29)
+                         bucket_bytes=math.nextafter(nbytes / max(1, calls), math.inf))
 
 
 @dataclass(frozen=True)

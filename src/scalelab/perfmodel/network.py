@@ -209,4 +209,5 @@ def busbw_at(rows, nbytes: float) -> float:
             if y0 > 0 and y1 > 0:
                 return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
             return y0 + w * (y1 - y0)
-    raise AssertionError("unreachable: nbytes lies inside the measured range")
+    # only a size that is not a number (NaN: every comparison false) finds no pair around it
+    raise ValueError(f"no measured sizes around {nbytes} bytes: a size that is not a number")
