@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import FAKE_SECRETS, load_results, run_script
+from helpers import FAKE_SECRETS, load_results, run_script
 from scalelab import results
 from scalelab.bench import allreduce
 from scalelab.bench.allreduce import size_type

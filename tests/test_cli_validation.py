@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import SRC, run_script
+from helpers import SRC, run_script
 
 
 def unwritable_dir():

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from conftest import two_gloo_ranks
+from helpers import two_gloo_ranks
 from scalelab.train import comm
 
 pytestmark = pytest.mark.slow

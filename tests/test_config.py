@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import run_script
+from helpers import run_script
 from scalelab import config
 from scalelab.errors import UsageError
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import SRC, run_script
+from helpers import SRC, run_script
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.launch.cluster import Launch

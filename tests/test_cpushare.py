@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import load_results, run_script
+from helpers import load_results, run_script
 from scalelab.train import cpushare
 
 SPIN = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script
+from helpers import FAKE_SECRETS, ROOT, SRC, load_results, run_script
 from scalelab.report import frames
 
 pytestmark = pytest.mark.slow

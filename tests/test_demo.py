@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SRC
+from helpers import ROOT, SRC
 
 pytestmark = pytest.mark.slow
 

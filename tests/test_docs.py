@@ -37,7 +37,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SRC, load_results, run_script
+from helpers import ROOT, SRC, load_results, make_result, run_script
 from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.launch import cluster, link_env, netns
 from scalelab.report import explain, frames, plots, tables
 from test_explain import ROWS, _with_comm
-from test_results import make_result
 
 RATE_GBIT = 0.2  # 0.025 GB/s: a 4 MiB all-reduce takes about 0.17 s, so the benchmark stays short
 BENCH = ["src/allreduce_bench.py", "--min_bytes", "1M", "--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]

@@ -6,12 +6,11 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import results
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
 from scalelab.train import comm, timing
-from test_results import make_result
 
 
 def test_union_of_bucket_intervals():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import load_results, start, wait_for_banner
+from helpers import load_results, start, wait_for_banner
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import FAKE_SECRETS, ROOT, SRC, load_results, run_script, start, wait_for_banner
+from helpers import FAKE_SECRETS, ROOT, SRC, load_results, run_script, start, wait_for_banner
 from scalelab.train.loop import SYNC_EVERY
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ def test_run_ids_unique_across_many_processes():
 
 def _write(args):
     folder, run_id = args
-    from test_results import make_result
+    from helpers import make_result
 
     return results.write(folder, make_result(run_id))
 

@@ -7,13 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import perfmodel as pm
 from scalelab import results
 from scalelab.perfmodel import calibrate
 from scalelab.perfmodel.calibrate import Band, Point
 from scalelab.report import explain, forecast, forecast_view, frames
-from test_results import make_result
 
 ALPHA, BETA, S, STEP1 = 20e-6, 1.0, 16e6, 0.100
 LINK = {"gbit": 8.0, "emulated": True, "latency_ms": None, "latency_requested_ms": None}

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SRC
+from helpers import ROOT, SRC
 from scalelab.train.comm import is_probe
 from scalelab.train.loop import SYNC_EVERY
 

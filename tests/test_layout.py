@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from conftest import ROOT
+from helpers import ROOT
 
 PACKAGE = ROOT / "src" / "scalelab"
 MAX_MODULE_LINES = 400

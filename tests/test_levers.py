@@ -6,7 +6,7 @@ as part of the workload (each setting its own scaling group)."""
 
 import pytest
 
-from conftest import load_results, run_script
+from helpers import load_results, run_script
 from scalelab import config
 from scalelab.errors import UsageError
 from scalelab.perfmodel.levers import gradient_shapes, wire_bytes

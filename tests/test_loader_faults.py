@@ -6,9 +6,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import results
-from test_results import make_result
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

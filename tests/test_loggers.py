@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import FAKE_SECRETS, run_script
+from helpers import FAKE_SECRETS, run_script
 from scalelab import results
 from scalelab.train.loggers import check
 from scalelab.train.metrics import StepMetrics
@@ -163,7 +163,7 @@ def test_a_claimed_folder_is_the_run_folder_and_never_shared(tmp_path):
     a = results.claim_folder(str(tmp_path), "same-id")
     b = results.claim_folder(str(tmp_path), "same-id")
     assert a != b and os.path.basename(b).startswith("same-id-")
-    from test_results import make_result
+    from helpers import make_result
 
     path = results.write(str(tmp_path), make_result("same-id"), folder=b)
     assert os.path.dirname(path) == b and json.loads(open(path).read())["run_id"] == os.path.basename(b)

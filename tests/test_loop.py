@@ -5,7 +5,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
-from conftest import run_script
+from helpers import run_script
 from scalelab.train import loop
 from scalelab.train.clock import StepClock
 from scalelab.train.signals import RunSignals

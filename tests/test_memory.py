@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from conftest import run_script
+from helpers import run_script
 from scalelab import perfmodel as pm
 from scalelab.perfmodel import memory
 from scalelab.workloads.nets.gpt import GPT

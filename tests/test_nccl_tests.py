@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import results
 from scalelab.bench import allreduce, nccl_format, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
 from scalelab.perfmodel.network import bandwidths, plateau_busbw
 from scalelab.report import cli, explain, export
 from test_explain import _with_comm
-from test_results import make_result
 
 MiB = 2**20
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import run_script
+from helpers import run_script
 
 WORKED = ["--params", "2B", "--grad_dtype", "fp32", "--gpus_per_node", "8", "--nodes", "1", "4",
           "--seq_len", "2048", "--global_batch", "16", "--recompute", "--tflops", "312", "--mfu", "0.5"]

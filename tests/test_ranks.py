@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, load_results, run_script, start, wait_for_banner
+from helpers import ROOT, load_results, make_result, run_script, start, wait_for_banner
 from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report import cli, ranks
 from scalelab.train import cpushare, timing
-from test_results import make_result
 from test_slurm import _wait_for, sacct_state
 
 

@@ -8,14 +8,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import results
 from scalelab.cli import run_main
 from scalelab.errors import UsageError
 from scalelab.report import reference
 from scalelab.report.cli import main
 from test_explain import ROWS, _bench
-from test_results import make_result
 
 PERF = re.compile(r"^PERF (\S+)=(\S+)(?: (\S+))?$")
 

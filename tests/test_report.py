@@ -8,11 +8,10 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import SRC, run_script
+from helpers import SRC, make_result, run_script
 from scalelab import results
 from scalelab.report import tables
 from scalelab.report.frames import link_label, runs_frame, scaling_frame
-from test_results import make_result
 
 
 def frames(found):

@@ -8,11 +8,10 @@ import pytest
 from matplotlib import image
 from matplotlib.container import BarContainer
 
-from conftest import run_script
+from helpers import make_result, run_script
 from scalelab import results
 from scalelab.report import explain, frames, plots
 from test_explain import ROWS, _bench, _with_comm
-from test_results import make_result
 
 
 def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):

@@ -3,11 +3,11 @@ equal number of samples, and the bytes on the wire a hook recorded."""
 
 import pytest
 
+from helpers import make_result
 from scalelab import results
 from scalelab.report import levers
 from scalelab.report.cli import build
 from scalelab.report.tables import render
-from test_results import make_result
 
 
 def _run(tmp_path, run_id, world, samples_per_s, losses, **levers_set):

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import two_gloo_ranks
+from helpers import two_gloo_ranks
 from scalelab.train import requeue
 from scalelab.train.loop import SYNC_EVERY
 from scalelab.train.signals import RunSignals, Terminated

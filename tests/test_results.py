@@ -6,26 +6,9 @@ import re
 
 import pytest
 
+from helpers import make_result
 from scalelab import results
 from scalelab.report import frames, tables
-
-
-def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp", status="completed", **workload):
-    """A minimal valid training result, as the report reads it (used by report tests too)."""
-    data = results.envelope("training", run_id)
-    data.update(
-        status=status, error=None if status == "completed" else "boom",
-        workload={"model": model, "batch_size": 64, "scaling": "weak", "precision": "32",
-                  "describe": model, "params": 1000, "batch_per_device": 64, "global_batch": 64 * world,
-                  **workload},
-        launch={"launcher": "local", "world_size": world, "num_nodes": nodes, "procs_per_node": world // nodes,
-                "accelerator": "cpu", "device_names": ["cpu"], "threads_per_proc": 1},
-        timing={"samples_per_s": samples_per_s, "tokens_per_s": None, "train_time_s": 1000 / samples_per_s,
-                "step_time_s": {"median": 0.01}, "epoch_times_s": [1.0], "time_to_first_step_s": 3.0,
-                "whole_run_s": 5.0},
-        metrics={"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
-    )
-    return data
 
 
 @pytest.mark.parametrize("name", ["WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "awsSecretAccessKey",

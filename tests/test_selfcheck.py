@@ -7,9 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, load_results, run_script
+from helpers import ROOT, load_results, make_result, run_script
 from scalelab import selfcheck
-from test_results import make_result
 
 
 def gpu_run(**launch):

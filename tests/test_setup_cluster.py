@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 PIN = re.search(r"^TORCH *\?= *(torch==\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 SHOW = 'env | grep -E "^(SBATCH|NCCL|SCALELAB_(ACCELERATOR|SITE_SET))" | sort'
 

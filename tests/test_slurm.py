@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_results, run_script
+from helpers import ROOT, load_results, run_script
 from scalelab.report import frames
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, _cannot_run_reason, _cluster_running, load_results
+from helpers import ROOT, load_results, slurm_cannot_run_reason, slurm_cluster_running
 from test_slurm import sacct_state, sbatch_wait
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -57,10 +57,10 @@ def _ours_left():
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory):
     """The linked cluster, started here (and stopped at the end) unless one is already running."""
-    reason = _cannot_run_reason()
+    reason = slurm_cannot_run_reason()
     if reason:
         pytest.skip(reason)  # under CI=true conftest turns this skip into a failure: CI must run these
-    already_up = _cluster_running(STATE_DIR)  # someone else's: use it, never stop it
+    already_up = slurm_cluster_running(STATE_DIR)  # someone else's: use it, never stop it
     use_ip = _ip() is not None
     before = None if already_up else _host_network(use_ip)
     started = time.time()

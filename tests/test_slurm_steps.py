@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, run_script
+from helpers import ROOT, run_script
 from scalelab.launch import cluster
 
 # what `salloc -N2` then `srun -n 2 ...` gives each task (printed by the tasks on the local cluster)

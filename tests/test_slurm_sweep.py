@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, load_results
+from helpers import ROOT, load_results
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 WORKLOAD = ("--threads", "1", "--num_samples", "4096", "--max_epochs", "1")  # the MLP, a few steps

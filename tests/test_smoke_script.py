@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import SLURM_CLUSTER
+from helpers import SLURM_CLUSTER
 
 SBATCH = r"""#!/bin/bash
 # job ids 1, 2, ...; sacct answers from the job's file; the outputs the cluster's jobs print

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import FAKE_SECRETS, load_results, run_script
+from helpers import FAKE_SECRETS, load_results, run_script
 
 pytestmark = pytest.mark.slow
 MLP = ["--model", "mlp", "--num_samples", "2048", "--max_epochs", "1", "--warmup_steps", "2"]

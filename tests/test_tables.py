@@ -2,9 +2,9 @@
 
 import pandas as pd
 
+from helpers import make_result
 from scalelab.report import explain, tables
 from scalelab.report.frames import runs_frame, scaling_frame
-from test_results import make_result
 
 
 def _pipe(text: str) -> list:

@@ -8,7 +8,7 @@ of a run costs in memory is measured by benchmarks/end_of_run_memory.py.)
 
 import pytest
 
-from conftest import load_results, run_script
+from helpers import load_results, run_script
 
 pytestmark = pytest.mark.slow
 GPT = ["--model", "transformer", "--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--timeout", "60"]

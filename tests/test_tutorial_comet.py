@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from conftest import SRC, run_script
+from helpers import SRC, run_script
 from scalelab import config
 from scalelab.train import loggers
 

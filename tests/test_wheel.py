@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 pytestmark = pytest.mark.slow
 SCRIPTS = ("train", "report", "demo", "submit", "predict", "allreduce", "selfcheck", "emulate")

@@ -1,0 +1,122 @@
+"""What the tests share, imported by name (`from helpers import run_script`): the repository's paths, running the
+real entry scripts as a user would (in subprocesses), two gloo ranks, and constructed results. conftest.py keeps
+only pytest's part (fixtures and hooks)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+SLURM_CLUSTER = ROOT / "tests" / "slurm_cluster"
+SLURM_STATE_DIR = os.environ.get("SCALELAB_SLURM_DIR", "/tmp/scalelab-slurm")
+sys.path.insert(0, str(SRC))
+
+FAKE_SECRETS = {
+    "WANDB_API_KEY": "wandb-fake-4f1c9e",
+    "HF_TOKEN": "hf_fake_8d2b7a",
+    "AWS_SECRET_ACCESS_KEY": "aws-fake-secret-77e1",
+    "NCCL_FAKE_TOKEN": "nccl-fake-token-31aa",  # secret-looking even inside the NCCL_* allow-list
+}
+
+
+def run_script(script, *args, env=None, timeout=300, cwd=ROOT):
+    """Run src/<script> with this interpreter; returns CompletedProcess (text)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, str(SRC / script), *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start(out, *args, env=None):
+    """train.py running in the background (output_dir = out); read its pipes, or wait_for_banner()."""
+    cmd = [sys.executable, str(SRC / "train.py"), *map(str, args), "--output_dir", str(out)]
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+
+
+def wait_for_banner(proc, limit=120):
+    """Until training is under way (the banner is printed just before fit)."""
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("scalelab:"):
+            return
+        assert line, f"train.py ended before training started: {proc.communicate()[1][-2000:]}"
+    raise AssertionError("no banner")
+
+
+def two_gloo_ranks(target, timeout=180) -> list:
+    """Run target(rank, queue) in two spawned processes joined by a gloo process group; [what each put]."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_gloo_rank, args=(target, rank, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return got
+
+
+def _gloo_rank(target, rank, port, out):
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        target(rank, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def load_results(folder):
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).rglob("result.json"))]
+
+
+def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp", status="completed", **workload):
+    """A minimal valid training result, as the report reads it (the report's tests build on it)."""
+    from scalelab import results
+
+    data = results.envelope("training", run_id)
+    data.update(
+        status=status, error=None if status == "completed" else "boom",
+        workload={"model": model, "batch_size": 64, "scaling": "weak", "precision": "32",
+                  "describe": model, "params": 1000, "batch_per_device": 64, "global_batch": 64 * world,
+                  **workload},
+        launch={"launcher": "local", "world_size": world, "num_nodes": nodes, "procs_per_node": world // nodes,
+                "accelerator": "cpu", "device_names": ["cpu"], "threads_per_proc": 1},
+        timing={"samples_per_s": samples_per_s, "tokens_per_s": None, "train_time_s": 1000 / samples_per_s,
+                "step_time_s": {"median": 0.01}, "epoch_times_s": [1.0], "time_to_first_step_s": 3.0,
+                "whole_run_s": 5.0},
+        metrics={"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
+    )
+    return data
+
+
+def slurm_cannot_run_reason():
+    """Why the local SLURM cluster cannot start on this machine (None: it can)."""
+    if os.geteuid() != 0:
+        return "the local SLURM cluster needs root (it installs slurm-wlm and starts daemons)"
+    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        return "no apt-get and no slurmctld: not a Debian machine"
+    return None
+
+
+def slurm_cluster_running(state_dir=SLURM_STATE_DIR) -> bool:
+    """The local cluster's slurmctld is up (its pid file names a live slurmctld)."""
+    try:
+        pid = int(open(os.path.join(state_dir, "slurmctld.pid")).read().strip())
+        return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
+    except (OSError, ValueError):
+        return False
