@@ -9,6 +9,7 @@ import pytest
 
 from helpers import ROOT, load_results, make_result, run_script
 from scalelab import selfcheck
+from scalelab.launch import cores
 
 
 def gpu_run(**launch):
@@ -59,6 +60,24 @@ def test_each_broken_claim_fails_with_its_reason():
     assert v["cores per rank"].note == "oversubscribed: rank 0 ran 4 threads on 1 core(s)"
     assert v["all-reduce time within its step"].figure == "at most 225 % of its step"
     assert "NCCL_IB_HCA" in v["NCCL transport between nodes"].note
+
+
+def test_gpu_ranks_left_on_shared_cores_are_said_to_share_not_failed():
+    """Unpinned GPU ranks (SCALELAB_NO_GPU_PIN=1, on a site whose srun binds nothing) each see their node's 16 cores;
+    2 ranks x 4 threads fit in 16, so the result is not marked oversubscribed and the claim says they shared."""
+    run = gpu_run()
+    for r in run["ranks"]:
+        r.update(cpu_affinity=list(range(16)), cpu_pin="off")
+    run["launch"]["oversubscribed"] = cores.shared_cores(run["ranks"])  # as the result records it
+    v = selfcheck.cores_per_rank(run)
+    assert (v.status, v.figure) == ("INFO", "≥ 16 core(s), 4 thread(s); shared, not pinned: ranks 0 and 1 shared "
+                                            "core 0")
+    assert v.note == "SCALELAB_NO_GPU_PIN=1 left the ranks unpinned"
+    for r in run["ranks"]:
+        r.update(threads=12)  # 2 x 12 threads on 16 cores: contention after all
+    run["launch"]["oversubscribed"] = cores.shared_cores(run["ranks"])
+    v = selfcheck.cores_per_rank(run)
+    assert (v.status, v.note) == ("FAIL", "oversubscribed: 2 ranks of one machine ran 24 threads on 16 core(s)")
 
 
 def test_what_a_cpu_rehearsal_cannot_show_is_skipped_saying_why():

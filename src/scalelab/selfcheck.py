@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 from scalelab import results
 from scalelab.cli import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
+from scalelab.launch import cores
 
 CLOCK_TOLERANCE = 0.05  # timed steps may cover the training loop to within 5 %
 BUSBW_FRACTION = 0.8  # an interconnect delivering under 80 % of what the site expects fails
@@ -58,14 +59,25 @@ def each_rank_own_device(run) -> Verdict:
 
 
 def cores_per_rank(run) -> Verdict:
+    """PASS where each rank had cores of its own; FAIL where ranks were oversubscribed; INFO where GPU ranks shared
+    their cores without being short of them (scalelab's pinning off, or a launcher that binds nothing): their
+    compute is on the GPU, so that is no contention, but neither is it a core of their own."""
     ranks = run["ranks"]
     if not all(r.get("cpu_affinity") for r in ranks):
         return Verdict("cores per rank", "SKIP", "not recorded", "a result from an older scalelab")
     fewest = min(len(r["cpu_affinity"]) for r in ranks)
     threads = max(r.get("threads") or 1 for r in ranks)
+    figure = f"≥ {fewest} core(s), {threads} thread(s)"
     problem = run["launch"].get("oversubscribed")
-    return Verdict("cores per rank", "FAIL" if problem else "PASS", f"≥ {fewest} core(s), {threads} thread(s)",
-                   problem or "")
+    if problem:
+        return Verdict("cores per rank", "FAIL", figure, problem)
+    shared = cores.sharing(ranks)
+    if shared:
+        off = any(r.get("cpu_pin") == "off" for r in ranks)
+        return Verdict("cores per rank", "INFO", f"{figure}; shared, not pinned: {shared}",
+                       f"{cores.ENV_NO_GPU_PIN}=1 left the ranks unpinned" if off else
+                       "no rank was pinned to cores near its GPU (docs/05)")
+    return Verdict("cores per rank", "PASS", figure)
 
 
 def backend_for(name: Optional[str], device: str) -> Optional[str]:

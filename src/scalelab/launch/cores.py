@@ -5,6 +5,7 @@ whatever the network does, and 8 ranks on 2 cores "scale" only core contention. 
 `--threads` cores (default 1), a rank runs on its own cores where the OS lets it, asking for more cores than
 the node has is refused (or, with --oversubscribe, recorded and flagged), and every rank records the cores it
 had, so the report can say what a device was and catch ranks that shared cores after the fact.
+A GPU rank that no launcher bound gets cores of its own near its GPU instead (pin_gpu).
 Torch-free: the launchers and the report import it.
 """
 
@@ -107,6 +108,134 @@ def pin(local_rank: int, threads: int, cores: list) -> list:
     return affinity()
 
 
+ENV_NO_GPU_PIN = "SCALELAB_NO_GPU_PIN"  # "1": leave a GPU rank on the cores its launcher gave it
+SYSFS = "/sys"
+
+
+def parse_cpulist(text: str) -> list:
+    """A sysfs CPU list, "0-3,8,10-11", as sorted CPU numbers (an empty file: none)."""
+    out = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-")
+            out.update(range(int(lo), int(hi) + 1))
+        elif part:
+            out.add(int(part))
+    return sorted(out)
+
+
+def pci_name(domain: int, bus: int, device: int) -> str:
+    """A GPU's PCI address as sysfs names it, from torch's device properties: (0, 0x3b, 0) -> "0000:3b:00.0"."""
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def gpu_numa_node(address: Optional[str], sysfs: str = SYSFS) -> Optional[int]:
+    """The NUMA node a PCI device hangs off, or None where the kernel does not say (-1: one node, or no firmware
+    table) or the address is unknown."""
+    text = _read(os.path.join(sysfs, "bus/pci/devices", address, "numa_node")) if address else None
+    try:
+        node = int(text) if text is not None else -1
+    except ValueError:
+        return None
+    return node if node >= 0 else None
+
+
+def numa_cpus(node: int, sysfs: str = SYSFS) -> list:
+    text = _read(os.path.join(sysfs, f"devices/system/node/node{node}/cpulist"))
+    return parse_cpulist(text) if text else []
+
+
+def split(cpus: list, parts: int, sysfs: str = SYSFS) -> Optional[list]:
+    """`cpus` in `parts` contiguous, disjoint slices, the first ones one core larger where they do not divide;
+    whole physical cores where sysfs names a CPU's hyperthread siblings (two ranks on the two threads of one core
+    would share it). None when there are fewer CPUs than parts."""
+    if parts < 1 or len(cpus) < parts:
+        return None
+    here = set(cpus)
+    units = {}  # the first CPU of a physical core -> its CPUs among `cpus`
+    for c in cpus:
+        text = _read(os.path.join(sysfs, f"devices/system/cpu/cpu{c}/topology/thread_siblings_list"))
+        mates = [m for m in parse_cpulist(text) if m in here] if text else [c]
+        units.setdefault(min(mates or [c]), set()).update(mates or [c])
+    if len(units) < parts:  # fewer physical cores than ranks: share-free slices of threads are the best there is
+        units = {c: {c} for c in cpus}
+    ordered = [sorted(units[k]) for k in sorted(units)]
+    size, extra = divmod(len(ordered), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(sorted(c for unit in ordered[start:end] for c in unit))
+        start = end
+    return out
+
+
+def gpu_slices(gpu_nodes: list, cores: list, sysfs: str = SYSFS) -> tuple:
+    """(slices, by_numa): each local rank's cores (index: local rank, whose GPU is cuda:<local rank>), disjoint.
+    By NUMA: the cores of a GPU's node among `cores`, split among the local ranks whose GPUs are on that node, in
+    local rank order. Where any GPU's node is unknown, or a node has fewer of `cores` than GPUs, `cores` split
+    evenly instead (by_numa False). Every local rank computes the same plan from the same inputs."""
+    if gpu_nodes and None not in gpu_nodes:
+        groups = {}
+        for local_rank, node in enumerate(gpu_nodes):
+            groups.setdefault(node, []).append(local_rank)
+        slices = [None] * len(gpu_nodes)
+        mine = set(cores)
+        for node, members in groups.items():
+            parts = split([c for c in numa_cpus(node, sysfs) if c in mine], len(members), sysfs)
+            if parts is None:
+                break
+            for local_rank, part in zip(members, parts):
+                slices[local_rank] = part
+        else:
+            return slices, True
+    return split(cores, len(gpu_nodes), sysfs), False
+
+
+def launcher_bound(cores: list, local_ranks: int, threads: Optional[int]) -> bool:
+    """Whether the launcher already gave this rank its own share: its cores could not hold every local rank's
+    (threads, else 1 core, each), or it is the node's only rank and has no more than its threads. srun with
+    --cpus-per-task under task/affinity binds each task to that many cores; a site that does not bind, torchrun
+    and a local launch leave every rank on all of the node's (or the job's) cores."""
+    share = threads or 1
+    return len(cores) < max(local_ranks * share, share + 1)
+
+
+def pin_gpu(local_rank: int, local_ranks: int, addresses: list, threads: Optional[int] = None,
+            sysfs: Optional[str] = None, environ=None) -> dict:
+    """Pin a GPU rank (the calling thread and those it starts later) to cores near its GPU, where its launcher
+    did not bind it: a disjoint slice of the cores of its GPU's NUMA node (torchrun's --numa-binding=exclusive,
+    NVIDIA's advice), else an even slice of its cores. Left alone where the launcher bound it, or with
+    SCALELAB_NO_GPU_PIN=1. `addresses`: the PCI addresses of cuda:0.. as this rank sees them.
+
+    Why: unbound, every rank's threads roam the whole node, across the socket link from their GPU, and the ranks'
+    records share every core. Returns what the rank's record keeps: {"cpu_pin": "numa" | "split" | "launcher" |
+    "off" | "refused", "numa_node": its GPU's node or None}."""
+    environ, sysfs = os.environ if environ is None else environ, sysfs or SYSFS
+    nodes = [gpu_numa_node(a, sysfs) for a in addresses[:local_ranks]]
+    nodes += [None] * (local_ranks - len(nodes))  # fewer GPUs visible than local ranks: no plan by NUMA
+    record = {"numa_node": nodes[local_rank] if local_rank < len(nodes) else None}
+    if environ.get(ENV_NO_GPU_PIN) == "1":
+        return {**record, "cpu_pin": "off"}
+    have = affinity()
+    if not have or local_rank >= local_ranks or launcher_bound(have, local_ranks, threads):
+        return {**record, "cpu_pin": "launcher"}
+    slices, by_numa = gpu_slices(nodes, have, sysfs)
+    try:
+        os.sched_setaffinity(0, slices[local_rank])
+    except OSError:  # a core outside this process's cpuset: keep the launcher's binding
+        return {**record, "cpu_pin": "refused"}
+    return {**record, "cpu_pin": "numa" if by_numa else "split"}
+
+
 def affinity() -> list:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
@@ -132,7 +261,11 @@ def machine_id() -> str:
 
 def shared_cores(ranks: list) -> Optional[str]:
     """One line naming ranks that ran more threads than they had cores, or ranks of one machine that ran on a
-    common core (oversubscribed), from their records; None when every rank had cores of its own."""
+    common core (oversubscribed), from their records; None when every rank had cores of its own.
+
+    GPU ranks left on common cores (scalelab's pinning off, a launcher that binds nothing) are flagged only where
+    their threads outnumber those cores: their compute is on the GPU, and the OS spreads host threads that fit.
+    sharing() says that they shared."""
     short = [r for r in ranks if r.get("cpu_affinity") and (r.get("threads") or 0) > len(r["cpu_affinity"])]
     if short:
         r = short[0]
@@ -148,10 +281,37 @@ def shared_cores(ranks: list) -> Optional[str]:
             seen.setdefault(key, r["rank"])
     if not clashes:
         return None
+    if all(str(r.get("device", "")).startswith("cuda") for r in ranks):
+        return crowded(ranks)
     a, b, core = clashes[0]
     pairs = len({(x, y) for x, y, _ in clashes})
     return (f"oversubscribed: ranks {a} and {b} shared core {core}" + (f" ({pairs} pairs of ranks shared cores)"
                                                                          if pairs > 1 else ""))
+
+
+def crowded(ranks: list) -> Optional[str]:
+    """The first machine whose ranks ran more threads than the cores they had among them, in one line; else None."""
+    machines = {}  # machine -> (cores, threads, ranks)
+    for r in ranks:
+        have, threads, count = machines.get(r.get("machine"), (set(), 0, 0))
+        machines[r.get("machine")] = (have | set(r.get("cpu_affinity") or []), threads + (r.get("threads") or 1),
+                                      count + 1)
+    for have, threads, count in machines.values():
+        if have and threads > len(have):
+            return f"oversubscribed: {count} ranks of one machine ran {threads} threads on {len(have)} core(s)"
+    return None
+
+
+def sharing(ranks: list) -> Optional[str]:
+    """"ranks 0 and 1 shared core 0" for the first two ranks of one machine that had a core in common; None when
+    each had cores of its own."""
+    seen = {}
+    for r in ranks:
+        for core in r.get("cpu_affinity") or []:
+            first = seen.setdefault((r.get("machine"), core), r["rank"])
+            if first != r["rank"]:
+                return f"ranks {first} and {r['rank']} shared core {core}"
+    return None
 
 
 def span(cores: list) -> str:

@@ -34,10 +34,11 @@ class RunContext:
     folder: Optional[str] = None  # rank 0: the run folder, claimed at the start when a logger writes into it
     unpinned: Optional[list] = None  # the cores this process had before its rank was pinned (given back at the end)
     resumed_from: Optional[str] = None  # a requeued job's checkpoint, loaded at the start
+    pinning: Optional[dict] = None  # a GPU rank: how its cores were chosen, its GPU's NUMA node (cores.pin_gpu)
 
     def rank_record(self) -> dict:
         """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
-        return self.clock.rank_record(self.rank, self.local_rank, self.node_rank)
+        return {**self.clock.rank_record(self.rank, self.local_rank, self.node_rank), **(self.pinning or {})}
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:

@@ -123,7 +123,10 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     fabric.launch()  # rank 0 starts the other local ranks here (they re-run this script); the process group forms
     ctx.rank, ctx.local_rank, ctx.node_rank = fabric.global_rank, fabric.local_rank, fabric.node_rank
     watch.joined(fabric.world_size, fabric.global_rank)
-    if device.threads:  # the transport's threads (started with the group) keep the node's cores: cores.pin says why
+    if ctx.launch.accelerator == "gpu":  # near its GPU, where the launcher did not bind it: cores.pin_gpu
+        ctx.unpinned = cores.affinity()
+        ctx.pinning = pin_near_gpu(fabric.local_rank, ctx.launch.devices, device.threads)
+    elif device.threads:  # the transport's threads (started with the group) keep the node's cores: cores.pin says why
         ctx.unpinned = cores.affinity()
         cores.pin(fabric.local_rank, device.threads, device.node_cores)
     model = fabric.setup_module(wl.module)  # to the device, precision applied, inside DDP when there are ranks
@@ -154,6 +157,30 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     per_rank = gather(ctx.rank_record())
     stall.disarm()
     return stop, val, per_rank
+
+
+def gpu_addresses(count: int) -> list:
+    """The PCI addresses of cuda:0..count-1 as sysfs names them (None for one torch does not place), fewer where
+    fewer GPUs are visible."""
+    import torch
+
+    out = []
+    for i in range(min(count, torch.cuda.device_count())):
+        p = torch.cuda.get_device_properties(i)
+        ids = [getattr(p, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+        out.append(cores.pci_name(*ids) if None not in ids else None)
+    return out
+
+
+def pin_near_gpu(local_rank: int, local_ranks: int, threads) -> dict:
+    """cores.pin_gpu for this rank (Lightning puts local rank i on cuda:i), then no more torch threads than the
+    cores it was given: Lightning sized them from the cores the rank had before (the whole node's share)."""
+    import torch
+
+    done = cores.pin_gpu(local_rank, local_ranks, gpu_addresses(local_ranks), threads)
+    if done["cpu_pin"] in ("numa", "split") and torch.get_num_threads() > len(cores.affinity()):
+        torch.set_num_threads(len(cores.affinity()))
+    return done
 
 
 def finish(fabric, ctx, metrics, stop, val, per_rank):
