@@ -648,6 +648,8 @@ def test_float_str_is_nccl_tests_getfloatstr():
     assert [nccl_format.float_str(v, 7) for v in (18.0, 1316.34, 12646.31, 1234567.0, 123456789.0)] == [
         "  18.00", "1316.34", "12646.3", "1234567", "1.2e+08"]
     assert [nccl_format.float_str(v, 6) for v in (0.0, 101.456, 1234.5)] == ["  0.00", "101.46", "1234.5"]
+    # past 6 digits at width 6: getFloatStr's "%*.0e", no decimal (a 7-wide "1.2e+06" would push the columns)
+    assert [nccl_format.float_str(v, 6) for v in (1234567.0, 987654321.0)] == [" 1e+06", " 1e+09"]
 
 
 def test_format_matches_nccl_tests_columns_and_the_average_counts_both_columns():
@@ -661,6 +663,24 @@ def test_format_matches_nccl_tests_columns_and_the_average_counts_both_columns()
                          "    20.00    0.05    0.09       0")
     assert lines[-4:] == ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {(0.0896 + 0.07168) / 2:g} ",
                           "#", "# Collective test concluded: p"]
+
+
+def test_scalelab_s_own_log_is_read_by_its_in_place_column():
+    """Its out-of-place column adds a copy (torch has no out-of-place all-reduce), so the log its run line names
+    reads in-place, as its result.json; the run line gives the run_id, accelerator and backend. 2 ranks: busbw =
+    algbw; 1 MiB in 1000 us in-place (1.05 GB/s), 1100 us out-of-place (0.95 GB/s)."""
+    rows = [{"bytes": MiB, "count": MiB // 4, "dtype": "float32", "time_s": 1e-3, "algbw_GBps": MiB / 1e-3 / 1e9,
+             "busbw_GBps": MiB / 1e-3 / 1e9, "wrong": 0, "oop_time_s": 1.1e-3, "oop_algbw_GBps": MiB / 1.1e-3 / 1e9,
+             "oop_busbw_GBps": MiB / 1.1e-3 / 1e9, "oop_wrong": 0}]
+    ranks = [{"rank": i, "pid": 7 + i, "host": f"node{i}", "device": 0, "bus": "0x00", "name": "cpu"} for i in (0, 1)]
+    params = {"min_bytes": MiB, "max_bytes": MiB, "factor": 2, "warmup_iters": 5, "iters": 20, "check": True}
+    log = nccl_format.format_log(rows, ranks, params, "allreduce_bench", ("rid-7", "cpu", "gloo"))
+    (r,) = nccl_tests.parse(log, "run.log")
+    assert r["run_id"] == "rid-7" and r["source"]["column"] == "in-place"
+    assert (r["launch"]["accelerator"], r["launch"]["backend"], r["launch"]["world_size"]) == ("cpu", "gloo", 2)
+    (row,) = r["rows"]
+    assert (row["time_s"], row["oop_time_s"]) == pytest.approx((1e-3, 1.1e-3))
+    assert row["busbw_GBps"] == pytest.approx(1.048576) and "in_place_time_s" not in row
 
 
 def _run_nccl_format(tmp_path, devices, capsys=None):
@@ -778,6 +798,41 @@ def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monk
     assert nccl_tests._too_big(str(tmp_path / "none.log"))  # gone meanwhile: not read
 
 
+def test_a_log_with_bytes_that_are_not_utf_8_is_still_read(tmp_path):
+    """An NCCL INFO line can carry a name in Latin-1 (here an interface's): that byte must not cost the log."""
+    data = NEW.replace("Bootstrap : Using ib0", "Bootstrap : Using \xe9th0").encode("latin-1")
+    (tmp_path / "a100.log").write_bytes(data)
+    found, skipped = nccl_tests.scan(str(tmp_path))
+    assert [r["run_id"] for r in found] == ["nccl-tests-a100.log"] and skipped == []
+    (loaded,) = nccl_tests.load(str(tmp_path / "a100.log"))
+    assert loaded["rows"] == nccl_tests.parse(NEW)[0]["rows"]
+
+
+def test_a_scan_passes_over_what_it_cannot_use_and_reads_on(tmp_path, monkeypatch):
+    """In name order: a training log, a log whose header comes after its first MiB (not sniffed, so not read),
+    a file that cannot be opened (permissions): each passed over in silence, the log after them still read. A
+    file of exactly MAX_BYTES is read; the limit is for larger ones."""
+    (tmp_path / "0-train.log").write_text("epoch 1: loss 0.5\n")
+    (tmp_path / "1-late.log").write_text("step 1\n" * (MiB // 7 + 1) + NEW)  # 7 B a line: just over 1 MiB
+    (tmp_path / "2-locked.log").write_text(NEW)
+    (tmp_path / "3-a100.log").write_text(NEW)
+    real_open = open
+
+    def refusing(path, *args, **kwargs):
+        if str(path).endswith("2-locked.log"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(nccl_tests, "open", refusing, raising=False)
+    found, skipped = nccl_tests.scan(str(tmp_path))
+    assert [(r["run_id"], len(r["rows"])) for r in found] == [("nccl-tests-3-a100.log", 13)] and skipped == []
+    exact = tmp_path / "exact"
+    exact.mkdir()
+    (exact / "a.log").write_text(NEW)
+    monkeypatch.setattr(nccl_tests, "MAX_BYTES", len(NEW.encode()))
+    assert [r["run_id"] for r in nccl_tests.scan(str(exact))[0]] == ["nccl-tests-a.log"]
+
+
 @pytest.mark.parametrize("text, verdict", [
     ("# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20", True),
     ("# Avg bus bandwidth    : 1.07929", True), ("# Collective test starting: all_reduce_perf", True),
@@ -795,7 +850,9 @@ def test_rows_footer_and_average_as_scalelab_prints_them():
     in_place = {k: v for k, v in full.items() if not k.startswith("oop_")}
     line = nccl_format.row_line(dict(in_place, dtype="int8", bytes=1024, count=1024))
     assert line.split() == ["1024", "1024", "int8", "sum", "-1", "1000000", "0.05", "0.05", "0"]  # no nccl name: as is
-    assert "  -1" + " " * 30 in line  # the out-of-place columns left blank
+    # the out-of-place columns left blank, 32 spaces as nccl-tests' writeBenchMarkLineNullBody prints them
+    assert line == ("        1024          1024      int8     sum      -1" + " " * 32
+                    + "  1000000    0.05    0.05       0")
     rows = [full, dict(in_place, wrong=1), dict(in_place, wrong=0)]
     assert nccl_format.footer(rows, "prog").splitlines() == [  # a size's column with wrong values counts once
         "# Out of bounds values : 2 FAILED", f"# Avg bus bandwidth    : {(0.07 + 0.05 * 3) / 4:g} ", "#",
