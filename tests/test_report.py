@@ -195,11 +195,25 @@ def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_t
     two = scaling[(scaling["devices"] == 2) & (scaling["link"] == "")].iloc[0]
     assert (two.runs, two.throughput, two.oversubscribed, two.had_cpu, two.threads) == (
         2, 210, "2 ranks on 1 core", 0.5, 2)  # any run's warning, the least share of a core, the most threads
-    assert two.starved.startswith("rank 0 had a core ")  # one run's words: the largest string, not the least share's
+    assert two.starved == ("rank 0 had a core 50 % of the time it was ready to run: other work shared its cores")
     assert (two.baseline_step_ms, two.baseline_compute_s) == (pytest.approx(15.0), pytest.approx(0.016))  # medians
     assert list(scaling.sort_values("devices")["hardware"]) == ["NVIDIA H100", "CPU (gloo)", "CPU (gloo)",
                                                                  "CPU (gloo)"]
     assert frames_letters(28)[26:] == ["27", "28"]  # after Z: numbers
+
+
+def test_repeats_keep_the_words_of_the_most_starved_run_not_the_largest_string():
+    """Three repeats: rank 1 at 60 %, rank 10 at 5 %, rank 2 at 70 % of its ready time on a core. As text
+    "rank 2 ..." sorts last; the worst is the 5 % one, and that run's words are what the row says."""
+    found = [make_result(f"s{i}", 12) for i in range(4)]
+    for r, shares in zip(found, ([1.0, 0.6], [1.0] * 10 + [0.05, 1.0], [1.0, 1.0, 0.7], [0.95])):
+        r["timing"]["had_cpu"] = shares
+    _, scaling = frames(found)
+    (row,) = scaling.itertuples()
+    assert row.had_cpu == 0.05
+    assert row.starved == "rank 10 had a core 5 % of the time it was ready to run: other work shared its cores"
+    _, quiet = frames(found[3:])  # one repeat, no rank below 90 %: no words
+    assert quiet.iloc[0]["starved"] == ""
 
 
 def frames_letters(n):
