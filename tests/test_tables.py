@@ -103,6 +103,18 @@ def test_runs_that_did_not_complete_are_listed_with_the_start_of_their_error():
     assert tables.failed_table(runs_frame([make_result("ok", 1)]), "pipe") == []
 
 
+def test_a_failed_run_without_an_error_field_is_listed_as_such():
+    """A record whose `error` is absent, null or blank (beside one that has text: the column then holds NaN)."""
+    bare, null, blank = (make_result(name, 2, status="failed") for name in ("bare", "null", "blank"))
+    del bare["error"]
+    null["error"], blank["error"] = None, "  "
+    none = "no error recorded"
+    for found, errors in [([bare], [none]), ([bare, make_result("said", 1, status="failed")], [none, "boom"]),
+                          ([null, blank], [none, none])]:
+        rows = _pipe(tables.failed_table(runs_frame(found), "pipe")[1])[1:]
+        assert [row[4] for row in rows] == errors
+
+
 def _hint(devices, nodes, accelerator="cpu", link="", gbit=None):
     return tables._bench_hint(pd.DataFrame({"devices": [1, devices], "nodes": [1, nodes], "link": ["", link],
                                             "link_gbit": [None, gbit], "accelerator": [accelerator] * 2}))
