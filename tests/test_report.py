@@ -214,6 +214,11 @@ def test_repeats_keep_the_words_of_the_most_starved_run_not_the_largest_string()
     assert row.starved == "rank 10 had a core 5 % of the time it was ready to run: other work shared its cores"
     _, quiet = frames(found[3:])  # one repeat, no rank below 90 %: no words
     assert quiet.iloc[0]["starved"] == ""
+    unmeasured = make_result("u", 12)  # no had_cpu (an older scalelab): beside a starved repeat, and alone
+    _, scaling = frames([unmeasured, found[1]])
+    assert scaling.iloc[0]["starved"] == row.starved
+    _, alone = frames([unmeasured])
+    assert alone.iloc[0]["starved"] == "" and pd.isna(alone.iloc[0]["had_cpu"])
 
 
 def frames_letters(n):
