@@ -177,6 +177,30 @@ def test_a_result_without_the_optional_fields_reads_as_missing_and_the_levers_as
     assert link_label(None) == "" and link_label({"gbit": 1.5, "latency_ms": "5"}) == "1.5 Gbit/s"
 
 
+def test_a_result_without_a_label_device_name_or_batch_and_with_text_for_a_number():
+    """describe falls back to the model's name, the device to "?", the samples per batch to 0 (unknown: no loss
+    is read off the curve for it); a number written as text (an older or hand-edited result) reads as missing."""
+    r = make_result("bare", 2, params="3.3M")
+    del r["workload"]["describe"], r["workload"]["batch_per_device"], r["launch"]["device_names"]
+    r["timing"]["train_time_s"] = "12 s"
+    (row,) = runs_frame([r]).to_dict("records")
+    assert (row["describe"], row["device"], row["samples_per_batch"]) == ("mlp", "?", 0)
+    assert pd.isna(row["params"]) and pd.isna(row["train_time_s"])
+
+
+def test_the_scaling_frame_is_sorted_by_configuration_and_carries_the_repeats_epoch_batch_and_backend():
+    """Rows in configuration order whatever order the results were found in (scaling.csv keeps it)."""
+    found = [make_result("f4", 4), make_result("f1", 1), make_result("f1b", 1), make_result("f1c", 1),
+             make_result("f2", 2)]
+    for r, epochs in zip(found, ([4.0], [1.0, 3.0], [2.0, 2.5, 9.0], [5.0], [1.5])):
+        r["timing"]["epoch_times_s"] = epochs
+        r["launch"]["backend"] = "gloo"
+    _, scaling = frames(found)
+    assert list(scaling["devices"]) == [1, 2, 4] and list(scaling["global_batch"]) == [64, 128, 256]
+    # each run's median epoch (2, 2.5, 5 at 1 device), then the median of those
+    assert list(scaling["epoch_s"]) == [2.5, 1.5, 4.0] and list(scaling["backend"]) == ["gloo"] * 3
+
+
 def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_the_worst_flags():
     real = [make_result("r2", 2, nodes=2, samples_per_s=200), make_result("r2b", 2, nodes=2, samples_per_s=220)]
     real[0]["launch"].update(oversubscribed="2 ranks on 1 core", threads_per_proc=2)
