@@ -21,6 +21,12 @@ def test_a_fraction_is_printed_as_a_percentage():
     assert cells.fmt_pct(None) == "—" and cells.fmt_pct(NAN) == "—" and cells.fmt_pct(0) == "0 %"
 
 
+def test_an_infinite_figure_is_printed_as_inf_lowercase():
+    """A zero baseline throughput makes a speedup infinite; json reads a result file's Infinity as inf."""
+    assert cells.fmt_num(float("inf")) == "inf" and cells.fmt_num(-float("inf"), ".3g") == "-inf"
+    assert cells.fmt_pct(float("inf")) == "inf %"
+
+
 def _predicted(lo, hi):
     return SimpleNamespace(predicted_efficiency_no_overlap=lo, predicted_efficiency_overlap=hi)
 

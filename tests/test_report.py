@@ -176,6 +176,30 @@ def test_a_result_without_the_optional_fields_reads_as_missing_and_the_levers_as
     assert link_label(None) == "" and link_label({"gbit": 1.5, "latency_ms": "5"}) == "1.5 Gbit/s"
 
 
+def test_a_result_without_a_label_device_name_or_batch_and_with_text_for_a_number():
+    """describe falls back to the model's name, the device to "?", the samples per batch to 0 (unknown: no loss
+    is read off the curve for it); a number written as text (an older or hand-edited result) reads as missing."""
+    r = make_result("bare", 2, params="3.3M")
+    del r["workload"]["describe"], r["workload"]["batch_per_device"], r["launch"]["device_names"]
+    r["timing"]["train_time_s"] = "12 s"
+    (row,) = runs_frame([r]).to_dict("records")
+    assert (row["describe"], row["device"], row["samples_per_batch"]) == ("mlp", "?", 0)
+    assert pd.isna(row["params"]) and pd.isna(row["train_time_s"])
+
+
+def test_the_scaling_frame_is_sorted_by_configuration_and_carries_the_repeats_epoch_batch_and_backend():
+    """Rows in configuration order whatever order the results were found in (scaling.csv keeps it)."""
+    found = [make_result("f4", 4), make_result("f1", 1), make_result("f1b", 1), make_result("f1c", 1),
+             make_result("f2", 2)]
+    for r, epochs in zip(found, ([4.0], [1.0, 3.0], [2.0, 2.5, 9.0], [5.0], [1.5])):
+        r["timing"]["epoch_times_s"] = epochs
+        r["launch"]["backend"] = "gloo"
+    _, scaling = frames(found)
+    assert list(scaling["devices"]) == [1, 2, 4] and list(scaling["global_batch"]) == [64, 128, 256]
+    # each run's median epoch (2, 2.5, 5 at 1 device), then the median of those
+    assert list(scaling["epoch_s"]) == [2.5, 1.5, 4.0] and list(scaling["backend"]) == ["gloo"] * 3
+
+
 def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_the_worst_flags():
     real = [make_result("r2", 2, nodes=2, samples_per_s=200), make_result("r2b", 2, nodes=2, samples_per_s=220)]
     real[0]["launch"].update(oversubscribed="2 ranks on 1 core", threads_per_proc=2)
@@ -194,11 +218,30 @@ def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_t
     two = scaling[(scaling["devices"] == 2) & (scaling["link"] == "")].iloc[0]
     assert (two.runs, two.throughput, two.oversubscribed, two.had_cpu, two.threads) == (
         2, 210, "2 ranks on 1 core", 0.5, 2)  # any run's warning, the least share of a core, the most threads
-    assert two.starved.startswith("rank 0 had a core ")  # one run's words: the largest string, not the least share's
+    assert two.starved == ("rank 0 had a core 50 % of the time it was ready to run: other work shared its cores")
     assert (two.baseline_step_ms, two.baseline_compute_s) == (pytest.approx(15.0), pytest.approx(0.016))  # medians
     assert list(scaling.sort_values("devices")["hardware"]) == ["NVIDIA H100", "CPU (gloo)", "CPU (gloo)",
                                                                  "CPU (gloo)"]
     assert frames_letters(28)[26:] == ["27", "28"]  # after Z: numbers
+
+
+def test_repeats_keep_the_words_of_the_most_starved_run_not_the_largest_string():
+    """Three repeats: rank 1 at 60 %, rank 10 at 5 %, rank 2 at 70 % of its ready time on a core. As text
+    "rank 2 ..." sorts last; the worst is the 5 % one, and that run's words are what the row says."""
+    found = [make_result(f"s{i}", 12) for i in range(4)]
+    for r, shares in zip(found, ([1.0, 0.6], [1.0] * 10 + [0.05, 1.0], [1.0, 1.0, 0.7], [0.95])):
+        r["timing"]["had_cpu"] = shares
+    _, scaling = frames(found)
+    (row,) = scaling.itertuples()
+    assert row.had_cpu == 0.05
+    assert row.starved == "rank 10 had a core 5 % of the time it was ready to run: other work shared its cores"
+    _, quiet = frames(found[3:])  # one repeat, no rank below 90 %: no words
+    assert quiet.iloc[0]["starved"] == ""
+    unmeasured = make_result("u", 12)  # no had_cpu (an older scalelab): beside a starved repeat, and alone
+    _, scaling = frames([unmeasured, found[1]])
+    assert scaling.iloc[0]["starved"] == row.starved
+    _, alone = frames([unmeasured])
+    assert alone.iloc[0]["starved"] == "" and pd.isna(alone.iloc[0]["had_cpu"])
 
 
 def frames_letters(n):

@@ -103,6 +103,18 @@ def test_runs_that_did_not_complete_are_listed_with_the_start_of_their_error():
     assert tables.failed_table(runs_frame([make_result("ok", 1)]), "pipe") == []
 
 
+def test_a_failed_run_without_an_error_field_is_listed_as_such():
+    """A record whose `error` is absent, null or blank (beside one that has text: the column then holds NaN)."""
+    bare, null, blank = (make_result(name, 2, status="failed") for name in ("bare", "null", "blank"))
+    del bare["error"]
+    null["error"], blank["error"] = None, "  "
+    none = "no error recorded"
+    for found, errors in [([bare], [none]), ([bare, make_result("said", 1, status="failed")], [none, "boom"]),
+                          ([null, blank], [none, none])]:
+        rows = _pipe(tables.failed_table(runs_frame(found), "pipe")[1])[1:]
+        assert [row[4] for row in rows] == errors
+
+
 def _hint(devices, nodes, accelerator="cpu", link="", gbit=None):
     return tables._bench_hint(pd.DataFrame({"devices": [1, devices], "nodes": [1, nodes], "link": ["", link],
                                             "link_gbit": [None, gbit], "accelerator": [accelerator] * 2}))
@@ -130,3 +142,140 @@ def test_the_report_prints_each_group_then_the_runs_that_failed():
         "Runs that did not complete") < text.index("| bad ")
     assert "Where the step goes" not in text  # no run measured its communication
     assert tables.render(runs_frame([]), scaling_frame(runs_frame([]))) == ""
+
+
+def _created_in_order(found):
+    for i, r in enumerate(found):
+        r["created"] = f"2026-01-01T00:{i:02d}"
+    return found
+
+
+def _listed(counts, max_runs):
+    """Runs `counts` [(devices, n)], oldest first: the run ids the runs table lists and the lines below it."""
+    found = _created_in_order([make_result(f"d{devices}-{i}", devices) for devices, n in counts for i in range(n)])
+    lines = tables.runs_table(runs_frame(found), "pipe", max_runs)
+    return [row[0] for row in _pipe(lines[0])[1:]], lines[1:]
+
+
+def test_beyond_max_runs_each_configuration_keeps_its_newest_whole_share():
+    """The limit is split evenly over configurations, in whole runs, at least one each; at the limit, all show."""
+    assert _listed([(1, 3), (2, 1)], 4) == (["d1-0", "d1-1", "d1-2", "d2-0"], [])  # 4 runs, limit 4
+    older = "  ... {} older run(s) not listed (all are in the scaling table; --all_runs lists them)"
+    newest = ["d1-1", "d2-1", "d4-1"]
+    assert _listed([(1, 2), (2, 2), (4, 2)], 3) == (newest, [older.format(3)])  # 3 // 3 configurations = 1 each
+    assert _listed([(1, 2), (2, 2), (4, 2)], 4) == (newest, [older.format(3)])  # 4 // 3 = 1, not 1.33
+    assert _listed([(1, 3), (2, 3)], 2) == (["d1-2", "d2-2"], [older.format(4)])  # 2 // 2 = 1
+    assert _listed([(1, 3), (2, 3)], 1) == (["d1-2", "d2-2"], [older.format(4)])  # 1 // 2 = 0: still one each
+
+
+def test_gpu_runs_list_processes_per_node():
+    gpu = make_result("g", 8, nodes=2)
+    gpu["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
+    header, row = _pipe(tables.runs_table(runs_frame([gpu]), "pipe", None)[0])
+    assert (header[3], row[3]) == ("procs/node", "4")
+
+
+def _left_aligned(table: str) -> bool:
+    """Every column of a pipe table aligned left (":---"), as text: tabulate read no cell as a number."""
+    return all(c.startswith(":") and not c.endswith(":") for c in table.splitlines()[1].strip("|").split("|"))
+
+
+def test_a_zero_baseline_throughput_gives_an_infinite_speedup_printed_as_inf():
+    """Throughput 0 at 1 device: every speedup is x / 0. Two repeats show their range; an Infinity in a result file
+    (json reads it as inf) prints as inf too, lowercase like every other cell."""
+    found = [make_result("z1", 1), make_result("z1b", 1), make_result("t2", 2, samples_per_s=150),
+             make_result("t4", 4)]
+    for r, sps in zip(found, (0.0, 0.0, 150.0, float("inf"))):
+        r["timing"]["samples_per_s"] = sps
+    _, scaling = _scaling(found)
+    lines = tables.scaling_table(scaling, "pipe")
+    assert _left_aligned(lines[2])
+    assert _pipe(lines[2])[1:] == [["1", "1", "2", "0 [0–0]", "—×", "— %", "100 %", "0"],  # 0 / 0: no speedup
+                                   ["2", "1", "1", "150", "inf×", "inf %", "—", "75"],
+                                   ["4", "1", "1", "inf", "inf×", "inf %", "—", "inf"]]
+
+
+def test_a_scaling_frame_without_a_link_column_has_no_link_note():
+    found = [make_result("a", 2), make_result("b", 4, nodes=2)]
+    _, scaling = _scaling(found)
+    lines = tables.scaling_table(scaling.drop(columns="link"), "pipe")
+    assert [row[1] for row in _pipe(lines[2])[1:]] == ["1", "2"] and len(lines) == 3
+
+
+def test_the_failed_runs_table_prints_every_cell_as_text():
+    lines = tables.failed_table(runs_frame([make_result("f", 2, status="failed")]), "pipe")
+    assert _left_aligned(lines[1]) and _pipe(lines[1])[1] == ["f", "failed", "2", "1", "boom"]
+
+
+def _two_groups():
+    """Group A: 12 runs at 1 device and one at 2; group B the same workload with comm hook bf16 (a lever family)."""
+    found = [make_result(f"a{i:02d}", 1) for i in range(12)] + [make_result("a2", 2, samples_per_s=150)]
+    found += [make_result("h1", 1, comm_hook="bf16"), make_result("h2", 2, samples_per_s=160, comm_hook="bf16")]
+    for r in _created_in_order(found):
+        r["timing"]["comm"] = {"compute_s": 0.008}
+    runs = runs_frame(found)
+    return runs, scaling_frame(runs)
+
+
+def test_the_report_lists_the_newest_twelve_runs_per_group_by_default():
+    """13 runs of group A over 2 configurations: 12 // 2 = 6 of the 1-device runs shown, 6 left out."""
+    lines = tables.render(*_two_groups()).splitlines()
+    assert "  ... 6 older run(s) not listed (all are in the scaling table; --all_runs lists them)" in lines
+    assert lines[3].startswith("a06 ")  # the oldest listed: a00..a05 left out
+
+
+def test_every_table_of_the_report_is_in_the_format_asked_for_and_a_blank_line_ends_each_group():
+    lines = tables.render(*_two_groups(), fmt="pipe").splitlines()
+    heads = [line.split("|")[1].strip() for line in lines if line.startswith("|") and "devices" in line]
+    # per group: runs, scaling, step table; then the comm_hook family's table
+    assert heads == ["run id", "devices", "devices", "run id", "devices", "devices", "comm_hook"]
+    assert not [line for line in lines if line.startswith("--")]  # no "simple" table among them
+    for title in ("Group B: ", "What comm_hook bought"):
+        assert lines[next(i for i, line in enumerate(lines) if line.startswith(title)) - 1] == ""
+
+
+INF = float("inf")
+
+
+def test_an_infinite_figure_in_a_result_prints_as_inf_in_every_column_of_the_runs_table():
+    """json reads a result file's Infinity (a diverged loss, a division by a zero time) as inf: each cell says
+    "inf", as Python writes it, whatever the column's format."""
+    r = make_result("inf", 1)
+    r["launch"]["threads_per_proc"] = INF
+    r["timing"].update(samples_per_s=INF, train_time_s=INF, step_time_s={"median": INF}, epoch_times_s=[INF],
+                       time_to_first_step_s=INF)
+    r["metrics"].update(final_train_loss=INF, val_acc=INF)
+    row = _pipe(tables.runs_table(runs_frame([r]), "pipe", None)[0])[1]
+    assert row == ["inf", "1", "1", "1×inft", "inf", "inf", "inf", "inf", "inf", "inf", "inf"]
+
+
+def _step_frame(**figures):
+    """Configurations of the annotated frame as step_table reads them: 2 devices, the group's baseline."""
+    base = dict(devices=2, nodes=1, link="", baseline_devices=2, model="transformer", bench_runs=3,
+                step_ms=250.0, compute_s=0.2, allreduce_s=0.1, allreduce_alone_s=0.08, predicted_allreduce_s=0.09,
+                waited_s=0.07, comm_share=0.2, hidden_fraction=0.3, grad_bytes=999_500_000, ddp_busbw_GBps=1.25e-5,
+                bench_busbw_GBps=1234.5, tflops_per_device=5e-5, mfu=0.0123)
+    return pd.DataFrame([{**base, **figures}])
+
+
+def test_the_step_table_row_in_milliseconds_megabytes_and_three_significant_digits():
+    """Seconds print as ms (0.1 s -> 100.0), bytes as decimal MB (999.5 MB -> 1e+03 at 3 digits); very small and
+    large rates in exponent form, lowercase."""
+    lines = tables.step_table(_step_frame(), "pipe")
+    assert lines[:2] == ["", "Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's "
+                             "timed hook, during backward and alone; predicted from the all-reduce benchmark's busbw)"]
+    assert _pipe(lines[2]) == [tables.STEP_HEADERS, ["2", "1", "250.0", "200.0", "100.0", "80.0", "90.0", "70.0",
+                                                     "20 %", "30 %", "1e+03", "1.25e-05", "1.23e+03", "5e-05",
+                                                     "1.2 %"]]
+    assert lines[3:] == ["  (predicted ms and bench busbw: the median of 3 all-reduce benchmark runs in this folder, "
+                         "per message size)",
+                         "  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT "
+                         "and PaLM count it: compare it with figures that do the same"]
+
+
+def test_an_infinite_figure_prints_as_inf_in_every_column_of_the_step_table():
+    figures = ("step_ms", "compute_s", "allreduce_s", "allreduce_alone_s", "predicted_allreduce_s", "waited_s",
+               "comm_share", "hidden_fraction", "grad_bytes", "ddp_busbw_GBps", "bench_busbw_GBps",
+               "tflops_per_device", "mfu")
+    row = _pipe(tables.step_table(_step_frame(**dict.fromkeys(figures, INF)), "pipe")[2])[1]
+    assert row == ["2", "1", *["inf"] * 6, "inf %", "inf %", *["inf"] * 4, "inf %"]

@@ -137,7 +137,8 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
                 link_gbit=("link_gbit", "first"), oversubscribed=("oversubscribed", "max"),
-                had_cpu=("had_cpu", "min"), starved=("starved", "max"), threads=("threads", "max"),
+                had_cpu=("had_cpu", "min"), starved=("starved", lambda s: most_starved(s, ok["had_cpu"])),
+                threads=("threads", "max"),
                 scaling=("scaling", "first"), model=("model", "first"),
                 describe=("describe", "first"),
                 unit=("unit", "first"), samples_per_s=("samples_per_s", "median"),
@@ -157,6 +158,14 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     agg["baseline_step_ms"] = agg["group"].map(base["step_ms"])
     agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
     return agg
+
+
+def most_starved(starved: pd.Series, had_cpu: pd.Series) -> str:
+    """Of repeats' contention words, those of the run whose rank had the least share of a core: the worst, as
+    `had_cpu` is (the largest string would be "rank 2 … 70 %" over "rank 10 … 5 %"). Words exist exactly where a
+    share is below cpushare.QUIET, so the least share's run has words whenever any repeat has."""
+    shares = had_cpu.loc[starved.index]
+    return starved.loc[shares.idxmin()] if shares.notna().any() else ""
 
 
 def group_letters(groups) -> dict:

@@ -161,8 +161,14 @@ def failed_table(runs: pd.DataFrame, fmt: str) -> list:
     failed = runs[runs["status"] != "completed"]
     if failed.empty:
         return []
-    rows = [[r.run_id, r.status, r.devices, r.nodes, (r.error or "")[:100]] for r in failed.itertuples()]
+    rows = [[r.run_id, r.status, r.devices, r.nodes, error_cell(r.error)] for r in failed.itertuples()]
     return ["Runs that did not complete (left out of every speedup):",
             tabulate(rows, headers=["run id", "status", "devices", "nodes", "error"], tablefmt=fmt,
                      disable_numparse=True),
             ""]
+
+
+def error_cell(error) -> str:
+    """The first 100 characters of a failed run's error; a record without one (absent, null: NaN in a frame where
+    other runs have text, or blank) says so rather than leaving the cell empty."""
+    return error[:100] if isinstance(error, str) and error.strip() else "no error recorded"
