@@ -332,7 +332,8 @@ def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path,
     assert (r["kind"], r["status"], r["run_name"]) == ("allreduce", "failed", "sweep-a")
     assert r["error"] == "all-reduce returned 3 wrong values at size 1 MiB"
     assert r["config"] == {"dtype": "float32", "min_bytes": 32768, "max_bytes": 1 << 26, "factor": 2, "iters": 20,
-                           "warmup_iters": 5, "check": False, "run_name": "sweep-a", "output_dir": str(tmp_path)}
+                           "warmup_iters": 5, "check": False, "run_name": "sweep-a", "output_dir": str(tmp_path),
+                           "collective": "all_reduce"}  # a Bench of flags without --collective measured all-reduces
     assert r["rows"] == rows and r["launch"]["hostnames"] == ["n1", "n2"] and r["launch"]["world_size"] == 8
     # avg over the sizes >= 1 MiB: (2 + 4) / 2; peak 4; the plateau: the median of the (two) largest sizes
     assert r["summary"] == {"avg_busbw_GBps": 3.0, "peak_busbw_GBps": 4.0, "large_msg_busbw_GBps": 3.0}
