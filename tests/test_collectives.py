@@ -186,3 +186,25 @@ def test_the_report_predicts_ddp_from_all_reduces_only():
     assert explain.bench_frame(found[2:]).empty
     assert selfcheck.newest(found, "allreduce")["run_id"] == "2-ar"  # not the newer all-gather
     assert selfcheck.newest(found[2:], "allreduce") is None
+
+
+def test_the_all_gather_pattern_repeats_every_7_elements():
+    assert _input(ALL_GATHER, 9, 2, 0)[0].tolist() == [1, 2, 3, 4, 5, 6, 7, 1, 2]
+    assert _input(ALL_GATHER, 9, 3, 2)[0].tolist() == [3, 4, 5, 6, 7, 1, 2, 3, 4]
+
+
+def test_an_nccl_tests_log_of_another_collective_is_refused_before_its_rows():
+    """all_gather_perf's rows (here with the out-of-place columns blank, as scalelab's own log prints them) are
+    not all_reduce_perf's: the reader names the program, not a malformed row."""
+    from scalelab.bench import nccl_format
+
+    row = {"bytes": 32 * KiB, "count": 4096, "dtype": "float32", "time_s": 1e-4, "algbw_GBps": 0.33,
+           "busbw_GBps": 0.16, "wrong": 0}
+    assert nccl_format.row_line(row, "none").split()[3] == "none"
+    assert nccl_format.row_line(row).split()[3] == "sum"
+    params = {"min_bytes": 32 * KiB, "max_bytes": 32 * KiB, "factor": 2, "warmup_iters": 1, "iters": 1, "check": 1}
+    for program in ("all_gather_perf", "reduce_scatter_perf"):
+        text = "\n".join([nccl_format.header([], params, program), nccl_format.row_line(row, "none"),
+                          nccl_format.footer([row], program)])
+        with pytest.raises(nccl_tests.NcclTestsError, match=f"^{program}'s output, not all_reduce_perf's"):
+            nccl_tests.parse(text)
