@@ -350,7 +350,8 @@ def test_another_collective_is_named_in_the_banner_header_errors_and_result(tmp_
     (so no reader takes the log for an all-reduce's); the result records the collective."""
     import json
 
-    gather = _bench([{"bytes": 2048, "busbw_GBps": 1.0, "wrong": 4}], collective="all_gather", output_dir=str(tmp_path), run_name=None)
+    gather = _bench([{"bytes": 2048, "busbw_GBps": 1.0, "wrong": 4}], collective="all_gather",
+                    output_dir=str(tmp_path), run_name=None)
     assert gather.banner().startswith("scalelab all-gather: world size 8 = 2 node(s) x 4 process(es)")
     assert "20 timed + 5 warm-up all-gathers per size" in gather.banner()
     assert gather.correctness_error() == "all-gather returned 4 wrong values at size 2 KiB"

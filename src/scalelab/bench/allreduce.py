@@ -177,8 +177,8 @@ class Bench:
         # torch has no out-of-place all-reduce (see time_size_oop); all-gather and reduce-scatter are only that
         self.out_of_place = self.nccl_tests and self.coll is collectives.ALL_REDUCE
         # named before measuring: nccl-tests' format prints its header (which names the run) first
-        self.run_id = (results.new_run_id(self.coll.name.replace("_", ""), world, args.run_name, job=slurm_env.job_label())
-                       if rank == 0 else None)
+        self.run_id = (results.new_run_id(self.coll.name.replace("_", ""), world, args.run_name,
+                                          job=slurm_env.job_label()) if rank == 0 else None)
 
     # collectives ---------------------------------------------------------------------------------
     def _reduce(self, value: float, op) -> float:
