@@ -332,7 +332,8 @@ def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path,
     assert (r["kind"], r["status"], r["run_name"]) == ("allreduce", "failed", "sweep-a")
     assert r["error"] == "all-reduce returned 3 wrong values at size 1 MiB"
     assert r["config"] == {"dtype": "float32", "min_bytes": 32768, "max_bytes": 1 << 26, "factor": 2, "iters": 20,
-                           "warmup_iters": 5, "check": False, "run_name": "sweep-a", "output_dir": str(tmp_path)}
+                           "warmup_iters": 5, "check": False, "run_name": "sweep-a", "output_dir": str(tmp_path),
+                           "collective": "all_reduce"}  # a Bench of flags without --collective measured all-reduces
     assert r["rows"] == rows and r["launch"]["hostnames"] == ["n1", "n2"] and r["launch"]["world_size"] == 8
     # avg over the sizes >= 1 MiB: (2 + 4) / 2; peak 4; the plateau: the median of the (two) largest sizes
     assert r["summary"] == {"avg_busbw_GBps": 3.0, "peak_busbw_GBps": 4.0, "large_msg_busbw_GBps": 3.0}
@@ -342,3 +343,22 @@ def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path,
     with open(hooked.write("completed", None)) as fh:
         r = json.load(fh)
     assert r["config"]["inject_wrong"] is True and r["config"]["run_name"] is None and r["error"] is None
+
+
+def test_another_collective_is_named_in_the_banner_header_errors_and_result(tmp_path):
+    """--collective all_gather: the banner and errors say all-gather; the nccl-tests header names all_gather_perf
+    (so no reader takes the log for an all-reduce's); the result records the collective."""
+    import json
+
+    gather = _bench([{"bytes": 2048, "busbw_GBps": 1.0, "wrong": 4}], collective="all_gather",
+                    output_dir=str(tmp_path), run_name=None)
+    assert gather.banner().startswith("scalelab all-gather: world size 8 = 2 node(s) x 4 process(es)")
+    assert "20 timed + 5 warm-up all-gathers per size" in gather.banner()
+    assert gather.correctness_error() == "all-gather returned 4 wrong values at size 2 KiB"
+    header = gather.nccl_tests_header().splitlines()
+    assert header[1] == "# Collective test starting: all_gather_perf"
+    scatter = _bench(collective="reduce_scatter")
+    assert scatter.what() == "reduce-scatter" and scatter.program() == "reduce_scatter_perf"
+    assert _bench().program() == "allreduce_bench.py" and _bench(collective="all_reduce").what() == "all-reduce"
+    with open(gather.write("failed", gather.correctness_error())) as fh:
+        assert json.load(fh)["config"]["collective"] == "all_gather"

@@ -1,16 +1,18 @@
-"""All-reduce bandwidth, nccl-tests `all_reduce_perf` style: one job measures, checks and writes one result.
+"""Collective bandwidth, nccl-tests `*_perf` style: one job measures, checks and writes one result.
 
     python src/allreduce_bench.py                      # 1 process
     python src/allreduce_bench.py --devices 2          # 2 local processes (CPU: gloo)
     python src/allreduce_bench.py --format nccl-tests  # all_reduce_perf's layout (src/benchmark.py reads it back)
     srun python src/allreduce_bench.py                 # sizes from SLURM (one task per GPU)
     torchrun --nproc_per_node 4 src/allreduce_bench.py
+    python src/allreduce_bench.py --devices 2 --collective all_gather   # or reduce_scatter (FSDP/ZeRO's)
 
 Why it exists: training's step time mixes compute and communication; this isolates the second, so the report
 can say what busbw a run's gradient all-reduce could have had (`busbw_at`). Definitions are nccl-tests':
 algbw = S / t, busbw = algbw * 2(n-1)/n (perfmodel.network.busbw_from_algbw), 1 GB = 1e9 B. torch.distributed is
 used directly (no Lightning): nothing else may run between the timed collectives. Local ranks are started by
-scalelab.launch.local (`python -m scalelab.bench.allreduce` per rank); this module is the engine each rank runs.
+scalelab.launch.local (`python -m scalelab.bench.allreduce` per rank); this module is the engine each rank runs,
+the same for every collective: bench/collectives.py holds what differs (sizes, bus factor, buffers, call, check).
 """
 
 import argparse
@@ -21,12 +23,12 @@ import warnings
 from datetime import timedelta
 
 from scalelab import results
-from scalelab.bench import nccl_format, pattern, table
+from scalelab.bench import collectives, nccl_format, pattern, table
 from scalelab.cli import OneLineParser, fast_exit, nonneg_int, number_type, positive_float, positive_int, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
-from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes, message_sizes, parse_size
+from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes, parse_size
 
 PROG = "allreduce_bench.py"
 MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE
@@ -45,7 +47,10 @@ factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
 
 # pragma: no mutate start (flags and help text; `make mutation` scores the pure functions below)
 def build_parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description="All-reduce bus bandwidth over message sizes (nccl-tests style).")
+    p = OneLineParser(prog=PROG, description="Collective (all-reduce, all-gather, reduce-scatter) bus bandwidth "
+                                             "over message sizes (nccl-tests style).")
+    p.add_argument("--collective", choices=tuple(collectives.COLLECTIVES), default="all_reduce",
+                   help="what to measure (default all_reduce; all_gather and reduce_scatter are FSDP/ZeRO's)")
     p.add_argument("--devices", type=positive_int,
                    help="processes per node (one per GPU); default: from the launcher, else 1")
     p.add_argument("--num_nodes", type=positive_int, help="nodes; default: from the launcher, else 1")
@@ -70,7 +75,7 @@ def build_parser() -> OneLineParser:
                    help="seconds a collective may wait for the other ranks before the run fails (default 120)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="after timing, all-reduce a known pattern once per size and count wrong values")
-    # Test hook: the last rank adds 1 to one element it contributes, so the check must catch a wrong sum.
+    # Test hook: the last rank adds 1 to one element it contributes, so the check must catch a wrong result.
     p.add_argument("--inject_wrong", action="store_true", help=argparse.SUPPRESS)
     return p
 
@@ -167,10 +172,13 @@ class Bench:
         self.dtype = getattr(torch, args.dtype)
         self.itemsize = torch.empty(0, dtype=self.dtype).element_size()
         self.rows, self.hosts, self.device_names, self.ranks = [], [], [], []
-        self.out_of_place = args.format == "nccl-tests"
+        self.coll = collectives.COLLECTIVES[getattr(args, "collective", "all_reduce")]
+        self.nccl_tests = args.format == "nccl-tests"
+        # torch has no out-of-place all-reduce (see time_size_oop); all-gather and reduce-scatter are only that
+        self.out_of_place = self.nccl_tests and self.coll is collectives.ALL_REDUCE
         # named before measuring: nccl-tests' format prints its header (which names the run) first
-        self.run_id = (results.new_run_id("allreduce", world, args.run_name, job=slurm_env.job_label())
-                       if rank == 0 else None)
+        self.run_id = (results.new_run_id(self.coll.name.replace("_", ""), world, args.run_name,
+                                          job=slurm_env.job_label()) if rank == 0 else None)
 
     # collectives ---------------------------------------------------------------------------------
     def _reduce(self, value: float, op) -> float:
@@ -182,8 +190,8 @@ class Bench:
         return float(t.item())
 
     # one size ------------------------------------------------------------------------------------
-    def time_single(self, buf, back_to_back_s: float) -> float:
-        """Seconds of one all-reduce started together on all ranks (a barrier before each), median over iters.
+    def time_single(self, inp, out, back_to_back_s: float) -> float:
+        """Seconds of one collective started together on all ranks (a barrier before each), median over iters.
 
         DDP issues a step's few buckets this way, not back to back; on shared CPU cores the two differ
         several-fold for small messages (a 11 KB gloo all-reduce: about 0.6 ms alone, 2 ms back to back on
@@ -191,28 +199,38 @@ class Bench:
         Single ops are heavy-tailed (a descheduled peer costs a 4 ms tick): up to 100 of them, about half a
         second's worth, so the median is stable; the count comes from the rank-agreed back-to-back time.
         """
+        import statistics
+
         import torch.distributed as dist
 
         from scalelab.train import comm
 
         ops = max(self.args.iters, min(100, int(0.5 / max(back_to_back_s, 1e-6))))
+        times = []  # as comm.median_allreduce_s times DDP's buckets, for any collective
+        for _ in range(ops):
+            comm.barrier(self.device)
+            comm.sync(self.device)
+            t0 = time.perf_counter()
+            collectives.call(self.coll, inp, out)
+            comm.sync(self.device)
+            times.append(time.perf_counter() - t0)
         # MIN over ranks, as the run's "alone" figure: the rank that left the barrier last waited least
-        return self._reduce(comm.median_allreduce_s([buf], self.device, ops), dist.ReduceOp.MIN)
+        return self._reduce(statistics.median(times), dist.ReduceOp.MIN)
 
-    def time_size(self, buf) -> float:
-        """Seconds per all-reduce of buf: slowest rank's mean over the timed iterations."""
+    def time_size(self, inp, out) -> float:
+        """Seconds per collective (inp -> out): slowest rank's mean over the timed iterations."""
         import torch.distributed as dist
 
         from scalelab.train import comm
 
         for _ in range(self.args.warmup_iters):
-            dist.all_reduce(buf)
+            collectives.call(self.coll, inp, out)
         comm.sync(self.device)
         comm.barrier(self.device)
         comm.sync(self.device)
         start = time.perf_counter()
         for _ in range(self.args.iters):
-            dist.all_reduce(buf)
+            collectives.call(self.coll, inp, out)
         comm.sync(self.device)
         per_op = (time.perf_counter() - start) / self.args.iters
         return self._reduce(per_op, dist.ReduceOp.MAX)
@@ -245,21 +263,27 @@ class Bench:
         per_op = (time.perf_counter() - start) / self.args.iters
         return self._reduce(per_op, dist.ReduceOp.MAX)
 
-    def check_size(self, buf, out=None) -> int:
-        """Wrong elements after one SUM of a known pattern, summed over ranks (each rank checks its copy).
+    def check_size(self, inp, out, count: int) -> int:
+        """Wrong elements after one collective of a known pattern (collectives.fill_pattern), summed over ranks
+        (each rank checks its own result)."""
+        import torch.distributed as dist
 
-        The pattern is scalelab.bench.pattern's. With `out`, out of place: the sum lands in out, and buf, the input,
-        must come back unchanged (nccl-tests' out-of-place contract), so a changed input counts as wrong too.
-        """
+        collectives.fill_pattern(self.coll, inp, self.world, self.rank)
+        if self.args.inject_wrong and self.rank == self.world - 1:
+            inp[0] += 1  # the hidden test hook: one wrong contribution
+        collectives.call(self.coll, inp, out)
+        wrong = collectives.check_wrong(self.coll, inp, out, self.world, self.rank, count)
+        return int(self._reduce(wrong, dist.ReduceOp.SUM))
+
+    def check_size_oop(self, buf, out) -> int:
+        """The all-reduce's out-of-place check: the sum lands in out, and buf, the input, must come back
+        unchanged (nccl-tests' out-of-place contract), so a changed input counts as wrong too."""
         import torch.distributed as dist
 
         expected, mine = pattern.contributions(self.world, self.rank, self.device, self.dtype)
         pattern.tile_into(buf, mine)
         if self.args.inject_wrong and self.rank == self.world - 1:
             buf[0] += 1  # the hidden test hook: one wrong contribution
-        if out is None:
-            dist.all_reduce(buf)
-            return int(self._reduce(pattern.count_mismatches(buf, expected), dist.ReduceOp.SUM))
         out.copy_(buf)
         dist.all_reduce(out)
         wrong = pattern.count_mismatches(out, expected) + pattern.count_mismatches(buf, mine)
@@ -270,29 +294,30 @@ class Bench:
     def measure(self):
         import torch
 
-        for nbytes, count in message_sizes(self.args.min_bytes, self.args.max_bytes, self.args.factor,
-                                           self.itemsize):
+        name = self.coll.name
+        for nbytes, count in self.coll.sizes(self.args.min_bytes, self.args.max_bytes, self.args.factor,
+                                             self.itemsize, self.world):
             # Zeros: the contents do not change the speed of a sum, and zeros never overflow over repeated
             # in-place reductions (float16 would reach inf within a few rounds at large n).
-            buf = torch.zeros(count, dtype=self.dtype, device=self.device)
+            buf, res = collectives.buffers(self.coll, count, self.world, self.dtype, self.device)
             row = {"bytes": nbytes, "count": count, "dtype": self.args.dtype}
             if self.out_of_place:  # first, as nccl-tests runs it
                 out = torch.zeros_like(buf)
                 t = self.time_size_oop(buf, out)
                 row["oop_time_s"] = t
-                row["oop_algbw_GBps"], row["oop_busbw_GBps"] = bandwidths(nbytes, t, self.world)
-                row["oop_wrong"] = self.check_size(buf, out) if self.args.check else None
+                row["oop_algbw_GBps"], row["oop_busbw_GBps"] = bandwidths(nbytes, t, self.world, name)
+                row["oop_wrong"] = self.check_size_oop(buf, out) if self.args.check else None
                 del out
                 buf.zero_()
-            t = self.time_size(buf)
-            single = self.time_single(buf, t)
-            wrong = self.check_size(buf) if self.args.check else None
-            del buf
-            algbw, busbw = bandwidths(nbytes, t, self.world)
+            t = self.time_size(buf, res)
+            single = self.time_single(buf, res, t)
+            wrong = self.check_size(buf, res, count) if self.args.check else None
+            del buf, res
+            algbw, busbw = bandwidths(nbytes, t, self.world, name)
             row.update(time_s=t, algbw_GBps=algbw, busbw_GBps=busbw, single_op_s=single, wrong=wrong)
             self.rows.append(row)
-            if self.rank == 0 and self.out_of_place:
-                print(nccl_format.row_line(row), flush=True)
+            if self.rank == 0 and self.nccl_tests:
+                print(nccl_format.row_line(row, self.coll.redop), flush=True)
 
     # the job -------------------------------------------------------------------------------------
     def execute(self) -> int:
@@ -306,17 +331,17 @@ class Bench:
         self.hosts = sorted({r["host"] for r in where})
         self.device_names = sorted({r["name"] for r in where})
         if self.rank == 0:
-            print(self.nccl_tests_header() if self.out_of_place else self.banner(), flush=True)
+            print(self.nccl_tests_header() if self.nccl_tests else self.banner(), flush=True)
         try:
             self.measure()
         except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
             if self.rank == 0:
                 path = self.write("failed", error_line(exc))
-                raise RunFailed(f"all-reduce failed: {error_line(exc)} (partial result: {path})") from None
-            raise RunFailed(f"rank {self.rank}: all-reduce failed: {error_line(exc)}") from None
+                raise RunFailed(f"{self.what()} failed: {error_line(exc)} (partial result: {path})") from None
+            raise RunFailed(f"rank {self.rank}: {self.what()} failed: {error_line(exc)}") from None
         error = self.correctness_error()
-        if self.rank == 0 and self.out_of_place:
-            print(nccl_format.footer(self.rows, PROG), flush=True)
+        if self.rank == 0 and self.nccl_tests:
+            print(nccl_format.footer(self.rows, self.program()), flush=True)
             path = self.write("failed" if error else "completed", error)
             print(f"# -> {path}", flush=True)
         elif self.rank == 0:
@@ -352,15 +377,25 @@ class Bench:
             return None
         more = f" (and at {len(bad) - 1} more size(s))" if len(bad) > 1 else ""
         wrong = bad[0]["wrong"] or bad[0].get("oop_wrong")
-        return f"all-reduce returned {wrong} wrong values at size {human_bytes(bad[0]['bytes'])}{more}"
+        return f"{self.what()} returned {wrong} wrong values at size {human_bytes(bad[0]['bytes'])}{more}"
 
     # output (rank 0) -----------------------------------------------------------------------------
+    def what(self) -> str:
+        """The collective as people write it: all-reduce, all-gather, reduce-scatter."""
+        return _coll(self).name.replace("_", "-")
+
+    def program(self) -> str:
+        """The program an nccl-tests-format log names: this script for the all-reduce (as before --collective),
+        else the nccl-tests binary whose layout it prints, so that no reader takes it for an all-reduce log."""
+        coll = _coll(self)
+        return PROG if coll is collectives.ALL_REDUCE else coll.perf
+
     def banner(self) -> str:
         a, launch = self.args, self.launch
-        return (f"scalelab all-reduce: world size {self.world} = {launch.num_nodes} node(s) x {launch.devices} "
+        return (f"scalelab {self.what()}: world size {self.world} = {launch.num_nodes} node(s) x {launch.devices} "
                 f"process(es), backend {launch.backend}, device {', '.join(self.device_names)} | {a.dtype}, "
                 f"{human_bytes(a.min_bytes)} to {human_bytes(a.max_bytes)} x{a.factor}, {a.iters} timed + "
-                f"{a.warmup_iters} warm-up all-reduces per size, check {'on' if a.check else 'off'} | "
+                f"{a.warmup_iters} warm-up {self.what()}s per size, check {'on' if a.check else 'off'} | "
                 f"launcher: {launch.launcher}")
 
     def nccl_tests_header(self) -> str:
@@ -369,11 +404,12 @@ class Bench:
         params = {"min_bytes": a.min_bytes, "max_bytes": a.max_bytes, "factor": a.factor,
                   "warmup_iters": a.warmup_iters, "iters": a.iters, "check": a.check}
         run = (self.run_id, self.launch.accelerator, self.launch.backend)
-        return f"# {self.banner()}\n" + nccl_format.header(self.ranks, params, PROG, run)
+        return f"# {self.banner()}\n" + nccl_format.header(self.ranks, params, self.program(), run)
 
     def write(self, status: str, error) -> str:
         launch = self.launch
         config = {k: v for k, v in vars(self.args).items() if k != "inject_wrong" or v}
+        config["collective"] = _coll(self).name  # what the report tells apart: only all_reduce predicts DDP
         payload = results.envelope("allreduce", self.run_id)
         payload.update(
             status=status,
@@ -388,6 +424,11 @@ class Bench:
             environment=results.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)
+
+
+def _coll(bench):
+    """The bench's collective (a Bench built without __init__, as the output tests do, measured all-reduces)."""
+    return getattr(bench, "coll", None) or collectives.COLLECTIVES[getattr(bench.args, "collective", "all_reduce")]
 
 
 def cli():

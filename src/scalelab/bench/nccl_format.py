@@ -62,8 +62,9 @@ def header(ranks: list, params: dict, program: str, run: tuple = None) -> str:
     return "\n".join(lines)
 
 
-def row_line(r: dict) -> str:
-    line = f"{r['bytes']:12d}  {r['count']:12d}  {TYPE_NAMES.get(r['dtype'], r['dtype']):>8}  {'sum':>6}  {-1:6d}"
+def row_line(r: dict, redop: str = "sum") -> str:
+    """One size; redop as nccl-tests prints it: "sum" for the reductions, "none" for all-gather."""
+    line = f"{r['bytes']:12d}  {r['count']:12d}  {TYPE_NAMES.get(r['dtype'], r['dtype']):>8}  {redop:>6}  {-1:6d}"
     if r.get("oop_time_s") is not None:
         line += _body(r["oop_time_s"], r["oop_algbw_GBps"], r["oop_busbw_GBps"], r.get("oop_wrong"))
     else:

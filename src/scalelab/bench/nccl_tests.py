@@ -117,6 +117,7 @@ def parse(text: str, name: str = "nccl-tests", created: str = "") -> list:
             continue
         tokens = line.split()
         if tokens[0].isdigit():  # a result row (NCCL INFO lines start with a host name)
+            meta.check_program()  # another collective's rows may not even have all_reduce_perf's columns
             rows.append(meta.row(tokens, number))
         else:
             meta.read(stripped, line)
@@ -197,11 +198,16 @@ class _Meta:
             out[-1]["_warnings"] = [warning] if warning else []
         return out
 
-    def check_finished(self, rows: list):
-        """A finished, correct all_reduce_perf run, or NcclTestsError saying why not."""
+    def check_program(self):
+        """An all-reduce's log, or NcclTestsError: all_gather_perf's (and scalelab's --collective all_gather,
+        which names it) has another bus factor and does not predict DDP's all-reduce."""
         if self.program and not re.search(r"all_?reduce", self.program[1]):
             raise NcclTestsError(f"{self.program[1]}'s output, not all_reduce_perf's (only all-reduce feeds the "
                                  "report)")
+
+    def check_finished(self, rows: list):
+        """A finished, correct all_reduce_perf run, or NcclTestsError saying why not."""
+        self.check_program()
         if not rows:
             raise NcclTestsError("nccl-tests output without a single result row (truncated)")
         if self.avg is None:

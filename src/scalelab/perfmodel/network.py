@@ -36,15 +36,28 @@ def GBps_to_gbit(GBps: float) -> float:
     return GBps * 8
 
 
-def busbw_from_algbw(algbw: float, n: int) -> float:
-    """nccl-tests all-reduce bus bandwidth: algbw · 2(n−1)/n, comparable to one link's unidirectional speed."""
+# nccl-tests' bus factor numerators (doc/PERFORMANCE.md): busbw = algbw · k(n−1)/n. An all-reduce moves each byte
+# twice (reduce-scatter, then all-gather); an all-gather or a reduce-scatter of S bytes (the gathered output, the
+# scattered input) moves (n−1)/n of S through each rank's link once.
+BUS_FACTORS = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
+
+
+def bus_factor(n: int, collective: str = "all_reduce") -> float:
+    """busbw / algbw for a collective over n ranks: 2(n−1)/n for all-reduce, (n−1)/n for all-gather and
+    reduce-scatter (0 at n = 1: nothing crosses a bus)."""
     _positive(n=n)
-    return algbw * 2 * (n - 1) / n
+    return BUS_FACTORS[collective] * (n - 1) / n
 
 
-def busbw_from_time(nbytes: float, seconds: float, n: int) -> float:
-    """busbw of an all-reduce of nbytes per rank that took `seconds` (algbw = bytes / time, 1 GB = 1e9 B)."""
-    return busbw_from_algbw(nbytes / seconds / GB, n)
+def busbw_from_algbw(algbw: float, n: int, collective: str = "all_reduce") -> float:
+    """nccl-tests bus bandwidth: algbw · bus_factor (all-reduce: 2(n−1)/n), comparable to one link's
+    unidirectional speed."""
+    return algbw * bus_factor(n, collective)
+
+
+def busbw_from_time(nbytes: float, seconds: float, n: int, collective: str = "all_reduce") -> float:
+    """busbw of a collective of nbytes (nccl-tests' size) that took `seconds` (algbw = bytes / time, 1 GB = 1e9 B)."""
+    return busbw_from_algbw(nbytes / seconds / GB, n, collective)
 
 
 def algbw_from_busbw(busbw: float, n: int) -> float:
@@ -153,10 +166,10 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int, itemsize: int) ->
 # --- a benchmark's rows ------------------------------------------------------------------------------------
 
 
-def bandwidths(nbytes: int, time_s: float, world_size: int) -> tuple:
-    """(algbw, busbw) in GB/s. For n = 1 the factor 2(n-1)/n is 0, so busbw is 0, as nccl-tests reports:
+def bandwidths(nbytes: int, time_s: float, world_size: int, collective: str = "all_reduce") -> tuple:
+    """(algbw, busbw) in GB/s. For n = 1 the bus factor is 0, so busbw is 0, as nccl-tests reports:
     one rank moves nothing over any bus, and algbw then only measures a local no-op."""
-    return nbytes / time_s / GB, busbw_from_time(nbytes, time_s, world_size)
+    return nbytes / time_s / GB, busbw_from_time(nbytes, time_s, world_size, collective)
 
 
 def bench_summary(rows: list) -> dict:

@@ -14,16 +14,22 @@ from typing import Optional
 import pandas as pd
 
 from scalelab import perfmodel
+from scalelab.bench.collectives import collective_of
 from scalelab.perfmodel.network import bandwidths, busbw_at
 from scalelab.report.frames import link_label
 
 
 def bench_frame(found: list) -> pd.DataFrame:
     """Completed all-reduce benchmark results, newest first. `log`: the file an nccl-tests log was read from
-    (None for a result.json), with its `source` and `summary`, which the report prints it with."""
+    (None for a result.json), with its `source` and `summary`, which the report prints it with.
+
+    Only all-reduces: the benchmark's all-gather and reduce-scatter results share its kind, but their busbw
+    is not DDP's all-reduce (a different bus factor and traffic), so they predict nothing here."""
     rows = []
     for r in found:
         if r.get("kind") != "allreduce" or r.get("status") != "completed" or not r.get("rows"):
+            continue
+        if collective_of(r) != "all_reduce":
             continue
         launch, source = r["launch"], r.get("source") or {}
         rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "nodes": launch["num_nodes"],
