@@ -5,7 +5,7 @@ all-reduce prediction."""
 import pytest
 import torch
 
-from conftest import load_results, run_script, two_gloo_ranks
+from helpers import load_results, run_script, two_gloo_ranks
 from scalelab.bench import collectives, nccl_tests
 from scalelab.bench.collectives import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER, collective_of
 from scalelab.perfmodel.network import bandwidths, bus_factor, message_sizes
