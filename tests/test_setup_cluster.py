@@ -201,13 +201,17 @@ def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_pa
         assert f"+ {tmp_path}/bin/python -m venv {tmp_path}/venv" in proc.stdout.splitlines()
 
 
-def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
+def preflight_on_a_fake_partition(tmp_path, **env):
+    """preflight.sh where sinfo and scontrol describe a GPU partition (what they print on a cluster)."""
     bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
     fake_tool(tmp_path / "bin", "scontrol", PARTITION)
-    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
-    auto = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    return bash("preflight.sh", path=bin_dir, SCALELAB_VENV=os.path.dirname(os.path.dirname(sys.executable)), **env)
+
+
+def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
+    auto = preflight_on_a_fake_partition(tmp_path, SBATCH_PARTITION="auto").stdout.splitlines()
     assert "GPU types in partition auto: nvidia_a100-sxm4-80gb; the job scripts ask any type" in auto
-    typed = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="debug", SCALELAB_GPU_TYPE="a100", **env)
+    typed = preflight_on_a_fake_partition(tmp_path, SBATCH_PARTITION="debug", SCALELAB_GPU_TYPE="a100")
     assert "GPU types in partition debug: a100; the job scripts ask a100" in typed.stdout.splitlines()
     assert "  job scripts: up to gpu:a100:4 per node (--gres in slurm_jobs/*.sh, the type from SCALELAB_GPU_TYPE)" \
         in typed.stdout.splitlines()
@@ -215,13 +219,10 @@ def test_preflight_names_the_gpu_types_a_partition_offers(tmp_path):
 
 
 def test_preflight_prints_the_memory_asked_and_the_partitions_default(tmp_path):
-    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
-    fake_tool(tmp_path / "bin", "scontrol", PARTITION)
-    env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable))}
-    lines = bash("preflight.sh", path=bin_dir, SBATCH_PARTITION="auto", **env).stdout.splitlines()
+    lines = preflight_on_a_fake_partition(tmp_path, SBATCH_PARTITION="auto").stdout.splitlines()
     assert "  memory:      32G per GPU (--mem-per-gpu)" in lines
     assert "memory in partition auto: nodes of 257000M; DefMemPerCPU=4000 MaxMemPerNode=UNLIMITED" in lines
-    none = bash("preflight.sh", path=bin_dir, SCALELAB_MEM_PER_GPU="none", **env).stdout.splitlines()
+    none = preflight_on_a_fake_partition(tmp_path, SCALELAB_MEM_PER_GPU="none").stdout.splitlines()
     assert "  memory:      (none asked: the partition default)" in none
 
 
