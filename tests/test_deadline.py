@@ -107,6 +107,7 @@ def test_sigterm_reaches_the_deadline_thread_while_the_main_thread_is_blocked_in
     sigs = RunSignals()
     old = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGUSR1)}  # install() sets both
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    owner = signal.set_wakeup_fd(-1)  # a test runner may own the wakeup fd (install() would leave it alone)
     calls = []
     libc, mutex = _mutex()
     try:
@@ -124,7 +125,7 @@ def test_sigterm_reaches_the_deadline_thread_while_the_main_thread_is_blocked_in
         threading.Timer(10, libc.pthread_mutex_unlock, (mutex,)).start()  # never blocked for good, whatever happens
         libc.pthread_mutex_lock(mutex)  # the main thread blocks here, in C, until on_stall unlocks it
     finally:
-        signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(owner)
         for signum, handler in old.items():  # a handler left behind would take a later test's signal
             signal.signal(signum, handler)
     assert len(calls) == 1, calls
