@@ -143,3 +143,19 @@ def test_the_batch_advice_starts_one_below_the_batch_asked_for():
     assert memory.advice(TINY, 4, "32", 1e15) == "--batch_size 3 fits"  # never above the batch that was asked for
     e = memory.MemoryEstimate(weights=1.05e9, gradients=0, optimizer=0, buckets=0, activations=0, loss=0, overhead=0)
     assert e.describe() == "≈ 1.1 GB per GPU (weights 1.1 GB)"  # 1.05 GB: decimal gigabytes, rounded
+
+
+def test_the_run_asks_one_estimate_lora_and_overhead_included():
+    """The up-front GPU check and the result's record both come from workloads.transformer.memory_estimate: with
+    LoRA only the adapters carry gradients and AdamW state, so the estimate shrinks by 12 bytes (fp32 grad + 2
+    moments) per frozen weight, and overhead=0 drops exactly the fixed overhead."""
+    from scalelab import config
+    from scalelab.workloads.transformer import lora_params, memory_estimate, shape_of
+
+    full = config.parse_config(["--config", "gpt-small", "--precision", "32"])
+    lora = config.parse_config(["--config", "gpt-small", "--precision", "32", "--lora_rank", "8"])
+    shape = shape_of(full)
+    frozen = shape.total_params() - lora_params(shape, 8)
+    assert memory_estimate(full, 4).total - memory_estimate(lora, 4).total == 12 * frozen
+    assert memory_estimate(full, 4).total - memory_estimate(full, 4, overhead=0).total == \
+        memory.training_memory(shape, 4, "32").overhead

@@ -98,14 +98,10 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
     ranks' caching allocators measured (GPU): the self-check compares them."""
     estimate = None
     if ctx.cfg.model == "transformer":
-        from scalelab.perfmodel import memory
-        from scalelab.workloads.transformer import lora_params, shape_of
+        from scalelab.workloads.transformer import memory_estimate
 
-        shape = shape_of(ctx.cfg)
-        trainable = lora_params(shape, ctx.cfg.lora_rank) if ctx.cfg.lora_rank else None
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
-        estimate = memory.training_memory(shape, ctx.batch, ctx.cfg.precision, trainable_params=trainable,
-                                          overhead=0).total
+        estimate = memory_estimate(ctx.cfg, ctx.batch, overhead=0).total
     peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]
     return {"estimate_bytes": estimate, "peak_allocated_bytes": max(peaks) if peaks else None}
 

@@ -316,12 +316,11 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
     import torch
 
     from scalelab.perfmodel import memory
-    from scalelab.workloads.transformer import lora_params, shape_of
+    from scalelab.workloads.transformer import memory_estimate, shape_of
 
     shape = shape_of(cfg)
     props = torch.cuda.get_device_properties(0)
-    trainable = lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None
-    est = memory.training_memory(shape, batch, cfg.precision, trainable_params=trainable)
+    est = memory_estimate(cfg, batch)
     if not memory.fits(est, props.total_memory):
         raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
                          f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
