@@ -305,7 +305,9 @@ def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
     ranks then mismatch (measured: gloo's "Received data size doesn't match expected size", SIGABRT)."""
     if not cfg.comm_hook.startswith("powersgd") or launch.backend != "gloo" or launch.world_size == 1:
         return
-    grad_mb = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad) / 2**20
+    from scalelab.train.comm import grad_bytes
+
+    grad_mb = grad_bytes(module) / 2**20
     if grad_mb > cfg.bucket_cap_mb:
         raise UsageError(f"--comm_hook {cfg.comm_hook} over gloo needs one gradient bucket: the gradients are "
                          f"{grad_mb:.1f} MB, use --bucket_cap_mb {int(grad_mb) + 1} or more (NCCL has no such limit)")
