@@ -36,6 +36,12 @@ class RunContext:
     resumed_from: Optional[str] = None  # a requeued job's checkpoint, loaded at the start
     pinning: Optional[dict] = None  # a GPU rank: how its cores were chosen, its GPU's NUMA node (cores.pin_gpu)
 
+    @property
+    def samples_per_step(self) -> int:
+        """Samples of one optimizer step over all ranks: the global batch (per device x ranks x accumulation), the
+        figure throughput, the logger and the result's global_batch all count with."""
+        return self.batch * self.launch.world_size * self.cfg.accumulate_grad_batches
+
     def rank_record(self) -> dict:
         """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
         return {**self.clock.rank_record(self.rank, self.local_rank, self.node_rank), **(self.pinning or {})}
@@ -43,7 +49,7 @@ class RunContext:
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
-    samples_per_step = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches  # an optimizer step
+    samples_per_step = ctx.samples_per_step
     tokens = ctx.workload.tokens_per_sample if ctx.workload else 0
     return timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, tokens)
 
@@ -78,11 +84,11 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
 
 def workload_record(ctx: RunContext) -> dict:
     """What the run computed: the config's workload fields and what the build derived from them."""
-    cfg, wl, world = ctx.cfg, ctx.workload, ctx.launch.world_size
+    cfg, wl = ctx.cfg, ctx.workload
     built = ({"describe": wl.describe, "params": wl.n_params, "tokens_per_sample": wl.tokens_per_sample} if wl else
              {"describe": cfg.model, "params": None, "tokens_per_sample": None})  # a run that failed before the build
     return {**cfg.workload(), **built, "batch_per_device": ctx.batch,
-            "global_batch": ctx.batch * world * cfg.accumulate_grad_batches}  # per optimizer step
+            "global_batch": ctx.samples_per_step}  # per optimizer step
 
 
 def hyperparameters(ctx: RunContext) -> dict:

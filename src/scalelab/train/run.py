@@ -269,9 +269,8 @@ def step_metrics(ctx, logger):
         return None
     from scalelab.train import metrics
 
-    samples = ctx.batch * ctx.launch.world_size * ctx.cfg.accumulate_grad_batches
-    return metrics.StepMetrics(ctx.clock, [logger], samples, ctx.workload.tokens_per_sample, ctx.launch.world_size,
-                               ctx.cfg.warmup_steps)
+    return metrics.StepMetrics(ctx.clock, [logger], ctx.samples_per_step, ctx.workload.tokens_per_sample,
+                               ctx.launch.world_size, ctx.cfg.warmup_steps)
 
 
 def stall_deadline(ctx, watch, injected):
