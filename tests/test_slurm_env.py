@@ -32,6 +32,7 @@ def test_an_array_task_is_labelled_as_squeue_shows_it_but_keeps_its_own_job_id()
     ({"SLURM_TASKS_PER_NODE": "4(x2)"}, 4),  # -n 8 -N 2: only the "4(x2)" form is set
     ({"SLURM_TASKS_PER_NODE": "3,2"}, 3),  # uneven: the first node's count
     ({}, 1),
+    ({"SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "4(x2)"}, 2),  # --ntasks-per-node, as asked, wins
 ])
 def test_tasks_per_node_reads_either_variable(env, per_node):
     assert slurm_env.tasks_per_node(env) == per_node
@@ -61,3 +62,9 @@ def test_the_step_the_sizes_and_the_cores_asked_for():
 def test_the_job_record_says_whether_the_nodes_were_the_jobs_alone(job, partition, exclusive):
     env = {"SLURM_JOB_ID": "42", "SCALELAB_JOB_OVERSUBSCRIBE": job, "SCALELAB_PARTITION_OVERSUBSCRIBE": partition}
     assert slurm_env.job_record({k: v for k, v in env.items() if v is not None})["exclusive"] is exclusive
+
+
+def test_outside_a_job_the_defaults_are_one_node_and_no_name():
+    """A process outside SLURM: one node, an empty job name (not None: cluster compares it with salloc's names)."""
+    assert slurm_env.nodes({}) == 1 and slurm_env.job_name({}) == ""
+    assert slurm_env.job_name({"SLURM_JOB_NAME": "x"}) == "x"
