@@ -145,6 +145,19 @@ def test_the_batch_advice_starts_one_below_the_batch_asked_for():
     assert e.describe() == "≈ 1.1 GB per GPU (weights 1.1 GB)"  # 1.05 GB: decimal gigabytes, rounded
 
 
+def test_the_batch_advice_counts_in_the_precision_asked_for():
+    """Under bf16 autocast 3 sequences of TINY fit a budget where fp32's larger activations would fit only 2.
+
+    By hand (TINY: 1,920 parameters): persistent 16 x 1,920 = 30,720 bytes; bf16 a sequence saves 4 tokens x
+    (2 layers x 312 + 32 + 16 + 64) = 2,944 plus 512 of loss gradients, and autocast's weight copies are
+    2 x 1,664 = 3,328 once; fp32 a sequence is 4 x 1,232 + 512 = 5,440. Batch 3: bf16 2e9 + 44,416,
+    fp32 2e9 + 47,040; batch 2 in fp32: 2e9 + 41,600."""
+    budget = 2e9 + 30_720 + 3_328 + 3 * (2_944 + 512)
+    assert memory.training_memory(TINY, 3, "bf16-mixed").total == budget
+    assert memory.advice(TINY, 4, "bf16-mixed", budget) == "--batch_size 3 fits"
+    assert memory.advice(TINY, 4, "32", budget) == "--batch_size 2 fits"
+
+
 def test_the_run_asks_one_estimate_lora_and_overhead_included():
     """The up-front GPU check and the result's record both come from workloads.transformer.memory_estimate: with
     LoRA only the adapters carry gradients and AdamW state, so the estimate shrinks by 12 bytes (fp32 grad + 2

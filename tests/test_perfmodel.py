@@ -172,6 +172,7 @@ def test_fp16_peaks_of_the_cards_without_bf16(device, fp16):
     ("NVIDIA GeForce RTX 4090", "bf16-mixed", "NVIDIA GeForce RTX 4090 is not in scalelab's datasheet table"),
     ("AMD Instinct MI250X / MI250", "bf16-mixed", "the name does not tell an MI250X from an MI250"),
     ("NVIDIA H100", "bf16-mixed", "the name does not tell an H100 SXM from a PCIe card"),
+    ("NVIDIA H200 PCIe", "bf16-mixed", "an H200 PCIe card is not in the datasheets"),
     ("Tesla V100-SXM3-32GB", "16-mixed", "the name does not tell a V100 SXM2 from a PCIe card"),
     ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "bf16-mixed", "a MIG slice has a fraction of the card's peak"),
     ("Tesla V100-SXM2-32GB", "bf16-mixed", "V100 SXM2 has no bf16 matrix units"),
@@ -564,6 +565,21 @@ def test_the_plateau_is_the_median_of_the_three_largest_sizes():
 ])
 def test_the_gpu_family_of_a_device_name(name, family):
     assert pm.peaks.gpu_family(name) == family
+
+
+@pytest.mark.parametrize("name, answer", [
+    ("NVIDIA H100 80GB HBM3", ("H100 SXM", "")), ("NVIDIA H100 NVL", ("H100 NVL", "")),
+    ("NVIDIA H100 PCIe", ("H100 PCIe", "")), ("NVIDIA A100-SXM4-80GB", ("A100", "")),
+    ("AMD Instinct MI250X", ("MI250X GCD", "")), ("NVIDIA RTX A6000", ("RTX A6000", "")),
+    ("Tesla V100-SXM2-16GB", ("V100 SXM2", "")), ("Tesla V100-PCIE-32GB", ("V100 PCIe", "")),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", (None, "a MIG slice has a fraction of the card's peak")),
+    ("NVIDIA H200 PCIe", (None, "an H200 PCIe card is not in the datasheets")),
+    # the GH200's GPU is a Hopper H100: a name that carries both tokens is the superchip, not a bare H100
+    ("NVIDIA GH200 H100 96GB", ("GH200", "")),
+])
+def test_a_family_comes_with_an_empty_reason_and_no_family_with_one(name, answer):
+    """The contract callers rely on: a family with an empty reason, or None with the one line a report prints."""
+    assert pm.family_or_reason(name) == answer
 
 
 def test_peaks_by_precision_and_mfu():
