@@ -328,3 +328,19 @@ def test_python_m_scalelab_train_names_itself_train_py(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         config.parse_config(["--help"])
     assert capsys.readouterr().out.startswith("usage: train.py ")
+
+
+def test_the_default_workload_file_reads_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """The sbatch scripts and submit.py share configs/default-workload.txt; a note in it written in UTF-8 (an em
+    dash) must not stop a job on a node whose locale is plain ASCII."""
+    import locale
+
+    (tmp_path / "default-workload.txt").write_text("# GPUs \u2014 the GPT; CPUs \u2014 the MLP\ngpu gpt-small\ncpu mlp\n",
+                                                   encoding="utf-8")
+    monkeypatch.setattr(config, "CONFIG_DIR", str(tmp_path))
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # open()'s default encoding is now ASCII
+    try:
+        assert (config.default_config("gpu"), config.default_config("cpu")) == ("gpt-small", "mlp")
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
