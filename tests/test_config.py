@@ -274,6 +274,16 @@ def test_a_config_file_gets_the_command_lines_types_and_a_result_replays_its_run
     assert config.parse_config(["--config", str(path)]).batch_size == config.parse_config([]).batch_size
 
 
+def test_a_null_in_a_config_file_leaves_the_flags_default(tmp_path):
+    """`seed: null` or `accumulate_grad_batches: null` means "not set here": the default (42, one batch per step),
+    not a None the run would fail on when it seeds the data or counts samples; and a null static graph's partner
+    is then one batch per step, which --static_graph allows."""
+    path = tmp_path / "run.yaml"
+    path.write_text("static_graph: true\naccumulate_grad_batches: null\nseed: null\nbatch_size: null\n")
+    cfg = config.parse_config(["--config", str(path)])
+    assert (cfg.static_graph, cfg.accumulate_grad_batches, cfg.seed, cfg.batch_size) == (True, 1, 42, 64)
+
+
 def test_a_result_json_replays_its_runs_settings_but_not_where_it_wrote(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training", "config": {
@@ -328,3 +338,19 @@ def test_python_m_scalelab_train_names_itself_train_py(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         config.parse_config(["--help"])
     assert capsys.readouterr().out.startswith("usage: train.py ")
+
+
+def test_the_default_workload_file_reads_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """The sbatch scripts and submit.py share configs/default-workload.txt; a note in it written in UTF-8 (an em
+    dash) must not stop a job on a node whose locale is plain ASCII."""
+    import locale
+
+    (tmp_path / "default-workload.txt").write_text("# GPUs \u2014 the GPT; CPUs \u2014 the MLP\ngpu gpt-small\ncpu mlp\n",
+                                                   encoding="utf-8")
+    monkeypatch.setattr(config, "CONFIG_DIR", str(tmp_path))
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")  # open()'s default encoding is now ASCII
+    try:
+        assert (config.default_config("gpu"), config.default_config("cpu")) == ("gpt-small", "mlp")
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)

@@ -88,6 +88,7 @@ def test_a_sample_sums_every_threads_figures_in_seconds(tmp_path, monkeypatch):
     (tmp_path / "102" / "schedstat").write_text("750000000 125000000 4\n")  # read again: the same files, new figures
     assert threads.sample() == (2.25, 0.625)
     threads.close()
+    assert threads.sample() is None  # closed for good: the files are not opened again behind the caller's back
 
 
 def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):

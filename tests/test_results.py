@@ -276,6 +276,17 @@ def test_versions_on_a_gpu_build_name_cuda_and_nccl(monkeypatch):
     assert (v["cuda"], v["nccl"]) == ("12.4", "2.21.5")
 
 
+def test_versions_on_a_rocm_build_name_hip_and_a_build_without_the_attribute_names_none(monkeypatch):
+    """A ROCm build's "nccl" is RCCL: the result names the HIP version so no reader takes it for NVIDIA's. A torch
+    whose torch.version has no `hip` at all (older builds) still gives versions, without the key."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", "6.0.32830-d62f6a171", raising=False)
+    assert results.versions()["hip"] == "6.0.32830-d62f6a171"
+    monkeypatch.delattr(torch.version, "hip")
+    assert "hip" not in results.versions()
+
+
 def test_a_run_id_says_when_what_where_and_is_safe_as_a_folder_name():
     import re
 

@@ -271,14 +271,13 @@ def _load_yaml(given: str, parser: argparse.ArgumentParser) -> dict:
         dest = str(key).lstrip("-").replace("-", "_")
         if dest not in actions:
             raise UsageError(f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)")
-        out[dest] = _coerce(actions[dest], value, f"--config {path}: {dest}")
+        if value is not None:  # null: not set here, the flag's default (a None seed or K would fail the run)
+            out[dest] = _coerce(actions[dest], value, f"--config {path}: {dest}")
     return out
 
 
 def _coerce(action: argparse.Action, value, where: str):
-    """Give a YAML value the same checks the command line gets."""
-    if value is None:
-        return None
+    """Give a YAML value (not null: _load_yaml drops those) the same checks the command line gets."""
     if isinstance(action, argparse._StoreTrueAction):
         if not isinstance(value, bool):
             raise UsageError(f"{where}: expected true or false, got {value!r}")
@@ -348,7 +347,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
         if owner != cfg.model and option.name in given and getattr(cfg, option.name) != option.default:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
-    if cfg.static_graph and (cfg.accumulate_grad_batches or 1) > 1:
+    if cfg.static_graph and cfg.accumulate_grad_batches > 1:
         # DDP's static graph records the graph in its first backward, which must be synchronised; accumulation's
         # first batch runs under no_sync, where PyTorch's reducer fails an internal assert (expect_autograd_hooks_)
         raise UsageError(
