@@ -345,8 +345,8 @@ def test_the_default_workload_file_reads_as_utf8_whatever_the_locale(tmp_path, m
     dash) must not stop a job on a node whose locale is plain ASCII."""
     import locale
 
-    (tmp_path / "default-workload.txt").write_text("# GPUs \u2014 the GPT; CPUs \u2014 the MLP\ngpu gpt-small\ncpu mlp\n",
-                                                   encoding="utf-8")
+    note = "# GPUs \u2014 the GPT; CPUs \u2014 the MLP\n"
+    (tmp_path / "default-workload.txt").write_text(note + "gpu gpt-small\ncpu mlp\n", encoding="utf-8")
     monkeypatch.setattr(config, "CONFIG_DIR", str(tmp_path))
     before = locale.setlocale(locale.LC_CTYPE)
     locale.setlocale(locale.LC_CTYPE, "C")  # open()'s default encoding is now ASCII
