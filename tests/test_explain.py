@@ -296,6 +296,8 @@ def test_limiting_line_says_what_a_partial_comm_record_holds_and_not_nan():
     assert _partial_comm_line(("waited_s", "comm_share")) == (
         f"{head} Limited by nothing large: communication: 4 % of the step (4.0 ms waited; the all-reduce's own "
         "time was not recorded).")
+    assert _partial_comm_line(("waited_s",)) == (  # no share: no percent, and no "nothing large" either
+        f"{head} Limited by communication: 4.0 ms waited; the all-reduce's own time was not recorded.")
     assert _partial_comm_line(("allreduce_s",)) == (
         f"{head} Communication: the all-reduce took 30 ms; the time the step waited for it was not recorded.")
     # 150 ms compute against the baseline's 100 ms: the known cause leads, the unknown one follows
@@ -780,15 +782,15 @@ def test_the_limiting_line_orders_two_causes_by_the_time_each_cost():
 
 def test_the_limiting_line_of_strong_scaling_against_a_two_device_baseline_and_of_an_unknown_share():
     """Strong scaling from 2 to 4 devices: each computes 2/4 of the batch, 100 ms x 2/4 = 50 ms expected, 80 ms
-    measured: 30 ms more. No comm share recorded: 0 %, nothing large."""
+    measured: 30 ms more. No comm share recorded: no percent printed, and nothing called large or small."""
     r = _row(devices=4, baseline_devices=2, scaling="strong", compute_s=0.08)
     assert explain.limiting_line(r) == (
         "4 devices on 1 node: efficiency 90 %. Limited by slower compute per device: 30 ms more per step than the "
         f"compute at 2 devices × 2/4 (strong scaling: each device has 2/4 of the batch). {COMM_10[0].upper()}"
         f"{COMM_10[1:]}.")
     assert explain.limiting_line(_row(comm_share=NAN)) == (
-        "2 devices on 1 node: efficiency 90 %. Limited by nothing large: communication: 0 % of the step (10 ms "
-        "waited; 50 % of the 20 ms all-reduce hidden behind backward).")
+        "2 devices on 1 node: efficiency 90 %. Limited by communication: 10 ms waited; 50 % of the 20 ms all-reduce "
+        "hidden behind backward.")
 
 
 def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():

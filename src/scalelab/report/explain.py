@@ -223,8 +223,8 @@ def limiting_line(r) -> Optional[str]:
             hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
             detail = (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
                       f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
-        comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.waited_s)
-                else f"communication: {detail}")  # the share is the wait's: none without it
+        comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
+                else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
     emulated = getattr(r, "link", "")
     inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
     link = inter if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
@@ -244,7 +244,7 @@ def limiting_line(r) -> Optional[str]:
     texts = [text for _, text in causes]
     if not _ok(r.waited_s) and len(causes) == 1:  # no wait measured: nothing says communication limits it
         return f"{head} {comm[0].upper()}{comm[1:]}."
-    if share < 0.05 and len(causes) == 1 and not noisy:
+    if share < 0.05 and len(causes) == 1 and not noisy and _ok(r.comm_share):
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
 
