@@ -184,6 +184,8 @@ def test_the_report_predicts_ddp_from_all_reduces_only():
     found = [_bench_result("1-old"), _bench_result("2-ar", "all_reduce", 3.0), _bench_result("3-ag", "all_gather")]
     assert sorted(explain.bench_frame(found)["run_id"]) == ["1-old", "2-ar"]
     assert explain.bench_frame(found[2:]).empty
+    first = [_bench_result("0-ag", "all_gather"), *found]  # an all-gather listed first is skipped, not the end
+    assert sorted(explain.bench_frame(first)["run_id"]) == ["1-old", "2-ar"]
     assert selfcheck.newest(found, "allreduce")["run_id"] == "2-ar"  # not the newer all-gather
     assert selfcheck.newest(found[2:], "allreduce") is None
 

@@ -276,6 +276,36 @@ def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
 
 
+def _partial_comm_line(keep, compute_s=0.1):
+    """The 2-device line when its comm record holds only the `keep` fields (a record another tool wrote, or
+    trimmed by hand): 1 device at 100 samples/s, 2 at 150, so 150 / (2 x 100) = 75 % efficiency."""
+    found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("a2", 2, samples_per_s=150), compute_s, 0.03, 0.004, 0.104)]
+    comm = found[1]["timing"]["comm"]
+    found[1]["timing"]["comm"] = {k: comm[k] for k in ("compute_s", *keep)}
+    runs, scaling = annotated(found)
+    return explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+
+
+def test_limiting_line_says_what_a_partial_comm_record_holds_and_not_nan():
+    """compute_s without waited_s / allreduce_s: no "nan ms", no share or "limited by" that was not measured."""
+    head = "2 devices on 1 node: efficiency 75 %."
+    unknown = "Communication: not recorded in these runs (the result's comm record has no waited or all-reduce time)."
+    assert _partial_comm_line(()) == f"{head} {unknown}"
+    # 4 ms waited of a 104 ms step: 3.8 %, known, so "nothing large" holds; the all-reduce's time is not known
+    assert _partial_comm_line(("waited_s", "comm_share")) == (
+        f"{head} Limited by nothing large: communication: 4 % of the step (4.0 ms waited; the all-reduce's own "
+        "time was not recorded).")
+    assert _partial_comm_line(("waited_s",)) == (  # no share: no percent, and no "nothing large" either
+        f"{head} Limited by communication: 4.0 ms waited; the all-reduce's own time was not recorded.")
+    assert _partial_comm_line(("allreduce_s",)) == (
+        f"{head} Communication: the all-reduce took 30 ms; the time the step waited for it was not recorded.")
+    # 150 ms compute against the baseline's 100 ms: the known cause leads, the unknown one follows
+    assert _partial_comm_line((), compute_s=0.15) == (
+        f"{head} Limited by slower compute per device: 50 ms more per step than at 1 device (CPU rehearsal: the "
+        f"ranks still share this machine's memory bandwidth and caches). {unknown}")
+
+
 def test_short_steps_keep_a_decimal_so_lost_is_visibly_more_than_the_all_reduce():
     # 1.4 ms lost beside a 1.2 ms all-reduce: whole milliseconds would print "1 ms lost, more than the 1 ms"
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.001, 0.0, 0.0, 0.001),
@@ -752,15 +782,15 @@ def test_the_limiting_line_orders_two_causes_by_the_time_each_cost():
 
 def test_the_limiting_line_of_strong_scaling_against_a_two_device_baseline_and_of_an_unknown_share():
     """Strong scaling from 2 to 4 devices: each computes 2/4 of the batch, 100 ms x 2/4 = 50 ms expected, 80 ms
-    measured: 30 ms more. No comm share recorded: 0 %, nothing large."""
+    measured: 30 ms more. No comm share recorded: no percent printed, and nothing called large or small."""
     r = _row(devices=4, baseline_devices=2, scaling="strong", compute_s=0.08)
     assert explain.limiting_line(r) == (
         "4 devices on 1 node: efficiency 90 %. Limited by slower compute per device: 30 ms more per step than the "
         f"compute at 2 devices × 2/4 (strong scaling: each device has 2/4 of the batch). {COMM_10[0].upper()}"
         f"{COMM_10[1:]}.")
     assert explain.limiting_line(_row(comm_share=NAN)) == (
-        "2 devices on 1 node: efficiency 90 %. Limited by nothing large: communication: 0 % of the step (10 ms "
-        "waited; 50 % of the 20 ms all-reduce hidden behind backward).")
+        "2 devices on 1 node: efficiency 90 %. Limited by communication: 10 ms waited; 50 % of the 20 ms all-reduce "
+        "hidden behind backward.")
 
 
 def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():

@@ -431,6 +431,23 @@ def test_a_reference_file_reads_without_libyaml(tmp_path, monkeypatch):
     assert reference.load(str(path)) == [_entry()]
 
 
+def test_a_utf8_reference_file_reads_under_an_ascii_locale(tmp_path):
+    """The file travels: written on a UTF-8 desktop (a comment with an em dash, a workload field with "é"), it
+    reads the same on a node whose locale is C (ASCII), where open() would decode with ASCII by default."""
+    import locale
+
+    entry = _entry(workload={"model": "mlp", "note": "caf\u00e9"})
+    path = tmp_path / "ref.yaml"
+    path.write_bytes(("# after maintenance \u2014 the same sweep\n" + json.dumps({"checks": [entry]},
+                                                                               ensure_ascii=False)).encode("utf-8"))
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    try:
+        assert reference.load(str(path)) == [entry]
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+
+
 def test_a_reference_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path):
     """A file saved in Latin-1 (é is the byte 0xe9): no line number to give, the decoder's words instead."""
     path = tmp_path / "ref.yaml"

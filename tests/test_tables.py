@@ -273,6 +273,14 @@ def test_the_step_table_row_in_milliseconds_megabytes_and_three_significant_digi
                          "and PaLM count it: compare it with figures that do the same"]
 
 
+def test_without_an_mfu_the_step_table_says_why_even_for_a_frame_without_a_peak_note_column():
+    """A group frame built without peak_note (no run recorded one) still ends on MFU's one-line reason."""
+    lines = tables.step_table(_step_frame(mfu=float("nan")), "pipe")
+    assert lines[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
+    noted = tables.step_table(_step_frame(mfu=float("nan"), peak_note="X is not in the table"), "pipe")
+    assert noted[-1] == "  MFU: — (X is not in the table; give --peak_tflops to compute it)"
+
+
 def test_an_infinite_figure_prints_as_inf_in_every_column_of_the_step_table():
     figures = ("step_ms", "compute_s", "allreduce_s", "allreduce_alone_s", "predicted_allreduce_s", "waited_s",
                "comm_share", "hidden_fraction", "grad_bytes", "ddp_busbw_GBps", "bench_busbw_GBps",

@@ -208,8 +208,14 @@ def limiting_line(r) -> Optional[str]:
         comm = (f"communication: not separable from compute in these runs (the no-sync probe steps were "
                 f"{(r.compute_s / r.synced_s - 1) * 100:.0f} % slower than the normal steps, which is noise; more "
                 "--max_steps gives more probe steps)")
+    elif not _ok(r.waited_s) and not _ok(r.allreduce_s):  # a comm record with compute_s alone: say so, not "nan"
+        comm = "communication: not recorded in these runs (the result's comm record has no waited or all-reduce time)"
     else:
-        if _ok(r.waited_s) and r.waited_s > 1.1 * r.allreduce_s:
+        if not _ok(r.allreduce_s):
+            detail = f"{_ms(r.waited_s)} ms waited; the all-reduce's own time was not recorded"
+        elif not _ok(r.waited_s):
+            detail = f"the all-reduce took {_ms(r.allreduce_s)} ms; the time the step waited for it was not recorded"
+        elif r.waited_s > 1.1 * r.allreduce_s:
             # the step lost more than the all-reduce's own duration: compute ran slower beside it
             detail = (f"{_ms(r.waited_s)} ms lost, more than the {_ms(r.allreduce_s)} ms the "
                       "all-reduce itself took: compute also ran slower while it was in flight")
@@ -217,7 +223,8 @@ def limiting_line(r) -> Optional[str]:
             hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
             detail = (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
                       f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
-        comm = f"communication: {share * 100:.0f} % of the step ({detail})"
+        comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
+                else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
     emulated = getattr(r, "link", "")
     inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
     link = inter if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
@@ -235,7 +242,9 @@ def limiting_line(r) -> Optional[str]:
     causes.append((r.waited_s if _ok(r.waited_s) else 0.0, comm))
     causes.sort(key=lambda c: -c[0])
     texts = [text for _, text in causes]
-    if share < 0.05 and len(causes) == 1 and not noisy:
+    if not _ok(r.waited_s) and len(causes) == 1:  # no wait measured: nothing says communication limits it
+        return f"{head} {comm[0].upper()}{comm[1:]}."
+    if share < 0.05 and len(causes) == 1 and not noisy and _ok(r.comm_share):
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
 
