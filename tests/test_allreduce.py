@@ -8,8 +8,8 @@ import pytest
 
 from helpers import FAKE_SECRETS, load_results, run_script
 from scalelab import results
-from scalelab.bench import allreduce
-from scalelab.bench.allreduce import size_type
+from scalelab.bench import allreduce, flags
+from scalelab.bench.flags import size_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import bandwidths, bench_summary, busbw_at, human_bytes, message_sizes, parse_size
 
@@ -278,14 +278,14 @@ def test_flags_get_the_accelerators_defaults_and_sizes_must_be_in_order():
     from scalelab.launch.cluster import Launch
 
     args = _flags
-    got = allreduce.resolve(args(), Launch("torchrun", 1, 1, "cpu"))
+    got = flags.resolve(args(), Launch("torchrun", 1, 1, "cpu"))
     assert (got.max_bytes, got.iters, got.warmup_iters) == (64 << 20, 20, 5)
-    gpu = allreduce.resolve(args(iters=3), Launch("slurm", 4, 1, "gpu"))
+    gpu = flags.resolve(args(iters=3), Launch("slurm", 4, 1, "gpu"))
     assert (gpu.max_bytes, gpu.iters, gpu.warmup_iters) == (4 << 30, 3, 5)
     with pytest.raises(UsageError) as err:
-        allreduce.resolve(args(min_bytes=1 << 20, max_bytes=1024), Launch("torchrun", 1, 1, "cpu"))
+        flags.resolve(args(min_bytes=1 << 20, max_bytes=1024), Launch("torchrun", 1, 1, "cpu"))
     assert str(err.value) == "--min_bytes 1 MiB is larger than --max_bytes 1 KiB"
-    assert allreduce.resolve(args(min_bytes=1024, max_bytes=1024), Launch("torchrun", 1, 1, "cpu")).max_bytes == 1024
+    assert flags.resolve(args(min_bytes=1024, max_bytes=1024), Launch("torchrun", 1, 1, "cpu")).max_bytes == 1024
 
 
 def test_local_cpu_ranks_must_each_have_a_core_before_they_start(monkeypatch):
@@ -295,12 +295,12 @@ def test_local_cpu_ranks_must_each_have_a_core_before_they_start(monkeypatch):
 
     monkeypatch.setenv("SCALELAB_NODE_CORES", "0")
     with pytest.raises(UsageError) as err:
-        allreduce.resolve(_flags(), Launch("local", 2, 1, "cpu"))
+        flags.resolve(_flags(), Launch("local", 2, 1, "cpu"))
     assert str(err.value).startswith("2 device(s) x 1 core(s) need 2 cores but this node has 1 (cores 0): ranks "
                                      "would share cores")
-    assert allreduce.resolve(_flags(oversubscribe=True), Launch("local", 2, 1, "cpu")).max_bytes == 64 << 20
-    assert allreduce.resolve(_flags(), Launch("local", 1, 1, "cpu")).max_bytes == 64 << 20
-    assert allreduce.resolve(_flags(), Launch("torchrun", 2, 1, "cpu")).max_bytes == 64 << 20
+    assert flags.resolve(_flags(oversubscribe=True), Launch("local", 2, 1, "cpu")).max_bytes == 64 << 20
+    assert flags.resolve(_flags(), Launch("local", 1, 1, "cpu")).max_bytes == 64 << 20
+    assert flags.resolve(_flags(), Launch("torchrun", 2, 1, "cpu")).max_bytes == 64 << 20
 
 
 def test_local_gpu_ranks_need_as_many_gpus(monkeypatch):
@@ -309,11 +309,11 @@ def test_local_gpu_ranks_need_as_many_gpus(monkeypatch):
     from scalelab.launch.cluster import Launch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert allreduce.resolve(_flags(), Launch("local", 2, 1, "gpu")).max_bytes == 4 << 30
+    assert flags.resolve(_flags(), Launch("local", 2, 1, "gpu")).max_bytes == 4 << 30
     with pytest.raises(UsageError) as err:
-        allreduce.resolve(_flags(), Launch("local", 3, 1, "gpu"))
+        flags.resolve(_flags(), Launch("local", 3, 1, "gpu"))
     assert str(err.value) == "--devices 3 but this machine has 2 GPU(s)"
-    assert allreduce.resolve(_flags(), Launch("slurm", 3, 1, "gpu")).max_bytes == 4 << 30  # srun gave each its own
+    assert flags.resolve(_flags(), Launch("slurm", 3, 1, "gpu")).max_bytes == 4 << 30  # srun gave each its own
 
 
 def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path, monkeypatch):

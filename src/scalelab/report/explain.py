@@ -211,18 +211,7 @@ def limiting_line(r) -> Optional[str]:
     elif not _ok(r.waited_s) and not _ok(r.allreduce_s):  # a comm record with compute_s alone: say so, not "nan"
         comm = "communication: not recorded in these runs (the result's comm record has no waited or all-reduce time)"
     else:
-        if not _ok(r.allreduce_s):
-            detail = f"{_ms(r.waited_s)} ms waited; the all-reduce's own time was not recorded"
-        elif not _ok(r.waited_s):
-            detail = f"the all-reduce took {_ms(r.allreduce_s)} ms; the time the step waited for it was not recorded"
-        elif r.waited_s > 1.1 * r.allreduce_s:
-            # the step lost more than the all-reduce's own duration: compute ran slower beside it
-            detail = (f"{_ms(r.waited_s)} ms lost, more than the {_ms(r.allreduce_s)} ms the "
-                      "all-reduce itself took: compute also ran slower while it was in flight")
-        else:
-            hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
-            detail = (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
-                      f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
+        detail = _comm_detail(r)
         comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
                 else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
     emulated = getattr(r, "link", "")
@@ -247,6 +236,22 @@ def limiting_line(r) -> Optional[str]:
     if share < 0.05 and len(causes) == 1 and not noisy and _ok(r.comm_share):
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
+
+
+def _comm_detail(r) -> str:
+    """What the step lost to its all-reduce, from what the comm record holds: the wait, the all-reduce's own time,
+    how much of it backward hid."""
+    if not _ok(r.allreduce_s):
+        return f"{_ms(r.waited_s)} ms waited; the all-reduce's own time was not recorded"
+    if not _ok(r.waited_s):
+        return f"the all-reduce took {_ms(r.allreduce_s)} ms; the time the step waited for it was not recorded"
+    if r.waited_s > 1.1 * r.allreduce_s:
+        # the step lost more than the all-reduce's own duration: compute ran slower beside it
+        return (f"{_ms(r.waited_s)} ms lost, more than the {_ms(r.allreduce_s)} ms the "
+                "all-reduce itself took: compute also ran slower while it was in flight")
+    hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
+    return (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
+            f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
 
 
 def slower_why(r) -> str:
