@@ -8,7 +8,7 @@ import pytest
 
 from helpers import FAKE_SECRETS, load_results, run_script
 from scalelab import results
-from scalelab.bench import allreduce, flags
+from scalelab.bench import allreduce, collectives, flags
 from scalelab.bench.flags import size_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import bandwidths, bench_summary, busbw_at, human_bytes, message_sizes, parse_size
@@ -238,6 +238,7 @@ def _bench(rows=(), **args):
     bench.launch = Launch("slurm", 4, 2, "gpu")  # 4 processes on each of 2 nodes
     bench.world, bench.device_names, bench.rows, bench.ranks, bench.run_id = 8, ["A100", "H100"], list(rows), [], "rid"
     bench.hosts = []
+    bench.coll = collectives.COLLECTIVES[bench.args.__dict__.get("collective", "all_reduce")]  # as __init__ sets it
     return bench
 
 

@@ -312,12 +312,12 @@ class Bench:
     # output (rank 0) -----------------------------------------------------------------------------
     def what(self) -> str:
         """The collective as people write it: all-reduce, all-gather, reduce-scatter."""
-        return _coll(self).name.replace("_", "-")
+        return self.coll.name.replace("_", "-")
 
     def program(self) -> str:
         """The program an nccl-tests-format log names: this script for the all-reduce (as before --collective),
         else the nccl-tests binary whose layout it prints, so that no reader takes it for an all-reduce log."""
-        coll = _coll(self)
+        coll = self.coll
         return PROG if coll is collectives.ALL_REDUCE else coll.perf
 
     def banner(self) -> str:
@@ -339,7 +339,7 @@ class Bench:
     def write(self, status: str, error) -> str:
         launch = self.launch
         config = {k: v for k, v in vars(self.args).items() if k != "inject_wrong" or v}
-        config["collective"] = _coll(self).name  # what the report tells apart: only all_reduce predicts DDP
+        config["collective"] = self.coll.name  # what the report tells apart: only all_reduce predicts DDP
         payload = results.envelope("allreduce", self.run_id)
         payload.update(
             status=status,
@@ -354,11 +354,6 @@ class Bench:
             environment=results.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)
-
-
-def _coll(bench):
-    """The bench's collective (a Bench built without __init__, as the output tests do, measured all-reduces)."""
-    return getattr(bench, "coll", None) or collectives.COLLECTIVES[getattr(bench.args, "collective", "all_reduce")]
 
 
 def cli():
