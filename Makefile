@@ -6,8 +6,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
-# A quick subset while editing: make test-quick (no multi-process training, no SLURM cluster, no chapters).
-QUICK  ?= -m "not slow and not slurm" --ignore=tests/test_docs.py
+# A quick subset while editing: make test-quick, the unit tests of tests/unit (no multi-process training, no SLURM
+# cluster, no chapters: those are tests/scenarios), less the few slow-marked ones.
+QUICK  ?= -m "not slow and not slurm" tests/unit
 
 .PHONY: help demo test test-quick mutation lint install clean
 
@@ -30,7 +31,7 @@ lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 test: lint  ## lint, then the whole test suite (what CI runs)
 	$(PY) -m pytest
 
-test-quick: $(VENV)/.installed  ## unit tests only, about 2 minutes
+test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
 	$(PY) -m pytest $(QUICK)
 
 $(VENV)/.mutation: $(VENV)/.installed setup.cfg

@@ -104,6 +104,48 @@ def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp",
     return data
 
 
+# --- constructed pieces the report's tests share: a result's comm record, an all-reduce benchmark, a link ---
+ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
+        {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
+
+
+def _with_comm(result, compute_s, busy_s, exposed_s, step_s, grad_bytes=8_000_000, buckets=1):
+    result["timing"]["step_time_s"] = {"median": step_s}
+    result["timing"]["comm"] = {"compute_s": compute_s, "allreduce_s": busy_s, "waited_s": exposed_s,
+                                "hidden_s": busy_s - exposed_s,
+                                "hidden_fraction": (busy_s - exposed_s) / busy_s if busy_s else None,
+                                "comm_share": exposed_s / step_s, "grad_bytes": grad_bytes, "buckets": buckets,
+                                "ddp_busbw_GBps": None if not busy_s else grad_bytes / busy_s / 1e9}
+    return result
+
+
+def _bench(world, rows, nodes=1):
+    from scalelab import results
+
+    data = results.envelope("allreduce", f"ar{world}")
+    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": world, "num_nodes": nodes, "accelerator": "cpu", "backend": "gloo",
+                        "device_names": ["cpu"]}, config={"dtype": "float32"})
+    return data
+
+
+def _emulated(result, gbit):
+    result["launch"]["link"] = {"gbit": gbit, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
+    return result
+
+
+def _bench_at(gbit, scale):
+    from scalelab import results
+
+    data = results.envelope("allreduce", f"ar-{gbit}")
+    rows = [dict(r, time_s=r["time_s"] * scale, busbw_GBps=r["busbw_GBps"] / scale) for r in ROWS]
+    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
+                launch={"world_size": 2, "num_nodes": 2, "accelerator": "cpu", "backend": "gloo",
+                        "device_names": ["cpu"], "link": {"gbit": gbit, "emulated": True, "latency_ms": None}},
+                config={"dtype": "float32"})
+    return data
+
+
 def slurm_cannot_run_reason():
     """Why the local SLURM cluster cannot start on this machine (None: it can)."""
     if os.geteuid() != 0:
@@ -120,3 +162,37 @@ def slurm_cluster_running(state_dir=SLURM_STATE_DIR) -> bool:
         return open(f"/proc/{pid}/comm").read().strip() == "slurmctld"
     except (OSError, ValueError):
         return False
+
+
+def sbatch_wait(env, script, *args, sbatch_args=(), timeout=600):
+    """sbatch --wait from the repo root; returns (returncode, job id, job log text)."""
+    log_dir = env["SCALELAB_TEST_LOGS"]
+    cmd = ["sbatch", "--wait", "--parsable", f"--output={log_dir}/slurm-%j.out", *sbatch_args, str(script), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else None
+    log = ""
+    if job_id and os.path.exists(f"{log_dir}/slurm-{job_id}.out"):
+        log = open(f"{log_dir}/slurm-{job_id}.out").read()
+    return proc.returncode, job_id, log + proc.stderr
+
+
+def sacct_state(env, job_id, timeout=30):
+    """The job's final state from accounting (sacct lags a little behind squeue: poll)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=State"], env=env,
+                             capture_output=True, text=True).stdout.strip()
+        if out and out.split()[0] not in ("PENDING", "RUNNING", "COMPLETING"):
+            return out.split()[0]
+        time.sleep(1)
+    return out
+
+
+def _wait_for(what, check, timeout):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout} s")

@@ -1,4 +1,5 @@
-"""Loaded through PYTHONPATH by tests/test_hidden_work.py: every rank writes, as it exits, the calls it made in order.
+"""Loaded through PYTHONPATH by tests/scenarios/test_hidden_work.py: every rank writes, as it exits, the calls it
+made in order.
 
 Recorded: torch.distributed's collectives (with the element count of their tensor), host reads of a tensor
 (`item`, `tolist`, `float(t)`, `int(t)`, `bool(t)`, `cpu()`, `numpy()`: a device sync on a GPU) made by scalelab's or

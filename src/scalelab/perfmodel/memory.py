@@ -4,7 +4,7 @@ Parts, in bytes: fp32 weights (4P; under bf16-mixed autocast the weights stay fp
 trainable ones), AdamW's two moments (8P), DDP's gradient buckets (4P more unless gradient_as_bucket_view, which
 scalelab uses), the activations autograd saves for backward, and the loss's gradients. Activations per token and
 layer, counted from what this repository's GPT saves (checked against torch's saved-tensor hooks on CPU,
-tests/test_memory.py; 3-6 % above the measurement): in fp32 17·d floats (layer-norm inputs 2d, linear inputs d +
+tests/unit/test_memory.py; 3-6 % above the measurement): in fp32 17·d floats (layer-norm inputs 2d, linear inputs d +
 d + d + 4d, q/k/v 3d, attention output d, GELU input 4d) plus the attention's log-sum-exp (one float per head);
 under bf16 autocast the 15·d that feed matmuls are bf16 and the 2·d layer-norm inputs stay fp32, and autocast keeps
 a bf16 copy of every matmul weight for the step (2 bytes per matmul parameter). Last layers: the final layer
@@ -48,7 +48,7 @@ class MemoryEstimate(NamedTuple):
 
 
 def activation_bytes(shape: TransformerShape, batch: int, bf16: bool) -> float:
-    """What autograd saves for backward in one step (the part tests/test_memory.py measures)."""
+    """What autograd saves for backward in one step (the part tests/unit/test_memory.py measures)."""
     d, s, n_layer, vocab = shape.d_model, shape.seq_len, shape.n_layer, shape.vocab_size
     per_layer = (15 * d * 2 + 2 * d * 4 if bf16 else 17 * d * 4) + shape.n_head * 4
     per_token = n_layer * per_layer + d * 4 + d * (2 if bf16 else 4) + vocab * 4

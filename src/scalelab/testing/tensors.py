@@ -3,7 +3,7 @@
 torch keeps no allocator statistics on CPU, so LiveTensors counts every storage an op creates (in forward and in
 backward, which the autograd engine runs under the same dispatch mode) from its creation until torch frees it (a
 finalizer on the storage): the figure torch.cuda.max_memory_allocated would give, except a kernel's internal
-scratch, which never becomes a tensor. Used by tests/test_memory.py and benchmarks/memory_model.py; imports torch.
+scratch, which never becomes a tensor. Used by tests/unit/test_memory.py and benchmarks/memory_model.py; imports torch.
 """
 
 import weakref

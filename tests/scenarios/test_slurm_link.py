@@ -4,7 +4,8 @@ SCALELAB_SLURM_LINK_GBIT=0.2 tests/slurm_cluster/start.sh puts each slurmd in it
 its own core(s), node-to-node traffic over a veth pair that tc tbf limits to 200 Mbit/s. The job scripts are
 submitted as a user would (CPU profile, only sbatch's own flags and the benchmark's flags on the command line);
 stop.sh must leave the host's addresses and routes as they were. It has its own state folder and ports, so it runs
-beside tests/test_slurm.py's plain cluster. Not root / no apt: skipped with the reason (a failure under CI=true).
+beside tests/scenarios/test_slurm_jobs.py's plain cluster. Not root / no apt: skipped with the reason (a failure
+under CI=true).
 """
 
 import os
@@ -16,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, load_results, slurm_cannot_run_reason, slurm_cluster_running
-from test_slurm import sacct_state, sbatch_wait
+from helpers import ROOT, load_results, sacct_state, sbatch_wait, slurm_cannot_run_reason, slurm_cluster_running
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 CLUSTER = ROOT / "tests" / "slurm_cluster"

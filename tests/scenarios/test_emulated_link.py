@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, SRC, load_results, make_result, run_script
-from scalelab import results
+from helpers import ROOT, SRC, _bench_at, _emulated, _with_comm, load_results, make_result, run_script
 from scalelab.errors import UsageError
 from scalelab.launch import cluster, link_env, netns
 from scalelab.report import explain, frames, plots, tables
-from test_explain import ROWS, _with_comm
 
 RATE_GBIT = 0.2  # 0.025 GB/s: a 4 MiB all-reduce takes about 0.17 s, so the benchmark stays short
 BENCH = ["src/allreduce_bench.py", "--min_bytes", "1M", "--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
@@ -353,21 +351,6 @@ def test_link_record_reads_what_emulate_exports():
     assert "shaped_gbit" not in link_env.link_record(env)
     launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
     assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
-
-
-def _emulated(result, gbit):
-    result["launch"]["link"] = {"gbit": gbit, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
-    return result
-
-
-def _bench_at(gbit, scale):
-    data = results.envelope("allreduce", f"ar-{gbit}")
-    rows = [dict(r, time_s=r["time_s"] * scale, busbw_GBps=r["busbw_GBps"] / scale) for r in ROWS]
-    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
-                launch={"world_size": 2, "num_nodes": 2, "accelerator": "cpu", "backend": "gloo",
-                        "device_names": ["cpu"], "link": {"gbit": gbit, "emulated": True, "latency_ms": None}},
-                config={"dtype": "float32"})
-    return data
 
 
 def test_runs_at_different_link_rates_are_different_configurations():

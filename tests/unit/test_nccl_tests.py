@@ -2,22 +2,20 @@
 predicted columns fed by them, our benchmark's nccl-tests-shaped output read back, and bad logs skipped."""
 
 import os
-from pathlib import Path
 
 import pytest
 
-from helpers import make_result, run_script
+from helpers import ROOT, _with_comm, make_result, run_script
 from scalelab import results
 from scalelab.bench import allreduce, nccl_format, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
 from scalelab.perfmodel.network import bandwidths, plateau_busbw
 from scalelab.report import cli, explain, export
-from test_explain import _with_comm
 
 MiB = 2**20
 A100 = "NVIDIA A100-SXM4-80GB"
 
-DATA = Path(__file__).parent / "data"
+DATA = ROOT / "tests" / "data"
 # The layout nccl-tests 2.13 and later print (a root column, #wrong counts, `Group` in the rank lines), here from
 # mpirun over 2 nodes x 4 GPUs, with NCCL's INFO lines mixed in as NCCL_DEBUG=INFO leaves them, trailing spaces
 # and all. Numbers made up, consistent: busbw = algbw x 2(8-1)/8.

@@ -8,13 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import make_result, run_script
+from helpers import ROWS, _bench, make_result, run_script
 from scalelab import results
 from scalelab.cli import run_main
 from scalelab.errors import UsageError
 from scalelab.report import reference
 from scalelab.report.cli import main
-from test_explain import ROWS, _bench
 
 PERF = re.compile(r"^PERF (\S+)=(\S+)(?: (\S+))?$")
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from helpers import make_result, run_script
+from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
@@ -82,32 +82,10 @@ def test_train_time_is_the_ranks_own_time_not_the_sum_of_each_steps_slowest_cut(
     assert s["step_time_s"]["median"] == pytest.approx(0.4) and s["step_time_s"]["max"] == pytest.approx(0.4)
 
 
-def _with_comm(result, compute_s, busy_s, exposed_s, step_s, grad_bytes=8_000_000, buckets=1):
-    result["timing"]["step_time_s"] = {"median": step_s}
-    result["timing"]["comm"] = {"compute_s": compute_s, "allreduce_s": busy_s, "waited_s": exposed_s,
-                                "hidden_s": busy_s - exposed_s,
-                                "hidden_fraction": (busy_s - exposed_s) / busy_s if busy_s else None,
-                                "comm_share": exposed_s / step_s, "grad_bytes": grad_bytes, "buckets": buckets,
-                                "ddp_busbw_GBps": None if not busy_s else grad_bytes / busy_s / 1e9}
-    return result
-
-
-def _bench(world, rows, nodes=1):
-    data = results.envelope("allreduce", f"ar{world}")
-    data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
-                launch={"world_size": world, "num_nodes": nodes, "accelerator": "cpu", "backend": "gloo",
-                        "device_names": ["cpu"]}, config={"dtype": "float32"})
-    return data
-
-
 def annotated(found):
     """(runs, annotated scaling frame) of constructed results, as the report builds them from a folder."""
     runs = frames.runs_frame(found)
     return runs, explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
-
-
-ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
-        {"bytes": 10_000_000, "time_s": 0.01, "busbw_GBps": 1.0}]
 
 
 def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():

@@ -10,10 +10,8 @@ import numpy as np
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from helpers import make_result
+from helpers import ROWS, _bench, _bench_at, _emulated, _with_comm, make_result
 from scalelab.report import explain, forecast_view, frames, levers, plots
-from test_emulated_link import _bench_at, _emulated
-from test_explain import ROWS, _bench, _with_comm
 
 HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
 

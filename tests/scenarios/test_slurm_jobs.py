@@ -12,32 +12,10 @@ import time
 
 import pytest
 
-from helpers import ROOT, load_results, run_script
+from helpers import ROOT, _wait_for, load_results, run_script, sacct_state, sbatch_wait
 from scalelab.report import frames
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-def sbatch_wait(env, script, *args, sbatch_args=(), timeout=600):
-    """sbatch --wait from the repo root; returns (returncode, job id, job log text)."""
-    log_dir = env["SCALELAB_TEST_LOGS"]
-    cmd = ["sbatch", "--wait", "--parsable", f"--output={log_dir}/slurm-%j.out", *sbatch_args, str(script), *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else None
-    log = ""
-    if job_id and os.path.exists(f"{log_dir}/slurm-{job_id}.out"):
-        log = open(f"{log_dir}/slurm-{job_id}.out").read()
-    return proc.returncode, job_id, log + proc.stderr
-
-
-def sacct_state(env, job_id, timeout=30):
-    """The job's final state from accounting (sacct lags a little behind squeue: poll)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=State"], env=env,
-                             capture_output=True, text=True).stdout.strip()
-        if out and out.split()[0] not in ("PENDING", "RUNNING", "COMPLETING"):
-            return out.split()[0]
-        time.sleep(1)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -187,16 +165,6 @@ def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
     assert all(row["wrong"] == 0 and row["busbw_GBps"] > 0 for row in r["rows"])
     assert r["summary"]["large_msg_busbw_GBps"] == sorted(row["busbw_GBps"] for row in r["rows"][-3:])[1]  # plateau
     assert r["slurm"]["job_id"] == job_id and sacct_state(env, job_id) == "COMPLETED"
-
-
-def _wait_for(what, check, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def test_requeued_job_resumes_from_its_checkpoint_and_counts_once(slurm_env, tmp_path):

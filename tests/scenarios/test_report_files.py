@@ -8,10 +8,9 @@ import pytest
 from matplotlib import image
 from matplotlib.container import BarContainer
 
-from helpers import make_result, run_script
+from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
 from scalelab.report import explain, frames, plots
-from test_explain import ROWS, _bench, _with_comm
 
 
 def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):

@@ -1,4 +1,4 @@
-"""The report's arithmetic and grouping, on constructed results (real runs are in test_ddp_cpu.py)."""
+"""The report's arithmetic and grouping, on constructed results (real runs are in tests/scenarios/test_ddp_cpu.py)."""
 
 import csv as csv_module
 import os

@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, load_results, make_result, run_script, start, wait_for_banner
+from helpers import ROOT, _wait_for, load_results, make_result, run_script, sacct_state, start, wait_for_banner
 from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report import cli, ranks
 from scalelab.train import cpushare, timing
-from test_slurm import _wait_for, sacct_state
 
 
 def rank_record(rank, host, compute_s, step_s=0.02, steps=30, warmup=5, every=5, **extra):

@@ -75,7 +75,7 @@ def test_optimizer_steps_change_only_adapters():
         assert changed == (".lora_" in name), name
 
 
-def test_lora_needs_the_transformer():  # the CLI's one-line exit 2: tests/test_config.py's table
+def test_lora_needs_the_transformer():  # the CLI's one-line exit 2: tests/unit/test_config.py's table
     with pytest.raises(UsageError, match="--lora_rank applies to --model transformer only"):
         config.parse_config(["--model", "mlp", "--lora_rank", "4"])
     assert config.parse_config(["--model", "mlp", "--lora_rank", "0"]).lora_rank == 0
