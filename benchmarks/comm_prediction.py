@@ -1,6 +1,6 @@
 """How well the all-reduce benchmark predicts the communication measured inside training.
 
-For each repeat: the all-reduce benchmark at N processes, then the MLP and the tiny transformer
+For each repeat: the all-reduce benchmark at N processes, then the MLP and the tiny GPT
 at N processes, into one folder; the report's own pipeline (report.cli.build) then predicts each run's
 all-reduce from the benchmark's busbw at the run's real bucket sizes. Last, all repeats are copied into
 one folder ("pooled") and reported together, as a user who repeats runs sees them (medians). Printed per run: the
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 from scalelab.report.cli import build  # noqa: E402
 
 WORKLOADS = {
-    "transformer tiny": ["--model", "transformer", "--preset", "tiny", "--max_steps", "40", "--warmup_steps", "5"],
+    "gpt tiny": ["--model", "gpt", "--preset", "tiny", "--max_steps", "40", "--warmup_steps", "5"],
     "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
 }
 

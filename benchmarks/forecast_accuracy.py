@@ -28,7 +28,7 @@ from scalelab.perfmodel.network import human_rate  # noqa: E402
 from scalelab.report import explain, forecast, frames  # noqa: E402
 
 # every rung the same workload (max_steps is part of it: a run of 20 steps would be another group, without a baseline)
-GPT = ["--model", "transformer", "--preset", "tiny", "--max_steps", "30", "--warmup_steps", "5", "--logger", "none"]
+GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "30", "--warmup_steps", "5", "--logger", "none"]
 BENCH = ["src/allreduce_bench.py", "--min_bytes", "1M", "--max_bytes", "16M", "--iters", "5", "--warmup_iters", "1"]
 
 
@@ -43,7 +43,7 @@ def train(out, devices=1):
 
 
 def emulated(out, nodes, gbit, *command):
-    sh("src/emulate.py", "--nodes", nodes, "--link_gbit", gbit, "--", *command, "--output_dir", out)
+    sh("src/emulate.py", "--num_nodes", nodes, "--link_gbit", gbit, "--", *command, "--output_dir", out)
 
 
 def calibration(folder):
@@ -58,7 +58,7 @@ def measured(folder, nodes, gbit):
     found = [r for r in results.scan(folder)[0] if r["kind"] == "training" and r["launch"]["num_nodes"] == nodes
              and (r["launch"].get("link") or {}).get("gbit") == gbit]
     r = max(found, key=lambda r: r["created"])
-    return r["timing"]["comm"]["allreduce_alone_s"], r["timing"]["step_time_s"]["median"]
+    return r["timing"]["comm"]["allreduce_alone_s"], r["timing"]["step_s"]["median"]
 
 
 def repeat(args) -> list:

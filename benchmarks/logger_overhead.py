@@ -24,7 +24,7 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
-WORKLOADS = {"mlp": ["--config", "mlp"], "gpt-tiny": ["--model", "transformer", "--preset", "tiny"]}
+WORKLOADS = {"mlp": ["--config", "mlp"], "gpt-tiny": ["--model", "gpt", "--preset", "tiny"]}
 
 
 def step_ms(workload, logger, steps, out):
@@ -34,7 +34,7 @@ def step_ms(workload, logger, steps, out):
     before = set(glob.glob(os.path.join(out, "*", "result.json")))
     subprocess.run(cmd, check=True, capture_output=True)
     (path,) = set(glob.glob(os.path.join(out, "*", "result.json"))) - before
-    return json.load(open(path))["timing"]["step_time_s"]["median"] * 1e3
+    return json.load(open(path))["timing"]["step_s"]["median"] * 1e3
 
 
 def callback_us(steps, folder):

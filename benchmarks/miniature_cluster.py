@@ -27,7 +27,7 @@ from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import build
 from scalelab.report.frames import link_label
 
-MODELS = ("mlp", "transformer")
+MODELS = ("mlp", "gpt")
 
 
 def rungs(rates) -> list:
@@ -41,9 +41,9 @@ def intra_node(scaling) -> list:
     for model in MODELS:
         g = scaling[(scaling["model"] == model) & (scaling["nodes"] == 1) & (scaling["devices"] == 2)]
         eff = g["efficiency"].iloc[0]
-        target = "≥ 85 %" if model == "transformer" else "(none)"
-        ok = "PASS" if model != "transformer" or eff >= 0.85 else "FAIL"
-        rows.append([model, f"{eff * 100:.0f} %", target, ok if model == "transformer" else "—"])
+        target = "≥ 85 %" if model == "gpt" else "(none)"
+        ok = "PASS" if model != "gpt" or eff >= 0.85 else "FAIL"
+        rows.append([model, f"{eff * 100:.0f} %", target, ok if model == "gpt" else "—"])
     return rows
 
 

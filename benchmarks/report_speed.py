@@ -24,21 +24,21 @@ def synthetic(i: int, rng: random.Random) -> dict:
     data = results.envelope("training", f"synthetic-{i:05d}")
     data.update(
         status="completed", error=None,
-        workload={"model": "transformer", "preset": "tiny", "batch_size": 8, "scaling": "weak",
-                  "precision": "32", "describe": "transformer tiny", "params": 3323392, "seq_len": 128,
+        workload={"model": "gpt", "preset": "tiny", "batch_size": 8, "scaling": "weak",
+                  "precision": "32", "describe": "gpt tiny", "params": 3323392, "seq_len": 128,
                   "tokens_per_sample": 128,
                   "group": i % 20, "batch_per_device": 8, "global_batch": 8 * world},
         launch={"launcher": "slurm", "world_size": world, "num_nodes": max(1, world // 4),
-                "procs_per_node": min(world, 4), "accelerator": "cpu", "device_names": ["cpu"],
-                "threads_per_proc": 1},
+                "devices": min(world, 4), "accelerator": "cpu", "device_names": ["cpu"],
+                "threads": 1},
         timing={"samples_per_s": 80.0 * world * rng.uniform(0.7, 1.0), "tokens_per_s": 10240.0 * world,
-                "train_time_s": sum(steps[5:]), "step_time_s": {"median": 0.1}, "epoch_times_s": [5.0],
-                "time_to_first_step_s": 4.0, "whole_run_s": 12.0,
+                "train_time_s": sum(steps[5:]), "step_s": {"median": 0.1}, "epoch_times_s": [5.0],
+                "first_step_s": 4.0, "whole_run_s": 12.0,
                 # what a real multi-device run records: the forecast's track record calibrates on it
                 "comm": None if world == 1 else {"compute_s": 0.09, "allreduce_s": 0.01, "waited_s": 0.008,
                                                  "allreduce_alone_s": 0.009 * world ** 0.5, "grad_bytes": 13293568,
                                                  "bucket_bytes": [13293568], "buckets": 1, "probe_steps": 8}},
-        metrics={"final_train_loss": 5.0, "val_loss": None, "val_acc": None},
+        metrics={"train_loss": 5.0, "val_loss": None, "val_acc": None},
         ranks=[{"rank": r, "step_times_s": steps, "losses": [5.0] * 50} for r in range(2)],
     )
     return data

@@ -11,7 +11,7 @@
 #SBATCH --time=00:20:00
 #SBATCH --output=outputs/slurm-%j.out
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
-MODEL=${MODEL:-transformer} PRESET=${PRESET:-small}
+MODEL=${MODEL:-gpt} PRESET=${PRESET:-small}
 source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
 export NCCL_DEBUG=INFO   # NCCL names its network (NET/IB, NET/OFI or NET/Socket) in this log: the check reads it
 OUT=${OUTPUT_DIR:-outputs}/selfcheck-${SLURM_JOB_ID:-local}

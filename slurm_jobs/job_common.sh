@@ -19,8 +19,8 @@ DEFAULT_PRESET=tiny; [[ $DEFAULT_CONFIG == gpt-* ]] && DEFAULT_PRESET=${DEFAULT_
 case "${MODEL:-}" in
   "")          CONFIG=${CONFIG:-$DEFAULT_CONFIG} ;;
   mlp)         CONFIG=${CONFIG:-mlp} ;;
-  transformer) CONFIG=${CONFIG:-gpt-${PRESET:-$DEFAULT_PRESET}} ;;
-  *) echo "job: unknown MODEL=$MODEL (mlp or transformer)" >&2; exit 2 ;;
+  gpt|transformer) CONFIG=${CONFIG:-gpt-${PRESET:-$DEFAULT_PRESET}} ;;
+  *) echo "job: unknown MODEL=$MODEL (mlp or gpt)" >&2; exit 2 ;;
 esac
 WORKLOAD=(--config "$CONFIG")
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 2 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/multi_node_multi_gpu.sh   (MODEL=transformer for the GPT)
+# 2 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/multi_node_multi_gpu.sh   (MODEL=gpt for the GPT)
 #SBATCH --job-name=scalelab-2x4gpu
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4

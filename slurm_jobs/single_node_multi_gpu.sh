@@ -1,5 +1,5 @@
 #!/bin/bash
-# 1 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/single_node_multi_gpu.sh   (MODEL=transformer for the GPT)
+# 1 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/single_node_multi_gpu.sh   (MODEL=gpt for the GPT)
 #SBATCH --job-name=scalelab-1x4gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4

@@ -4,7 +4,7 @@ and several nodes, from gradient size, link bandwidths and compute per GPU (ring
 The worked example of docs/07-network-arithmetic.md (2B parameters, fp32 gradients, 8 A100 per node, NVLink 3 and
 HDR 200 Gbit/s, global batch 16 on 8 GPUs, activation recomputation, 50 % MFU):
 
-    python src/predict.py --params 2B --grad_dtype fp32 --gpus_per_node 8 --nodes 1 4 \\
+    python src/predict.py --params 2B --grad_dtype fp32 --devices 8 --num_nodes 1 4 \\
         --seq_len 2048 --global_batch 16 --recompute --tflops 312 --mfu 0.5
 
 Other inputs: --preset xl (a scalelab GPT shape), --compute_s 0.42 (a measured 1-GPU step instead of

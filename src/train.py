@@ -1,7 +1,7 @@
 """Train the same job at any scale and write outputs/<run_id>/result.json.
 
     python src/train.py --model mlp                       # 1 process
-    python src/train.py --model transformer --devices 2   # 2 local processes (CPU: gloo)
+    python src/train.py --model gpt --devices 2   # 2 local processes (CPU: gloo)
     srun python src/train.py --model mlp                  # sizes from SLURM
 """
 

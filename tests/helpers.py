@@ -94,12 +94,12 @@ def make_result(run_id="r1", world=1, nodes=1, samples_per_s=100.0, model="mlp",
         workload={"model": model, "batch_size": 64, "scaling": "weak", "precision": "32",
                   "describe": model, "params": 1000, "batch_per_device": 64, "global_batch": 64 * world,
                   **workload},
-        launch={"launcher": "local", "world_size": world, "num_nodes": nodes, "procs_per_node": world // nodes,
-                "accelerator": "cpu", "device_names": ["cpu"], "threads_per_proc": 1},
+        launch={"launcher": "local", "world_size": world, "num_nodes": nodes, "devices": world // nodes,
+                "accelerator": "cpu", "device_names": ["cpu"], "threads": 1},
         timing={"samples_per_s": samples_per_s, "tokens_per_s": None, "train_time_s": 1000 / samples_per_s,
-                "step_time_s": {"median": 0.01}, "epoch_times_s": [1.0], "time_to_first_step_s": 3.0,
+                "step_s": {"median": 0.01}, "epoch_times_s": [1.0], "first_step_s": 3.0,
                 "whole_run_s": 5.0},
-        metrics={"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
+        metrics={"train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
     )
     return data
 
@@ -110,7 +110,7 @@ ROWS = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.5},
 
 
 def _with_comm(result, compute_s, busy_s, exposed_s, step_s, grad_bytes=8_000_000, buckets=1):
-    result["timing"]["step_time_s"] = {"median": step_s}
+    result["timing"]["step_s"] = {"median": step_s}
     result["timing"]["comm"] = {"compute_s": compute_s, "allreduce_s": busy_s, "waited_s": exposed_s,
                                 "hidden_s": busy_s - exposed_s,
                                 "hidden_fraction": (busy_s - exposed_s) / busy_s if busy_s else None,

@@ -27,6 +27,8 @@ PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 # What a result.json's config says about where and how it was launched, not what it computed: never re-used.
 NOT_REPLAYED = ("config", "output_dir", "run_name")
+# Old model names still accepted (a result.json replayed, a job script's MODEL=), each read as its new name.
+MODEL_ALIASES = {"transformer": "gpt"}
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
@@ -110,7 +112,7 @@ RunConfig.__module__ = __name__  # make_dataclass would say "types" (before Pyth
 
 # pragma: no mutate start (flag definitions and --help text; make mutation scores the checks below)
 def _per_workload(key: str) -> str:
-    """'mlp 64, transformer 8': a common flag's per-workload defaults, for its --help."""
+    """'mlp 64, gpt 8': a common flag's per-workload defaults, for its --help."""
     shown = [(spec.name, spec.defaults.get(key)) for spec in workloads.REGISTRY.values()]
     return ", ".join(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}"
                      for name, value in shown if value is not None) or "no default"
@@ -150,7 +152,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
                    help="every Nth step after warm-up runs without gradient sync and without an update, to time "
                         "compute alone (communication = the difference); 0 = off")
     o.add_argument("--precision", choices=PRECISIONS,
-                   help="default: 32 on CPU; on GPUs bf16-mixed for the transformer, 32 for the MLP")
+                   help="default: 32 on CPU; on GPUs bf16-mixed for the GPT, 32 for the MLP")
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     o.add_argument("--seed", type=nonneg_int, help="data, initial weights and dropout")
     o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
@@ -246,7 +248,29 @@ def _config_path(given: str) -> str:
     raise UsageError(f"--config {given}: no such file, nor a named config ({', '.join(named_configs())})")
 
 
-def _load_yaml(given: str, parser: argparse.ArgumentParser) -> dict:
+def _model_name(old: str, where: str, prog: str) -> str:
+    """A model's old name (MODEL_ALIASES) as its new one, said once per run (rank 0); any other name as it is."""
+    new = MODEL_ALIASES.get(old)
+    if new is None:
+        return old
+    if cluster.env_rank() == 0:
+        print(f"{prog_name(prog)}: warning: {where}{old} is now {where}{new} (read as such)", file=sys.stderr,
+              flush=True)
+    return new
+
+
+def _new_model_names(argv: list, prog: str) -> list:
+    """The command line with `--model OLD` / `--model=OLD` given their new names."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word == "--model" and i + 1 < len(out):
+            out[i + 1] = _model_name(out[i + 1], "--model ", prog)
+        elif word.startswith("--model="):
+            out[i] = "--model=" + _model_name(word.split("=", 1)[1], "--model ", prog)
+    return out
+
+
+def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str = "train.py") -> dict:
     import yaml
 
     from scalelab import results
@@ -265,6 +289,8 @@ def _load_yaml(given: str, parser: argparse.ArgumentParser) -> dict:
         if data.get("kind") != "training" or not isinstance(data.get("config"), dict):
             raise UsageError(f"--config {path}: a scalelab {data.get('kind')} result, not a training run's")
         data = {k: v for k, v in data["config"].items() if k not in NOT_REPLAYED and v is not None}
+    if isinstance(data.get("model"), str):
+        data = dict(data, model=_model_name(data["model"], "model: ", prog))
     actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config", "print_config")}
     out = {}
     for key, value in data.items():
@@ -305,8 +331,8 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     parser = build_parser(prog)
     # Every flag defaults to None so we can tell "given" from "not given" and layer YAML below the CLI.
     parser.set_defaults(**{a.dest: None for a in parser._actions if a.dest not in ("help", "version")})
-    args = parser.parse_args(argv)
-    layered = _load_yaml(args.config, parser) if args.config else {}
+    args = parser.parse_args(_new_model_names(sys.argv[1:] if argv is None else list(argv), prog))
+    layered = _load_yaml(args.config, parser, prog) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
     said = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
     if cluster.env_rank() == 0:  # once per run, not once per rank

@@ -26,8 +26,8 @@ from scalelab.report.cli import main as report_main
 # the entry points as modules: they run wherever scalelab imports (a checkout's src/ or an installed wheel)
 TRAIN, BENCH, EMULATE = (["-m", m] for m in ("scalelab.train", "scalelab.bench", "scalelab.launch.emulate"))
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # put on PYTHONPATH for the runs
-WORKLOADS = {"mlp": ["--config", "mlp"], "transformer": ["--config", "gpt-tiny"]}  # what the sbatch scripts run
-LINK_MODELS = ("transformer",)  # the MLP's gradients are 11 KB: no link rate changes its step
+WORKLOADS = {"mlp": ["--config", "mlp"], "gpt": ["--config", "gpt-tiny"]}  # what the sbatch scripts run
+LINK_MODELS = ("gpt",)  # the MLP's gradients are 11 KB: no link rate changes its step
 LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce takes ~60 ms at the first, ~550 ms at 0.2
 # the benchmark over a link: every size DDP's buckets use, few repeats (16 MiB at 0.2 Gbit/s takes 0.7 s each)
 BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
@@ -74,7 +74,7 @@ def ladder(models, link_rates, links_ok: bool) -> list:
 def lever_rungs(lever: tuple, link_rates) -> list:
     """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting."""
     name, values = lever
-    return ([Rung("transformer", n, g, (f"--{name}", v)) for v in values for n, g in [(1, None)] +
+    return ([Rung("gpt", n, g, (f"--{name}", v)) for v in values for n, g in [(1, None)] +
              [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g) for g in link_rates])
 
 
@@ -94,7 +94,7 @@ def parse_lever(text: str) -> tuple:
         raise UsageError(f"--lever {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(LEVERS)}")
     values = values.split(",")
     for value in values:
-        config.parse_config(["--model", "transformer", f"--{name}", value])
+        config.parse_config(["--model", "gpt", f"--{name}", value])
     return name, values
 
 
@@ -112,7 +112,7 @@ def links_unavailable() -> Optional[str]:
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="scalelab.demo", description=__doc__.splitlines()[0])
     p.add_argument("--output_dir", default="outputs/demo")
-    p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "transformer"])
+    p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "gpt"])
     p.add_argument("--link_gbit", type=positive_float, nargs="*", default=list(LINK_RATES),
                    help="rates of the emulated link between 2 nodes (none: skip the 2-node rungs)")
     p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",

@@ -37,18 +37,27 @@ def count(text) -> float:
 fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
 
 
+# Old flag: (its new name's dest, nargs): the names before one name per quantity (docs/appendix-a-columns.md)
+OLD_FLAGS = (("--gpus_per_node", "devices", None), ("--nodes", "num_nodes", "+"))
+
+
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--from", dest="from_dir", metavar="DIR",
                       help="a results folder: forecast every workload in it from what it measured (the same as "
-                           "`benchmark.py --forecast`; with --nodes, --inter_gbit, --token_budget, --gpu_hour_price)")
+                           "`benchmark.py --forecast`; with --num_nodes, --inter_gbit, --token_budget, "
+                           "--gpu_hour_price)")
     what.add_argument("--params", type=count, help="parameter count: 2e9, 2B, 1.3B, 350M")
     what.add_argument("--preset", choices=sorted(PRESETS), help="a scalelab GPT shape (uses its total params)")
     p.add_argument("--grad_dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="gradient dtype DDP all-reduces (fp32 for fp32 params, also under bf16-mixed)")
-    p.add_argument("--gpus_per_node", type=positive_int, default=8)
-    p.add_argument("--nodes", type=positive_int, nargs="+", default=[1, 2, 4], help="node counts (default 1 2 4)")
+    p.add_argument("--devices", type=positive_int, default=8,
+                   help="GPUs per node, as train.py's --devices (default 8)")
+    p.add_argument("--num_nodes", type=positive_int, nargs="+", default=[1, 2, 4],
+                   help="node counts to predict, as train.py's --num_nodes (default 1 2 4)")
+    for old, new, nargs in OLD_FLAGS:  # the names before one name per quantity: still read, not shown
+        p.add_argument(old, dest=new, type=positive_int, nargs=nargs, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--intra_GBps", type=positive_float, default=300.0,
                    help="intra-node GB/s per GPU, unidirectional (default 300: NVLink 3; NVLink 4 450, PCIe 4 31)")
     p.add_argument("--inter_gbit", type=positive_float, default=200.0,
@@ -65,7 +74,9 @@ def parse_args(argv):
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--global_batch", type=positive_int,
                        help="sequences per step across one full node (16 on 8 GPUs = 2 per GPU)")
-    batch.add_argument("--batch_per_gpu", type=positive_int, help="sequences per GPU per step at one node")
+    batch.add_argument("--batch_per_device", type=positive_int,
+                       help="sequences per GPU per step at one node (a result's batch_per_device)")
+    batch.add_argument("--batch_per_gpu", dest="batch_per_device", type=positive_int, help=argparse.SUPPRESS)
     p.add_argument("--recompute", action="store_true", help="activation recomputation: k = 4 instead of 3")
     p.add_argument("--tflops", type=positive_float, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989.5)")
     p.add_argument("--mfu", type=fraction, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
@@ -91,18 +102,18 @@ def _t(x) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
-def _batch_per_gpu(args, seq_len, node_counts):
+def _batch_per_device(args, seq_len, node_counts):
     """(sequences one step on 1 GPU processes, the 'work per GPU' lines): both batch flags describe one full
     node; --scaling says what stays fixed when GPUs change. (None, []) when no batch was given."""
-    gpn = args.gpus_per_node
-    if not (args.global_batch or args.batch_per_gpu):
+    gpn = args.devices
+    if not (args.global_batch or args.batch_per_device):
         return None, []
     scale_gpus = [g for _, _, g in pm.scales(gpn, node_counts)]
-    node_batch = args.global_batch or args.batch_per_gpu * gpn
+    node_batch = args.global_batch or args.batch_per_device * gpn
     tokens = f" x {seq_len} tokens" if seq_len else ""
     if args.scaling == "weak":
         if node_batch % gpn:
-            raise UsageError(f"--global_batch {node_batch} does not split evenly over --gpus_per_node {gpn}; "
+            raise UsageError(f"--global_batch {node_batch} does not split evenly over --devices {gpn}; "
                              "with --scaling weak it is the global batch at one full node")
         samples_1gpu = node_batch // gpn
         shown = ", ".join(f"{samples_1gpu * g} at {g} GPU{'s' if g > 1 else ''}" for g in scale_gpus)
@@ -130,7 +141,7 @@ def _compute(args, shape, n_params, seq_len, samples_1gpu):
         return {"compute_s": args.compute_s}, (
             f"compute: {_t(args.compute_s)} s per step on 1 GPU (--compute_s)"
             + (", the same per GPU at every scale" if args.scaling == "weak" else ", divided by the GPUs"))
-    missing = [flag for flag, v in (("--seq_len", seq_len), ("--global_batch or --batch_per_gpu", samples_1gpu),
+    missing = [flag for flag, v in (("--seq_len", seq_len), ("--global_batch or --batch_per_device", samples_1gpu),
                                     ("--tflops", args.tflops), ("--mfu", args.mfu)) if v is None]
     if missing:
         raise UsageError("missing compute inputs: give --compute_s, or --seq_len, --global_batch, --tflops and "
@@ -153,7 +164,7 @@ def _flops_per_step(args, shape, n_params, seq_len, samples_1gpu):
                f"{samples_1gpu} (N = {human_count(shape.matmul_params())} matmul weights incl. the LM head, full "
                f"T^2 attention as nanoGPT counts it, k = {k})")
         return per_token * seq_len * samples_1gpu, how
-    gpus = args.gpus_per_node if args.scaling == "weak" else 1
+    gpus = args.devices if args.scaling == "weak" else 1
     node_batch = samples_1gpu * gpus
     tflop = pm.iteration_tflop_per_gpu(n_params / 1e9, seq_len, node_batch, gpus, args.recompute)
     how = (f"params_B * k * 2 * seq_len * global_batch / (gpus * 1e3) = {n_params / 1e9:g} * {k} * 2 * "
@@ -188,9 +199,9 @@ def build(args):
     shape = PRESETS[args.preset] if args.preset else None
     n_params = shape.total_params() if shape else args.params
     seq_len = args.seq_len or (shape.seq_len if shape else None)
-    gpn = args.gpus_per_node
-    node_counts = sorted(set(args.nodes))
-    samples_1gpu, notes = _batch_per_gpu(args, seq_len, node_counts)
+    gpn = args.devices
+    node_counts = sorted(set(args.num_nodes))
+    samples_1gpu, notes = _batch_per_device(args, seq_len, node_counts)
     compute_kw, compute_note = _compute(args, shape, n_params, seq_len, samples_1gpu)
     notes.append(compute_note)
     if shape and samples_1gpu:
@@ -201,7 +212,7 @@ def build(args):
     wire = _wire_bytes(args.comm_hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
     inputs = pm.ScalingInputs(
         accumulate=args.accumulate, wire_bytes=wire,
-        gpus_per_node=gpn, nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
+        devices=gpn, num_nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
         intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
         intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
         busbw_GBps=busbw, scaling=args.scaling, bucket_bytes=args.bucket_mb * 2**20, tokens_per_step=tokens,
@@ -250,8 +261,8 @@ def table(inputs, rows) -> str:
         headers += ["cost\nno overlap", "cost\noverlap"]
     body = []
     for r in rows:
-        line = [r.label, r.gpus, r.link, "-" if r.bandwidth_GBps is None else f"{r.bandwidth_GBps:g}",
-                f"{r.allreduce_bytes_per_gpu / pm.GB:.4g}", _t(r.comm_s), _t(r.compute_s), _t(r.step_s_no_overlap),
+        line = [r.label, r.world_size, r.link, "-" if r.bandwidth_GBps is None else f"{r.bandwidth_GBps:g}",
+                f"{r.allreduce_bytes_per_device / pm.GB:.4g}", _t(r.comm_s), _t(r.compute_s), _t(r.step_s_no_overlap),
                 _t(r.step_s_overlap), "yes" if r.comm_bound else "no", f"{r.speedup_no_overlap:.3g}x",
                 f"{r.speedup_overlap:.3g}x", f"{r.efficiency_no_overlap:.1%}", f"{r.efficiency_overlap:.1%}"]
         if budget:
@@ -285,7 +296,8 @@ def forecast_from(args, argv) -> int:
     report_cli._warn(skipped)
     if runs.empty:
         raise UsageError(f"--from {args.from_dir}: no training results there to calibrate on")
-    nodes = tuple(sorted(set(args.nodes))) if "--nodes" in given else forecast_view.fc.DEFAULT_NODES
+    nodes = (tuple(sorted(set(args.num_nodes))) if given & {"--num_nodes", "--nodes"} else
+             forecast_view.fc.DEFAULT_NODES)
     lines = forecast_view.render(runs, bench, nodes, token_budget=args.token_budget,
                                  gpu_hour_price=args.gpu_hour_price,
                                  link_gbit=args.inter_gbit if "--inter_gbit" in given else None)
@@ -337,8 +349,8 @@ def lever_table(args, inputs) -> str:
             if not row.comm_bound:
                 bound_at.setdefault(hook, k)
     last = pm.predict(inputs)[-1]
-    head = (f"the levers at {last.label} ({last.gpus} GPUs), everything else as above; a step = one optimizer step "
-            "of K batches, one all-reduce:")
+    head = (f"the levers at {last.label} ({last.world_size} GPUs), everything else as above; a step = one optimizer "
+            "step of K batches, one all-reduce:")
     table = tabulate(body, headers=["comm hook", "K", "GB on\nthe wire", "comm s", "compute s",
                                     "efficiency\nno overlap", "efficiency\noverlap", "comm-\nbound"],
                      tablefmt="simple", disable_numparse=True, stralign="right")

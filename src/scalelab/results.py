@@ -17,15 +17,15 @@ import secrets
 import tempfile
 from typing import List, Optional, TypedDict
 
-from scalelab import __version__
+from scalelab import __version__, upgrades
 from scalelab.errors import UsageError
 
 SCHEMA = "scalelab.result"
-SCHEMA_VERSION = 2  # 2: timing.comm and per-rank communication fields renamed (see _upgrade)
+SCHEMA_VERSION = 3  # 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity (upgrades.py)
 # The report's own summary (`benchmark.py --export`): what one outputs folder showed, small enough to mail
 # to another site and `--compare` against. Versioned like a result.
 SUMMARY_SCHEMA = "scalelab.report_summary"
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: the result's version 3 names (upgrades.SUMMARY_V1: world_size was devices, ...)
 KINDS = ("training", "allreduce")
 STATUSES = ("completed", "failed", "timeout", "preempted")
 
@@ -52,9 +52,9 @@ class LinkRecord(TypedDict):
 class LaunchRecord(TypedDict):
     """result["launch"]: where and how big the run was (one builder: launch.cluster.Launch.record)."""
     launcher: str  # slurm, torchrun, submitit-local, local, ...
-    world_size: int
+    world_size: int  # devices x num_nodes: every rank
     num_nodes: int
-    procs_per_node: int
+    devices: int  # per node, as --devices and Lightning's `devices`: one process each
     accelerator: str  # gpu or cpu
     backend: Optional[str]  # nccl or gloo; None where no process group ran (training on one rank)
     device_names: List[str]
@@ -72,8 +72,7 @@ class CommRecord(TypedDict):
     allreduce_alone_s: Optional[float]  # the same buckets, nothing else running
     hidden_s: float
     hidden_fraction: Optional[float]
-    comm_share: Optional[float]  # waited_s / step_s
-    step_s: float
+    comm_share: Optional[float]  # waited_s / timing.step_s.median
     grad_bytes: Optional[int]
     bucket_bytes: Optional[List[int]]
     wire_bytes: Optional[List[int]]  # what --comm_hook sent for those buckets; additive, absent before it
@@ -242,27 +241,11 @@ _REQUIRED = {
 }
 
 
-# Version 1 -> 2: one name per quantity, the report's and the CSVs' (old name: new name).
-_V1_COMM = {"exposed_comm_s": "waited_s", "comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s",
-            "hidden_comm_s": "hidden_s", "overlap": "hidden_fraction", "train_busbw_GBps": "ddp_busbw_GBps"}
-_V1_RANK = {"comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s"}
-
-
-def _renamed(record, names: dict):
-    """A copy of a dict with its keys renamed (in place of the old ones, order kept); anything else as it is."""
-    if not isinstance(record, dict):
-        return record
-    return {names.get(k, k): v for k, v in record.items()}
-
-
 def _upgrade(data: dict) -> dict:
-    """Bring an older schema version up to SCHEMA_VERSION, so old folders report exactly as new ones."""
-    if data["schema_version"] == 1:
-        data = dict(data, schema_version=2)
-        if isinstance(data.get("timing"), dict) and isinstance(data["timing"].get("comm"), dict):
-            data["timing"] = dict(data["timing"], comm=_renamed(data["timing"]["comm"], _V1_COMM))
-        if isinstance(data.get("ranks"), list):
-            data["ranks"] = [_renamed(r, _V1_RANK) for r in data["ranks"]]
+    """Bring an older schema version up to SCHEMA_VERSION, one step at a time, so old folders report exactly as
+    new ones."""
+    while data["schema_version"] < SCHEMA_VERSION:
+        data = upgrades.STEPS[data["schema_version"]](data)
     return data
 
 
@@ -373,6 +356,9 @@ def load_summary(path: str) -> dict:
     configurations = data.get("configurations")
     if not isinstance(configurations, list):
         raise ResultError("summary has no \"configurations\" list")
+    if version == 1:  # the result's version 3 names; the GPT's workload and description renamed as a result's
+        configurations = [upgrades.summary_v1(c) for c in configurations]
+        data = dict(data, schema_version=SUMMARY_VERSION, configurations=configurations)
     for i, c in enumerate(configurations):
         missing = [k for k in _SUMMARY_FIELDS if not isinstance(c, dict) or k not in c]
         if missing or not isinstance(c["workload"], dict):
@@ -380,5 +366,5 @@ def load_summary(path: str) -> dict:
     return data
 
 
-_SUMMARY_FIELDS = ("workload", "hardware", "describe", "scaling", "unit", "devices", "nodes", "throughput",
-                   "efficiency", "baseline_devices", "step_s", "comm_share")
+_SUMMARY_FIELDS = ("workload", "hardware", "describe", "scaling", "unit", "world_size", "num_nodes", "throughput",
+                   "efficiency", "baseline_world_size", "step_s", "comm_share")

@@ -158,7 +158,7 @@ def nccl_transport(log_text: Optional[str], run) -> Verdict:
 
 def precision_ran(run) -> Verdict:
     precision = run["workload"].get("precision")
-    loss = (run.get("metrics") or {}).get("final_train_loss")
+    loss = (run.get("metrics") or {}).get("train_loss")
     ok = loss is not None and math.isfinite(loss)
     status = "PASS" if ok else "FAIL"
     if precision != "bf16-mixed":
@@ -188,7 +188,7 @@ def comm_on_one_clock(run) -> Verdict:
     """The all-reduce's busy time of a step can never exceed the step: if it does, intervals mix clocks."""
     worst = 0.0
     for r in run["ranks"]:
-        for busy, step in zip(r.get("allreduce_s") or [], r["step_times_s"]):
+        for busy, step in zip(r.get("allreduce_times_s") or [], r["step_times_s"]):
             worst = max(worst, busy / step if step else 0.0)
     if run["launch"]["world_size"] == 1:
         return Verdict("all-reduce time within its step", "SKIP", "1 rank", "")
@@ -221,7 +221,7 @@ def memory_estimate(run) -> Verdict:
         return Verdict("memory estimate vs peak", "SKIP", "CPU run", "torch measures GPU memory only")
     if not est or not peak:
         return Verdict("memory estimate vs peak", "SKIP", "no estimate" if not est else "no peak recorded",
-                       "the estimate covers the GPT (--model transformer)" if not est else "an older scalelab")
+                       "the estimate covers the GPT (--model gpt)" if not est else "an older scalelab")
     off = est / peak - 1
     ok = abs(off) <= MEMORY_TOLERANCE
     return Verdict("memory estimate vs peak", "PASS" if ok else "FAIL",

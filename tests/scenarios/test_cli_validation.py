@@ -39,7 +39,7 @@ CASES = [
     ("train.py", ["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
     ("train.py", ["--num_samples", "-5"], "argument --num_samples: expected a positive integer, got '-5'"),
     ("train.py", ["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
-    ("train.py", ["--model", "transformer", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+    ("train.py", ["--model", "gpt", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     ("train.py", ["--warmup_steps", "10", "--max_steps", "5"], "--warmup_steps 10 leaves no timed step"),
     ("train.py", ["--scaling", "strong", "--batch_size", "3", "--devices", "2"],
      "--scaling strong splits the global --batch_size 3 over 2 processes, which does not divide"),

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     out = tmp_path / "demo"
-    # the MLP alone keeps this to about half a minute; the transformer's path is the same code
+    # the MLP alone keeps this to about half a minute; the GPT's path is the same code
     proc = subprocess.run([sys.executable, "-m", "scalelab.demo", "--output_dir", str(out), "--models", "mlp"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
@@ -31,7 +31,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     assert sorted(p.name for p in (out / "export").iterdir()) == [
         "allreduce.csv", "report.md", "runs.csv", "scaling.csv", "step_breakdown.csv", "summary.json"]
     summary = json.loads((out / "export" / "summary.json").read_text())
-    assert [(c["devices"], c["unit"]) for c in summary["configurations"]] == [(1, "samples/s"), (2, "samples/s")]
+    assert [(c["world_size"], c["unit"]) for c in summary["configurations"]] == [(1, "samples/s"), (2, "samples/s")]
     assert summary["configurations"][1]["predicted_efficiency_overlap"] is not None  # the benchmark fed it
     for name in ("speedup.png", "efficiency.png"):
         assert f"written: {out / 'plots' / name}" in stdout
@@ -44,10 +44,10 @@ def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
     """The rungs and the commands a user would type for them (the link rungs run src/emulate.py)."""
     from scalelab import demo
 
-    rungs = demo.ladder(["mlp", "transformer"], [2.0, 0.2], links_ok=True)
+    rungs = demo.ladder(["mlp", "gpt"], [2.0, 0.2], links_ok=True)
     assert [r.name for r in rungs] == [
-        "mlp at 1 device(s)", "mlp at 2 device(s)", "transformer at 1 device(s)", "transformer at 2 device(s)",
-        "allreduce at 2 device(s)", "transformer at 2 nodes over 2 Gbit/s", "transformer at 2 nodes over 200 Mbit/s",
+        "mlp at 1 device(s)", "mlp at 2 device(s)", "gpt at 1 device(s)", "gpt at 2 device(s)",
+        "allreduce at 2 device(s)", "gpt at 2 nodes over 2 Gbit/s", "gpt at 2 nodes over 200 Mbit/s",
         "allreduce at 2 nodes over 2 Gbit/s", "allreduce at 2 nodes over 200 Mbit/s"]
     emulated = rungs[6].command("out")
     assert emulated[1:7] == ["-m", "scalelab.launch.emulate", "--link_gbit", "0.2", "--devices", "1"]
@@ -56,7 +56,7 @@ def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
                                                                                            "--warmup_iters", "1"]
     assert rungs[1].command("out")[-2:] == ["--devices", "2"]
     # where namespaces cannot be made, only the one-node rungs run
-    assert [r.link_gbit for r in demo.ladder(["transformer"], [2.0], links_ok=False)] == [None, None, None]
+    assert [r.link_gbit for r in demo.ladder(["gpt"], [2.0], links_ok=False)] == [None, None, None]
 
 
 def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link():
@@ -65,10 +65,10 @@ def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link
     lever = demo.parse_lever("accumulate_grad_batches=1,4")
     rungs = demo.lever_rungs(lever, [0.2])
     assert [r.name for r in rungs] == [
-        "transformer at 1 device(s) with accumulate_grad_batches 1",
-        "transformer at 2 nodes over 200 Mbit/s with accumulate_grad_batches 1",
-        "transformer at 1 device(s) with accumulate_grad_batches 4",
-        "transformer at 2 nodes over 200 Mbit/s with accumulate_grad_batches 4",
+        "gpt at 1 device(s) with accumulate_grad_batches 1",
+        "gpt at 2 nodes over 200 Mbit/s with accumulate_grad_batches 1",
+        "gpt at 1 device(s) with accumulate_grad_batches 4",
+        "gpt at 2 nodes over 200 Mbit/s with accumulate_grad_batches 4",
         "allreduce at 2 nodes over 200 Mbit/s"]
     cmd = rungs[3].command("out")
     assert cmd[1:3] == ["-m", "scalelab.launch.emulate"] and cmd[cmd.index("--link_gbit") + 1] == "0.2"

@@ -159,7 +159,7 @@ def test_a_degraded_link_gives_its_shaped_rate_and_records_both(link_ok, tmp_pat
 @pytest.mark.slow
 def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok, tmp_path):
     """A tiny GPT over 1 Gbit/s; the latency is asked for too: applied with netem, else said in one line."""
-    proc = emulate("--link_gbit", 1, "--latency_ms", 5, "--", "src/train.py", "--model", "transformer",
+    proc = emulate("--link_gbit", 1, "--latency_ms", 5, "--", "src/train.py", "--model", "gpt",
                    "--preset", "tiny", "--max_steps", 12, "--warmup_steps", 2, "--output_dir", tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (r,) = load_results(tmp_path)
@@ -178,7 +178,7 @@ def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok,
     # each node is its own core (where there are two) and its rank's compute is pinned there: nothing shared
     assert [k["cpu_affinity"] for k in r["ranks"]] == ([[0], [1]] if len(os.sched_getaffinity(0)) >= 2
                                                        else [[0], [0]])
-    assert r["launch"]["threads_per_proc"] == 1
+    assert r["launch"]["threads"] == 1
     assert r["launch"]["oversubscribed"] is None or len(os.sched_getaffinity(0)) < 2
     assert "Traceback" not in proc.stderr and "hostname of the client socket" not in proc.stderr
     report = run_script("benchmark.py", "--output_dir", tmp_path)
@@ -320,7 +320,8 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--nodes", "1", "--", "src/allreduce_bench.py"], "--nodes 1: emulate 2 to 16 nodes"),
+    (["--num_nodes", "1", "--", "src/allreduce_bench.py"], "--num_nodes 1: emulate 2 to 16 nodes"),
+    (["--nodes", "1", "--", "src/allreduce_bench.py"], "--num_nodes 1: emulate 2 to 16 nodes"),
     (["--link_gbit", "0", "--", "src/allreduce_bench.py"], "argument --link_gbit: expected a positive number"),
     (["--link_gbit", "1"], "give the script to run after --"),
     (["--", "src/nope.py"], "src/nope.py is not a Python script here"),
@@ -361,7 +362,7 @@ def test_runs_at_different_link_rates_are_different_configurations():
              _bench_at(1.0, 1), _bench_at(0.2, 5)]
     runs = frames.runs_frame(found)
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
-    assert len(scaling) == 3 and set(scaling["baseline_devices"]) == {1}
+    assert len(scaling) == 3 and set(scaling["baseline_world_size"]) == {1}
     fast, slow = (scaling[scaling["link"] == label].iloc[0] for label in ("emulated 1 Gbit/s", "emulated 200 Mbit/s"))
     assert fast["runs"] == 2 and fast["throughput"] == 155 and slow["runs"] == 1 and slow["throughput"] == 60
     assert fast["speedup"] == pytest.approx(1.55) and slow["efficiency"] == pytest.approx(0.3)

@@ -28,7 +28,7 @@ def _sigterm_after(tmp_path, seconds, *args):
 
 def test_sigterm_mid_run_writes_a_timeout_record(tmp_path):
     """The loop stops at its next sync point (not inside the handler): a clean end, every step so far recorded."""
-    r, err = _sigterm_after(tmp_path, 4, "--model", "transformer", "--max_steps", "100000", "--warmup_steps", "2")
+    r, err = _sigterm_after(tmp_path, 4, "--model", "gpt", "--max_steps", "100000", "--warmup_steps", "2")
     assert r["timing"]["steps"] >= 1 and len(r["ranks"]) == 1 and len(err.strip().splitlines()) == 1
     assert r["error"] == ("received SIGTERM (job time limit, preemption or scancel) and stopped after step "
                           f"{r['timing']['steps']}")

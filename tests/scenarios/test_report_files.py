@@ -16,8 +16,8 @@ from scalelab.report import explain, frames, plots
 def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=two_device_rate), 0.1, 0.008, 0.004, 0.104),
-             _with_comm(make_result("t1", 1, samples_per_s=40, model="transformer"), 0.2, 0.0, 0.0, 0.2),
-             _with_comm(make_result("t2", 2, samples_per_s=70, model="transformer"), 0.2, 0.01, 0.005, 0.21),
+             _with_comm(make_result("t1", 1, samples_per_s=40, model="gpt"), 0.2, 0.0, 0.0, 0.2),
+             _with_comm(make_result("t2", 2, samples_per_s=70, model="gpt"), 0.2, 0.01, 0.005, 0.21),
              *extra]
     if with_bench:
         found.append(_bench(2, ROWS))
@@ -51,7 +51,7 @@ def test_speedup_figure_draws_measured_ideal_and_predicted(tmp_path):
     assert list(measured.get_ydata()) == pytest.approx([1.0, 1.5])
     assert list(lines["ideal (linear)"].get_ydata()) == [1.0, 2.0]
     predicted = next(v for k, v in lines.items() if k.startswith("A: predicted"))
-    a2 = scaling[(scaling["model"] == "mlp") & (scaling["devices"] == 2)].iloc[0]
+    a2 = scaling[(scaling["model"] == "mlp") & (scaling["world_size"] == 2)].iloc[0]
     assert predicted.get_ydata()[-1] == pytest.approx(2 * a2.predicted_efficiency_no_overlap)
     assert "Speedup" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
     busbw = plots.busbw_figure(explain.bench_frame(found)).axes[0]
@@ -75,11 +75,11 @@ def test_export_writes_every_table_and_a_strict_json_summary(tmp_path):
     assert {p.name for p in ex.iterdir()} == {"runs.csv", "scaling.csv", "step_breakdown.csv", "allreduce.csv",
                                               "report.md", "summary.json"}
     scaling = pd.read_csv(ex / "scaling.csv")
-    row = scaling[(scaling["workload"] == "mlp") & (scaling["devices"] == 2)].iloc[0]
+    row = scaling[(scaling["describe"] == "mlp") & (scaling["world_size"] == 2)].iloc[0]
     assert row["speedup"] == pytest.approx(1.5) and row["efficiency"] == pytest.approx(0.75)
-    assert row["unit"] == "samples/s" and row["group"] in ("A", "B")
+    assert row["unit"] == "samples/s" and row["letter"] in ("A", "B")
     step = pd.read_csv(ex / "step_breakdown.csv")
-    assert step.loc[step["devices"] == 2, "waited_s"].tolist() == pytest.approx([0.004, 0.005])
+    assert sorted(step.loc[step["world_size"] == 2, "waited_s"]) == pytest.approx([0.004, 0.005])
     assert len(pd.read_csv(ex / "runs.csv")) == 4
     assert pd.read_csv(ex / "allreduce.csv")["bytes"].tolist() == [r["bytes"] for r in ROWS]
     md = (ex / "report.md").read_text()
@@ -91,7 +91,7 @@ def test_export_writes_every_table_and_a_strict_json_summary(tmp_path):
     summary = json.loads((ex / "summary.json").read_text(), parse_constant=no_nan)
     assert summary == results.load_summary(str(ex / "summary.json"))
     assert summary["schema"] == results.SUMMARY_SCHEMA and len(summary["configurations"]) == 4
-    two = next(c for c in summary["configurations"] if c["workload"]["model"] == "mlp" and c["devices"] == 2)
+    two = next(c for c in summary["configurations"] if c["workload"]["model"] == "mlp" and c["world_size"] == 2)
     assert two["efficiency"] == pytest.approx(0.75) and two["limiting"].startswith("2 devices on 1 node")
 
 
@@ -106,7 +106,7 @@ def test_compare_puts_two_folders_side_by_side(tmp_path):
     four = next(line for line in mlp.splitlines() if line.startswith("4 "))
     assert "—" in four and "one side only" in mlp  # only B ran 4 devices: shown, no ratio
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
-    assert table.loc[table["devices"] == 2, "ratio"].tolist() == pytest.approx([1.2, 70 / 70])
+    assert table.loc[table["world_size"] == 2, "ratio"].tolist() == pytest.approx([70 / 70, 1.2])  # gpt sorts before mlp
 
     # a summary.json travels between sites and stands in for its folder
     run_script("benchmark.py", "--output_dir", b, "--export", tmp_path / "bex")
@@ -145,9 +145,9 @@ def test_plot_into_an_unwritable_place_fails_before_any_work(tmp_path):
 
 
 def test_letters_agree_between_report_plots_and_files(tmp_path):
-    # transformer runs first in scan order, so it is group A in the printed report: everywhere else too
-    found = [make_result("b1", 1, samples_per_s=40, model="transformer"),
-             make_result("b2", 2, samples_per_s=70, model="transformer"),
+    # the GPT runs first in scan order, so it is group A in the printed report: everywhere else too
+    found = [make_result("b1", 1, samples_per_s=40, model="gpt"),
+             make_result("b2", 2, samples_per_s=70, model="gpt"),
              make_result("z1", 1, samples_per_s=100), make_result("z2", 2, samples_per_s=150)]
     for r in found:
         results.write(str(tmp_path / "out"), r)
@@ -155,7 +155,7 @@ def test_letters_agree_between_report_plots_and_files(tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = {line.split(":")[0][-1]: line.split(": ")[1].split(" ")[0] for line in proc.stdout.splitlines()
                if line.startswith("Group ")}
-    exported = dict(pd.read_csv(tmp_path / "ex" / "scaling.csv")[["group", "workload"]].drop_duplicates().values)
+    exported = dict(pd.read_csv(tmp_path / "ex" / "scaling.csv")[["letter", "describe"]].drop_duplicates().values)
     assert printed == exported
     found, _ = results.scan(str(tmp_path / "out"))
     scaling = frames.scaling_frame(frames.runs_frame(found))
@@ -166,8 +166,8 @@ def test_letters_agree_between_report_plots_and_files(tmp_path):
 
 def test_ideal_line_per_group_when_baselines_differ(tmp_path):
     found = [make_result("a2", 2, samples_per_s=100), make_result("a4", 4, samples_per_s=200),  # perfect from 2
-             make_result("t1", 1, samples_per_s=40, model="transformer"),
-             make_result("t2", 2, samples_per_s=80, model="transformer")]
+             make_result("t1", 1, samples_per_s=40, model="gpt"),
+             make_result("t2", 2, samples_per_s=80, model="gpt")]
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
     lines = {line.get_label(): line for line in plots.speedup_figure(scaling).axes[0].get_lines()}
     mlp = next(v for k, v in lines.items() if k.endswith(": ideal") and "mlp" not in k and
@@ -215,7 +215,7 @@ def test_more_bad_input_is_one_line(tmp_path, case):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("benchmark.py: error: ")
     says = {"bad-configuration": f"--compare {tmp_path / 's.json'}: summary configuration 0 lacks workload",
-            "version-0": "summary schema_version 0 is not one this scalelab reads (1)",
+            "version-0": "summary schema_version 0 is not one this scalelab reads (2)",
             "compare-with-plot": "--compare A B does not take --plot (its files: --export DIR)",
             "mixed-hardware": "the same workload ran on several kinds of hardware there (cpu cpu, gpu NVIDIA H100)",
             "export-onto-a-folder": f"--export: cannot write {tmp_path / 'ex' / 'summary.json'}"}[case]
@@ -228,6 +228,6 @@ def test_efficiency_and_throughput_figures_draw_the_reports_numbers(tmp_path):
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
     ax = plots.efficiency_figure(scaling).axes[0]
     bars = [[bar.get_height() for bar in c] for c in ax.containers if isinstance(c, BarContainer)]
-    assert bars == [pytest.approx([100, 75]), pytest.approx([100, 87.5])]  # mlp 150/100/2, transformer 70/40/2
+    assert bars == [pytest.approx([100, 75]), pytest.approx([100, 87.5])]  # mlp 150/100/2, gpt 70/40/2
     per_device = [[bar.get_height() for c in a.containers for bar in c] for a in plots.throughput_figure(scaling).axes]
     assert per_device == [pytest.approx([100, 75]), pytest.approx([40, 35])]

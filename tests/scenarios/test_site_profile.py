@@ -63,7 +63,7 @@ def test_the_default_workload_follows_the_node(tmp_path):
     assert gpu.stdout.split() == ["--config", "gpt-small"]
     cpu = bash(show)
     assert cpu.returncode == 0 and cpu.stdout.split() == ["--config", "mlp"], cpu.stderr
-    chosen = bash(show, PATH=fake_gpu_node(tmp_path), MODEL="transformer", PRESET="large")
+    chosen = bash(show, PATH=fake_gpu_node(tmp_path), MODEL="gpt", PRESET="large")
     assert chosen.stdout.split() == ["--config", "gpt-large"]
     named = bash(show, PATH=fake_gpu_node(tmp_path), CONFIG="gpt-medium")
     assert named.stdout.split() == ["--config", "gpt-medium"]
@@ -77,7 +77,7 @@ def test_the_named_configs_the_jobs_run_fit_a_40_gb_a100(name, batch):
     big shapes it is the largest power of two that does."""
     from scalelab import config
     from scalelab.perfmodel import memory
-    from scalelab.workloads.transformer import shape_of
+    from scalelab.workloads.gpt import shape_of
 
     cfg = config.for_accelerator(config.parse_config(["--config", name]), "gpu")
     assert cfg.batch_size == batch and cfg.precision == "bf16-mixed"
@@ -129,8 +129,9 @@ def test_the_scripts_and_the_sweep_read_one_default_workload_file(tmp_path):
     show = 'GPUS_PER_NODE=1 source slurm_jobs/job_common.sh >/dev/null && echo "${WORKLOAD[*]}"'
     gpu = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake))
     assert gpu.stdout.split() == ["--config", "gpt-medium"], gpu.stderr
-    transformer = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake), MODEL="transformer")
-    assert transformer.stdout.split() == ["--config", "gpt-medium"], transformer.stderr
+    for model in ("gpt", "transformer"):  # transformer: the GPT's name before result schema 3, still read
+        chosen = bash(show, cwd=fake, PATH=fake_gpu_node(tmp_path), SLURM_SUBMIT_DIR=str(fake), MODEL=model)
+        assert chosen.stdout.split() == ["--config", "gpt-medium"], chosen.stderr
     assert config.default_config("cpu") == "mlp"
 
 
@@ -157,7 +158,7 @@ def test_the_auto_profiles_memory_floor_holds_a_checkpoint_of_the_largest_named_
     """32G a GPU: a rank's torch and CUDA libraries (about 4 GB on the host) plus, while the requeue checkpoint is
     written, the model and AdamW state of gpt-xl (fp32 weights, gradients and two moments: 16 bytes a parameter)."""
     from scalelab import config
-    from scalelab.workloads.transformer import shape_of
+    from scalelab.workloads.gpt import shape_of
 
     floor = bash("source slurm_jobs/site.sh && echo $SBATCH_MEM_PER_GPU").stdout.strip()
     assert floor == "32G"

@@ -60,8 +60,8 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert proc.returncode == 0
     assert len(os.sched_getaffinity(0)) >= 8 or f"! {eight['run_id']}: oversubscribed: ranks " in proc.stdout
     print(proc.stdout)
-    scaling = frames.scaling_frame(runs).set_index("devices")
-    assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "nodes"] == 2
+    scaling = frames.scaling_frame(runs).set_index("world_size")
+    assert list(scaling.index) == [1, 4, 8] and scaling.loc[8, "num_nodes"] == 2
 
 
 def _held(env, *sbatch):
@@ -158,7 +158,7 @@ def test_allreduce_bench_across_two_nodes(slurm_env, tmp_path):
     (r,) = load_results(tmp_path)
     launch = r["launch"]
     assert r["kind"] == "allreduce" and r["status"] == "completed" and r["error"] is None
-    shape = (launch["launcher"], launch["world_size"], launch["num_nodes"], launch["procs_per_node"])
+    shape = (launch["launcher"], launch["world_size"], launch["num_nodes"], launch["devices"])
     assert shape == ("slurm", 8, 2, 4)
     assert launch["hostnames"] == ["node1", "node2"] and launch["backend"] == "gloo"
     assert [row["bytes"] for row in r["rows"]] == [32768, 65536, 131072, 262144]

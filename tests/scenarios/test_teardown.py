@@ -11,7 +11,7 @@ import pytest
 from helpers import load_results, run_script
 
 pytestmark = pytest.mark.slow
-GPT = ["--model", "transformer", "--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--timeout", "60"]
+GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "20", "--warmup_steps", "2", "--timeout", "60"]
 
 
 def test_the_result_is_complete_when_teardown_starts(tmp_path):

@@ -177,7 +177,7 @@ def test_two_local_processes_measure_check_and_write(tmp_path):
     r = results.load(str(path))
     assert r["kind"] == "allreduce" and r["status"] == "completed" and r["error"] is None
     launch = r["launch"]
-    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (2, 1, 2)
+    assert (launch["world_size"], launch["num_nodes"], launch["devices"]) == (2, 1, 2)
     assert (launch["launcher"], launch["accelerator"], launch["backend"]) == ("local", "cpu", "gloo")
     assert [row["bytes"] for row in r["rows"]] == [32 * KiB * 2**k for k in range(6)]
     for row in r["rows"]:

@@ -59,7 +59,7 @@ def test_money_columns_appear_only_where_a_group_has_figures_and_cells_match_the
 
 
 def test_the_nodes_cell_names_an_emulated_link():
-    assert cells.nodes_cell(SimpleNamespace(nodes=2, link="emulated 1 Gbit/s")) == "2 (emulated 1 Gbit/s)"
-    assert cells.nodes_cell(SimpleNamespace(nodes=2, link="")) == "2"
-    assert cells.nodes_cell(SimpleNamespace(nodes=1, link=NAN)) == "1"  # a frame cell without a link
-    assert cells.nodes_cell(SimpleNamespace(nodes=4)) == "4"
+    assert cells.nodes_cell(SimpleNamespace(num_nodes=2, link="emulated 1 Gbit/s")) == "2 (emulated 1 Gbit/s)"
+    assert cells.nodes_cell(SimpleNamespace(num_nodes=2, link="")) == "2"
+    assert cells.nodes_cell(SimpleNamespace(num_nodes=1, link=NAN)) == "1"  # a frame cell without a link
+    assert cells.nodes_cell(SimpleNamespace(num_nodes=4)) == "4"

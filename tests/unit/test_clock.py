@@ -124,36 +124,36 @@ def test_batches_become_optimizer_steps_of_k_batches_each():
     from scalelab.train.steps import optimizer_view
 
     record = {"rank": 1, "step_ends": [1, 3, 4],  # batches 0-1, 2-3, then 4 alone (the run ended); 5 never ended
-              "step_times_s": [1, 2, 3, 4, 5, 6], "grads_ready_s": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5],
-              "allreduce_s": [0, 0.1, 0, 0.2, 0.3, 9], "buckets": [0, 2, 0, 2, 1, 9]}
+              "step_times_s": [1, 2, 3, 4, 5, 6], "grads_ready_times_s": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5],
+              "allreduce_times_s": [0, 0.1, 0, 0.2, 0.3, 9], "buckets": [0, 2, 0, 2, 1, 9]}
     assert optimizer_view(record) == {
         **record, "short_steps": [2], "step_times_s": [3, 7, 5],
-        "grads_ready_s": [1 + 1.5, 3 + 3.5, 4.5],  # the first K-1 batches whole, then the last one's ready time
-        "allreduce_s": [0.1, 0.2, 0.3], "buckets": [2, 2, 1]}
+        "grads_ready_times_s": [1 + 1.5, 3 + 3.5, 4.5],  # the first K-1 batches whole, then the last one's ready time
+        "allreduce_times_s": [0.1, 0.2, 0.3], "buckets": [2, 2, 1]}
     assert optimizer_view({"step_times_s": [1]}) == {"step_times_s": [1]}  # every batch a step: as it is
-    empty = {"step_ends": [], "step_times_s": [], "grads_ready_s": [], "allreduce_s": [], "buckets": []}
+    empty = {"step_ends": [], "step_times_s": [], "grads_ready_times_s": [], "allreduce_times_s": [], "buckets": []}
     assert optimizer_view(empty) == {**empty, "short_steps": []}
 
 
 def test_run_figures_from_two_ranks_clocks_by_hand():
     from scalelab.train import timing
 
-    ranks = [{"step_times_s": [1.0, 0.2, 0.3, 0.25, 0.4, 0.2], "grads_ready_s": [0.5, 0.15, 0.2, 0.2, 0.3, 0.15],
-              "allreduce_s": [0, 0.05, 0, 0.06, 0.07, 0.08], "allreduce_alone_s": [0.03, 0.05],
+    ranks = [{"step_times_s": [1.0, 0.2, 0.3, 0.25, 0.4, 0.2], "grads_ready_times_s": [0.5, 0.15, 0.2, 0.2, 0.3, 0.15],
+              "allreduce_times_s": [0, 0.05, 0, 0.06, 0.07, 0.08], "allreduce_alone_times_s": [0.03, 0.05],
               "buckets": [0, 2, 0, 2, 3, 2], "losses": [3.0, 2.0, 1.5], "probe_steps": [2], "grad_bytes": 1e6,
               "bucket_bytes": [5e5, 5e5], "epoch_times_s": [2.5], "first_step_end": 15.0, "process_start": 10.0,
               "probe_cpu_s": [[1.0, 0.1]]},
-             {"step_times_s": [1.2, 0.2, 0.1, 0.35, 0.2, 0.4], "grads_ready_s": [0.6, 0.12, 0.25, 0.28, 0.2, 0.3],
-              "allreduce_s": [0, 0.04, 0, 0.09, 0.05, 0.1], "allreduce_alone_s": [0.04],
+             {"step_times_s": [1.2, 0.2, 0.1, 0.35, 0.2, 0.4], "grads_ready_times_s": [0.6, 0.12, 0.25, 0.28, 0.2, 0.3],
+              "allreduce_times_s": [0, 0.04, 0, 0.09, 0.05, 0.1], "allreduce_alone_times_s": [0.04],
               "buckets": [0, 2, 0, 2, 2, 2], "losses": [3.0, 2.0, 0.5]}]
     got = timing.summarize(ranks, warmup_steps=1, samples_per_step=10, tokens_per_sample=5)
     # step 0 warm-up, step 2 a probe: steps 1, 3, 4, 5 timed, each the mean over the ranks: 0.2, 0.3, 0.3, 0.3
     assert got == {
         "warmup_steps": 1, "steps": 6, "timed_steps": 4, "train_time_s": pytest.approx(1.1),
-        "step_time_s": {"median": pytest.approx(0.3), "mean": pytest.approx(0.275), "min": pytest.approx(0.2),
+        "step_s": {"median": pytest.approx(0.3), "mean": pytest.approx(0.275), "min": pytest.approx(0.2),
                         "max": pytest.approx(0.3), "p90": pytest.approx(0.3)},  # 0.9 x 3 = 2.7 places up: 0.3
         "samples_per_step": 10, "samples_per_s": pytest.approx(40 / 1.1), "tokens_per_s": pytest.approx(200 / 1.1),
-        "epoch_times_s": [2.5], "time_to_first_step_s": 5.0, "final_train_loss": 1.0,  # last losses 1.5 and 0.5
+        "epoch_times_s": [2.5], "first_step_s": 5.0, "train_loss": 1.0,  # last losses 1.5 and 0.5
         "comm": {"probe_steps": 1,
                  "compute_s": 0.25,  # the probe's gradients-ready, slowest rank
                  "synced_s": pytest.approx(0.29),  # median of the slowest rank's 0.15, 0.28, 0.3, 0.3
@@ -161,7 +161,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
                  "allreduce_s": pytest.approx(0.055),  # median of the least rank's 0.04, 0.06, 0.05, 0.08
                  "allreduce_alone_s": 0.03,  # only as many alone runs as every rank has: min(0.03, 0.04)
                  "hidden_s": pytest.approx(0.015), "hidden_fraction": pytest.approx(0.015 / 0.055),
-                 "comm_share": pytest.approx(0.04 / 0.3), "step_s": pytest.approx(0.3), "grad_bytes": 1e6,
+                 "comm_share": pytest.approx(0.04 / 0.3), "grad_bytes": 1e6,
                  "bucket_bytes": [5e5, 5e5], "wire_bytes": None, "buckets": 2,
                  "ddp_busbw_GBps": pytest.approx(1e6 / 0.055 / 1e9)},  # n = 2: busbw = algbw
         "had_cpu": [0.909, None]}  # rank 0's probe: 1 s on a core, 0.1 s waiting for one; rank 1 has no figures
@@ -170,13 +170,13 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
 def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
     from scalelab.train import timing
 
-    one = [{"step_times_s": [0.5, 0.1, 0.3], "grads_ready_s": [0.2, 0.09, 0.05], "allreduce_s": [0, 0, 0],
+    one = [{"step_times_s": [0.5, 0.1, 0.3], "grads_ready_times_s": [0.2, 0.09, 0.05], "allreduce_times_s": [0, 0, 0],
             "buckets": [1, 1, 1], "losses": [], "probe_steps": [2], "grad_bytes": 1000, "wire_bytes": [400],
             "epoch_times_s": [], "first_step_end": None, "process_start": 1.0}]
     got = timing.summarize(one, warmup_steps=9, samples_per_step=4, tokens_per_sample=None)
     assert (got["warmup_steps"], got["timed_steps"], got["train_time_s"]) == (2, 0, 0)  # step 2 is the probe
-    assert got["samples_per_s"] is None and got["tokens_per_s"] is None and got["step_time_s"] is None
-    assert got["time_to_first_step_s"] is None and got["final_train_loss"] is None and got["had_cpu"] is None
+    assert got["samples_per_s"] is None and got["tokens_per_s"] is None and got["step_s"] is None
+    assert got["first_step_s"] is None and got["train_loss"] is None and got["had_cpu"] is None
     assert got["comm"] is None  # no normal step to compare the probe with
     comm = timing.comm_summary(one, [1], [2])
     assert comm["waited_s"] == 0.0 and comm["ddp_busbw_GBps"] is None and comm["hidden_fraction"] is None
@@ -186,7 +186,8 @@ def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
 
 def _rank(times, ready=None, **kw):
     n = len(times)
-    return {"step_times_s": times, "grads_ready_s": ready or [t / 2 for t in times], "allreduce_s": [0.01] * n,
+    return {"step_times_s": times, "grads_ready_times_s": ready or [t / 2 for t in times],
+            "allreduce_times_s": [0.01] * n,
             "buckets": [1] * n, "losses": [], "epoch_times_s": [], "first_step_end": None, "process_start": 0.0, **kw}
 
 
@@ -214,7 +215,7 @@ def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
 
     # no warm-up: step 0 is timed; 20 steps: the final loss is the mean of each rank's last 2
     got = timing.summarize([_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])], 0, 4, None)
-    assert (got["warmup_steps"], got["timed_steps"]) == (0, 20) and got["final_train_loss"] == 2.0
+    assert (got["warmup_steps"], got["timed_steps"]) == (0, 20) and got["train_loss"] == 2.0
     assert got["samples_per_s"] == pytest.approx(80 / 2.0) and got["tokens_per_s"] is None
     quick = timing.summarize([_rank([0.1, 0.2, 0.2])], 1, 4, 10)  # under a second in all
     assert quick["samples_per_s"] == pytest.approx(8 / 0.4) and quick["tokens_per_s"] == pytest.approx(80 / 0.4)
@@ -241,7 +242,7 @@ def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measur
     assert comm["hidden_fraction"] == pytest.approx(0.0) and comm["hidden_s"] == 0.0  # waited 20 ms > 10 ms busy
     alone = timing.comm_summary([hooked], [2], [1])  # one rank: nothing crossed a link
     assert alone["ddp_busbw_GBps"] is None and alone["waited_s"] == 0.0
-    idle = [dict(r, allreduce_s=[0.0] * 3) for r in two]
+    idle = [dict(r, allreduce_times_s=[0.0] * 3) for r in two]
     assert timing.comm_summary(idle, [2], [1])["ddp_busbw_GBps"] is None
     zero = [dict(r, step_times_s=[0.0] * 3) for r in two]
     assert timing.comm_summary(zero, [2], [1])["comm_share"] is None

@@ -15,7 +15,7 @@ from scalelab.errors import UsageError
 def test_model_defaults_fill_in():
     mlp = config.parse_config(["--model", "mlp"])
     assert (mlp.batch_size, mlp.max_epochs, mlp.hidden_dims, mlp.num_samples) == (64, 3, [64, 32, 16], 20000)
-    gpt = config.parse_config(["--model", "transformer", "--preset", "tiny"])
+    gpt = config.parse_config(["--model", "gpt", "--preset", "tiny"])
     assert (gpt.batch_size, gpt.max_steps, gpt.seq_len, gpt.vocab_size) == (8, 50, 128, 512)
 
 
@@ -51,20 +51,20 @@ def test_strong_scaling_splits_the_global_batch():
 
 
 def test_workload_identity_ignores_launch_fields():
-    one = config.parse_config(["--model", "transformer", "--devices", "1", "--output_dir", "a", "--seed", "1"])
-    four = config.parse_config(["--model", "transformer", "--devices", "4", "--output_dir", "b", "--seed", "2"])
+    one = config.parse_config(["--model", "gpt", "--devices", "1", "--output_dir", "a", "--seed", "1"])
+    four = config.parse_config(["--model", "gpt", "--devices", "4", "--output_dir", "b", "--seed", "2"])
     assert one.workload() == four.workload()
-    assert "hidden_dims" not in one.workload()  # MLP knobs do not split transformer groups
+    assert "hidden_dims" not in one.workload()  # MLP knobs do not split GPT groups
 
 
 def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
     cfg_file = tmp_path / "lora.yaml"
-    cfg_file.write_text("model: transformer\nlora_rank: 8\n")
+    cfg_file.write_text("model: gpt\nlora_rank: 8\n")
     lora = config.parse_config(["--config", str(cfg_file)])
     full = config.parse_config(["--config", str(cfg_file), "--lora_rank", "0"])  # command line wins
     assert (lora.lora_rank, full.lora_rank) == (8, 0)
     assert lora.workload() != full.workload() and lora.workload()["lora_rank"] == 8
-    cfg_file.write_text("model: transformer\nlora_rank: -1\n")
+    cfg_file.write_text("model: gpt\nlora_rank: -1\n")
     with pytest.raises(UsageError, match="lora_rank: expected an integer >= 0"):
         config.parse_config(["--config", str(cfg_file)])
 
@@ -72,7 +72,7 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
     (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
-    (["--preset", "huge", "--model", "transformer"], "argument --preset: invalid choice: 'huge'"),
+    (["--preset", "huge", "--model", "gpt"], "argument --preset: invalid choice: 'huge'"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
     (["--max_steps", "5", "--warmup_steps", "5"], "leaves no timed step"),
     (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml: no such file"),
@@ -81,7 +81,7 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
     (["--precision", "16-mixed", "--accelerator", "cpu"], "16-mixed needs a GPU"),
     (["--scaling", "strong", "--batch_size", "65", "--devices", "2"], "does not divide"),
     (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model gpt only"),
     (["--static_graph", "--accumulate_grad_batches", "4"], "--static_graph cannot be used with "
      "--accumulate_grad_batches 4"),
 ])
@@ -94,10 +94,10 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(args, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--preset", "small"], "--preset applies to --model transformer only"),  # the default model is mlp
-    (["--model", "mlp", "--seq_len", "64"], "--seq_len applies to --model transformer only"),
-    (["--model", "transformer", "--dropout", "0"], "--dropout applies to --model mlp only"),
-    (["--model", "transformer", "--hidden_dims", "128"], "--hidden_dims applies to --model mlp only"),
+    (["--preset", "small"], "--preset applies to --model gpt only"),  # the default model is mlp
+    (["--model", "mlp", "--seq_len", "64"], "--seq_len applies to --model gpt only"),
+    (["--model", "gpt", "--dropout", "0"], "--dropout applies to --model mlp only"),
+    (["--model", "gpt", "--hidden_dims", "128"], "--hidden_dims applies to --model mlp only"),
 ])
 def test_another_workloads_flag_is_refused(argv, message):
     with pytest.raises(UsageError, match=f"^{message}$"):
@@ -109,7 +109,7 @@ def test_another_workloads_flag_at_its_default_changes_nothing_and_passes():
 
 
 def test_another_workloads_key_in_yaml_is_refused(tmp_path):
-    (tmp_path / "run.yaml").write_text("model: transformer\nhidden_dims: [32, 16]\n")
+    (tmp_path / "run.yaml").write_text("model: gpt\nhidden_dims: [32, 16]\n")
     with pytest.raises(UsageError, match="^--hidden_dims applies to --model mlp only$"):
         config.parse_config(["--config", str(tmp_path / "run.yaml")])
 
@@ -137,8 +137,8 @@ def test_sizes_that_disagree_with_torchrun_are_refused_before_any_rank_waits(arg
 
 
 def test_precision_follows_the_hardware_the_run_got_unless_given():
-    """One default for every launcher (sbatch scripts, submit.py, the demo): transformer on GPUs in bf16-mixed."""
-    gpt = ["--model", "transformer"]
+    """One default for every launcher (sbatch scripts, submit.py, the demo): the GPT on GPUs in bf16-mixed."""
+    gpt = ["--model", "gpt"]
     assert config.for_accelerator(config.parse_config(gpt), "gpu").precision == "bf16-mixed"
     assert config.for_accelerator(config.parse_config(gpt), "cpu").precision == "32"
     assert config.for_accelerator(config.parse_config(["--model", "mlp"]), "gpu").precision == "32"
@@ -163,8 +163,8 @@ def test_a_named_config_is_what_the_jobs_and_the_demo_run():
     from scalelab import demo
 
     cfg = config.parse_config(["--config", "gpt-tiny", "--max_steps", "7"])  # the command line still wins
-    assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps, cfg.warmup_steps) == ("transformer", "tiny", 8, 7, 5)
-    assert demo.WORKLOADS["transformer"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
+    assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps, cfg.warmup_steps) == ("gpt", "tiny", 8, 7, 5)
+    assert demo.WORKLOADS["gpt"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
     assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
 
 
@@ -212,14 +212,14 @@ def test_an_unknown_config_name_lists_the_named_ones():
 
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
-    (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'transformer')"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'gpt')"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
     (["--max_steps", "5", "--warmup_steps", "5"],
      "--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer warm-up steps or more steps"),
     (["--config", "/nonexistent/run.yaml"], "--config /nonexistent/run.yaml: no such file, nor a named config "
      "(gpt-large, gpt-medium, gpt-small, gpt-tiny, gpt-xl, mlp)"),
     (["--bogus"], "unrecognized arguments: --bogus"),
-    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model transformer only"),
+    (["--model", "mlp", "--lora_rank", "4"], "--lora_rank applies to --model gpt only"),
     (["--static_graph", "--accumulate_grad_batches", "2"], "--static_graph cannot be used with "
      "--accumulate_grad_batches 2: the first batch would run under DDP's no_sync, which a static graph does not "
      "allow; drop one of them"),
@@ -245,7 +245,7 @@ def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
     ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
     ("static_graph: 1", "static_graph: expected true or false, got 1"),
     ("batch_size: 0", "batch_size: expected a positive integer, got '0'"),
-    ("model: resnet", "model: 'resnet' is not one of mlp, transformer"),
+    ("model: resnet", "model: 'resnet' is not one of mlp, gpt"),
     ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
     ("Xbatch_size: 8", "unknown key 'Xbatch_size' (keys are flag names, e.g. batch_size)"),  # only dashes dropped
     ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message
@@ -319,7 +319,7 @@ def test_the_printed_settings_are_this_workloads_in_flag_order_and_steps_stay_un
     assert text.splitlines()[:5] == ["model: mlp", "num_samples: 20000", "batch_size: 8", "learning_rate: 0.001",
                                      "max_epochs: 3"]  # the flags' order, not sorted; unset ones left out
     assert "preset:" not in text and "max_steps" not in text and "hidden_dims:" in text
-    gpt = config.parse_config(["--model", "transformer"])
+    gpt = config.parse_config(["--model", "gpt"])
     assert (gpt.max_steps, gpt.max_epochs) == (50, None)  # a step budget: no epoch count made up
     assert config.parse_config(["--model", "mlp", "--batch_size", "64"]).batch_per_device(4) == 64
     strong = config.parse_config(["--model", "mlp", "--scaling", "strong", "--batch_size", "64"])

@@ -49,7 +49,7 @@ def test_probe_steps_come_after_warmup_every_nth():
 
 
 def _rank(rank, steps, ready, busy, probes):
-    return {"rank": rank, "step_times_s": steps, "grads_ready_s": ready, "allreduce_s": busy,
+    return {"rank": rank, "step_times_s": steps, "grads_ready_times_s": ready, "allreduce_times_s": busy,
             "buckets": [2] * len(steps),
             "probe_steps": probes, "grad_bytes": 8_000_000, "losses": [1.0] * len(steps), "epoch_times_s": [1.0],
             "first_step_end": None, "process_start": 0.0}
@@ -79,7 +79,7 @@ def test_train_time_is_the_ranks_own_time_not_the_sum_of_each_steps_slowest_cut(
     r1 = _rank(1, [1, .5, .3, .4], [.2] * 4, [0] * 4, [])
     s = timing.summarize([r0, r1], warmup_steps=1, samples_per_step=10, tokens_per_sample=0)
     assert s["train_time_s"] == pytest.approx(1.2) and s["samples_per_s"] == pytest.approx(30 / 1.2)
-    assert s["step_time_s"]["median"] == pytest.approx(0.4) and s["step_time_s"]["max"] == pytest.approx(0.4)
+    assert s["step_s"]["median"] == pytest.approx(0.4) and s["step_s"]["max"] == pytest.approx(0.4)
 
 
 def annotated(found):
@@ -97,7 +97,7 @@ def test_prediction_uses_the_benchmark_busbw_at_the_bucket_size():
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
              _bench(2, ROWS)]
     runs, scaling = annotated(found)
-    two = scaling.set_index("devices").loc[2]
+    two = scaling.set_index("world_size").loc[2]
     assert two.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(ROWS, 8e6, 1, 2))
     step1 = 0.1
     assert two.predicted_efficiency_no_overlap == pytest.approx(step1 / (step1 + two.predicted_allreduce_s))
@@ -177,11 +177,11 @@ def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
     base = make_result("n1", 1, samples_per_s=100)
     base["timing"]["comm"] = dict(c, compute_s=0.30, synced_s=0.30, waited_s=0.0, allreduce_s=0.0)
     two = make_result("n2", 2, samples_per_s=150)
-    two["timing"]["step_time_s"] = {"median": 0.41}
+    two["timing"]["step_s"] = {"median": 0.41}
     two["timing"]["comm"] = c
     runs = frames.runs_frame([base, two])
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
-    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 2))
     assert "not separable from compute in these runs (the no-sync probe steps were 33 % slower" in line, line
     assert "hidden" not in line and "nothing large" not in line
     text = tables.render(runs, scaling, "plain", None)
@@ -192,7 +192,7 @@ def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
     two["timing"]["comm"] = c_old
     runs = frames.runs_frame([base, two])
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
-    assert "hidden behind backward" in explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    assert "hidden behind backward" in explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 2))
 
 
 def test_limiting_line_names_the_larger_cause():
@@ -204,15 +204,15 @@ def test_limiting_line_names_the_larger_cause():
                                    (compute_bound, "Limited by slower compute per device: 70 ms more", None)):
         runs = frames.runs_frame(found)
         scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame(found))
-        line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+        line = explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 2))
         assert expected in line, line
         assert other is None or other not in line
-        assert explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 1)) is None
+        assert explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 1)) is None
 
 
 def test_cost_and_token_budget_columns(tmp_path):
-    for r in (make_result("t1", 1, samples_per_s=100, model="transformer", tokens_per_sample=128),
-              make_result("t2", 2, samples_per_s=180, model="transformer", tokens_per_sample=128)):
+    for r in (make_result("t1", 1, samples_per_s=100, model="gpt", tokens_per_sample=128),
+              make_result("t2", 2, samples_per_s=180, model="gpt", tokens_per_sample=128)):
         r["timing"]["tokens_per_s"] = r["timing"]["samples_per_s"] * 128
         r["timing"]["tflops_per_device"] = 50.0
         _with_comm(r, 0.1, 0.0, 0.0, 0.1)
@@ -241,7 +241,7 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.03, 0.004, 0.104)]
     found[1]["timing"]["comm"]["allreduce_alone_s"] = 0.02
     runs, scaling = annotated(found)
-    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    line = explain.limiting_line(next(scaling[scaling["world_size"] == 2].itertuples()))
     assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
     assert "share the node's cores" in line
 
@@ -250,7 +250,7 @@ def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.02, 0.045, 0.145)]
     runs, scaling = annotated(found)
-    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    line = explain.limiting_line(next(scaling[scaling["world_size"] == 2].itertuples()))
     assert "45 ms lost, more than the 20 ms the all-reduce itself took" in line and "hidden" not in line
 
 
@@ -262,7 +262,7 @@ def _partial_comm_line(keep, compute_s=0.1):
     comm = found[1]["timing"]["comm"]
     found[1]["timing"]["comm"] = {k: comm[k] for k in ("compute_s", *keep)}
     runs, scaling = annotated(found)
-    return explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    return explain.limiting_line(next(scaling[scaling["world_size"] == 2].itertuples()))
 
 
 def test_limiting_line_says_what_a_partial_comm_record_holds_and_not_nan():
@@ -289,7 +289,7 @@ def test_short_steps_keep_a_decimal_so_lost_is_visibly_more_than_the_all_reduce(
     found = [_with_comm(make_result("a1", 1, samples_per_s=100), 0.001, 0.0, 0.0, 0.001),
              _with_comm(make_result("a2", 2, samples_per_s=150), 0.001, 0.0012, 0.0014, 0.0024)]
     runs, scaling = annotated(found)
-    line = explain.limiting_line(next(scaling[scaling["devices"] == 2].itertuples()))
+    line = explain.limiting_line(next(scaling[scaling["world_size"] == 2].itertuples()))
     assert "1.4 ms lost, more than the 1.2 ms the all-reduce itself took" in line, line
 
 
@@ -306,7 +306,7 @@ def test_predicted_columns_when_communication_exceeds_compute():
              _with_comm(make_result("c2", 2, samples_per_s=60), 0.004, 0.009, 0.008, 0.012),
              _bench(2, ROWS)]
     runs, scaling = annotated(found)
-    two = scaling.set_index("devices").loc[2]
+    two = scaling.set_index("world_size").loc[2]
     comm = explain.predicted_allreduce_s(ROWS, 8e6, 1, 2)
     assert comm > 0.004
     assert two.predicted_efficiency_overlap == pytest.approx(0.004 / comm)
@@ -339,7 +339,7 @@ def _shared(share, had_cpu_1=None):
 
 def test_slower_compute_names_contention_when_measured_before_memory_bandwidth():
     base, two, scaling = _shared(0.48)
-    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 2))
     assert ("slower compute per device: 70 ms more per step than at 1 device (rank 1 had a core 48 % of the "
             "time it was ready to run: other work shared its cores)") in line, line
     assert "memory bandwidth" not in line
@@ -347,7 +347,7 @@ def test_slower_compute_names_contention_when_measured_before_memory_bandwidth()
     assert ("! s2: rank 1 had a core 48 % of the time it was ready to run: other work shared its cores; its times "
             "are slower than this hardware's") in text
     _, _, quiet = _shared(0.96)  # no contention measured: then what the ranks still share, with the figure
-    line = explain.limiting_line(next(r for r in quiet.itertuples() if r.devices == 2))
+    line = explain.limiting_line(next(r for r in quiet.itertuples() if r.world_size == 2))
     assert ("(CPU rehearsal: each rank had its core 96 % of the time it was ready to run; the ranks still share "
             "this machine's memory bandwidth and caches)") in line, line
 
@@ -359,7 +359,7 @@ def test_strong_scaling_compares_compute_with_the_baselines_share_and_says_so():
     for r in (base, two):
         r["workload"]["scaling"] = "strong"
     _, scaling = annotated([base, two])
-    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.devices == 2))
+    line = explain.limiting_line(next(r for r in scaling.itertuples() if r.world_size == 2))
     assert ("slower compute per device: 120 ms more per step than the compute at 1 device × 1/2 (strong scaling: "
             "each device has 1/2 of the batch)") in line, line
 
@@ -367,7 +367,7 @@ def test_strong_scaling_compares_compute_with_the_baselines_share_and_says_so():
 def _step_rows(found, fmt="pipe"):
     """The step table of the first group: {devices: [cells]}, and its lines below the table."""
     _, scaling = annotated(found)
-    g = scaling[scaling["group"] == scaling["group"].iloc[0]].sort_values(["devices", "nodes"])
+    g = scaling[scaling["group"] == scaling["group"].iloc[0]].sort_values(["world_size", "num_nodes"])
     lines = tables.step_table(g, fmt)
     table = lines[2].splitlines()
     assert [c.strip() for c in table[0].strip("|").split("|")] == tables.STEP_HEADERS
@@ -387,7 +387,7 @@ def test_the_step_table_prints_each_figure_in_its_unit():
     assert rows[2] == ["1", "104.0", "100.0", "8.0", "6.5", "8.6", "4.0", "4 %", "50 %", "8", "1", "0.935", "1.23",
                        "4.6 %"]
     assert not [line for line in below if "MFU" in line or "No all-reduce benchmark" in line]  # an MLP, a peak
-    _, below = _step_rows([dict(two, workload={**two["workload"], "model": "transformer"})])
+    _, below = _step_rows([dict(two, workload={**two["workload"], "model": "gpt"})])
     assert below[-1] == ("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT "
                          "and PaLM count it: compare it with figures that do the same")
 
@@ -415,7 +415,7 @@ NAN = float("nan")
 
 def _row(**given):
     """One configuration of the annotated frame, as limiting_line reads it."""
-    base = dict(devices=2, baseline_devices=1, nodes=1, efficiency=0.9, compute_s=0.1, baseline_compute_s=0.1,
+    base = dict(world_size=2, baseline_world_size=1, num_nodes=1, efficiency=0.9, compute_s=0.1, baseline_compute_s=0.1,
                 scaling="weak", comm_share=0.1, synced_s=None, waited_s=0.01, allreduce_s=0.02, hidden_fraction=0.5,
                 link="", accelerator="gpu", ddp_busbw_GBps=NAN, bench_busbw_GBps=NAN, allreduce_alone_s=NAN,
                 oversubscribed="", starved="", had_cpu=NAN)
@@ -423,7 +423,8 @@ def _row(**given):
 
 
 def test_the_limiting_line_of_a_communication_bound_multi_node_run():
-    r = _row(devices=8, nodes=2, efficiency=0.604, compute_s=0.105, comm_share=0.3, waited_s=0.045, allreduce_s=0.06,
+    r = _row(world_size=8, num_nodes=2, efficiency=0.604, compute_s=0.105, comm_share=0.3, waited_s=0.045,
+             allreduce_s=0.06,
              hidden_fraction=0.25, ddp_busbw_GBps=12.3456, bench_busbw_GBps=20.0, allreduce_alone_s=0.04)
     assert explain.limiting_line(r) == (
         "8 devices on 2 nodes: efficiency 60 %. Limited by communication: 30 % of the step (45 ms waited; 25 % of "
@@ -445,7 +446,7 @@ def test_the_limiting_line_puts_the_larger_cause_first_and_scales_strong_scaling
 
 
 def test_the_limiting_line_says_nothing_large_and_names_an_emulated_link():
-    r = _row(nodes=2, link="emulated 1 Gbit/s", efficiency=0.97, comm_share=0.02, waited_s=0.002, allreduce_s=0.01,
+    r = _row(num_nodes=2, link="emulated 1 Gbit/s", efficiency=0.97, comm_share=0.02, waited_s=0.002, allreduce_s=0.01,
              hidden_fraction=0.8, ddp_busbw_GBps=0.5, accelerator="cpu")
     assert explain.limiting_line(r) == (
         "2 devices on 2 nodes: efficiency 97 %. Limited by nothing large: communication: 2 % of the step (2.0 ms "
@@ -463,11 +464,12 @@ def test_the_limiting_line_of_noise_of_the_baseline_and_of_old_results():
         "2 devices on 1 node: efficiency 95 %. Limited by communication: not separable from compute in these runs "
         "(the no-sync probe steps were 11 % slower than the normal steps, which is noise; more --max_steps gives "
         "more probe steps); NVLink/PCIe within the node delivered 30 GB/s busbw to DDP.")
-    assert explain.limiting_line(_row(devices=1)) is None
-    assert explain.limiting_line(_row(devices=4, nodes=2, efficiency=0.5, compute_s=NAN)) == (
+    assert explain.limiting_line(_row(world_size=1)) is None
+    assert explain.limiting_line(_row(world_size=4, num_nodes=2, efficiency=0.5, compute_s=NAN)) == (
         "4 devices on 2 nodes: efficiency 50 %. No communication measurement in these runs (--comm_probe_every 0, "
         "or an older scalelab).")
-    weak = explain.limiting_line(_row(devices=4, baseline_devices=2, compute_s=0.2, waited_s=0.001, comm_share=0.01))
+    weak = explain.limiting_line(_row(world_size=4, baseline_world_size=2, compute_s=0.2, waited_s=0.001,
+                                      comm_share=0.01))
     assert " 100 ms more per step than at 2 devices. " in weak  # a GPU: no CPU words after it
 
 
@@ -484,7 +486,7 @@ def test_why_compute_was_slower_most_certain_cause_first():
 def test_the_split_is_noise_only_where_synced_steps_were_clearly_faster():
     assert explain.split_within_noise(_row(synced_s=0.0949))
     assert not explain.split_within_noise(_row(synced_s=0.095))  # 5 % faster: within what probes scatter
-    assert not explain.split_within_noise(_row(devices=1, synced_s=0.05))  # one device: no communication
+    assert not explain.split_within_noise(_row(world_size=1, synced_s=0.05))  # one device: no communication
     assert not explain.split_within_noise(_row(synced_s=NAN)) and not explain.split_within_noise(_row())
     assert not explain.split_within_noise(_row(synced_s=0.05, compute_s=None))
 
@@ -505,7 +507,7 @@ def test_the_benchmark_frame_keeps_completed_benchmarks_with_rows_newest_first()
     frame = explain.bench_frame(found)
     assert list(frame["run_id"]) == ["log", "old"]
     newest = frame.iloc[0]
-    assert (newest.world_size, newest.nodes, newest.accelerator, newest.backend, newest.device) == (
+    assert (newest.world_size, newest.num_nodes, newest.accelerator, newest.backend, newest.device) == (
         2, 1, "gpu", "nccl", "NVIDIA A100")
     assert [newest[k] for k in ("busbw_GBps", "dtype", "link", "log")] == [1.0, "float32", "emulated 1 Gbit/s",
                                                                          "/logs/a.log"]
@@ -554,7 +556,7 @@ def test_cost_hours_and_mfu_columns_from_the_prices_given():
         r["timing"].update(tokens_per_s=r["timing"]["samples_per_s"] * 1000, tflops_per_device=50.0, mfu=0.1)
     runs = frames.runs_frame(found)
     out = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]), peak_tflops=200.0,
-                           gpu_hour_price=2.0, token_budget=3.6e9).set_index("devices")
+                           gpu_hour_price=2.0, token_budget=3.6e9).set_index("world_size")
     # 4 devices at $2 an hour: $8/h for 360 samples/s = 1,296,000 samples/h -> $0.00617 per 1,000 samples
     assert out.loc[4, "cost_per_1k_samples"] == pytest.approx(8 / 1296)
     assert out.loc[4, "hours_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600)  # 2.78 h
@@ -585,16 +587,16 @@ def test_the_predicted_efficiency_needs_a_one_device_baseline_and_reads_the_wire
     two = _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104, grad_bytes=20_000_000)
     two["timing"]["comm"].update(bucket_bytes=[10_000_000, 10_000_000], wire_bytes=[1_000_000, 1_000_000])
     _, scaling = annotated([one, two, _bench(2, ROWS)])
-    row = scaling.set_index("devices").loc[2]
+    row = scaling.set_index("world_size").loc[2]
     # bf16-compressed buckets: two 1 MB messages at 0.5 GB/s, 2 ms each
     assert row.predicted_allreduce_s == pytest.approx(0.004)
     assert row.bench_busbw_GBps == pytest.approx(2e6 / 0.004 / 1e9)
     assert row.predicted_efficiency_no_overlap == pytest.approx(0.1 / 0.104) and row.bench_runs == 1
     _, no_base = annotated([two, _with_comm(make_result("a4", 4, samples_per_s=250), 0.1, 0.01, 0.005, 0.105),
                             _bench(4, ROWS)])
-    four = no_base.set_index("devices").loc[4]  # baseline 2 devices: no 1-device step to predict from
+    four = no_base.set_index("world_size").loc[4]  # baseline 2 devices: no 1-device step to predict from
     assert pd.notna(four.predicted_allreduce_s) and pd.isna(four.predicted_efficiency_no_overlap)
-    assert pd.isna(no_base.set_index("devices").loc[2].predicted_efficiency_overlap)  # the baseline, not 1 device
+    assert pd.isna(no_base.set_index("world_size").loc[2].predicted_efficiency_overlap)  # the baseline, not 1 device
 
 
 def test_the_benchmark_frame_fills_what_a_result_does_not_say():
@@ -658,21 +660,21 @@ def test_the_predicted_efficiency_of_strong_scaling_and_of_results_without_a_sca
     strong = _pair()
     for r in strong:
         r["workload"]["scaling"] = "strong"
-    two = annotated(strong + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    two = annotated(strong + [_bench(2, ROWS)])[1].set_index("world_size").loc[2]
     assert two.predicted_efficiency_no_overlap == pytest.approx(0.05 / (0.05 + COMM_8MB))
     assert round(two.predicted_efficiency_no_overlap * 100) == 85
     assert two.predicted_efficiency_overlap == pytest.approx(1.0)  # 8.55 ms hides behind 50 ms of compute
     unsaid = _pair()
     for r in unsaid:
         del r["workload"]["scaling"]
-    two = annotated(unsaid + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    two = annotated(unsaid + [_bench(2, ROWS)])[1].set_index("world_size").loc[2]
     assert two.predicted_efficiency_no_overlap == pytest.approx(0.1 / (0.1 + COMM_8MB))
 
 
 def test_a_one_device_run_is_not_predicted_from_a_one_rank_benchmark():
     """One device all-reduces nothing: efficiency 1 by definition, whatever a 1-rank benchmark measured."""
     _, scaling = annotated(_pair() + [_bench(1, ROWS), _bench(2, ROWS)])
-    one, two = (scaling.set_index("devices").loc[n] for n in (1, 2))
+    one, two = (scaling.set_index("world_size").loc[n] for n in (1, 2))
     assert pd.isna(one.bench_runs) and pd.isna(one.predicted_allreduce_s) and pd.isna(one.bench_busbw_GBps)
     assert one.predicted_efficiency_no_overlap == 1.0 and one.predicted_efficiency_overlap == 1.0
     assert two.bench_runs == 1 and two.predicted_allreduce_s == pytest.approx(COMM_8MB)
@@ -681,10 +683,10 @@ def test_a_one_device_run_is_not_predicted_from_a_one_rank_benchmark():
 def test_a_one_byte_gradient_pays_the_latency_floor_and_no_gradient_is_not_predicted():
     """1 B is below the benchmark's smallest size: its 2 ms, busbw 1 B / 2 ms = 5e-7 GB/s, efficiency 100 / 102;
     0 B: nothing goes over the wire, nothing to predict."""
-    two = annotated(_pair(grad_bytes=1) + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    two = annotated(_pair(grad_bytes=1) + [_bench(2, ROWS)])[1].set_index("world_size").loc[2]
     assert two.predicted_allreduce_s == 0.002 and two.bench_busbw_GBps == pytest.approx(5e-7)
     assert two.predicted_efficiency_no_overlap == pytest.approx(0.1 / 0.102)
-    none = annotated(_pair(grad_bytes=0) + [_bench(2, ROWS)])[1].set_index("devices").loc[2]
+    none = annotated(_pair(grad_bytes=0) + [_bench(2, ROWS)])[1].set_index("world_size").loc[2]
     assert pd.isna(none.predicted_allreduce_s) and pd.isna(none.bench_busbw_GBps)
     assert pd.isna(none.predicted_efficiency_no_overlap) and none.bench_runs == 1
 
@@ -696,10 +698,10 @@ def test_a_price_without_a_token_budget_and_a_budget_without_a_price():
     for r in found:
         r["timing"]["tokens_per_s"] = r["timing"]["samples_per_s"] * 1000
     scaling = frames.scaling_frame(frames.runs_frame(found))
-    priced = explain.annotate(scaling, explain.bench_frame([]), gpu_hour_price=2.0).set_index("devices")
+    priced = explain.annotate(scaling, explain.bench_frame([]), gpu_hour_price=2.0).set_index("world_size")
     assert priced.loc[4, "cost_per_1k_samples"] == pytest.approx(8 / 1296)
     assert priced["hours_for_token_budget"].isna().all() and priced["cost_for_token_budget"].isna().all()
-    budget = explain.annotate(scaling, explain.bench_frame([]), token_budget=3.6e9).set_index("devices")
+    budget = explain.annotate(scaling, explain.bench_frame([]), token_budget=3.6e9).set_index("world_size")
     assert budget.loc[4, "hours_for_token_budget"] == pytest.approx(3.6e9 / 360_000 / 3600)
     assert budget["cost_for_token_budget"].isna().all() and budget["cost_per_1k_samples"].isna().all()
 
@@ -707,7 +709,7 @@ def test_a_price_without_a_token_budget_and_a_budget_without_a_price():
 def test_annotate_keeps_each_figure_on_its_own_row_whatever_the_frames_order():
     """A frame in another order (or a part of one) keeps its index: the 2-device prediction stays on that row."""
     backwards = frames.scaling_frame(frames.runs_frame(_pair())).iloc[::-1]
-    out = explain.annotate(backwards, explain.bench_frame([_bench(2, ROWS)])).set_index("devices")
+    out = explain.annotate(backwards, explain.bench_frame([_bench(2, ROWS)])).set_index("world_size")
     assert out.loc[2, "predicted_allreduce_s"] == pytest.approx(COMM_8MB) and out.loc[2, "bench_runs"] == 1
     assert pd.isna(out.loc[1, "predicted_allreduce_s"]) and out.loc[1, "predicted_efficiency_overlap"] == 1.0
     assert out.loc[2, "predicted_efficiency_no_overlap"] == pytest.approx(0.1 / (0.1 + COMM_8MB))
@@ -736,7 +738,7 @@ def test_the_limiting_line_at_each_threshold_it_draws():
 def test_the_limiting_line_in_seconds_long_steps():
     """Figures of a second and more keep their scale and thousands separator: 600 ms waited of a 1,500 ms all-reduce
     that takes 1,200.0 ms alone, so running beside backward cost it 300.0 ms (more than 15 %)."""
-    r = _row(devices=4, efficiency=0.5, accelerator="cpu", comm_share=0.3, waited_s=0.6, allreduce_s=1.5,
+    r = _row(world_size=4, efficiency=0.5, accelerator="cpu", comm_share=0.3, waited_s=0.6, allreduce_s=1.5,
              hidden_fraction=0.6, allreduce_alone_s=1.2)
     assert explain.limiting_line(r) == (
         "4 devices on 1 node: efficiency 50 %. Limited by communication: 30 % of the step (600 ms waited; 60 % of "
@@ -761,7 +763,7 @@ def test_the_limiting_line_orders_two_causes_by_the_time_each_cost():
 def test_the_limiting_line_of_strong_scaling_against_a_two_device_baseline_and_of_an_unknown_share():
     """Strong scaling from 2 to 4 devices: each computes 2/4 of the batch, 100 ms x 2/4 = 50 ms expected, 80 ms
     measured: 30 ms more. No comm share recorded: no percent printed, and nothing called large or small."""
-    r = _row(devices=4, baseline_devices=2, scaling="strong", compute_s=0.08)
+    r = _row(world_size=4, baseline_world_size=2, scaling="strong", compute_s=0.08)
     assert explain.limiting_line(r) == (
         "4 devices on 1 node: efficiency 90 %. Limited by slower compute per device: 30 ms more per step than the "
         f"compute at 2 devices × 2/4 (strong scaling: each device has 2/4 of the batch). {COMM_10[0].upper()}"
@@ -775,6 +777,6 @@ def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():
     """A broken benchmark file (-2 ms at 1 MB) predicts its -2 ms for a 1 MB gradient, but no bandwidth is made of
     it and no efficiency: "—" in the table, not a negative GB/s."""
     broken = [dict(ROWS[0], time_s=-0.002, busbw_GBps=-0.5), ROWS[1]]
-    two = annotated(_pair(grad_bytes=1_000_000) + [_bench(2, broken)])[1].set_index("devices").loc[2]
+    two = annotated(_pair(grad_bytes=1_000_000) + [_bench(2, broken)])[1].set_index("world_size").loc[2]
     assert two.predicted_allreduce_s == -0.002
     assert pd.isna(two.bench_busbw_GBps) and pd.isna(two.predicted_efficiency_no_overlap)

@@ -14,8 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from scalelab import config
 from scalelab.workloads import build, data
+from scalelab.workloads.gpt import lora_params
 from scalelab.workloads.presets import TransformerShape
-from scalelab.workloads.transformer import lora_params
 
 BATCH = 3
 aten = torch.ops.aten

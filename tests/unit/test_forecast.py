@@ -22,22 +22,22 @@ def ring(n, nbytes=S, calls=1):
     return calls * 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * nbytes / (BETA * 1e9)
 
 
-def run(run_id, world, nodes, step_s, model="gpt", alone=None, grad=S):
-    r = make_result(run_id, world, nodes, samples_per_s=64 * world / step_s, model=model)
-    r["launch"]["link"] = LINK if nodes > 1 else None
-    r["timing"]["step_time_s"] = {"median": step_s}
+def run(run_id, world, num_nodes, step_s, model="gpt", alone=None, grad=S):
+    r = make_result(run_id, world, num_nodes, samples_per_s=64 * world / step_s, model=model)
+    r["launch"]["link"] = LINK if num_nodes > 1 else None
+    r["timing"]["step_s"] = {"median": step_s}
     r["timing"]["comm"] = {"compute_s": STEP1, "allreduce_s": 0.0, "waited_s": 0.0, "grad_bytes": grad,
                            "bucket_bytes": [grad], "buckets": 1, "allreduce_alone_s": alone,
                            "ddp_busbw_GBps": None}
     return r
 
 
-def bench(nodes=2, world=2):
-    data = results.envelope("allreduce", f"ar{world}x{nodes}")
+def bench(num_nodes=2, world=2):
+    data = results.envelope("allreduce", f"ar{world}x{num_nodes}")
     rows = [{"bytes": b, "time_s": ring(world, b), "single_op_s": ring(world, b),
              "busbw_GBps": pm.busbw_from_time(b, ring(world, b), world)} for b in (2e6, 4e6, 8e6, 32e6, 64e6)]
     data.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
-                launch={"world_size": world, "num_nodes": nodes, "accelerator": "cpu", "backend": "gloo",
+                launch={"world_size": world, "num_nodes": num_nodes, "accelerator": "cpu", "backend": "gloo",
                         "device_names": ["cpu"], "link": LINK}, config={"dtype": "float32"})
     return data
 
@@ -71,10 +71,10 @@ def test_with_x_1_the_forecast_is_predicts_no_overlap_step_from_the_same_inputs(
     assert cal.fits[key].beta_GBps == pytest.approx(BETA, rel=1e-6)
     assert cal.exposures[key][0][0] == pytest.approx(1.0)  # the 2-node run paid exactly its all-reduce alone
     rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), key, 1, (2, 4, 8))
-    typed = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2, 4, 8), grad_bytes=S, inter_GBps=BETA,
+    typed = pm.predict(pm.ScalingInputs(devices=1, num_nodes=(2, 4, 8), grad_bytes=S, inter_GBps=BETA,
                                         inter_latency_s=ALPHA, compute_s=STEP1, bucket_bytes=S))
     for f, row in zip(rows, typed):
-        assert (f.nodes, f.gpus) == (row.nodes, row.gpus)
+        assert (f.num_nodes, f.world_size) == (row.num_nodes, row.world_size)
         assert f.step.mid == pytest.approx(row.step_s_no_overlap, rel=1e-6)
     assert rows[-1].step.mid == pytest.approx(STEP1 + 14 * ALPHA + 1.75 * S / 1e9, rel=1e-6)  # 8 nodes, by hand
     assert rows[-1].efficiency.mid == pytest.approx(STEP1 / rows[-1].step.mid)
@@ -114,8 +114,8 @@ def test_a_workload_never_run_on_several_devices_borrows_both_readings():
 
 
 def test_the_one_line_answer_reads_the_whole_band():
-    def f(nodes, gpus, low):
-        return forecast.Forecast(nodes, gpus, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
+    def f(num_nodes, world_size, low):
+        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
 
     assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.9), f(4, 4, 0.81), f(8, 8, 0.79), f(16, 16, 0.9)]) == 4
     assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.7)]) == 1  # one GPU per node: one node is all that holds
@@ -172,15 +172,15 @@ def test_several_nodes_are_never_forecast_faster_than_one_full_node():
     def intra(n, b):
         return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * b / (slow * 1e9)
 
-    one_node = bench(nodes=1)
+    one_node = bench(num_nodes=1)
     one_node["launch"]["link"] = None
     for row in one_node["rows"]:
         row["time_s"] = row["single_op_s"] = intra(2, row["bytes"])
-    found = [run("one", 1, 1, STEP1), run("node", 2, 1, STEP1 + 3 * intra(2, S)), one_node, bench(nodes=2, world=4)]
+    found = [run("one", 1, 1, STEP1), run("node", 2, 1, STEP1 + 3 * intra(2, S)), one_node, bench(num_nodes=2, world=4)]
     cals, _, _ = calibrated(found)
     (cal,) = cals.values()
     rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 2, (1, 2))
-    node, two = [f for f in rows if f.gpus == 2][0], [f for f in rows if f.nodes == 2][0]
+    node, two = [f for f in rows if f.world_size == 2][0], [f for f in rows if f.num_nodes == 2][0]
     assert node.step.mid == pytest.approx(STEP1 + 3 * intra(2, S))
     assert STEP1 + 3 * ring(4) < node.step.mid  # what the formula alone would give
     assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))
@@ -208,7 +208,7 @@ def test_a_reading_from_the_other_level_is_read_both_ways_too():
     def intra(n, b):
         return 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * b / (10 * 1e9)
 
-    one_node = bench(nodes=1)
+    one_node = bench(num_nodes=1)
     one_node["launch"]["link"] = None
     for row in one_node["rows"]:
         row["time_s"] = row["single_op_s"] = intra(2, row["bytes"])
@@ -310,11 +310,11 @@ def test_the_model_rows_are_those_of_the_links_there_is_a_fit_for():
     intra = calibrate.RingFit(1e-5, 2.0, 0.0, 2, ("a",))
     inter = calibrate.RingFit(2e-5, 1.0, 0.0, 2, ("b",))
     rows = calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), intra, None)
-    assert [(r.nodes, r.gpus) for r in rows] == [(1, 1), (1, 2)]
+    assert [(r.num_nodes, r.world_size) for r in rows] == [(1, 1), (1, 2)]
     node = rows[1]
     assert node.latency_term_s == pytest.approx(8e-5) and node.comm_s == pytest.approx(8e-5 + 8e-3)
     assert node.step_s_no_overlap == pytest.approx(0.1 + 8e-5 + 8e-3)
-    assert [(r.nodes, r.gpus) for r in calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), None, inter)] == [
+    assert [(r.num_nodes, r.world_size) for r in calibrate.model_rows(0.1, 16e6, 4, 2, (2, 4), None, inter)] == [
         (1, 1), (2, 4), (4, 8)]
 
 

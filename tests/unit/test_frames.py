@@ -24,7 +24,7 @@ def test_speedup_efficiency_and_repeats():
              make_result("a1c", 1, samples_per_s=110),  # three repeats at 1 device: median 110 (mean 120)
              make_result("a4", 4, samples_per_s=330), make_result("a8", 8, nodes=2, samples_per_s=528)]
     _, scaling = frames(found)
-    rows = {r.devices: r for r in scaling.itertuples()}
+    rows = {r.world_size: r for r in scaling.itertuples()}
     assert rows[1].runs == 3 and rows[1].throughput == 110
     assert (rows[1].throughput_min, rows[1].throughput_max) == (100, 150)
     assert rows[4].speedup == pytest.approx(3.0) and rows[4].efficiency == pytest.approx(0.75)
@@ -38,13 +38,13 @@ def test_repeats_are_combined_by_their_median_in_every_figure_the_tables_show():
     for i, (sps, step, waited, tflops) in enumerate([(100, 0.010, 0.002, 1.0), (110, 0.030, 0.004, 2.0),
                                                     (200, 0.011, 0.010, 9.0)]):
         r = make_result(f"rep{i}", 2, samples_per_s=sps)
-        r["timing"].update(step_time_s={"median": step}, tflops_per_device=tflops, peak_tflops=10.0,
+        r["timing"].update(step_s={"median": step}, tflops_per_device=tflops, peak_tflops=10.0,
                            mfu=tflops / 10.0, comm={"waited_s": waited, "compute_s": 0.008})
         found.append(r)
     runs, scaling = frames(found)
     (row,) = scaling.itertuples()
     assert row.runs == 3 and row.throughput == 110 and row.samples_per_s == 110  # mean 136.7
-    assert row.step_ms == pytest.approx(11.0)  # mean 17
+    assert row.step_s == pytest.approx(0.011)  # mean 17
     assert row.train_time_s == pytest.approx(1000 / 110)  # make_result: 1000 samples
     assert row.waited_s == pytest.approx(0.004) and row.tflops_per_device == 2.0 and row.mfu == pytest.approx(0.2)
     assert "110 [100–200]" in tables.render(runs, scaling)
@@ -55,15 +55,15 @@ def test_groups_split_by_workload_and_baseline_is_smallest():
              make_result("b1", 1, samples_per_s=50, batch_size=32)]
     _, scaling = frames(found)
     assert scaling["group"].nunique() == 2
-    g = scaling[scaling["devices"] != 1]
-    assert list(g["baseline_devices"]) == [2, 2]
-    assert g.set_index("devices").loc[4, "efficiency"] == pytest.approx(300 / 200 / 2)
+    g = scaling[scaling["world_size"] != 1]
+    assert list(g["baseline_world_size"]) == [2, 2]
+    assert g.set_index("world_size").loc[4, "efficiency"] == pytest.approx(300 / 200 / 2)
 
 
 def test_failed_runs_never_enter_a_speedup():
     found = [make_result("ok1", 1, samples_per_s=100), make_result("bad2", 2, samples_per_s=1e9, status="failed")]
     runs, scaling = frames(found)
-    assert list(scaling["devices"]) == [1]
+    assert list(scaling["world_size"]) == [1]
     text = tables.render(runs, scaling)
     assert "did not complete" in text and "bad2" in text
 
@@ -78,7 +78,7 @@ def test_benchmark_cli_prints_tables_and_csv(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "| 2 " in proc.stdout and "1.80×" in proc.stdout and "90 %" in proc.stdout
     assert proc.stderr.count("warning: skipped") == 1 and "not valid JSON" in proc.stderr
-    table = {int(row["devices"]): row for row in csv_module.DictReader(csv.open())}
+    table = {int(row["world_size"]): row for row in csv_module.DictReader(csv.open())}
     assert float(table[2]["speedup"]) == pytest.approx(1.8) and float(table[2]["efficiency"]) == pytest.approx(0.9)
     assert float(table[1]["speedup"]) == 1.0 and float(table[2]["throughput"]) == 180
 
@@ -120,20 +120,20 @@ def test_a_reader_that_leaves_early_ends_the_report_quietly(tmp_path, script, ar
 
 def _everything():
     """One 2-node GPT result with every field the runs frame reads set to a value of its own."""
-    r = make_result("full", 4, nodes=2, samples_per_s=80.0, model="transformer", tokens_per_sample=128,
+    r = make_result("full", 4, nodes=2, samples_per_s=80.0, model="gpt", tokens_per_sample=128,
                     accumulate_grad_batches=4, comm_hook="bf16", bucket_cap_mb=50.0, static_graph=True)
     r["workload"].update(describe="gpt tiny", params=3_300_000, global_batch=256, precision="bf16-mixed")
-    r["launch"].update(launcher="slurm", procs_per_node=2, accelerator="gpu", device_names=["NVIDIA H100", "x"],
-                       backend="nccl", threads_per_proc=8, oversubscribed="4 ranks on 2 cores",
+    r["launch"].update(launcher="slurm", devices=2, accelerator="gpu", device_names=["NVIDIA H100", "x"],
+                       backend="nccl", threads=8, oversubscribed="4 ranks on 2 cores",
                        link={"gbit": 0.2, "emulated": True, "latency_ms": 5})
-    r["timing"].update(tokens_per_s=10240.0, train_time_s=12.5, step_time_s={"median": 0.0421}, had_cpu=[0.97, 0.5],
-                       epoch_times_s=[3.0, 1.0, 2.0, 9.0], time_to_first_step_s=4.5, whole_run_s=20.25,
+    r["timing"].update(tokens_per_s=10240.0, train_time_s=12.5, step_s={"median": 0.0421}, had_cpu=[0.97, 0.5],
+                       epoch_times_s=[3.0, 1.0, 2.0, 9.0], first_step_s=4.5, whole_run_s=20.25,
                        tflops_per_device=11.5, peak_tflops=989.0, mfu=0.0116,
                        comm={"compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01,
                              "waited_s": 0.008, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000,
                              "buckets": 2, "ddp_busbw_GBps": 1.1, "bucket_bytes": [6_600_000, 6_600_000],
                              "wire_bytes": [3_300_000, 3_300_000]})
-    r["metrics"] = {"final_train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
+    r["metrics"] = {"train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
     r["slurm"] = {"job_id": "77", "restart_count": 1}
     r["ranks"] = [{"losses": [4.0, 3.0]}, {"losses": [2.0, 1.0, 9.0]}, "not a rank"]
     return r
@@ -142,33 +142,33 @@ def _everything():
 def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
     (row,) = runs_frame([_everything()]).to_dict("records")
     assert {k: row[k] for k in row if k not in ("group", "created")} == {
-        "run_id": "full", "model": "transformer", "describe": "gpt tiny", "params": 3_300_000, "scaling": "weak",
-        "batch_per_device": 64, "global_batch": 256, "precision": "bf16-mixed", "devices": 4, "nodes": 2,
-        "procs_per_node": 2, "launcher": "slurm", "accelerator": "gpu", "device": "NVIDIA H100", "backend": "nccl",
+        "run_id": "full", "model": "gpt", "describe": "gpt tiny", "params": 3_300_000, "scaling": "weak",
+        "batch_per_device": 64, "global_batch": 256, "precision": "bf16-mixed", "world_size": 4, "num_nodes": 2,
+        "devices": 2, "launcher": "slurm", "accelerator": "gpu", "device": "NVIDIA H100", "backend": "nccl",
         "link": "emulated 200 Mbit/s +5 ms", "link_gbit": 0.2, "threads": 8, "oversubscribed": "4 ranks on 2 cores",
         "had_cpu": 0.5,
         "starved": "rank 1 had a core 50 % of the time it was ready to run: other work shared its cores",
-        "status": "completed", "error": None, "train_time_s": 12.5, "step_ms": 42.1, "epoch_s": 2.5,
+        "status": "completed", "error": None, "train_time_s": 12.5, "step_s": 0.0421, "epoch_s": 2.5,
         "unit": "tokens/s", "samples_per_s": 80.0, "tokens_per_s": 10240.0, "first_step_s": 4.5, "whole_run_s": 20.25,
-        "train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4, "slurm_job": "77", "restart_count": 1,
+        "train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4, "job_id": "77", "restart_count": 1,
         "compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01, "waited_s": 0.008,
         "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2,
         "bucket_bytes": (6_600_000, 6_600_000), "ddp_busbw_GBps": 1.1, "tflops_per_device": 11.5,
         "peak_tflops": 989.0, "mfu": 0.0116, "peak_note": None, "accumulate_grad_batches": 4, "comm_hook": "bf16",
         "bucket_cap_mb": 50.0, "static_graph": True, "wire_bytes": (3_300_000, 3_300_000), "samples_per_batch": 256,
         "loss_curve": (3.0, 2.0)}  # the ranks' losses averaged per batch, as long as the shortest rank's
-    assert row["step_ms"] == pytest.approx(42.1)
+    assert row["step_s"] == pytest.approx(0.0421)
 
 
 def test_a_result_without_the_optional_fields_reads_as_missing_and_the_levers_as_their_defaults():
     r = make_result("bare", 1)
-    for key in ("step_time_s", "epoch_times_s"):
+    for key in ("step_s", "epoch_times_s"):
         del r["timing"][key]
     del r["metrics"]
     (row,) = runs_frame([r]).to_dict("records")
     assert pd.isna(row["epoch_s"]) and pd.isna(row["had_cpu"]) and row["starved"] == "" and row["link"] == ""
-    assert row["oversubscribed"] == "" and row["restart_count"] == 0 and row["slurm_job"] is None
-    assert pd.isna(row["step_ms"]) and pd.isna(row["train_loss"]) and row["loss_curve"] is None
+    assert row["oversubscribed"] == "" and row["restart_count"] == 0 and row["job_id"] is None
+    assert pd.isna(row["step_s"]) and pd.isna(row["train_loss"]) and row["loss_curve"] is None
     assert row["bucket_bytes"] is None and row["wire_bytes"] is None and row["device"] == "cpu"
     assert (row["accumulate_grad_batches"], row["comm_hook"], row["bucket_cap_mb"], row["static_graph"]) == (
         1, "none", 25.0, False)
@@ -195,16 +195,16 @@ def test_the_scaling_frame_is_sorted_by_configuration_and_carries_the_repeats_ep
         r["timing"]["epoch_times_s"] = epochs
         r["launch"]["backend"] = "gloo"
     _, scaling = frames(found)
-    assert list(scaling["devices"]) == [1, 2, 4] and list(scaling["global_batch"]) == [64, 128, 256]
+    assert list(scaling["world_size"]) == [1, 2, 4] and list(scaling["global_batch"]) == [64, 128, 256]
     # each run's median epoch (2, 2.5, 5 at 1 device), then the median of those
     assert list(scaling["epoch_s"]) == [2.5, 1.5, 4.0] and list(scaling["backend"]) == ["gloo"] * 3
 
 
 def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_the_worst_flags():
     real = [make_result("r2", 2, nodes=2, samples_per_s=200), make_result("r2b", 2, nodes=2, samples_per_s=220)]
-    real[0]["launch"].update(oversubscribed="2 ranks on 1 core", threads_per_proc=2)
+    real[0]["launch"].update(oversubscribed="2 ranks on 1 core", threads=2)
     real[0]["timing"]["had_cpu"] = [0.5, 0.95]
-    real[1]["timing"].update(had_cpu=[0.8], step_time_s={"median": 0.02})
+    real[1]["timing"].update(had_cpu=[0.8], step_s={"median": 0.02})
     real[1]["timing"]["comm"] = {"compute_s": 0.015}
     real[0]["timing"]["comm"] = {"compute_s": 0.017}
     emulated = make_result("e2", 2, nodes=2, samples_per_s=100)
@@ -214,13 +214,13 @@ def test_the_baseline_is_the_fewest_devices_on_a_real_network_and_repeats_keep_t
     gpu["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
     _, scaling = frames([*real, emulated, four, gpu])
     cpu = scaling[scaling["accelerator"] == "cpu"].set_index("link")
-    assert list(cpu["baseline_devices"]) == [2, 2, 2] and cpu.loc["emulated 1 Gbit/s", "speedup"] == 100 / 210
-    two = scaling[(scaling["devices"] == 2) & (scaling["link"] == "")].iloc[0]
+    assert list(cpu["baseline_world_size"]) == [2, 2, 2] and cpu.loc["emulated 1 Gbit/s", "speedup"] == 100 / 210
+    two = scaling[(scaling["world_size"] == 2) & (scaling["link"] == "")].iloc[0]
     assert (two.runs, two.throughput, two.oversubscribed, two.had_cpu, two.threads) == (
         2, 210, "2 ranks on 1 core", 0.5, 2)  # any run's warning, the least share of a core, the most threads
     assert two.starved == ("rank 0 had a core 50 % of the time it was ready to run: other work shared its cores")
-    assert (two.baseline_step_ms, two.baseline_compute_s) == (pytest.approx(15.0), pytest.approx(0.016))  # medians
-    assert list(scaling.sort_values("devices")["hardware"]) == ["NVIDIA H100", "CPU (gloo)", "CPU (gloo)",
+    assert (two.baseline_step_s, two.baseline_compute_s) == (pytest.approx(0.015), pytest.approx(0.016))  # medians
+    assert list(scaling.sort_values("world_size")["hardware"]) == ["NVIDIA H100", "CPU (gloo)", "CPU (gloo)",
                                                                  "CPU (gloo)"]
     assert frames_letters(28)[26:] == ["27", "28"]  # after Z: numbers
 

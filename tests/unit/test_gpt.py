@@ -6,9 +6,9 @@ import torch
 from scalelab import config
 from scalelab.errors import UsageError
 from scalelab.workloads import build
+from scalelab.workloads.gpt import lora_params
 from scalelab.workloads.nets.gpt import GPT, GPTModule, LoRALinear
 from scalelab.workloads.presets import TransformerShape
-from scalelab.workloads.transformer import lora_params
 
 SHAPE = TransformerShape(n_layer=2, n_head=2, d_model=32, seq_len=16, vocab_size=64)
 RANK = 4
@@ -48,9 +48,9 @@ def test_rank_0_is_full_training_as_before():
 
 
 def test_workload_counts_adapters_as_trainable():
-    full = build(config.parse_config(["--model", "transformer"]), 2, 1)
-    lora = build(config.parse_config(["--model", "transformer", "--lora_rank", str(RANK)]), 2, 1)
-    assert full.describe == "transformer tiny" and lora.describe == f"transformer tiny + LoRA r{RANK}"
+    full = build(config.parse_config(["--model", "gpt"]), 2, 1)
+    lora = build(config.parse_config(["--model", "gpt", "--lora_rank", str(RANK)]), 2, 1)
+    assert full.describe == "gpt tiny" and lora.describe == f"gpt tiny + LoRA r{RANK}"
     shape = lora.module.model.shape
     assert lora.trainable_params == lora_params(shape, RANK) == 65_536
     assert lora.n_params == full.n_params + lora.trainable_params  # the base is all there, frozen
@@ -75,7 +75,7 @@ def test_optimizer_steps_change_only_adapters():
         assert changed == (".lora_" in name), name
 
 
-def test_lora_needs_the_transformer():  # the CLI's one-line exit 2: tests/unit/test_config.py's table
-    with pytest.raises(UsageError, match="--lora_rank applies to --model transformer only"):
+def test_lora_needs_the_gpt():  # the CLI's one-line exit 2: tests/unit/test_config.py's table
+    with pytest.raises(UsageError, match="--lora_rank applies to --model gpt only"):
         config.parse_config(["--model", "mlp", "--lora_rank", "4"])
     assert config.parse_config(["--model", "mlp", "--lora_rank", "0"]).lora_rank == 0

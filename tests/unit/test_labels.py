@@ -4,7 +4,7 @@ import pandas as pd
 
 from scalelab.report import labels
 
-LADDER = pd.DataFrame({"devices": [1, 2, 2, 2, 4], "nodes": [1, 1, 2, 2, 1],
+LADDER = pd.DataFrame({"world_size": [1, 2, 2, 2, 4], "num_nodes": [1, 1, 2, 2, 1],
                        "link": ["", "", "emulated 2 Gbit/s", "emulated 200 Mbit/s", ""]})
 
 
@@ -15,17 +15,18 @@ def test_the_demo_ladder_is_named_by_nodes_and_link_rate():
 
 
 def test_two_links_at_one_device_count_are_told_apart_by_their_rate_alone():
-    links = pd.DataFrame({"devices": [2, 2], "nodes": [2, 2], "link": ["emulated 1 Gbit/s", "emulated 200 Mbit/s"]})
+    links = pd.DataFrame({"world_size": [2, 2], "num_nodes": [2, 2], "link": ["emulated 1 Gbit/s",
+                                                                              "emulated 200 Mbit/s"]})
     assert labels.names(links) == ["2 dev, 2 nodes, emulated 1 Gbit/s", "2 dev, 2 nodes, emulated 200 Mbit/s"]
 
 
 def test_a_configuration_alone_at_its_device_count_says_only_what_is_not_the_default():
-    sweep = pd.DataFrame({"devices": [1, 8, 16], "nodes": [1, 1, 2], "link": ["", "", ""]})
+    sweep = pd.DataFrame({"world_size": [1, 8, 16], "num_nodes": [1, 1, 2], "link": ["", "", ""]})
     assert labels.names(sweep) == ["1 dev", "8 dev", "16 dev, 2 nodes"]  # no "1 node" where nothing else ran
 
 
 def test_a_lever_is_named_only_where_it_differs_at_one_device_count():
-    hooks = pd.DataFrame({"devices": [1, 2, 2], "nodes": [1, 1, 1], "link": ["", "", ""],
+    hooks = pd.DataFrame({"world_size": [1, 2, 2], "num_nodes": [1, 1, 1], "link": ["", "", ""],
                           "comm_hook": ["none", "none", "bf16"], "accumulate_grad_batches": [1, 4, 4]})
     assert labels.names(hooks) == ["1 dev", "2 dev, comm hook none", "2 dev, comm hook bf16"]
 

@@ -12,7 +12,7 @@ from scalelab.errors import UsageError
 from scalelab.perfmodel.levers import gradient_shapes, wire_bytes
 from scalelab.workloads.presets import PRESETS
 
-GPT = ["--model", "transformer", "--preset", "tiny", "--warmup_steps", "2", "--devices", "2"]
+GPT = ["--model", "gpt", "--preset", "tiny", "--warmup_steps", "2", "--devices", "2"]
 
 
 def test_comm_hook_flag_is_checked_and_normalised():
@@ -54,7 +54,7 @@ def test_accumulation_all_reduces_once_per_optimizer_step(tmp_path):
     assert communicated == [end for end in rank["step_ends"] if end not in probes]
     t = r["timing"]
     assert t["steps"] == 8 and t["samples_per_step"] == 48 and r["workload"]["global_batch"] == 48
-    assert t["step_time_s"]["median"] > 2 * min(rank["step_times_s"])  # a step is 3 batches
+    assert t["step_s"]["median"] > 2 * min(rank["step_times_s"])  # a step is 3 batches
     assert t["tokens_per_s"] == pytest.approx(48 * 128 * t["timed_steps"] / t["train_time_s"])
     assert 5.5 < rank["losses"][0] < 7  # the batch's own loss (Lightning hands over loss / K): about ln(512)
 

@@ -16,7 +16,7 @@ from scalelab.train.loggers import check
 from scalelab.train.metrics import StepMetrics
 
 MLP = ["--config", "mlp", "--max_steps", "12", "--warmup_steps", "2", "--comm_probe_every", "4", "--timeout", "60"]
-COLUMNS = {"step", "elapsed_s", "step_time_s", "samples_per_s", "train_loss", "allreduce_s", "comm_share", "timed"}
+COLUMNS = {"step", "elapsed_s", "step_s", "samples_per_s", "train_loss", "allreduce_s", "comm_share", "timed"}
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +40,15 @@ def test_csv_logger_writes_one_row_per_step_beside_the_result(two_runs):
     with open(folder / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert COLUMNS <= set(rows[0])
-    steps = [r for r in rows if r["step_time_s"]]  # the other row: validation's val_loss at the end
+    steps = [r for r in rows if r["step_s"]]  # the other row: validation's val_loss at the end
     assert [int(r["step"]) for r in steps] == list(range(12)) == list(range(result["timing"]["steps"]))
     # the timer's own figures, not a second measurement
-    assert [float(r["step_time_s"]) for r in steps] == pytest.approx(result["ranks"][0]["step_times_s"])
+    assert [float(r["step_s"]) for r in steps] == pytest.approx(result["ranks"][0]["step_times_s"])
     assert [float(r["train_loss"]) for r in steps] == pytest.approx(result["ranks"][0]["losses"])
     assert [int(float(r["timed"])) for r in steps] == [0, 0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1]  # warm-up 2, probes 5, 9
     assert float(steps[-1]["elapsed_s"]) == pytest.approx(sum(result["ranks"][0]["step_times_s"]), rel=1e-4)
     assert all(float(r["comm_share"]) == 0 for r in steps)  # one rank: nothing to communicate
-    assert all(float(r["samples_per_s"]) == pytest.approx(64 / float(r["step_time_s"]), rel=1e-4) for r in steps)
+    assert all(float(r["samples_per_s"]) == pytest.approx(64 / float(r["step_s"]), rel=1e-4) for r in steps)
     hparams = yaml.safe_load((folder / "hparams.yaml").read_text())
     assert hparams["workload"]["model"] == "mlp" and hparams["workload"]["global_batch"] == 64
     assert hparams["launch"]["world_size"] == 1 and hparams["launch"]["logger"] == "csv"
@@ -150,7 +150,7 @@ def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_
     cb.flush()
     (s0, r0), (s1, r1), (s2, r2) = logger.rows
     assert (s0, s1, s2) == (0, 1, 2)
-    assert r0["step_time_s"] == pytest.approx(0.03) and r0["train_loss"] == 2.0 and r0["timed"] == 0
+    assert r0["step_s"] == pytest.approx(0.03) and r0["train_loss"] == 2.0 and r0["timed"] == 0
     assert r0["allreduce_s"] == pytest.approx(0.005) and "comm_share" not in r0  # no probe yet: unknown
     assert r1["timed"] == 0 and r2["timed"] == 1  # a probe never enters the figures
     assert r2["comm_share"] == pytest.approx((0.014 - 0.010) / 0.03)

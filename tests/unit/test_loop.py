@@ -76,7 +76,7 @@ def test_sync_points_come_sooner_when_steps_are_long():
 
 @pytest.mark.slow
 def test_too_few_samples_for_a_batch_is_one_line_before_anything_starts(tmp_path):
-    proc = run_script("train.py", "--model", "transformer", "--num_samples", "4", "--output_dir", tmp_path,
+    proc = run_script("train.py", "--model", "gpt", "--num_samples", "4", "--output_dir", tmp_path,
                       timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "train.py: error: 4 training samples give each of the 1 rank(s) 4, less than one batch of 8: raise "

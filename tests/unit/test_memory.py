@@ -159,11 +159,11 @@ def test_the_batch_advice_counts_in_the_precision_asked_for():
 
 
 def test_the_run_asks_one_estimate_lora_and_overhead_included():
-    """The up-front GPU check and the result's record both come from workloads.transformer.memory_estimate: with
+    """The up-front GPU check and the result's record both come from workloads.gpt.memory_estimate: with
     LoRA only the adapters carry gradients and AdamW state, so the estimate shrinks by 12 bytes (fp32 grad + 2
     moments) per frozen weight, and overhead=0 drops exactly the fixed overhead."""
     from scalelab import config
-    from scalelab.workloads.transformer import lora_params, memory_estimate, shape_of
+    from scalelab.workloads.gpt import lora_params, memory_estimate, shape_of
 
     full = config.parse_config(["--config", "gpt-small", "--precision", "32"])
     lora = config.parse_config(["--config", "gpt-small", "--precision", "32", "--lora_rank", "8"])

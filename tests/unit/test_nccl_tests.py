@@ -43,7 +43,7 @@ def _printed_busbw(text: str, column: int) -> list:
 def test_a_2_13_log_is_8_ranks_on_2_nodes_read_by_its_out_of_place_column():
     (r,) = nccl_tests.parse(NEW, "a100.log", "2026-01-02T03:04:05+00:00")
     launch = r["launch"]
-    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (8, 2, 4)
+    assert (launch["world_size"], launch["num_nodes"], launch["devices"]) == (8, 2, 4)
     assert (launch["accelerator"], launch["backend"], launch["device_names"]) == ("gpu", "nccl", [A100])
     assert launch["hostnames"] == ["gpu-a01", "gpu-a02"] and r["created"] == "2026-01-02T03:04:05+00:00"
     assert r["kind"] == "allreduce" and r["status"] == "completed" and r["run_id"] == "nccl-tests-a100.log"
@@ -69,7 +69,7 @@ def test_a_published_slurm_log_is_read_as_it_was_saved():
     (r,) = nccl_tests.parse(ALPS, "alps.log")
     assert r["_warnings"] == []  # sizes, counts and busbw agree with 8 ranks
     launch = r["launch"]
-    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (8, 2, 4)
+    assert (launch["world_size"], launch["num_nodes"], launch["devices"]) == (8, 2, 4)
     assert launch["device_names"] == ["NVIDIA GH200 120GB"] and launch["hostnames"] == ["nid005597", "nid005670"]
     assert r["config"] == {"dtype": "float32", "min_bytes": 8, "max_bytes": 4294967296, "warmup_iters": 8,
                            "iters": 24}
@@ -87,7 +87,7 @@ def test_a_published_slurm_log_is_read_as_it_was_saved():
 def test_a_2019_log_without_root_and_with_an_error_column():
     (r,) = nccl_tests.parse(OLD, "v100.txt")
     launch = r["launch"]
-    assert (launch["world_size"], launch["num_nodes"], launch["procs_per_node"]) == (2, 2, 1)
+    assert (launch["world_size"], launch["num_nodes"], launch["devices"]) == (2, 2, 1)
     assert launch["device_names"] == ["Tesla V100-SXM2-16GB"] and launch["hostnames"] == ["node17", "node18"]
     rows = r["rows"]
     assert [row["bytes"] for row in rows] == [MiB * 2**k for k in range(7)]
@@ -238,7 +238,7 @@ def test_the_result_carries_the_benchmark_s_fields(monkeypatch):
     (r,) = nccl_tests.parse(NEW)
     assert (r["run_id"], r["created"]) == ("nccl-tests-nccl-tests", "2026-05-06T07:08:09+00:00")
     assert (r["status"], r["error"], r["run_name"]) == ("completed", None, None)
-    assert r["launch"] == {"launcher": "nccl-tests", "world_size": 8, "num_nodes": 2, "procs_per_node": 4,
+    assert r["launch"] == {"launcher": "nccl-tests", "world_size": 8, "num_nodes": 2, "devices": 4,
                            "accelerator": "gpu", "backend": "nccl", "device_names": [A100],
                            "hostnames": ["gpu-a01", "gpu-a02"], "link": None}
     assert r["source"] == {"format": "nccl-tests", "program": "all_reduce_perf", "redop": "sum",
@@ -416,7 +416,7 @@ def _training_folder(tmp_path):
 def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     out = _training_folder(tmp_path)
     _, scaling, bench, skipped = cli.build(str(out))
-    assert bench.empty and scaling.set_index("devices").loc[8].isna().bench_busbw_GBps  # no benchmark: no prediction
+    assert bench.empty and scaling.set_index("world_size").loc[8].isna().bench_busbw_GBps  # no benchmark: no prediction
     assert cli.main(["--output_dir", str(out)]) == 0
     assert "or an all_reduce_perf log of 8 ranks on 2 node(s) (--nccl_tests LOG)" in capsys.readouterr().out
     (out / "slurm-4242.out").write_text("srun: job 4242 queued\n" + NEW)
@@ -424,7 +424,7 @@ def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     _, scaling, bench, skipped = cli.build(str(out))
     assert skipped == [] and list(bench["run_id"]) == ["nccl-tests-slurm-4242.out"]
     rows = nccl_tests.parse(NEW)[0]["rows"]
-    eight = scaling.set_index("devices").loc[8]
+    eight = scaling.set_index("world_size").loc[8]
     assert eight.bench_runs == 1
     assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
     assert eight.bench_busbw_GBps == pytest.approx(64_000_000 / eight.predicted_allreduce_s / 1e9 * 2 * 7 / 8)
@@ -529,12 +529,12 @@ def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
     rows = [{"bytes": b, "count": b // 4, "dtype": "float32", "time_s": 1e-3, "single_op_s": 2e-3, "wrong": 0,
              "algbw_GBps": b / 1e-3 / 1e9, "busbw_GBps": b / 1e-3 / 1e9 * 1.75} for b in (MiB, 64 * MiB)]
     ours.update(status="completed", error=None, rows=rows, summary={"large_msg_busbw_GBps": rows[-1]["busbw_GBps"]},
-                launch={"world_size": 8, "num_nodes": 2, "procs_per_node": 4, "accelerator": "gpu",
+                launch={"world_size": 8, "num_nodes": 2, "devices": 4, "accelerator": "gpu",
                         "backend": "nccl", "device_names": [A100], "hostnames": ["a", "b"]},
                 config={"dtype": "float32"})
     results.write(str(out), ours)
     _, scaling, bench, _ = cli.build(str(out))
-    eight = scaling.set_index("devices").loc[8]
+    eight = scaling.set_index("world_size").loc[8]
     assert len(bench) == 2 and eight.bench_runs == 1
     assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
 
@@ -545,7 +545,7 @@ def test_a_log_outside_the_folder_by_flag(tmp_path, capsys):
     log.parent.mkdir()
     log.write_text(NEW)
     _, scaling, bench, _ = cli.build(str(out), nccl_logs=[str(log)])
-    assert len(bench) == 1 and scaling.set_index("devices").loc[8].bench_runs == 1
+    assert len(bench) == 1 and scaling.set_index("world_size").loc[8].bench_runs == 1
     assert cli.main(["--output_dir", str(out), "--nccl_tests", str(log)]) == 0
     assert "all-reduce benchmark: " in capsys.readouterr().out
     with pytest.raises(Exception, match="--nccl_tests .*missing.log: no such file"):

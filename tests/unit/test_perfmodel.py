@@ -34,14 +34,14 @@ def test_worked_example_four_nodes_hdr_and_ndr():
 
 
 def worked_example_inputs(**overrides):
-    kw = dict(gpus_per_node=8, nodes=(1, 4), n_params=2e9, grad_dtype_bytes=4, intra_GBps=300,
+    kw = dict(devices=8, num_nodes=(1, 4), n_params=2e9, grad_dtype_bytes=4, intra_GBps=300,
               inter_GBps=pm.gbit_to_GBps(200), flops_per_step=65.536e12, tflops=312, mfu=0.5)
     return pm.ScalingInputs(**{**kw, **overrides})
 
 
 def test_worked_example_prediction_rows_and_flags():
     rows = pm.predict(worked_example_inputs())
-    assert [(r.label, r.gpus, r.link) for r in rows] == [("1 GPU", 1, "none"), ("1 node", 8, "intra"),
+    assert [(r.label, r.world_size, r.link) for r in rows] == [("1 GPU", 1, "none"), ("1 node", 8, "intra"),
                                                          ("4 nodes", 32, "inter")]
     one, node, four = rows
     assert one.comm_s == 0 and not one.comm_bound and one.efficiency_no_overlap == 1
@@ -246,7 +246,7 @@ def test_predict_cli_does_not_import_torch():
 
 def small_cluster(scaling, **kw):
     # S = 1 GB, 4 GPUs per node; intra 100 GB/s, inter 10 GB/s; 1 s of compute per step on 1 GPU.
-    return pm.predict(pm.ScalingInputs(gpus_per_node=4, nodes=(1, 2), grad_bytes=GB, intra_GBps=100, inter_GBps=10,
+    return pm.predict(pm.ScalingInputs(devices=4, num_nodes=(1, 2), grad_bytes=GB, intra_GBps=100, inter_GBps=10,
                                        compute_s=1.0, scaling=scaling, bucket_bytes=None, **kw))
 
 
@@ -283,7 +283,7 @@ def test_measured_busbw_per_scale_replaces_the_link():
 
 
 def test_latency_is_paid_per_ddp_bucket():
-    kw = dict(gpus_per_node=8, nodes=(1,), grad_bytes=100 * 2**20, compute_s=1.0, intra_latency_s=1e-5)
+    kw = dict(devices=8, num_nodes=(1,), grad_bytes=100 * 2**20, compute_s=1.0, intra_latency_s=1e-5)
     node = pm.predict(pm.ScalingInputs(bucket_bytes=25 * 2**20, **kw))[-1]
     assert node.latency_term_s == pytest.approx(4 * 14 * 1e-5)
     assert node.comm_s == pytest.approx(4 * 14e-5 + 1.75 * 100 * 2**20 / 300e9)
@@ -311,33 +311,33 @@ def test_formula_states_model_and_bandwidth_assumption():
 
 
 def test_predict_from_busbw_for_the_report():
-    p = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=32, nodes=4, busbw_GBps=25)
+    p = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=32, num_nodes=4, busbw_GBps=25)
     assert p.comm_s == pytest.approx(0.62) and p.comm_bound
     assert p.efficiency_no_overlap == pytest.approx(0.42 / 1.04)
     assert p.efficiency_overlap == pytest.approx(0.42 / 0.62)
-    solo = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=1, nodes=1, busbw_GBps=None)
+    solo = pm.predict_from_busbw(0.42, S_2B_FP32, world_size=1, num_nodes=1, busbw_GBps=None)
     assert solo.comm_s == 0 and solo.efficiency_no_overlap == 1 == solo.efficiency_overlap
-    strong = pm.predict_from_busbw(1.0, GB, world_size=8, nodes=2, busbw_GBps=10, scaling="strong")
+    strong = pm.predict_from_busbw(1.0, GB, world_size=8, num_nodes=2, busbw_GBps=10, scaling="strong")
     assert strong.compute_s == pytest.approx(0.125) and strong.comm_s == pytest.approx(0.175)
     assert strong.efficiency_overlap == pytest.approx(1 / 0.175 / 8)
     with pytest.raises(ValueError):
-        pm.predict_from_busbw(1.0, GB, world_size=8, nodes=3, busbw_GBps=10)
+        pm.predict_from_busbw(1.0, GB, world_size=8, num_nodes=3, busbw_GBps=10)
     with pytest.raises(ValueError):
-        pm.predict_from_busbw(1.0, GB, world_size=8, nodes=1, busbw_GBps=None)
+        pm.predict_from_busbw(1.0, GB, world_size=8, num_nodes=1, busbw_GBps=None)
 
 
 @pytest.mark.parametrize("bad", [
     dict(n_params=0), dict(n_params=-1), dict(compute_s=0), dict(mfu=1.5), dict(scaling="sideways"),
-    dict(nodes=(0,)), dict(gpus_per_node=0), dict(busbw_GBps={2: 0}), dict(compute_s=None, tflops=None),
+    dict(num_nodes=(0,)), dict(devices=0), dict(busbw_GBps={2: 0}), dict(compute_s=None, tflops=None),
 ])
 def test_inputs_reject_bad_values(bad):
-    kw = dict(gpus_per_node=8, nodes=(1, 2), n_params=1e9, compute_s=1.0)
+    kw = dict(devices=8, num_nodes=(1, 2), n_params=1e9, compute_s=1.0)
     with pytest.raises(ValueError):
         pm.ScalingInputs(**{**kw, **bad})
 
 
 def test_accumulation_multiplies_compute_not_communication():
-    base = dict(gpus_per_node=1, nodes=[4], n_params=1e9, inter_GBps=0.125, compute_s=2.0, bucket_bytes=None)
+    base = dict(devices=1, num_nodes=[4], n_params=1e9, inter_GBps=0.125, compute_s=2.0, bucket_bytes=None)
     rows = {k: pm.predict(pm.ScalingInputs(**base, accumulate=k))[-1] for k in (1, 4, 16)}
     assert rows[4].comm_s == rows[1].comm_s and rows[4].compute_s == 4 * rows[1].compute_s
     # only the last batch's backward can hide the all-reduce: (K-1) * c + max(c, comm)
@@ -352,22 +352,22 @@ def test_a_hook_changes_the_bytes_on_the_wire_only():
     shapes = gradient_shapes(PRESETS["xl"])
     full = wire_bytes("none", shapes, 4)
     assert full == 4 * PRESETS["xl"].total_params() and wire_bytes("bf16", shapes, 4) == full / 2
-    base = dict(gpus_per_node=1, nodes=[4], n_params=PRESETS["xl"].total_params(), inter_GBps=0.125, compute_s=2.0)
+    base = dict(devices=1, num_nodes=[4], n_params=PRESETS["xl"].total_params(), inter_GBps=0.125, compute_s=2.0)
     plain, half = (pm.predict(pm.ScalingInputs(**base, wire_bytes=w))[-1] for w in (None, full / 2))
     assert half.comm_s == pytest.approx(plain.comm_s / 2, rel=1e-3) and half.compute_s == plain.compute_s
     assert wire_bytes("powersgd:4", shapes, 4) < full / 100  # rank-4 factors of 2048-wide matrices
 
 
 @pytest.mark.parametrize("given, message", [
-    ({"gpus_per_node": 0}, "gpus_per_node must be a positive number, got 0"),
-    ({"gpus_per_node": True}, "gpus_per_node must be a positive number, got True"),
+    ({"devices": 0}, "devices must be a positive number, got 0"),
+    ({"devices": True}, "devices must be a positive number, got True"),
     ({"inter_GBps": float("inf")}, "inter_GBps must be a positive number, got inf"),
     ({"accumulate": 0}, "accumulate must be a positive number, got 0"),
     ({"wire_bytes": 0}, "wire_bytes must be a positive number, got 0"),
     ({"intra_latency_s": -1e-6}, "intra_latency_s must be a number >= 0, got -1e-06"),
     ({"inter_latency_s": "1"}, "inter_latency_s must be a number >= 0, got '1'"),
-    ({"nodes": ()}, "nodes must be positive integers, got []"),
-    ({"nodes": (2, 0)}, "nodes must be positive integers, got [2, 0]"),
+    ({"num_nodes": ()}, "num_nodes must be positive integers, got []"),
+    ({"num_nodes": (2, 0)}, "num_nodes must be positive integers, got [2, 0]"),
     ({"scaling": "linear"}, "scaling must be 'weak' or 'strong', got 'linear'"),
     ({"grad_bytes": None}, "give grad_bytes or n_params"),
     ({"compute_s": 0}, "compute_s must be a positive number, got 0"),
@@ -391,20 +391,20 @@ def test_a_hook_changes_the_bytes_on_the_wire_only():
 ])
 def test_scaling_inputs_name_what_is_wrong(given, message):
     with pytest.raises(ValueError) as err:
-        pm.ScalingInputs(**{"gpus_per_node": 8, "grad_bytes": 1e9, "compute_s": 0.1, **given})
+        pm.ScalingInputs(**{"devices": 8, "grad_bytes": 1e9, "compute_s": 0.1, **given})
     assert str(err.value) == message
 
 
 def test_scaling_inputs_derive_bytes_compute_and_buckets():
-    i = pm.ScalingInputs(gpus_per_node=4, nodes=(4, 2, 2, 1), n_params=25 * 2**20, grad_dtype_bytes=2,
+    i = pm.ScalingInputs(devices=4, num_nodes=(4, 2, 2, 1), n_params=25 * 2**20, grad_dtype_bytes=2,
                          flops_per_step=1e15, tflops=100, mfu=0.5, gpu_hour_price=0)
-    assert i.nodes == (1, 2, 4) and i.allreduce_bytes == 50 * 2**20 and i.sent_bytes == 50 * 2**20
+    assert i.num_nodes == (1, 2, 4) and i.allreduce_bytes == 50 * 2**20 and i.sent_bytes == 50 * 2**20
     assert i.compute_s_1gpu == pytest.approx(20.0)  # 1e15 FLOP at 50 % of 100 TFLOP/s
     assert i.buckets == 2  # 50 MiB in DDP's 25 MiB buckets
-    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=25 * 2**20 + 1, compute_s=1).buckets == 2
-    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1, compute_s=1).buckets == 1
-    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=1e12, compute_s=1, bucket_bytes=None).buckets == 1
-    assert pm.ScalingInputs(gpus_per_node=1, grad_bytes=8e9, compute_s=1, wire_bytes=4e9).sent_bytes == 4e9
+    assert pm.ScalingInputs(devices=1, grad_bytes=25 * 2**20 + 1, compute_s=1).buckets == 2
+    assert pm.ScalingInputs(devices=1, grad_bytes=1, compute_s=1).buckets == 1
+    assert pm.ScalingInputs(devices=1, grad_bytes=1e12, compute_s=1, bucket_bytes=None).buckets == 1
+    assert pm.ScalingInputs(devices=1, grad_bytes=8e9, compute_s=1, wire_bytes=4e9).sent_bytes == 4e9
 
 
 def test_the_scales_are_one_gpu_one_node_then_each_node_count():
@@ -432,9 +432,9 @@ def test_a_measured_busbw_predicts_weak_and_strong_scaling():
 @pytest.mark.parametrize("args, message", [
     ((0, 1e9, 2, 1, 1.0), "step_s_1gpu must be a positive number, got 0"),
     ((0.1, -1, 2, 1, 1.0), "grad_bytes must be a number >= 0, got -1"),
-    ((0.1, 1e9, 6, 4, 1.0), "world_size 6 is not a multiple of nodes 4"),
+    ((0.1, 1e9, 6, 4, 1.0), "world_size 6 is not a multiple of num_nodes 4"),
     ((0.1, 1e9, 0, 1, 1.0), "world_size must be a positive number, got 0"),
-    ((0.1, 1e9, 2, 0, 1.0), "nodes must be a positive number, got 0"),
+    ((0.1, 1e9, 2, 0, 1.0), "num_nodes must be a positive number, got 0"),
     ((0.1, 1e9, 2, 1, None), "busbw_GBps is needed for world_size > 1"),
     ((0.1, 1e9, 2, 1, 1.0, "linear"), "scaling must be 'weak' or 'strong', got 'linear'"),
 ])
@@ -445,7 +445,7 @@ def test_a_measured_prediction_refuses_bad_input(args, message):
 
 
 def _verdict(**given):
-    inputs = {"gpus_per_node": 8, "nodes": (2,), "grad_bytes": 1e9, "compute_s": 0.05, "bucket_bytes": None, **given}
+    inputs = {"devices": 8, "num_nodes": (2,), "grad_bytes": 1e9, "compute_s": 0.05, "bucket_bytes": None, **given}
     return scaling.verdict(pm.predict(pm.ScalingInputs(**inputs)))
 
 
@@ -454,7 +454,7 @@ def test_the_verdict_names_where_communication_outlasts_compute_and_the_link_tha
     # 1.875 GB in 0.05 s = 37.5 GB/s = 300 Gbit/s
     assert _verdict() == ("communication-bound from 2 nodes (16 GPUs): all-reduce 0.075 s > compute 0.05 s; full "
                           "overlap needs >= 37.5 GB/s (300 Gbit/s) per node between nodes, or more work per GPU")
-    assert _verdict(nodes=(1,), intra_GBps=10.0) == (  # 1.75 GB over 10 GB/s per GPU
+    assert _verdict(num_nodes=(1,), intra_GBps=10.0) == (  # 1.75 GB over 10 GB/s per GPU
         "communication-bound from 1 node (8 GPUs): all-reduce 0.175 s > compute 0.05 s; full overlap needs "
         ">= 35 GB/s per GPU within the node, or more work per GPU")
     assert _verdict(busbw_GBps={2: 5.0}) == (
@@ -506,9 +506,9 @@ def test_the_ring_runs_on_the_slowest_link_it_crosses():
     assert net.ring_for(2, 8, 300, 25, 1e-6, 5e-6) == net.Ring(16, 25, 5e-6, "inter")
     assert net.ring_for(4, 1, 300, 25) == net.Ring(4, 25, 0.0, "inter")
     assert net.ring_for(1, 8, 300, 25) == net.Ring(8, 300, 0.0, "intra")  # no latency given: none charged
-    with pytest.raises(ValueError, match="^nodes must be a positive number, got 0$"):
+    with pytest.raises(ValueError, match="^num_nodes must be a positive number, got 0$"):
         net.ring_for(0, 8, 300, 25)
-    with pytest.raises(ValueError, match="^gpus_per_node must be a positive number, got 0$"):
+    with pytest.raises(ValueError, match="^devices must be a positive number, got 0$"):
         net.ring_for(1, 0, 300, 25)
 
 
@@ -637,7 +637,7 @@ def test_a_size_that_is_not_one_is_refused_by_name():
 
 
 def test_the_model_in_words_with_this_predictions_figures():
-    i = pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=0.1, intra_latency_s=2e-6,
+    i = pm.ScalingInputs(devices=8, num_nodes=(2,), grad_bytes=1e9, compute_s=0.1, intra_latency_s=2e-6,
                          inter_latency_s=5e-6)
     assert scaling.formula(i).splitlines() == [
         "all-reduce (ring, nccl-tests definitions): each GPU sends and receives 2(n-1)/n * S bytes;",
@@ -653,7 +653,7 @@ def test_the_model_in_words_with_this_predictions_figures():
         "  several nodes = one ring over all GPUs whose slowest hop is the inter-node link, beta = 25 GB/s (200 "
         "Gbit/s) per node, alpha = 5 us.",
         "  advertised link figures (applications reach ~80 %); ring model, not the '2*S over duplex NVLink' shortcut."]
-    k = pm.ScalingInputs(gpus_per_node=4, nodes=(1, 2), grad_bytes=1e9, wire_bytes=5e8, compute_s=0.1,
+    k = pm.ScalingInputs(devices=4, num_nodes=(1, 2), grad_bytes=1e9, wire_bytes=5e8, compute_s=0.1,
                          bucket_bytes=None, accumulate=4, scaling="strong", busbw_GBps={2: 12.5, 1: 100})
     lines = scaling.formula(k).splitlines()
     assert lines[1].endswith("(S = 0.5 GB on the wire: a hook compresses 1 GB, buckets = 1 = one all-reduce)")
@@ -669,13 +669,13 @@ def test_the_model_in_words_with_this_predictions_figures():
 def test_the_bandwidth_that_would_hide_the_all_reduce_and_the_largest_share_under_strong_scaling():
     import dataclasses
 
-    rows = pm.predict(pm.ScalingInputs(gpus_per_node=2, grad_bytes=1e9, compute_s=0.1, bucket_bytes=None))
+    rows = pm.predict(pm.ScalingInputs(devices=2, grad_bytes=1e9, compute_s=0.1, bucket_bytes=None))
     assert scaling.required_bandwidth_GBps(rows[0]) is None  # one GPU: nothing to hide
     assert scaling.required_bandwidth_GBps(rows[1]) == pytest.approx(1e9 / 0.1 / 1e9)  # 1 GB per rank in 0.1 s
     assert scaling.required_bandwidth_GBps(dataclasses.replace(rows[1], latency_term_s=0.1)) is None
     # strong scaling, an inter-node link faster than the node's own: 16 GPUs spend the largest share of their
     # (smaller) compute in the all-reduce, though 8 GPUs spend more seconds in it
-    strong = pm.predict(pm.ScalingInputs(gpus_per_node=8, nodes=(2,), grad_bytes=1e9, compute_s=10.0,
+    strong = pm.predict(pm.ScalingInputs(devices=8, num_nodes=(2,), grad_bytes=1e9, compute_s=10.0,
                                          inter_GBps=500.0, scaling="strong", bucket_bytes=None))
     assert scaling.verdict(strong) == ("compute-bound at every scale: largest all-reduce share at 2 nodes (16 GPUs), "
                                        "0.00375 s <= compute 0.625 s")
@@ -686,7 +686,7 @@ def test_accumulation_time_and_cost_by_hand():
     batches an optimizer step: no overlap 2 x 0.04 + 0.1 = 0.18 s, full overlap 0.04 + max(0.04, 0.1) = 0.14 s. Two
     GPUs do 2 x 2 one-GPU batches a step: speedup 0.16 / 0.18 and 0.16 / 0.14; 1000 tokens a batch -> 4000 a step,
     8e6 tokens = 2000 steps = 0.1 h and 280 / 3600 h; at 3 an hour for 2 GPUs, 0.6 and 280 / 3600 x 6."""
-    two = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2,), grad_bytes=1e9, inter_GBps=10, bucket_bytes=None,
+    two = pm.predict(pm.ScalingInputs(devices=1, num_nodes=(2,), grad_bytes=1e9, inter_GBps=10, bucket_bytes=None,
                                       compute_s=0.04, accumulate=2, tokens_per_step=1000, token_budget=8e6,
                                       gpu_hour_price=3.0))[-1]
     assert (two.comm_s, two.compute_s) == (pytest.approx(0.1), pytest.approx(0.08)) and two.comm_bound
@@ -700,7 +700,7 @@ def test_accumulation_time_and_cost_by_hand():
 
 def test_an_all_reduce_exactly_as_long_as_compute_is_not_communication_bound():
     """1 GB over 2 ranks at 10 GB/s: 0.1 s, as long as the 0.1 s of compute: full overlap hides it all."""
-    rows = pm.predict(pm.ScalingInputs(gpus_per_node=1, nodes=(2,), grad_bytes=1e9, inter_GBps=10,
+    rows = pm.predict(pm.ScalingInputs(devices=1, num_nodes=(2,), grad_bytes=1e9, inter_GBps=10,
                                        bucket_bytes=None, compute_s=0.1))
     assert rows[-1].comm_s == rows[-1].compute_s == 0.1 and not rows[-1].comm_bound
     assert scaling.verdict(rows).startswith("compute-bound at every scale")
@@ -710,12 +710,12 @@ def test_an_all_reduce_exactly_as_long_as_compute_is_not_communication_bound():
 
 def test_an_mfu_of_one_is_the_peak_itself():
     """mfu is a fraction of peak, 0 < mfu <= 1: at 1, 1e12 FLOP at 100 TFLOP/s take 10 ms."""
-    i = pm.ScalingInputs(gpus_per_node=1, grad_bytes=1e9, flops_per_step=1e12, tflops=100, mfu=1.0)
+    i = pm.ScalingInputs(devices=1, grad_bytes=1e9, flops_per_step=1e12, tflops=100, mfu=1.0)
     assert i.compute_s_1gpu == pytest.approx(0.01)
 
 
 def test_the_formula_names_accumulation_from_two_batches_and_latency_in_microseconds():
-    i = pm.ScalingInputs(gpus_per_node=2, grad_bytes=1e9, compute_s=0.1, accumulate=2, intra_latency_s=0.1234564)
+    i = pm.ScalingInputs(devices=2, grad_bytes=1e9, compute_s=0.1, accumulate=2, intra_latency_s=0.1234564)
     text = scaling.formula(i)
     assert "accumulation: an optimizer step computes K = 2 batches and all-reduces once" in text
     assert "alpha = 123456 us;" in text  # 0.1234564 s = 123456.4 us, to 6 significant digits

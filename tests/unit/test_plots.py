@@ -18,7 +18,7 @@ HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
 
 def _ladder(**workload):
     """make demo's rungs for two workloads: the MLP on 1 and 2 devices, the tiny GPT also across 2 links."""
-    gpt = {"model": "transformer", **workload}
+    gpt = {"model": "gpt", **workload}
     return [_with_comm(make_result("a1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
             _with_comm(make_result("a2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104),
             _with_comm(make_result("t1", 1, samples_per_s=40, **gpt), 0.2, 0.0, 0.0, 0.2),
@@ -89,7 +89,7 @@ def test_speedup_draws_every_rung_apart_and_names_its_link(ladder):
     ax = _drawn(plots.speedup_figure(scaling)).axes[0]
     legend = " | ".join(_legend(ax))
     assert "2 dev, 2 nodes, emulated 2 Gbit/s" in legend and "2 dev, 2 nodes, emulated 200 Mbit/s" in legend
-    assert "B: transformer, weak scaling, 1 node: measured" in legend and not HASHLIKE.search(legend)
+    assert "B: gpt, weak scaling, 1 node: measured" in legend and not HASHLIKE.search(legend)
     assert len(_markers(ax)) == 6  # 2 MLP configurations, 4 GPT ones: each its own mark
     _assert_no_marker_on_another(ax)
     values = [t for t in ax.texts if t.get_text().endswith("×")]
@@ -122,7 +122,7 @@ def test_efficiency_gives_each_configuration_its_own_bars_and_tick(ladder):
 def test_throughput_panels_give_each_configuration_a_bar(ladder):
     scaling, _ = ladder
     fig = _drawn(plots.throughput_figure(scaling))
-    gpt = next(ax for ax in fig.axes if "transformer" in ax.get_title())
+    gpt = next(ax for ax in fig.axes if "gpt" in ax.get_title())
     assert [t.get_text().replace("\n", ", ") for t in gpt.get_xticklabels()] == [
         "1 dev", "2 dev, 1 node", "2 dev, 2 nodes, emulated 2 Gbit/s", "2 dev, 2 nodes, emulated 200 Mbit/s"]
     assert [round(b.get_height()) for b in gpt.patches] == [40, 38, 30, 10]
@@ -152,8 +152,8 @@ def test_two_groups_at_one_link_rate_are_side_by_side():
     _assert_texts_apart(ax, ax.texts)
     _assert_legend_clear(ax)
     assert [t for t in _legend(ax) if t[1] == ":" and t.endswith("measured")] == [
-        "A: mlp, weak scaling: measured", "B: transformer, weak scaling, 1 node: measured",
-        "C: transformer, weak scaling · comm hook bf16, 1 node: measured"]  # the lever names its group
+        "A: mlp, weak scaling: measured", "B: gpt, weak scaling, 1 node: measured",
+        "C: gpt, weak scaling · comm hook bf16, 1 node: measured"]  # the lever names its group
     ax = _drawn(plots.link_rate_figure(scaling)).axes[0]
     assert any("comm hook bf16: measured" in t for t in _legend(ax))
     _assert_no_marker_on_another(ax)
@@ -174,7 +174,7 @@ def test_two_groups_at_one_link_rate_are_side_by_side():
 
 def test_forecast_names_each_network_and_draws_two_measured_at_one_node_count_apart():
     found = [*_ladder(), _bench(2, ROWS), _bench_at(2.0, 1), _bench_at(0.2, 10)]
-    found[5]["timing"]["step_time_s"]["median"] = found[4]["timing"]["step_time_s"]["median"]  # equal efficiency
+    found[5]["timing"]["step_s"]["median"] = found[4]["timing"]["step_s"]["median"]  # equal efficiency
     figures = dict(forecast_view.figures(frames.runs_frame(found), explain.bench_frame(found)))
     ax = _drawn(figures["forecast_B.png"]).axes[0]
     legend = _legend(ax)

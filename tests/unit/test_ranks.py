@@ -31,8 +31,8 @@ def rank_record(rank, host, compute_s, step_s=0.02, steps=30, warmup=5, every=5,
     probes = [i for i in range(warmup, steps) if (i - warmup) % every == every - 1]
     return {"rank": rank, "local_rank": rank % 2, "host": host, "device": "cpu", "cpu_affinity": [rank % 2],
             "step_times_s": [step_s if i not in probes else compute_s for i in range(steps)],
-            "grads_ready_s": [compute_s if i in probes else step_s * 0.9 for i in range(steps)],
-            "probe_steps": probes, "allreduce_s": [0.001] * steps, "buckets": [1] * steps, **extra}
+            "grads_ready_times_s": [compute_s if i in probes else step_s * 0.9 for i in range(steps)],
+            "probe_steps": probes, "allreduce_times_s": [0.001] * steps, "buckets": [1] * steps, **extra}
 
 
 def training(run_id, ranks_, nodes=2, created="2026-11-24T07:00:00+00:00", **launch):
@@ -96,7 +96,7 @@ def test_accumulated_batches_count_as_one_step():
     rec = rank_record(0, "n1", 0.004, steps=20)
     rec["step_ends"] = list(range(1, 20, 2))  # 10 optimizer steps of 2 batches
     rec["probe_steps"] = [6, 8]
-    rec["grads_ready_s"] = [0.003] * 20
+    rec["grads_ready_times_s"] = [0.003] * 20
     rec["step_times_s"] = [0.005] * 20
     data = training("acc", [rec], nodes=1)
     data["timing"]["warmup_steps"] = 2
@@ -266,7 +266,7 @@ def _cells(text: str) -> list:
 def test_one_runs_rank_table_cell_by_cell():
     def rec(rank, host, device, cores, probe_ready):  # steps 1 and 3 normal (200 and 300 ms), 2 a probe
         return {"rank": rank, "host": host, "device": device, "cpu_affinity": cores,
-                "step_times_s": [1.0, 0.2, 0.9, 0.3], "grads_ready_s": [0.5, 0.1, probe_ready, 0.2],
+                "step_times_s": [1.0, 0.2, 0.9, 0.3], "grads_ready_times_s": [0.5, 0.1, probe_ready, 0.2],
                 "probe_steps": [2]}
     run = training("r", [rec(2, "n2", "cuda:0", [], 0.15), rec(1, "n1", "cuda:1", [4, 5, 7], 0.10),
                          rec(0, "n1", "cuda:0", [0, 1, 2, 3], 0.12)], launcher="slurm")
@@ -314,7 +314,7 @@ def test_the_per_rank_view_lists_the_newest_multi_rank_run_of_each_configuration
 
 def test_rank_rows_leave_out_warm_up_and_short_steps_and_sort_by_host_then_rank():
     def rec(**kw):
-        return {"step_times_s": [0.5, 0.3, 0.2, 0.1], "grads_ready_s": [0.4, 0.25, 0.15, 0.05], **kw}
+        return {"step_times_s": [0.5, 0.3, 0.2, 0.1], "grads_ready_times_s": [0.4, 0.25, 0.15, 0.05], **kw}
     bare = {"timing": {}, "ranks": [rec(rank=1, host="b", probe_steps=[0]), rec(rank=None, host="b", probe_steps=[]),
                                     rec(probe_steps=[0, 1, 2, 3])]}
     rows = ranks.rank_rows(bare)  # no warm-up recorded: step 0 counts
@@ -325,7 +325,7 @@ def test_rank_rows_leave_out_warm_up_and_short_steps_and_sort_by_host_then_rank(
     # accumulation of 2 (steps of batches 0-1, 2-3, 4): the last step is short and neither a probe nor a step
     acc = {"timing": {"warmup_steps": 1}, "ranks": [{
         "rank": 0, "host": "a", "step_ends": [1, 3, 4], "step_times_s": [0.1, 0.2, 0.1, 0.3, 0.05],
-        "grads_ready_s": [0.1, 0.15, 0.1, 0.25, 0.04], "allreduce_s": [0] * 5, "buckets": [1] * 5,
+        "grads_ready_times_s": [0.1, 0.15, 0.1, 0.25, 0.04], "allreduce_times_s": [0] * 5, "buckets": [1] * 5,
         "probe_steps": [1, 2]}]}
     (row,) = ranks.rank_rows(acc)
     assert row["compute_s"] == pytest.approx(0.1 + 0.25) and row["step_s"] is None  # step 1 is the probe at warm-up
@@ -360,7 +360,7 @@ def test_the_advice_for_several_starved_ranks_and_an_unknown_launcher():
 
 def test_the_title_names_two_slow_ranks_and_an_unknown_launcher():
     def rec(rank, host, ready):
-        return {"rank": rank, "host": host, "step_times_s": [0.3, 0.3], "grads_ready_s": [ready, 0.1],
+        return {"rank": rank, "host": host, "step_times_s": [0.3, 0.3], "grads_ready_times_s": [ready, 0.1],
                 "probe_steps": [0]}
     run = training("r", [rec(0, "a", 1.0), rec(1, "b", 1.3), rec(2, "c", 1.4), rec(3, "d", 1.0)], nodes=4)
     run["timing"]["warmup_steps"] = 0

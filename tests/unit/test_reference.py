@@ -98,7 +98,7 @@ def test_hand_written_subset_of_workload_fields_and_upper_bound(tmp_path, capsys
     good = folder(tmp_path / "good")
     results.write(str(tmp_path / "good"), make_result("b2", 2, samples_per_s=150, batch_size=32))
     entry = {"name": "mlp2", "workload": {"model": "mlp", "batch_size": 64}, "hardware": {"accelerator": "cpu"},
-             "devices": 2, "nodes": 1, "reference": {"throughput_per_device": [80, None, 0.05, "samples/s"]}}
+             "world_size": 2, "num_nodes": 1, "reference": {"throughput_per_device": [80, None, 0.05, "samples/s"]}}
     ref = tmp_path / "hand.yaml"
     ref.write_text(yaml.safe_dump({"checks": [entry]}))
     code, out, _ = report(capsys, "--output_dir", good, "--reference", ref)
@@ -117,14 +117,14 @@ def test_hand_written_subset_of_workload_fields_and_upper_bound(tmp_path, capsys
     ("checks: [\n", "not valid YAML"),
     ("- 1\n", "non-empty `checks:` list"),
     ("checks: []\n", "non-empty `checks:` list"),
-    ("checks:\n- {name: a b, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1}\n", "no spaces"),
-    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 0, nodes: 1,"
-     " reference: {efficiency: [1, -0.1, null, '']}}\n", "`devices` must be a positive integer"),
-    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+    ("checks:\n- {name: a b, workload: {}, hardware: {accelerator: cpu}, world_size: 1, num_nodes: 1}\n", "no spaces"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, world_size: 0, num_nodes: 1,"
+     " reference: {efficiency: [1, -0.1, null, '']}}\n", "`world_size` must be a positive integer"),
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, world_size: 1, num_nodes: 1,"
      " reference: {efficiency: [0.9, -0.1, null]}}\n", "expected [value, lower, upper, unit]"),
-    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, world_size: 1, num_nodes: 1,"
      " reference: {efficiency: [0.9, 0.1, null, '']}}\n", "lower threshold must be a fraction in [-1, 0]"),
-    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, devices: 1, nodes: 1,"
+    ("checks:\n- {name: a, workload: {}, hardware: {accelerator: cpu}, world_size: 1, num_nodes: 1,"
      " reference: {speed: [0.9, -0.1, null, '']}}\n", "unknown quantity 'speed'"),
 ])
 def test_a_malformed_reference_file_is_one_line(tmp_path, capsys, text, words):
@@ -185,7 +185,8 @@ def test_writing_and_checking_a_folder_count_the_same_checks_and_values(tmp_path
 
 
 def _entry(**changes):
-    entry = {"name": "c1", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+    entry = {"name": "c1", "workload": {"model": "mlp"}, "world_size": 2, "num_nodes": 1,
+             "hardware": {"accelerator": "cpu"},
              "reference": {"efficiency": [0.9, -0.1, None, ""]}}
     return {k: v for k, v in {**entry, **changes}.items() if v is not DROP}
 
@@ -200,9 +201,9 @@ C1 = "check 1 (c1)"
     ([_entry(name=DROP)], "check 1: `name` must be letters, digits and _.:+/- (no spaces), got None"),
     ([_entry(kind="nccl")], f"{C1}: kind must be training or allreduce, got 'nccl'"),
     ([_entry(workload=DROP)], f"{C1}: a training check needs a `workload:` mapping (its fields select the runs)"),
-    ([_entry(devices=0)], f"{C1}: `devices` must be a positive integer, got 0"),
-    ([_entry(nodes=True)], f"{C1}: `nodes` must be a positive integer, got True"),
-    ([_entry(baseline_devices="1")], f"{C1}: `baseline_devices` must be a positive integer, got '1'"),
+    ([_entry(world_size=0)], f"{C1}: `world_size` must be a positive integer, got 0"),
+    ([_entry(num_nodes=True)], f"{C1}: `num_nodes` must be a positive integer, got True"),
+    ([_entry(baseline_world_size="1")], f"{C1}: `baseline_world_size` must be a positive integer, got '1'"),
     ([_entry(hardware={"device": "A100"})],
      f"{C1}: `hardware:` must be a mapping with `accelerator` (and `device` for a GPU)"),
     ([_entry(link=5)], f"{C1}: `link` must be text (\"\" for a real network), got 5"),
@@ -239,7 +240,7 @@ def test_each_bad_reference_entry_is_named_with_what_is_wrong(tmp_path, checks, 
 
 def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
     ok = [_entry(reference={"efficiency": [0.9, -1, 0, ""], "throughput_per_device": [5, 0, None, "samples/s"]},
-                 baseline_devices=1, link=""),
+                 baseline_world_size=1, link=""),
           _entry(name="bench.2x1:a/b+c-d", kind="allreduce", workload=DROP,
                  reference={"busbw": [1, None, 0.5, "GB/s"]})]
     path = tmp_path / "ref.yaml"
@@ -255,7 +256,7 @@ def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
     assert str(err.value) == f"--reference {path}: not valid YAML at line 3 (did not find expected node content)"
 
 
-ROW = {"efficiency": 0.85, "unit": "samples/s", "baseline_devices": 1, "throughput_per_device": 123.456789,
+ROW = {"efficiency": 0.85, "unit": "samples/s", "baseline_world_size": 1, "throughput_per_device": 123.456789,
        "busbw_GBps": 2.5}
 
 
@@ -271,9 +272,9 @@ ROW = {"efficiency": 0.85, "unit": "samples/s", "baseline_devices": 1, "throughp
     ("throughput_per_device", [120, -0.1, None, "tokens/s"], {}, {},
      "FAIL c.throughput_per_device: measured in samples/s, the reference is in tokens/s"),
     ("efficiency", [0.9, -0.1, None, "%"], {}, {}, "FAIL c.efficiency: measured in no unit, the reference is in %"),
-    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 2}, {},
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_world_size": 2}, {},
      "FAIL c.efficiency: efficiency here is against 1 device(s), the reference's against 2: run the baseline too"),
-    ("efficiency", [0.9, -0.1, None, ""], {"baseline_devices": 1}, {},
+    ("efficiency", [0.9, -0.1, None, ""], {"baseline_world_size": 1}, {},
      "PASS c.efficiency: 0.85 (reference 0.9, accepted 0.81..inf)"),
     ("efficiency", [0.9, -0.1, None, ""], {}, {"efficiency": float("nan")},
      "FAIL c.efficiency: not measured in the matching runs"),
@@ -299,9 +300,10 @@ def test_the_perf_line_carries_the_measured_value_and_its_unit():
 
 
 def test_a_check_that_matches_nothing_fails_with_what_it_looked_for():
-    checks = [{"name": "t", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1, "hardware": {"accelerator": "cpu"},
+    checks = [{"name": "t", "workload": {"model": "mlp"}, "world_size": 2, "num_nodes": 1,
+               "hardware": {"accelerator": "cpu"},
                "reference": {"efficiency": [0.9, -0.1, None, ""], "throughput_per_device": [1, -0.1, None, ""]}},
-              {"name": "b", "kind": "allreduce", "devices": 8, "nodes": 2, "link": "emulated 1 Gbit/s",
+              {"name": "b", "kind": "allreduce", "world_size": 8, "num_nodes": 2, "link": "emulated 1 Gbit/s",
                "hardware": {"accelerator": "gpu", "device": "A100"}, "reference": {"busbw": [1, -0.1, None, "GB/s"]}}]
     lines, failed = reference.check(checks, pd.DataFrame(), pd.DataFrame(), "DIR")
     assert lines == ["FAIL t: no training run on 2 device(s), 1 node(s), cpu in DIR (nothing was checked)",
@@ -325,7 +327,7 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
     found = [gpu("g1", 1, 100), gpu("g2", 2, 180), linked, make_result("c2", 2, samples_per_s=60, batch_size=32),
              make_result("c3", 2, samples_per_s=70, batch_size=48), unmeasured]
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
-    scaling = scaling.sort_values(["group", "devices"]).reset_index(drop=True)  # batch 16, 32, 48, 64, then GPU
+    scaling = scaling.sort_values(["group", "world_size"]).reset_index(drop=True)  # batch 16, 32, 48, 64, then GPU
     scaling["forecast_error"] = [float("nan")] * 4 + [1.2, 3.2]  # the track record's error, in points
     slow = _bench(2, [dict(r, busbw_GBps=2 * r["busbw_GBps"]) for r in ROWS])
     untyped = [dict(b, config={}) for b in (_bench(2, ROWS), slow)]  # no dtype recorded: float32
@@ -337,8 +339,8 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
     def training(name, batch, devices, reference_, hardware=None, link=""):
         return {"name": name, "kind": "training", "workload": {"model": "mlp", "batch_size": batch, "scaling": "weak",
                                                                "precision": "32"},
-                "hardware": hardware or {"accelerator": "cpu"}, "devices": devices, "nodes": 1, "link": link,
-                "baseline_devices": 1 if hardware else 2, "reference": reference_}
+                "hardware": hardware or {"accelerator": "cpu"}, "world_size": devices, "num_nodes": 1, "link": link,
+                "baseline_world_size": 1 if hardware else 2, "reference": reference_}
     a100_hw = {"accelerator": "gpu", "device": "A100"}
     assert checks == [
         training("mlp-cpu-2x1", 32, 2, {"throughput_per_device": [30.0, -0.1, None, "samples/s"]}),
@@ -350,9 +352,9 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
         training("mlp-A100-2x1", 64, 2, {"efficiency": [0.9, -0.1, None, ""],
                                          "throughput_per_device": [90.0, -0.1, None, "samples/s"],
                                          "forecast_error": [6.0, None, 0, "points"]}, a100_hw),  # ceil(3.2) + 2
-        {"name": "allreduce-cpu-2x1", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2,
-         "nodes": 1, "link": "", "dtype": "float32", "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}},  # median
-        {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "devices": 2, "nodes": 1,
+        {"name": "allreduce-cpu-2x1", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "world_size": 2,
+         "num_nodes": 1, "link": "", "dtype": "float32", "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}},  # median
+        {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "world_size": 2, "num_nodes": 1,
          "link": "", "dtype": "float32", "reference": {"busbw": [1.0, -0.1, None, "GB/s"]}}]
     assert reference.draft(scaling.iloc[:0], explain.bench_frame([])) == []
 
@@ -370,11 +372,11 @@ def test_a_benchmark_check_reads_the_median_of_the_runs_of_its_size_hardware_lin
 
     def entry(name, value, **kw):
         hw = {"accelerator": kw.pop("accelerator", "cpu"), **({"device": kw.pop("device")} if "device" in kw else {})}
-        return {"name": name, "kind": "allreduce", "devices": 2, "nodes": 1, "hardware": hw,
+        return {"name": name, "kind": "allreduce", "world_size": 2, "num_nodes": 1, "hardware": hw,
                 "reference": {"busbw": [value, 0, 0, "GB/s"]}, **kw}
     checks = [entry("cpu", 1.5), entry("a100", 1.0, accelerator="gpu", device="A100"),
               entry("linked", 0.5, link="emulated 1 Gbit/s"), entry("bf16", 9.0, dtype="bfloat16"),
-              entry("any-gpu", 2.0, accelerator="gpu"), entry("none", 1.0, devices=4)]
+              entry("any-gpu", 2.0, accelerator="gpu"), entry("none", 1.0, world_size=4)]
     lines, failed = reference.check(checks, pd.DataFrame(), bench, "DIR")
     verdicts = [line for line in lines if line.startswith(("PASS", "FAIL"))]
     assert verdicts == ["PASS cpu.busbw: 1.5 GB/s (reference 1.5, accepted 1.5..1.5)",  # median of 1 and 2
@@ -392,7 +394,7 @@ def test_a_check_whose_workload_fields_match_two_groups_fails_and_the_next_check
 
     found = [make_result("a", 2), make_result("b", 2, batch_size=32)]
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
-    vague = {"name": "vague", "workload": {"model": "mlp"}, "devices": 2, "nodes": 1,
+    vague = {"name": "vague", "workload": {"model": "mlp"}, "world_size": 2, "num_nodes": 1,
              "hardware": {"accelerator": "cpu"},
              "reference": {"efficiency": [1, None, None, ""], "throughput_per_device": [50, None, None, "samples/s"]}}
     exact = dict(vague, name="exact", workload={"model": "mlp", "batch_size": 32},
@@ -407,13 +409,14 @@ def test_names_are_made_unique_and_safe_and_the_file_is_written_as_it_reads(tmp_
     names = set()
     assert [reference._unique("a", names) for _ in range(3)] == ["a", "a-2", "a-3"] and names == {"a", "a-2", "a-3"}
     assert reference._slug("-XGB model (tiny)-") == "XGB-model-tiny"
-    check = {"name": "c", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "devices": 2, "nodes": 1,
+    check = {"name": "c", "kind": "allreduce", "hardware": {"accelerator": "cpu"}, "world_size": 2, "num_nodes": 1,
              "link": "", "dtype": "float32", "workload": {f"field_{i}": "value" for i in range(6)},
              "reference": {"busbw": [1.5, -0.1, None, "GB/s"]}}
     path = tmp_path / "ref.yaml"
     assert reference.write(str(path), [check]) == str(path)
     assert path.read_text() == reference.HEADER + (
-        "checks:\n- name: c\n  kind: allreduce\n  hardware: {accelerator: cpu}\n  devices: 2\n  nodes: 1\n  link: ''\n"
+        "checks:\n- name: c\n  kind: allreduce\n  hardware: {accelerator: cpu}\n  world_size: 2\n  num_nodes: 1\n"
+        "  link: ''\n"
         "  dtype: float32\n  workload: {field_0: value, field_1: value, field_2: value, field_3: value, "
         "field_4: value, field_5: value}\n  reference:\n    busbw: [1.5, -0.1, null, GB/s]\n")  # one line to 120
     with pytest.raises(UsageError) as err:
@@ -464,10 +467,10 @@ def test_failed_values_add_up_over_checks_that_match_nothing_and_checks_that_mat
     scaling = explain.annotate(frames.scaling_frame(frames.runs_frame([make_result("a", 2),
                                                                        make_result("b", 2, batch_size=32)])),
                                explain.bench_frame([]))
-    missing = {"name": "missing", "workload": {"model": "mlp"}, "devices": 8, "nodes": 1,
+    missing = {"name": "missing", "workload": {"model": "mlp"}, "world_size": 8, "num_nodes": 1,
                "hardware": {"accelerator": "cpu"},
                "reference": {"efficiency": [1, None, None, ""], "throughput_per_device": [1, None, None, "samples/s"]}}
-    vague = dict(missing, name="vague", devices=2, reference={"efficiency": [1, None, None, ""]})
+    vague = dict(missing, name="vague", world_size=2, reference={"efficiency": [1, None, None, ""]})
     lines, failed = reference.check([missing, vague], scaling, explain.bench_frame([]), "DIR")
     assert lines == ["FAIL missing: no training run on 8 device(s), 1 node(s), cpu in DIR (nothing was checked)",
                      "FAIL vague: 2 workloads in DIR match its workload fields: add fields to tell them apart",
@@ -492,18 +495,20 @@ def test_drafted_checks_name_cpu_hardware_cpu_sort_benchmarks_and_name_their_lin
         b["launch"]["device_names"] = ["x86_64"]
     checks = reference.draft(scaling, explain.bench_frame(benches))
     workload = {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"}
-    training = {"kind": "training", "workload": workload, "hardware": {"accelerator": "cpu"}, "nodes": 1, "link": "",
-                "baseline_devices": 1}
+    training = {"kind": "training", "workload": workload, "hardware": {"accelerator": "cpu"}, "num_nodes": 1,
+                "link": "",
+                "baseline_world_size": 1}
     busbw = {"busbw": [1.0, -0.1, None, "GB/s"]}  # ROWS' largest size: 1 GB/s
     bench = {"kind": "allreduce", "hardware": {"accelerator": "cpu"}, "dtype": "float32", "reference": busbw}
     assert checks == [
-        {"name": "mlp-cpu-1x1", **training, "devices": 1,
+        {"name": "mlp-cpu-1x1", **training, "world_size": 1,
          "reference": {"throughput_per_device": [100.0, -0.1, None, "samples/s"]}},
-        {"name": "mlp-cpu-2x1", **training, "devices": 2,
+        {"name": "mlp-cpu-2x1", **training, "world_size": 2,
          "reference": {"efficiency": [0.9, -0.1, None, ""], "throughput_per_device": [90.0, -0.1, None, "samples/s"]}},
-        {"name": "allreduce-cpu-2x1", **bench, "devices": 2, "nodes": 1, "link": ""},
-        {"name": "allreduce-cpu-2x1-emulated-1-Gbit/s", **bench, "devices": 2, "nodes": 1, "link": "emulated 1 Gbit/s"},
-        {"name": "allreduce-cpu-4x2", **bench, "devices": 4, "nodes": 2, "link": ""}]
+        {"name": "allreduce-cpu-2x1", **bench, "world_size": 2, "num_nodes": 1, "link": ""},
+        {"name": "allreduce-cpu-2x1-emulated-1-Gbit/s", **bench, "world_size": 2, "num_nodes": 1,
+         "link": "emulated 1 Gbit/s"},
+        {"name": "allreduce-cpu-4x2", **bench, "world_size": 4, "num_nodes": 2, "link": ""}]
 
 
 def test_a_written_reference_wraps_a_long_mapping_past_120_columns(tmp_path):

@@ -69,9 +69,9 @@ def test_a_family_gets_its_plot(tmp_path):
     assert str(path) in written and path.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_a_transformer_mfu_says_how_attention_is_counted(tmp_path):
+def test_a_gpt_mfu_says_how_attention_is_counted(tmp_path):
     for run_id, world in (("g1", 1), ("g2", 2)):
-        r = make_result(run_id, world=world, nodes=1, samples_per_s=100.0 * world, model="transformer")
+        r = make_result(run_id, world=world, nodes=1, samples_per_s=100.0 * world, model="gpt")
         r["timing"].update(tflops_per_device=100.0, peak_tflops=312.0, mfu=0.32)
         r["timing"]["comm"] = {"compute_s": 0.1, "allreduce_s": 0.01, "grad_bytes": 8e6, "buckets": 1}
         results.write(str(tmp_path), r)

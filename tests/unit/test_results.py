@@ -88,7 +88,7 @@ _DROP = object()
     ({"schema_version": "2"}, "bad schema_version '2'"),
     ({"schema_version": 1.0}, "bad schema_version 1.0"),
     ({"schema_version": _DROP}, "bad schema_version None"),
-    ({"schema_version": 3}, "schema_version 3 is newer than this scalelab reads (2); upgrade scalelab"),
+    ({"schema_version": 4}, "schema_version 4 is newer than this scalelab reads (3); upgrade scalelab"),
     ({"schema": "scalelab.report_summary"}, 'not a scalelab result (no "schema": "scalelab.result")'),
     ({"kind": "inference"}, "unknown result kind 'inference'"),
     ({"run_id": ""}, "missing run_id"),
@@ -179,9 +179,9 @@ def test_results_follow_the_umask_like_any_file(tmp_path, umask):
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask
 
 
-def test_version_1_results_are_read_under_the_version_2_names(tmp_path):
-    """A folder written before the rename (schema_version 1) reports exactly as a new one."""
-    old = make_result("v1", 2)
+def test_version_1_results_are_read_under_the_current_names(tmp_path):
+    """A folder written before the first rename (schema_version 1) reports exactly as a new one."""
+    old = _version_2("v1")
     old["schema_version"] = 1
     old["timing"]["comm"] = {"probe_steps": 2, "compute_s": 0.1, "synced_s": 0.104, "exposed_comm_s": 0.004,
                              "comm_busy_s": 0.008, "comm_alone_s": 0.005, "hidden_comm_s": 0.004, "overlap": 0.5,
@@ -192,14 +192,15 @@ def test_version_1_results_are_read_under_the_version_2_names(tmp_path):
     path.parent.mkdir()
     path.write_text(json.dumps(old))
     data = results.load(str(path))
-    assert data["schema_version"] == results.SCHEMA_VERSION == 2
+    assert data["schema_version"] == results.SCHEMA_VERSION == 3
     assert data["timing"]["comm"] == {"probe_steps": 2, "compute_s": 0.1, "synced_s": 0.104, "waited_s": 0.004,
                                       "allreduce_s": 0.008, "allreduce_alone_s": 0.005, "hidden_s": 0.004,
-                                      "hidden_fraction": 0.5, "comm_share": 0.04, "step_s": 0.104,
+                                      "hidden_fraction": 0.5, "comm_share": 0.04,
                                       "grad_bytes": 8_000_000, "bucket_bytes": [8_000_000], "buckets": 1,
                                       "ddp_busbw_GBps": 1.0}
-    assert data["ranks"] == [{"rank": 0, "allreduce_s": [0.008], "allreduce_alone_s": [0.005], "step_times_s": [0.104]}]
-    new = make_result("v2", 2)
+    assert data["ranks"] == [{"rank": 0, "allreduce_times_s": [0.008], "allreduce_alone_times_s": [0.005],
+                              "step_times_s": [0.104]}]
+    new = make_result("v2", 2, model="gpt")
     new["timing"]["comm"] = data["timing"]["comm"]
     reports = []
     for found in ([data], [new]):
@@ -208,6 +209,60 @@ def test_version_1_results_are_read_under_the_version_2_names(tmp_path):
                             "ddp_busbw_GBps"]].tolist() == [0.004, 0.008, 0.005, 0.5, 1.0]
         reports.append(tables.render(runs, frames.scaling_frame(runs)).replace("v1", "v2"))
     assert reports[0] == reports[1] and "waited ms" in reports[0]
+
+
+def _version_2(run_id):
+    """A training result as scalelab wrote it under schema_version 2, every field the rename touches at its old name
+    (the GPT was `transformer`), with make_result's values."""
+    return {"schema": "scalelab.result", "schema_version": 2, "kind": "training", "run_id": run_id,
+            "created": "2026-11-20T10:00:00+00:00", "status": "completed", "error": None,
+            "workload": {"model": "transformer", "batch_size": 64, "scaling": "weak", "precision": "32",
+                         "describe": "transformer", "params": 1000, "batch_per_device": 64, "global_batch": 128},
+            "config": {"model": "transformer", "devices": 2, "threads": 1},
+            "launch": {"launcher": "local", "world_size": 2, "num_nodes": 1, "procs_per_node": 2,
+                       "accelerator": "cpu", "device_names": ["cpu"], "threads_per_proc": 1},
+            "timing": {"samples_per_s": 100.0, "tokens_per_s": None, "train_time_s": 10.0,
+                       "step_time_s": {"median": 0.01}, "epoch_times_s": [1.0], "time_to_first_step_s": 3.0,
+                       "whole_run_s": 5.0,
+                       "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002, "step_s": 0.01}},
+            "metrics": {"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
+            "ranks": [{"rank": 0, "step_times_s": [0.01], "grads_ready_s": [0.008], "allreduce_s": [0.003],
+                       "allreduce_alone_s": [0.002]}, "not a rank"]}
+
+
+def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
+    old = _version_2("v2")
+    kept = json.dumps(old)
+    new = results.validate(old)
+    assert new["schema_version"] == 3 and json.dumps(old) == kept  # the caller's dict untouched
+    assert new["workload"]["model"] == "gpt" and new["workload"]["describe"] == "gpt"
+    assert new["config"] == {"model": "gpt", "devices": 2, "threads": 1}  # a replayed config: --model gpt
+    assert new["launch"] == {"launcher": "local", "world_size": 2, "num_nodes": 1, "devices": 2, "accelerator": "cpu",
+                             "device_names": ["cpu"], "threads": 1}
+    assert new["timing"] == {"samples_per_s": 100.0, "tokens_per_s": None, "train_time_s": 10.0,
+                             "step_s": {"median": 0.01}, "epoch_times_s": [1.0], "first_step_s": 3.0,
+                             "whole_run_s": 5.0,  # comm's step_s was step_s.median again: dropped
+                             "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002}}
+    assert new["metrics"] == {"train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9}
+    assert new["ranks"] == [{"rank": 0, "step_times_s": [0.01], "grads_ready_times_s": [0.008],
+                             "allreduce_times_s": [0.003], "allreduce_alone_times_s": [0.002]}, "not a rank"]
+    assert results.validate(dict(old, workload=dict(old["workload"], model="mlp", describe="transformer x")))[
+        "workload"]["describe"] == "transformer x"  # only the GPT's own name is renamed
+
+
+def test_a_version_2_folder_reports_exactly_as_the_same_runs_written_now():
+    old = [_version_2("r1"), dict(_version_2("r2"), launch=dict(_version_2("r2")["launch"], world_size=4,
+                                                                 procs_per_node=4))]
+    new = [make_result("r1", 2, model="gpt"), make_result("r2", 4, model="gpt")]
+    for r in new:
+        r["workload"]["global_batch"] = 128
+        r["timing"].update(train_time_s=10.0, comm={"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002})
+        r["launch"]["devices"] = r["launch"]["world_size"]
+    reports = []
+    for found in (old, new):
+        runs = frames.runs_frame([results.validate(r) for r in found])
+        reports.append(tables.render(runs, frames.scaling_frame(runs)))
+    assert reports[0] == reports[1] and "gpt" in reports[0] and "transformer" not in reports[0]
 
 
 def _attempt(run_id, created, restarts, job="77", array_job=None, task=None, step="0"):
@@ -346,19 +401,19 @@ def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_h
     assert results.group_key(make_result("d", 1, batch_size=32)) != results.group_key(a)
 
 
-def test_a_version_1_file_gets_the_version_2_names_in_comm_and_in_each_rank():
+def test_a_version_1_file_gets_the_current_names_in_comm_and_in_each_rank():
     old = make_result("v1")
     old["schema_version"] = 1
     old["timing"]["comm"] = {"exposed_comm_s": 1, "comm_busy_s": 2, "comm_alone_s": 3, "hidden_comm_s": 4,
                              "overlap": 5, "train_busbw_GBps": 6, "compute_s": 7}
     old["ranks"] = [{"comm_busy_s": 1, "comm_alone_s": 2, "rank": 0}, "not a rank"]
     new = results.validate(old)
-    assert new["schema_version"] == 2 and new["timing"]["comm"] == {
+    assert new["schema_version"] == 3 and new["timing"]["comm"] == {
         "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 5,
         "ddp_busbw_GBps": 6, "compute_s": 7}
-    assert new["ranks"] == [{"allreduce_s": 1, "allreduce_alone_s": 2, "rank": 0}, "not a rank"]
+    assert new["ranks"] == [{"allreduce_times_s": 1, "allreduce_alone_times_s": 2, "rank": 0}, "not a rank"]
     assert old["schema_version"] == 1 and "exposed_comm_s" in old["timing"]["comm"]  # the caller's dict untouched
-    assert results.validate(dict(make_result("v2"), ranks=[{"comm_busy_s": 1}]))["ranks"] == [{"comm_busy_s": 1}]
+    assert results.validate(dict(make_result("v3"), ranks=[{"comm_busy_s": 1}]))["ranks"] == [{"comm_busy_s": 1}]
 
 
 def test_requeued_attempts_share_a_key_per_job_array_task_and_step():
@@ -389,17 +444,17 @@ def test_an_unreadable_file_says_why(tmp_path):
 def _summary(**changes):
     config = {k: 1 for k in results._SUMMARY_FIELDS}
     config["workload"] = {"model": "mlp"}
-    return {"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [config], **changes}
+    return {"schema": results.SUMMARY_SCHEMA, "schema_version": 2, "configurations": [config], **changes}
 
 
 @pytest.mark.parametrize("changes, message", [
     ({"schema": "scalelab.result"}, 'not a scalelab report summary (no "schema": "scalelab.report_summary")'),
-    ({"schema_version": 2}, "summary schema_version 2 is not one this scalelab reads (1)"),
-    ({"schema_version": True}, "summary schema_version True is not one this scalelab reads (1)"),
-    ({"schema_version": "1"}, "summary schema_version '1' is not one this scalelab reads (1)"),
+    ({"schema_version": 3}, "summary schema_version 3 is not one this scalelab reads (2)"),
+    ({"schema_version": True}, "summary schema_version True is not one this scalelab reads (2)"),
+    ({"schema_version": "1"}, "summary schema_version '1' is not one this scalelab reads (2)"),
     ({"configurations": {}}, 'summary has no "configurations" list'),
     ({"configurations": [{"workload": {}}]}, "summary configuration 0 lacks hardware, describe, scaling, unit, "
-     "devices, nodes, throughput, efficiency, baseline_devices, step_s, comm_share"),
+     "world_size, num_nodes, throughput, efficiency, baseline_world_size, step_s, comm_share"),
     ({"configurations": [dict(_summary()["configurations"][0], workload=[])]},
      "summary configuration 0 lacks a workload object"),
 ])
@@ -410,7 +465,21 @@ def test_a_summary_is_refused_with_what_it_lacks(tmp_path, changes, message):
         results.load_summary(str(path))
     assert str(err.value) == message
     path.write_text(json.dumps(_summary()))
-    assert results.load_summary(str(path))["configurations"][0]["devices"] == 1
+    assert results.load_summary(str(path))["configurations"][0]["world_size"] == 1
+
+
+def test_a_version_1_summary_is_read_under_the_version_2_names(tmp_path):
+    """A summary.json mailed from a site still on the old names compares against a folder reported now."""
+    old = {"group": "A", "workload": {"model": "transformer", "preset": "tiny"}, "describe": "transformer tiny",
+           "hardware": "CPU (gloo)", "scaling": "weak", "unit": "tokens/s", "devices": 2, "nodes": 1,
+           "throughput": 9000.0, "efficiency": 0.9, "baseline_devices": 1, "step_s": 0.2, "comm_share": 0.1}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [old]}))
+    data = results.load_summary(str(path))
+    assert data["schema_version"] == 2 and data["configurations"] == [
+        {"letter": "A", "workload": {"model": "gpt", "preset": "tiny"}, "describe": "gpt tiny",
+         "hardware": "CPU (gloo)", "scaling": "weak", "unit": "tokens/s", "world_size": 2, "num_nodes": 1,
+         "throughput": 9000.0, "efficiency": 0.9, "baseline_world_size": 1, "step_s": 0.2, "comm_share": 0.1}]
 
 
 def test_a_result_is_stamped_in_utc():

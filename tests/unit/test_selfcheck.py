@@ -14,12 +14,12 @@ from scalelab.launch import cores
 
 def gpu_run(**launch):
     """A 2-node x 2-GPU training result as a GPU run records it."""
-    r = make_result("g", 4, 2, model="transformer", precision="bf16-mixed")
+    r = make_result("g", 4, 2, model="gpt", precision="bf16-mixed")
     r["launch"].update(accelerator="gpu", backend="nccl", device_names=["NVIDIA A100-SXM4-40GB"], **launch)
     r["ranks"] = [{"rank": k, "host": f"n{k // 2}", "device": f"cuda:{k % 2}", "threads": 4, "machine": f"m{k // 2}",
                    "gpu_uuid": f"GPU-{k}a2f0c1e-0000-4000-8000-00000000000{k}", "backend": "nccl",
                    "cpu_affinity": [4 * (k % 2) + c for c in range(4)], "step_times_s": [0.5, 0.4, 0.4],
-                   "allreduce_s": [0.2, 0.3, 0.3], "epoch_times_s": [1.3], "loop_wall_s": 1.32} for k in range(4)]
+                   "allreduce_times_s": [0.2, 0.3, 0.3], "epoch_times_s": [1.3], "loop_wall_s": 1.32} for k in range(4)]
     r["timing"].update(mfu=0.41, peak_tflops=312.0)
     return r
 
@@ -46,7 +46,7 @@ def test_a_healthy_gpu_run_passes_every_claim_it_can_show():
 def test_each_broken_claim_fails_with_its_reason():
     run = gpu_run(oversubscribed="oversubscribed: rank 0 ran 4 threads on 1 core(s)")
     run["ranks"][1]["gpu_uuid"] = run["ranks"][0]["gpu_uuid"]  # ranks 0 and 1 on one GPU, though cuda:0 and cuda:1
-    run["ranks"][2]["allreduce_s"][1] = 0.9  # busy longer than its 0.4 s step: intervals on two clocks
+    run["ranks"][2]["allreduce_times_s"][1] = 0.9  # busy longer than its 0.4 s step: intervals on two clocks
     run["ranks"][0]["loop_wall_s"] = 2.0  # the loop took 2 s on the host clock, the timed steps 1.3 s
     bench = {"launch": {"world_size": 8, "num_nodes": 2}, "summary": {"large_msg_busbw_GBps": 3.1}}
     v = verdicts(run, bench, expect=20, log="NCCL INFO Channel 00 : 0[0] -> 2[0] [send] via NET/Socket/0")
@@ -82,7 +82,7 @@ def test_gpu_ranks_left_on_shared_cores_are_said_to_share_not_failed():
 
 def test_what_a_cpu_rehearsal_cannot_show_is_skipped_saying_why():
     run = make_result("c", 1) | {"ranks": [{"rank": 0, "host": "h", "device": "cpu", "threads": 1,
-                                            "cpu_affinity": [0], "step_times_s": [0.1], "allreduce_s": [0.0],
+                                            "cpu_affinity": [0], "step_times_s": [0.1], "allreduce_times_s": [0.0],
                                             "epoch_times_s": [0.1], "gpu_uuid": None, "backend": None,
                                             "loop_wall_s": 0.1}]}
     v = verdicts(run)

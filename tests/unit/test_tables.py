@@ -46,9 +46,9 @@ def test_the_group_title_names_workload_batch_precision_levers_and_hardware():
 def test_processes_per_node_and_threads():
     runs = runs_frame([make_result("c", 2)])
     r = next(runs.itertuples())
-    assert tables.procs_cell(r) == "2×1t"
-    assert tables.procs_cell(r._replace(oversubscribed="2 ranks on 1 core")) == "2×1t!"
-    assert tables.procs_cell(r._replace(accelerator="gpu", procs_per_node=4)) == "4"
+    assert tables.devices_cell(r) == "2×1t"
+    assert tables.devices_cell(r._replace(oversubscribed="2 ranks on 1 core")) == "2×1t!"
+    assert tables.devices_cell(r._replace(accelerator="gpu", devices=4)) == "4"
 
 
 def test_the_runs_table_lists_each_run_and_warns_about_shared_or_starved_cores():
@@ -60,7 +60,8 @@ def test_the_runs_table_lists_each_run_and_warns_about_shared_or_starved_cores()
     runs = runs_frame(found)
     lines = tables.runs_table(runs, "pipe", None)
     table = _pipe(lines[0])
-    assert table[0] == ["run id", "devices", "nodes", "procs×threads", "1st step s", "train s", "step ms", "epoch s",
+    assert table[0] == ["run id", "world size", "nodes", "devices×threads", "1st step s", "train s", "step ms",
+                        "epoch s",
                         "samples/s", "train loss", "val acc"]
     assert table[1] == ["r0", "1", "1", "1×1t", "3.0", "10.00", "10.0", "1.00", "100", "0.500", "0.900"]
     assert lines[1:] == ["  ! r4: 2 ranks on 1 core; its speedup measures ranks sharing cores, not scaling",
@@ -79,7 +80,7 @@ def test_the_scaling_table_row_by_row():
     lines = tables.scaling_table(scaling, "pipe")
     assert lines[:2] == ["", "Scaling (baseline: 2 devices; speedup = samples/s ÷ baseline samples/s)"]
     table = _pipe(lines[2])
-    assert table[0] == ["devices", "nodes", "runs", "samples/s (median [min–max])", "speedup", "efficiency",
+    assert table[0] == ["world size", "nodes", "runs", "samples/s (median [min–max])", "speedup", "efficiency",
                         "predicted eff.", "samples/s per device"]
     assert table[1] == ["2", "1", "3", "110 [100–200]", "1.00×", "100 %", "—", "55"]
     assert table[2] == ["4", "2 (emulated 1 Gbit/s)", "1", "198", "1.80×", "90 %", "—", "50"]
@@ -98,7 +99,8 @@ def test_runs_that_did_not_complete_are_listed_with_the_start_of_their_error():
     runs = runs_frame([make_result("ok", 1), failed, dict(make_result("t", 4, status="timeout"), error="stopped")])
     lines = tables.failed_table(runs, "pipe")
     assert lines[0] == "Runs that did not complete (left out of every speedup):" and lines[-1] == ""
-    assert _pipe(lines[1]) == [["run id", "status", "devices", "nodes", "error"], ["f", "failed", "2", "1", "x" * 100],
+    assert _pipe(lines[1]) == [["run id", "status", "world size", "nodes", "error"], ["f", "failed", "2", "1",
+                                                                                      "x" * 100],
                                ["t", "timeout", "4", "1", "stopped"]]
     assert tables.failed_table(runs_frame([make_result("ok", 1)]), "pipe") == []
 
@@ -116,7 +118,7 @@ def test_a_failed_run_without_an_error_field_is_listed_as_such():
 
 
 def _hint(devices, nodes, accelerator="cpu", link="", gbit=None):
-    return tables._bench_hint(pd.DataFrame({"devices": [1, devices], "nodes": [1, nodes], "link": ["", link],
+    return tables._bench_hint(pd.DataFrame({"world_size": [1, devices], "num_nodes": [1, nodes], "link": ["", link],
                                             "link_gbit": [None, gbit], "accelerator": [accelerator] * 2}))
 
 
@@ -172,7 +174,7 @@ def test_gpu_runs_list_processes_per_node():
     gpu = make_result("g", 8, nodes=2)
     gpu["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
     header, row = _pipe(tables.runs_table(runs_frame([gpu]), "pipe", None)[0])
-    assert (header[3], row[3]) == ("procs/node", "4")
+    assert (header[3], row[3]) == ("devices", "4")
 
 
 def _left_aligned(table: str) -> bool:
@@ -226,9 +228,9 @@ def test_the_report_lists_the_newest_twelve_runs_per_group_by_default():
 
 def test_every_table_of_the_report_is_in_the_format_asked_for_and_a_blank_line_ends_each_group():
     lines = tables.render(*_two_groups(), fmt="pipe").splitlines()
-    heads = [line.split("|")[1].strip() for line in lines if line.startswith("|") and "devices" in line]
+    heads = [line.split("|")[1].strip() for line in lines if line.startswith("|") and "world size" in line]
     # per group: runs, scaling, step table; then the comm_hook family's table
-    assert heads == ["run id", "devices", "devices", "run id", "devices", "devices", "comm_hook"]
+    assert heads == ["run id", "world size", "world size", "run id", "world size", "world size", "comm_hook"]
     assert not [line for line in lines if line.startswith("--")]  # no "simple" table among them
     for title in ("Group B: ", "What comm_hook bought"):
         assert lines[next(i for i, line in enumerate(lines) if line.startswith(title)) - 1] == ""
@@ -241,18 +243,18 @@ def test_an_infinite_figure_in_a_result_prints_as_inf_in_every_column_of_the_run
     """json reads a result file's Infinity (a diverged loss, a division by a zero time) as inf: each cell says
     "inf", as Python writes it, whatever the column's format."""
     r = make_result("inf", 1)
-    r["launch"]["threads_per_proc"] = INF
-    r["timing"].update(samples_per_s=INF, train_time_s=INF, step_time_s={"median": INF}, epoch_times_s=[INF],
-                       time_to_first_step_s=INF)
-    r["metrics"].update(final_train_loss=INF, val_acc=INF)
+    r["launch"]["threads"] = INF
+    r["timing"].update(samples_per_s=INF, train_time_s=INF, step_s={"median": INF}, epoch_times_s=[INF],
+                       first_step_s=INF)
+    r["metrics"].update(train_loss=INF, val_acc=INF)
     row = _pipe(tables.runs_table(runs_frame([r]), "pipe", None)[0])[1]
     assert row == ["inf", "1", "1", "1×inft", "inf", "inf", "inf", "inf", "inf", "inf", "inf"]
 
 
 def _step_frame(**figures):
     """Configurations of the annotated frame as step_table reads them: 2 devices, the group's baseline."""
-    base = dict(devices=2, nodes=1, link="", baseline_devices=2, model="transformer", bench_runs=3,
-                step_ms=250.0, compute_s=0.2, allreduce_s=0.1, allreduce_alone_s=0.08, predicted_allreduce_s=0.09,
+    base = dict(world_size=2, num_nodes=1, link="", baseline_world_size=2, model="gpt", bench_runs=3,
+                step_s=0.25, compute_s=0.2, allreduce_s=0.1, allreduce_alone_s=0.08, predicted_allreduce_s=0.09,
                 waited_s=0.07, comm_share=0.2, hidden_fraction=0.3, grad_bytes=999_500_000, ddp_busbw_GBps=1.25e-5,
                 bench_busbw_GBps=1234.5, tflops_per_device=5e-5, mfu=0.0123)
     return pd.DataFrame([{**base, **figures}])
@@ -282,7 +284,7 @@ def test_without_an_mfu_the_step_table_says_why_even_for_a_frame_without_a_peak_
 
 
 def test_an_infinite_figure_prints_as_inf_in_every_column_of_the_step_table():
-    figures = ("step_ms", "compute_s", "allreduce_s", "allreduce_alone_s", "predicted_allreduce_s", "waited_s",
+    figures = ("step_s", "compute_s", "allreduce_s", "allreduce_alone_s", "predicted_allreduce_s", "waited_s",
                "comm_share", "hidden_fraction", "grad_bytes", "ddp_busbw_GBps", "bench_busbw_GBps",
                "tflops_per_device", "mfu")
     row = _pipe(tables.step_table(_step_frame(**dict.fromkeys(figures, INF)), "pipe")[2])[1]

@@ -232,7 +232,7 @@ class _Meta:
             status="completed", error=None, run_name=None,
             source={"format": "nccl-tests", "program": self.program[1] if self.program else "all_reduce_perf",
                     "redop": redop, "column": column, **self.versions},
-            launch={"launcher": "nccl-tests", "world_size": size, "num_nodes": nodes, "procs_per_node": per_node,
+            launch={"launcher": "nccl-tests", "world_size": size, "num_nodes": nodes, "devices": per_node,
                     "accelerator": accelerator, "backend": backend, "device_names": devices, "hostnames": hosts,
                     "link": None},
             config={"dtype": merged[0]["dtype"], **{k: int(params[i]) if params else None for k, i in

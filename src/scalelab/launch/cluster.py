@@ -45,7 +45,7 @@ class Launch:
         """The `launch` block of a result.json. One builder for every writer (training, benchmarks), so the
         report reads the same fields from each; `backend` is None where no process group ran (one rank)."""
         return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,
-                "procs_per_node": self.devices, "accelerator": self.accelerator,
+                "devices": self.devices, "accelerator": self.accelerator,
                 "backend": self.backend if self.world_size > 1 else None,
                 "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)),
                 "link": link_env.link_record(), **extra}

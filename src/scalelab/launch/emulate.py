@@ -1,7 +1,7 @@
 """A miniature cluster: emulated nodes on one machine, each with a real, rate-limited link (src/emulate.py).
 
-    python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny
-    python src/emulate.py --nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M
+    python src/emulate.py --num_nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model gpt --preset tiny
+    python src/emulate.py --num_nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M
 
 Each node is a network namespace (launch/netns.py) with its own share of the cores (`taskset`; with more nodes
 than cores they take turns: node K on core K mod cores); one `torchrun --nnodes N --node_rank K` per node starts
@@ -11,6 +11,7 @@ their result records the link (launch.link) and the report never shows this as a
 fails the other is stopped; the namespaces are torn down in every case. Torch-free: torchrun runs in the nodes.
 """
 
+import argparse
 import ctypes
 import os
 import signal
@@ -28,13 +29,13 @@ NODES = 2
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # `-m scalelab...` imports it
 GRACE_S = 10.0  # after one node failed, the other may end by itself this long before it is stopped
 EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
-  python src/emulate.py --nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model transformer --preset tiny \\
+  python src/emulate.py --num_nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model gpt --preset tiny \\
       --max_steps 30 --output_dir outputs/emulated
   python src/emulate.py --link_gbit 1 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 16M \\
       --output_dir outputs/emulated
-  python src/emulate.py --nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M \\
+  python src/emulate.py --num_nodes 4 --link_gbit 0.2 -- src/allreduce_bench.py --min_bytes 1M --max_bytes 4M \\
       --output_dir outputs/emulated
-  scalelab-emulate --link_gbit 0.2 -- -m scalelab.train --model transformer   # from an installed scalelab
+  scalelab-emulate --link_gbit 0.2 -- -m scalelab.train --model gpt   # from an installed scalelab
 Root uses named network namespaces; any other user, unprivileged user namespaces (where the system allows them)."""
 
 
@@ -43,9 +44,11 @@ def build_parser() -> OneLineParser:
                       usage="%(prog)s [options] -- SCRIPT.py | -m MODULE [its arguments]",
                       description="Run a scalelab script on emulated nodes of this machine: one network namespace "
                                   "and one torchrun per node, each node linked into a switch at --link_gbit (tc).")
-    p.add_argument("--nodes", type=positive_int, default=NODES,
+    p.add_argument("--num_nodes", type=positive_int, default=NODES,
                    help=f"emulated nodes, 2 to {netns.MAX_NODES} (more nodes than cores: they share cores, which "
                         "slows compute, not a link-bound transfer)")
+    p.add_argument("--nodes", dest="num_nodes", type=positive_int, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)  # its name before one name per quantity: still read
     p.add_argument("--devices", type=positive_int, default=1,
                    help="ranks per node (torchrun --nproc_per_node); the node's cores are shared among them")
     p.add_argument("--link_gbit", type=positive_float, default=1.0,
@@ -101,27 +104,27 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     own, command = split_argv(argv)
     args = build_parser().parse_args(own)
-    if not 2 <= args.nodes <= netns.MAX_NODES:
-        raise UsageError(f"--nodes {args.nodes}: emulate 2 to {netns.MAX_NODES} nodes")
+    if not 2 <= args.num_nodes <= netns.MAX_NODES:
+        raise UsageError(f"--num_nodes {args.num_nodes}: emulate 2 to {netns.MAX_NODES} nodes")
     if args.degrade_gbit is not None and args.degrade_gbit >= args.link_gbit:
         raise UsageError(f"--degrade_gbit {args.degrade_gbit:g} must be below --link_gbit {args.link_gbit:g} "
                          "(the rate the link claims)")
     check_command(command)
     taskset = netns.tool("taskset")
-    cores = node_cores(args.nodes)
+    cores = node_cores(args.num_nodes)
     have = len(cores[0].split(","))
     if args.devices > have and "--oversubscribe" not in command:
         raise UsageError(f"--devices {args.devices} per node needs {args.devices} cores per node but each emulated "
                          f"node has {have} (cores {' and '.join(cores)}): use --devices {have}, or pass "
                          "--oversubscribe to the script to run anyway")
     shaped = args.link_gbit if args.degrade_gbit is None else args.degrade_gbit
-    with netns.emulated_nodes(args.nodes, shaped, args.latency_ms,
+    with netns.emulated_nodes(args.num_nodes, shaped, args.latency_ms,
                               nominal_gbit=args.degrade_gbit and args.link_gbit) as link:
         for note in link.notes:
             print(f"{PROG}: warning: {note}", file=sys.stderr, flush=True)
         print(banner(args, link, cores), flush=True)
         procs = [start_node(link, k, args, command, [taskset, "-c", cores[k - 1]])
-                 for k in range(1, args.nodes + 1)]
+                 for k in range(1, args.num_nodes + 1)]
         return wait_nodes(procs)
 
 
@@ -132,7 +135,7 @@ def banner(args, link, cores) -> str:
     latency = f", +{link.latency_ms:g} ms each way" if link.latency_ms is not None else ""
     where = ", ".join(f"node {k} on core(s) {c}" for k, c in enumerate(cores, 1))
     shared = " (nodes share cores: more nodes than cores)" if len(set(cores)) < len(cores) else ""
-    return (f"{PROG}: {args.nodes} nodes x {args.devices} device(s), each linked into a switch by an emulated "
+    return (f"{PROG}: {args.num_nodes} nodes x {args.devices} device(s), each linked into a switch by an emulated "
             f"{rate} link{latency} ({link.mode}: namespaces {', '.join(link.namespaces)}; tc tbf on both ends of "
             f"each link); {where}{shared}")
 
@@ -140,7 +143,7 @@ def banner(args, link, cores) -> str:
 def start_node(link, k: int, args, command, pin) -> subprocess.Popen:
     """torchrun (launch/node.py: one line where torchrun prints a traceback) for node k (1 ... N) inside its
     namespace, pinned to its cores."""
-    torchrun = [sys.executable, "-m", "scalelab.launch.node", "--nnodes", str(args.nodes), "--nproc_per_node",
+    torchrun = [sys.executable, "-m", "scalelab.launch.node", "--nnodes", str(args.num_nodes), "--nproc_per_node",
                 str(args.devices), "--node_rank", str(k - 1), "--master_addr", link.address(1), "--master_port",
                 str(args.master_port)]
     # each rank pins itself within the node's cores; gloo's C++ warnings stay quiet (errors still print)

@@ -98,7 +98,7 @@ def emulated_nodes(nodes: int, gbit: float, latency_ms: Optional[float] = None, 
     if not sys.platform.startswith("linux"):
         raise UsageError(f"emulated nodes need Linux network namespaces; this is {sys.platform}")
     if not 2 <= nodes <= MAX_NODES:
-        raise UsageError(f"--nodes {nodes}: emulate 2 to {MAX_NODES} nodes")
+        raise UsageError(f"--num_nodes {nodes}: emulate 2 to {MAX_NODES} nodes")
     builder = _RootBuilder(nodes) if os.geteuid() == 0 else _UserBuilder(nodes)
     restore = exit_on_sigterm()
     try:

@@ -80,14 +80,14 @@ def exposed_factor(step_s: float, baseline_step_s: float, allreduce_s: float) ->
     return (step_s - baseline_step_s) / allreduce_s if allreduce_s > 0 else None
 
 
-def inputs_for(baseline_step_s: float, nbytes: float, calls: int, gpus_per_node: int, nodes: Sequence[int],
+def inputs_for(baseline_step_s: float, nbytes: float, calls: int, devices: int, num_nodes: Sequence[int],
                intra: Optional[RingFit], inter: Optional[RingFit]) -> ScalingInputs:
     """perfmodel.predict's inputs for these calibrated figures: one model, whether its inputs are typed in
     (src/predict.py) or measured (a results folder)."""
     def beta(fit):
         return fit.beta_GBps if fit else 1e9  # no fit at that level: it is not asked for
 
-    return ScalingInputs(gpus_per_node=gpus_per_node, nodes=tuple(nodes), grad_bytes=nbytes,
+    return ScalingInputs(devices=devices, num_nodes=tuple(num_nodes), grad_bytes=nbytes,
                          intra_GBps=beta(intra), inter_GBps=beta(inter),
                          intra_latency_s=intra.alpha_s if intra else 0.0,
                          inter_latency_s=inter.alpha_s if inter else 0.0,
@@ -114,8 +114,9 @@ def step_band(baseline: Band, allreduce_s: float, exposure: Band, comm_uncertain
                 baseline.high + max(0.0, exposure.high) * allreduce_s * (1 + comm_uncertainty))
 
 
-def model_rows(baseline_step_s: float, nbytes: float, calls: int, gpus_per_node: int, nodes: Sequence[int],
+def model_rows(baseline_step_s: float, nbytes: float, calls: int, devices: int, num_nodes: Sequence[int],
                intra: Optional[RingFit], inter: Optional[RingFit]) -> list:
     """perfmodel.predict's rows (1 GPU, 1 node, each node count) for the links there is a fit for."""
-    rows = predict(inputs_for(baseline_step_s, nbytes, calls, gpus_per_node, nodes, intra, inter))
-    return [r for r in rows if not ((r.nodes == 1 and r.gpus > 1 and intra is None) or (r.nodes > 1 and inter is None))]
+    rows = predict(inputs_for(baseline_step_s, nbytes, calls, devices, num_nodes, intra, inter))
+    return [r for r in rows if not ((r.num_nodes == 1 and r.world_size > 1 and intra is None)
+                                    or (r.num_nodes > 1 and inter is None))]

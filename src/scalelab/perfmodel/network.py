@@ -106,21 +106,21 @@ class Ring:
     link: str  # "none", "intra" or "inter"
 
 
-def ring_for(nodes: int, gpus_per_node: int, intra_GBps: float, inter_GBps: float,
+def ring_for(num_nodes: int, devices: int, intra_GBps: float, inter_GBps: float,
              intra_latency_s: float = 0.0, inter_latency_s: float = 0.0) -> Ring:
     """Which link bounds the ring at this scale.
 
     One node: the ring runs over the node's GPUs on the intra-node link (β = per-GPU unidirectional
-    NVLink/PCIe bandwidth, n = GPUs per node). Several nodes: one ring over all n = nodes · gpus_per_node
+    NVLink/PCIe bandwidth, n = GPUs per node). Several nodes: one ring over all n = num_nodes · devices
     GPUs whose slowest hop crosses nodes, so the node's inter-node bandwidth sets β (unidirectional, per
     node: with several NICs give their sum, NCCL runs one ring per NIC). The inter-node latency is charged
     for every step, which overstates latency a little for the intra-node hops.
     """
-    _positive(nodes=nodes, gpus_per_node=gpus_per_node)
-    n = nodes * gpus_per_node
+    _positive(num_nodes=num_nodes, devices=devices)
+    n = num_nodes * devices
     if n == 1:
         return Ring(1, None, 0.0, "none")
-    if nodes == 1:
+    if num_nodes == 1:
         return Ring(n, intra_GBps, intra_latency_s, "intra")
     return Ring(n, inter_GBps, inter_latency_s, "inter")
 

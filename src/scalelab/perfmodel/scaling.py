@@ -35,8 +35,8 @@ class ScalingInputs:
     that replaces the link figure there. tokens_per_step (tokens of one 1-GPU step), token_budget and
     gpu_hour_price add time-to-train and cost.
     """
-    gpus_per_node: int
-    nodes: Sequence[int] = (1,)
+    devices: int
+    num_nodes: Sequence[int] = (1,)
     n_params: Optional[float] = None
     grad_bytes: Optional[float] = None
     grad_dtype_bytes: int = 4
@@ -58,15 +58,15 @@ class ScalingInputs:
     wire_bytes: Optional[float] = None  # bytes a hook sends per all-reduce (perfmodel.levers); None: S itself
 
     def __post_init__(self):
-        _positive(gpus_per_node=self.gpus_per_node, intra_GBps=self.intra_GBps, inter_GBps=self.inter_GBps,
+        _positive(devices=self.devices, intra_GBps=self.intra_GBps, inter_GBps=self.inter_GBps,
                   grad_dtype_bytes=self.grad_dtype_bytes, accumulate=self.accumulate)
         if self.wire_bytes is not None:
             _positive(wire_bytes=self.wire_bytes)
         _nonneg(intra_latency_s=self.intra_latency_s, inter_latency_s=self.inter_latency_s)
-        nodes = tuple(sorted(set(int(n) for n in self.nodes)))
-        if not nodes or min(nodes) < 1:
-            raise ValueError(f"nodes must be positive integers, got {list(self.nodes)}")
-        object.__setattr__(self, "nodes", nodes)
+        num_nodes = tuple(sorted(set(int(n) for n in self.num_nodes)))
+        if not num_nodes or min(num_nodes) < 1:
+            raise ValueError(f"num_nodes must be positive integers, got {list(self.num_nodes)}")
+        object.__setattr__(self, "num_nodes", num_nodes)
         if self.scaling not in ("weak", "strong"):
             raise ValueError(f"scaling must be 'weak' or 'strong', got {self.scaling!r}")
         if self.grad_bytes is None and self.n_params is None:
@@ -111,11 +111,11 @@ class ScalingInputs:
 class ScaleRow:
     """One scale of the prediction. *_no_overlap: compute + comm; *_overlap: max(compute, comm)."""
     label: str
-    nodes: int
-    gpus: int
+    num_nodes: int
+    world_size: int
     link: str  # "none", "intra", "inter" or "busbw" (a measured busbw replaced the link figure)
     bandwidth_GBps: Optional[float]
-    allreduce_bytes_per_gpu: float
+    allreduce_bytes_per_device: float
     latency_term_s: float
     comm_s: float
     compute_s: float
@@ -133,12 +133,12 @@ class ScaleRow:
     cost_overlap: Optional[float] = None
 
 
-def scales(gpus_per_node: int, nodes: Sequence[int]) -> list[tuple[str, int, int]]:
+def scales(devices: int, num_nodes: Sequence[int]) -> list[tuple[str, int, int]]:
     """(label, nodes, gpus) rows: 1 GPU, 1 node, then every node count above 1."""
     rows = [("1 GPU", 1, 1)]
-    if gpus_per_node > 1:
-        rows.append(("1 node", 1, gpus_per_node))
-    rows += [(f"{n} nodes", n, n * gpus_per_node) for n in sorted(set(nodes)) if n > 1]
+    if devices > 1:
+        rows.append(("1 node", 1, devices))
+    rows += [(f"{n} nodes", n, n * devices) for n in sorted(set(num_nodes)) if n > 1]
     return rows
 
 
@@ -152,27 +152,27 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
     S, c1, k = inputs.sent_bytes, inputs.compute_s_1gpu, inputs.accumulate
     measured = dict(inputs.busbw_GBps or {})
     rows = []
-    for label, nodes, gpus in scales(inputs.gpus_per_node, inputs.nodes):
-        ring = ring_for(nodes, gpus // nodes, inputs.intra_GBps, inputs.inter_GBps,
+    for label, num_nodes, world_size in scales(inputs.devices, inputs.num_nodes):
+        ring = ring_for(num_nodes, world_size // num_nodes, inputs.intra_GBps, inputs.inter_GBps,
                         inputs.intra_latency_s, inputs.inter_latency_s)
         link, bw, latency_term = ring.link, ring.bandwidth_GBps, 0.0
-        if gpus == 1:
+        if world_size == 1:
             comm = 0.0
-        elif nodes in measured:
-            link, bw = "busbw", measured[nodes]
-            comm = allreduce_time_from_busbw_s(S, gpus, bw)
+        elif num_nodes in measured:
+            link, bw = "busbw", measured[num_nodes]
+            comm = allreduce_time_from_busbw_s(S, world_size, bw)
         else:
-            latency_term = inputs.buckets * 2 * (gpus - 1) * ring.latency_s
-            comm = allreduce_time_s(S, gpus, bw, ring.latency_s, inputs.buckets)
-        compute = c1 if inputs.scaling == "weak" else c1 / gpus  # one batch; an optimizer step is k of them
+            latency_term = inputs.buckets * 2 * (world_size - 1) * ring.latency_s
+            comm = allreduce_time_s(S, world_size, bw, ring.latency_s, inputs.buckets)
+        compute = c1 if inputs.scaling == "weak" else c1 / world_size  # one batch; an optimizer step is k of them
         serial, overlap = accumulated_step(compute, comm, k)
-        work = gpus if inputs.scaling == "weak" else 1  # how many 1-GPU steps of work one step does
+        work = world_size if inputs.scaling == "weak" else 1  # how many 1-GPU steps of work one step does
         sp_serial, sp_overlap = work * k * c1 / serial, work * k * c1 / overlap
-        row = dict(label=label, nodes=nodes, gpus=gpus, link=link, bandwidth_GBps=bw,
-                   allreduce_bytes_per_gpu=allreduce_bytes_per_rank(S, gpus), latency_term_s=latency_term,
+        row = dict(label=label, num_nodes=num_nodes, world_size=world_size, link=link, bandwidth_GBps=bw,
+                   allreduce_bytes_per_device=allreduce_bytes_per_rank(S, world_size), latency_term_s=latency_term,
                    comm_s=comm, compute_s=k * compute, step_s_no_overlap=serial, step_s_overlap=overlap,
                    comm_bound=comm > k * compute, speedup_no_overlap=sp_serial, speedup_overlap=sp_overlap,
-                   efficiency_no_overlap=sp_serial / gpus, efficiency_overlap=sp_overlap / gpus)
+                   efficiency_no_overlap=sp_serial / world_size, efficiency_overlap=sp_overlap / world_size)
         if inputs.tokens_per_step is not None:
             tokens = inputs.tokens_per_step * work * k
             row["tokens_per_step"] = tokens
@@ -181,8 +181,8 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
                 row["train_h_no_overlap"] = steps * serial / 3600
                 row["train_h_overlap"] = steps * overlap / 3600
                 if inputs.gpu_hour_price is not None:
-                    row["cost_no_overlap"] = row["train_h_no_overlap"] * gpus * inputs.gpu_hour_price
-                    row["cost_overlap"] = row["train_h_overlap"] * gpus * inputs.gpu_hour_price
+                    row["cost_no_overlap"] = row["train_h_no_overlap"] * world_size * inputs.gpu_hour_price
+                    row["cost_overlap"] = row["train_h_overlap"] * world_size * inputs.gpu_hour_price
         rows.append(ScaleRow(**row))
     return rows
 
@@ -219,7 +219,7 @@ def bandwidth_assumption(inputs: ScalingInputs) -> str:
     """The bandwidth/latency assumption in plain words (what a reader must check against their cluster)."""
     measured = dict(inputs.busbw_GBps or {})
     lines = [
-        f"bandwidth (unidirectional): 1 node = one ring over its {inputs.gpus_per_node} GPUs on the intra-node link,"
+        f"bandwidth (unidirectional): 1 node = one ring over its {inputs.devices} GPUs on the intra-node link,"
         f" beta = {inputs.intra_GBps:g} GB/s per GPU, alpha = {inputs.intra_latency_s * 1e6:g} us;",
         f"  several nodes = one ring over all GPUs whose slowest hop is the inter-node link,"
         f" beta = {inputs.inter_GBps:g} GB/s ({GBps_to_gbit(inputs.inter_GBps):g} Gbit/s) per node,"
@@ -237,9 +237,9 @@ def required_bandwidth_GBps(row: ScaleRow) -> Optional[float]:
     """The bandwidth at which this row's all-reduce would take exactly its compute time (None: latency alone
     already exceeds compute, or no communication)."""
     budget = row.compute_s - row.latency_term_s
-    if row.gpus == 1 or budget <= 0:
+    if row.world_size == 1 or budget <= 0:
         return None
-    return row.allreduce_bytes_per_gpu / budget / GB
+    return row.allreduce_bytes_per_device / budget / GB
 
 
 def verdict(rows: Sequence[ScaleRow]) -> str:
@@ -247,10 +247,10 @@ def verdict(rows: Sequence[ScaleRow]) -> str:
     bound = [r for r in rows if r.comm_bound]
     if not bound:
         worst = max(rows, key=lambda r: r.comm_s / r.compute_s)
-        return (f"compute-bound at every scale: largest all-reduce share at {worst.label} ({worst.gpus} GPUs),"
+        return (f"compute-bound at every scale: largest all-reduce share at {worst.label} ({worst.world_size} GPUs),"
                 f" {worst.comm_s:.3g} s <= compute {worst.compute_s:.3g} s")
     r = bound[0]
-    text = (f"communication-bound from {r.label} ({r.gpus} GPUs): all-reduce {r.comm_s:.3g} s"
+    text = (f"communication-bound from {r.label} ({r.world_size} GPUs): all-reduce {r.comm_s:.3g} s"
             f" > compute {r.compute_s:.3g} s")
     need = required_bandwidth_GBps(r)
     if need is None:
@@ -273,17 +273,17 @@ class MeasuredPrediction:
     comm_bound: bool
 
 
-def predict_from_busbw(step_s_1gpu: float, grad_bytes: float, world_size: int, nodes: int,
+def predict_from_busbw(step_s_1gpu: float, grad_bytes: float, world_size: int, num_nodes: int,
                        busbw_GBps: Optional[float], scaling: str = "weak") -> MeasuredPrediction:
     """For the report: predicted comm time and efficiency (with and without overlap) of a run.
 
     step_s_1gpu: measured 1-device step time, taken as pure compute; busbw_GBps: measured all-reduce busbw
     at this world size and node count (nccl-tests style). comm = 2(n-1)/n * S / busbw.
     """
-    _positive(step_s_1gpu=step_s_1gpu, world_size=world_size, nodes=nodes)
+    _positive(step_s_1gpu=step_s_1gpu, world_size=world_size, num_nodes=num_nodes)
     _nonneg(grad_bytes=grad_bytes)
-    if world_size % nodes:
-        raise ValueError(f"world_size {world_size} is not a multiple of nodes {nodes}")
+    if world_size % num_nodes:
+        raise ValueError(f"world_size {world_size} is not a multiple of num_nodes {num_nodes}")
     if scaling not in ("weak", "strong"):
         raise ValueError(f"scaling must be 'weak' or 'strong', got {scaling!r}")
     if world_size == 1:

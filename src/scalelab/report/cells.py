@@ -50,4 +50,4 @@ def money_cells(r) -> list:
 def nodes_cell(r) -> str:
     """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
     link = getattr(r, "link", "")
-    return f"{r.nodes} ({link})" if isinstance(link, str) and link else str(r.nodes)
+    return f"{r.num_nodes} ({link})" if isinstance(link, str) and link else str(r.num_nodes)

@@ -16,7 +16,7 @@ from scalelab import results
 from scalelab.errors import UsageError
 from scalelab.report.cells import fmt_num, fmt_pct
 
-KEY = ["workload_key", "devices", "nodes", "link"]  # link: "" or "emulated 1 Gbit/s"
+KEY = ["workload_key", "world_size", "num_nodes", "link"]  # link: "" or "emulated 1 Gbit/s"
 
 
 def load_side(path: str, build) -> tuple:
@@ -46,15 +46,15 @@ def load_side(path: str, build) -> tuple:
 
 def side_by_side(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration in both; ratio = B ÷ A throughput; only-in-one rows kept with NaN."""
-    cols = KEY + ["describe", "scaling", "unit", "throughput", "efficiency", "baseline_devices", "step_s",
+    cols = KEY + ["describe", "scaling", "unit", "throughput", "efficiency", "baseline_world_size", "step_s",
                   "comm_share"]
-    a, b = (f if "baseline_devices" in f else f.assign(baseline_devices=float("nan")) for f in (a, b))
+    a, b = (f if "baseline_world_size" in f else f.assign(baseline_world_size=float("nan")) for f in (a, b))
     both = a[cols].merge(b[cols], on=KEY, how="outer", suffixes=("_a", "_b"), indicator=True)
     both["describe"] = both["describe_a"].fillna(both["describe_b"])
     both["unit"] = both["unit_a"].fillna(both["unit_b"])
     both["scaling"] = both["scaling_a"].fillna(both["scaling_b"])
     both["ratio"] = both["throughput_b"] / both["throughput_a"]
-    return both.sort_values(["describe", "devices", "nodes"]).reset_index(drop=True)
+    return both.sort_values(["describe", "world_size", "num_nodes"]).reset_index(drop=True)
 
 
 def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") -> str:
@@ -62,19 +62,19 @@ def render(label_a: str, label_b: str, both: pd.DataFrame, fmt: str = "simple") 
     for (workload, _), g in both.groupby(["describe", "workload_key"], sort=False):
         unit = g["unit"].iloc[0]
         out.append(f"{workload} · {g['scaling'].iloc[0]} scaling")
-        rows = [[int(r.devices), f"{int(r.nodes)}" + (f" ({r.link})" if r.link else ""),
+        rows = [[int(r.world_size), f"{int(r.num_nodes)}" + (f" ({r.link})" if r.link else ""),
                  fmt_num(r.throughput_a, ",.0f"), fmt_num(r.throughput_b, ",.0f"),
                  fmt_num(r.ratio, ".2f") + ("×" if pd.notna(r.ratio) else ""), fmt_pct(r.efficiency_a),
                  fmt_pct(r.efficiency_b),
                  fmt_num(r.step_s_a * 1e3, ",.1f"), fmt_num(r.step_s_b * 1e3, ",.1f"), fmt_pct(r.comm_share_a),
                  fmt_pct(r.comm_share_b)] for r in g.itertuples()]
-        out.append(tabulate(rows, headers=["devices", "nodes", f"A {unit}", f"B {unit}", "B ÷ A", "A eff.", "B eff.",
+        out.append(tabulate(rows, headers=["world size", "nodes", f"A {unit}", f"B {unit}", "B ÷ A", "A eff.", "B eff.",
                                            "A step ms", "B step ms", "A comm share", "B comm share"],
                             tablefmt=fmt, disable_numparse=True))
         only = g[g["_merge"] != "both"]
         if len(only):
             out.append("  (— : that configuration ran on one side only)")
-        base_a, base_b = g["baseline_devices_a"].dropna(), g["baseline_devices_b"].dropna()
+        base_a, base_b = g["baseline_world_size_a"].dropna(), g["baseline_world_size_b"].dropna()
         if len(base_a) and len(base_b) and base_a.iloc[0] != base_b.iloc[0]:
             out.append(f"  (each efficiency is against its own side's baseline: A {base_a.iloc[0]:.0f} device(s), "
                        f"B {base_b.iloc[0]:.0f}; compare throughput, not efficiency)")
@@ -93,8 +93,8 @@ def main(args, build) -> int:
         results.ensure_output_dir(args.export, "--export")
     print(render(label_a, label_b, both, fmt="github" if args.markdown else "simple"))
     if args.export:
-        table = both[["describe", "scaling", "unit", "devices", "nodes", "throughput_a", "throughput_b", "ratio",
-                      "efficiency_a", "efficiency_b", "baseline_devices_a", "baseline_devices_b", "step_s_a",
+        table = both[["describe", "scaling", "unit", "world_size", "num_nodes", "throughput_a", "throughput_b", "ratio",
+                      "efficiency_a", "efficiency_b", "baseline_world_size_a", "baseline_world_size_b", "step_s_a",
                       "step_s_b", "comm_share_a", "comm_share_b",
                       "workload_key"]]
         paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), table.to_csv(index=False)),

@@ -32,7 +32,7 @@ def bench_frame(found: list) -> pd.DataFrame:
         if collective_of(r) != "all_reduce":
             continue
         launch, source = r["launch"], r.get("source") or {}
-        rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "nodes": launch["num_nodes"],
+        rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "num_nodes": launch["num_nodes"],
                      "accelerator": launch.get("accelerator"), "backend": launch.get("backend"),
                      "device": (launch.get("device_names") or ["?"])[0], "created": r.get("created") or "",
                      "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
@@ -40,7 +40,7 @@ def bench_frame(found: list) -> pd.DataFrame:
                      "link": link_label(launch.get("link")),
                      "log": r.get("_path") if source.get("format") == "nccl-tests" else None,
                      "source": source, "summary": r.get("summary") or {}})
-    frame = pd.DataFrame(rows, columns=["run_id", "world_size", "nodes", "accelerator", "backend", "device",
+    frame = pd.DataFrame(rows, columns=["run_id", "world_size", "num_nodes", "accelerator", "backend", "device",
                                         "created", "busbw_GBps", "dtype", "rows", "link", "log", "source",
                                         "summary"])
     return frame.sort_values("created", ascending=False)
@@ -58,7 +58,7 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     """
     if bench.empty:
         return None
-    match = bench[(bench["world_size"] == world_size) & (bench["nodes"] == nodes)
+    match = bench[(bench["world_size"] == world_size) & (bench["num_nodes"] == nodes)
                   & (bench["accelerator"] == accelerator) & (bench["link"].fillna("") == (link or ""))]
     if accelerator == "gpu":
         match = match[match["device"] == device]
@@ -145,25 +145,25 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
-        bench_row = (bench_for(bench, r.devices, r.nodes, r.accelerator, r.device, getattr(r, "link", ""))
-                     if r.devices > 1 else None)
+        bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, getattr(r, "link", ""))
+                     if r.world_size > 1 else None)
         busbw = pred = eff_lo = eff_hi = None
         # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
         # low-rank factors), else the buckets as DDP filled them, else the whole gradient
         sizes = next((b for b in (getattr(r, "wire_bytes", None), r.bucket_bytes) if isinstance(b, tuple)), None)
         moved = sum(sizes) if sizes else r.grad_bytes
         if bench_row is not None and _ok(moved) and moved > 0:
-            pred = predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.devices, sizes)
+            pred = predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.world_size, sizes)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
-            busbw = perfmodel.busbw_from_time(moved, pred, r.devices) if pred > 0 else None
-            if r.baseline_devices == 1 and _ok(r.baseline_step_ms) and pred > 0:
+            busbw = perfmodel.busbw_from_time(moved, pred, r.world_size) if pred > 0 else None
+            if r.baseline_world_size == 1 and _ok(r.baseline_step_s) and pred > 0:
                 # busbw moves those bytes in `pred` seconds: the model then reproduces pred; the baseline's
                 # step is an optimizer step (K batches with --accumulate_grad_batches K): one all-reduce per K
-                p = perfmodel.predict_from_busbw(r.baseline_step_ms / 1e3, moved, r.devices, r.nodes,
+                p = perfmodel.predict_from_busbw(r.baseline_step_s, moved, r.world_size, r.num_nodes,
                                                  busbw, r.scaling or "weak")
                 eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
-        elif r.devices == 1:
-            eff_lo = eff_hi = 1.0 if r.baseline_devices == 1 else None
+        elif r.world_size == 1:
+            eff_lo = eff_hi = 1.0 if r.baseline_world_size == 1 else None
         new["bench_busbw_GBps"].append(busbw)
         new["bench_runs"].append(bench_row["runs"] if bench_row is not None else None)
         new["predicted_allreduce_s"].append(pred)
@@ -174,11 +174,11 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
             mfu = perfmodel.mfu(r.tflops_per_device, peak_tflops)
         new["mfu"].append(mfu)
         samples_per_s = r.samples_per_s if _ok(r.samples_per_s) else None
-        new["cost_per_1k_samples"].append(gpu_hour_price * r.devices / 3600 / samples_per_s * 1000
+        new["cost_per_1k_samples"].append(gpu_hour_price * r.world_size / 3600 / samples_per_s * 1000
                                           if gpu_hour_price and samples_per_s else None)
         hours = token_budget / r.tokens_per_s / 3600 if token_budget and _ok(r.tokens_per_s) else None
         new["hours_for_token_budget"].append(hours)
-        new["cost_for_token_budget"].append(hours * r.devices * gpu_hour_price if hours and gpu_hour_price else None)
+        new["cost_for_token_budget"].append(hours * r.world_size * gpu_hour_price if hours and gpu_hour_price else None)
     for k, v in new.items():
         out[k] = pd.to_numeric(pd.Series(v, index=out.index, dtype="object"), errors="coerce")
     return out
@@ -186,21 +186,22 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
 
 def limiting_line(r) -> Optional[str]:
     """One row of the annotated frame -> what limits its scaling, in plain words (None for the baseline)."""
-    if r.devices == r.baseline_devices:
+    if r.world_size == r.baseline_world_size:
         return None
-    where = f"{r.devices} devices on {r.nodes} node{'s' if r.nodes > 1 else ''}"
+    where = f"{r.world_size} devices on {r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
     head = f"{where}: efficiency {r.efficiency * 100:.0f} %."
     if not _ok(r.compute_s):
         return head + " No communication measurement in these runs (--comm_probe_every 0, or an older scalelab)."
     causes = []
-    expected = r.baseline_compute_s if r.scaling != "strong" else r.baseline_compute_s * r.baseline_devices / r.devices
+    expected = (r.baseline_compute_s if r.scaling != "strong" else
+                r.baseline_compute_s * r.baseline_world_size / r.world_size)
     slower = r.compute_s - expected if _ok(expected) else 0.0
     if _ok(expected) and slower > 0.1 * expected:
         why = slower_why(r)
-        base = f"{r.baseline_devices} device{'s' if r.baseline_devices > 1 else ''}"
+        base = f"{r.baseline_world_size} device{'s' if r.baseline_world_size > 1 else ''}"
         base = f"at {base}" if r.scaling != "strong" else (  # each device computes its share of the same batch
-            f"the compute at {base} × {r.baseline_devices}/{r.devices} (strong scaling: each device has "
-            f"{r.baseline_devices}/{r.devices} of the batch)")
+            f"the compute at {base} × {r.baseline_world_size}/{r.world_size} (strong scaling: each device has "
+            f"{r.baseline_world_size}/{r.world_size} of the batch)")
         causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than {base}{why}"))
     share = r.comm_share if _ok(r.comm_share) else 0.0
     noisy = split_within_noise(r)
@@ -216,7 +217,7 @@ def limiting_line(r) -> Optional[str]:
                 else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
     emulated = getattr(r, "link", "")
     inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
-    link = inter if r.nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
+    link = inter if r.num_nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
                                                        else "the local gloo transport")
     if _ok(r.ddp_busbw_GBps):
         comm += f"; {link} delivered {_gbps(r.ddp_busbw_GBps)} busbw to DDP"
@@ -276,7 +277,7 @@ def split_within_noise(r) -> bool:
     (clamped at 0 / 100 %) would state a perfect overlap that was never measured.
     """
     synced = getattr(r, "synced_s", None)
-    return r.devices > 1 and _ok(synced) and _ok(r.compute_s) and synced < 0.95 * r.compute_s
+    return r.world_size > 1 and _ok(synced) and _ok(r.compute_s) and synced < 0.95 * r.compute_s
 
 
 def _ms(seconds: float) -> str:

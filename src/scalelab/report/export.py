@@ -18,32 +18,21 @@ from scalelab import __version__, results
 from scalelab.errors import UsageError
 from scalelab.report import explain
 
-# CSV / summary.json columns: the frame's own names, but for the scaling group's letter and the workload's label
-RENAMED = {"group": "letter", "workload": "describe"}  # CSV name: frame column
-SCALING_COLUMNS = ["group", "workload", "hardware", "scaling", "devices", "nodes", "link", "runs", "unit", "throughput",
-                   "throughput_min", "throughput_max", "speedup", "baseline_devices", "efficiency",
+# CSV / summary.json columns: the frame's own names (docs/appendix-a-columns.md), times in seconds
+SCALING_COLUMNS = ["letter", "describe", "hardware", "scaling", "world_size", "num_nodes", "link", "runs", "unit",
+                   "throughput", "throughput_min", "throughput_max", "speedup", "baseline_world_size", "efficiency",
                    "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "throughput_per_device",
                    "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget"]
-STEP_COLUMNS = ["group", "workload", "devices", "nodes", "link", "step_s", "compute_s", "allreduce_s",
+STEP_COLUMNS = ["letter", "describe", "world_size", "num_nodes", "link", "step_s", "compute_s", "allreduce_s",
                 "allreduce_alone_s", "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction",
                 "grad_bytes", "buckets", "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs",
                 "tflops_per_device", "mfu"]
-BENCH_COLUMNS = ["run_id", "world_size", "nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
+BENCH_COLUMNS = ["run_id", "world_size", "num_nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
                  "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]
 
 
-def labelled(scaling: pd.DataFrame) -> pd.DataFrame:
-    """The scaling frame with the step in seconds, as the files hold every time (the tables print ms)."""
-    return scaling.assign(step_s=scaling["step_ms"] / 1e3)
-
-
-def _table(frame: pd.DataFrame, columns: list) -> pd.DataFrame:
-    """The frame's columns under their CSV names."""
-    return frame[[RENAMED.get(c, c) for c in columns]].set_axis(columns, axis=1)
-
-
 def bench_rows(bench: pd.DataFrame) -> pd.DataFrame:
-    rows = [{**{k: b[k] for k in ("run_id", "world_size", "nodes", "backend", "device")}, **row}
+    rows = [{**{k: b[k] for k in ("run_id", "world_size", "num_nodes", "backend", "device")}, **row}
             for _, b in bench.iterrows() for row in sorted(b["rows"], key=lambda r: r["bytes"])]
     return pd.DataFrame(rows, columns=BENCH_COLUMNS)
 
@@ -61,18 +50,16 @@ def _clean(x):
 
 def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir: str) -> dict:
     """What the report showed, per configuration, with the workload and hardware that identify it."""
-    frame = labelled(scaling) if not scaling.empty else scaling
     configurations = []
-    for _, r in frame.iterrows():
+    for _, r in scaling.iterrows():
         key = json.loads(r["group"])
         configurations.append({
-            "group": r["letter"], "workload": key["workload"], "hardware_detail": key["hardware"],
-            "describe": _clean(r["describe"]),
-            **{name: _clean(r[name]) for name in SCALING_COLUMNS if name not in RENAMED},
-            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in (*RENAMED, "devices", "nodes", "link")},
+            "workload": key["workload"], "hardware_detail": key["hardware"],
+            **{name: _clean(r[name]) for name in SCALING_COLUMNS},
+            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in SCALING_COLUMNS},
             "limiting": explain.limiting_line(r),
         })
-    allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "nodes": int(b["nodes"]),
+    allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "num_nodes": int(b["num_nodes"]),
                   "backend": b["backend"], "device": b["device"], "large_msg_busbw_GBps": _clean(b["busbw_GBps"]),
                   "rows": b["rows"]} for _, b in bench.iterrows()]
     return {"schema": results.SUMMARY_SCHEMA, "schema_version": results.SUMMARY_VERSION,
@@ -87,15 +74,14 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
     os.makedirs(folder, exist_ok=True)
     files = {"runs.csv": runs.to_csv(index=False)}
     if not scaling.empty:
-        frame = labelled(scaling)
         for name, columns in (("scaling.csv", SCALING_COLUMNS), ("step_breakdown.csv", STEP_COLUMNS)):
-            files[name] = _table(frame, columns).to_csv(index=False)
+            files[name] = scaling[columns].to_csv(index=False)
     markdown = report_markdown
     if not bench.empty:
         table = bench_rows(bench)
         files["allreduce.csv"] = table.to_csv(index=False)
         markdown += "\n\nAll-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n)\n\n" + tabulate(
-            table[["run_id", "world_size", "nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
+            table[["run_id", "world_size", "num_nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
                    "single_op_s", "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
     files["report.md"] = markdown.rstrip() + "\n"
     files["summary.json"] = json.dumps(summary(scaling, bench, len(runs), output_dir), indent=2,

@@ -31,10 +31,11 @@ DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64)
 GOOD_EFFICIENCY = 0.8  # the one-line answer: up to how many nodes efficiency stays above this
 
 
-def network(nodes: int, link: str, accelerator, device) -> tuple:
+def network(num_nodes: int, link: str, accelerator, device) -> tuple:
     """Which link an all-reduce at this shape runs on: one node's own (per hardware), or the network between
     nodes (per link: an emulated rate, "" for a real network)."""
-    return ("intra", accelerator, device if accelerator == "gpu" else "cpu") if nodes == 1 else ("inter", link or "")
+    return ("intra", accelerator, device if accelerator == "gpu" else "cpu") if num_nodes == 1 else ("inter",
+                                                                                                     link or "")
 
 
 def level_name(key: tuple) -> str:
@@ -59,13 +60,13 @@ class Calibration:
     rates: dict = field(default_factory=dict)  # network key -> its stated rate in Gbit/s (emulated links)
 
 
-FIELDS = ("run_id", "group", "describe", "unit", "devices", "nodes", "procs_per_node", "link", "link_gbit",
-          "accelerator", "device", "step_ms", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
+FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "devices", "link", "link_gbit",
+          "accelerator", "device", "step_s", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
           "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s")
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[(runs["status"] == "completed") & runs["step_ms"].notna()]
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna()]
 
 
 def records(runs: pd.DataFrame) -> list:
@@ -78,7 +79,7 @@ def bench_points(bench: pd.DataFrame) -> dict:
     """network key -> [Point]: the all-reduce benchmark's rows, one call per message size."""
     out = {}
     for b in bench.itertuples():
-        key = network(b.nodes, b.link, b.accelerator, b.device)
+        key = network(b.num_nodes, b.link, b.accelerator, b.device)
         for row in b.rows:
             out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
                                                  row.get("single_op_s") or row["time_s"], b.run_id))
@@ -89,9 +90,9 @@ def ring_points(recs: list, from_bench: dict) -> dict:
     """network key -> [Point]: the benchmark's and each run's buckets all-reduced alone (one call per bucket)."""
     out = {k: list(v) for k, v in from_bench.items()}
     for r in recs:
-        if r.devices > 1 and r.bucket_bytes and (_num(r.allreduce_alone_s) or 0) > 0:
-            out.setdefault(network(r.nodes, r.link, r.accelerator, r.device), []).append(
-                Point(int(r.devices), sum(r.wire_bytes or r.bucket_bytes), len(r.bucket_bytes), r.allreduce_alone_s,
+        if r.world_size > 1 and r.bucket_bytes and (_num(r.allreduce_alone_s) or 0) > 0:
+            out.setdefault(network(r.num_nodes, r.link, r.accelerator, r.device), []).append(
+                Point(int(r.world_size), sum(r.wire_bytes or r.bucket_bytes), len(r.bucket_bytes), r.allreduce_alone_s,
                       r.run_id))
     return out
 
@@ -107,8 +108,8 @@ def fit_at(points: list, per_call_bytes: float) -> Optional[RingFit]:
 
 def link_rates(recs: list) -> dict:
     """network key -> stated Gbit/s, where an emulated link said it."""
-    return {network(r.nodes, r.link, r.accelerator, r.device): float(r.link_gbit) for r in recs
-            if r.nodes > 1 and _num(r.link_gbit)}
+    return {network(r.num_nodes, r.link, r.accelerator, r.device): float(r.link_gbit) for r in recs
+            if r.num_nodes > 1 and _num(r.link_gbit)}
 
 
 def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
@@ -121,11 +122,11 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
         by_group.setdefault(r.group, []).append(r)
     cals = {}
     for group, rows in by_group.items():
-        base = [r for r in rows if r.devices == 1]
-        nbytes, calls = _bytes([r for r in rows if r.devices > 1] + rows)
+        base = [r for r in rows if r.world_size == 1]
+        nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows)
         if not base or not nbytes > 0:  # no gradient size recorded (an older or foreign result): nothing to use
             continue
-        steps = sorted(r.step_ms / 1e3 for r in base)
+        steps = sorted(r.step_s for r in base)
         first = base[0]
         cals[group] = Calibration(
             group, first.describe, first.unit,
@@ -137,12 +138,12 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
         own = cals.get(r.group)
-        key = network(r.nodes, r.link, r.accelerator, r.device)
-        fit = fit_for(own, key)[0] if own and r.devices > 1 else None
+        key = network(r.num_nodes, r.link, r.accelerator, r.device)
+        fit = fit_for(own, key)[0] if own and r.world_size > 1 else None
         if fit is None:
             continue
-        t = fit.seconds(int(r.devices), own.nbytes, own.calls)
-        step = r.step_ms / 1e3  # an optimizer step, as the baseline's (the lever is part of the group)
+        t = fit.seconds(int(r.world_size), own.nbytes, own.calls)
+        step = r.step_s  # an optimizer step, as the baseline's (the lever is part of the group)
         entry = (calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id)
         own.exposures.setdefault(key, []).append(entry)
         for cal in cals.values():
@@ -201,8 +202,8 @@ def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
 
 @dataclass
 class Forecast:
-    nodes: int
-    gpus: int
+    num_nodes: int
+    world_size: int
     allreduce_s: float
     step: Band  # seconds, per optimizer step
     efficiency: Band
@@ -210,32 +211,32 @@ class Forecast:
     row: object  # perfmodel's ScaleRow: the same scale with x = 1
 
 
-def forecast(cal: Calibration, intra_key, inter_key, gpus_per_node: int, nodes=DEFAULT_NODES, accumulate: int = 1,
+def forecast(cal: Calibration, intra_key, inter_key, devices: int, num_nodes=DEFAULT_NODES, accumulate: int = 1,
              wire_ratio: float = 1.0) -> tuple:
     """([Forecast], notes): the workload at 1 GPU, one node and each node count, on these links. wire_ratio: the
     share of the bytes a compression hook puts on the wire (bf16: 0.5); accumulate: batches per all-reduce. A step
     on several nodes is never shorter than on one full node (its all-reduce spans more GPUs over a slower link):
     each bound of a multi-node band is at least the one-node step's."""
-    intra, intra_how = fit_for(cal, intra_key) if gpus_per_node > 1 else (None, "")
+    intra, intra_how = fit_for(cal, intra_key) if devices > 1 else (None, "")
     inter, inter_how = fit_for(cal, inter_key) if inter_key else (None, "")
     out, notes, one_node = [], {}, None
-    for row in calibrate.model_rows(cal.baseline.mid, cal.nbytes * wire_ratio, cal.calls, gpus_per_node, nodes,
+    for row in calibrate.model_rows(cal.baseline.mid, cal.nbytes * wire_ratio, cal.calls, devices, num_nodes,
                                     intra, inter):
-        key = intra_key if row.nodes == 1 else inter_key
-        fit = intra if row.nodes == 1 else inter
-        exposure, where = exposure_for(cal, key, row.comm_s) if row.gpus > 1 else (Band(0, 0, 0), "")
-        if row.gpus > 1:
-            notes[key] = (fit, intra_how if row.nodes == 1 else inter_how, exposure, where)
+        key = intra_key if row.num_nodes == 1 else inter_key
+        fit = intra if row.num_nodes == 1 else inter
+        exposure, where = exposure_for(cal, key, row.comm_s) if row.world_size > 1 else (Band(0, 0, 0), "")
+        if row.world_size > 1:
+            notes[key] = (fit, intra_how if row.num_nodes == 1 else inter_how, exposure, where)
         k_base = Band(accumulate * cal.baseline.low, accumulate * cal.baseline.mid, accumulate * cal.baseline.high)
         u = max(COMM_UNCERTAINTY, fit.residual) if fit else 0.0
-        step = calibrate.step_band(k_base, row.comm_s, exposure, u) if row.gpus > 1 else k_base
-        if row.nodes == 1:
+        step = calibrate.step_band(k_base, row.comm_s, exposure, u) if row.world_size > 1 else k_base
+        if row.num_nodes == 1:
             one_node = step
         else:  # the one-node ceiling
             step = Band(max(step.low, one_node.low), max(step.mid, one_node.mid), max(step.high, one_node.high))
-        units = cal.per_device_units * row.gpus * accumulate
+        units = cal.per_device_units * row.world_size * accumulate
         eff = Band(k_base.mid / step.high, k_base.mid / step.mid, k_base.mid / step.low)
-        out.append(Forecast(row.nodes, row.gpus, row.comm_s, step, eff,
+        out.append(Forecast(row.num_nodes, row.world_size, row.comm_s, step, eff,
                             Band(units / step.high, units / step.mid, units / step.low), row))
     return out, notes
 
@@ -244,10 +245,10 @@ def answer(rows: list, threshold: float = GOOD_EFFICIENCY) -> Optional[int]:
     """The most nodes up to which the whole efficiency band of every multi-device scale stays at or above the
     threshold (None: not even one full node)."""
     best = 1
-    for f in sorted((f for f in rows if f.gpus > 1), key=lambda f: (f.nodes, f.gpus)):
+    for f in sorted((f for f in rows if f.world_size > 1), key=lambda f: (f.num_nodes, f.world_size)):
         if f.efficiency.low < threshold:
-            return None if f.nodes == 1 else best
-        best = f.nodes
+            return None if f.num_nodes == 1 else best
+        best = f.num_nodes
     return best
 
 
@@ -257,26 +258,27 @@ def track_record(recs: list, from_bench: dict, only=None) -> pd.DataFrame:
     work is the same, weak scaling)."""
     rows = []
     for r in recs:
-        if r.devices < 2 or r.scaling != "weak" or (only is not None and r.run_id not in only):
+        if r.world_size < 2 or r.scaling != "weak" or (only is not None and r.run_id not in only):
             continue
         cal = calibrate_all(recs, from_bench, exclude={r.run_id}).get(r.group)
         if cal is None:
             continue
-        key = network(r.nodes, r.link, r.accelerator, r.device)
+        key = network(r.num_nodes, r.link, r.accelerator, r.device)
         intra_key = network(1, "", r.accelerator, r.device)
-        gpn = int(r.procs_per_node or r.devices // r.nodes)
-        predicted, notes = forecast(cal, intra_key, key if r.nodes > 1 else None, gpn, (int(r.nodes),))
-        mine = [f for f in predicted if f.gpus == r.devices]
+        gpn = int(r.devices or r.world_size // r.num_nodes)
+        predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))
+        mine = [f for f in predicted if f.world_size == r.world_size]
         if not mine:
             continue
-        f, measured_step = mine[0], r.step_ms / 1e3
+        f, measured_step = mine[0], r.step_s
         measured_eff = cal.baseline.mid / measured_step
-        rows.append({"group": r.group, "run_id": r.run_id, "devices": int(r.devices), "nodes": int(r.nodes),
+        rows.append({"group": r.group, "run_id": r.run_id, "world_size": int(r.world_size),
+                     "num_nodes": int(r.num_nodes),
                      "link": r.link, "predicted_step_s": f.step.mid, "measured_step_s": measured_step,
                      "predicted_eff": f.efficiency.mid, "eff_low": f.efficiency.low, "eff_high": f.efficiency.high,
                      "measured_eff": measured_eff, "inside": f.efficiency.contains(measured_eff),
-                     "exposure_from": notes.get(key if r.nodes > 1 else intra_key, (0, 0, 0, ""))[3]})
-    return pd.DataFrame(rows, columns=["group", "run_id", "devices", "nodes", "link", "predicted_step_s",
+                     "exposure_from": notes.get(key if r.num_nodes > 1 else intra_key, (0, 0, 0, ""))[3]})
+    return pd.DataFrame(rows, columns=["group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s",
                                        "measured_step_s", "predicted_eff", "eff_low", "eff_high", "measured_eff",
                                        "inside", "exposure_from"])
 

@@ -18,7 +18,7 @@ PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the n
 def recent(runs: pd.DataFrame) -> pd.DataFrame:
     """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
     return (fc.completed(runs).sort_values("created")
-            .groupby(["group", "devices", "nodes", "link"], sort=False).tail(PER_CONFIGURATION))
+            .groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(PER_CONFIGURATION))
 LEVERS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
 
@@ -34,8 +34,8 @@ def record(runs: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
     runs = recent(runs)
     recs, points = fc.records(runs), fc.bench_points(bench)
     calibrated = set(fc.calibrate_all(recs, points))
-    newest = runs.groupby(["group", "devices", "nodes", "link"], sort=False).tail(1)
-    newest = newest[(newest["devices"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
+    newest = runs.groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(1)
+    newest = newest[(newest["world_size"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
     return fc.track_record(recs, points, only=set(newest["run_id"]) if not newest.empty else set())
 
 
@@ -44,9 +44,9 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
     in points, from the track record (a nightly --reference check can bound it)."""
     if scaling.empty:
         return scaling
-    err = {(r.group, r.devices, r.nodes, r.link or ""): abs(r.predicted_eff - r.measured_eff) * 100
+    err = {(r.group, r.world_size, r.num_nodes, r.link or ""): abs(r.predicted_eff - r.measured_eff) * 100
            for r in track.itertuples()}
-    scaling = scaling.assign(forecast_error=[err.get((r.group, r.devices, r.nodes, r.link or ""))
+    scaling = scaling.assign(forecast_error=[err.get((r.group, r.world_size, r.num_nodes, r.link or ""))
                                              for r in scaling.itertuples()])
     scaling.attrs["track_record"] = track
     return scaling
@@ -57,7 +57,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -
     if track.empty:
         return []
     letters = group_letters(fc.completed(runs)["group"])
-    rows = [[letters.get(r.group, "?"), r.devices, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
+    rows = [[letters.get(r.group, "?"), r.world_size, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
                                                                                  r.eff_high)),
              fmt_pct(r.measured_eff), "yes" if r.inside else "NO", f"{r.predicted_step_s * 1e3:,.1f}",
              f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]] for r in track.itertuples()]
@@ -65,23 +65,23 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
     return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
             "efficiency = 1-device step ÷ step)",
-            tabulate(rows, headers=["group", "devices", "nodes", "predicted eff. (band)", "measured", "inside",
+            tabulate(rows, headers=["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
                                     "predicted step ms", "measured ms", "exposure from"], tablefmt=fmt),
             f"  {inside} of {len(track)} inside the band; median error {err:.1f} points. `--forecast` forecasts the "
             "scales not run.", ""]
 
 
 def _nodes(r) -> str:
-    return f"{r.nodes} ({r.link})" if r.link and r.nodes > 1 else str(r.nodes)
+    return f"{r.num_nodes} ({r.link})" if r.link and r.num_nodes > 1 else str(r.num_nodes)
 
 
-def gpus_per_node(runs: pd.DataFrame, group: str) -> int:
+def devices_per_node(runs: pd.DataFrame, group: str) -> int:
     """The shape to forecast: the group's multi-node runs' processes per node, else its largest one-node run."""
     ok = fc.completed(runs[runs["group"] == group])
-    multi = ok[ok["nodes"] > 1]
+    multi = ok[ok["num_nodes"] > 1]
     if not multi.empty:
-        return int(multi["procs_per_node"].max())
-    return int(ok["devices"].max())
+        return int(multi["devices"].max())
+    return int(ok["world_size"].max())
 
 
 def links_to_forecast(runs: pd.DataFrame, cal: fc.Calibration, group: str, link_gbit=None) -> list:
@@ -89,8 +89,8 @@ def links_to_forecast(runs: pd.DataFrame, cal: fc.Calibration, group: str, link_
     benchmark); with --link_gbit, that rate (scaled from a measured emulated rate)."""
     first = fc.completed(runs[runs["group"] == group]).iloc[0]
     keys = [k for k in cal.fits if k[0] == "inter"]
-    own = {fc.network(r.nodes, r.link, r.accelerator, r.device) for r in fc.completed(runs).itertuples()
-           if r.group == group and r.nodes > 1}
+    own = {fc.network(r.num_nodes, r.link, r.accelerator, r.device) for r in fc.completed(runs).itertuples()
+           if r.group == group and r.num_nodes > 1}
     keys = [k for k in keys if k in own] or keys
     if link_gbit:
         label = f"emulated {human_rate(link_gbit)}" if any(cal.rates.get(k) for k in keys) else ""
@@ -101,7 +101,7 @@ def links_to_forecast(runs: pd.DataFrame, cal: fc.Calibration, group: str, link_
         (fc.network(1, "", first["accelerator"], first["device"]), None)]
 
 
-def render(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES, fmt: str = "simple", token_budget=None,
+def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, fmt: str = "simple", token_budget=None,
            gpu_hour_price=None, link_gbit=None) -> list:
     """Per workload and per network between nodes: the forecast table, its one-line answer, the levers, and every
     fitted figure with its source runs."""
@@ -110,16 +110,16 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES, fmt:
     cals = fc.calibrate_all(fc.records(runs), fc.bench_points(bench))
     letters = group_letters(fc.completed(runs)["group"])
     for group, cal in cals.items():
-        gpn = gpus_per_node(runs, group)
+        gpn = devices_per_node(runs, group)
         for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
-            rows, notes = fc.forecast(cal, intra_key, inter_key, gpn, nodes)
+            rows, notes = fc.forecast(cal, intra_key, inter_key, gpn, num_nodes)
             where = fc.level_name(inter_key) if inter_key else "one node (no measurement between nodes)"
             out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}, {gpn} device(s) per node, "
                        f"{where} (weak scaling)")
             out.append(tabulate([_row(f, cal, token_budget, gpu_hour_price) for f in rows],
                                 headers=_headers(cal, token_budget, gpu_hour_price), tablefmt=fmt,
                                 disable_numparse=True))
-            out.append("  " + one_line(cal, intra_key, inter_key, gpn, nodes, rows))
+            out.append("  " + one_line(cal, intra_key, inter_key, gpn, num_nodes, rows))
             out += ["  " + line for line in sources(cal, notes)]
             out.append("")
     if out:
@@ -131,7 +131,7 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES, fmt:
 
 def _headers(cal, token_budget, price) -> list:
     unit = cal.unit
-    h = ["nodes", "devices", "all-reduce ms", "step ms (band)", f"{unit} (band)", "efficiency (band)"]
+    h = ["nodes", "world size", "all-reduce ms", "step ms (band)", f"{unit} (band)", "efficiency (band)"]
     if token_budget:
         h.append("time to train h")
     if token_budget and price:
@@ -140,25 +140,26 @@ def _headers(cal, token_budget, price) -> list:
 
 
 def _row(f, cal, token_budget, price) -> list:
-    row = [f.nodes, f.gpus, fmt_num(f.allreduce_s * 1e3), band_cell(f.step, pct=False),
+    row = [f.num_nodes, f.world_size, fmt_num(f.allreduce_s * 1e3), band_cell(f.step, pct=False),
            f"{f.throughput.mid:,.0f} ({f.throughput.low:,.0f}–{f.throughput.high:,.0f})", band_cell(f.efficiency)]
     if token_budget:
         hours = token_budget / f.throughput.mid / 3600
         row.append(f"{hours:,.1f}")
         if price:
-            row.append(f"{hours * f.gpus * price:,.0f}")
+            row.append(f"{hours * f.world_size * price:,.0f}")
     return row
 
 
-def one_line(cal, intra_key, inter_key, gpn, nodes, rows) -> str:
+def one_line(cal, intra_key, inter_key, gpn, num_nodes, rows) -> str:
     """'stays above 80 % efficiency up to 8 nodes; with --comm_hook bf16 up to 32'."""
     def reach(rs):
         n = fc.answer(rs)
         return "not even on one node" if n is None else "on one node only" if n == 1 else f"up to {n} nodes"
 
-    alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, nodes, **kw)[0])}" for flag, kw in LEVERS]
+    alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, num_nodes, **kw)[0])}" for flag,
+            kw in LEVERS]
     return (f"Above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): {reach(rows)}; "
-            f"{'; '.join(alts)} (of {', '.join(map(str, nodes))} nodes).")
+            f"{'; '.join(alts)} (of {', '.join(map(str, num_nodes))} nodes).")
 
 
 def sources(cal: fc.Calibration, notes: dict) -> list:
@@ -180,7 +181,7 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
     return lines
 
 
-def figures(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES) -> list:
+def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES) -> list:
     """[(file name, Figure)]: per workload, efficiency against node count: the forecast band and its middle for each
     network between nodes, the configurations measured on it, and one full node as the ceiling."""
     from matplotlib.figure import Figure
@@ -190,35 +191,36 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, nodes=fc.DEFAULT_NODES) -> 
     recs, out = fc.records(runs), []
     letters = group_letters(runs["group"])
     for group, cal in fc.calibrate_all(recs, fc.bench_points(bench)).items():
-        gpn = gpus_per_node(runs, group)
+        gpn = devices_per_node(runs, group)
         fig = Figure(figsize=(7, 4.8))
         ax = fig.subplots()
         ceiling = None
         networks = links_to_forecast(runs, cal, group)
         for slot, (intra_key, inter_key) in zip(marks.slots(len(networks)), networks):
-            rows = [f for f in fc.forecast(cal, intra_key, inter_key, gpn, nodes)[0] if f.gpus == f.nodes * gpn]
-            xs = [f.nodes for f in rows]
+            rows = [f for f in fc.forecast(cal, intra_key, inter_key, gpn,
+                                           num_nodes)[0] if f.world_size == f.num_nodes * gpn]
+            xs = [f.num_nodes for f in rows]
             name = inter_key[1] if inter_key and inter_key[1] else "between nodes"
             line = ax.plot(xs, [f.efficiency.mid * 100 for f in rows], "-", label=f"forecast, {name}")[0]
             ax.fill_between(xs, [f.efficiency.low * 100 for f in rows], [f.efficiency.high * 100 for f in rows],
                             color=line.get_color(), alpha=0.2)
-            measured = [r for r in recs if r.group == group and r.devices == r.nodes * gpn and r.nodes > 1
-                        and fc.network(r.nodes, r.link, r.accelerator, r.device) == inter_key]
+            measured = [r for r in recs if r.group == group and r.world_size == r.num_nodes * gpn and r.num_nodes > 1
+                        and fc.network(r.num_nodes, r.link, r.accelerator, r.device) == inter_key]
             if measured:  # dodged: two links measured at one node count never hide each other
-                marks.plot_dodged(ax, slot, [r.nodes for r in measured],
-                                  [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in measured], "o",
+                marks.plot_dodged(ax, slot, [r.num_nodes for r in measured],
+                                  [cal.baseline.mid / r.step_s * 100 for r in measured], "o",
                                   color=line.get_color(), ms=7, label=f"measured, {name}")
-            ceiling = next((f for f in rows if f.nodes == 1 and f.gpus > 1), ceiling)
-        one_node = [r for r in recs if r.group == group and r.nodes == 1 and r.devices == gpn > 1]
+            ceiling = next((f for f in rows if f.num_nodes == 1 and f.world_size > 1), ceiling)
+        one_node = [r for r in recs if r.group == group and r.num_nodes == 1 and r.world_size == gpn > 1]
         if one_node:
-            ax.plot([1] * len(one_node), [cal.baseline.mid / (r.step_ms / 1e3) * 100 for r in one_node], "o",
+            ax.plot([1] * len(one_node), [cal.baseline.mid / r.step_s * 100 for r in one_node], "o",
                     color="black", ms=7, label=f"measured, one node of {gpn} devices")
         if ceiling:
             ax.axhline(ceiling.efficiency.mid * 100, ls="--", color="grey", lw=1, label="one full node: the ceiling")
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(list(nodes)))
+        ax.xaxis.set_major_locator(FixedLocator(list(num_nodes)))
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticklabels([str(n) for n in nodes])
+        ax.set_xticklabels([str(n) for n in num_nodes])
         ax.set_xlabel(f"nodes ({gpn} device{'s' if gpn > 1 else ''} each)")
         ax.set_ylabel("parallel efficiency (%), weak scaling")
         ax.set_ylim(0, 110)

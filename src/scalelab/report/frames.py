@@ -22,13 +22,13 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
 # The levers (train.py's flags; each setting its own group) and their values in results written before them.
 LEVER_DEFAULTS = {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0, "static_graph": False}
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
-               "precision", "devices", "nodes", "procs_per_node", "launcher", "accelerator", "device", "backend",
+               "precision", "world_size", "num_nodes", "devices", "launcher", "accelerator", "device", "backend",
                "link", "link_gbit", "threads", "oversubscribed", "had_cpu", "starved", "status", "error",
-               "train_time_s", "step_ms", "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s",
-               "whole_run_s", "train_loss", "val_loss", "val_acc", "created", "slurm_job", "restart_count",
+               "train_time_s", "step_s", "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s",
+               "whole_run_s", "train_loss", "val_loss", "val_acc", "created", "job_id", "restart_count",
                *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu",
                "peak_note", *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve"]
-NUMERIC = ("link_gbit", "had_cpu", "train_time_s", "step_ms", "epoch_s", "samples_per_s", "tokens_per_s",
+NUMERIC = ("link_gbit", "had_cpu", "train_time_s", "step_s", "epoch_s", "samples_per_s", "tokens_per_s",
            "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS,
            "tflops_per_device", "peak_tflops", "mfu")
 # the throughput a unit is read from: tables, plots and exports pick the column by the frame's `unit`
@@ -55,33 +55,33 @@ def runs_frame(found: list) -> pd.DataFrame:
             "batch_per_device": w.get("batch_per_device"),
             "global_batch": w.get("global_batch"),
             "precision": w.get("precision"),
-            "devices": launch["world_size"],
-            "nodes": launch["num_nodes"],
-            "procs_per_node": launch.get("procs_per_node"),
+            "world_size": launch["world_size"],
+            "num_nodes": launch["num_nodes"],
+            "devices": launch.get("devices"),
             "launcher": launch.get("launcher"),
             "accelerator": launch.get("accelerator"),
             "device": (launch.get("device_names") or ["?"])[0],
             "backend": launch.get("backend"),
             "link": link_label(launch.get("link")),
             "link_gbit": (launch.get("link") or {}).get("gbit"),
-            "threads": launch.get("threads_per_proc"),
+            "threads": launch.get("threads"),
             "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
             **contention(t.get("had_cpu")),
             "status": r["status"],
             "error": r.get("error"),
             "train_time_s": t.get("train_time_s"),
-            "step_ms": (t.get("step_time_s") or {}).get("median", float("nan")) * 1e3,
+            "step_s": (t.get("step_s") or {}).get("median", float("nan")),
             "epoch_s": statistics.median(epochs) if epochs else None,
             "unit": throughput_unit(w.get("tokens_per_sample")),
             "samples_per_s": t.get("samples_per_s"),
             "tokens_per_s": t.get("tokens_per_s"),
-            "first_step_s": t.get("time_to_first_step_s"),
+            "first_step_s": t.get("first_step_s"),
             "whole_run_s": t.get("whole_run_s"),
-            "train_loss": m.get("final_train_loss"),
+            "train_loss": m.get("train_loss"),
             "val_loss": m.get("val_loss"),
             "val_acc": m.get("val_acc"),
             "created": r.get("created"),
-            "slurm_job": slurm.get("job_id"),
+            "job_id": slurm.get("job_id"),
             "restart_count": slurm.get("restart_count") or 0,
             **{k: c.get(k) for k in COMM_FIELDS},
             "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
@@ -130,10 +130,10 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     ok["throughput"] = float("nan")
     for unit, column in THROUGHPUT_COLUMN.items():  # each run's throughput in its own unit
         ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
-    agg = (ok.groupby(["group", "devices", "nodes", "link"], sort=True)
+    agg = (ok.groupby(["group", "world_size", "num_nodes", "link"], sort=True)
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
-                train_time_s=("train_time_s", "median"), step_ms=("step_ms", "median"),
+                train_time_s=("train_time_s", "median"), step_s=("step_s", "median"),
                 epoch_s=("epoch_s", "median"), global_batch=("global_batch", "first"),
                 accelerator=("accelerator", "first"), device=("device", "first"), backend=("backend", "first"),
                 link_gbit=("link_gbit", "first"), oversubscribed=("oversubscribed", "max"),
@@ -150,12 +150,12 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
-    base = agg.sort_values(["devices", "nodes", "link"]).groupby("group").first()
-    agg["baseline_devices"] = agg["group"].map(base["devices"])
+    base = agg.sort_values(["world_size", "num_nodes", "link"]).groupby("group").first()
+    agg["baseline_world_size"] = agg["group"].map(base["world_size"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
-    agg["efficiency"] = agg["speedup"] / (agg["devices"] / agg["baseline_devices"])
-    agg["throughput_per_device"] = agg["throughput"] / agg["devices"]
-    agg["baseline_step_ms"] = agg["group"].map(base["step_ms"])
+    agg["efficiency"] = agg["speedup"] / (agg["world_size"] / agg["baseline_world_size"])
+    agg["throughput_per_device"] = agg["throughput"] / agg["world_size"]
+    agg["baseline_step_s"] = agg["group"].map(base["step_s"])
     agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
     return agg
 

@@ -12,12 +12,12 @@ import pandas as pd
 from scalelab.report import levers
 from scalelab.report.frames import LEVER_DEFAULTS
 
-FIELDS = ("nodes", "link", *LEVER_DEFAULTS)  # what can differ between configurations of one device count
+FIELDS = ("num_nodes", "link", *LEVER_DEFAULTS)  # what can differ between configurations of one device count
 
 
 def words(field: str, value) -> str:
     """One field of a configuration in words ("" where it says nothing: no emulated link)."""
-    if field == "nodes":
+    if field == "num_nodes":
         return f"{int(value)} node{'s' if int(value) != 1 else ''}"
     if field == "link":
         return value if isinstance(value, str) else ""
@@ -28,19 +28,19 @@ def named_fields(frame: pd.DataFrame) -> list[list[str]]:
     """Per row, the fields its name carries: those that differ between the frame's rows of its device count,
     and always the nodes when more than one and the link when one was emulated (they are never the default)."""
     fields = [f for f in FIELDS if f in frame]
-    differ = {d: {f for f in fields if rows[f].astype(str).nunique() > 1} for d, rows in frame.groupby("devices")}
+    differ = {d: {f for f in fields if rows[f].astype(str).nunique() > 1} for d, rows in frame.groupby("world_size")}
     named = []
     for _, r in frame.iterrows():
-        plain = {"nodes"} if r["nodes"] > 1 else set()
+        plain = {"num_nodes"} if r["num_nodes"] > 1 else set()
         if "link" in frame and words("link", r["link"]):
             plain.add("link")
-        named.append([f for f in fields if f in differ[r["devices"]] | plain])
+        named.append([f for f in fields if f in differ[r["world_size"]] | plain])
     return named
 
 
 def names(frame: pd.DataFrame, sep: str = ", ") -> list[str]:
     """Each row (one configuration) in words: "2 dev, 2 nodes, emulated 2 Gbit/s"; sep="\\n" for tick labels."""
-    return [sep.join([f"{int(r['devices'])} dev", *[w for f in fields if (w := words(f, r[f]))]])
+    return [sep.join([f"{int(r['world_size'])} dev", *[w for f in fields if (w := words(f, r[f]))]])
             for (_, r), fields in zip(frame.iterrows(), named_fields(frame))]
 
 

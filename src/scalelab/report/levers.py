@@ -37,10 +37,10 @@ def families(scaling: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         rest = scaling["group"].map(lambda g, lever=lever: _without(g, lever))
         for _, rows in scaling.groupby(rest, sort=False):
             if rows[lever].astype(str).nunique() > 1:
-                multi = rows[rows["devices"] > rows["baseline_devices"]]
+                multi = rows[rows["world_size"] > rows["baseline_world_size"]]
                 if not multi.empty:  # the default setting first, then the others in order
                     order = multi.assign(_set=multi[lever] != LEVER_DEFAULTS[lever])
-                    out.append((lever, order.sort_values(["link", "devices", "_set", lever]).drop(columns="_set")))
+                    out.append((lever, order.sort_values(["link", "world_size", "_set", lever]).drop(columns="_set")))
     return out
 
 
@@ -78,7 +78,7 @@ def _show(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-HEADERS = ["devices", "nodes", "step ms", "all-reduce ms", "predicted ms", "MB on the wire", "efficiency",
+HEADERS = ["world size", "nodes", "step ms", "all-reduce ms", "predicted ms", "MB on the wire", "efficiency",
            "predicted eff."]
 
 
@@ -93,7 +93,7 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
         body = []
         for r in rows.itertuples():
             wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else r.grad_bytes
-            body.append([_show(getattr(r, lever)), r.devices, nodes_cell(r), fmt_num(r.step_ms, ",.1f"),
+            body.append([_show(getattr(r, lever)), r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"),
                          fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
                          fmt_num(wire / 1e6, ",.2f"), fmt_pct(r.efficiency), predicted_range(r),
                          fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")])

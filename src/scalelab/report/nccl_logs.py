@@ -27,7 +27,8 @@ def render(bench: pd.DataFrame, fmt: str = "simple") -> list:
 def title(b: pd.Series) -> str:
     """The log's file, ranks, hardware and the column the figures come from."""
     nccl = f", NCCL {b['source']['nccl']}" if b["source"].get("nccl") else ""
-    return (f"nccl-tests log {b['log']}: {b['world_size']} ranks on {b['nodes']} node{'s' if b['nodes'] > 1 else ''}, "
+    nodes = b["num_nodes"]
+    return (f"nccl-tests log {b['log']}: {b['world_size']} ranks on {nodes} node{'s' if nodes > 1 else ''}, "
             f"{b['device']}{nccl}; {b['source'].get('column', 'in-place')} columns")
 
 

@@ -25,7 +25,7 @@ from scalelab.report import labels, levers, marks
 
 DPI = 120
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
-KEY = ["devices", "nodes", "link"]  # a configuration within a group
+KEY = ["world_size", "num_nodes", "link"]  # a configuration within a group
 VALUE_PT = (7, 34, 11)  # a printed speedup: its offset right of the marks, its column's width, its line's height
 
 
@@ -54,7 +54,7 @@ def _series(scaling: pd.DataFrame) -> list:
     out = []
     for group, g in scaling.sort_values("letter").groupby("group", sort=False):
         g = g[np.isfinite(g["speedup"])].sort_values(KEY)  # no throughput: nothing to draw
-        rank = g.groupby(["devices", "link"]).cumcount()
+        rank = g.groupby(["world_size", "link"]).cumcount()
         out += [(group, g, rows.index) for _, rows in g.groupby([g["link"], rank], sort=False)]
     return out
 
@@ -72,27 +72,27 @@ def speedup_figure(scaling: pd.DataFrame):
     slots = marks.slots(len(series))
     right = {}  # device count -> the rightmost slot drawn there: the values are printed right of it
     for slot, (_, g, rows) in zip(slots, series):
-        right.update({x: max(slot, right.get(x, slot)) for x in g.loc[rows, "devices"]})
-    top, bases, colors, count, values = 1, set(scaling["baseline_devices"]), {}, {}, []
+        right.update({x: max(slot, right.get(x, slot)) for x in g.loc[rows, "world_size"]})
+    top, bases, colors, count, values = 1, set(scaling["baseline_world_size"]), {}, {}, []
     for slot, (group, g, rows) in zip(slots, series):
         s = g.loc[rows]
         k = count[group] = count.get(group, -1) + 1
-        line, = marks.plot_dodged(ax, slot, s["devices"], s["speedup"], "-" if len(s) > 1 else "none", lw=2,
+        line, = marks.plot_dodged(ax, slot, s["world_size"], s["speedup"], "-" if len(s) > 1 else "none", lw=2,
                                   marker=MARKERS[k % len(MARKERS)], color=colors.get(group),
                                   label=_series_label(k == 0, g, letters[group], labels.shared(g, rows)))
         color = colors.setdefault(group, line.get_color())
         shown = s[s.index != g.index[0]]  # not the baseline: 1.00× by definition
-        values += [(x, y, color) for x, y in zip(shown["devices"], shown["speedup"])]
+        values += [(x, y, color) for x, y in zip(shown["world_size"], shown["speedup"])]
         top = max(top, s["speedup"].max())
         if len(s) > 1:
             top = max(top, _expected(ax, s, color, letters[group], own_ideal=len(bases) > 1))
-    xs = sorted(set(scaling["devices"]) | {1})
+    xs = sorted(set(scaling["world_size"]) | {1})
     if len(bases) == 1:
         base = bases.pop()
         ax.plot(xs, [x / base for x in xs], ":", color="black", lw=1.5, label="ideal (linear)")
-    ax.set_xlabel("devices (GPUs, or CPU processes)")
+    ax.set_xlabel("world size (GPUs, or CPU processes)")
     ax.set_ylabel("speedup over the group's baseline (×)")
-    ax.set_title(_title("Speedup vs devices", scaling))
+    ax.set_title(_title("Speedup vs world size", scaling))
     ax.set_xticks(xs)
     ax.margins(x=0.15)  # room right of the last device count for the dodged marks and their values
     ax.set_ylim(0, top * 1.1)
@@ -120,15 +120,15 @@ def _values(ax, values: list, right: dict):
 
 def _expected(ax, s: pd.DataFrame, color, letter: str, own_ideal: bool) -> float:
     """A series' ideal line (when groups start at different device counts) and predicted band; the ideal's top."""
-    ideal = s["devices"] / s["baseline_devices"].iloc[0]
+    ideal = s["world_size"] / s["baseline_world_size"].iloc[0]
     if own_ideal:
-        ax.plot(s["devices"], ideal, ":", color=color, lw=1.5, label=f"{letter}: ideal")
+        ax.plot(s["world_size"], ideal, ":", color=color, lw=1.5, label=f"{letter}: ideal")
     lo = s["predicted_efficiency_no_overlap"] * ideal
     hi = s["predicted_efficiency_overlap"] * ideal
     if hi.notna().sum() >= 2:
-        ax.plot(s["devices"], lo, "--", color=color, alpha=0.9,
+        ax.plot(s["world_size"], lo, "--", color=color, alpha=0.9,
                 label=f"{letter}: predicted, no overlap (shaded: up to full overlap)")
-        ax.fill_between(s["devices"], lo, hi, color=color, alpha=0.15, lw=0)
+        ax.fill_between(s["world_size"], lo, hi, color=color, alpha=0.15, lw=0)
     return ideal.max()
 
 
@@ -181,7 +181,7 @@ def efficiency_figure(scaling: pd.DataFrame):
         bars = ax.bar(g["pos"] - 0.15 * width, g["efficiency"] * 100, 0.7 * width,
                       label=f"{_label(g, letters[group])}: measured")
         ax.bar_label(bars, fmt="%.0f %%", fontsize=8)
-        multi = g[g["devices"] > g["baseline_devices"]]  # the baseline is 100 % by definition
+        multi = g[g["world_size"] > g["baseline_world_size"]]  # the baseline is 100 % by definition
         lo, hi = multi["predicted_efficiency_no_overlap"] * 100, multi["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
             ax.errorbar(multi["pos"] + 0.35 * width, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black",
@@ -228,7 +228,7 @@ def link_rows(scaling: pd.DataFrame) -> pd.DataFrame:
     """Configurations whose nodes were joined by an emulated link of a known rate."""
     if "link_gbit" not in scaling:
         return scaling.iloc[0:0]
-    return scaling[(scaling["nodes"] > 1) & scaling["link_gbit"].notna()]
+    return scaling[(scaling["num_nodes"] > 1) & scaling["link_gbit"].notna()]
 
 
 def link_rate_figure(scaling: pd.DataFrame):
@@ -238,11 +238,11 @@ def link_rate_figure(scaling: pd.DataFrame):
     fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     letters = _letters(scaling)
-    series = list(link_rows(scaling).sort_values("letter").groupby(["group", "devices", "nodes"], sort=False))
+    series = list(link_rows(scaling).sort_values("letter").groupby(["group", "world_size", "num_nodes"], sort=False))
     shapes = {key[1:] for key, _ in series}
     slots = marks.slots(2 * len(series))  # each series' points, and beside them its benchmark's prediction
     for k, ((group, devices, nodes), g) in enumerate(series):
-        shape = f", {int(devices)} dev, {labels.words('nodes', nodes)}" if len(shapes) > 1 else ""
+        shape = f", {int(devices)} dev, {labels.words('num_nodes', nodes)}" if len(shapes) > 1 else ""
         names = (_label(g, letters[group]) + shape, "" if len(series) == 1 else f"{letters[group]}{shape}: ")
         _link_series(ax, slots[2 * k:2 * k + 2], g.sort_values("link_gbit"), scaling, names, first=k == 0)
     ax.set_xscale("log")
@@ -265,10 +265,11 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
     row, (name, short) = g.iloc[0], names
     color = marks.plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
                               label=f"{name}: measured")[0].get_color()
-    base_step = row["baseline_step_ms"] / 1e3
-    if row["baseline_devices"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
+    base_step = row["baseline_step_s"]
+    if row["baseline_world_size"] == 1 and np.isfinite(base_step) and np.isfinite(row["grad_bytes"]):
         rates = np.geomspace(g["link_gbit"].min() / 4, g["link_gbit"].max() * 4, 60)
-        band = [perfmodel.predict_from_busbw(base_step, row["grad_bytes"], int(row["devices"]), int(row["nodes"]),
+        band = [perfmodel.predict_from_busbw(base_step, row["grad_bytes"], int(row["world_size"]),
+                                             int(row["num_nodes"]),
                                              perfmodel.gbit_to_GBps(x), row["scaling"] or "weak") for x in rates]
         ax.fill_between(rates, [p.efficiency_no_overlap * 100 for p in band],
                         [p.efficiency_overlap * 100 for p in band], color=color, alpha=0.2,
@@ -277,10 +278,11 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
     if hi.notna().any():
         marks.range_dodged(ax, slots[1], g["link_gbit"], lo, hi, color="black",
                            label="predicted from the all-reduce benchmark over that link" if first else None)
-    one = scaling[(scaling["group"] == row["group"]) & (scaling["nodes"] == 1) & (scaling["devices"] == row["devices"])]
+    one = scaling[(scaling["group"] == row["group"]) & (scaling["num_nodes"] == 1)
+                  & (scaling["world_size"] == row["world_size"])]
     if not one.empty:
         ax.axhline(one["efficiency"].iloc[0] * 100, ls="--", color=color, lw=1,
-                   label=f"{short}{int(row['devices'])} devices on one node (no link)")
+                   label=f"{short}{int(row['world_size'])} devices on one node (no link)")
 
 
 def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
@@ -315,7 +317,7 @@ def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
 def bench_names(bench: pd.DataFrame) -> list:
     """Each all-reduce benchmark by what sets it apart ("2 dev, 2 nodes, emulated 200 Mbit/s"; the backend,
     hardware or dtype where those differ); repeats of one configuration by the time they ran, never a run id."""
-    frame = bench.assign(devices=bench["world_size"],
+    frame = bench.assign(world_size=bench["world_size"],
                          hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
     names = labels.names(frame)
     for field in ("backend", "hardware", "dtype"):
@@ -330,7 +332,7 @@ def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    bench = bench.sort_values(["world_size", "nodes", "link", "created"])
+    bench = bench.sort_values(["world_size", "num_nodes", "link", "created"])
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column

@@ -34,7 +34,7 @@ def rank_rows(result: dict) -> list:
         times = r.get("step_times_s") or []
         skip = set(r.get("short_steps") or [])
         probes = {i for i in r.get("probe_steps") or [] if warmup <= i < len(times) and i not in skip}
-        ready = r.get("grads_ready_s") or []
+        ready = r.get("grads_ready_times_s") or []
         compute = [ready[i] for i in sorted(probes) if i < len(ready)]
         normal = [times[i] for i in range(warmup, len(times)) if i not in probes and i not in skip]
         rows.append({"rank": r.get("rank"), "host": r.get("host") or "?", "device": r.get("device") or "?",
@@ -65,9 +65,10 @@ def exclude_list(rows: list) -> str:
 def newest_runs(found: list, all_runs: bool = False) -> list:
     """The completed multi-rank results, newest per configuration (as the main table lists them), oldest first."""
     runs = runs_frame(found)
-    runs = runs[(runs["status"] == "completed") & (runs["devices"] > 1)].sort_values(["devices", "nodes", "created"])
+    runs = runs[(runs["status"] == "completed") & (runs["world_size"] > 1)].sort_values(["world_size", "num_nodes",
+                                                                                         "created"])
     if not all_runs:
-        runs = runs.groupby(["group", "devices", "nodes", "link"], sort=False).tail(1)
+        runs = runs.groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(1)
     by_id = {r["run_id"]: r for r in found}
     return [by_id[run_id] for run_id in runs["run_id"]]
 

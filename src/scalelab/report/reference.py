@@ -11,6 +11,7 @@ that silently checks nothing is worse than none.
 import json
 import math
 import re
+import sys
 
 import pandas as pd
 
@@ -30,7 +31,7 @@ HEADER = """\
 # Each quantity is ReFrame's reference tuple [value, lower, upper, unit]: lower/upper are fractions of value
 # (-0.1 = 10 % below), null = unbounded; a run passes when value*(1+lower) <= measured <= value*(1+upper).
 # A check that matches no run in DIR fails. Efficiency is against the group's smallest device count in DIR:
-# keep that baseline run in every folder you check (baseline_devices says which).
+# keep that baseline run in every folder you check (baseline_world_size says which).
 """
 
 
@@ -52,6 +53,11 @@ def load(path: str) -> list:
     if not isinstance(checks, list) or not checks:
         raise UsageError(f"--reference {path}: expected a mapping with a non-empty `checks:` list "
                          "(write one with --write_reference)")
+    checks, old = _old_names(checks)
+    if old:  # a file from before one name per quantity: still checked, and said once
+        print(f"benchmark.py: warning: --reference {path}: read {', '.join(f'`{a}` as `{b}`' for a, b in old)}, "
+              "as scalelab now names them; rename them in the file (--write_reference writes the new names)",
+              file=sys.stderr)
     seen = set()
     for i, entry in enumerate(checks, 1):
         _validate(entry, f"--reference {path}: check {i}")
@@ -59,6 +65,29 @@ def load(path: str) -> list:
             raise UsageError(f"--reference {path}: check {i}: name {entry['name']!r} is used twice")
         seen.add(entry["name"])
     return checks
+
+
+# Names a reference file written before result schema 3 used (old: new), and the GPT's old model name.
+OLD_KEYS = {"devices": "world_size", "nodes": "num_nodes", "baseline_devices": "baseline_world_size"}
+OLD_MODELS = {"transformer": "gpt"}
+
+
+def _old_names(checks: list) -> tuple:
+    """The checks with their old names read as the new ones, and [(old, new)] of those found, in order."""
+    found, out = {}, []
+    for entry in checks:
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            for old, new in OLD_KEYS.items():
+                if old in entry and new not in entry:
+                    entry[new] = entry.pop(old)
+                    found[old] = new
+            workload = entry.get("workload")
+            if isinstance(workload, dict) and workload.get("model") in OLD_MODELS:
+                found[f"model: {workload['model']}"] = f"model: {OLD_MODELS[workload['model']]}"
+                entry["workload"] = dict(workload, model=OLD_MODELS[workload["model"]])
+        out.append(entry)
+    return out, list(found.items())
 
 
 def _validate(entry, where: str):
@@ -73,7 +102,7 @@ def _validate(entry, where: str):
         raise UsageError(f"{where}: kind must be training or allreduce, got {kind!r}")
     if kind == "training" and not isinstance(entry.get("workload"), dict):
         raise UsageError(f"{where}: a training check needs a `workload:` mapping (its fields select the runs)")
-    for key in ("devices", "nodes") + (("baseline_devices",) if "baseline_devices" in entry else ()):
+    for key in ("world_size", "num_nodes") + (("baseline_world_size",) if "baseline_world_size" in entry else ()):
         v = entry.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise UsageError(f"{where}: `{key}` must be a positive integer, got {v!r}")
@@ -125,7 +154,7 @@ def _training_rows(scaling: pd.DataFrame, entry: dict) -> pd.DataFrame:
     devices, nodes and link."""
     if scaling.empty:
         return scaling
-    rows = scaling[(scaling["devices"] == entry["devices"]) & (scaling["nodes"] == entry["nodes"])
+    rows = scaling[(scaling["world_size"] == entry["world_size"]) & (scaling["num_nodes"] == entry["num_nodes"])
                    & (scaling["link"].fillna("") == entry.get("link", ""))]
     want, hw = entry["workload"], entry["hardware"]
     keep = []
@@ -142,7 +171,7 @@ def _bench_runs(bench: pd.DataFrame, entry: dict) -> pd.DataFrame:
     if bench.empty:
         return bench
     hw = entry["hardware"]
-    match = bench[(bench["world_size"] == entry["devices"]) & (bench["nodes"] == entry["nodes"])
+    match = bench[(bench["world_size"] == entry["world_size"]) & (bench["num_nodes"] == entry["num_nodes"])
                   & (bench["accelerator"] == hw["accelerator"]) & (bench["link"].fillna("") == entry.get("link", ""))
                   & (bench["dtype"].fillna("float32") == entry.get("dtype", "float32"))]
     if hw["accelerator"] == "gpu" and hw.get("device"):
@@ -154,7 +183,7 @@ def _where(entry: dict) -> str:
     link = f", link {entry['link']}" if entry.get("link") else ""
     what = "all-reduce benchmark" if entry.get("kind") == "allreduce" else "training run"
     hw = entry["hardware"].get("device") or entry["hardware"]["accelerator"]
-    return f"{what} on {entry['devices']} device(s), {entry['nodes']} node(s), {hw}{link}"
+    return f"{what} on {entry['world_size']} device(s), {entry['num_nodes']} node(s), {hw}{link}"
 
 
 # --- verdicts ------------------------------------------------------------------------------------
@@ -210,9 +239,10 @@ def _verdict(name: str, quantity: str, tup, row, entry: dict) -> tuple:
     perf = f"PERF {label}={measured:.6g}" + (f" {got_unit}" if got_unit else "")
     if unit != got_unit:
         return f"FAIL {label}: measured in {got_unit or 'no unit'}, the reference is in {unit or 'no unit'}", perf
-    if quantity == "efficiency" and entry.get("baseline_devices", row["baseline_devices"]) != row["baseline_devices"]:
-        return (f"FAIL {label}: efficiency here is against {int(row['baseline_devices'])} device(s), the "
-                f"reference's against {entry['baseline_devices']}: run the baseline too"), perf
+    if quantity == "efficiency" and entry.get("baseline_world_size",
+                                              row["baseline_world_size"]) != row["baseline_world_size"]:
+        return (f"FAIL {label}: efficiency here is against {int(row['baseline_world_size'])} device(s), the "
+                f"reference's against {entry['baseline_world_size']}: run the baseline too"), perf
     lo, hi = bounds(value, lower, upper)
     shown = f"{measured:.4g}{' ' + unit if unit else ''}"
     span = f"reference {value:.4g}, accepted {_bound_text(lo)}..{_bound_text(hi)}"
@@ -235,7 +265,7 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
     for r in ([] if scaling.empty else scaling.itertuples()):
         key = json.loads(r.group)
         ref = {}
-        if r.devices != r.baseline_devices and _finite(r.efficiency):
+        if r.world_size != r.baseline_world_size and _finite(r.efficiency):
             ref["efficiency"] = [_round(r.efficiency), lower, None, ""]
         if _finite(r.throughput_per_device):
             ref["throughput_per_device"] = [_round(r.throughput_per_device), lower, None, r.unit]
@@ -245,21 +275,21 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
             continue
         hw = key["hardware"] if r.accelerator == "gpu" else {"accelerator": key["hardware"]["accelerator"]}
         hw_name = r.device if r.accelerator == "gpu" else r.accelerator
-        base = _slug(f"{r.describe}-{hw_name}-{r.devices}x{r.nodes}" + (f"-{r.link}" if r.link else ""))
+        base = _slug(f"{r.describe}-{hw_name}-{r.world_size}x{r.num_nodes}" + (f"-{r.link}" if r.link else ""))
         checks.append({"name": _unique(base, names), "kind": "training", "workload": key["workload"],
-                       "hardware": hw, "devices": int(r.devices), "nodes": int(r.nodes), "link": r.link or "",
-                       "baseline_devices": int(r.baseline_devices), "reference": ref})
+                       "hardware": hw, "world_size": int(r.world_size), "num_nodes": int(r.num_nodes),
+                       "link": r.link or "", "baseline_world_size": int(r.baseline_world_size), "reference": ref})
     if not bench.empty:
         bench = bench.assign(dtype=bench["dtype"].fillna("float32"), link=bench["link"].fillna(""))
         for (world, nodes, acc, device, link, dtype), runs in bench.groupby(
-                ["world_size", "nodes", "accelerator", "device", "link", "dtype"], sort=True):
+                ["world_size", "num_nodes", "accelerator", "device", "link", "dtype"], sort=True):
             busbw = runs["busbw_GBps"].median()
             if not _finite(busbw):
                 continue
             hw = {"accelerator": acc, "device": device} if acc == "gpu" else {"accelerator": acc}
             base = _slug(f"allreduce-{device if acc == 'gpu' else acc}-{world}x{nodes}" + (f"-{link}" if link else ""))
-            checks.append({"name": _unique(base, names), "kind": "allreduce", "hardware": hw, "devices": int(world),
-                           "nodes": int(nodes), "link": link, "dtype": dtype,
+            checks.append({"name": _unique(base, names), "kind": "allreduce", "hardware": hw, "world_size": int(world),
+                           "num_nodes": int(nodes), "link": link, "dtype": dtype,
                            "reference": {"busbw": [_round(busbw), lower, None, "GB/s"]}})
     return checks
 

@@ -12,7 +12,8 @@ from scalelab.report import explain, levers
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
 
-STEP_HEADERS = ["devices", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms", "waited ms",
+STEP_HEADERS = ["world size", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms",
+                "waited ms",
                 "comm share", "hidden", "grad MB", "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"]
 
 
@@ -26,7 +27,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     for group, members in ok.groupby("group", sort=False):
         out.append(_group_title(members.iloc[0], letters[group], members))
         out += runs_table(members, fmt, max_runs)
-        g = scaling[scaling["group"] == group].sort_values(["devices", "nodes"])
+        g = scaling[scaling["group"] == group].sort_values(["world_size", "num_nodes"])
         out += scaling_table(g, fmt)
         if g["compute_s"].notna().any():
             out += step_table(g, fmt)
@@ -61,17 +62,18 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
     """One group's runs, oldest first per configuration; beyond max_runs only the newest of each."""
     first = members.iloc[0]
     unit = first["unit"]
-    members = members.sort_values(["devices", "nodes", "created"])
+    members = members.sort_values(["world_size", "num_nodes", "created"])
     hidden = 0
     if max_runs is not None and len(members) > max_runs:
-        configs = members[["devices", "nodes", "link"]].drop_duplicates().shape[0]
-        shown = members.groupby(["devices", "nodes", "link"]).tail(max(1, max_runs // configs))
+        configs = members[["world_size", "num_nodes", "link"]].drop_duplicates().shape[0]
+        shown = members.groupby(["world_size", "num_nodes", "link"]).tail(max(1, max_runs // configs))
         hidden, members = len(members) - len(shown), shown
-    rows = [[r.run_id, r.devices, nodes_cell(r), procs_cell(r), fmt_num(r.first_step_s), fmt_num(r.train_time_s, ".2f"),
-             fmt_num(r.step_ms), fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
+    rows = [[r.run_id, r.world_size, nodes_cell(r), devices_cell(r), fmt_num(r.first_step_s), fmt_num(r.train_time_s,
+                                                                                                      ".2f"),
+             fmt_num(r.step_s * 1e3), fmt_num(r.epoch_s, ".2f"), fmt_num(getattr(r, THROUGHPUT_COLUMN[unit]), ",.0f"),
              fmt_num(r.train_loss, ".3f"), fmt_num(r.val_acc, ".3f")] for r in members.itertuples()]
-    procs = "procs/node" if first["accelerator"] == "gpu" else "procs×threads"
-    out = [tabulate(rows, headers=["run id", "devices", "nodes", procs, "1st step s", "train s", "step ms",
+    devices = "devices" if first["accelerator"] == "gpu" else "devices×threads"
+    out = [tabulate(rows, headers=["run id", "world size", "nodes", devices, "1st step s", "train s", "step ms",
                                    "epoch s", unit, "train loss", "val acc"], tablefmt=fmt, disable_numparse=True)]
     out += [f"  ! {r.run_id}: {r.oversubscribed}; its speedup measures ranks sharing cores, not scaling"
             for r in members.itertuples() if r.oversubscribed]
@@ -82,31 +84,31 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
     return out
 
 
-def procs_cell(r) -> str:
-    """"2×1t" on CPU (processes × threads per node; "!" where ranks shared cores), processes per node on GPU."""
+def devices_cell(r) -> str:
+    """"2×1t" on CPU (devices per node × threads of each; "!" where ranks shared cores), devices per node on GPU."""
     if r.accelerator != "cpu":
-        return str(r.procs_per_node)
-    return f"{r.procs_per_node}×{fmt_num(r.threads, '.0f')}t" + ("!" if r.oversubscribed else "")
+        return str(r.devices)
+    return f"{r.devices}×{fmt_num(r.threads, '.0f')}t" + ("!" if r.oversubscribed else "")
 
 
 def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     """One group's configurations: throughput, speedup, efficiency measured and predicted, cost."""
     unit = g["unit"].iloc[0]
-    base = int(g["baseline_devices"].iloc[0])
+    base = int(g["baseline_world_size"].iloc[0])
     out = ["", f"Scaling (baseline: {base} device{'s' if base > 1 else ''}; speedup = {unit} ÷ baseline {unit})"]
     if len(g) == 1:
         out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
-    rows = [[r.devices, nodes_cell(r), r.runs,
+    rows = [[r.world_size, nodes_cell(r), r.runs,
              fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
                                               if r.runs > 1 else ""),
              fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %", predicted_range(r),
              fmt_num(r.throughput_per_device, ",.0f")] + money_cells(r) for r in g.itertuples()]
-    out.append(tabulate(rows, headers=["devices", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
+    out.append(tabulate(rows, headers=["world size", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
                                        "efficiency", "predicted eff.", f"{unit} per device"] + money_headers(g),
                         tablefmt=fmt, disable_numparse=True))
     out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
             "(src/emulate.py), not a real network" for nodes, link in
-            sorted({(r.nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
+            sorted({(r.num_nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
     return out
 
 
@@ -114,7 +116,7 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     """Where one group's step goes: compute, all-reduce, waited and hidden; then what limits each configuration."""
     out = ["", "Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
                "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)"]
-    rows = [[r.devices, nodes_cell(r), fmt_num(r.step_ms, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
+    rows = [[r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
              fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
              fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
              *(["?"] * 3 if explain.split_within_noise(r) else
@@ -124,7 +126,7 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     out.append(tabulate(rows, headers=STEP_HEADERS, tablefmt=fmt, disable_numparse=True))
     lines = [explain.limiting_line(r) for r in g.itertuples()]
     out.extend(f"  {line}" for line in lines if line)
-    if g["devices"].max() > 1 and g["bench_busbw_GBps"].isna().all():
+    if g["world_size"].max() > 1 and g["bench_busbw_GBps"].isna().all():
         out.append(f"  (No all-reduce benchmark in this folder at these sizes: {_bench_hint(g)} adds the "
                    "predicted columns.)")
     elif g["bench_runs"].max() > 1:
@@ -134,7 +136,7 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
         notes = g["peak_note"].dropna() if "peak_note" in g else ()
         why = notes.iloc[0] if len(notes) else "no peak known for this hardware"  # a GPU's note says which
         out.append(f"  MFU: — ({why}; give --peak_tflops to compute it)")
-    elif (g["model"] == "transformer").any():
+    elif (g["model"] == "gpt").any():
         out.append("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and "
                    "PaLM count it: compare it with figures that do the same")
     return out
@@ -142,18 +144,18 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
 
 def _bench_hint(g: pd.DataFrame) -> str:
     """The benchmark command that matches the group's largest configuration."""
-    big = g.sort_values(["devices", "nodes"]).iloc[-1]
-    devices, nodes = int(big["devices"]), int(big["nodes"])
+    big = g.sort_values(["world_size", "num_nodes"]).iloc[-1]
+    world, nodes = int(big["world_size"]), int(big["num_nodes"])
     if isinstance(big.get("link"), str) and big["link"].startswith("emulated"):
-        return (f"`python src/emulate.py --devices {devices // nodes} --link_gbit {big['link_gbit']:g} -- "
+        return (f"`python src/emulate.py --devices {world // nodes} --link_gbit {big['link_gbit']:g} -- "
                 "src/allreduce_bench.py`")
     if big["accelerator"] == "gpu" or nodes > 1:  # the job script runs one task per GPU, as training did
         hint = (f"`sbatch --nodes={nodes} slurm_jobs/allreduce_bench.sh` (its header must say "
-                f"{devices // nodes} tasks per node, as the training runs had)")
+                f"{world // nodes} tasks per node, as the training runs had)")
         # a GPU cluster's own nccl-tests log of that size serves as well
-        return hint + f" or an all_reduce_perf log of {devices} ranks on {nodes} node(s) (--nccl_tests LOG)" \
+        return hint + f" or an all_reduce_perf log of {world} ranks on {nodes} node(s) (--nccl_tests LOG)" \
             if big["accelerator"] == "gpu" else hint
-    return f"`python src/allreduce_bench.py --devices {devices}`"
+    return f"`python src/allreduce_bench.py --devices {world}`"
 
 
 def failed_table(runs: pd.DataFrame, fmt: str) -> list:
@@ -161,9 +163,9 @@ def failed_table(runs: pd.DataFrame, fmt: str) -> list:
     failed = runs[runs["status"] != "completed"]
     if failed.empty:
         return []
-    rows = [[r.run_id, r.status, r.devices, r.nodes, error_cell(r.error)] for r in failed.itertuples()]
+    rows = [[r.run_id, r.status, r.world_size, r.num_nodes, error_cell(r.error)] for r in failed.itertuples()]
     return ["Runs that did not complete (left out of every speedup):",
-            tabulate(rows, headers=["run id", "status", "devices", "nodes", "error"], tablefmt=fmt,
+            tabulate(rows, headers=["run id", "status", "world size", "nodes", "error"], tablefmt=fmt,
                      disable_numparse=True),
             ""]
 

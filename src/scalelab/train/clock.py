@@ -211,8 +211,8 @@ class StepClock:
             "process_start": self.process_start,
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
-            "grads_ready_s": self.ready_times,
-            "allreduce_s": self.comm_times,
+            "grads_ready_times_s": self.ready_times,
+            "allreduce_times_s": self.comm_times,
             "buckets": self.bucket_counts,
             "probe_steps": self.probe_steps,  # optimizer-step indices
             # batches that ended an optimizer step, when not every batch did (--accumulate_grad_batches)
@@ -220,7 +220,7 @@ class StepClock:
             "grad_bytes": self.grad_bytes,
             "bucket_bytes": self.buckets.bucket_bytes,
             "wire_bytes": self.buckets.wire_bytes,  # what --comm_hook put on the wire for those buckets
-            "allreduce_alone_s": self.alone,
+            "allreduce_alone_times_s": self.alone,
             "epoch_times_s": self.epoch_times,
             "losses": self.losses,
         }

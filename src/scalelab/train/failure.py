@@ -82,7 +82,7 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
         return ""
     try:
         own = [ctx.rank_record()]
-        summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "final_train_loss": None}
+        summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "train_loss": None}
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)

@@ -14,7 +14,7 @@ from scalelab import results
 
 class StepMetrics:
     """One row per optimizer step: elapsed_s (sum of the step times so far: the run's training clock, warm-up and
-    probes included, validation and start-up not), step_time_s, samples_per_s (tokens_per_s for a GPT),
+    probes included, validation and start-up not), step_s, samples_per_s (tokens_per_s for a GPT),
     train_loss, allreduce_s (how long the all-reduce ran), comm_share (what the step waited for communication,
     over its time: the step's gradients-ready less the compute-only probes' median, 0 on one rank) and timed (1 when
     the step enters the result's figures: after warm-up, not a probe)."""
@@ -63,7 +63,7 @@ class StepMetrics:
             self.computes.append(ready)
             self.compute = statistics.median(self.computes)
         waited = max(0.0, ready - self.compute) if self.compute is not None and not probe else None
-        row = {"elapsed_s": self.elapsed, "step_time_s": took, "allreduce_s": sum(t.comm_times[first:last + 1]),
+        row = {"elapsed_s": self.elapsed, "step_s": took, "allreduce_s": sum(t.comm_times[first:last + 1]),
                "comm_share": (0.0 if self.world_size == 1 else None if waited is None else waited / took) if took else
                None, "timed": int(step >= self.warmup_steps and not probe)}
         if took > 0:

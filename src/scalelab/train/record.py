@@ -57,7 +57,7 @@ def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
 def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:
     cfg, launch = ctx.cfg, ctx.launch
     summary = dict(summary)
-    final_loss = summary.pop("final_train_loss")
+    train_loss = summary.pop("train_loss")
     payload = results.envelope("training", ctx.run_id or results.new_run_id(
         cfg.model, launch.world_size, cfg.run_name, job=slurm_env.job_label()))
     payload.update(
@@ -67,11 +67,11 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         workload=workload_record(ctx),
         config=cfg.to_dict(),
         launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
-                             threads_per_proc=per_rank[0]["threads"],
+                             threads=per_rank[0]["threads"],
                              oversubscribed=ctx.core_warning or cores.shared_cores(per_rank)),
         timing={**summary, "whole_run_s": time.time() - ctx.process_start,
                 **throughput(ctx, summary, per_rank)},
-        metrics={"final_train_loss": final_loss,
+        metrics={"train_loss": train_loss,
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         memory=memory_record(ctx, per_rank),
         versions=results.versions(),
@@ -96,15 +96,15 @@ def hyperparameters(ctx: RunContext) -> dict:
     ranks' devices and hosts are known only at the end, in the result)."""
     launch = {k: v for k, v in ctx.launch.record([], []).items() if k not in ("device_names", "hostnames")}
     return {"run_id": ctx.run_id, "run_name": ctx.cfg.run_name, "workload": workload_record(ctx),
-            "launch": {**launch, "threads_per_proc": torch.get_num_threads(), "logger": ctx.cfg.logger}}
+            "launch": {**launch, "threads": torch.get_num_threads(), "logger": ctx.cfg.logger}}
 
 
 def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
     """The GPT's estimated tensor memory per device (perfmodel.memory, without its fixed overhead) and the peak the
     ranks' caching allocators measured (GPU): the self-check compares them."""
     estimate = None
-    if ctx.cfg.model == "transformer":
-        from scalelab.workloads.transformer import memory_estimate
+    if ctx.cfg.model == "gpt":
+        from scalelab.workloads.gpt import memory_estimate
 
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
         estimate = memory_estimate(ctx.cfg, ctx.batch, overhead=0).total

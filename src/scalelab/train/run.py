@@ -103,7 +103,7 @@ def build_workload(fabric, ctx):
                          f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
-    if launch.accelerator == "gpu" and cfg.model == "transformer" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
+    if launch.accelerator == "gpu" and cfg.model == "gpt" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
         check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
 
 
@@ -317,7 +317,7 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int):
     import torch
 
     from scalelab.perfmodel import memory
-    from scalelab.workloads.transformer import memory_estimate, shape_of
+    from scalelab.workloads.gpt import memory_estimate, shape_of
 
     shape = shape_of(cfg)
     props = torch.cuda.get_device_properties(0)
@@ -361,7 +361,7 @@ def one_line_summary(payload: dict, path: str) -> str:
         return f"scalelab: done in {t['whole_run_s']:.1f} s, no step timed -> {path}"
     thr = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else f"{t['samples_per_s']:,.0f} samples/s"
     return (f"scalelab: done in {t['whole_run_s']:.1f} s (train {t['train_time_s']:.2f} s over "
-            f"{t['timed_steps']} timed steps, {t['step_time_s']['median'] * 1e3:.1f} ms/step median, {thr}) "
+            f"{t['timed_steps']} timed steps, {t['step_s']['median'] * 1e3:.1f} ms/step median, {thr}) "
             f"-> {path}")
 
 

@@ -16,10 +16,10 @@ def optimizer_view(record: dict) -> dict:
         return record
     starts = [0] + [end + 1 for end in ends[:-1]]
     spans = list(zip(starts, ends))
-    times, ready = record["step_times_s"], record["grads_ready_s"]
+    times, ready = record["step_times_s"], record["grads_ready_times_s"]
     full = max((b - a + 1 for a, b in spans), default=0)
     return {**record, "short_steps": [i for i, (a, b) in enumerate(spans) if b - a + 1 < full],
             "step_times_s": [sum(times[a:b + 1]) for a, b in spans],
-            "grads_ready_s": [sum(times[a:b]) + ready[b] for a, b in spans],
-            "allreduce_s": [sum(record["allreduce_s"][a:b + 1]) for a, b in spans],
+            "grads_ready_times_s": [sum(times[a:b]) + ready[b] for a, b in spans],
+            "allreduce_times_s": [sum(record["allreduce_times_s"][a:b + 1]) for a, b in spans],
             "buckets": [sum(record["buckets"][a:b + 1]) for a, b in spans]}

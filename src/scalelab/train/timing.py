@@ -38,13 +38,13 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
         "steps": steps,
         "timed_steps": len(timed),
         "train_time_s": train_time,
-        "step_time_s": _stats(timed),
+        "step_s": _stats(timed),
         "samples_per_step": samples_per_step,
         "samples_per_s": samples / train_time if train_time > 0 else None,
         "tokens_per_s": samples * tokens_per_sample / train_time if tokens_per_sample and train_time > 0 else None,
         "epoch_times_s": rank0["epoch_times_s"],
-        "time_to_first_step_s": (rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
-        "final_train_loss": statistics.fmean(final_losses) if final_losses else None,
+        "first_step_s": (rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
+        "train_loss": statistics.fmean(final_losses) if final_losses else None,
         "comm": comm_summary(per_rank, normal,
                              [i for i in sorted(probes) if warmup_steps <= i < steps and i not in short]),
         "had_cpu": had_cpu(per_rank),
@@ -73,19 +73,20 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     allreduce_s = how long the all-reduce ran (per step, the rank that waited least: the others' extra
     wait is skew, not transfer); hidden_s = allreduce_s - waited_s, the part overlapped with backward
     (hidden_fraction of allreduce_s); allreduce_alone_s = the same buckets all-reduced with nothing else
-    running (probe steps, after a barrier). The names are the report's and the CSVs' column names.
+    running (probe steps, after a barrier). The names are the report's and the CSVs' column names; a rank's
+    per-step lists they are the medians of are plural (`allreduce_times_s`, `grads_ready_times_s`).
     """
-    if not probes or not normal or "grads_ready_s" not in per_rank[0]:
+    if not probes or not normal or "grads_ready_times_s" not in per_rank[0]:
         return None
 
     def ready(i):
-        return max(r["grads_ready_s"][i] for r in per_rank)
+        return max(r["grads_ready_times_s"][i] for r in per_rank)
 
     compute = statistics.median(ready(i) for i in probes)
     synced = statistics.median(ready(i) for i in normal)
     step = statistics.median(step_time(per_rank, i) for i in normal)
-    allreduce = statistics.median(min(r["allreduce_s"][i] for r in per_rank) for i in normal)
-    alone_runs = [r.get("allreduce_alone_s") or [] for r in per_rank]
+    allreduce = statistics.median(min(r["allreduce_times_s"][i] for r in per_rank) for i in normal)
+    alone_runs = [r.get("allreduce_alone_times_s") or [] for r in per_rank]
     n_alone = min(len(a) for a in alone_runs)
     alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
     world = len(per_rank)
@@ -104,8 +105,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "allreduce_alone_s": alone,
         "hidden_s": max(0.0, allreduce - waited),
         "hidden_fraction": min(1.0, max(0.0, allreduce - waited) / allreduce) if allreduce > 0 else None,
-        "comm_share": waited / step if step > 0 else None,
-        "step_s": step,
+        "comm_share": waited / step if step > 0 else None,  # step: the run's step_s.median, as summarize's
         "grad_bytes": grad_bytes,
         "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
         "wire_bytes": per_rank[0].get("wire_bytes") or None,  # fewer than bucket_bytes with --comm_hook

@@ -7,12 +7,12 @@ REGISTRY, and its test. Declarations import no torch: flags are checked in a fra
 torch and Lightning load; `build` imports the network when a run actually starts.
 """
 
-from scalelab.workloads import mlp, transformer
+from scalelab.workloads import gpt, mlp
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 __all__ = ["REGISTRY", "Option", "Workload", "WorkloadSpec", "build", "get", "throughput_unit"]
 
-REGISTRY = {spec.name: spec for spec in (mlp.SPEC, transformer.SPEC)}
+REGISTRY = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC)}
 
 
 def get(name: str) -> WorkloadSpec:

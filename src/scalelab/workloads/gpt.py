@@ -65,7 +65,7 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
         val_set=None,
         n_params=sum(p.numel() for p in module.parameters()),  # the tied head counted once; adapters included
         tokens_per_sample=cfg.seq_len,
-        describe=f"transformer {cfg.preset}" + (f" + LoRA r{cfg.lora_rank}" if cfg.lora_rank else ""),
+        describe=f"gpt {cfg.preset}" + (f" + LoRA r{cfg.lora_rank}" if cfg.lora_rank else ""),
         flops_per_sample=flops_per_token(shape, cfg.lora_rank) * cfg.seq_len,
         trainable_params=sum(p.numel() for p in module.parameters() if p.requires_grad),
     )
@@ -80,13 +80,13 @@ def finalize(cfg) -> None:
 
 
 SPEC = WorkloadSpec(
-    name="transformer",
-    help="transformer: GPT-style decoder",
+    name="gpt",
+    help="gpt: GPT-style decoder transformer (nets/gpt.py; configs gpt-tiny ... gpt-xl)",
     defaults={"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
     options=(
-        Option("preset", "tiny", {"choices": sorted(PRESETS), "help": "transformer size (tiny runs on a laptop CPU)"}),
-        Option("seq_len", None, {"type": positive_int, "help": "transformer context length (default: preset's)"}),
-        Option("vocab_size", None, {"type": positive_int, "help": "transformer vocabulary (default: preset's)"}),
+        Option("preset", "tiny", {"choices": sorted(PRESETS), "help": "GPT size (tiny runs on a laptop CPU)"}),
+        Option("seq_len", None, {"type": positive_int, "help": "GPT context length (default: preset's)"}),
+        Option("vocab_size", None, {"type": positive_int, "help": "GPT vocabulary (default: preset's)"}),
         Option("lora_rank", 0, {"type": nonneg_int, "help": "train only rank-R adapters (base frozen): a tiny "
                                 "gradient, to see how scaling changes; 0 = full training"}),
     ),
