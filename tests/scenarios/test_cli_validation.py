@@ -61,7 +61,7 @@ CASES = [
     ("predict.py", ["--params", "-2B", "--compute_s", "1"], "argument --params: expected a count"),
     ("predict.py", ["--preset", "huge", "--compute_s", "1"], "argument --preset: invalid choice: 'huge'"),
     ("predict.py", ["--params", "2B"], "missing compute inputs"),
-    ("predict.py", ["--params", "2B", "--compute_s", "1", "--nodes", "0"], "argument --nodes: expected a positive"),
+    ("predict.py", ["--params", "2B", "--compute_s", "1", "--num_nodes", "0"], "argument --num_nodes: expected a"),
     ("allreduce_bench.py", ["--iters", "0"], "argument --iters: expected a positive integer, got '0'"),
     ("allreduce_bench.py", ["--min_bytes", "-5"], "argument --min_bytes: expected a size in bytes"),
     ("allreduce_bench.py", ["--min_bytes", "1M", "--max_bytes", "1K"], "is larger than --max_bytes"),

@@ -114,7 +114,7 @@ def busbw(result):
 @pytest.mark.slow
 def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
     """2 nodes x 1 rank over 200 Mbit/s: busbw just under 0.025 GB/s. An unshaped veth gives 10-40x more."""
-    proc = emulate("--nodes", 2, "--devices", 1, "--link_gbit", RATE_GBIT, "--", *BENCH, "--output_dir", tmp_path)
+    proc = emulate("--num_nodes", 2, "--devices", 1, "--link_gbit", RATE_GBIT, "--", *BENCH, "--output_dir", tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "2 nodes x 1 device(s), each linked into a switch by an emulated 200 Mbit/s link" in proc.stdout
     (r,) = load_results(tmp_path)
@@ -130,7 +130,7 @@ def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
 def test_three_nodes_each_on_its_own_shaped_link_into_a_switch(link_ok, tmp_path):
     """3 nodes x 1 rank at 200 Mbit/s: each node's card carries 2(n-1)/n of the message each way, so busbw is again
     just under the rate; more nodes than this machine's cores share cores (said), and everything is torn down."""
-    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--nodes", "3", "--link_gbit", str(RATE_GBIT),
+    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--num_nodes", "3", "--link_gbit", str(RATE_GBIT),
                              "--", *BENCH, "--output_dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=180)

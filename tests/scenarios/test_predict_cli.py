@@ -4,7 +4,7 @@ import pytest
 
 from helpers import run_script
 
-WORKED = ["--params", "2B", "--grad_dtype", "fp32", "--gpus_per_node", "8", "--nodes", "1", "4",
+WORKED = ["--params", "2B", "--grad_dtype", "fp32", "--devices", "8", "--num_nodes", "1", "4",
           "--seq_len", "2048", "--global_batch", "16", "--recompute", "--tflops", "312", "--mfu", "0.5"]
 
 
@@ -33,6 +33,19 @@ def test_worked_example_one_command():
                        "full overlap needs >= 36.9 GB/s (295 Gbit/s) per node between nodes, or more work per GPU"]
 
 
+def test_the_flags_before_one_name_per_quantity_still_give_the_same_prediction():
+    """--gpus_per_node, --nodes and --batch_per_gpu (docs and scripts written before) read as --devices,
+    --num_nodes and --batch_per_device, and --help names only the new ones."""
+    old = [{"--devices": "--gpus_per_node", "--num_nodes": "--nodes"}.get(a, a) for a in WORKED]
+    assert "--gpus_per_node" in old and "--nodes" in old
+    assert run_script("predict.py", *old, timeout=60).stdout == run_script("predict.py", *WORKED, timeout=60).stdout
+    per_gpu = [a for a in old if a not in ("--global_batch", "16")] + ["--batch_per_gpu", "2"]
+    new = [a for a in WORKED if a not in ("--global_batch", "16")] + ["--batch_per_device", "2"]
+    assert run_script("predict.py", *per_gpu, timeout=60).stdout == run_script("predict.py", *new, timeout=60).stdout
+    shown = run_script("predict.py", "--help").stdout
+    assert "--devices" in shown and "--num_nodes" in shown and "--gpus_per_node" not in shown
+
+
 def test_ndr_halves_the_inter_node_all_reduce():
     res = run_script("predict.py", *WORKED, "--inter_gbit", "400", timeout=60)
     assert res.returncode == 0, res.stderr
@@ -42,8 +55,8 @@ def test_ndr_halves_the_inter_node_all_reduce():
 
 
 def test_measured_compute_busbw_strong_scaling_budget_and_cost():
-    res = run_script("predict.py", "--preset", "tiny", "--compute_s", "0.8", "--gpus_per_node", "4",
-                     "--nodes", "2", "--global_batch", "8", "--scaling", "strong", "--busbw_GBps", "1",
+    res = run_script("predict.py", "--preset", "tiny", "--compute_s", "0.8", "--devices", "4",
+                     "--num_nodes", "2", "--global_batch", "8", "--scaling", "strong", "--busbw_GBps", "1",
                      "--token_budget", "1M", "--gpu_hour_price", "2.5", timeout=60)
     assert res.returncode == 0, res.stderr
     row = table_row(res.stdout, "2 nodes")
@@ -66,14 +79,14 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
     (["--params", "2B"], "missing compute inputs"),
     (["--params", "2B", "--seq_len", "2048", "--global_batch", "16", "--tflops", "312"], "(missing --mfu)"),
     (["--params", "2B", "--compute_s", "0"], "argument --compute_s: expected a positive number"),
-    (["--params", "2B", "--compute_s", "1", "--gpus_per_node", "-8"], "argument --gpus_per_node"),
-    (["--params", "2B", "--compute_s", "1", "--nodes", "0"], "argument --nodes"),
+    (["--params", "2B", "--compute_s", "1", "--devices", "-8"], "argument --devices"),
+    (["--params", "2B", "--compute_s", "1", "--num_nodes", "0"], "argument --num_nodes"),
     (["--params", "2B", "--compute_s", "1", "--intra_GBps", "0"], "argument --intra_GBps"),
     (["--params", "2B", "--compute_s", "1", "--tflops", "312", "--mfu", "0.5"], "not both"),
-    (["--params", "2B", "--compute_s", "1", "--global_batch", "16", "--scaling", "strong", "--nodes", "4"],
+    (["--params", "2B", "--compute_s", "1", "--global_batch", "16", "--scaling", "strong", "--num_nodes", "4"],
      "does not divide evenly over 32 GPUs"),
     (["--params", "2B", "--compute_s", "1", "--token_budget", "1e9"], "--token_budget needs tokens per step"),
-    (["--params", "2B", "--compute_s", "1", "--nodes", "1", "--busbw_GBps", "20"], "count above 1"),
+    (["--params", "2B", "--compute_s", "1", "--num_nodes", "1", "--busbw_GBps", "20"], "count above 1"),
     (["--compute_s", "1"], "one of the arguments --from --params --preset is required"),
 ])
 def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
@@ -85,7 +98,7 @@ def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
     assert message in lines[0]
 
 
-SEED = ["--preset", "xl", "--gpus_per_node", "2", "--nodes", "4", "--inter_gbit", "1", "--batch_per_gpu", "16",
+SEED = ["--preset", "xl", "--devices", "2", "--num_nodes", "4", "--inter_gbit", "1", "--batch_per_device", "16",
         "--tflops", "312", "--mfu", "0.5"]
 
 

@@ -105,8 +105,8 @@ def test_compare_puts_two_folders_side_by_side(tmp_path):
     assert "150" in two and "180" in two and "1.20×" in two
     four = next(line for line in mlp.splitlines() if line.startswith("4 "))
     assert "—" in four and "one side only" in mlp  # only B ran 4 devices: shown, no ratio
-    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
-    assert table.loc[table["world_size"] == 2, "ratio"].tolist() == pytest.approx([70 / 70, 1.2])  # gpt sorts before mlp
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")  # sorted by workload: gpt before mlp
+    assert table.loc[table["world_size"] == 2, "ratio"].tolist() == pytest.approx([70 / 70, 1.2])
 
     # a summary.json travels between sites and stands in for its folder
     run_script("benchmark.py", "--output_dir", b, "--export", tmp_path / "bex")

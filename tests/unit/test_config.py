@@ -19,6 +19,20 @@ def test_model_defaults_fill_in():
     assert (gpt.batch_size, gpt.max_steps, gpt.seq_len, gpt.vocab_size) == (8, 50, 128, 512)
 
 
+def test_the_gpts_old_model_name_is_read_as_gpt_and_said_once(tmp_path, capsys):
+    """`--model transformer` (scripts, a result.json replayed from before schema 3) trains the GPT, with one warning."""
+    for argv in (["--model", "transformer"], ["--model=transformer"]):
+        assert config.parse_config(argv).model == "gpt"
+        assert capsys.readouterr().err == ("train.py: warning: --model transformer is now --model gpt "
+                                           "(read as such)\n")
+    (tmp_path / "old.json").write_text(json.dumps({"schema": "scalelab.result", "kind": "training",
+                                                   "config": {"model": "transformer", "preset": "small"}}))
+    cfg = config.parse_config(["--config", str(tmp_path / "old.json")])
+    assert (cfg.model, cfg.preset) == ("gpt", "small")
+    assert capsys.readouterr().err == "train.py: warning: model: transformer is now model: gpt (read as such)\n"
+    assert config.parse_config(["--model", "gpt"]).model == "gpt" and capsys.readouterr().err == ""
+
+
 def test_yaml_values_are_defaults_and_cli_wins(tmp_path):
     cfg_file = tmp_path / "run.yaml"
     cfg_file.write_text("batch_size: 32\nhidden_dims: [8, 4]\nlearning_rate: 0.01\nmax_epochs: 2\n")

@@ -142,7 +142,7 @@ def test_forecast_from_the_command_line(tmp_path):
     for r in [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), bench()]:
         results.write(str(tmp_path), r)
     report = run_script("benchmark.py", "--output_dir", tmp_path, "--forecast", "--forecast_nodes", 2, 4)
-    predicted = run_script("predict.py", "--from", tmp_path, "--nodes", 2, 4)
+    predicted = run_script("predict.py", "--from", tmp_path, "--num_nodes", 2, 4)
     assert report.returncode == 0 and predicted.returncode == 0, report.stderr + predicted.stderr
     table = forecast_view.render(frames.runs_frame(results.scan(str(tmp_path))[0]),
                                  explain.bench_frame(results.scan(str(tmp_path))[0]), (2, 4))

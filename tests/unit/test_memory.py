@@ -62,7 +62,7 @@ def test_the_parts_and_what_fits():
 
 
 def test_predict_says_what_fits_each_gpu():
-    proc = run_script("predict.py", "--preset", "large", "--gpus_per_node", 4, "--nodes", 1, "--batch_per_gpu", 8,
+    proc = run_script("predict.py", "--preset", "large", "--devices", 4, "--num_nodes", 1, "--batch_per_device", 8,
                       "--grad_dtype", "bf16", "--tflops", 312, "--mfu", 0.5)
     assert proc.returncode == 0, proc.stderr
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("memory at")]

@@ -62,6 +62,27 @@ def test_write_then_check_the_same_folder_passes(tmp_path, capsys, good_ref):
     assert checks[1]["reference"]["efficiency"] == [0.9, -0.1, None, ""]  # ReFrame's tuple, unbounded above
 
 
+def test_a_reference_file_with_the_old_names_still_checks_and_says_so_once(tmp_path, capsys, good_ref):
+    """A nightly job's file written before schema 3 (devices = world size, nodes, the GPT as transformer): the same
+    verdicts, and one warning line naming what it read as what."""
+    text = good_ref.read_text()
+    old = text.replace("  world_size:", "  devices:").replace("num_nodes:", "nodes:").replace(
+        "baseline_world_size:", "baseline_devices:")
+    assert "world_size:" not in old and "num_nodes" not in old and "  devices: 2" in old
+    (tmp_path / "old.yaml").write_text(old)
+    code, out, err = report(capsys, "--output_dir", tmp_path / "good", "--reference", tmp_path / "old.yaml")
+    assert code == 0 and out[-1] == "reference: 4 check(s) of 6 value(s): 6 passed, 0 failed"
+    assert err == (f"benchmark.py: warning: --reference {tmp_path / 'old.yaml'}: read `devices` as `world_size`, "
+                   "`nodes` as `num_nodes`, `baseline_devices` as `baseline_world_size`, as scalelab now names them; "
+                   "rename them in the file (--write_reference writes the new names)\n")
+    checks = [{"name": "t", "workload": {"model": "transformer"}, "devices": 2, "nodes": 1,
+               "hardware": {"accelerator": "cpu"}, "reference": {"efficiency": [0.9, None, None, ""]}}]
+    (tmp_path / "gpt.yaml").write_text(yaml.safe_dump({"checks": checks}))
+    loaded = reference.load(str(tmp_path / "gpt.yaml"))
+    assert loaded[0]["workload"] == {"model": "gpt"} and (loaded[0]["world_size"], loaded[0]["num_nodes"]) == (2, 1)
+    assert "`model: transformer` as `model: gpt`" in capsys.readouterr().err
+
+
 def test_efficiency_below_tolerance_fails_naming_the_check(tmp_path, capsys, good_ref):
     slow = folder(tmp_path / "slow", two=150.0, busbw_scale=0.5)  # efficiency 0.75 < 0.9 - 10 %; busbw halved
     code, out, _ = report(capsys, "--output_dir", slow, "--reference", good_ref)
