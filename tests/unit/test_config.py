@@ -182,6 +182,25 @@ def test_a_named_config_is_what_the_jobs_and_the_demo_run():
     assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
 
 
+@pytest.mark.parametrize("name", config.named_configs())
+def test_a_named_config_sets_only_what_differs_from_the_defaults(name):
+    """One place per default: a named config that repeats a default (warm-up 5, the GPT's batch 8 or 50 steps) would
+    keep the old value when the default changes. Each key it sets must change the resolved run, but those its name
+    states (gpt-tiny: the model gpt and the preset tiny, whatever the defaults become)."""
+    import yaml
+
+    with open(config._config_path(name), encoding="utf-8") as fh:
+        keys = yaml.safe_load(fh)
+    assert name == "-".join(str(keys[k]) for k in ("model", "preset") if k in keys)
+    resolved = config.parse_config(["--config", name]).to_dict()
+    for key in keys:
+        if key in ("model", "preset"):
+            continue
+        without = {k: v for k, v in keys.items() if k != key}
+        argv = [f"--{k}={v}" for k, v in without.items()]
+        assert config.parse_config(argv).to_dict()[key] != resolved[key], f"{name}: {key} repeats its default"
+
+
 def test_model_mlp_and_config_mlp_are_the_same_job():
     """The demo and the CPU jobs run --config mlp; a participant types --model mlp: 3 epochs of 20,000 samples both."""
     by_model, by_name = config.parse_config(["--model", "mlp"]), config.parse_config(["--config", "mlp"])
