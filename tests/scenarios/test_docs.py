@@ -230,11 +230,28 @@ def workshop(tmp_path):
 NUMBER = re.compile(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
 
 
+# The machine's CPU model, as the all-reduce benchmark's banner ("backend gloo, device AMD EPYC |") and its
+# nccl-tests rank lines ("[0x00] Intel(R) Xeon(R) Processor") name it: a chapter written on one CPU passes on another.
+CPU_MODEL = (re.compile(r"(backend \w+, device ).+?( \|)"), re.compile(r"(\[0x[0-9a-f]+\] ).+$"))
+
+
 def shape(line):
-    """A line with its numbers and run ids masked, its spacing collapsed and a table's rule of dashes cut to three:
-    what stays the same between two runs of a SLURM block (job ids, timings, node numbers and the column widths
-    they make change)."""
+    """A line with its numbers, run ids and CPU model masked, its spacing collapsed and a table's rule of dashes cut
+    to three: what stays the same between two runs of a SLURM block (job ids, timings, node numbers and the column
+    widths they make change) and between two machines."""
+    for pattern in CPU_MODEL:
+        line = pattern.sub(r"\1<cpu>\2" if pattern.groups == 2 else r"\1<cpu>", line)
     return " ".join(re.sub(r"-{3,}", "---", NUMBER.sub("N", RUN_ID.sub("<run_id>", line))).split())
+
+
+def test_a_chapter_line_matches_on_another_cpu_but_not_with_another_figure_name():
+    doc = ("scalelab all-reduce: world size 2 = 1 node(s) x 2 process(es), backend gloo, device Intel(R) Xeon(R) "
+           "Processor | float32, 32 KiB to 64 MiB x2")
+    assert shape(doc) == shape(doc.replace("Intel(R) Xeon(R) Processor", "AMD EPYC 7B13 64-Core Processor"))
+    assert shape(doc) != shape(doc.replace("float32", "bfloat16")) != shape(doc.replace("backend gloo", "backend nccl"))
+    rank = "#  Rank  0 Group  0 Pid  25259 on         vm device  0 [0x00] Intel(R) Xeon(R) Processor"
+    assert shape(rank) == shape(rank.replace("Intel(R) Xeon(R) Processor", "AMD EPYC"))
+    assert shape(rank) != shape(rank.replace(" vm ", " node2 "))  # the host is still compared
 
 
 def run_blocks(chapter, mark, folder, env):
