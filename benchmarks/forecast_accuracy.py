@@ -79,22 +79,23 @@ def repeat(args) -> list:
     rows = []
     big, _ = forecast.forecast(cal, intra, rate_key, 1, (3, 4))
     u = max(forecast.COMM_UNCERTAINTY, forecast.fit_for(cal, rate_key)[0].residual)
-    for f in [f for f in big if f.nodes > 1]:
-        alone, _ = measured(check, f.nodes, args.rate_gbit)
+    for f in [f for f in big if f.num_nodes > 1]:
+        alone, _ = measured(check, f.num_nodes, args.rate_gbit)
         lo, hi = f.allreduce_s * (1 - u), f.allreduce_s * (1 + u)
-        rows.append((f"all-reduce per step, {f.nodes} nodes at {human_rate(args.rate_gbit)} (ms)", f.allreduce_s * 1e3,
-                     lo * 1e3, hi * 1e3, alone * 1e3, (f.allreduce_s / alone - 1) * 100, lo <= alone <= hi))
+        rows.append((f"all-reduce per step, {f.num_nodes} nodes at {human_rate(args.rate_gbit)} (ms)",
+                     f.allreduce_s * 1e3, lo * 1e3, hi * 1e3, alone * 1e3, (f.allreduce_s / alone - 1) * 100,
+                     lo <= alone <= hi))
     second, _ = forecast.forecast(cal, intra, second_key, 1, (2,))
-    f = [f for f in second if f.nodes == 2][0]
+    f = [f for f in second if f.num_nodes == 2][0]
     _, step = measured(check, 2, args.second_gbit)
     eff = cal.baseline.mid / step
     rows.append((f"efficiency, 2 nodes at {human_rate(args.second_gbit)} (%)", f.efficiency.mid * 100,
                  f.efficiency.low * 100, f.efficiency.high * 100, eff * 100, (f.efficiency.mid - eff) * 100,
                  f.efficiency.contains(eff)))
-    for f in [f for f in big if f.nodes > 1]:
-        _, step = measured(check, f.nodes, args.rate_gbit)
+    for f in [f for f in big if f.num_nodes > 1]:
+        _, step = measured(check, f.num_nodes, args.rate_gbit)
         eff = cal.baseline.mid / step
-        rows.append((f"efficiency, {f.nodes} nodes at {human_rate(args.rate_gbit)} (%, cores shared)",
+        rows.append((f"efficiency, {f.num_nodes} nodes at {human_rate(args.rate_gbit)} (%, cores shared)",
                      f.efficiency.mid * 100,
                      f.efficiency.low * 100, f.efficiency.high * 100, eff * 100, (f.efficiency.mid - eff) * 100,
                      f.efficiency.contains(eff)))

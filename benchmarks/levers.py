@@ -40,7 +40,7 @@ def setting(r) -> str:
 
 
 def linked(scaling, gbit):
-    return scaling[(scaling["nodes"] > 1) & (scaling["link_gbit"] == gbit)]
+    return scaling[(scaling["num_nodes"] > 1) & (scaling["link_gbit"] == gbit)]
 
 
 def predictions(scaling, rates) -> list:
@@ -50,7 +50,7 @@ def predictions(scaling, rates) -> list:
             ratio = r["predicted_allreduce_s"] / r["allreduce_s"]
             lo, hi = r["predicted_efficiency_no_overlap"], r["predicted_efficiency_overlap"]
             inside = lo - 0.02 <= r["efficiency"] <= hi + 0.02  # a rounding's slack: the table shows whole %
-            rows.append([setting(r), human_rate(gbit), f"{r['runs']:.0f}", f"{r['step_ms']:,.0f}",
+            rows.append([setting(r), human_rate(gbit), f"{r['runs']:.0f}", f"{r['step_s'] * 1e3:,.0f}",
                          f"{r['allreduce_s'] * 1e3:.1f}", f"{r['predicted_allreduce_s'] * 1e3:.1f}", f"{ratio:.2f}",
                          f"{r['efficiency'] * 100:.0f} %", f"{lo * 100:.0f}–{hi * 100:.0f} %",
                          "PASS" if abs(ratio - 1) <= 0.15 and inside else "FAIL"])

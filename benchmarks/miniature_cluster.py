@@ -39,7 +39,7 @@ def rungs(rates) -> list:
 def intra_node(scaling) -> list:
     rows = []
     for model in MODELS:
-        g = scaling[(scaling["model"] == model) & (scaling["nodes"] == 1) & (scaling["devices"] == 2)]
+        g = scaling[(scaling["model"] == model) & (scaling["num_nodes"] == 1) & (scaling["world_size"] == 2)]
         eff = g["efficiency"].iloc[0]
         target = "≥ 85 %" if model == "gpt" else "(none)"
         ok = "PASS" if model != "gpt" or eff >= 0.85 else "FAIL"
@@ -50,7 +50,7 @@ def intra_node(scaling) -> list:
 def links(bench, rates) -> list:
     rows = []
     for gbit in rates:
-        b = bench[(bench["nodes"] > 1) & (bench["link"] == link_label({"gbit": gbit, "emulated": True}))]
+        b = bench[(bench["num_nodes"] > 1) & (bench["link"] == link_label({"gbit": gbit, "emulated": True}))]
         big = [r["busbw_GBps"] for _, x in b.iterrows() for r in x["rows"] if r["bytes"] >= 2 ** 20]
         if not big:
             rows.append([human_rate(gbit), "—", "—", "no benchmark over this link", "FAIL"])
@@ -66,7 +66,7 @@ def predictions(scaling, rates) -> list:
     rows = []
     for model in MODELS:
         for gbit in rates:
-            g = scaling[(scaling["model"] == model) & (scaling["nodes"] > 1) & (scaling["link_gbit"] == gbit)]
+            g = scaling[(scaling["model"] == model) & (scaling["num_nodes"] > 1) & (scaling["link_gbit"] == gbit)]
             if g.empty:
                 rows.append([model, human_rate(gbit)] + ["—"] * 6 + ["FAIL"])
                 continue
