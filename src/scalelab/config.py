@@ -270,7 +270,7 @@ def _new_model_names(argv: list, prog: str) -> list:
     return out
 
 
-def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str = "train.py") -> dict:
+def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str) -> dict:
     import yaml
 
     from scalelab import results

@@ -33,6 +33,17 @@ def test_the_gpts_old_model_name_is_read_as_gpt_and_said_once(tmp_path, capsys):
     assert config.parse_config(["--model", "gpt"]).model == "gpt" and capsys.readouterr().err == ""
 
 
+def test_only_the_value_of_model_is_renamed_and_the_command_line_is_the_processes_own(monkeypatch, capsys):
+    assert config.parse_config(["--run_name", "transformer", "--model", "mlp"]).run_name == "transformer"
+    with pytest.raises(UsageError, match="^argument --model: expected one argument$"):  # argparse's, no IndexError
+        config.parse_config(["--run_name", "x", "--model"])
+    with pytest.raises(UsageError, match="invalid choice: 'x=y'"):  # the value whole, '=' and all
+        config.parse_config(["--model=x=y"])
+    monkeypatch.setattr(sys, "argv", ["train.py", "--model", "transformer", "--preset", "small"])
+    cfg = config.parse_config()  # train.py's own command line: sys.argv after the script's name
+    assert (cfg.model, cfg.preset) == ("gpt", "small") and "is now --model gpt" in capsys.readouterr().err
+
+
 def test_yaml_values_are_defaults_and_cli_wins(tmp_path):
     cfg_file = tmp_path / "run.yaml"
     cfg_file.write_text("batch_size: 32\nhidden_dims: [8, 4]\nlearning_rate: 0.01\nmax_epochs: 2\n")

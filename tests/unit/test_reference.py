@@ -75,11 +75,12 @@ def test_a_reference_file_with_the_old_names_still_checks_and_says_so_once(tmp_p
     assert err == (f"benchmark.py: warning: --reference {tmp_path / 'old.yaml'}: read `devices` as `world_size`, "
                    "`nodes` as `num_nodes`, `baseline_devices` as `baseline_world_size`, as scalelab now names them; "
                    "rename them in the file (--write_reference writes the new names)\n")
-    checks = [{"name": "t", "workload": {"model": "transformer"}, "devices": 2, "nodes": 1,
+    checks = [{"name": "t", "workload": {"model": "transformer", "preset": "tiny"}, "devices": 2, "nodes": 1,
                "hardware": {"accelerator": "cpu"}, "reference": {"efficiency": [0.9, None, None, ""]}}]
     (tmp_path / "gpt.yaml").write_text(yaml.safe_dump({"checks": checks}))
     loaded = reference.load(str(tmp_path / "gpt.yaml"))
-    assert loaded[0]["workload"] == {"model": "gpt"} and (loaded[0]["world_size"], loaded[0]["num_nodes"]) == (2, 1)
+    assert loaded[0]["workload"] == {"model": "gpt", "preset": "tiny"}  # the model renamed, the other fields kept
+    assert (loaded[0]["world_size"], loaded[0]["num_nodes"]) == (2, 1)
     assert "`model: transformer` as `model: gpt`" in capsys.readouterr().err
 
 

@@ -474,9 +474,15 @@ def test_a_version_1_summary_is_read_under_the_version_2_names(tmp_path):
            "hardware": "CPU (gloo)", "scaling": "weak", "unit": "tokens/s", "devices": 2, "nodes": 1,
            "throughput": 9000.0, "efficiency": 0.9, "baseline_devices": 1, "step_s": 0.2, "comm_share": 0.1}
     path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "configurations": [old]}))
+    mlp = dict(old, workload={"model": "mlp"}, describe="mlp 64-32-16")
+    odd = dict(old, describe=None)  # a GPT whose description is missing stays without one
+    path.write_text(json.dumps({"schema": results.SUMMARY_SCHEMA, "schema_version": 1, "created": "2026-11-01",
+                                "configurations": [old, mlp, odd]}))
     data = results.load_summary(str(path))
-    assert data["schema_version"] == 2 and data["configurations"] == [
+    assert (data["schema"], data["created"]) == (results.SUMMARY_SCHEMA, "2026-11-01")  # the rest kept
+    assert data["configurations"][1] == {**{results.upgrades.SUMMARY_V1.get(k, k): v for k, v in mlp.items()}}
+    assert data["configurations"][2]["describe"] is None and data["configurations"][2]["workload"]["model"] == "gpt"
+    assert data["schema_version"] == 2 and data["configurations"][:1] == [
         {"letter": "A", "workload": {"model": "gpt", "preset": "tiny"}, "describe": "gpt tiny",
          "hardware": "CPU (gloo)", "scaling": "weak", "unit": "tokens/s", "world_size": 2, "num_nodes": 1,
          "throughput": 9000.0, "efficiency": 0.9, "baseline_world_size": 1, "step_s": 0.2, "comm_share": 0.1}]

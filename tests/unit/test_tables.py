@@ -55,15 +55,15 @@ def test_the_runs_table_lists_each_run_and_warns_about_shared_or_starved_cores()
     found = [make_result(f"r{i}", 1, samples_per_s=100 + i) for i in range(5)]
     found[4]["launch"]["oversubscribed"] = "2 ranks on 1 core"
     found[3]["timing"]["had_cpu"] = [0.5]
+    found[0]["timing"]["step_s"] = {"median": 0.2912}  # seconds in the result, ms in the table
     for i, r in enumerate(found):
         r["created"] = f"2026-01-0{i + 1}"
     runs = runs_frame(found)
     lines = tables.runs_table(runs, "pipe", None)
     table = _pipe(lines[0])
     assert table[0] == ["run id", "world size", "nodes", "devices×threads", "1st step s", "train s", "step ms",
-                        "epoch s",
-                        "samples/s", "train loss", "val acc"]
-    assert table[1] == ["r0", "1", "1", "1×1t", "3.0", "10.00", "10.0", "1.00", "100", "0.500", "0.900"]
+                        "epoch s", "samples/s", "train loss", "val acc"]
+    assert table[1] == ["r0", "1", "1", "1×1t", "3.0", "10.00", "291.2", "1.00", "100", "0.500", "0.900"]
     assert lines[1:] == ["  ! r4: 2 ranks on 1 core; its speedup measures ranks sharing cores, not scaling",
                          "  ! r3: rank 0 had a core 50 % of the time it was ready to run: other work shared its "
                          "cores; its times are slower than this hardware's"]
