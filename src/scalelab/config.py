@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
-from scalelab import workloads
+from scalelab import upgrades, workloads
 from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int, prog_name
 from scalelab.errors import UsageError
 from scalelab.launch import cluster
@@ -27,8 +27,6 @@ PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 # What a result.json's config says about where and how it was launched, not what it computed: never re-used.
 NOT_REPLAYED = ("config", "output_dir", "run_name")
-# Old model names still accepted (a result.json replayed, a job script's MODEL=), each read as its new name.
-MODEL_ALIASES = {"transformer": "gpt"}
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
@@ -249,8 +247,9 @@ def _config_path(given: str) -> str:
 
 
 def _model_name(old: str, where: str, prog: str) -> str:
-    """A model's old name (MODEL_ALIASES) as its new one, said once per run (rank 0); any other name as it is."""
-    new = MODEL_ALIASES.get(old)
+    """A model's old name (a result.json replayed, a job script's MODEL=) as its new one (upgrades.MODEL_NAMES),
+    said once per run (rank 0); any other name as it is."""
+    new = upgrades.MODEL_NAMES.get(old)
     if new is None:
         return old
     if cluster.env_rank() == 0:

@@ -16,7 +16,10 @@ _V2_TIMING = {"step_time_s": "step_s", "time_to_first_step_s": "first_step_s"}
 _V2_METRICS = {"final_train_loss": "train_loss"}
 _V2_RANK = {"grads_ready_s": "grads_ready_times_s", "allreduce_s": "allreduce_times_s",
             "allreduce_alone_s": "allreduce_alone_times_s"}
-_V2_MODEL = {"transformer": "gpt"}
+# Beyond result files, schema 3's names reach a command line, a config (`--model transformer`) and a reference
+# file's checks (old key: new key), each read by its own module through these.
+MODEL_NAMES = {"transformer": "gpt"}
+REFERENCE_KEYS = {"devices": "world_size", "nodes": "num_nodes", "baseline_devices": "baseline_world_size"}
 
 
 def _renamed(record, names: dict):
@@ -37,9 +40,9 @@ def _v1_to_v2(data: dict) -> dict:
 
 def _gpt(record):
     """A workload or config record with the GPT's old model name `transformer` (and its description) renamed."""
-    if not isinstance(record, dict) or record.get("model") not in _V2_MODEL:
+    if not isinstance(record, dict) or record.get("model") not in MODEL_NAMES:
         return record
-    old, new = record["model"], _V2_MODEL[record["model"]]
+    old, new = record["model"], MODEL_NAMES[record["model"]]
     out = dict(record, model=new)
     if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
         out["describe"] = new + out["describe"][len(old):]
@@ -75,9 +78,28 @@ def summary_v1(configuration):
     if not isinstance(configuration, dict):
         return configuration
     out = _renamed(configuration, SUMMARY_V1)
-    if isinstance(out.get("workload"), dict) and out["workload"].get("model") in _V2_MODEL:
+    if isinstance(out.get("workload"), dict) and out["workload"].get("model") in MODEL_NAMES:
         old = out["workload"]["model"]
         out["workload"] = _gpt(out["workload"])
         if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
-            out["describe"] = _V2_MODEL[old] + out["describe"][len(old):]
+            out["describe"] = MODEL_NAMES[old] + out["describe"][len(old):]
     return out
+
+
+def reference_checks(checks: list) -> tuple:
+    """A reference file's checks with the old keys and model name read as the new ones, and [(old, new)] of those
+    found, in order (report/reference.py says them once)."""
+    found, out = {}, []
+    for entry in checks:
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            for old, new in REFERENCE_KEYS.items():
+                if old in entry and new not in entry:
+                    entry[new] = entry.pop(old)
+                    found[old] = new
+            workload = entry.get("workload")
+            if isinstance(workload, dict) and workload.get("model") in MODEL_NAMES:
+                found[f"model: {workload['model']}"] = f"model: {MODEL_NAMES[workload['model']]}"
+                entry["workload"] = dict(workload, model=MODEL_NAMES[workload["model"]])
+        out.append(entry)
+    return out, list(found.items())

@@ -15,7 +15,7 @@ import sys
 
 import pandas as pd
 
-from scalelab import results
+from scalelab import results, upgrades
 from scalelab.errors import UsageError
 
 # quantity -> (frame column, unit the value is in; None: the run's own throughput unit)
@@ -53,7 +53,7 @@ def load(path: str) -> list:
     if not isinstance(checks, list) or not checks:
         raise UsageError(f"--reference {path}: expected a mapping with a non-empty `checks:` list "
                          "(write one with --write_reference)")
-    checks, old = _old_names(checks)
+    checks, old = upgrades.reference_checks(checks)
     if old:  # a file from before one name per quantity: still checked, and said once
         print(f"benchmark.py: warning: --reference {path}: read {', '.join(f'`{a}` as `{b}`' for a, b in old)}, "
               "as scalelab now names them; rename them in the file (--write_reference writes the new names)",
@@ -65,29 +65,6 @@ def load(path: str) -> list:
             raise UsageError(f"--reference {path}: check {i}: name {entry['name']!r} is used twice")
         seen.add(entry["name"])
     return checks
-
-
-# Names a reference file written before result schema 3 used (old: new), and the GPT's old model name.
-OLD_KEYS = {"devices": "world_size", "nodes": "num_nodes", "baseline_devices": "baseline_world_size"}
-OLD_MODELS = {"transformer": "gpt"}
-
-
-def _old_names(checks: list) -> tuple:
-    """The checks with their old names read as the new ones, and [(old, new)] of those found, in order."""
-    found, out = {}, []
-    for entry in checks:
-        if isinstance(entry, dict):
-            entry = dict(entry)
-            for old, new in OLD_KEYS.items():
-                if old in entry and new not in entry:
-                    entry[new] = entry.pop(old)
-                    found[old] = new
-            workload = entry.get("workload")
-            if isinstance(workload, dict) and workload.get("model") in OLD_MODELS:
-                found[f"model: {workload['model']}"] = f"model: {OLD_MODELS[workload['model']]}"
-                entry["workload"] = dict(workload, model=OLD_MODELS[workload["model"]])
-        out.append(entry)
-    return out, list(found.items())
 
 
 def _validate(entry, where: str):
