@@ -81,3 +81,46 @@ def test_too_few_samples_for_a_batch_is_one_line_before_anything_starts(tmp_path
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "train.py: error: 4 training samples give each of the 1 rank(s) 4, less than one batch of 8: raise "
         "--num_samples or lower --batch_size"]
+
+
+def gpt_run(precision, warmup_steps=2):
+    """(the fingerprint of step warmup-1, the clock) of the tiny-shaped GPT on one CPU device through Fabric."""
+    from scalelab.train.observe import StepObserver
+    from scalelab.workloads.nets.gpt import GPTModule
+    from scalelab.workloads.presets import TransformerShape
+
+    torch.manual_seed(0)
+    fabric = Fabric(accelerator="cpu", devices=1, precision=precision)
+    module = GPTModule(TransformerShape(2, 4, 64, 32, 128), 1e-3)
+    model = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    loader = data.train_loader(data.TokenSequences(64, 32, 128, 0), 4, rank=0, world_size=1, seed=0)
+    seen = StepObserver(at=warmup_steps - 1)
+    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    plan = loop.Plan(max_steps=warmup_steps + 2, max_epochs=None, warmup_steps=warmup_steps, probe_every=0)
+    loop.train(fabric, model, optimizer, loader, plan, clock, RunSignals(), seen=seen)
+    return seen.record(), clock
+
+
+def test_the_one_device_step_runs_under_the_runs_precision_as_n_devices_do():
+    # Fabric leaves one device's module unwrapped, and its training_step then ran bare, in fp32 (lightning#16857):
+    # the loop enters the precision itself, so the step's matmuls are bf16 at one device too
+    seen, clock = gpt_run("bf16-mixed")
+    assert seen["matmul_dtypes"] == ["bfloat16"] and seen["param_dtypes"] == ["float32"]
+    assert seen["grad_dtypes"] == ["float32"] and seen["step"] == 1 and clock.steps == 4
+    assert gpt_run("32")[0]["matmul_dtypes"] == ["float32"]
+
+
+def test_validation_runs_under_the_runs_precision():
+    class Probe(SpiralMLP):
+        def validation_step(self, batch, batch_idx):
+            self.autocast.append(torch.is_autocast_enabled("cpu"))
+            return super().validation_step(batch, batch_idx)
+
+    for precision, expected in (("bf16-mixed", True), ("32", False)):
+        fabric = Fabric(accelerator="cpu", devices=1, precision=precision)
+        module = Probe([8], 0.0, 1e-3)
+        module.autocast = []
+        model = fabric.setup_module(module)
+        got = loop.validate(fabric, model, data.eval_loader(data.spiral(32, 0.2, 0), 8, 0, 1))
+        assert module.autocast == [expected] * 4 and 0 <= got["val_acc"] <= 1

@@ -3,16 +3,21 @@
 Lightning Fabric did the rest before the loop starts (train/run.py): it launched the ranks (or read srun's or
 torchrun's), formed the process group, wrapped the model in DistributedDataParallel and set the precision. A step:
 
-    fetch this rank's batch → forward → backward, during which DDP all-reduces the gradients → optimizer step →
-    a mark on the step clock
+    fetch this rank's batch → forward under the run's precision → backward, during which DDP all-reduces the
+    gradients → optimizer step → a mark on the step clock
 
-Nothing else runs between two marks: no framework hook, no collective, no host-device sync, so a multi-device
-run pays what the 1-device baseline pays plus DDP's gradient all-reduce. (A compute-only probe step, every 5th
-after warm-up, also all-reduces its buckets alone, after a barrier: it is timed apart and never enters a
-throughput figure.) At a sync point, the one other place the ranks meet, the clock's window is read (one device
-sync) and the ranks agree, with one all-reduce of three numbers, whether a signal asks them to stop and when to
-meet next: after the first step, then every SYNC_EVERY steps, or fewer when steps are long, so that a SIGTERM is
-acted on within about SYNC_SECONDS. That agreement is billed to the next step, as it should be.
+The same code runs at every world size: the step enters the precision's context (autocast for *-mixed) itself
+(`in_precision`), at 1 device as at N, and the last warm-up step is observed (train/observe.py), so each result says
+what its step ran and the report can hold a baseline against its N-device runs. Nothing else runs between two marks:
+no framework hook, no collective, no host-device sync of scalelab's, so a multi-device run pays what the 1-device
+baseline pays plus DDP's gradient all-reduce. (DDP's own runtime statistics sync CUDA events at the start of
+forward in its first synchronised steps: the GPU warm-up covers them, config.for_accelerator and docs/08. A
+compute-only probe step, every 5th after warm-up, also all-reduces its buckets alone, after a barrier: it is timed
+apart and never enters a throughput figure.) At a sync point, the one other place the ranks meet, the clock's
+window is read (one device sync) and the ranks agree, with one all-reduce of three numbers, whether a signal asks
+them to stop and when to meet next: after the first step, then every SYNC_EVERY steps, or fewer when steps are
+long, so that a SIGTERM is acted on within about SYNC_SECONDS. That agreement is billed to the next step, as it
+should be.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from scalelab.train import comm
+from scalelab.train.observe import StepObserver
 from scalelab.train.signals import Stop
 
 SYNC_EVERY = 10  # optimizer steps between the ranks' agreements and the clock's reads (torchtitan logs every 10)
@@ -45,9 +51,13 @@ class Plan:
         return self.step == self.max_steps or (self.max_epochs is not None and self.epoch >= self.max_epochs)
 
 
-def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=None) -> Optional[Stop]:
-    """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early."""
+def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=None, seen=None) -> Optional[Stop]:
+    """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early. `seen`: the
+    StepObserver of the step it watches (train/observe.py; none: no step is observed)."""
     k = plan.accumulate
+    seen = seen or StepObserver(at=None)
+    step = in_precision(fabric, model.training_step)
+    update = getattr(optimizer, "optimizer", optimizer)  # the torch optimizer inside Fabric's wrapper: its hooks
     next_sync = plan.step + 1  # the first sync point: after the first step
     clock.start()
     signals.loop_started = True
@@ -60,8 +70,8 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
             probe = comm.is_probe(plan.step, plan.warmup_steps, plan.probe_every)  # compute only: no sync, no update
             if probe and i % k == 0:
                 clock.probe_start()  # did this rank have its cores while it computed alone? (train/cpushare.py)
-            with fabric.no_backward_sync(model, enabled=probe or not ends_step):
-                loss = model.training_step(batch, i)  # forward (autocast when --precision is mixed)
+            with fabric.no_backward_sync(model, enabled=probe or not ends_step), seen.watching(plan.step, update):
+                loss = step(batch, i)  # forward, under the run's precision (autocast when --precision is *-mixed)
                 fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it
             if ends_step:
                 clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average
@@ -89,17 +99,35 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
     return None
 
 
+def in_precision(fabric, method):
+    """`method` (a workload's training_step or validation_step) run as Fabric's module wrapper runs forward: inputs
+    converted, under the precision's context (autocast for *-mixed), output converted. The same at every world size.
+
+    Fabric does this itself only when DDP wraps the module: it sends the step through DDP's forward and so through
+    its own. With one device its strategy leaves the module unwrapped, the step comes back bare, and a bf16-mixed
+    baseline trained in fp32 while its N-device runs trained in bf16 (Lightning-AI/pytorch-lightning#16857). Under
+    DDP the wrapper then applies the same again: inputs already converted, autocast inside autocast, no change."""
+    precision = fabric.strategy.precision
+
+    def call(batch, i):
+        with precision.forward_context():
+            return precision.convert_output(method(precision.convert_input(batch), i))
+
+    return call
+
+
 def validate(fabric, model, loader) -> dict:
     """The workload's validation_step over every rank's share of the set, summed over ranks in one all-reduce:
-    {name: mean per sample}. After the timed loop: never part of a step."""
+    {name: mean per sample}. After the timed loop: never part of a step; under the run's precision, as the step."""
     import torch
 
     model.eval()
     totals, count = {}, 0
+    step = in_precision(fabric, model.validation_step)
     with torch.no_grad():
         for i, batch in enumerate(loader):
             batch = fabric.to_device(batch)
-            for name, value in model.validation_step(batch, i).items():
+            for name, value in step(batch, i).items():
                 totals[name] = totals.get(name, 0.0) + value.double()
             count += len(batch[0])
     names = sorted(totals)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from scalelab import perfmodel, results
+from scalelab import fingerprint, perfmodel, results
 from scalelab.config import RunConfig
 from scalelab.launch import cores, slurm_env
 from scalelab.launch.cluster import Launch
@@ -35,6 +35,7 @@ class RunContext:
     unpinned: Optional[list] = None  # the cores this process had before its rank was pinned (given back at the end)
     resumed_from: Optional[str] = None  # a requeued job's checkpoint, loaded at the start
     pinning: Optional[dict] = None  # a GPU rank: how its cores were chosen, its GPU's NUMA node (cores.pin_gpu)
+    seen: Optional[object] = None  # the StepObserver of the loop (train/observe.py): what the step ran
 
     @property
     def samples_per_step(self) -> int:
@@ -44,7 +45,8 @@ class RunContext:
 
     def rank_record(self) -> dict:
         """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
-        return {**self.clock.rank_record(self.rank, self.local_rank, self.node_rank), **(self.pinning or {})}
+        return {**self.clock.rank_record(self.rank, self.local_rank, self.node_rank), **(self.pinning or {}),
+                "fingerprint": self.seen.record() if self.seen else None}
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
@@ -74,6 +76,7 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         metrics={"train_loss": train_loss,
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         memory=memory_record(ctx, per_rank),
+        fingerprint=fingerprint.of_run(per_rank),  # what the step ran, observed in it (train/observe.py)
         versions=results.versions(),
         slurm=slurm_env.job_record(),
         environment=results.capture_environment(),

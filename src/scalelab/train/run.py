@@ -112,6 +112,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     from scalelab.testing import faults
     from scalelab.train import loop, record, requeue
     from scalelab.train.clock import gather
+    from scalelab.train.observe import StepObserver
     from scalelab.workloads import data
 
     cfg, wl, clock = ctx.cfg, ctx.workload, ctx.clock
@@ -143,9 +144,11 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
             print(f"scalelab: resumed from {checkpoint} at step {plan.step} (a requeued job)", flush=True)
     if metrics:
         metrics.log_hyperparams(record.hyperparameters(ctx))
+    # what the step ran, observed in the last warm-up step (never timed): the result's fingerprint
+    ctx.seen = StepObserver(at=plan.step + max(plan.warmup_steps - 1, 0))
     stall.arm()
     stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
-                      watch.signals, metrics)
+                      watch.signals, metrics, ctx.seen)
     clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
     if stop and stop.requeue:
         with stall.held():  # a save is no step: 16 GB and more for xl

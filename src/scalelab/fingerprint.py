@@ -1,0 +1,62 @@
+"""A run's fingerprint: what its step actually ran, observed inside it (train/observe.py), and how two runs compare.
+
+Speedup measures scaling only where the runs it divides ran the same job. The configuration says what was asked
+(--precision bf16-mixed); the fingerprint says what the step did, so a 1-device baseline whose matmuls ran in
+float32 beside N-device runs in bfloat16 shows as two jobs, not as 135 % efficiency. The report compares every run
+of a scaling group with its baseline's (report/plausible.py), the self-check the 1-GPU run with the N-GPU one.
+
+result.json's `fingerprint` (rank 0's observation; `same_on_ranks`: every rank saw the same):
+  matmul_dtypes    dtypes the forward's matmuls produced: ["bfloat16"] under bf16 autocast, ["float32"] without
+  attention        the attention kernels torch's scaled_dot_product_attention chose (per device, dtype, shape)
+  param_dtypes     dtypes of the parameters the optimizer updates
+  grad_dtypes      dtypes of their gradients as the optimizer got them
+  optimizer        "fused", "foreach" or "for-loop": torch's three update paths, by the kernels that ran
+  compiled_graphs  graphs torch.compile made (0: eager). DDP's optimizer splits a compiled graph at its buckets,
+                   so only compiled or not is compared
+  wire             per collective of the step: dtype, bytes, calls (DDP's gradient all-reduce); {} at one device:
+                   recorded, not compared (communication is what differs between world sizes)
+Torch-free: the report and the self-check read it.
+"""
+
+from typing import Optional
+
+COMPARED = ("matmul_dtypes", "attention", "param_dtypes", "grad_dtypes", "optimizer", "compiled")
+WORDS = {"matmul_dtypes": "matmuls", "attention": "attention", "param_dtypes": "parameters",
+         "grad_dtypes": "gradients", "optimizer": "optimizer", "compiled": "torch.compile"}
+
+
+def of_run(per_rank: list) -> Optional[dict]:
+    """The run's fingerprint from its ranks' records: rank 0's, and whether the others saw the same (compared
+    fields); None where rank 0 observed nothing (a run that ended before its warm-up did)."""
+    prints = [r.get("fingerprint") for r in per_rank]
+    if not prints or not prints[0]:
+        return None
+    same = all(p and comparable(p) == comparable(prints[0]) for p in prints)
+    return {**prints[0], "same_on_ranks": same}
+
+
+def comparable(fp) -> Optional[dict]:
+    """The fields two runs of one job share, whatever their world size (None: no fingerprint recorded)."""
+    if not isinstance(fp, dict):
+        return None
+    out = {k: fp.get(k) for k in COMPARED if k != "compiled"}
+    graphs = fp.get("compiled_graphs")
+    out["compiled"] = None if graphs is None else graphs > 0
+    return out
+
+
+def differences(base, other) -> list:
+    """What `other` ran differently from `base`, in words ("matmuls bfloat16, baseline float32"); [] where they
+    agree or either was not recorded."""
+    a, b = comparable(base), comparable(other)
+    if a is None or b is None:
+        return []
+    return [f"{WORDS[k]} {_say(b[k])}, baseline {_say(a[k])}" for k in COMPARED if a[k] != b[k]]
+
+
+def _say(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return "+".join(value) if value else "none"
+    return "unknown" if value is None else str(value)

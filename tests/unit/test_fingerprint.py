@@ -1,0 +1,39 @@
+"""A run's fingerprint (scalelab/fingerprint.py): one per run from its ranks, and what two runs did differently."""
+
+from scalelab import fingerprint
+
+BF16 = {"step": 4, "matmul_dtypes": ["bfloat16"], "attention": ["_scaled_dot_product_flash_attention_for_cpu"],
+        "param_dtypes": ["float32"], "grad_dtypes": ["float32"], "optimizer": "fused", "compiled_graphs": 0,
+        "wire": {}}
+
+
+def test_the_run_keeps_rank_0s_fingerprint_and_says_whether_every_rank_saw_the_same():
+    other = {**BF16, "wire": {"allreduce_": {"dtype": "float32", "bytes": 8, "calls": 1}}, "step": 9}
+    run = fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": other}])
+    assert run == {**BF16, "same_on_ranks": True}  # wire and step are no part of the job
+    run = fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": {**BF16, "matmul_dtypes": ["float32"]}}])
+    assert run["same_on_ranks"] is False and run["matmul_dtypes"] == ["bfloat16"]
+    assert fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": None}])["same_on_ranks"] is False
+    assert fingerprint.of_run([{"fingerprint": None}, {"fingerprint": BF16}]) is None
+    assert fingerprint.of_run([{}]) is None and fingerprint.of_run([]) is None
+
+
+def test_differences_name_each_field_in_words_against_the_baseline():
+    fp32 = {**BF16, "matmul_dtypes": ["float32"], "optimizer": "for-loop"}
+    assert fingerprint.differences(fp32, BF16) == ["matmuls bfloat16, baseline float32",
+                                                   "optimizer fused, baseline for-loop"]
+    assert fingerprint.differences(BF16, {**BF16, "step": 1, "wire": {"x": 1}}) == []
+
+
+def test_compile_is_compared_as_on_or_off_whatever_the_graph_count():
+    # DDP's optimizer splits a compiled graph at its buckets: 1 graph at one device, several at N is one job
+    assert fingerprint.differences({**BF16, "compiled_graphs": 1}, {**BF16, "compiled_graphs": 6}) == []
+    assert fingerprint.differences(BF16, {**BF16, "compiled_graphs": 2}) == ["torch.compile on, baseline off"]
+    assert fingerprint.differences(BF16, {**BF16, "compiled_graphs": None}) == ["torch.compile unknown, baseline off"]
+
+
+def test_nothing_is_said_where_either_run_recorded_no_fingerprint():
+    assert fingerprint.differences(None, BF16) == [] and fingerprint.differences(BF16, None) == []
+    assert fingerprint.differences(BF16, "garbage") == [] and fingerprint.comparable(None) is None
+    assert fingerprint.differences(BF16, {**BF16, "attention": []}) == ["attention none, baseline "
+                                                                        "_scaled_dot_product_flash_attention_for_cpu"]
