@@ -193,8 +193,8 @@ def test_a_zero_baseline_throughput_gives_an_infinite_speedup_printed_as_inf():
     lines = tables.scaling_table(scaling, "pipe")
     assert _left_aligned(lines[2])
     assert _pipe(lines[2])[1:] == [["1", "1", "2", "0 [0–0]", "—×", "— %", "100 %", "0"],  # 0 / 0: no speedup
-                                   ["2", "1", "1", "150", "inf×", "inf %", "—", "75"],
-                                   ["4", "1", "1", "inf", "inf×", "inf %", "—", "inf"]]
+                                   ["2", "1", "1", "150", "inf×", "inf % !", "—", "75"],
+                                   ["4", "1", "1", "inf", "inf×", "inf % !", "—", "inf"]]
 
 
 def test_a_scaling_frame_without_a_link_column_has_no_link_note():

@@ -189,7 +189,8 @@ def limiting_line(r) -> Optional[str]:
     if r.world_size == r.baseline_world_size:
         return None
     where = f"{r.world_size} devices on {r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
-    head = f"{where}: efficiency {r.efficiency * 100:.0f} %."
+    head = (f"{where}: efficiency {r.efficiency * 100:.0f} %." if _ok(r.efficiency) else
+            f"{where}: no efficiency (not the baseline's job).")
     if not _ok(r.compute_s):
         return head + " No communication measurement in these runs (--comm_probe_every 0, or an older scalelab)."
     causes = []

@@ -10,19 +10,21 @@ import datetime as _dt
 import json
 import math
 import os
+from types import SimpleNamespace
 
 import pandas as pd
 from tabulate import tabulate
 
 from scalelab import __version__, results
 from scalelab.errors import UsageError
-from scalelab.report import explain
+from scalelab.report import explain, plausible
 
 # CSV / summary.json columns: the frame's own names (docs/appendix-a-columns.md), times in seconds
 SCALING_COLUMNS = ["letter", "describe", "hardware", "scaling", "world_size", "num_nodes", "link", "runs", "unit",
                    "throughput", "throughput_min", "throughput_max", "speedup", "baseline_world_size", "efficiency",
                    "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "throughput_per_device",
-                   "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget"]
+                   "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget",
+                   "job_differs"]
 STEP_COLUMNS = ["letter", "describe", "world_size", "num_nodes", "link", "step_s", "compute_s", "allreduce_s",
                 "allreduce_alone_s", "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction",
                 "grad_bytes", "buckets", "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs",
@@ -58,6 +60,7 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
             **{name: _clean(r[name]) for name in SCALING_COLUMNS},
             **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in SCALING_COLUMNS},
             "limiting": explain.limiting_line(r),
+            "findings": plausible.findings(SimpleNamespace(**r)),  # what the report's "!" lines say of it
         })
     allreduce = [{"run_id": b["run_id"], "world_size": int(b["world_size"]), "num_nodes": int(b["num_nodes"]),
                   "backend": b["backend"], "device": b["device"], "large_msg_busbw_GBps": _clean(b["busbw_GBps"]),

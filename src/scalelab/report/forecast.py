@@ -66,7 +66,10 @@ FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "dev
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[(runs["status"] == "completed") & runs["step_s"].notna()]
+    """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
+    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference)."""
+    same = runs["job_differs"] == "" if "job_differs" in runs else True
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same]
 
 
 def records(runs: pd.DataFrame) -> list:

@@ -7,12 +7,14 @@ efficiency = speedup / (devices / baseline devices). Repeats of one configuratio
 combined: median, with min-max shown. Column names are the result schema's field names.
 """
 
+import json
 import statistics
 
 import pandas as pd
 
 from scalelab import results
 from scalelab.perfmodel.network import human_rate
+from scalelab.report import plausible
 from scalelab.train import cpushare
 from scalelab.workloads import throughput_unit
 
@@ -27,7 +29,8 @@ RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "bat
                "train_time_s", "step_s", "epoch_s", "unit", "samples_per_s", "tokens_per_s", "first_step_s",
                "whole_run_s", "train_loss", "val_loss", "val_acc", "created", "job_id", "restart_count",
                *COMM_FIELDS[:-1], "bucket_bytes", COMM_FIELDS[-1], "tflops_per_device", "peak_tflops", "mfu",
-               "peak_note", *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve"]
+               "peak_note", *LEVER_DEFAULTS, "wire_bytes", "samples_per_batch", "loss_curve", "exclusive",
+               "fingerprint", "job_differs"]
 NUMERIC = ("link_gbit", "had_cpu", "train_time_s", "step_s", "epoch_s", "samples_per_s", "tokens_per_s",
            "first_step_s", "whole_run_s", "train_loss", "val_loss", "val_acc", "params", *COMM_FIELDS,
            "tflops_per_device", "peak_tflops", "mfu")
@@ -37,64 +40,70 @@ THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
 
 def runs_frame(found: list) -> pd.DataFrame:
     """One row per training result, flat columns, readable in pandas or a CSV."""
-    rows = []
-    for r in results.latest_attempts(found):
-        if r["kind"] != "training":
-            continue
-        w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}
-        slurm = r.get("slurm") or {}
-        epochs = t.get("epoch_times_s") or []
-        c = t.get("comm") or {}
-        rows.append({
-            "run_id": r["run_id"],
-            "group": results.group_key(r),
-            "model": w.get("model"),
-            "describe": w.get("describe") or w.get("model"),
-            "params": w.get("params"),
-            "scaling": w.get("scaling"),
-            "batch_per_device": w.get("batch_per_device"),
-            "global_batch": w.get("global_batch"),
-            "precision": w.get("precision"),
-            "world_size": launch["world_size"],
-            "num_nodes": launch["num_nodes"],
-            "devices": launch.get("devices"),
-            "launcher": launch.get("launcher"),
-            "accelerator": launch.get("accelerator"),
-            "device": (launch.get("device_names") or ["?"])[0],
-            "backend": launch.get("backend"),
-            "link": link_label(launch.get("link")),
-            "link_gbit": (launch.get("link") or {}).get("gbit"),
-            "threads": launch.get("threads"),
-            "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
-            **contention(t.get("had_cpu")),
-            "status": r["status"],
-            "error": r.get("error"),
-            "train_time_s": t.get("train_time_s"),
-            "step_s": (t.get("step_s") or {}).get("median", float("nan")),
-            "epoch_s": statistics.median(epochs) if epochs else None,
-            "unit": throughput_unit(w.get("tokens_per_sample")),
-            "samples_per_s": t.get("samples_per_s"),
-            "tokens_per_s": t.get("tokens_per_s"),
-            "first_step_s": t.get("first_step_s"),
-            "whole_run_s": t.get("whole_run_s"),
-            "train_loss": m.get("train_loss"),
-            "val_loss": m.get("val_loss"),
-            "val_acc": m.get("val_acc"),
-            "created": r.get("created"),
-            "job_id": slurm.get("job_id"),
-            "restart_count": slurm.get("restart_count") or 0,
-            **{k: c.get(k) for k in COMM_FIELDS},
-            "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
-            **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu", "peak_note")},
-            **{k: w.get(k, default) for k, default in LEVER_DEFAULTS.items()},
-            "wire_bytes": tuple(c.get("wire_bytes") or ()) or None,
-            "samples_per_batch": (w.get("batch_per_device") or 0) * launch["world_size"],
-            "loss_curve": loss_curve(r.get("ranks") or []),
-        })
+    rows = [run_row(r) for r in results.latest_attempts(found) if r["kind"] == "training"]
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    frame["job_differs"] = plausible.job_differences(frame) if len(frame) else pd.Series(dtype=object)
     return frame
+
+
+def run_row(r: dict) -> dict:
+    """One training result as a row of the runs frame."""
+    w, launch, t, m = r["workload"], r["launch"], r["timing"], r.get("metrics") or {}
+    slurm = r.get("slurm") or {}
+    epochs = t.get("epoch_times_s") or []
+    c = t.get("comm") or {}
+    return {
+        "run_id": r["run_id"],
+        "group": results.group_key(r),
+        "model": w.get("model"),
+        "describe": w.get("describe") or w.get("model"),
+        "params": w.get("params"),
+        "scaling": w.get("scaling"),
+        "batch_per_device": w.get("batch_per_device"),
+        "global_batch": w.get("global_batch"),
+        "precision": w.get("precision"),
+        "world_size": launch["world_size"],
+        "num_nodes": launch["num_nodes"],
+        "devices": launch.get("devices"),
+        "launcher": launch.get("launcher"),
+        "accelerator": launch.get("accelerator"),
+        "device": (launch.get("device_names") or ["?"])[0],
+        "backend": launch.get("backend"),
+        "link": link_label(launch.get("link")),
+        "link_gbit": (launch.get("link") or {}).get("gbit"),
+        "threads": launch.get("threads"),
+        "oversubscribed": launch.get("oversubscribed") or "",  # ranks shared cores (launch.cores); "" = no
+        **contention(t.get("had_cpu")),
+        "status": r["status"],
+        "error": r.get("error"),
+        "train_time_s": t.get("train_time_s"),
+        "step_s": (t.get("step_s") or {}).get("median", float("nan")),
+        "epoch_s": statistics.median(epochs) if epochs else None,
+        "unit": throughput_unit(w.get("tokens_per_sample")),
+        "samples_per_s": t.get("samples_per_s"),
+        "tokens_per_s": t.get("tokens_per_s"),
+        "first_step_s": t.get("first_step_s"),
+        "whole_run_s": t.get("whole_run_s"),
+        "train_loss": m.get("train_loss"),
+        "val_loss": m.get("val_loss"),
+        "val_acc": m.get("val_acc"),
+        "created": r.get("created"),
+        "job_id": slurm.get("job_id"),
+        "restart_count": slurm.get("restart_count") or 0,
+        **{k: c.get(k) for k in COMM_FIELDS},
+        "bucket_bytes": tuple(c.get("bucket_bytes") or ()) or None,
+        **{k: t.get(k) for k in ("tflops_per_device", "peak_tflops", "mfu", "peak_note")},
+        **{k: w.get(k, default) for k, default in LEVER_DEFAULTS.items()},
+        "wire_bytes": tuple(c.get("wire_bytes") or ()) or None,
+        "samples_per_batch": (w.get("batch_per_device") or 0) * launch["world_size"],
+        "loss_curve": loss_curve(r.get("ranks") or []),
+        "exclusive": slurm.get("exclusive"),  # had its nodes alone (SLURM --exclusive); None: not known
+        # what the step ran (scalelab/fingerprint.py), as JSON text: "" where the run did not record it
+        "fingerprint": json.dumps(r["fingerprint"], sort_keys=True) if isinstance(r.get("fingerprint"), dict)
+        else "",
+    }
 
 
 def contention(shares) -> dict:
@@ -145,19 +154,35 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
                 bucket_bytes=("bucket_bytes", "first"), tokens_per_s=("tokens_per_s", "median"),
                 wire_bytes=("wire_bytes", "first"), samples_per_batch=("samples_per_batch", "first"),
                 loss_curve=("loss_curve", "last"), peak_note=("peak_note", "first"),
+                batch_per_device=("batch_per_device", "first"), precision=("precision", "first"),
+                job_differs=("job_differs", lambda s: next((t for t in s if t), "")),
+                fingerprinted=("fingerprint", lambda s: bool((s != "").all())),
+                exclusive=("exclusive", all_or_none),
                 **{k: (k, "first") for k in LEVER_DEFAULTS},
                 **{k: (k, "median") for k in (*COMM_FIELDS, "tflops_per_device", "peak_tflops", "mfu")})
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
-    base = agg.sort_values(["world_size", "num_nodes", "link"]).groupby("group").first()
+    base = agg.sort_values(["world_size", "num_nodes", "link"]).groupby("group").head(1).set_index("group")
     agg["baseline_world_size"] = agg["group"].map(base["world_size"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
     agg["efficiency"] = agg["speedup"] / (agg["world_size"] / agg["baseline_world_size"])
     agg["throughput_per_device"] = agg["throughput"] / agg["world_size"]
     agg["baseline_step_s"] = agg["group"].map(base["step_s"])
     agg["baseline_compute_s"] = agg["group"].map(base["compute_s"])
+    for col in ("throughput", "throughput_min", "throughput_max", "had_cpu", "exclusive", "batch_per_device"):
+        agg[f"baseline_{col}"] = agg["group"].map(base[col])  # what plausible.py checks an efficiency against
+    agg["fingerprinted"] = agg["fingerprinted"] & agg["group"].map(base["fingerprinted"])
+    # a configuration that ran another job than its baseline (plausible.job_differences) has no speedup against it
+    agg.loc[agg["job_differs"] != "", ["speedup", "efficiency"]] = float("nan")
     return agg
+
+
+def all_or_none(flags: pd.Series):
+    """Whether every repeat had its nodes alone: False where one did not, True where all did, else None (unknown)."""
+    if (flags == False).any():  # noqa: E712 - None and NaN are neither
+        return False
+    return True if len(flags) and (flags == True).all() else None  # noqa: E712
 
 
 def most_starved(starved: pd.Series, had_cpu: pd.Series) -> str:

@@ -12,11 +12,13 @@ import json
 import math
 import re
 import sys
+from types import SimpleNamespace
 
 import pandas as pd
 
 from scalelab import results, upgrades
 from scalelab.errors import UsageError
+from scalelab.report import plausible
 
 # quantity -> (frame column, unit the value is in; None: the run's own throughput unit)
 # forecast_error: |forecast - measured| efficiency of the configuration, in points, predicted from the folder's other
@@ -210,6 +212,8 @@ def _verdict(name: str, quantity: str, tup, row, entry: dict) -> tuple:
     got_unit = fixed_unit if fixed_unit is not None else row["unit"]
     measured = row[column]
     label = f"{name}.{quantity}"
+    if quantity == "efficiency" and row.get("job_differs"):
+        return f"FAIL {label}: not the same job as its baseline ({row['job_differs']}): no efficiency against it", None
     if measured is None or (isinstance(measured, float) and math.isnan(measured)):
         return f"FAIL {label}: not measured in the matching runs", None
     measured = float(measured)
@@ -220,6 +224,10 @@ def _verdict(name: str, quantity: str, tup, row, entry: dict) -> tuple:
                                               row["baseline_world_size"]) != row["baseline_world_size"]:
         return (f"FAIL {label}: efficiency here is against {int(row['baseline_world_size'])} device(s), the "
                 f"reference's against {entry['baseline_world_size']}: run the baseline too"), perf
+    if quantity == "efficiency" and plausible.flagged(SimpleNamespace(**row)):
+        band = plausible.noise(SimpleNamespace(**row))
+        return (f"FAIL {label}: {measured:.4g} is beyond what scaling gives (1 + {band:.2g} noise): the report says "
+                "what was checked"), perf
     lo, hi = bounds(value, lower, upper)
     shown = f"{measured:.4g}{' ' + unit if unit else ''}"
     span = f"reference {value:.4g}, accepted {_bound_text(lo)}..{_bound_text(hi)}"

@@ -8,7 +8,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.cli import human_count
-from scalelab.report import explain, levers
+from scalelab.report import explain, levers, plausible
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
 
@@ -101,7 +101,7 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     rows = [[r.world_size, nodes_cell(r), r.runs,
              fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
                                               if r.runs > 1 else ""),
-             fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %", predicted_range(r),
+             *speedup_cells(r), predicted_range(r),
              fmt_num(r.throughput_per_device, ",.0f")] + money_cells(r) for r in g.itertuples()]
     out.append(tabulate(rows, headers=["world size", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
                                        "efficiency", "predicted eff.", f"{unit} per device"] + money_headers(g),
@@ -109,7 +109,16 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
             "(src/emulate.py), not a real network" for nodes, link in
             sorted({(r.num_nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
-    return out
+    return out + plausible.lines(g)
+
+
+def speedup_cells(r) -> list:
+    """Speedup and efficiency; "≠ job" where the configuration ran another job than its baseline, "!" after an
+    efficiency beyond what scaling gives (plausible.py says why under the table)."""
+    if getattr(r, "job_differs", ""):
+        return ["≠ job", "—"]
+    flag = " !" if plausible.flagged(r) else ""
+    return [fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %" + flag]
 
 
 def step_table(g: pd.DataFrame, fmt: str) -> list:

@@ -1,0 +1,147 @@
+"""Numbers that cannot be scaling, and runs that are not the same job: the report says so, never prints them quietly.
+
+Two kinds of line under a group's scaling table (`lines`):
+
+* Not the same job. Each run records what its step ran (scalelab/fingerprint.py); a run whose fingerprint differs
+  from its group baseline's (bf16 matmuls against fp32 ones, a fused update against a for-loop) is named with the
+  difference, and no speedup or efficiency is computed against it (frames.scaling_frame, `job_differs`).
+* Impossible, or needing a reason. Weak-scaling efficiency above 100 % beyond the noise (each device does what the
+  baseline's did: N of them can at most N times its throughput), strong-scaling efficiency above it (possible only
+  where each device's smaller share fits a faster memory), MFU above 100 %, a busbw above the link's rate. Each line
+  says why the figure cannot be scaling and what was checked: the fingerprints, the baseline's share of its cores
+  and whether it had its node alone.
+
+The noise of an efficiency: the repeats' spread of the configuration and of its baseline (half their min–max range,
+relative), at least NOISE_FLOOR, what a single run of a configuration against a single baseline scatters.
+"""
+
+import json
+import math
+
+import pandas as pd
+
+from scalelab import fingerprint
+
+NOISE_FLOOR = 0.05  # one run against one baseline run: tiny GPT repeats scattered by up to 4 % here (docs/06)
+LINK_MARGIN = 0.05  # a busbw this far above a shaped link's rate is no rounding: tc's bucket lets small bursts by
+
+
+def job_differences(runs: pd.DataFrame) -> pd.Series:
+    """Per run, how its step differs from its group baseline's ("" where it does not, or where either recorded no
+    fingerprint). The baseline is the group's configuration frames.scaling_frame divides by: the fewest devices,
+    then the fewest nodes, a real network before an emulated link; its reference fingerprint the one most of its
+    runs recorded (the newest among equals)."""
+    out = pd.Series("", index=runs.index, dtype=object)
+    ok = runs[(runs["status"] == "completed") & (runs["fingerprint"] != "")]
+    for _, members in ok.groupby("group", sort=False):
+        config = members.sort_values(["world_size", "num_nodes", "link"]).iloc[0]
+        base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
+                       & (members["link"] == config["link"])].sort_values("created")
+        prints = [json.loads(text) for text in base["fingerprint"]]
+        keys = [json.dumps(fingerprint.comparable(p), sort_keys=True) for p in prints]
+        reference = prints[max(range(len(keys)), key=lambda i: (keys.count(keys[i]), i))]
+        for index, text in members["fingerprint"].items():
+            out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
+    return out
+
+
+def noise(r) -> float:
+    """The efficiency's noise band, as a fraction (see the module's docstring)."""
+    spread = 0.0
+    for side in ("", "baseline_"):
+        low, high, mid = (getattr(r, f"{side}throughput{end}", None) for end in ("_min", "_max", ""))
+        spread += (high - low) / 2 / mid if _ok(low) and _ok(high) and _ok(mid) and mid > 0 else 0.0
+    return max(NOISE_FLOOR, spread)
+
+
+def flagged(r) -> bool:
+    """Whether this configuration's efficiency is beyond what scaling can give (the table marks it "!"); a row
+    without the fields (a reference check's own) is not."""
+    eff = getattr(r, "efficiency", None)
+    return getattr(r, "world_size", 1) != getattr(r, "baseline_world_size", 1) and _ok(eff) and eff > 1 + noise(r)
+
+
+def lines(g: pd.DataFrame) -> list:
+    """The lines under one group's scaling table, one per configuration and finding."""
+    return [f"  ! {line}" for r in g.itertuples() for line in findings(r)]
+
+
+def findings(r) -> list:
+    """One configuration's findings, each a sentence that starts with where ("2 devices on 1 node: ..."); the
+    exported summary carries them as they are printed."""
+    where, out = _where(r), []
+    if getattr(r, "job_differs", ""):
+        out.append(f"{where}: not the same job as the baseline ({r.job_differs}): no speedup or efficiency against "
+                   "it; run both again with one setup (docs/08)")
+    if flagged(r):
+        out.append(f"{where}: {_beyond(r)} Checked: {checks(r)}.")
+    if _ok(r.mfu) and r.mfu > 1:
+        out.append(f"{where}: MFU {r.mfu * 100:.0f} % cannot be: no device runs above its peak ({r.peak_tflops:g} "
+                   "TFLOP/s); check the peak (--peak_tflops, or the datasheet's for this precision) and the FLOPs "
+                   "counted per sample")
+    return out + [f"{where}: {line}" for line in _above_link(r)]
+
+
+def _beyond(r) -> str:
+    eff, band = f"{r.efficiency * 100:.0f} %", f"100 % + {noise(r) * 100:.0f} % noise"
+    if r.scaling == "strong":
+        return (f"efficiency {eff} is above {band}: superlinear, which strong scaling allows only where each "
+                f"device's smaller share of the batch fits a faster memory (caches) than the baseline's did.")
+    return (f"efficiency {eff} cannot be weak scaling: each device does what one baseline device did, so "
+            f"{r.world_size} of them give at most {r.world_size / r.baseline_world_size:g}× its throughput "
+            f"({band}).")
+
+
+def checks(r) -> str:
+    """What was checked for a figure beyond scaling: whether the runs recorded what their steps ran, and what
+    could have slowed the baseline (its cores, its node shared)."""
+    said = []
+    if not r.fingerprinted:
+        said.append("fingerprints: not recorded by these runs (written before scalelab observed its steps: a "
+                    "1-device step then ran without the precision's autocast, Lightning-AI/pytorch-lightning#16857;"
+                    " run the group again)" if str(r.precision).endswith("-mixed") else
+                    "fingerprints: not recorded by these runs (an older scalelab: run the group again)")
+    elif not r.job_differs:
+        said.append("fingerprints: the same job as the baseline")
+    mine, base = getattr(r, "compute_s", None), getattr(r, "baseline_compute_s", None)
+    if r.scaling != "strong" and _ok(mine) and _ok(base) and mine < base * (1 - noise(r)):
+        said.append(f"each device computed a step in {mine * 1e3:,.1f} ms here, {base * 1e3:,.1f} ms at the baseline: "
+                    "faster compute per device, which more devices cannot give")
+    had = getattr(r, "baseline_had_cpu", None)
+    if _ok(had):
+        said.append(f"the baseline had its core{'s' if (r.threads or 1) > 1 else ''} {had * 100:.0f} % of the time "
+                    "it was ready to run" + (" (short of them: a slow baseline inflates every speedup)"
+                                             if had < 0.9 else ""))
+    mine, base = getattr(r, "exclusive", None), getattr(r, "baseline_exclusive", None)
+    if base is False and mine is not False:
+        said.append("the baseline shared its node (not --exclusive): a neighbour's job may have slowed it")
+    elif base is True:
+        said.append("the baseline had its node alone (--exclusive)")
+    if r.scaling == "strong":
+        said.append(f"{r.batch_per_device:g} sample(s) per device here, {r.baseline_batch_per_device:g} at the "
+                    "baseline")
+    return "; ".join(said) or "nothing more was recorded"
+
+
+def _above_link(r) -> list:
+    """A busbw above the rate of the link the configuration's all-reduce crossed (known where it was emulated)."""
+    if r.num_nodes < 2 or not _ok(getattr(r, "link_gbit", None)):
+        return []
+    rate = r.link_gbit / 8
+    found = [(name, value) for name, value in (("DDP", r.ddp_busbw_GBps), ("all-reduce benchmark",
+                                                                            getattr(r, "bench_busbw_GBps", None)))
+             if _ok(value) and value > rate * (1 + LINK_MARGIN)]
+    return [f"{name} busbw {value:.3g} GB/s is above the link's {rate:.3g} GB/s ({r.link}): no all-reduce moves bytes "
+            "faster than the slowest link it crosses; check the link's shaping and the bytes counted"
+            for name, value in found]
+
+
+def _where(r) -> str:
+    """"2 devices on 2 nodes (emulated 200 Mbit/s)": the configuration as the tables name it."""
+    link = getattr(r, "link", "")
+    return (f"{r.world_size} device{'s' if r.world_size > 1 else ''} on {r.num_nodes} node"
+            f"{'s' if r.num_nodes > 1 else ''}" + (f" ({link})" if isinstance(link, str) and link else ""))
+
+
+def _ok(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))

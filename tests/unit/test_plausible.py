@@ -1,0 +1,184 @@
+"""Numbers that cannot be scaling, and runs that are not the same job (report/plausible.py), on constructed results
+and on a pair a real 1-device fp32 / 2-device bf16 run left (tests/data/fp32-baseline-bf16-pair)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from helpers import ROOT, _emulated, _with_comm, make_result
+from scalelab import results
+from scalelab.report import explain, plausible, tables
+from scalelab.report.frames import runs_frame, scaling_frame
+
+BF16 = {"step": 4, "matmul_dtypes": ["bfloat16"], "attention": [], "param_dtypes": ["float32"],
+        "grad_dtypes": ["float32"], "optimizer": "for-loop", "compiled_graphs": 0, "wire": {}}
+FP32 = {**BF16, "matmul_dtypes": ["float32"]}
+
+
+def run(run_id, world, sps, fp=BF16, **kw):
+    r = make_result(run_id, world, samples_per_s=sps, **kw)
+    if fp is not None:
+        r["fingerprint"] = fp
+    return r
+
+
+def report(found):
+    runs = runs_frame(found)
+    scaling = explain.annotate(scaling_frame(runs), explain.bench_frame(found))
+    return runs, scaling, tables.render(runs, scaling)
+
+
+def row(scaling, world, nodes=1):
+    return scaling[(scaling["world_size"] == world) & (scaling["num_nodes"] == nodes)].iloc[0]
+
+
+def test_the_pair_left_by_a_1_device_step_without_autocast_is_named_impossible():
+    found, skipped = results.scan(str(ROOT / "tests" / "data" / "fp32-baseline-bf16-pair"))
+    assert not skipped and len(found) == 2
+    _, scaling, text = report(found)
+    assert "203 % !" in text
+    line = next(t for t in text.splitlines() if t.startswith("  ! "))
+    assert line.startswith("  ! 2 devices on 1 node: efficiency 203 % cannot be weak scaling")
+    assert "at most 2× its throughput (100 % + 5 % noise)" in line
+    assert "not recorded by these runs" in line and "pytorch-lightning#16857" in line
+    assert "computed a step in 104.6 ms here, 236.2 ms at the baseline" in line
+    assert "the baseline had its core 100 % of the time" in line
+
+
+def test_a_run_that_ran_another_job_than_its_baseline_gets_no_speedup():
+    found = [run("b1", 1, 100, fp=FP32), run("b2", 2, 400)]  # bf16 matmuls at 2 devices, fp32 at the baseline
+    runs, scaling, text = report(found)
+    assert list(runs.set_index("run_id")["job_differs"]) == ["", "matmuls bfloat16, baseline float32"]
+    two = row(scaling, 2)
+    assert pd.isna(two["speedup"]) and pd.isna(two["efficiency"]) and two["throughput"] == 400
+    assert "≠ job" in text and "200 %" not in text
+    assert ("  ! 2 devices on 1 node: not the same job as the baseline (matmuls bfloat16, baseline float32): no "
+            "speedup or efficiency against it") in text
+    assert "cannot be weak scaling" not in text  # named as another job, not as impossible scaling
+
+
+def test_the_same_job_at_two_scales_is_compared_and_within_the_noise_passes_quietly():
+    found = [run("s1", 1, 100), run("s2", 2, 208, fp={**BF16, "wire": {"allreduce_": {"bytes": 8}}, "step": 9})]
+    _, scaling, text = report(found)
+    assert row(scaling, 2)["job_differs"] == "" and row(scaling, 2)["efficiency"] == pytest.approx(1.04)
+    assert "104 %" in text and "!" not in text  # 4 points above 100 %: inside the 5 % floor
+    found[1] = run("s2", 2, 212)
+    _, scaling, text = report(found)
+    assert "106 % !" in text and "Checked: fingerprints: the same job as the baseline" in text
+
+
+def test_the_noise_band_grows_with_the_repeats_spread_of_both_sides():
+    found = [run("n1", 1, 90), run("n1b", 1, 110), run("n1c", 1, 100), run("n2", 2, 224)]  # baseline 100 ± 10 %
+    _, scaling, text = report(found)
+    two = row(scaling, 2)
+    assert plausible.noise(two) == pytest.approx(0.10) and two["efficiency"] == pytest.approx(1.12)
+    assert "112 % !" in text and "(100 % + 10 % noise)" in text
+    found += [run("n2b", 2, 180), run("n2c", 2, 260)]  # now the 2-device repeats spread too: 224 ± 18 %
+    _, scaling, text = report(found)
+    assert plausible.noise(row(scaling, 2)) == pytest.approx(0.10 + 80 / 2 / 224) and "!" not in text
+
+
+def test_the_baseline_is_the_fingerprint_most_of_its_runs_recorded_and_unrecorded_runs_are_not_judged():
+    found = [run("m1", 1, 100, fp=FP32), run("m1b", 1, 100), run("m1c", 1, 100), run("m2", 2, 180),
+             run("m2b", 2, 180, fp=None)]
+    runs = runs_frame(found).set_index("run_id")
+    assert runs.loc["m1", "job_differs"] == "matmuls float32, baseline bfloat16"
+    assert runs.loc[["m1b", "m1c", "m2", "m2b"], "job_differs"].tolist() == [""] * 4
+    # two fingerprints, one run each: the newest is the reference
+    found = [run("t1", 1, 100, fp=FP32), run("t1b", 1, 100), run("t2", 2, 180)]
+    found[0]["created"], found[1]["created"] = "2026-01-02T00:00:00", "2026-01-01T00:00:00"
+    runs = runs_frame(found).set_index("run_id")
+    assert runs.loc["t2", "job_differs"] == "matmuls bfloat16, baseline float32"
+    assert runs.loc["t1b", "job_differs"] != "" and runs.loc["t1", "job_differs"] == ""
+
+
+def test_the_baseline_of_a_group_is_its_fewest_devices_then_fewest_nodes():
+    found = [run("x2n2", 2, 150, fp=FP32, nodes=2), run("x2", 2, 200), run("x4", 4, 380)]
+    runs = runs_frame(found).set_index("run_id")
+    assert runs.loc["x2n2", "job_differs"] == "matmuls float32, baseline bfloat16"
+    assert runs.loc["x4", "job_differs"] == ""
+
+
+def test_strong_scaling_above_100_percent_is_called_superlinear_with_the_share_per_device():
+    found = [run("g1", 1, 100, scaling="strong", batch_per_device=64), run("g2", 2, 230, scaling="strong",
+                                                                          batch_per_device=32)]
+    _, _, text = report(found)
+    assert "115 % !" in text
+    assert "superlinear, which strong scaling allows only where each device's smaller share" in text
+    assert "32 sample(s) per device here, 64 at the baseline" in text
+
+
+def test_an_mfu_above_100_percent_is_named():
+    found = [run("u1", 1, 100), run("u2", 2, 180)]
+    found[1]["timing"].update(tflops_per_device=330.0, peak_tflops=312.0, mfu=330 / 312)
+    _, _, text = report(found)
+    assert "! 2 devices on 1 node: MFU 106 % cannot be: no device runs above its peak (312 TFLOP/s)" in text
+    found[1]["timing"].update(mfu=0.99)
+    assert "MFU" not in "".join(t for t in report(found)[2].splitlines() if t.startswith("  !"))
+
+
+def test_a_busbw_above_the_emulated_links_rate_is_named_and_one_within_its_margin_is_not():
+    base = run("l1", 1, 100)
+    fast = _emulated(_with_comm(run("l2", 2, 160, nodes=2), 0.008, 0.2, 0.01, 0.02, grad_bytes=8_000_000), 0.2)
+    # 8 MB in 0.2 s over 2 ranks: busbw 0.04 GB/s, above 0.2 Gbit/s = 0.025 GB/s
+    _, _, text = report([base, fast])
+    assert "! 2 devices on 2 nodes (emulated 200 Mbit/s): DDP busbw 0.04 GB/s is above the link's 0.025 GB/s" in text
+    ok = _emulated(_with_comm(run("l2", 2, 160, nodes=2), 0.008, 0.33, 0.01, 0.35, grad_bytes=8_000_000), 0.2)
+    assert "above the link" not in report([base, ok])[2]  # 0.0242 GB/s: under the rate
+    near = _emulated(_with_comm(run("l2", 2, 160, nodes=2), 0.008, 0.31, 0.01, 0.35, grad_bytes=8_000_000), 0.2)
+    assert "above the link" not in report([base, near])[2]  # 0.0258 GB/s: within the 5 % margin
+
+
+def test_what_was_checked_names_a_baseline_short_of_cores_or_sharing_its_node():
+    base, two = run("c1", 1, 100), run("c2", 2, 240)
+    base["timing"]["had_cpu"] = [0.7]
+    base["slurm"], two["slurm"] = {"job_id": "1", "exclusive": False}, {"job_id": "2", "exclusive": True}
+    _, scaling, text = report([base, two])
+    assert "the baseline had its core 70 % of the time it was ready to run (short of them" in text
+    assert "the baseline shared its node (not --exclusive)" in text
+    base["slurm"]["exclusive"] = True
+    base["timing"]["had_cpu"] = [0.95]
+    text = report([base, two])[2]
+    assert "the baseline had its node alone (--exclusive)" in text and "short of them" not in text
+
+
+def test_fingerprints_in_the_runs_frame_are_json_text_and_empty_where_not_recorded():
+    runs = runs_frame([run("f1", 1, 100), run("f2", 2, 100, fp=None)]).set_index("run_id")
+    assert json.loads(runs.loc["f1", "fingerprint"]) == BF16 and runs.loc["f2", "fingerprint"] == ""
+
+
+def test_a_nightly_reference_check_fails_an_efficiency_that_is_another_job_or_beyond_scaling():
+    from scalelab.report import reference
+
+    entry = {"kind": "training", "reference": {"efficiency": [0.9, -0.1, None, ""]}}
+    _, scaling, _ = report([run("r1", 1, 100, fp=FP32), run("r2", 2, 400)])
+    verdict, perf = reference._verdict("c", "efficiency", [0.9, -0.1, None, ""], row(scaling, 2), entry)
+    assert verdict == ("FAIL c.efficiency: not the same job as its baseline (matmuls bfloat16, baseline float32): no "
+                       "efficiency against it") and perf is None
+    _, scaling, _ = report([run("r1", 1, 100), run("r2", 2, 400)])
+    verdict, perf = reference._verdict("c", "efficiency", [0.9, -0.1, None, ""], row(scaling, 2), entry)
+    assert verdict == ("FAIL c.efficiency: 2 is beyond what scaling gives (1 + 0.05 noise): the report says what was "
+                       "checked") and perf == "PERF c.efficiency=2"
+    _, scaling, _ = report([run("r1", 1, 100), run("r2", 2, 190)])
+    assert reference._verdict("c", "efficiency", [0.9, -0.1, None, ""], row(scaling, 2), entry)[0].startswith("PASS")
+
+
+def test_the_forecast_learns_nothing_from_a_run_that_ran_another_job():
+    from scalelab.report import forecast
+
+    runs = runs_frame([run("k1", 1, 100, fp=FP32), run("k2", 2, 400), run("k2b", 2, 190, fp=FP32)])
+    assert sorted(forecast.completed(runs)["run_id"]) == ["k1", "k2b"]
+
+
+def test_the_exported_summary_carries_each_finding_and_the_job_difference():
+    from scalelab.report import export
+
+    found, _ = results.scan(str(ROOT / "tests" / "data" / "fp32-baseline-bf16-pair"))
+    _, scaling, text = report(found)
+    configs = export.summary(scaling, explain.bench_frame(found), 2, "x")["configurations"]
+    assert configs[0]["findings"] == [] and configs[1]["job_differs"] == ""
+    assert [f"  ! {f}" for f in configs[1]["findings"]] == [t for t in text.splitlines() if t.startswith("  ! ")]
+    _, scaling, _ = report([run("e1", 1, 100, fp=FP32), run("e2", 2, 400)])
+    configs = export.summary(scaling, explain.bench_frame([]), 2, "x")["configurations"]
+    assert configs[1]["job_differs"] == "matmuls bfloat16, baseline float32" and configs[1]["efficiency"] is None
