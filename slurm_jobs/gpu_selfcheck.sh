@@ -1,6 +1,7 @@
 #!/bin/bash
-# The self-check for a first GPU allocation, before the real sweep: a short GPT run and the all-reduce benchmark
-# on 2 nodes x 4 GPUs, then PASS/FAIL per claim (docs/01-setup.md). Submit from the repo root:
+# The self-check for a first GPU allocation, before the real sweep: the all-reduce benchmark on 2 nodes x 4 GPUs,
+# a short GPT on 1 GPU (the baseline every speedup divides by) and on all of them, then PASS/FAIL per claim
+# (docs/01-setup.md). Submit from the repo root:
 #     sbatch slurm_jobs/gpu_selfcheck.sh                       # EXPECT_BUSBW=20 sbatch ... judges the link too
 #SBATCH --job-name=scalelab-selfcheck
 #SBATCH --nodes=2
@@ -30,6 +31,7 @@ step() {   # step NAME COMMAND...: run it, note it when it fails, go on
 }
 step allreduce_bench srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_bench.py --devices "$GPUS_PER_NODE" \
     --num_nodes "${SLURM_NNODES:-1}" --accelerator "${SCALELAB_ACCELERATOR:-auto}" --output_dir "$OUT"
+OUTPUT_DIR=$OUT step train_1gpu run_train_one "$@"   # the same job on one GPU of the first node
 OUTPUT_DIR=$OUT step train run_train "${SLURM_NNODES:-1}" "$@"
 # this job's own log (wherever --output put it), for NCCL's transport lines
 LOG=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -1)

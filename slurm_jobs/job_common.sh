@@ -40,3 +40,9 @@ run_train() {
       --devices "$GPUS_PER_NODE" --num_nodes "$1" --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
       --output_dir "${OUTPUT_DIR:-outputs}" "${@:2}"
 }
+# The same job on one GPU inside a bigger allocation (gpu_selfcheck.sh's baseline): one task, one GPU, one node.
+run_train_one() {
+  srun --kill-on-bad-exit=1 --nodes=1 --ntasks=1 --ntasks-per-node=1 --gres=gpu:1 "$SCALELAB_PYTHON" src/train.py \
+      "${WORKLOAD[@]}" --devices 1 --num_nodes 1 --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
+      --output_dir "${OUTPUT_DIR:-outputs}" "$@"
+}

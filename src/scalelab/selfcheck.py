@@ -16,7 +16,7 @@ import re
 import sys
 from typing import NamedTuple, Optional
 
-from scalelab import results
+from scalelab import fingerprint, results
 from scalelab.bench.collectives import collective_of
 from scalelab.cli import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
@@ -156,15 +156,55 @@ def nccl_transport(log_text: Optional[str], run) -> Verdict:
                    "on Slingshot/EFA (chapter 8)")
 
 
-def precision_ran(run) -> Verdict:
-    precision = run["workload"].get("precision")
-    loss = (run.get("metrics") or {}).get("train_loss")
-    ok = loss is not None and math.isfinite(loss)
-    status = "PASS" if ok else "FAIL"
-    if precision != "bf16-mixed":
-        return Verdict("bf16 training", "SKIP" if ok else "FAIL", f"precision {precision}",
-                       "this run did not use bf16-mixed")
-    return Verdict("bf16 training", status, f"final loss {loss}", "" if ok else "the loss is not a finite number")
+MATMUL_DTYPE = {"bf16-mixed": "bfloat16", "16-mixed": "float16", "32": "float32"}  # what each precision's matmuls give
+
+
+def precision_ran(runs: list) -> Verdict:
+    """The matmul dtype each run's step produced (observed, scalelab/fingerprint.py) against its --precision, at
+    every world size the folder holds (1 GPU and N), and a finite final loss."""
+    said, bad = [], []
+    for run in runs:
+        precision, fp = run["workload"].get("precision"), run.get("fingerprint") or {}
+        want, got = MATMUL_DTYPE.get(precision), fp.get("matmul_dtypes")
+        where = _devices(run)
+        loss = (run.get("metrics") or {}).get("train_loss")
+        if got is None:
+            bad.append(f"{where}: nothing observed (a result from an older scalelab)")
+        elif got != [want]:
+            bad.append(f"{where}: {'+'.join(got) or 'no'} matmuls under {precision}")
+        if loss is None or not math.isfinite(loss):
+            bad.append(f"{where}: the final loss is {loss}")
+        said.append(f"{where}: {'+'.join(got or ['?'])} matmuls ({precision})")
+    if bad:
+        return Verdict("precision as asked", "FAIL", "; ".join(bad),
+                       "each run's step must run in its --precision, the baseline's too (docs/08)")
+    return Verdict("precision as asked", "PASS", "; ".join(said))
+
+
+def same_job(single, multi) -> Verdict:
+    """The 1-device run against the N-device run of the same workload: every speedup the sweep prints divides one
+    by the other, so they must have run the same step (fingerprint.differences)."""
+    claim = "same job at 1 and N devices"
+    if multi is None or multi["launch"]["world_size"] == 1:
+        return Verdict(claim, "FAIL", "no multi-device run", "the check compares a 1-device run with an N-device one")
+    if single is None:
+        return Verdict(claim, "FAIL", f"no 1-device run of this workload beside the {_devices(multi)} one",
+                       "gpu_selfcheck.sh runs both: the baseline every speedup divides by")
+    a, b = single.get("fingerprint"), multi.get("fingerprint")
+    if not a or not b:
+        return Verdict(claim, "FAIL", "not recorded", "a result from an older scalelab: run the check again")
+    diff = fingerprint.differences(a, b)
+    if diff or not (a.get("same_on_ranks") and b.get("same_on_ranks")):
+        said = "; ".join(diff) or "the ranks of one run saw different steps"
+        return Verdict(claim, "FAIL", f"{_devices(multi)} against 1: {said}",
+                       "not the same job: no speedup between them measures scaling (docs/08)")
+    return Verdict(claim, "PASS", f"1 and {_devices(multi)}: {'+'.join(a['matmul_dtypes'])} matmuls, "
+                   f"{a.get('optimizer')} optimizer, attention {'+'.join(a.get('attention') or []) or 'none'}")
+
+
+def _devices(run) -> str:
+    n = run["launch"]["world_size"]
+    return f"{n} {'GPU' if run['launch'].get('accelerator') == 'gpu' else 'device'}{'s' if n > 1 else ''}"
 
 
 def step_clocks_cover_the_loop(run) -> Verdict:
@@ -213,8 +253,17 @@ def busbw(bench, expect: Optional[float]) -> Verdict:
 MEMORY_TOLERANCE = 0.15  # the memory model's estimate against the measured peak
 
 
-def memory_estimate(run) -> Verdict:
-    """perfmodel.memory's estimate (what train.py's check and predict.py use) against the peak the GPU measured."""
+def memory_estimate(runs: list) -> Verdict:
+    """perfmodel.memory's estimate (what train.py's check and predict.py use) against the peak the GPU measured, for
+    each run: the 1-GPU one holds no DDP buckets, the N-GPU one does (and more with --accumulate_grad_batches)."""
+    verdicts = [_memory_of(run) for run in runs]
+    shown = [v for v in verdicts if v.status != "SKIP"] or verdicts[:1]
+    status = "FAIL" if any(v.status == "FAIL" for v in shown) else shown[0].status
+    return Verdict("memory estimate vs peak", status, "; ".join(v.figure for v in shown),
+                   next((v.note for v in shown if v.status == status and v.note), ""))
+
+
+def _memory_of(run) -> Verdict:
     m = run.get("memory") or {}
     est, peak = m.get("estimate_bytes"), m.get("peak_allocated_bytes")
     if run["launch"]["accelerator"] != "gpu":
@@ -225,7 +274,8 @@ def memory_estimate(run) -> Verdict:
     off = est / peak - 1
     ok = abs(off) <= MEMORY_TOLERANCE
     return Verdict("memory estimate vs peak", "PASS" if ok else "FAIL",
-                   f"estimate {est / 1e9:.2f} GB, peak {peak / 1e9:.2f} GB allocated ({off * 100:+.0f} %)",
+                   f"{_devices(run)}: estimate {est / 1e9:.2f} GB, peak {peak / 1e9:.2f} GB allocated "
+                   f"({off * 100:+.0f} %)",
                    "" if ok else f"more than {MEMORY_TOLERANCE:.0%} apart: the memory check before fit would misjudge")
 
 
@@ -244,9 +294,13 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
     run = newest(found, "training")
     if run is None:
         raise UsageError(f"no completed training result in {output_dir}: the self-check reads one")
+    run = newest([r for r in found if r.get("launch", {}).get("world_size", 1) > 1], "training") or run
+    single = newest([r for r in found if r.get("launch", {}).get("world_size") == 1 and r is not run
+                     and results.group_key(r) == results.group_key(run)], "training")
+    both = [r for r in (single, run) if r is not None]
     return [each_rank_own_device(run), cores_per_rank(run), backend(run), nccl_transport(log_text, run),
-            precision_ran(run), memory_estimate(run), step_clocks_cover_the_loop(run), comm_on_one_clock(run),
-            busbw(newest(found, "allreduce"), expect_busbw), mfu(run)]
+            precision_ran(both), same_job(single, run), memory_estimate(both), step_clocks_cover_the_loop(run),
+            comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw), mfu(run)]
 
 
 def main(argv=None) -> int:

@@ -111,9 +111,12 @@ def test_gpu_selfcheck_script_runs_its_checks_on_the_cpu_profile(slurm_env, tmp_
     assert re.search(r"FAIL  cores per rank .*\(oversubscribed: ranks 0 and 1 shared core \d+\)", log), log[-3000:]
     assert "PASS  process group backend" in log and "PASS  all-reduce time within its step" in log
     assert re.search(r"SKIP  NCCL transport between nodes +CPU run", log)
-    assert f"self-check: 1 FAIL, 3 PASS ({tmp_path}/selfcheck-{job_id})" in log
-    kinds = sorted(r["kind"] for r in load_results(tmp_path / f"selfcheck-{job_id}"))
-    assert kinds == ["allreduce", "training"]
+    # the 1-device baseline ran as one task on one node of the allocation, the same job as the 2-node run
+    assert re.search(r"PASS  same job at 1 and N devices +1 and 2 devices: float32 matmuls", log), log[-3000:]
+    assert re.search(r"PASS  precision as asked +1 device: float32 matmuls \(32\); 2 devices: float32", log)
+    assert f"self-check: 1 FAIL, 5 PASS ({tmp_path}/selfcheck-{job_id})" in log
+    kinds = sorted((r["kind"], r["launch"]["world_size"]) for r in load_results(tmp_path / f"selfcheck-{job_id}"))
+    assert kinds == [("allreduce", 2), ("training", 1), ("training", 2)]
 
 
 def test_size_mismatch_fails_fast_with_the_fix(slurm_env, tmp_path):

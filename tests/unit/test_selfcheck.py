@@ -21,15 +21,30 @@ def gpu_run(**launch):
                    "cpu_affinity": [4 * (k % 2) + c for c in range(4)], "step_times_s": [0.5, 0.4, 0.4],
                    "allreduce_times_s": [0.2, 0.3, 0.3], "epoch_times_s": [1.3], "loop_wall_s": 1.32} for k in range(4)]
     r["timing"].update(mfu=0.41, peak_tflops=312.0)
+    r["fingerprint"] = dict(BF16, same_on_ranks=True)
     return r
 
 
-def verdicts(run, bench=None, expect=None, log=None):
+BF16 = {"matmul_dtypes": ["bfloat16"], "attention": ["_scaled_dot_product_flash_attention"], "optimizer": "fused",
+        "param_dtypes": ["float32"], "grad_dtypes": ["float32"], "compiled_graphs": 0, "wire": {}}
+
+
+def one_gpu(matmuls=("bfloat16",)):
+    """The 1-GPU run of the same job (gpu_selfcheck.sh runs it before the N-GPU one)."""
+    r = make_result("g1", 1, 1, model="gpt", precision="bf16-mixed")
+    r["launch"].update(accelerator="gpu", backend=None, device_names=["NVIDIA A100-SXM4-40GB"])
+    r["fingerprint"] = dict(BF16, matmul_dtypes=list(matmuls), same_on_ranks=True)
+    return r
+
+
+def verdicts(run, bench=None, expect=None, log=None, single="same"):
+    single = one_gpu() if single == "same" else single
+    both = [r for r in (single, run) if r is not None]
     return {v.claim: v for v in (selfcheck.each_rank_own_device(run), selfcheck.cores_per_rank(run),
                                  selfcheck.backend(run), selfcheck.nccl_transport(log, run),
-                                 selfcheck.precision_ran(run), selfcheck.step_clocks_cover_the_loop(run),
-                                 selfcheck.comm_on_one_clock(run), selfcheck.busbw(bench, expect),
-                                 selfcheck.mfu(run))}
+                                 selfcheck.precision_ran(both), selfcheck.same_job(single, run),
+                                 selfcheck.step_clocks_cover_the_loop(run), selfcheck.comm_on_one_clock(run),
+                                 selfcheck.busbw(bench, expect), selfcheck.mfu(run))}
 
 
 def test_a_healthy_gpu_run_passes_every_claim_it_can_show():
@@ -37,8 +52,13 @@ def test_a_healthy_gpu_run_passes_every_claim_it_can_show():
     v = verdicts(gpu_run(), bench, expect=20, log="NCCL INFO Channel 00/0 : 0[0] -> 2[0] [send] via NET/IB/0")
     assert {k: x.status for k, x in v.items()} == {
         "each rank on its own GPU": "PASS", "cores per rank": "PASS", "process group backend": "PASS",
-        "NCCL transport between nodes": "PASS", "bf16 training": "PASS", "step clocks cover the loop": "PASS",
-        "all-reduce time within its step": "PASS", "all-reduce busbw": "PASS", "model FLOPs utilisation": "INFO"}
+        "NCCL transport between nodes": "PASS", "precision as asked": "PASS", "same job at 1 and N devices": "PASS",
+        "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS", "all-reduce busbw": "PASS",
+        "model FLOPs utilisation": "INFO"}
+    assert v["precision as asked"].figure == ("1 GPU: bfloat16 matmuls (bf16-mixed); 4 GPUs: bfloat16 matmuls "
+                                              "(bf16-mixed)")
+    assert v["same job at 1 and N devices"].figure == ("1 and 4 GPUs: bfloat16 matmuls, fused optimizer, attention "
+                                                       "_scaled_dot_product_flash_attention")
     assert v["all-reduce busbw"].figure == "21.3 GB/s of 20 expected, 8 ranks on 2 node(s)"
     assert v["model FLOPs utilisation"].figure == "41.0 % of 312 TFLOP/s"
 
@@ -88,7 +108,7 @@ def test_what_a_cpu_rehearsal_cannot_show_is_skipped_saying_why():
     v = verdicts(run)
     assert v["each rank on its own GPU"].status == "SKIP" and v["NCCL transport between nodes"].figure == "CPU run"
     assert v["all-reduce busbw"].note == "run src/allreduce_bench.py into the folder"
-    assert v["bf16 training"].status == "SKIP" and v["model FLOPs utilisation"].status == "SKIP"
+    assert v["model FLOPs utilisation"].status == "SKIP"
     assert v["model FLOPs utilisation"].note == "CPU, or a GPU without a known peak"
     run["timing"].update(peak_note="a MIG slice has a fraction of the card's peak")  # as a GPU run records it
     assert verdicts(run)["model FLOPs utilisation"].note == "a MIG slice has a fraction of the card's peak"
@@ -102,7 +122,8 @@ def test_no_training_result_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_selfcheck_on_real_cpu_runs(tmp_path):
-    for cmd in (["train.py", "--model", "mlp", "--num_samples", "4096", "--max_epochs", "2", "--devices", 2],
+    mlp = ["train.py", "--model", "mlp", "--num_samples", "4096", "--max_epochs", "2"]
+    for cmd in ([*mlp, "--devices", 1], [*mlp, "--devices", 2],
                 ["allreduce_bench.py", "--devices", 2, "--max_bytes", "2M", "--iters", 3]):
         proc = run_script(*cmd, "--output_dir", tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -111,15 +132,15 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
     lines = proc.stdout.splitlines()
     status = {line[6:].split("  ")[0]: line[:4].strip() for line in lines[:-1]}
     assert status == {"each rank on its own GPU": "SKIP", "cores per rank": "PASS", "process group backend": "PASS",
-                      "NCCL transport between nodes": "SKIP", "bf16 training": "SKIP",
-                      "memory estimate vs peak": "SKIP", "step clocks cover the loop": "PASS",
-                      "all-reduce time within its step": "PASS", "all-reduce busbw": "INFO",
-                      "model FLOPs utilisation": "SKIP"}
-    assert lines[-1] == f"self-check: 0 FAIL, 4 PASS ({tmp_path})"
+                      "NCCL transport between nodes": "SKIP", "precision as asked": "PASS",
+                      "same job at 1 and N devices": "PASS", "memory estimate vs peak": "SKIP",
+                      "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
+                      "all-reduce busbw": "INFO", "model FLOPs utilisation": "SKIP"}
+    assert lines[-1] == f"self-check: 0 FAIL, 6 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
-    assert len(load_results(tmp_path)) == 2  # the check adds no result.json the report would trip over
-    (train,) = [r for r in load_results(tmp_path) if r["kind"] == "training"]
+    assert len(load_results(tmp_path)) == 3  # the check adds no result.json the report would trip over
+    (train,) = [r for r in load_results(tmp_path) if r["kind"] == "training" and r["launch"]["world_size"] == 2]
     for r in train["ranks"]:  # what the claims read: as torch ran it, and the loop on the host clock
         assert r["backend"] == "gloo" and r["gpu_uuid"] is None
         assert sum(r["step_times_s"]) <= r["loop_wall_s"] <= 1.05 * sum(r["step_times_s"]), r["loop_wall_s"]
@@ -127,12 +148,44 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
 
 @pytest.mark.parametrize("peak, status", [(10.0e9, "PASS"), (8.8e9, "PASS"), (12.5e9, "FAIL"), (7.0e9, "FAIL")])
 def test_the_memory_estimate_against_the_measured_peak(peak, status):
-    run = gpu_run()
+    run, single = gpu_run(), one_gpu()
     run["memory"] = {"estimate_bytes": 10.0e9, "peak_allocated_bytes": peak}
-    v = selfcheck.memory_estimate(run)
-    assert v.status == status and v.figure.startswith(f"estimate 10.00 GB, peak {peak / 1e9:.2f} GB allocated")
-    run["launch"]["accelerator"] = "cpu"
-    assert selfcheck.memory_estimate(run).status == "SKIP"
+    single["memory"] = {"estimate_bytes": 6.0e9, "peak_allocated_bytes": 6.1e9}
+    v = selfcheck.memory_estimate([single, run])
+    assert v.status == status and v.figure == (f"1 GPU: estimate 6.00 GB, peak 6.10 GB allocated (-2 %); 4 GPUs: "
+                                               f"estimate 10.00 GB, peak {peak / 1e9:.2f} GB allocated "
+                                               f"({(10 / (peak / 1e9) - 1) * 100:+.0f} %)")
+    single["memory"]["peak_allocated_bytes"] = 9.0e9  # the baseline's estimate off alone fails the claim too
+    assert selfcheck.memory_estimate([single, run]).status == "FAIL"
+    run["launch"]["accelerator"] = single["launch"]["accelerator"] = "cpu"
+    assert selfcheck.memory_estimate([single, run]).status == "SKIP"
+
+
+def test_a_1_gpu_fp32_baseline_beside_n_gpu_bf16_runs_fails_precision_and_same_job():
+    """What the first GPU sweep would have met: the 1-GPU step ran without autocast (lightning#16857)."""
+    v = verdicts(gpu_run(), single=one_gpu(["float32"]))
+    assert v["precision as asked"].status == "FAIL" and v["same job at 1 and N devices"].status == "FAIL"
+    assert v["precision as asked"].figure == "1 GPU: float32 matmuls under bf16-mixed"
+    assert v["same job at 1 and N devices"].figure == "4 GPUs against 1: matmuls bfloat16, baseline float32"
+
+
+def test_same_job_fails_without_a_baseline_or_a_fingerprint_or_with_ranks_that_disagree():
+    assert verdicts(gpu_run(), single=None)["same job at 1 and N devices"].figure == (
+        "no 1-device run of this workload beside the 4 GPUs one")
+    old = one_gpu()
+    del old["fingerprint"]
+    v = verdicts(gpu_run(), single=old)
+    assert (v["same job at 1 and N devices"].status, v["same job at 1 and N devices"].figure) == ("FAIL",
+                                                                                                  "not recorded")
+    assert v["precision as asked"].figure == "1 GPU: nothing observed (a result from an older scalelab)"
+    split = gpu_run()
+    split["fingerprint"]["same_on_ranks"] = False
+    assert verdicts(split)["same job at 1 and N devices"].figure == (
+        "4 GPUs against 1: the ranks of one run saw different steps")
+    assert selfcheck.same_job(one_gpu(), one_gpu()).figure == "no multi-device run"
+    lost = gpu_run()
+    lost["metrics"]["train_loss"] = float("nan")
+    assert verdicts(lost)["precision as asked"].figure == "4 GPUs: the final loss is nan"
 
 
 def test_ranks_bound_to_one_gpu_each_all_say_cuda_0_and_pass_by_their_uuids():
@@ -236,10 +289,13 @@ def test_gpu_selfcheck_job_runs_the_benchmark_first_and_every_step_after_a_failu
                           text=True, timeout=60)
     ran = [line.split()[:1] + [w for w in line.split() if w.startswith("src/")] for line in
            calls.read_text().splitlines() if not line.startswith("scontrol")]
-    assert ran == [["srun", "src/allreduce_bench.py"], ["srun", "src/train.py"], ["python", "src/selfcheck.py"]]
+    assert ran == [["srun", "src/allreduce_bench.py"], ["srun", "src/train.py"], ["srun", "src/train.py"],
+                   ["python", "src/selfcheck.py"]]
+    one, every = [line.split() for line in calls.read_text().splitlines() if "src/train.py" in line]
+    assert "--ntasks=1" in one and one[one.index("--devices") + 1] == "1" and "--ntasks=1" not in every
     if srun_rc:
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines()[-1] == (
-            "gpu_selfcheck: 2 step(s) failed: allreduce_bench (exit 1), train (exit 1)")
+            "gpu_selfcheck: 3 step(s) failed: allreduce_bench (exit 1), train_1gpu (exit 1), train (exit 1)")
     else:
         assert proc.returncode == 0, proc.stderr
