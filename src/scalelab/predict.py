@@ -205,7 +205,8 @@ def build(args):
     compute_kw, compute_note = _compute(args, shape, n_params, seq_len, samples_1gpu)
     notes.append(compute_note)
     if shape and samples_1gpu:
-        notes.append(_memory_note(dataclasses.replace(shape, seq_len=seq_len), samples_1gpu, args.grad_dtype))
+        notes.append(_memory_note(dataclasses.replace(shape, seq_len=seq_len), samples_1gpu, args.grad_dtype,
+                                  args.accumulate))
     tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
     _check_budget(args, tokens)
     busbw = _busbw_by_nodes(args.busbw_GBps, node_counts)
@@ -237,12 +238,13 @@ def _wire_bytes(hook: str, shape, n_params: float, itemsize: int):
     return n_params * min(itemsize, 2)  # fp16/bf16: 2 bytes an element (no change to 2-byte gradients)
 
 
-def _memory_note(shape, batch: int, grad_dtype: str) -> str:
-    """Will a step fit in GPU memory (perfmodel.memory): the estimate and, per common GPU, yes or what fits."""
+def _memory_note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
+    """Will a step fit in GPU memory (perfmodel.memory): the estimate for one rank of several (DDP's buckets, the
+    accumulated gradients with --accumulate) and, per common GPU, yes or what fits."""
     precision = "32" if grad_dtype == "fp32" else "bf16-mixed"
-    est = pm.training_memory(shape, batch, precision)
+    est = pm.training_memory(shape, batch, precision, accumulate=accumulate)
     verdicts = [f"{gpu}: " + ("fits" if pm.fits(est, gb * 1e9)
-                              else f"no ({pm.memory_advice(shape, batch, precision, gb * 1e9)})")
+                              else f"no ({pm.memory_advice(shape, batch, precision, gb * 1e9, accumulate=accumulate)})")
                 for gpu, gb in pm.GPU_MEMORY_GB.items()]
     return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()}; "
             + "; ".join(verdicts))

@@ -116,7 +116,7 @@ def test_the_step_peak_is_what_torch_holds_at_the_start_of_backward(shape, batch
 def test_the_parts_of_one_ranks_memory():
     p = TINY.total_params()
     fp32 = memory.training_memory(TINY, 3, "32", bucket_view=False, overhead=5.0)
-    assert fp32 == (4 * p, 4 * p, 8 * p, 4 * p, 3 * 4 * 1232, 3 * 4 * 16 * 8, 5.0)
+    assert fp32 == (4 * p, 4 * p, 8 * p, 4 * p, 3 * 4 * 1232, 3 * 4 * 16 * 8, 5.0, 0)
     lora = memory.training_memory(TINY, 3, "16-mixed", trainable_params=10)  # fp16 autocast: as bf16
     assert lora[:4] == (4 * p, 40, 80, 0) and lora.overhead == memory.OVERHEAD_BYTES
     assert lora.loss == 3 * 4 * 16 * 8  # the loss's gradients are fp32 under autocast too
@@ -169,6 +169,42 @@ def test_the_run_asks_one_estimate_lora_and_overhead_included():
     lora = config.parse_config(["--config", "gpt-small", "--precision", "32", "--lora_rank", "8"])
     shape = shape_of(full)
     frozen = shape.total_params() - lora_params(shape, 8)
-    assert memory_estimate(full, 4).total - memory_estimate(lora, 4).total == 12 * frozen
-    assert memory_estimate(full, 4).total - memory_estimate(full, 4, overhead=0).total == \
+    assert memory_estimate(full, 4, 8).total - memory_estimate(lora, 4, 8).total == 12 * frozen
+    assert memory_estimate(full, 4, 8).total - memory_estimate(full, 4, 8, overhead=0).total == \
         memory.training_memory(shape, 4, "32").overhead
+    # the run's world size and --accumulate_grad_batches reach the model: no buckets at one device, K's gradients
+    two = config.parse_config(["--config", "gpt-small", "--precision", "32", "--accumulate_grad_batches", "2"])
+    assert memory_estimate(full, 4, 1) == memory.training_memory(shape, 4, "32", ddp=False)
+    assert memory_estimate(two, 4, 8) == memory.training_memory(shape, 4, "32", accumulate=2)
+    assert memory_estimate(two, 4, 8).accumulated == 4 * shape.total_params()
+
+
+def test_where_the_gradients_are_by_world_size_and_accumulation():
+    """xl at 2 sequences: under DDP the gradients live in its buckets (4P); with K = 2 the no-sync batches' gradients
+    sit beside them (4P more: 41 GB, which a 40 GB A100 cannot hold); one device holds no buckets, and at K = 1 its
+    gradients are freed at the start of backward, the step's peak (4P less than a DDP rank)."""
+    xl, p = PRESETS["xl"], PRESETS["xl"].total_params()
+    rank = pm.training_memory(xl, 2, "bf16-mixed")
+    assert rank.total == pytest.approx(35.9e9, rel=0.01) and rank.accumulated == 0
+    k2 = pm.training_memory(xl, 2, "bf16-mixed", accumulate=2)
+    assert k2.accumulated == 4 * p and k2.total - rank.total == 4 * p and not pm.fits(k2, 40e9)
+    assert k2.total == pytest.approx(41.1e9, rel=0.01) and "accumulated 5.3" in k2.describe()
+    one = pm.training_memory(xl, 2, "bf16-mixed", ddp=False)
+    assert (one.gradients, one.buckets, one.accumulated) == (0, 0, 0) and rank.total - one.total == 4 * p
+    one_k2 = pm.training_memory(xl, 2, "bf16-mixed", ddp=False, accumulate=2)
+    assert (one_k2.gradients, one_k2.accumulated) == (4 * p, 0) and one_k2.total == rank.total
+    assert pm.training_memory(xl, 2, "bf16-mixed", ddp=False, accumulate=3) == one_k2
+
+
+def test_one_devices_peak_is_the_end_of_backward_when_its_gradients_outweigh_the_activations():
+    """TINY at batch 1: every gradient (4P) outweighs what one sequence saves, so one device's peak is the end of
+    backward, gradients made and activations freed; a DDP rank's never is (its buckets are there from the start)."""
+    p = TINY.total_params()
+    one = memory.training_memory(TINY, 1, "32", ddp=False, overhead=0)
+    assert (one.gradients, one.activations, one.loss) == (4 * p, 0, 0) and one.total == 16 * p
+    start = memory.training_memory(TINY, 1, "32", overhead=0)
+    assert start.activations + start.loss < 4 * p and start.activations > 0
+    big = memory.training_memory(TINY, 64, "32", ddp=False, overhead=0)
+    assert big.gradients == 0 and big.activations == memory.activation_bytes(TINY, 64, bf16=False)
+    assert memory.advice(TINY, 65, "32", big.total, ddp=False, overhead=0) == "--batch_size 64 fits"
+    assert memory.advice(TINY, 65, "32", big.total, overhead=0) != "--batch_size 64 fits"  # a DDP rank: buckets

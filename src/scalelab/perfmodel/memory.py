@@ -2,7 +2,13 @@
 
 Parts, in bytes: fp32 weights (4P; under bf16-mixed autocast the weights stay fp32), fp32 gradients (4P of the
 trainable ones), AdamW's two moments (8P), DDP's gradient buckets (4P more unless gradient_as_bucket_view, which
-scalelab uses), the activations autograd saves for backward, and the loss's gradients. Activations per token and
+scalelab uses), the activations autograd saves for backward, and the loss's gradients. Where the gradients are
+depends on the world size and on --accumulate_grad_batches K (zero_grad(set_to_none=True) frees them each step):
+under DDP they live in its buckets, allocated for the run; with K > 1 the no-sync batches before the last one make
+autograd's own gradient tensors beside those buckets (DDP copies them in only at the synchronised batch):
+`accumulated`, 4P more. One device holds no buckets: at the start of backward its gradients are freed (K = 1) or
+hold the earlier batches' (K > 1), and at the end of backward every gradient exists while the activations are gone:
+its peak is the larger of the two. Activations per token and
 layer, counted from what this repository's GPT saves (checked against torch's saved-tensor hooks on CPU,
 tests/unit/test_memory.py; 3-6 % above the measurement): in fp32 17·d floats (layer-norm inputs 2d, linear inputs d +
 d + d + 4d, q/k/v 3d, attention output d, GELU input 4d) plus the attention's log-sum-exp (one float per head);
@@ -37,6 +43,7 @@ class MemoryEstimate(NamedTuple):
     activations: float
     loss: float
     overhead: float
+    accumulated: float = 0.0  # K > 1 under DDP: the no-sync batches' gradients beside the buckets
 
     @property
     def total(self) -> float:
@@ -57,26 +64,36 @@ def activation_bytes(shape: TransformerShape, batch: int, bf16: bool) -> float:
 
 
 def training_memory(shape: TransformerShape, batch: int, precision: str = "bf16-mixed", bucket_view: bool = True,
-                    trainable_params=None, overhead: float = OVERHEAD_BYTES) -> MemoryEstimate:
-    """One rank's memory at the peak of a step (the start of backward): batch = sequences per GPU."""
+                    trainable_params=None, overhead: float = OVERHEAD_BYTES, ddp: bool = True,
+                    accumulate: int = 1) -> MemoryEstimate:
+    """One rank's memory at the peak of a step: batch = sequences per GPU; ddp: one rank of several (DDP's
+    buckets), else one device; accumulate: --accumulate_grad_batches (see the module's docstring)."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     bf16 = precision in ("bf16-mixed", "16-mixed")
     params = shape.total_params()  # the head is tied to the token embedding: counted once
     trainable = params if trainable_params is None else trainable_params
+    grads = 4 * trainable
     loss = batch * shape.seq_len * LOSS_GRADIENT_BYTES * shape.vocab_size  # fp32 in both precisions
-    return MemoryEstimate(weights=4 * params, gradients=4 * trainable, optimizer=8 * trainable,
-                          buckets=0 if bucket_view else 4 * trainable,
-                          activations=activation_bytes(shape, batch, bf16), loss=loss, overhead=overhead)
+    start = MemoryEstimate(weights=4 * params, gradients=grads, optimizer=8 * trainable,
+                           buckets=0 if bucket_view else grads, activations=activation_bytes(shape, batch, bf16),
+                           loss=loss, overhead=overhead, accumulated=grads if accumulate > 1 else 0)
+    if ddp:
+        return start
+    # one device: no buckets; the gradients at the start of backward are the earlier batches' (K > 1) or none
+    start = start._replace(gradients=start.accumulated, buckets=0, accumulated=0)
+    end = start._replace(gradients=grads, activations=0, loss=0)
+    return max(start, end, key=lambda e: e.total)
 
 
 def fits(estimate: MemoryEstimate, memory_bytes: float) -> bool:
     return estimate.total <= memory_bytes
 
 
-def advice(shape: TransformerShape, batch: int, precision: str, memory_bytes: float) -> str:
-    """What to change when the estimate does not fit: the largest batch that fits, else a smaller preset."""
+def advice(shape: TransformerShape, batch: int, precision: str, memory_bytes: float, **kw) -> str:
+    """What to change when the estimate does not fit: the largest batch that fits, else a smaller preset (kw: as
+    training_memory's, the run's ddp and accumulate)."""
     for smaller in range(batch - 1, 0, -1):
-        if fits(training_memory(shape, smaller, precision), memory_bytes):
+        if fits(training_memory(shape, smaller, precision, **kw), memory_bytes):
             return f"--batch_size {smaller} fits"
     return "no batch fits: use a smaller --preset or a shorter --seq_len"

@@ -110,7 +110,7 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
         from scalelab.workloads.gpt import memory_estimate
 
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
-        estimate = memory_estimate(ctx.cfg, ctx.batch, overhead=0).total
+        estimate = memory_estimate(ctx.cfg, ctx.batch, ctx.launch.world_size, overhead=0).total
     peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]
     return {"estimate_bytes": estimate, "peak_allocated_bytes": max(peaks) if peaks else None}
 

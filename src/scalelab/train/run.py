@@ -104,7 +104,7 @@ def build_workload(fabric, ctx):
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
     if launch.accelerator == "gpu" and cfg.model == "gpt" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
-        check_gpu_memory(cfg, batch)  # an out-of-memory after minutes of start-up, said before it happens
+        check_gpu_memory(cfg, batch, launch.world_size)  # an out-of-memory after minutes of start-up, said now
 
 
 def train(fabric, ctx, device, watch, injected, metrics, stall):
@@ -315,20 +315,22 @@ def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
                          f"{grad_mb:.1f} MB, use --bucket_cap_mb {int(grad_mb) + 1} or more (NCCL has no such limit)")
 
 
-def check_gpu_memory(cfg: config.RunConfig, batch: int):
+def check_gpu_memory(cfg: config.RunConfig, batch: int, world_size: int):
     """Refuse, before the ranks start, a GPT step this GPU cannot hold (perfmodel.memory's estimate)."""
     import torch
 
     from scalelab.perfmodel import memory
-    from scalelab.workloads.gpt import memory_estimate, shape_of
+    from scalelab.workloads.gpt import lora_params, memory_estimate, shape_of
 
     shape = shape_of(cfg)
     props = torch.cuda.get_device_properties(0)
-    est = memory_estimate(cfg, batch)
+    est = memory_estimate(cfg, batch, world_size)
     if not memory.fits(est, props.total_memory):
+        same = {"ddp": world_size > 1, "accumulate": cfg.accumulate_grad_batches,
+                "trainable_params": lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None}
         raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
                          f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
-                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory)} "
+                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory, **same)} "
                          "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 

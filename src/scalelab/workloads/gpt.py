@@ -41,12 +41,14 @@ def shape_of(cfg) -> TransformerShape:
     return TransformerShape(base.n_layer, base.n_head, base.d_model, cfg.seq_len, cfg.vocab_size)
 
 
-def memory_estimate(cfg, batch: int, **kw) -> "perfmodel.MemoryEstimate":
-    """This run's memory per device (perfmodel.memory), LoRA's trainable share included: the one place the run's
-    up-front check and its record ask (kw: overhead=0 for the tensors alone)."""
+def memory_estimate(cfg, batch: int, world_size: int, **kw) -> "perfmodel.MemoryEstimate":
+    """This run's memory per device (perfmodel.memory), LoRA's trainable share included, DDP's buckets where there are
+    several ranks, the accumulated gradients with --accumulate_grad_batches: the one place the run's up-front check
+    and its record ask (kw: overhead=0 for the tensors alone)."""
     shape = shape_of(cfg)
     trainable = lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None
-    return perfmodel.training_memory(shape, batch, cfg.precision, trainable_params=trainable, **kw)
+    return perfmodel.training_memory(shape, batch, cfg.precision, trainable_params=trainable, ddp=world_size > 1,
+                                     accumulate=cfg.accumulate_grad_batches, **kw)
 
 
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
