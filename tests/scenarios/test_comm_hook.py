@@ -3,6 +3,7 @@ those of DDP's own all-reduce, with gradient_as_bucket_view off and on. Two real
 
 import pytest
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import two_gloo_ranks
@@ -33,8 +34,33 @@ def _grads(bucket_view, hooked, rank):
     return [p.grad.tolist() for p in net.parameters()], timed, shapes  # lists: no shared memory
 
 
+def _divisions(hook, rank):
+    """Passes over a whole bucket that divide it, in one hooked backward (torch's own ops, seen as they run)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Divisions(TorchDispatchMode):
+        seen = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("div", "div_", "mul", "mul_") and args[0].numel() >= 64 * 32:
+                Divisions.seen += 1
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)), gradient_as_bucket_view=True)
+    if hook == "timed":
+        ddp.register_comm_hook(comm.BucketClock(), comm.timed_allreduce_hook)
+    else:
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    loss = ddp(torch.randn(16, 32)).square().mean()
+    with Divisions():
+        loss.backward()
+    return Divisions.seen
+
+
 def _cases(rank, out):
     got = {case: _grads(*case, rank) for case in CASES}
+    got["divisions"] = {hook: _divisions(hook, rank) for hook in ("timed", "pytorch")}
     if rank == 0:
         out.put(got)
     else:
@@ -53,3 +79,10 @@ def test_hooked_gradients_equal_ddps_own(by_case, bucket_view):
     assert buckets >= 1 and len(shapes) == buckets  # the hook ran (and timed) every bucket's all-reduce
     assert all(got == bucket for got, bucket in shapes), shapes  # the whole bucket, not a 0-d view of it
     assert hooked == plain
+
+
+def test_the_timed_hook_averages_inside_the_collective_with_no_pass_of_its_own(by_case):
+    """A registered hook turns off DDP's divide-while-copying; PyTorch's allreduce_hook then divides the bucket
+    before its all-reduce, one more pass over every gradient. The timed hook asks the collective for the average
+    (ReduceOp.AVG) instead: no division of its own, as DDP without a hook."""
+    assert by_case["divisions"] == {"timed": 0, "pytorch": 1}

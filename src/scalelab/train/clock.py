@@ -87,12 +87,14 @@ class StepClock:
 
     def attach(self, model) -> None:
         """Time DDP's gradient all-reduce (--comm_hook's, by default DDP's own) through a comm hook; count the
-        bytes it reduces. `model` is what Fabric set up: the DDP module sits inside it when there are ranks."""
+        bytes it reduces. `model` is what Fabric set up: the DDP module sits inside it when there are ranks.
+        SCALELAB_NO_COMM_TIMING=1 leaves DDP's own all-reduce untimed (benchmarks/hook_overhead.py: what the hook
+        costs a step)."""
         from torch.nn.parallel import DistributedDataParallel
 
         self.grad_bytes = comm.grad_bytes(model)
         ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
-        if ddp is not None:
+        if ddp is not None and os.environ.get(comm.NO_TIMING_ENV) != "1":
             ddp.register_comm_hook(self.buckets, comm.timed_allreduce_hook)
 
     def start(self) -> None:

@@ -20,9 +20,12 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from scalelab.perfmodel.levers import wire_bytes
+
+NO_TIMING_ENV = "SCALELAB_NO_COMM_TIMING"  # "1": no timing hook, DDP's built-in all-reduce (hook on vs off)
 
 
 class BucketClock:
@@ -40,6 +43,7 @@ class BucketClock:
         self.sizes = []  # bytes of each bucket since the last cut()
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
         self.issued = 0  # bucket all-reduces issued in the run: progress finer than a step (failure.record_stall)
+        self.wire_of = {}  # (bucket index, compressing) -> bytes on the wire: worked out once, not every step
 
     def cut(self) -> tuple:
         """This batch's records, to be read once the device has caught up (`resolve`): the step clock reads a
@@ -84,11 +88,22 @@ def inner_hook(name: str, process_group=None) -> tuple:
         state = powerSGD_hook.PowerSGDState(process_group=process_group, start_powerSGD_iter=2,
                                             matrix_approximation_rank=int(name.partition(":")[2] or 1))
         return powerSGD_hook.powerSGD_hook, state
-    return default_hooks.allreduce_hook, process_group
+    return allreduce_avg_hook, process_group
+
+
+def allreduce_avg_hook(process_group, bucket):
+    """DDP's default all-reduce, the average taken inside the collective (ReduceOp.AVG: NCCL divides in its kernel).
+
+    Without a hook DDP divides each gradient as it copies it into the bucket (reducer.cpp: "divides while copying
+    ... to save one scan over all the input parameters"); any registered hook turns that off, the copy becomes plain,
+    and PyTorch's allreduce_hook then divides the bucket before its all-reduce: one more pass over every gradient per
+    step, inside the timed window, paid by multi-device runs only. Here the division is the collective's own."""
+    fut = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, group=process_group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
 
 
 def timed_allreduce_hook(state: BucketClock, bucket):
-    """--comm_hook's all-reduce (by default DDP's own: sum, divide by world size), with its start and end
+    """--comm_hook's all-reduce (by default DDP's own average: allreduce_avg_hook), with its start and end
     recorded, and the bytes it put on the wire.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
@@ -100,8 +115,11 @@ def timed_allreduce_hook(state: BucketClock, bucket):
     state.sizes.append(buffer.numel() * buffer.element_size())
     hook_state = state.hook_state
     compressing = not hasattr(hook_state, "start_powerSGD_iter") or hook_state.iter >= hook_state.start_powerSGD_iter
-    state.wire_sizes.append(wire_bytes(state.hook_name, [tuple(g.shape) for g in bucket.gradients()],
-                                       buffer.element_size(), compressing))
+    key = (bucket.index(), compressing, buffer.numel())
+    if key not in state.wire_of:  # the gradients' shapes once per bucket: a list of them every step costs a step
+        state.wire_of[key] = wire_bytes(state.hook_name, [tuple(g.shape) for g in bucket.gradients()],
+                                        buffer.element_size(), compressing)
+    state.wire_sizes.append(state.wire_of[key])
     t0 = time.perf_counter()  # CPU only: on GPU the events below are the clock
     if buffer.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
@@ -127,8 +145,6 @@ def sync(device):
 
 
 def barrier(device):
-    import torch.distributed as dist
-
     if device.type == "cuda":
         dist.barrier(device_ids=[device.index])
     else:
@@ -141,8 +157,6 @@ def median_allreduce_s(bufs: list, device, passes: int) -> float:
     Every rank must call it. The barrier first: waiting for a late rank is not transfer. This is how DDP
     issues a step's few buckets, so the run's "alone" figure and the benchmark's single-op time are this.
     """
-    import torch.distributed as dist
-
     times = []
     for _ in range(passes):
         barrier(device)

@@ -1,0 +1,62 @@
+"""Speed target: what the timing comm hook costs a step, within 1 % of it.
+
+scalelab times DDP's gradient all-reduce through a comm hook (train/comm.py). Any registered hook turns off DDP's
+divide-while-copying into its buckets; the hook averages inside the collective (ReduceOp.AVG) to give that pass
+back, and works out each bucket's bytes on the wire once. This runs the same job with the hook (scalelab's default)
+and without it (SCALELAB_NO_COMM_TIMING=1: DDP's built-in all-reduce, untimed) as interleaved pairs, hook first in
+one pair and second in the next (slow phases of a shared machine hit both alike), and prints the median step of
+each and the median of the pairs' ratios (with / without; target <= 1.01).
+
+    python benchmarks/hook_overhead.py --repeats 7                      # the tiny GPT at 2 CPU devices
+    python benchmarks/hook_overhead.py --repeats 7 --args --model mlp --num_samples 200000 --max_steps 1000
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "60"]
+
+
+def step_ms(args, devices, hook, out) -> float:
+    """The median step of one run (train.py's own figure), in ms."""
+    env = {**os.environ, "SCALELAB_NO_COMM_TIMING": "0" if hook else "1"}
+    before = set(glob.glob(os.path.join(out, "*", "result.json")))
+    subprocess.run([sys.executable, os.path.join(ROOT, "src", "train.py"), *args, "--devices", str(devices),
+                    "--output_dir", out], check=True, capture_output=True, env=env)
+    (path,) = set(glob.glob(os.path.join(out, "*", "result.json"))) - before
+    return json.load(open(path))["timing"]["step_s"]["median"] * 1e3
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--args", nargs=argparse.REMAINDER, default=DEFAULT, help="train.py's flags (default: %(default)s)")
+    a = p.parse_args()
+    out = tempfile.mkdtemp(prefix="scalelab-hook-")
+    print(f"train.py {' '.join(a.args)} --devices {a.devices}: {a.repeats} interleaved pairs, {os.cpu_count()} cores")
+    on, off, ratios = [], [], []
+    for i in range(a.repeats):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        got = {hook: step_ms(a.args, a.devices, hook, out) for hook in order}
+        on.append(got[True])
+        off.append(got[False])
+        ratios.append(got[True] / got[False])
+        print(f"  pair {i + 1}: with the hook {got[True]:.2f} ms, without {got[False]:.2f} ms "
+              f"({(ratios[-1] - 1) * 100:+.1f} %)", flush=True)
+    ratio = statistics.median(ratios)
+    print(f"median step: with the hook {statistics.median(on):.2f} ms, without {statistics.median(off):.2f} ms; "
+          f"median pair ratio {ratio:.4f} ({(ratio - 1) * 100:+.1f} % of the step; range "
+          f"{(min(ratios) - 1) * 100:+.1f} to {(max(ratios) - 1) * 100:+.1f} %); target <= +1 %: "
+          f"{'met' if ratio <= 1.01 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
