@@ -1,10 +1,9 @@
 """Every knob of a training run, in one place: flags, YAML defaults, presets, validation.
 
-The same flags describe the job at every scale; only `--devices`/`--num_nodes` (or the
-launcher: srun, torchrun) change between the 1-, 4- and 8-GPU runs of a scaling group.
-Precedence: built-in default < `--config` < command line. `--config` takes a YAML file, a named config shipped
-in the package (configs/: the workloads the demo, the sbatch scripts and the sweep run, one source) or a
-result.json (re-run exactly that run).
+The same flags describe the job at every scale; only `--devices`/`--num_nodes` (or the launcher: srun, torchrun)
+change between the 1-, 4- and 8-GPU runs of a scaling group. Precedence: built-in default < `--config` < command
+line. `--config` takes a YAML file, a named config shipped in the package (configs/: the workloads the demo, the
+sbatch scripts and the sweep run, one source) or a result.json (re-run exactly that run).
 """
 
 import argparse
@@ -46,7 +45,7 @@ class CommonConfig:
     learning_rate: Optional[float] = None
     max_epochs: Optional[int] = None
     max_steps: Optional[int] = None
-    warmup_steps: int = 5
+    warmup_steps: Optional[int] = None  # None until for_accelerator: GPUs warm up longer (DDP's runtime statistics)
     comm_probe_every: int = 5
     scaling: str = "weak"
     precision: Optional[str] = None  # None until for_accelerator: it depends on the hardware the run got
@@ -145,7 +144,8 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     o.add_argument("--max_epochs", type=positive_int, help=f"({_per_workload('max_epochs')})")
     o.add_argument("--max_steps", type=positive_int,
                    help=f"stop after this many optimizer steps ({_per_workload('max_steps')})")
-    o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure")
+    o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure (default 5; "
+                   "11 on GPUs, past DDP's runtime statistics)")
     o.add_argument("--comm_probe_every", type=nonneg_int,
                    help="every Nth step after warm-up runs without gradient sync and without an update, to time "
                         "compute alone (communication = the difference); 0 = off")
@@ -216,9 +216,8 @@ def _comet_flags(g):
     g.add_argument("--comet_project", help=f"the Comet project (default: {loggers.PROJECT})")
     g.add_argument("--comet_workspace", help="the Comet workspace (default: your default workspace)")
     g.add_argument("--experiment_name", help="the Comet experiment's name (default: the run id)")
-    g.add_argument("--comet_api_key", metavar="KEY",
-                   help="accepted with a warning: the environment variable COMET_API_KEY is safer; never written "
-                        "anywhere")
+    g.add_argument("--comet_api_key", metavar="KEY", help="accepted with a warning: the environment variable "
+                   "COMET_API_KEY is safer; never written anywhere")
 
 
 # pragma: no mutate end
@@ -379,7 +378,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
             f"--static_graph cannot be used with --accumulate_grad_batches {cfg.accumulate_grad_batches}: the "
             "first batch would run under DDP's no_sync, which a static graph does not allow; drop one of them"
         )
-    if cfg.max_steps is not None and cfg.warmup_steps >= cfg.max_steps:
+    if cfg.max_steps is not None and cfg.warmup_steps is not None and cfg.warmup_steps >= cfg.max_steps:
         raise UsageError(
             f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "
             "use fewer warm-up steps or more steps"
@@ -387,9 +386,15 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
     return cfg
 
 
+WARMUP_STEPS = {"cpu": 5, "gpu": 11}  # GPU: past DDP's runtime statistics, a device sync in its steps 2-11 (docs/08)
+
+
 def for_accelerator(cfg: RunConfig, accelerator: str) -> RunConfig:
-    """The defaults that depend on the hardware the run got, in one place for every launcher (train.py under
-    sbatch, submit.py, the demo): --precision, unless given."""
+    """The defaults that depend on the hardware the run got, in one place for every launcher (train.py under sbatch,
+    submit.py, the demo): --precision, and --warmup_steps (a shorter run keeps one timed step), unless given."""
     if cfg.precision is None:
         cfg.precision = workloads.get(cfg.model).gpu_precision if accelerator == "gpu" else "32"
+    if cfg.warmup_steps is None:
+        steps = WARMUP_STEPS["gpu" if accelerator == "gpu" else "cpu"]
+        cfg.warmup_steps = steps if cfg.max_steps is None else min(steps, cfg.max_steps - 1)
     return cfg

@@ -172,6 +172,19 @@ def test_precision_follows_the_hardware_the_run_got_unless_given():
     assert config.parse_config(gpt).precision is None  # not decided before the hardware is known
 
 
+def test_gpu_runs_warm_up_past_ddps_runtime_statistics_at_every_world_size_unless_given():
+    """DDP syncs the GPU at the start of forward in its synchronised steps 2-11 (runtime statistics): the GPU
+    warm-up covers them; CPU keeps its 5; a run of fewer steps keeps one timed; a given warm-up stays."""
+    gpt = ["--model", "gpt", "--max_steps", "50"]
+    assert config.parse_config(gpt).warmup_steps is None  # not decided before the hardware is known
+    assert config.for_accelerator(config.parse_config(gpt), "gpu").warmup_steps == 11
+    assert config.for_accelerator(config.parse_config(gpt), "cpu").warmup_steps == 5
+    assert config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "8"]), "gpu").warmup_steps == 7
+    assert config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "3"]), "cpu").warmup_steps == 2
+    assert config.for_accelerator(config.parse_config(["--model", "mlp"]), "gpu").warmup_steps == 11  # epochs
+    assert config.for_accelerator(config.parse_config([*gpt, "--warmup_steps", "3"]), "gpu").warmup_steps == 3
+
+
 def test_one_gpu_per_task_is_caught_before_lightning_asks_for_gpus_it_cannot_see():
     from scalelab.launch.cluster import check_visible_gpus
 
@@ -188,7 +201,7 @@ def test_a_named_config_is_what_the_jobs_and_the_demo_run():
     from scalelab import demo
 
     cfg = config.parse_config(["--config", "gpt-tiny", "--max_steps", "7"])  # the command line still wins
-    assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps, cfg.warmup_steps) == ("gpt", "tiny", 8, 7, 5)
+    assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps) == ("gpt", "tiny", 8, 7)
     assert demo.WORKLOADS["gpt"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
     assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
 

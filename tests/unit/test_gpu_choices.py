@@ -35,3 +35,38 @@ def test_the_probe_steps_reuse_one_buffer_for_every_bucket():
     assert [v.numel() * 4 for v in again] == [1_000_000, 4_000_000, 2_000_000]
     assert {v.data_ptr() for v in first + again} == {scratch.buffer.data_ptr()}  # all views of one buffer
     assert scratch.buffer.numel() * 4 == 4_000_000  # the largest bucket, not the sum
+
+
+def test_ddps_runtime_statistics_stay_out_of_the_timed_gpu_steps():
+    """DDP syncs the GPU at the start of forward in its synchronised steps 2-11, then every 100th (reducer.cpp's
+    should_collect_runtime_stats): the GPU warm-up covers the first, the sample rate is pushed past any run."""
+    from scalelab import config
+    from scalelab.train import comm
+
+    rates = []
+
+    class DDP:
+        def _set_ddp_runtime_logging_sample_rate(self, rate):
+            rates.append(rate)
+
+    comm.rare_runtime_stats(DDP())
+    comm.rare_runtime_stats(object())  # a torch without the setter: its default stays, nothing raised
+    assert rates == [2**31 - 1] and config.WARMUP_STEPS == {"cpu": 5, "gpu": 11}
+
+
+def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps(capsys, tmp_path):
+    from scalelab import config
+    from scalelab.launch.cluster import Launch
+    from scalelab.train import run
+
+    def warned(warmup, world, accelerator="gpu"):
+        cfg = config.for_accelerator(config.parse_config(["--model", "gpt", "--output_dir", str(tmp_path),
+                                                          *(["--warmup_steps", str(warmup)] if warmup else [])]),
+                                     accelerator)
+        launch = Launch(launcher="local", devices=world, num_nodes=1, accelerator=accelerator)
+        run.preflight(cfg, launch)
+        return capsys.readouterr().err
+
+    assert warned(5, 8) == ("train.py: warning: --warmup_steps 5 times steps 6-11, where DDP syncs the GPU for its "
+                            "runtime statistics (a 1-GPU run does not): 11 or more leaves them out\n")
+    assert warned(None, 8) == warned(5, 1) == warned(5, 8, "cpu") == warned(11, 8) == ""

@@ -94,6 +94,8 @@ class StepClock:
 
         self.grad_bytes = comm.grad_bytes(model)
         ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
+        if ddp is not None:
+            comm.rare_runtime_stats(ddp)
         if ddp is not None and os.environ.get(comm.NO_TIMING_ENV) != "1":
             ddp.register_comm_hook(self.buckets, comm.timed_allreduce_hook)
 

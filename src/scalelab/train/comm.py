@@ -91,6 +91,16 @@ def inner_hook(name: str, process_group=None) -> tuple:
     return allreduce_avg_hook, process_group
 
 
+def rare_runtime_stats(ddp) -> None:
+    """DDP collects runtime statistics in its synchronised steps 2-11 (the GPU warm-up covers them,
+    config.WARMUP_STEPS) and then every `sample rate`-th, 100 by default: on a GPU each is a wait for the device at
+    the start of forward, in a timed step that a 1-GPU run never pays. The rate is pushed past any run (torch's own
+    setter, a prototype API: where a torch lacks it, the default stays)."""
+    setter = getattr(ddp, "_set_ddp_runtime_logging_sample_rate", None)
+    if setter is not None:
+        setter(2**31 - 1)
+
+
 def allreduce_avg_hook(process_group, bucket):
     """DDP's default all-reduce, the average taken inside the collective (ReduceOp.AVG: NCCL divides in its kernel).
 
