@@ -70,3 +70,14 @@ def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps
     assert warned(5, 8) == ("train.py: warning: --warmup_steps 5 times steps 6-11, where DDP syncs the GPU for its "
                             "runtime statistics (a 1-GPU run does not): 11 or more leaves them out\n")
     assert warned(None, 8) == warned(5, 1) == warned(5, 8, "cpu") == warned(11, 8) == ""
+
+
+def test_gpu_batches_come_from_page_locked_memory():
+    """Fabric copies a batch to the GPU with non_blocking=True; from pageable memory that copy waits for itself."""
+    from scalelab.workloads import data
+
+    dataset = data.spiral(64, 0.2, 0)
+    assert data.train_loader(dataset, 8, 0, 1, 0, pin_memory=True).pin_memory is True
+    assert data.eval_loader(dataset, 8, 0, 1, pin_memory=True).pin_memory is True
+    assert data.train_loader(dataset, 8, 0, 1, 0).pin_memory is False  # CPU runs: nothing to pin for
+    assert data.eval_loader(dataset, 8, 0, 1).pin_memory is False

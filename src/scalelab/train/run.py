@@ -133,8 +133,9 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     model = fabric.setup_module(wl.module)  # to the device, precision applied, inside DDP when there are ranks
     optimizer = fabric.setup_optimizers(wl.module.configure_optimizers())
     clock.attach(model)  # DDP's all-reduce through a timing comm hook
+    pinned = ctx.launch.accelerator == "gpu"  # page-locked batches: the copy to the GPU does not wait
     loader = data.train_loader(wl.train_set, ctx.batch, fabric.global_rank, fabric.world_size, cfg.seed,
-                               cfg.num_workers)
+                               cfg.num_workers, pin_memory=pinned)
     plan = loop.Plan(cfg.max_steps, cfg.max_epochs, cfg.accumulate_grad_batches, cfg.warmup_steps,
                      cfg.comm_probe_every)
     checkpoint = requeue.checkpoint_path(cfg.output_dir)
@@ -156,7 +157,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     val = {}
     if wl.val_set is not None and not stop:
         val = loop.validate(fabric, model, data.eval_loader(wl.val_set, ctx.batch, fabric.global_rank,
-                                                            fabric.world_size, cfg.num_workers))
+                                                            fabric.world_size, cfg.num_workers, pin_memory=pinned))
     per_rank = gather(ctx.rank_record())
     stall.disarm()
     return stop, val, per_rank

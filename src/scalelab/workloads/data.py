@@ -6,20 +6,23 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 
-def train_loader(dataset, batch_size: int, rank: int, world_size: int, seed: int, num_workers: int = 0) -> DataLoader:
+def train_loader(dataset, batch_size: int, rank: int, world_size: int, seed: int, num_workers: int = 0,
+                 pin_memory: bool = False) -> DataLoader:
     """This rank's shard of the training set, a fresh shuffle each epoch (`loader.sampler.set_epoch`), the same on
     every rank; whole batches only (a short last batch would be a step of another size); workers kept alive across
-    epochs. One rank is a shard of one: the same code at every scale."""
+    epochs. One rank is a shard of one: the same code at every scale. pin_memory (GPU runs): batches in page-locked
+    memory, so Fabric's non_blocking copy to the GPU is one (from pageable memory it waits for the copy)."""
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers, drop_last=True,
-                      persistent_workers=num_workers > 0)
+                      persistent_workers=num_workers > 0, pin_memory=pin_memory)
 
 
-def eval_loader(dataset, batch_size: int, rank: int, world_size: int, num_workers: int = 0) -> DataLoader:
+def eval_loader(dataset, batch_size: int, rank: int, world_size: int, num_workers: int = 0,
+                pin_memory: bool = False) -> DataLoader:
     """This rank's share of an evaluation set: every sample exactly once over all ranks (no padding, no repeats),
     so the figures summed over ranks are the set's own."""
     return DataLoader(Subset(dataset, range(rank, len(dataset), world_size)), batch_size=batch_size,
-                      num_workers=num_workers)
+                      num_workers=num_workers, pin_memory=pin_memory)
 
 
 def spiral(num_samples: int, noise: float, seed: int, num_classes: int = 2) -> TensorDataset:
