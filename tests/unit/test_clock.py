@@ -112,6 +112,40 @@ def test_a_failing_run_keeps_the_steps_the_gpu_finished_and_never_waits(gpu, mon
     assert len(steps.pending) == 2 and steps.steps == 4  # 4 ended on the host: "during step 5" if it fails now
 
 
+def test_after_a_sticky_cuda_error_the_record_keeps_the_read_steps_and_never_raises(gpu, monkeypatch, tmp_path):
+    from scalelab import config
+    from scalelab.launch.cluster import Launch
+    from scalelab.train import failure
+    from scalelab.train.record import RunContext
+
+    """An illegal address, an ECC or Xid error: from then on every CUDA call raises, event.query() too. The failing
+    run's record must still be written, with the steps read before it (a raise there left no record at all)."""
+    steps = _clock()
+    _steps(steps, gpu, 3, read_every=3)  # three steps read
+    _steps(steps, gpu, 2)  # two queued when the error came
+
+    def sticky(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    for event, _, (_, cuda_events), _, _ in steps.pending:
+        event.query = sticky
+        for _start, end in cuda_events:
+            end.query = sticky
+    monkeypatch.setattr(clock.cluster, "device_name", lambda *a: "NVIDIA A100")
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", sticky)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", sticky)
+    record = steps.rank_record(0, 0, 0)
+    assert len(record["step_times_s"]) == 3 and len(steps.pending) == 2
+    assert record["peak_memory_bytes"] is None and record["gpu_uuid"] is None
+    assert comm.BucketClock.done(([], [(None, SimpleNamespace(query=sticky))])) is False
+    # the failure path end to end: rank 0's partial result and its error log are on disk
+    cfg = config.for_accelerator(config.parse_config(["--model", "mlp", "--output_dir", str(tmp_path)]), "gpu")
+    ctx = RunContext(cfg, Launch("local", 1, 1, "gpu"), 64, 0.0, steps)
+    note = failure.record_failure(ctx, "failed", "CUDA error: an illegal memory access", RuntimeError("sticky"))
+    (path,) = tmp_path.rglob("result.json")
+    assert note == f" (partial result: {path})" and (path.parent / "error.log").exists()
+
+
 def test_epoch_end_reads_the_window_and_the_epoch_time_is_on_the_gpu_clock(gpu):
     steps = _clock()
     steps.epoch_start()

@@ -50,7 +50,9 @@ class DeviceClock:
 
     @staticmethod
     def ready(mark) -> bool:
-        return isinstance(mark, float) or mark.query()
+        """Whether a mark's work has completed; False also where the device cannot say: after a sticky CUDA error
+        (an illegal address, an ECC or Xid error) every query raises, and a failing run records what it has."""
+        return isinstance(mark, float) or comm.query(mark)
 
     def seconds(self, mark) -> float:
         return mark if isinstance(mark, float) else self.ref_s + self.ref_event.elapsed_time(mark) / 1e3
@@ -207,7 +209,7 @@ class StepClock:
             "machine": cores.machine_id(),
             "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
             # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
-            "peak_memory_bytes": torch.cuda.max_memory_allocated(self.device) if gpu else None,
+            "peak_memory_bytes": _or_none(torch.cuda.max_memory_allocated, self.device) if gpu else None,
             "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # host memory, so far
             "probe_cpu_s": self.probe_cpu,
             "load_avg": _load_avg(),  # the host's 1-minute load at the end, beside its cores
@@ -234,8 +236,17 @@ def gpu_uuid(device):
     """The GPU's UUID (unique per physical GPU), or None: a CPU device, or a torch that does not report it."""
     if device.type != "cuda":
         return None
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    uuid = getattr(_or_none(torch.cuda.get_device_properties, device), "uuid", None)
     return str(uuid) if uuid is not None else None
+
+
+def _or_none(read, device):
+    """A figure the device gives, or None where it cannot (a sticky CUDA error: the failing run's record must
+    still be written)."""
+    try:
+        return read(device)
+    except RuntimeError:
+        return None
 
 
 def process_group_backend():

@@ -58,7 +58,7 @@ class BucketClock:
     @staticmethod
     def done(raw: tuple) -> bool:
         """Whether a cut step's GPU events have all completed (readable without waiting for the device)."""
-        return all(end.query() for _, end in raw[1])
+        return all(query(end) for _, end in raw[1])
 
     @staticmethod
     def resolve(raw: tuple) -> tuple:
@@ -146,6 +146,15 @@ def timed_allreduce_hook(state: BucketClock, bucket):
         return f.value()  # the reduced bucket itself, as DDP expects (f.value()[0] would be its first element)
 
     return fut.then(done)
+
+
+def query(event) -> bool:
+    """event.query(), False where the device cannot answer: after a sticky CUDA error (illegal address, ECC, Xid)
+    every query raises, and the failure path must still write what it has (clock.read(wait=False))."""
+    try:
+        return event.query()
+    except RuntimeError:
+        return False
 
 
 def sync(device):
