@@ -62,3 +62,22 @@ def _ranks_left(output_dir, wait_s=10.0) -> list:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+def test_sigterm_while_the_ranks_never_meet_is_recorded_at_once(tmp_path):
+    """Rank 1 never arrives (it sleeps before it joins; under NCCL: a bootstrap on the wrong interface): rank 0
+    waits in the rendezvous, in C, where its Python handler never runs. The stall deadline, armed before the ranks
+    meet, records the SIGTERM within its grace, well inside SLURM's 30 s before SIGKILL (it took ~50 s, after the
+    rendezvous gave up, when the deadline was armed only at the first step)."""
+    proc = start(tmp_path, "--model", "mlp", "--devices", 2, env={"SCALELAB_FAULT": "sleep@start=90,rank=1"})
+    wait_for_banner(proc)
+    time.sleep(5)  # rank 0 is in the rendezvous, waiting for rank 1
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    took = time.time() - sent
+    assert proc.returncode == 1 and took < 15, (took, err)
+    assert err.strip().splitlines()[-1].startswith(
+        "train.py: error: run ended with status timeout: rank 0: received SIGTERM while blocked before the first step")
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "timeout" and "received SIGTERM while blocked" in r["error"]

@@ -67,8 +67,10 @@ class StallDeadline:
 
     `progress()` gives (batches ended, optimizer steps ended, ...): any change is progress; the line names the step.
 
-    Armed from the first training step until the record is on disk and the ranks have met a last time: the parts
-    where a peer can block this rank. `held()` suspends it around long work that is no step (a checkpoint save)."""
+    Armed before the ranks first meet (the process group's rendezvous, NCCL's bootstrap, DDP's first broadcast)
+    until the record is on disk and the ranks have met a last time: the parts where a peer can block this rank.
+    Before the first batch the deadline is `first_seconds`. `held()` suspends it around long work that is no step
+    (a checkpoint saved or loaded)."""
 
     def __init__(self, seconds: float | None, on_stall: Callable[..., None], progress: Callable[[], tuple],
                  poll_s: float = 0.2, signals=None, grace: Callable[[], float] = lambda: SIGTERM_GRACE_S[0],

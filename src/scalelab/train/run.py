@@ -57,6 +57,9 @@ def main(argv=None, process_start=None) -> int:
         build_workload(fabric, ctx)
         metrics = step_metrics(ctx, run_logger(ctx))
         stall = stall_deadline(ctx, watch, injected)
+        # armed before the ranks meet: a bootstrap that hangs in C (NCCL with a wrong NCCL_SOCKET_IFNAME, a peer
+        # that never joins) runs no Python handler, and SLURM's SIGKILL would follow its SIGTERM with no record
+        stall.arm()
         stop, val, per_rank = train(fabric, ctx, device, watch, injected, metrics, stall)
         path = finish(fabric, ctx, metrics, stop, val, per_rank)  # rank 0 writes result.json; the ranks meet
         stall.disarm()
@@ -139,7 +142,9 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     plan = loop.Plan(cfg.max_steps, cfg.max_epochs, cfg.accumulate_grad_batches, cfg.warmup_steps,
                      cfg.comm_probe_every)
     checkpoint = requeue.checkpoint_path(cfg.output_dir)
-    if requeue.resume(fabric, model, optimizer, plan, checkpoint):
+    with stall.held():  # loading 20 GB of checkpoint is no stall
+        resumed = requeue.resume(fabric, model, optimizer, plan, checkpoint)
+    if resumed:
         ctx.resumed_from = checkpoint
         if ctx.rank == 0:
             print(f"scalelab: resumed from {checkpoint} at step {plan.step} (a requeued job)", flush=True)
@@ -147,7 +152,6 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
         metrics.log_hyperparams(record.hyperparameters(ctx))
     # what the step ran, observed in the last warm-up step (never timed): the result's fingerprint
     ctx.seen = StepObserver(at=plan.step + max(plan.warmup_steps - 1, 0))
-    stall.arm()
     stop = loop.train(fabric, model, optimizer, faults.wrap_loader(loader, injected, plan.accumulate), plan, clock,
                       watch.signals, metrics, ctx.seen)
     clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
