@@ -74,6 +74,13 @@ def cores_per_rank(run) -> Verdict:
     problem = run["launch"].get("oversubscribed")
     if problem:
         return Verdict("cores per rank", "FAIL", figure, problem)
+    far = [r for r in ranks if r.get("near_gpu") is False]  # the launcher bound them off their GPU's NUMA node
+    if far:
+        r, many = far[0], f" ({len(far)} ranks off their GPU's node)" if len(far) > 1 else ""
+        return Verdict("cores per rank", "FAIL", f"{figure}; rank {r['rank']} on cores {cores.span(r['cpu_affinity'])}"
+                       f", its GPU on NUMA node {r.get('numa_node')}{many}",
+                       "the launcher bound ranks across the socket link from their GPUs: srun --cpu-bind=cores "
+                       "--distribution=block:block, or the site's --gpu-bind=closest (docs/05)")
     shared = cores.sharing(ranks)
     if shared:
         off = any(r.get("cpu_pin") == "off" for r in ranks)

@@ -185,6 +185,13 @@ def test_a_rank_the_launcher_bound_or_a_user_opted_out_is_left_alone(tmp_path, m
     cpus, records = pin_each(monkeypatch, sysfs, [4, 5, 6, 7], threads=4)
     assert cpus == [[4, 5, 6, 7]] * 4 and [r["cpu_pin"] for r in records] == ["launcher"] * 4
     assert [r["numa_node"] for r in records] == [0, 0, 1, 1]  # recorded all the same
+    # cores 4-7 are node 0's: near GPUs 0 and 1, across the socket link from GPUs 2 and 3 (srun's cyclic default)
+    assert [r["near_gpu"] for r in records] == [True, True, False, False]
+    _, records = pin_each(monkeypatch, sysfs, [7, 8], threads=2)  # straddling both nodes: near neither
+    assert [r["near_gpu"] for r in records] == [False] * 4
+    unknown = fake_sysfs(tmp_path / "u", {0: "0-15"}, dict.fromkeys(GPUS, -1))
+    _, records = pin_each(monkeypatch, unknown, [4, 5, 6, 7], threads=4)
+    assert [r["near_gpu"] for r in records] == [None] * 4  # sysfs does not say: no verdict
     cpus, records = pin_each(monkeypatch, sysfs, list(range(16)), environ={cores.ENV_NO_GPU_PIN: "1"})
     assert cpus == [list(range(16))] * 4 and [r["cpu_pin"] for r in records] == ["off"] * 4
 

@@ -82,6 +82,20 @@ def test_each_broken_claim_fails_with_its_reason():
     assert "NCCL_IB_HCA" in v["NCCL transport between nodes"].note
 
 
+def test_ranks_the_launcher_bound_across_the_socket_link_from_their_gpus_fail():
+    """SLURM's default cyclic distribution deals tasks across the sockets: rank 1's cores on node 1, its GPU on 0."""
+    run = gpu_run()
+    for r in run["ranks"]:
+        r.update(cpu_pin="launcher", numa_node=0, near_gpu=r["rank"] % 2 == 0)
+    v = selfcheck.cores_per_rank(run)
+    assert (v.status, v.figure) == ("FAIL", "≥ 4 core(s), 4 thread(s); rank 1 on cores 4-7, its GPU on NUMA node 0 "
+                                            "(2 ranks off their GPU's node)")
+    assert "--distribution=block:block" in v.note
+    for r in run["ranks"]:
+        r["near_gpu"] = None  # sysfs did not say: no verdict of its own
+    assert selfcheck.cores_per_rank(run).status == "PASS"
+
+
 def test_gpu_ranks_left_on_shared_cores_are_said_to_share_not_failed():
     """Unpinned GPU ranks (SCALELAB_NO_GPU_PIN=1, on a site whose srun binds nothing) each see their node's 16 cores;
     2 ranks x 4 threads fit in 16, so the result is not marked oversubscribed and the claim says they shared."""

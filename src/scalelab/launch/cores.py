@@ -218,7 +218,9 @@ def pin_gpu(local_rank: int, local_ranks: int, addresses: list, threads: Optiona
 
     Why: unbound, every rank's threads roam the whole node, across the socket link from their GPU, and the ranks'
     records share every core. Returns what the rank's record keeps: {"cpu_pin": "numa" | "split" | "launcher" |
-    "off" | "refused", "numa_node": its GPU's node or None}."""
+    "off" | "refused", "numa_node": its GPU's node or None}; where the launcher bound it, also "near_gpu": whether
+    those cores are on its GPU's node (SLURM's default cyclic distribution deals tasks across the sockets, so task
+    1's cores can sit on the other socket from GPU 1; None where sysfs does not say)."""
     environ, sysfs = os.environ if environ is None else environ, sysfs or SYSFS
     nodes = [gpu_numa_node(a, sysfs) for a in addresses[:local_ranks]]
     nodes += [None] * (local_ranks - len(nodes))  # fewer GPUs visible than local ranks: no plan by NUMA
@@ -227,7 +229,8 @@ def pin_gpu(local_rank: int, local_ranks: int, addresses: list, threads: Optiona
         return {**record, "cpu_pin": "off"}
     have = affinity()
     if not have or local_rank >= local_ranks or launcher_bound(have, local_ranks, threads):
-        return {**record, "cpu_pin": "launcher"}
+        near = numa_cpus(record["numa_node"], sysfs) if record["numa_node"] is not None else []
+        return {**record, "cpu_pin": "launcher", "near_gpu": set(have) <= set(near) if have and near else None}
     slices, by_numa = gpu_slices(nodes, have, sysfs)
     try:
         os.sched_setaffinity(0, slices[local_rank])
