@@ -81,3 +81,26 @@ def test_gpu_batches_come_from_page_locked_memory():
     assert data.eval_loader(dataset, 8, 0, 1, pin_memory=True).pin_memory is True
     assert data.train_loader(dataset, 8, 0, 1, 0).pin_memory is False  # CPU runs: nothing to pin for
     assert data.eval_loader(dataset, 8, 0, 1).pin_memory is False
+
+
+def test_the_all_reduce_alone_moves_what_the_comm_hook_put_on_the_wire(monkeypatch):
+    """--comm_hook bf16 sends each bucket in half its bytes: the probe's transfer alone must move those, in bf16,
+    not the float32 buckets, or "running beside backward cost it X ms" compares two different transfers."""
+    from scalelab.train import clock, comm
+
+    scratch = comm.Scratch()
+    views = scratch.views([3_000_000, 1_000_001], torch.device("cpu"), torch.bfloat16)
+    assert [v.dtype for v in views] == [torch.bfloat16] * 2
+    assert [v.numel() * 2 for v in views] == [3_000_000, 1_000_000] and scratch.buffer.numel() == 750_000
+    sent = []
+    monkeypatch.setattr(comm, "allreduce_alone_s",
+                        lambda sizes, device, scratch, dtype: sent.append((sizes, dtype)) or 0.1)
+    for hook, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("none", torch.float32),
+                        ("powersgd:2", torch.float32)):
+        steps = clock.StepClock(torch.device("cpu"), 2, 0.0, hook)
+        steps.buckets.bucket_bytes, steps.buckets.wire_bytes = [8_000, 4_000], [4_000, 2_000]
+        steps.allreduce_alone()
+        assert sent[-1] == ([4_000, 2_000], dtype)
+    steps.buckets.wire_bytes = []  # a step that sent nothing recorded (an older scalelab's): the buckets
+    steps.allreduce_alone()
+    assert sent[-1] == ([8_000, 4_000], torch.float32)

@@ -131,15 +131,17 @@ class StepClock:
         self._probe_cpu = self.threads.sample()
 
     def allreduce_alone(self) -> None:
-        """A probe step: all ranks all-reduce the last step's bucket sizes together, with nothing else running.
-        First, the scheduler's figures again: the compute since probe_start ran with no communication beside it."""
+        """A probe step: all ranks all-reduce what the last step put on the wire (its buckets as --comm_hook sent
+        them, in its dtype) together, with nothing else running. First, the scheduler's figures again: the compute
+        since probe_start ran with no communication beside it."""
         now = self.threads.sample()
         if now and self._probe_cpu:
             self.probe_cpu.append([round(now[0] - self._probe_cpu[0], 6), round(now[1] - self._probe_cpu[1], 6)])
         self._probe_cpu = None
         if self.world_size > 1 and self.buckets.bucket_bytes:
-            self.alone.append(round(comm.allreduce_alone_s(self.buckets.bucket_bytes, self.device,
-                                                           scratch=self.scratch), 6))
+            sent = self.buckets.wire_bytes or self.buckets.bucket_bytes
+            self.alone.append(round(comm.allreduce_alone_s(sent, self.device, scratch=self.scratch,
+                                                           dtype=self.buckets.wire_dtype), 6))
 
     def batch_end(self, loss, ended_a_step: bool, probe: bool) -> None:
         end = self.clock.mark()

@@ -45,6 +45,12 @@ class BucketClock:
         self.issued = 0  # bucket all-reduces issued in the run: progress finer than a step (failure.record_stall)
         self.wire_of = {}  # (bucket index, compressing) -> bytes on the wire: worked out once, not every step
 
+    @property
+    def wire_dtype(self):
+        """The dtype --comm_hook all-reduces: fp16 and bf16 compress to theirs, DDP's own and PowerSGD (float32
+        factors) send the gradients' float32."""
+        return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.hook_name, torch.float32)
+
     def cut(self) -> tuple:
         """This batch's records, to be read once the device has caught up (`resolve`): the step clock reads a
         window of steps after one device sync instead of syncing every step."""
@@ -193,24 +199,28 @@ class Scratch:
 
     DDP's buckets are at most --bucket_cap_mb (25 MB by default), so this costs one bucket of memory for the whole
     run, instead of fresh gradient-sized buffers at every probe step (5 GB for `xl`, and a churn the caching
-    allocator would keep). Zeros: sums never overflow; contents do not change the speed."""
+    allocator would keep). Zeros: sums never overflow; contents do not change the speed. Viewed in the dtype the
+    wire carried (a compression hook's float16 or bfloat16), so the transfer alone moves the same bytes."""
 
     def __init__(self):
         self.buffer = None
 
-    def views(self, bucket_bytes: list, device) -> list:
-        n = max(bucket_bytes) // 4
+    def views(self, bucket_bytes: list, device, dtype=torch.float32) -> list:
+        n = -(-max(bucket_bytes) // 4)
         if self.buffer is None or self.buffer.numel() < n or self.buffer.device != device:
             self.buffer = torch.zeros(n, dtype=torch.float32, device=device)
-        return [self.buffer[:b // 4] for b in bucket_bytes]
+        same = self.buffer.view(dtype)
+        return [same[:b // same.element_size()] for b in bucket_bytes]
 
 
-def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3, scratch: Scratch | None = None) -> float:
-    """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it).
+def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3, scratch: Scratch | None = None,
+                      dtype=torch.float32) -> float:
+    """Seconds to all-reduce one step's buckets with nothing else running (every rank must call it): the bytes
+    --comm_hook put on the wire, in its dtype.
 
     Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores.
     """
-    return median_allreduce_s((scratch or Scratch()).views(bucket_bytes, device), device, passes)
+    return median_allreduce_s((scratch or Scratch()).views(bucket_bytes, device, dtype), device, passes)
 
 
 def union_length(spans) -> float:
