@@ -222,7 +222,8 @@ def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
 
 
 # Workload fields derived from the launch size (they differ inside a scaling group by design).
-DERIVED_WORKLOAD_FIELDS = ("describe", "params", "tokens_per_sample", "batch_per_device", "global_batch")
+DERIVED_WORKLOAD_FIELDS = ("describe", "params", "trainable_params", "tokens_per_sample", "batch_per_device",
+                           "global_batch")
 
 
 def group_key(result: dict) -> str:

@@ -286,6 +286,50 @@ def _memory_of(run) -> Verdict:
                    "" if ok else f"more than {MEMORY_TOLERANCE:.0%} apart: the memory check before fit would misjudge")
 
 
+PROBE_BYTES = 256 * 2**20  # written to the output folder, fsync'd, removed: the filesystem's rate for the claim
+
+
+def write_rate(folder: str, nbytes: int = PROBE_BYTES) -> float:
+    """Bytes a second this folder's filesystem takes to disk (written in 8 MiB blocks, then fsync), where the
+    requeue checkpoint goes (outputs/checkpoints/...); the probe file is removed."""
+    import time
+
+    block = os.urandom(8 * 2**20)
+    path = os.path.join(folder, f".write-probe-{os.getpid()}")
+    started = time.perf_counter()
+    try:
+        with open(path, "wb") as fh:
+            for _ in range(max(1, nbytes // len(block))):
+                fh.write(block)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return max(1, nbytes // len(block)) * len(block) / (time.perf_counter() - started)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def requeue_checkpoint(run, rate_Bps) -> Verdict:
+    """The requeue checkpoint of this run's model, saved at the filesystem's measured rate, against what SIGUSR1's
+    lead leaves for it (requeue.SAVE_BUDGET_S of LEAD_S): an xl checkpoint is 15.8 GB."""
+    from scalelab.train import requeue
+
+    claim = "requeue checkpoint in SIGUSR1's lead"
+    if isinstance(rate_Bps, str):  # the probe could not write: neither could the checkpoint
+        return Verdict(claim, "FAIL", f"cannot write to the output folder ({rate_Bps})", "no requeue could save")
+    params = run["workload"].get("params")
+    if not params:
+        return Verdict(claim, "SKIP", "model size not recorded", "an older scalelab")
+    size = requeue.checkpoint_bytes(params, run["workload"].get("trainable_params"))
+    took = size / rate_Bps
+    figure = (f"{size / 1e9:.3g} GB at {rate_Bps / 1e9:.2g} GB/s: {took:.1f} s of the {requeue.SAVE_BUDGET_S} s "
+              f"a {requeue.LEAD_S} s lead leaves")
+    ok = took <= requeue.SAVE_BUDGET_S
+    return Verdict(claim, "PASS" if ok else "FAIL", figure, "" if ok else
+                   "a save cut short by the time limit loses the requeue: a faster filesystem for --output_dir, or "
+                   "a longer lead (#SBATCH --signal=SIGUSR1@N)")
+
+
 def mfu(run) -> Verdict:
     t = run["timing"]
     if t.get("mfu") is None:
@@ -305,9 +349,14 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
     single = newest([r for r in found if r.get("launch", {}).get("world_size") == 1 and r is not run
                      and results.group_key(r) == results.group_key(run)], "training")
     both = [r for r in (single, run) if r is not None]
+    try:
+        rate = write_rate(output_dir)
+    except OSError as exc:
+        rate = exc.strerror or str(exc)
     return [each_rank_own_device(run), cores_per_rank(run), backend(run), nccl_transport(log_text, run),
             precision_ran(both), same_job(single, run), memory_estimate(both), step_clocks_cover_the_loop(run),
-            comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw), mfu(run)]
+            comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw), requeue_checkpoint(run, rate),
+            mfu(run)]
 
 
 def main(argv=None) -> int:

@@ -308,9 +308,9 @@ def test_slurm_requeue_signal_saves_requeues_and_the_next_attempt_resumes(tmp_pa
     proc.send_signal(signal.SIGUSR1)
     err, took = finish(proc, 30)
     line = err.strip().splitlines()[-1]
-    assert proc.returncode == 1 and line.startswith("train.py: error: run ended with status preempted: received "
-                                                    "SLURM's requeue signal (time limit near): saved a checkpoint "
-                                                    "after step "), err[-2000:]
+    assert proc.returncode == 1 and re.match(r"train.py: error: run ended with status preempted: received SLURM's "
+                                             r"requeue signal \(time limit near\): saved a checkpoint "
+                                             r"\(\d+(\.\d+)? KiB in \d+\.\d s\) after step ", line), err[-2000:]
     assert log.read_text().split() == ["requeue", "4242"]
     (first,) = load_results(out)
     assert first["status"] == "preempted" and first["slurm"]["job_id"] == "4242"

@@ -86,7 +86,7 @@ def test_what_the_job_scripts_ask_slurm_for(slurm_env, tmp_path):
             ("single_gpu.sh", "single_node_multi_gpu.sh", "multi_node_multi_gpu.sh", "allreduce_bench.sh",
              "gpu_selfcheck.sh")}
     assert {s: (j["TresPerNode"], j["OverSubscribe"]) for s, j in gpus.items()} == {
-        "single_gpu.sh": ("gres:gpu:1", "OK"), "single_node_multi_gpu.sh": ("gres:gpu:4", "NO"),
+        "single_gpu.sh": ("gres:gpu:1", "NO"), "single_node_multi_gpu.sh": ("gres:gpu:4", "NO"),
         "multi_node_multi_gpu.sh": ("gres:gpu:4", "NO"), "allreduce_bench.sh": ("gres:gpu:4", "NO"),
         "gpu_selfcheck.sh": ("gres:gpu:4", "NO")}
     assert "MemPerTres" not in gpus["single_gpu.sh"]  # the cpu profile asks no memory: the partition's default
@@ -114,7 +114,7 @@ def test_gpu_selfcheck_script_runs_its_checks_on_the_cpu_profile(slurm_env, tmp_
     # the 1-device baseline ran as one task on one node of the allocation, the same job as the 2-node run
     assert re.search(r"PASS  same job at 1 and N devices +1 and 2 devices: float32 matmuls", log), log[-3000:]
     assert re.search(r"PASS  precision as asked +1 device: float32 matmuls \(32\); 2 devices: float32", log)
-    assert f"self-check: 1 FAIL, 5 PASS ({tmp_path}/selfcheck-{job_id})" in log
+    assert f"self-check: 1 FAIL, 6 PASS ({tmp_path}/selfcheck-{job_id})" in log
     kinds = sorted((r["kind"], r["launch"]["world_size"]) for r in load_results(tmp_path / f"selfcheck-{job_id}"))
     assert kinds == [("allreduce", 2), ("training", 1), ("training", 2)]
 

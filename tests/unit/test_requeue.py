@@ -82,6 +82,9 @@ def test_a_refused_requeue_is_a_timeout_that_says_why():
     assert stop.status() == "timeout" and stop.line() == (
         "received SLURM's requeue signal and saved a checkpoint after step 20, but scontrol requeue 7 failed: "
         "Requested operation is presently disabled")
+    stop.saved, stop.refused = (15_790_000_000, 41.26), None  # what the save took, against SIGUSR1's lead
+    assert stop.line() == ("received SLURM's requeue signal (time limit near): saved a checkpoint (14.71 GiB in "
+                           "41.3 s) after step 20 and asked SLURM to requeue the job, which stopped this attempt")
 
 
 def test_only_a_requeued_attempt_of_this_job_resumes(tmp_path):

@@ -149,8 +149,9 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
                       "NCCL transport between nodes": "SKIP", "precision as asked": "PASS",
                       "same job at 1 and N devices": "PASS", "memory estimate vs peak": "SKIP",
                       "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
-                      "all-reduce busbw": "INFO", "model FLOPs utilisation": "SKIP"}
-    assert lines[-1] == f"self-check: 0 FAIL, 6 PASS ({tmp_path})"
+                      "all-reduce busbw": "INFO", "requeue checkpoint in SIGUSR1's lead": "PASS",
+                      "model FLOPs utilisation": "SKIP"}
+    assert lines[-1] == f"self-check: 0 FAIL, 7 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
     assert len(load_results(tmp_path)) == 3  # the check adds no result.json the report would trip over
@@ -313,3 +314,28 @@ def test_gpu_selfcheck_job_runs_the_benchmark_first_and_every_step_after_a_failu
             "gpu_selfcheck: 3 step(s) failed: allreduce_bench (exit 1), train_1gpu (exit 1), train (exit 1)")
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+def test_the_requeue_checkpoint_against_what_sigusr1s_lead_leaves(tmp_path):
+    """xl's 1.3 billion parameters: a 15.8 GB checkpoint. At 1 GB/s it takes 16 s of the 60 s the 90 s lead leaves;
+    at 0.2 GB/s 79 s: the time limit cuts the save short and the requeue is lost."""
+    from scalelab.train import requeue
+
+    xl = gpu_run()
+    xl["workload"].update(params=1_315_823_616, trainable_params=1_315_823_616)
+    v = selfcheck.requeue_checkpoint(xl, 1e9)
+    assert (v.status, v.figure) == ("PASS", "15.8 GB at 1 GB/s: 15.8 s of the 60 s a 90 s lead leaves")
+    v = selfcheck.requeue_checkpoint(xl, 0.2e9)
+    assert v.status == "FAIL" and v.figure.startswith("15.8 GB at 0.2 GB/s: 78.9 s") and "SIGUSR1@N" in v.note
+    xl["workload"]["trainable_params"] = 8_000_000  # LoRA: AdamW's moments for the adapters only
+    assert requeue.checkpoint_bytes(1_315_823_616, 8_000_000) == 4 * 1_315_823_616 + 64_000_000
+    assert selfcheck.requeue_checkpoint(xl, 0.2e9).status == "PASS"
+    full = selfcheck.requeue_checkpoint(xl, "No space left on device")
+    assert (full.status, full.figure) == ("FAIL", "cannot write to the output folder (No space left on device)")
+    del xl["workload"]["params"]
+    assert selfcheck.requeue_checkpoint(xl, 1e9).status == "SKIP"
+    rate = selfcheck.write_rate(str(tmp_path), 16 * 2**20)  # the probe: a real write, fsync'd, then removed
+    assert rate > 0 and list(tmp_path.iterdir()) == []
+    assert requeue.LEAD_S == 90 and requeue.SAVE_BUDGET_S < requeue.LEAD_S
+    for script in ("single_gpu.sh", "single_node_multi_gpu.sh", "multi_node_multi_gpu.sh"):  # the lead they ask
+        assert f"#SBATCH --signal=SIGUSR1@{requeue.LEAD_S}\n" in (ROOT / "slurm_jobs" / script).read_text()

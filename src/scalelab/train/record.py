@@ -88,7 +88,8 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
 def workload_record(ctx: RunContext) -> dict:
     """What the run computed: the config's workload fields and what the build derived from them."""
     cfg, wl = ctx.cfg, ctx.workload
-    built = ({"describe": wl.describe, "params": wl.n_params, "tokens_per_sample": wl.tokens_per_sample} if wl else
+    built = ({"describe": wl.describe, "params": wl.n_params, "trainable_params": wl.trainable_params,
+              "tokens_per_sample": wl.tokens_per_sample} if wl else
              {"describe": cfg.model, "params": None, "tokens_per_sample": None})  # a run that failed before the build
     return {**cfg.workload(), **built, "batch_per_device": ctx.batch,
             "global_batch": ctx.samples_per_step}  # per optimizer step

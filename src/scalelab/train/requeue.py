@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import asdict, fields
 from typing import Optional
 
 from scalelab.launch import slurm_env
 
 CHECKPOINT_DIR = "checkpoints"  # under --output_dir: outputs/checkpoints/<job id>/requeue.ckpt
+LEAD_S = 90  # the job scripts' `#SBATCH --signal=SIGUSR1@90`: from the warning to the time limit
+# of the lead, what the save may take: the loop reaches its next sync point (about loop.SYNC_SECONDS), then after
+# the save `scontrol requeue` and the result's record, with room to spare (the self-check holds a save against it)
+SAVE_BUDGET_S = 60
+
+
+def checkpoint_bytes(params: int, trainable: Optional[int] = None) -> int:
+    """What `save` writes, about: fp32 weights (4 bytes a parameter) and AdamW's two fp32 moments of the trainable
+    ones (8 bytes each); xl's 1.3 billion: 15.8 GB."""
+    return 4 * params + 8 * (params if trainable is None else trainable)
 
 
 def checkpoint_path(output_dir: str, environ=None) -> Optional[str]:
@@ -40,13 +51,17 @@ def resume(fabric, model, optimizer, plan, path: Optional[str], environ=None) ->
     return True
 
 
-def save(fabric, model, optimizer, plan, path: str) -> None:
+def save(fabric, model, optimizer, plan, path: str) -> tuple:
     """Every rank calls it at the same step (Fabric writes rank 0's copy and waits for all). Written beside the
-    checkpoint, then moved over it: a save cut short (SIGKILL at KillWait) never leaves half a file."""
+    checkpoint, then moved over it: a save cut short (SIGKILL at KillWait) never leaves half a file. Returns
+    (bytes written, seconds it took): the record says both, against SIGUSR1's lead (bytes: rank 0's, else None)."""
+    started = time.perf_counter()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fabric.save(path + ".part", {"model": model, "optimizer": optimizer, "plan": asdict(plan)})
     if fabric.global_rank == 0:
         os.replace(path + ".part", path)
+        return os.path.getsize(path), time.perf_counter() - started
+    return None, time.perf_counter() - started
 
 
 def done_with(path: Optional[str]) -> None:

@@ -157,7 +157,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
     if stop and stop.requeue:
         with stall.held():  # a save is no step: 16 GB and more for xl
-            requeue.save(fabric, model, optimizer, plan, checkpoint)
+            stop.saved = requeue.save(fabric, model, optimizer, plan, checkpoint)
     val = {}
     if wl.val_set is not None and not stop:
         val = loop.validate(fabric, model, data.eval_loader(wl.val_set, ctx.batch, fabric.global_rank,

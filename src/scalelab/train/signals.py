@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import Optional
 
+from scalelab.perfmodel.network import human_bytes
+
 PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never record it
 SIGNALS = ("SIGTERM", "SIGUSR1")
 
@@ -49,6 +51,7 @@ class Stop:
     def __init__(self, reason: str, steps: int):
         self.reason, self.steps = reason, steps  # reason: "requeue", "SIGUSR1" or "SIGTERM"
         self.refused = None  # why SLURM did not requeue the job (requeue.ask_slurm), if it did not
+        self.saved = None  # (bytes, seconds) of the requeue checkpoint (requeue.save)
 
     @property
     def requeue(self) -> bool:
@@ -59,10 +62,12 @@ class Stop:
 
     def line(self) -> str:
         after = f"after step {self.steps}"
+        size, took = self.saved or (None, None)
+        saved = "saved a checkpoint" + (f" ({human_bytes(size)} in {took:.1f} s)" if size is not None else "")
         if self.requeue and self.refused:
-            return f"received SLURM's requeue signal and saved a checkpoint {after}, but {self.refused}"
+            return f"received SLURM's requeue signal and {saved} {after}, but {self.refused}"
         if self.requeue:
-            return (f"received SLURM's requeue signal (time limit near): saved a checkpoint {after} and asked SLURM to "
+            return (f"received SLURM's requeue signal (time limit near): {saved} {after} and asked SLURM to "
                     "requeue the job, which stopped this attempt")
         if self.reason == "SIGUSR1":
             return f"received SIGUSR1 (no SLURM requeue here: handled like SIGTERM) and stopped {after}"
