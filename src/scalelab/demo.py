@@ -43,6 +43,7 @@ class Rung(NamedTuple):
     devices: int
     link_gbit: Optional[float] = None  # 2 emulated nodes × `devices` over this link; None = one node
     lever: tuple = ()  # ("--comm_hook", "bf16"): one setting of a lever sweep (the GPT's shorter run)
+    precision: str = "32"  # the GPT's (--precision bf16-mixed: a GPU's default); the MLP trains in fp32 anywhere
 
     @property
     def name(self) -> str:
@@ -56,6 +57,8 @@ class Rung(NamedTuple):
             script = [*TRAIN, *LEVER_WORKLOAD, *self.lever]
         else:
             script = [*TRAIN, *WORKLOADS[self.model]]
+        if self.model == "gpt" and self.precision != "32":
+            script += ["--precision", self.precision]
         script += ["--output_dir", output_dir]
         if self.link_gbit is None:
             return [sys.executable, *script, "--devices", str(self.devices)]
@@ -63,18 +66,18 @@ class Rung(NamedTuple):
                 "--", *script]
 
 
-def ladder(models, link_rates, links_ok: bool) -> list:
-    rungs = [Rung(m, n) for m in models for n in (1, 2)] + [Rung("allreduce", 2)]
+def ladder(models, link_rates, links_ok: bool, precision: str = "32") -> list:
+    rungs = [Rung(m, n, precision=precision) for m in models for n in (1, 2)] + [Rung("allreduce", 2)]
     if links_ok:
-        rungs += [Rung(m, 1, g) for m in models if m in LINK_MODELS for g in link_rates]
+        rungs += [Rung(m, 1, g, precision=precision) for m in models if m in LINK_MODELS for g in link_rates]
         rungs += [Rung("allreduce", 1, g) for g in link_rates]
     return rungs
 
 
-def lever_rungs(lever: tuple, link_rates) -> list:
+def lever_rungs(lever: tuple, link_rates, precision: str = "32") -> list:
     """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting."""
     name, values = lever
-    return ([Rung("gpt", n, g, (f"--{name}", v)) for v in values for n, g in [(1, None)] +
+    return ([Rung("gpt", n, g, (f"--{name}", v), precision) for v in values for n, g in [(1, None)] +
              [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g) for g in link_rates])
 
 
@@ -98,6 +101,17 @@ def parse_lever(text: str) -> tuple:
     return name, values
 
 
+def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes bf16 itself (AVX512-BF16 or AMX, as the kernel lists its flags, which oneDNN uses
+    under torch's CPU autocast); elsewhere bf16 is emulated, and slower than fp32."""
+    try:
+        with open(cpuinfo) as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def links_unavailable() -> Optional[str]:
     """Why this machine cannot emulate two nodes (no namespaces, no tc, ...), or None: tried, not guessed."""
     from scalelab.launch import netns
@@ -115,6 +129,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "gpt"])
     p.add_argument("--link_gbit", type=positive_float, nargs="*", default=list(LINK_RATES),
                    help="rates of the emulated link between 2 nodes (none: skip the 2-node rungs)")
+    p.add_argument("--precision", choices=("32", "bf16-mixed"), default="32",
+                   help="the GPT's precision: bf16-mixed rehearses a GPU's default (autocast at every scale; the "
+                        "MLP stays fp32, as on GPUs); 32, the default, gives the same figures on any CPU (docs/10)")
     p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",
                    help="instead of the ladder, sweep one lever at a fixed shape (the GPT at 1 device and 2 nodes "
                         f"over each --link_gbit), e.g. accumulate_grad_batches=1,4,16 or comm_hook=none,bf16; "
@@ -133,17 +150,21 @@ def main(argv=None) -> int:
     if args.lever:
         if not over:
             raise UsageError(f"--lever needs the emulated link (--link_gbit RATE): {why_not or 'no rate given'}")
-        rungs = lever_rungs(args.lever, args.link_gbit)
+        rungs = lever_rungs(args.lever, args.link_gbit, args.precision)
         what = (f"the tiny GPT at 1 device and {over}, for {args.lever[0]} = {', '.join(args.lever[1])}")
         print(f"CPU rehearsal of one lever: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
               f"{args.output_dir}/")
     else:
-        rungs = ladder(args.models, args.link_gbit, wants_links and not why_not)
-        what = f"{', '.join(args.models)} at 1 and 2 devices on one node{'; ' + over if over else ''}"
+        rungs = ladder(args.models, args.link_gbit, wants_links and not why_not, args.precision)
+        what = f"{', '.join(args.models)} at 1 and 2 devices on one node{'; ' + over if over else ''}" + (
+            f"; the GPT in {args.precision}" if args.precision != "32" else "")
         print(f"CPU rehearsal of the scaling ladder: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
               f"{args.output_dir}/")
     if why_not:
         print(f"scalelab.demo: skipping the 2-node rungs: {why_not}", file=sys.stderr)
+    if args.precision == "bf16-mixed" and not native_bf16():
+        print("scalelab.demo: warning: this CPU has no native bf16 (AVX512-BF16 or AMX): bf16 is emulated here, "
+              "slower than fp32; the path is a GPU's, the figures are not", file=sys.stderr)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (PKG_PARENT, os.environ.get("PYTHONPATH")) if p)}
     start = time.time()
     for rung in tqdm(rungs, desc="runs", unit="run"):

@@ -75,6 +75,27 @@ def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link
     assert cmd[-4:] == ["--accumulate_grad_batches", "4", "--output_dir", "out"]
 
 
+def test_the_gpu_precision_rehearsal_runs_the_gpt_in_bf16_at_every_rung_and_the_mlp_as_a_gpu_would(tmp_path):
+    """`--precision bf16-mixed`: the GPT's rungs (one node and the links) in a GPU's default, the MLP in fp32 as on a
+    GPU; the default keeps every rung fp32, the same figures on any CPU."""
+    from scalelab import demo
+
+    rungs = demo.ladder(["mlp", "gpt"], [0.2], links_ok=True, precision="bf16-mixed")
+    asked = {r.name: r.command("out")[r.command("out").index("--precision") + 1] for r in rungs
+             if "--precision" in r.command("out")}
+    assert asked == {"gpt at 1 device(s)": "bf16-mixed", "gpt at 2 device(s)": "bf16-mixed",
+                     "gpt at 2 nodes over 200 Mbit/s": "bf16-mixed"}
+    assert not any("--precision" in r.command("out") for r in demo.ladder(["mlp", "gpt"], [0.2], links_ok=True))
+    lever = demo.lever_rungs(demo.parse_lever("comm_hook=none,bf16"), [0.2], "bf16-mixed")
+    assert all(r.command("out")[r.command("out").index("--precision") + 1] == "bf16-mixed" for r in lever
+               if r.model == "gpt")
+    amx = tmp_path / "cpuinfo"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f amx_bf16 amx_tile\n")
+    assert demo.native_bf16(str(amx))
+    amx.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n")
+    assert not demo.native_bf16(str(amx)) and not demo.native_bf16(str(tmp_path / "none"))
+
+
 @pytest.mark.parametrize("text, says", [
     ("comm_hook=none,int8", "expected none, fp16, bf16 or powersgd"),
     ("learning_rate=1,2", "expected NAME=V1,V2,... with NAME one of accumulate_grad_batches, comm_hook"),
