@@ -85,10 +85,8 @@ class CommonConfig:
         if self.scaling == "weak":
             return self.batch_size
         if self.batch_size % world_size:
-            raise UsageError(
-                f"--scaling strong splits the global --batch_size {self.batch_size} over {world_size} "
-                f"processes, which does not divide; use a multiple of {world_size}"
-            )
+            raise UsageError(f"--scaling strong splits the global --batch_size {self.batch_size} over {world_size} "
+                             f"processes, which does not divide; use a multiple of {world_size}")
         return self.batch_size // world_size
 
 
@@ -116,10 +114,7 @@ def _per_workload(key: str) -> str:
 
 
 def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog=prog,
-        description="Train the same job at any scale and write outputs/<run_id>/result.json.",
-    )
+    p = OneLineParser(prog=prog, description="Train the same job at any scale and write outputs/<run_id>/result.json.")
     p.add_argument("--config", metavar="FILE|NAME",
                    help="defaults from a YAML file (keys = flag names), a named config "
                         f"({', '.join(named_configs())}) or a result.json (re-run that run); the command line wins")
@@ -378,12 +373,14 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
             f"--static_graph cannot be used with --accumulate_grad_batches {cfg.accumulate_grad_batches}: the "
             "first batch would run under DDP's no_sync, which a static graph does not allow; drop one of them"
         )
-    if cfg.max_steps is not None and cfg.warmup_steps is not None and cfg.warmup_steps >= cfg.max_steps:
-        raise UsageError(
-            f"--warmup_steps {cfg.warmup_steps} leaves no timed step out of --max_steps {cfg.max_steps}; "
-            "use fewer warm-up steps or more steps"
-        )
+    _check_warmup(cfg.max_steps, WARMUP_STEPS["cpu"] if cfg.warmup_steps is None else cfg.warmup_steps)
     return cfg
+
+
+def _check_warmup(max_steps, warmup: int):
+    if max_steps is not None and warmup >= max_steps:
+        raise UsageError(f"--warmup_steps {warmup} leaves no timed step out of --max_steps {max_steps}; use fewer "
+                         "warm-up steps or more steps")
 
 
 WARMUP_STEPS = {"cpu": 5, "gpu": 11}  # GPU: past DDP's runtime statistics, a device sync in its steps 2-11 (docs/08)
@@ -391,10 +388,10 @@ WARMUP_STEPS = {"cpu": 5, "gpu": 11}  # GPU: past DDP's runtime statistics, a de
 
 def for_accelerator(cfg: RunConfig, accelerator: str) -> RunConfig:
     """The defaults that depend on the hardware the run got, in one place for every launcher (train.py under sbatch,
-    submit.py, the demo): --precision, and --warmup_steps (a shorter run keeps one timed step), unless given."""
+    submit.py, the demo): --precision and --warmup_steps, unless given."""
     if cfg.precision is None:
         cfg.precision = workloads.get(cfg.model).gpu_precision if accelerator == "gpu" else "32"
     if cfg.warmup_steps is None:
-        steps = WARMUP_STEPS["gpu" if accelerator == "gpu" else "cpu"]
-        cfg.warmup_steps = steps if cfg.max_steps is None else min(steps, cfg.max_steps - 1)
+        cfg.warmup_steps = WARMUP_STEPS["gpu" if accelerator == "gpu" else "cpu"]
+        _check_warmup(cfg.max_steps, cfg.warmup_steps)
     return cfg

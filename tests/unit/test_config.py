@@ -174,13 +174,17 @@ def test_precision_follows_the_hardware_the_run_got_unless_given():
 
 def test_gpu_runs_warm_up_past_ddps_runtime_statistics_at_every_world_size_unless_given():
     """DDP syncs the GPU at the start of forward in its synchronised steps 2-11 (runtime statistics): the GPU
-    warm-up covers them; CPU keeps its 5; a run of fewer steps keeps one timed; a given warm-up stays."""
+    warm-up covers them; CPU keeps its 5; a run too short for its warm-up is refused, as one given; a given stays."""
     gpt = ["--model", "gpt", "--max_steps", "50"]
     assert config.parse_config(gpt).warmup_steps is None  # not decided before the hardware is known
     assert config.for_accelerator(config.parse_config(gpt), "gpu").warmup_steps == 11
     assert config.for_accelerator(config.parse_config(gpt), "cpu").warmup_steps == 5
-    assert config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "8"]), "gpu").warmup_steps == 7
-    assert config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "3"]), "cpu").warmup_steps == 2
+    with pytest.raises(UsageError, match="^--warmup_steps 11 leaves no timed step out of --max_steps 11; use fewer"):
+        config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "11"]), "gpu")
+    with pytest.raises(UsageError, match="^--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer"):
+        config.parse_config(["--model", "gpt", "--max_steps", "5"])  # the CPU default: refused before the launch
+    twelve = config.parse_config(["--model", "gpt", "--max_steps", "12"])
+    assert config.for_accelerator(twelve, "gpu").warmup_steps == 11
     assert config.for_accelerator(config.parse_config(["--model", "mlp"]), "gpu").warmup_steps == 11  # epochs
     assert config.for_accelerator(config.parse_config([*gpt, "--warmup_steps", "3"]), "gpu").warmup_steps == 3
 

@@ -76,7 +76,7 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
             if ends_step:
                 clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average
                 if probe:
-                    clock.allreduce_alone()  # the same buckets once more, every rank together, nothing else running
+                    clock.allreduce_alone()  # what it sent, once more, every rank together, nothing else running
                 else:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
