@@ -80,7 +80,7 @@ def cores_per_rank(run) -> Verdict:
         return Verdict("cores per rank", "FAIL", f"{figure}; rank {r['rank']} on cores {cores.span(r['cpu_affinity'])}"
                        f", its GPU on NUMA node {r.get('numa_node')}{many}",
                        "the launcher bound ranks across the socket link from their GPUs: srun --cpu-bind=cores "
-                       "--distribution=block:block, or the site's --gpu-bind=closest (docs/05)")
+                       "--distribution=block:block deals them their cores in order (docs/05)")
     shared = cores.sharing(ranks)
     if shared:
         off = any(r.get("cpu_pin") == "off" for r in ranks)

@@ -22,7 +22,8 @@ import pandas as pd
 
 from scalelab import fingerprint
 
-NOISE_FLOOR = 0.05  # one run against one baseline run: tiny GPT repeats scattered by up to 4 % here (docs/06)
+NOISE_FLOOR = 0.05  # one run against one baseline run: any pair of 5 tiny GPT repeats fell within 4.3 points of the
+# pairs' median efficiency here (docs/06)
 LINK_MARGIN = 0.05  # a busbw this far above a shaped link's rate is no rounding: tc's bucket lets small bursts by
 
 
