@@ -104,3 +104,27 @@ def test_the_all_reduce_alone_moves_what_the_comm_hook_put_on_the_wire(monkeypat
     steps.buckets.wire_bytes = []  # a step that sent nothing recorded (an older scalelab's): the buckets
     steps.allreduce_alone()
     assert sent[-1] == ([8_000, 4_000], torch.float32)
+
+
+def test_the_up_front_memory_check_counts_the_world_size_and_the_accumulation(monkeypatch):
+    """xl at 2 sequences a GPU on a 40 GB A100: with K = 2 a DDP rank needs 41.1 GB (the no-sync batches' gradients
+    beside DDP's buckets) and is refused before it starts; at K = 1 it fits (35.9), and one GPU holds no buckets."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from scalelab import config
+    from scalelab.errors import UsageError
+    from scalelab.train import run
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=40e9, name="NVIDIA A100-SXM4-40GB"))
+    k2 = config.for_accelerator(config.parse_config(["--config", "gpt-xl", "--batch_size", "2",
+                                                     "--accumulate_grad_batches", "2"]), "gpu")
+    with pytest.raises(UsageError) as err:
+        run.check_gpu_memory(k2, 2, 8)
+    assert "≈ 41.1 GB per GPU" in str(err.value) and "accumulated 5.3" in str(err.value)
+    assert "--batch_size 1 fits" in str(err.value)
+    run.check_gpu_memory(config.for_accelerator(config.parse_config(["--config", "gpt-xl", "--batch_size", "2"]),
+                                                "gpu"), 2, 8)
+    run.check_gpu_memory(k2, 2, 1)  # one GPU: no buckets, the accumulated gradients are its own (35.9 GB)

@@ -329,14 +329,13 @@ def check_gpu_memory(cfg: config.RunConfig, batch: int, world_size: int):
     import torch
 
     from scalelab.perfmodel import memory
-    from scalelab.workloads.gpt import lora_params, memory_estimate, shape_of
+    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
 
     shape = shape_of(cfg)
     props = torch.cuda.get_device_properties(0)
     est = memory_estimate(cfg, batch, world_size)
     if not memory.fits(est, props.total_memory):
-        same = {"ddp": world_size > 1, "accumulate": cfg.accumulate_grad_batches,
-                "trainable_params": lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None}
+        same = memory_terms(cfg, world_size)  # the batch that fits, counted as this run counts
         raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
                          f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
                          f"{memory.advice(shape, batch, cfg.precision, props.total_memory, **same)} "

@@ -41,14 +41,17 @@ def shape_of(cfg) -> TransformerShape:
     return TransformerShape(base.n_layer, base.n_head, base.d_model, cfg.seq_len, cfg.vocab_size)
 
 
+def memory_terms(cfg, world_size: int) -> dict:
+    """What of the run perfmodel.training_memory reads besides shape, batch and precision: LoRA's trainable share,
+    DDP's buckets where there are several ranks, the accumulated gradients with --accumulate_grad_batches."""
+    trainable = lora_params(shape_of(cfg), cfg.lora_rank) if cfg.lora_rank else None
+    return {"trainable_params": trainable, "ddp": world_size > 1, "accumulate": cfg.accumulate_grad_batches}
+
+
 def memory_estimate(cfg, batch: int, world_size: int, **kw) -> "perfmodel.MemoryEstimate":
-    """This run's memory per device (perfmodel.memory), LoRA's trainable share included, DDP's buckets where there are
-    several ranks, the accumulated gradients with --accumulate_grad_batches: the one place the run's up-front check
-    and its record ask (kw: overhead=0 for the tensors alone)."""
-    shape = shape_of(cfg)
-    trainable = lora_params(shape, cfg.lora_rank) if cfg.lora_rank else None
-    return perfmodel.training_memory(shape, batch, cfg.precision, trainable_params=trainable, ddp=world_size > 1,
-                                     accumulate=cfg.accumulate_grad_batches, **kw)
+    """This run's memory per device (perfmodel.memory): the one place the run's up-front check and its record ask
+    (kw: overhead=0 for the tensors alone)."""
+    return perfmodel.training_memory(shape_of(cfg), batch, cfg.precision, **memory_terms(cfg, world_size), **kw)
 
 
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
