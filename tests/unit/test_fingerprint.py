@@ -37,3 +37,11 @@ def test_nothing_is_said_where_either_run_recorded_no_fingerprint():
     assert fingerprint.differences(BF16, "garbage") == [] and fingerprint.comparable(None) is None
     assert fingerprint.differences(BF16, {**BF16, "attention": []}) == ["attention none, baseline "
                                                                         "_scaled_dot_product_flash_attention_for_cpu"]
+
+
+def test_several_dtypes_of_one_field_are_joined_and_compared_as_a_whole():
+    mixed = {**BF16, "matmul_dtypes": ["bfloat16", "float32"]}  # a head left in fp32, say
+    assert fingerprint.differences(BF16, mixed) == ["matmuls bfloat16+float32, baseline bfloat16"]
+    assert fingerprint.comparable(mixed)["matmul_dtypes"] == ["bfloat16", "float32"]
+    assert fingerprint.comparable({}) == {"matmul_dtypes": None, "attention": None, "param_dtypes": None,
+                                          "grad_dtypes": None, "optimizer": None, "compiled": None}

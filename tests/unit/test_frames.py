@@ -251,3 +251,12 @@ def frames_letters(n):
 
     letters = group_letters([f"g{i}" for i in range(n)] + ["g0"])
     return [letters[f"g{i}"] for i in range(n)]
+
+
+def test_repeats_had_their_nodes_alone_only_where_each_did():
+    from scalelab.report.frames import all_or_none
+
+    assert all_or_none(pd.Series([True, True])) is True
+    assert all_or_none(pd.Series([True, False, None])) is False  # one shared: the configuration did not
+    assert all_or_none(pd.Series([True, None])) is None and all_or_none(pd.Series([None, None])) is None
+    assert all_or_none(pd.Series([], dtype=object)) is None

@@ -2,6 +2,7 @@
 and on a pair a real 1-device fp32 / 2-device bf16 run left (tests/data/fp32-baseline-bf16-pair)."""
 
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -182,3 +183,66 @@ def test_the_exported_summary_carries_each_finding_and_the_job_difference():
     _, scaling, _ = report([run("e1", 1, 100, fp=FP32), run("e2", 2, 400)])
     configs = export.summary(scaling, explain.bench_frame([]), 2, "x")["configurations"]
     assert configs[1]["job_differs"] == "matmuls bfloat16, baseline float32" and configs[1]["efficiency"] is None
+
+
+def test_an_efficiency_exactly_at_the_noise_band_is_not_flagged_and_just_above_it_is():
+    _, scaling, _ = report([run("b1", 1, 100), run("b2", 2, 210)])
+    assert row(scaling, 2)["efficiency"] == 1 + plausible.NOISE_FLOOR and not plausible.flagged(row(scaling, 2))
+    _, scaling, _ = report([run("b1", 1, 100), run("b2", 2, 210.001)])
+    assert plausible.flagged(row(scaling, 2))
+    # a row without its sizes (a reference check's own) is never judged
+    for sizes in ({}, {"world_size": 2}, {"baseline_world_size": 1}):
+        assert not plausible.flagged(SimpleNamespace(efficiency=3.0, **sizes))
+    assert plausible.flagged(SimpleNamespace(efficiency=3.0, world_size=2, baseline_world_size=1))
+
+
+def test_an_mfu_of_exactly_100_percent_is_not_named():
+    found = [run("u1", 1, 100), run("u2", 2, 180)]
+    found[1]["timing"].update(tflops_per_device=312.0, peak_tflops=312.0, mfu=1.0)
+    assert "MFU" not in "".join(t for t in report(found)[2].splitlines() if t.startswith("  !"))
+
+
+def test_a_benchmark_busbw_above_the_link_is_named_and_one_at_its_margin_is_not():
+    base = run("l1", 1, 100)
+    two = _emulated(run("l2", 2, 160, nodes=2), 0.2)
+    two["timing"]["comm"] = {"compute_s": 0.01, "ddp_busbw_GBps": 0.2 / 8 * (1 + plausible.LINK_MARGIN)}
+    assert "above the link" not in report([base, two])[2]  # exactly the margin: not above it
+    rows = explain.annotate(scaling_frame(runs_frame([base, two])), explain.bench_frame([]))
+    r = SimpleNamespace(**{**row(rows, 2, 2).to_dict(), "bench_busbw_GBps": 0.03})
+    assert plausible.findings(r) == ["2 devices on 2 nodes (emulated 200 Mbit/s): all-reduce benchmark busbw 0.03 "
+                                     "GB/s is above the link's 0.025 GB/s (emulated 200 Mbit/s): no all-reduce moves "
+                                     "bytes faster than the slowest link it crosses; check the link's shaping and the "
+                                     "bytes counted"]
+    one_node = SimpleNamespace(**{**r.__dict__, "num_nodes": 1, "ddp_busbw_GBps": 9.0, "bench_busbw_GBps": 9.0})
+    assert plausible.findings(one_node) == []  # one node: no link rate to hold it against
+
+
+def test_what_was_checked_for_old_fp32_runs_compute_like_the_baselines_and_cores_at_the_threshold():
+    base, two = run("o1", 1, 100, fp=None), run("o2", 2, 240, fp=None)
+    base = _with_comm(base, 0.2, 0.0, 0.0, 0.21)
+    two = _with_comm(two, 0.2, 0.01, 0.01, 0.21)  # the same compute per device: no line about it
+    base["timing"]["had_cpu"] = [0.9]
+    base["launch"]["threads"] = two["launch"]["threads"] = 2
+    text = report([base, two])[2]
+    assert ("Checked: fingerprints: not recorded by these runs (an older scalelab: run the group again); the "
+            "baseline had its cores 90 % of the time it was ready to run.") in text
+    base["slurm"], two["slurm"] = {"exclusive": False}, {"exclusive": False}  # both shared: nothing against it
+    assert "shared its node" not in report([base, two])[2]
+    one = run("n1", 1, 100, fp=None)
+    assert report([one, run("n2", 2, 240)])[1]["fingerprinted"].tolist() == [False, False]  # the baseline's counts
+
+
+def test_a_configurations_repeats_each_judged_and_every_difference_named():
+    other = {**BF16, "matmul_dtypes": ["float32"], "optimizer": "fused"}
+    runs, scaling, text = report([run("r1", 1, 100), run("r2", 2, 190), run("r2b", 2, 190, fp=other)])
+    assert list(runs.set_index("run_id")["job_differs"]) == ["", "", "matmuls float32, baseline bfloat16; optimizer "
+                                                                     "fused, baseline for-loop"]
+    assert row(scaling, 2)["job_differs"] == "matmuls float32, baseline bfloat16; optimizer fused, baseline for-loop"
+    assert "2 devices on 1 node: no efficiency (not the baseline's job)." in explain.limiting_line(
+        _with_comm_row(scaling))
+
+
+def _with_comm_row(scaling):
+    r = row(scaling, 2).to_dict()
+    r.update(compute_s=0.01, synced_s=0.01, waited_s=0.0, allreduce_s=0.001, comm_share=0.0, hidden_fraction=1.0)
+    return SimpleNamespace(**r)
