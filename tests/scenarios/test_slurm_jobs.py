@@ -42,8 +42,8 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert sorted({r["host"] for r in eight["ranks"]}) == ["node1", "node2"] and len(eight["ranks"]) == 8
     assert eight["slurm"]["job_id"] == jobs["multi_node_multi_gpu.sh"][0]
     assert eight["environment"]["SLURM_NNODES"] == "2"
-    # the multi-GPU scripts ask --exclusive: their results say the nodes were theirs alone; the 1-GPU job's was shared
-    assert [found[n]["slurm"]["exclusive"] for n in (1, 4, 8)] == [False, True, True]
+    # every script asks --exclusive, the 1-GPU baseline's too: each result says its nodes were its alone
+    assert [found[n]["slurm"]["exclusive"] for n in (1, 4, 8)] == [True, True, True]
     assert eight["environment"]["SCALELAB_JOB_OVERSUBSCRIBE"] == "NO"
     # srun gets the header's --cpus-per-task (Slurm >= 22.05 does not pass it on by itself)
     assert eight["environment"]["SRUN_CPUS_PER_TASK"] == eight["environment"]["SLURM_CPUS_PER_TASK"] == "4"

@@ -183,3 +183,24 @@ def test_forecast_names_each_network_and_draws_two_measured_at_one_node_count_ap
     measured = [m for m in _markers(ax) if m[0].startswith("measured")]
     assert len(measured) == 2 and measured[0][2] == pytest.approx(measured[1][2])  # the same height …
     _assert_no_marker_on_another(ax)  # … side by side
+
+
+def test_an_efficiency_beyond_scaling_is_marked_and_not_clipped():
+    """The kept pair (a 1-device step that ran without autocast): 203 %, printed with the report's "!", on an axis
+    that reaches it; a configuration that ran another job has no bar value at all."""
+    from helpers import ROOT
+    from scalelab import results
+
+    found, _ = results.scan(str(ROOT / "tests" / "data" / "fp32-baseline-bf16-pair"))
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    ax = _drawn(plots.efficiency_figure(scaling)).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["100 %", "203 % !"] and ax.get_ylim()[1] > 220
+    assert "!: beyond what scaling gives (the report says why)" in _legend(ax)
+    other = [_with_comm(make_result("o1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("o2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)]
+    other[0]["fingerprint"] = {"matmul_dtypes": ["float32"]}
+    other[1]["fingerprint"] = {"matmul_dtypes": ["bfloat16"]}
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(other)), explain.bench_frame(other))
+    ax = _drawn(plots.efficiency_figure(scaling)).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["100 %", ""] and ax.get_ylim()[1] == 120
+    assert not any(t.startswith("!") for t in _legend(ax))

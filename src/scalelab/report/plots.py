@@ -21,7 +21,7 @@ from matplotlib.ticker import FuncFormatter
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import labels, levers, marks
+from scalelab.report import labels, levers, marks, plausible
 
 DPI = 120
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
@@ -171,7 +171,8 @@ def _bar_positions(scaling: pd.DataFrame):
 
 def efficiency_figure(scaling: pd.DataFrame):
     """Grouped bars, one slot per configuration; in each group's share of a slot, its bar and, beside it, the
-    predicted range (where it would cross the printed value on top of the bar)."""
+    predicted range (where it would cross the printed value on top of the bar). A value beyond what scaling gives
+    carries the report's "!" (plausible.py), and the axis reaches it: a slide never shows it clipped or quietly."""
     rows, width, configs = _bar_positions(scaling)
     most = rows.groupby(KEY)["group"].size().max()
     fig = Figure(figsize=(max(7.0, 0.65 * most * len(configs) + 4.5), 5.2))  # a share stays wider than a value
@@ -180,17 +181,20 @@ def efficiency_figure(scaling: pd.DataFrame):
     for k, (group, g) in enumerate(rows.groupby("group", sort=False)):
         bars = ax.bar(g["pos"] - 0.15 * width, g["efficiency"] * 100, 0.7 * width,
                       label=f"{_label(g, letters[group])}: measured")
-        ax.bar_label(bars, fmt="%.0f %%", fontsize=8)
+        ax.bar_label(bars, labels=[f"{r.efficiency * 100:.0f} %" + (" !" if plausible.flagged(r) else "")
+                                   if pd.notna(r.efficiency) else "" for r in g.itertuples()], fontsize=8)
         multi = g[g["world_size"] > g["baseline_world_size"]]  # the baseline is 100 % by definition
         lo, hi = multi["predicted_efficiency_no_overlap"] * 100, multi["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
             ax.errorbar(multi["pos"] + 0.35 * width, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black",
                         capsize=3, label="predicted (no overlap … full overlap)" if k == 0 else None)
     ax.axhline(100, ls=":", color="black", lw=1)
+    if any(plausible.flagged(r) for r in rows.itertuples()):  # the legend says what the mark means
+        ax.plot([], [], " ", label="!: beyond what scaling gives (the report says why)")
     ax.set_xticks(range(len(configs)), labels.names(configs, sep="\n"), fontsize=8)
     ax.set_xlabel("configuration")
     ax.set_ylabel("parallel efficiency (%)")
-    ax.set_ylim(0, 120)
+    ax.set_ylim(0, max(120, 1.1 * np.nan_to_num(rows["efficiency"].max() * 100)))
     ax.set_title(_title("Parallel efficiency per configuration", scaling))
     ax.grid(axis="y", alpha=0.3)
     _legend_beside(fig)
