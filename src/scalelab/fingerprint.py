@@ -39,7 +39,7 @@ def comparable(fp) -> Optional[dict]:
     """The fields two runs of one job share, whatever their world size (None: no fingerprint recorded)."""
     if not isinstance(fp, dict):
         return None
-    out = {k: fp.get(k) for k in COMPARED if k != "compiled"}
+    out = {k: fp.get(k) for k in COMPARED}  # "compiled" is no recorded field: set from the graph count below
     graphs = fp.get("compiled_graphs")
     out["compiled"] = None if graphs is None else graphs > 0
     return out

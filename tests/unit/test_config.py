@@ -183,6 +183,8 @@ def test_gpu_runs_warm_up_past_ddps_runtime_statistics_at_every_world_size_unles
         config.for_accelerator(config.parse_config(["--model", "gpt", "--max_steps", "11"]), "gpu")
     with pytest.raises(UsageError, match="^--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer"):
         config.parse_config(["--model", "gpt", "--max_steps", "5"])  # the CPU default: refused before the launch
+    short = config.parse_config(["--model", "gpt", "--max_steps", "5", "--warmup_steps", "3"])  # given: its own
+    assert config.for_accelerator(short, "cpu").warmup_steps == 3
     twelve = config.parse_config(["--model", "gpt", "--max_steps", "12"])
     assert config.for_accelerator(twelve, "gpu").warmup_steps == 11
     assert config.for_accelerator(config.parse_config(["--model", "mlp"]), "gpu").warmup_steps == 11  # epochs

@@ -16,6 +16,7 @@ def test_the_run_keeps_rank_0s_fingerprint_and_says_whether_every_rank_saw_the_s
     assert fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": None}])["same_on_ranks"] is False
     assert fingerprint.of_run([{"fingerprint": None}, {"fingerprint": BF16}]) is None
     assert fingerprint.of_run([{}]) is None and fingerprint.of_run([]) is None
+    assert fingerprint.of_run([{"fingerprint": BF16}]) == {**BF16, "same_on_ranks": True}  # one rank: itself
 
 
 def test_differences_name_each_field_in_words_against_the_baseline():

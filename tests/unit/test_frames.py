@@ -136,7 +136,7 @@ def _everything():
     r["metrics"] = {"train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
     r["slurm"] = {"job_id": "77", "restart_count": 1, "exclusive": True}
     r["ranks"] = [{"losses": [4.0, 3.0]}, {"losses": [2.0, 1.0, 9.0]}, "not a rank"]
-    r["fingerprint"] = {"matmul_dtypes": ["bfloat16"], "optimizer": "fused"}
+    r["fingerprint"] = {"optimizer": "fused", "matmul_dtypes": ["bfloat16"]}  # the text's keys come sorted
     return r
 
 

@@ -194,6 +194,7 @@ def test_where_the_gradients_are_by_world_size_and_accumulation():
     one_k2 = pm.training_memory(xl, 2, "bf16-mixed", ddp=False, accumulate=2)
     assert (one_k2.gradients, one_k2.accumulated) == (4 * p, 0) and one_k2.total == rank.total
     assert pm.training_memory(xl, 2, "bf16-mixed", ddp=False, accumulate=3) == one_k2
+    assert pm.training_memory(xl, 2, "bf16-mixed", ddp=False, bucket_view=False) == one  # no DDP, no buckets
 
 
 def test_one_devices_peak_is_the_end_of_backward_when_its_gradients_outweigh_the_activations():

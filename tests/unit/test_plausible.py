@@ -246,3 +246,92 @@ def _with_comm_row(scaling):
     r = row(scaling, 2).to_dict()
     r.update(compute_s=0.01, synced_s=0.01, waited_s=0.0, allreduce_s=0.001, comm_share=0.0, hidden_fraction=1.0)
     return SimpleNamespace(**r)
+
+
+def test_the_reference_fingerprint_is_the_most_common_even_where_another_is_newest():
+    found = [run("c1", 1, 100), run("c1b", 1, 100), run("c1c", 1, 100, fp=FP32), run("c2", 2, 180)]
+    for r, t in zip(found, ("2026-01-01T00:00:01", "2026-01-01T00:00:02", "2026-01-01T00:00:03",
+                            "2026-01-01T00:00:04")):
+        r["created"] = t
+    runs = runs_frame(found).set_index("run_id")
+    assert runs.loc["c2", "job_differs"] == "" and runs.loc["c1c", "job_differs"] == (
+        "matmuls float32, baseline bfloat16")
+
+
+def test_the_noise_of_tiny_throughputs_and_a_band_printed_to_the_point():
+    # a few samples a second (a huge model on slow devices): the spread is as relative as anywhere
+    slow = [run("s1", 1, 0.5), run("s1b", 1, 0.4), run("s1c", 1, 0.6), run("s2", 2, 1.3)]
+    assert plausible.noise(row(report(slow)[1], 2)) == pytest.approx(0.2)
+    # the baseline 100 ± 12.45 %: printed as 12 % (not rounded up from a slightly larger figure)
+    found = [run("h1", 1, 87.55), run("h1b", 1, 100), run("h1c", 1, 112.45), run("h2", 2, 230)]
+    assert "efficiency 115 % cannot be weak scaling" in report(found)[2] and "(100 % + 12 % noise)" in report(found)[2]
+    assert not plausible.flagged(SimpleNamespace(world_size=2, baseline_world_size=1))  # no efficiency: no verdict
+
+
+def test_each_finding_in_full():
+    found, _ = results.scan(str(ROOT / "tests" / "data" / "fp32-baseline-bf16-pair"))
+    (line,) = [t for t in report(found)[2].splitlines() if t.startswith("  ! ")]
+    assert line == (
+        "  ! 2 devices on 1 node: efficiency 203 % cannot be weak scaling: each device does what one baseline device "
+        "did, so 2 of them give at most 2× its throughput (100 % + 5 % noise). Checked: fingerprints: not recorded "
+        "by these runs (written before scalelab observed its steps: a 1-device step then ran without the precision's "
+        "autocast, Lightning-AI/pytorch-lightning#16857; run the group again); each device computed a step in 104.6 "
+        "ms here, 236.2 ms at the baseline: faster compute per device, which more devices cannot give; the baseline "
+        "had its core 100 % of the time it was ready to run.")
+    one = [run("u1", 1, 100), run("u2", 2, 180)]
+    one[0]["timing"].update(tflops_per_device=330.0, peak_tflops=312.0, mfu=330 / 312)
+    assert [t for t in report(one)[2].splitlines() if t.startswith("  ! ")] == [
+        "  ! 1 device on 1 node: MFU 106 % cannot be: no device runs above its peak (312 TFLOP/s); check the peak "
+        "(--peak_tflops, or the datasheet's for this precision) and the FLOPs counted per sample"]
+    base, two = run("x1", 1, 100), run("x2", 2, 240)
+    base["slurm"], two["slurm"] = {"exclusive": False}, {"exclusive": True}
+    assert ("Checked: fingerprints: the same job as the baseline; the baseline shared its node (not --exclusive): a "
+            "neighbour's job may have slowed it.") in report([base, two])[2]
+    base["slurm"]["exclusive"] = True
+    assert ("Checked: fingerprints: the same job as the baseline; the baseline had its node alone (--exclusive).") in \
+        report([base, two])[2]
+
+
+def test_the_ceiling_is_the_baselines_device_count_times_the_ratio():
+    found = [run("d2", 2, 200), run("d4", 4, 430)]  # a group whose fewest devices are 2
+    assert ("4 devices on 1 node: efficiency 108 % cannot be weak scaling: each device does what one baseline "
+            "device did, so 4 of them give at most 2× its throughput") in report(found)[2]
+
+
+def test_compute_per_device_is_held_against_the_baselines_only_under_weak_scaling_and_beyond_the_noise():
+    def said(compute_1, compute_2, scaling="weak", batch=(64, 64), base_runs=(100,)):
+        found = [_with_comm(run(f"p1{i}", 1, sps, scaling=scaling, batch_per_device=batch[0]), compute_1, 0.0, 0.0,
+                            compute_1) for i, sps in enumerate(base_runs)]
+        found.append(_with_comm(run("p2", 2, 240, scaling=scaling, batch_per_device=batch[1]), compute_2, 0.001,
+                                0.001, compute_2))
+        return "faster compute per device" in report(found)[2]
+
+    assert said(0.2, 0.1) and not said(0.2, 0.2)
+    assert not said(0.2, 0.2 * (1 - plausible.NOISE_FLOOR))  # exactly at the band: not beyond it
+    assert said(0.2, 0.2 * (1 - plausible.NOISE_FLOOR) - 1e-9)
+    # a baseline whose repeats spread ±10 %: 8 % less compute is inside its noise
+    assert not said(0.2, 0.184, base_runs=(90, 100, 110)) and said(0.2, 0.17, base_runs=(90, 100, 110))
+    # strong scaling halves each device's share: half the compute is what it should be, not a finding
+    assert not said(0.2, 0.1, scaling="strong", batch=(64, 32))
+
+
+def test_a_frame_without_a_link_column_still_names_its_configurations():
+    _, scaling, _ = report([run("w1", 1, 100), run("w2", 2, 240)])
+    assert tables.scaling_table(scaling.drop(columns="link"), "simple")[-1].startswith(
+        "  ! 2 devices on 1 node: efficiency 120 % cannot be weak scaling")
+
+
+def test_a_configuration_of_another_job_prints_no_speedup_cells():
+    _, scaling, _ = report([run("j1", 1, 100, fp=FP32), run("j2", 2, 400)])
+    cells = tables.scaling_table(scaling, "tsv")[2].splitlines()[2].split("\t")
+    assert [c.strip() for c in cells[4:6]] == ["≠ job", "—"]
+
+
+def test_a_reference_check_states_the_band_it_held_the_efficiency_against():
+    from scalelab.report import reference
+
+    _, scaling, _ = report([run("q1", 1, 90), run("q1b", 1, 100), run("q1c", 1, 110), run("q2", 2, 240)])
+    verdict, _ = reference._verdict("c", "efficiency", [0.9, -0.1, None, ""], row(scaling, 2),
+                                    {"kind": "training", "reference": {}})
+    assert verdict == "FAIL c.efficiency: 1.2 is beyond what scaling gives (1 + 0.1 noise): the report says what was " \
+                      "checked"

@@ -44,7 +44,7 @@ def runs_frame(found: list) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
-    frame["job_differs"] = plausible.job_differences(frame) if len(frame) else pd.Series(dtype=object)
+    frame["job_differs"] = plausible.job_differences(frame)
     return frame
 
 
@@ -174,7 +174,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
         agg[f"baseline_{col}"] = agg["group"].map(base[col])  # what plausible.py checks an efficiency against
     agg["fingerprinted"] = agg["fingerprinted"] & agg["group"].map(base["fingerprinted"])
     # a configuration that ran another job than its baseline (plausible.job_differences) has no speedup against it
-    agg.loc[agg["job_differs"] != "", ["speedup", "efficiency"]] = float("nan")
+    agg[["speedup", "efficiency"]] = agg[["speedup", "efficiency"]].where(agg["job_differs"] == "")
     return agg
 
 

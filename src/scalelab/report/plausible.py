@@ -32,14 +32,14 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
     fingerprint). The baseline is the group's configuration frames.scaling_frame divides by: the fewest devices,
     then the fewest nodes, a real network before an emulated link; its reference fingerprint the one most of its
     runs recorded (the newest among equals)."""
-    out = pd.Series("", index=runs.index, dtype=object)
+    out = pd.Series("", index=runs.index)
     ok = runs[(runs["status"] == "completed") & (runs["fingerprint"] != "")]
-    for _, members in ok.groupby("group", sort=False):
+    for _, members in ok.groupby("group"):
         config = members.sort_values(["world_size", "num_nodes", "link"]).iloc[0]
         base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
                        & (members["link"] == config["link"])].sort_values("created")
         prints = [json.loads(text) for text in base["fingerprint"]]
-        keys = [json.dumps(fingerprint.comparable(p), sort_keys=True) for p in prints]
+        keys = [json.dumps(fingerprint.comparable(p)) for p in prints]  # comparable's keys come in one order
         reference = prints[max(range(len(keys)), key=lambda i: (keys.count(keys[i]), i))]
         for index, text in members["fingerprint"].items():
             out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
@@ -71,7 +71,7 @@ def findings(r) -> list:
     """One configuration's findings, each a sentence that starts with where ("2 devices on 1 node: ..."); the
     exported summary carries them as they are printed."""
     where, out = _where(r), []
-    if getattr(r, "job_differs", ""):
+    if r.job_differs:
         out.append(f"{where}: not the same job as the baseline ({r.job_differs}): no speedup or efficiency against "
                    "it; run both again with one setup (docs/08)")
     if flagged(r):
@@ -104,16 +104,16 @@ def checks(r) -> str:
                     "fingerprints: not recorded by these runs (an older scalelab: run the group again)")
     elif not r.job_differs:
         said.append("fingerprints: the same job as the baseline")
-    mine, base = getattr(r, "compute_s", None), getattr(r, "baseline_compute_s", None)
+    mine, base = r.compute_s, r.baseline_compute_s
     if r.scaling != "strong" and _ok(mine) and _ok(base) and mine < base * (1 - noise(r)):
         said.append(f"each device computed a step in {mine * 1e3:,.1f} ms here, {base * 1e3:,.1f} ms at the baseline: "
                     "faster compute per device, which more devices cannot give")
-    had = getattr(r, "baseline_had_cpu", None)
+    had = r.baseline_had_cpu
     if _ok(had):
-        said.append(f"the baseline had its core{'s' if (r.threads or 1) > 1 else ''} {had * 100:.0f} % of the time "
+        said.append(f"the baseline had its core{'s' if r.threads > 1 else ''} {had * 100:.0f} % of the time "
                     "it was ready to run" + (" (short of them: a slow baseline inflates every speedup)"
                                              if had < 0.9 else ""))
-    mine, base = getattr(r, "exclusive", None), getattr(r, "baseline_exclusive", None)
+    mine, base = _flag(r.exclusive), _flag(r.baseline_exclusive)
     if base is False and mine is not False:
         said.append("the baseline shared its node (not --exclusive): a neighbour's job may have slowed it")
     elif base is True:
@@ -126,11 +126,10 @@ def checks(r) -> str:
 
 def _above_link(r) -> list:
     """A busbw above the rate of the link the configuration's all-reduce crossed (known where it was emulated)."""
-    if r.num_nodes < 2 or not _ok(getattr(r, "link_gbit", None)):
+    if r.num_nodes < 2 or not _ok(r.link_gbit):
         return []
     rate = r.link_gbit / 8
-    found = [(name, value) for name, value in (("DDP", r.ddp_busbw_GBps), ("all-reduce benchmark",
-                                                                            getattr(r, "bench_busbw_GBps", None)))
+    found = [(name, value) for name, value in (("DDP", r.ddp_busbw_GBps), ("all-reduce benchmark", r.bench_busbw_GBps))
              if _ok(value) and value > rate * (1 + LINK_MARGIN)]
     return [f"{name} busbw {value:.3g} GB/s is above the link's {rate:.3g} GB/s ({r.link}): no all-reduce moves bytes "
             "faster than the slowest link it crosses; check the link's shaping and the bytes counted"
@@ -138,10 +137,17 @@ def _above_link(r) -> list:
 
 
 def _where(r) -> str:
-    """"2 devices on 2 nodes (emulated 200 Mbit/s)": the configuration as the tables name it."""
+    """"2 devices on 2 nodes (emulated 200 Mbit/s)": the configuration as the tables name it (a frame without a
+    link column, as tables.scaling_table takes one: no link)."""
     link = getattr(r, "link", "")
     return (f"{r.world_size} device{'s' if r.world_size > 1 else ''} on {r.num_nodes} node"
             f"{'s' if r.num_nodes > 1 else ''}" + (f" ({link})" if isinstance(link, str) and link else ""))
+
+
+def _flag(x):
+    """A yes/no of the frames (True, False, numpy's bool in a row of mixed types) as True or False; None where it
+    is not known (None, NaN)."""
+    return None if x is None or pd.isna(x) else bool(x)
 
 
 def _ok(x) -> bool:

@@ -115,7 +115,7 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
 def speedup_cells(r) -> list:
     """Speedup and efficiency; "≠ job" where the configuration ran another job than its baseline, "!" after an
     efficiency beyond what scaling gives (plausible.py says why under the table)."""
-    if getattr(r, "job_differs", ""):
+    if r.job_differs:
         return ["≠ job", "—"]
     flag = " !" if plausible.flagged(r) else ""
     return [fmt_num(r.speedup, ".2f") + "×", fmt_num(r.efficiency * 100, ".0f") + " %" + flag]
