@@ -335,3 +335,13 @@ def test_a_reference_check_states_the_band_it_held_the_efficiency_against():
                                     {"kind": "training", "reference": {}})
     assert verdict == "FAIL c.efficiency: 1.2 is beyond what scaling gives (1 + 0.1 noise): the report says what was " \
                       "checked"
+
+
+def test_a_baseline_whose_node_sharing_is_unknown_is_said_nothing_of():
+    base, two = run("k1", 1, 100), run("k2", 2, 240)  # the baseline outside SLURM: whether it shared is unknown
+    two["slurm"] = {"exclusive": True}
+    _, scaling, text = report([base, two])
+    assert "Checked: fingerprints: the same job as the baseline." in text  # nothing said of a node
+    for unknown in (None, float("nan")):
+        r = SimpleNamespace(**{**row(scaling, 2).to_dict(), "baseline_exclusive": unknown, "exclusive": unknown})
+        assert plausible.checks(r) == "fingerprints: the same job as the baseline"
