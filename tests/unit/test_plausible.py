@@ -345,3 +345,12 @@ def test_a_baseline_whose_node_sharing_is_unknown_is_said_nothing_of():
     for unknown in (None, float("nan")):
         r = SimpleNamespace(**{**row(scaling, 2).to_dict(), "baseline_exclusive": unknown, "exclusive": unknown})
         assert plausible.checks(r) == "fingerprints: the same job as the baseline"
+
+
+def test_a_baseline_that_recorded_no_fingerprint_is_held_against_nothing():
+    """The 1-device run from before scalelab observed its steps, the 2- and 4-device ones after: the report's
+    baseline is the 1-device run, and it says nothing of what ran, so no run is named another job (not even the
+    4-device one that differs from the 2-device one: neither is the baseline)."""
+    found = [run("v1", 1, 100, fp=None), run("v2", 2, 190), run("v4", 4, 370, fp=FP32)]
+    runs = runs_frame(found)
+    assert list(runs["job_differs"]) == ["", "", ""]

@@ -33,16 +33,18 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
     then the fewest nodes, a real network before an emulated link; its reference fingerprint the one most of its
     runs recorded (the newest among equals)."""
     out = pd.Series("", index=runs.index)
-    ok = runs[(runs["status"] == "completed") & (runs["fingerprint"] != "")]
-    for _, members in ok.groupby("group"):
+    for _, members in runs[runs["status"] == "completed"].groupby("group"):
         config = members.sort_values(["world_size", "num_nodes", "link"]).iloc[0]
         base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
-                       & (members["link"] == config["link"])].sort_values("created")
+                       & (members["link"] == config["link"]) & (members["fingerprint"] != "")].sort_values("created")
+        if base.empty:  # a baseline that recorded none: nothing to hold the others against
+            continue
         prints = [json.loads(text) for text in base["fingerprint"]]
         keys = [json.dumps(fingerprint.comparable(p)) for p in prints]  # comparable's keys come in one order
         reference = prints[max(range(len(keys)), key=lambda i: (keys.count(keys[i]), i))]
         for index, text in members["fingerprint"].items():
-            out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
+            if text:
+                out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
     return out
 
 

@@ -194,7 +194,8 @@ def efficiency_figure(scaling: pd.DataFrame):
     ax.set_xticks(range(len(configs)), labels.names(configs, sep="\n"), fontsize=8)
     ax.set_xlabel("configuration")
     ax.set_ylabel("parallel efficiency (%)")
-    ax.set_ylim(0, max(120, 1.1 * np.nan_to_num(rows["efficiency"].max() * 100)))
+    top = rows["efficiency"].replace([np.inf, -np.inf], np.nan).max() * 100  # an infinite one (a zero baseline) aside
+    ax.set_ylim(0, max(120, 1.1 * top) if pd.notna(top) else 120)
     ax.set_title(_title("Parallel efficiency per configuration", scaling))
     ax.grid(axis="y", alpha=0.3)
     _legend_beside(fig)
