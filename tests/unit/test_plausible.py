@@ -354,3 +354,8 @@ def test_a_baseline_that_recorded_no_fingerprint_is_held_against_nothing():
     found = [run("v1", 1, 100, fp=None), run("v2", 2, 190), run("v4", 4, 370, fp=FP32)]
     runs = runs_frame(found)
     assert list(runs["job_differs"]) == ["", "", ""]
+    # a group whose baseline recorded none leaves the next group's judged as ever (groups come in key order: gpt first)
+    found = [run("g1", 1, 100, fp=None, model="gpt"), run("g2", 2, 190, model="gpt"), run("m1", 1, 100, fp=FP32),
+             run("m2", 2, 190)]
+    assert runs_frame(found).set_index("run_id")["job_differs"].to_dict() == {
+        "g1": "", "g2": "", "m1": "", "m2": "matmuls bfloat16, baseline float32"}
