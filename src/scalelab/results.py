@@ -38,7 +38,16 @@ ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"
 ENV_NOT_RECORDED = {"SCALELAB_FAULT", "SCALELAB_FAULT_WEDGED"}
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
 _SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
-                 "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat")
+                 "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat",
+                 "authorization")
+REDACTED = "<redacted>"
+# A secret inside a value: a URL's user:password@ (git, S3, proxies, MLflow/W&B hosts), `Bearer <token>`, and
+# NAME=value / NAME: value / --NAME value where NAME looks secret (a job comment, a logged command line).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_VALUE = r"""(?P<value>"[^"]*"|'[^']*'|[^\s&;,'"]+)"""
+_NAMED_VALUES = (re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s*(?:=|:(?!//))\s*)" + _VALUE),
+                 re.compile(r"(?<![\w-])(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s+)" + _VALUE))  # --token abc
 
 
 class LinkRecord(TypedDict):
@@ -93,21 +102,42 @@ def looks_secret(name: str) -> bool:
     return False
 
 
+def redact(text: str) -> str:
+    """A value with the secrets inside it replaced: `https://u:pw@host` -> `https://<redacted>@host`,
+    `token=abc` / `--api-key abc` / `PASSWORD: abc` -> `token=<redacted>`, `Bearer abc` -> `Bearer <redacted>`.
+    `tokens_per_s: 5` stays: a name is secret by its parts (looks_secret), not by containing a word."""
+    if not isinstance(text, str):
+        return text
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+    def named(m):
+        if not looks_secret(m.group("name")) or m.group("value") in (REDACTED, "Bearer", "Basic"):
+            return m.group(0)
+        return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+    for pattern in _NAMED_VALUES:
+        text = pattern.sub(named, text)
+    return text
+
+
 def capture_environment(environ=None) -> dict:
+    """The allowed variables (ENV_PREFIXES, ENV_NAMES), none with a secret-looking name, each value redacted."""
     environ = os.environ if environ is None else environ
     return {
-        k: v for k, v in sorted(environ.items())
+        k: redact(v) for k, v in sorted(environ.items())
         if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and k not in ENV_NOT_RECORDED and not looks_secret(k)
     }
 
 
 def scrub(obj):
-    """Drop secret-looking keys at any depth (configs, logged hyperparameters)."""
+    """Drop secret-looking keys at any depth (configs, logged hyperparameters) and redact secrets inside the
+    values kept (`redact`)."""
     if isinstance(obj, dict):
         return {k: scrub(v) for k, v in obj.items() if not looks_secret(k)}
     if isinstance(obj, (list, tuple)):
         return [scrub(v) for v in obj]
-    return obj
+    return redact(obj) if isinstance(obj, str) else obj
 
 
 def versions() -> dict:
@@ -302,7 +332,9 @@ def _read_json(path: str):
 
 
 def load(path: str) -> dict:
-    return validate(_read_json(path))
+    """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
+    the report prints and exports comes from here."""
+    return validate(scrub(_read_json(path)))
 
 
 def attempt_key(result: dict):
@@ -348,7 +380,7 @@ def scan(root: str):
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    data = _read_json(path)
+    data = scrub(_read_json(path))
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

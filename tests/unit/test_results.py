@@ -587,3 +587,48 @@ def test_requeue_supersede_looks_past_results_outside_slurm_and_keeps_the_first_
     del undated["created"]
     assert [r["run_id"] for r in results.latest_attempts([undated, try1])] == ["try1"]
     assert [r["run_id"] for r in results.latest_attempts([try1, undated])] == ["try1"]
+
+
+@pytest.mark.parametrize("value, kept", [
+    ("https://alice:hunter2@git.example.org/repo.git", "https://<redacted>@git.example.org/repo.git"),
+    ("git+https://ghp_abc123@github.com/a/b", "git+https://<redacted>@github.com/a/b"),
+    ("sweep token=abc123 on gpu", "sweep token=<redacted> on gpu"),
+    ("PASSWORD: hunter2", "PASSWORD: <redacted>"),
+    ('db_password="two words"', "db_password=<redacted>"),
+    ("https://h/x?access_token=zz&page=2", "https://h/x?access_token=<redacted>&page=2"),
+    ("train.py --comet_api_key K123 --max_steps 3", "train.py --comet_api_key <redacted> --max_steps 3"),
+    ("curl -H 'Authorization: Bearer eyJ.abc'", "curl -H 'Authorization: Bearer <redacted>'"),
+    # ordinary values stay as they are
+    ("tokens_per_s: 5", "tokens_per_s: 5"), ("http://proxy:3128", "http://proxy:3128"),
+    ("user@host:/scratch/run", "user@host:/scratch/run"), ("the key word", "the key word"),
+    ("NCCL_IB_HCA=mlx5_0", "NCCL_IB_HCA=mlx5_0"), ("--max_steps 30", "--max_steps 30"),
+])
+def test_a_secret_inside_a_value_is_redacted_and_an_ordinary_value_kept(value, kept):
+    assert results.redact(value) == kept
+
+
+def test_a_secret_inside_a_recorded_variable_never_reaches_the_result(tmp_path):
+    """Issue 37's first cause: only names were checked, so a job comment's token or a URL's password was copied
+    into every result.json."""
+    env = {"SLURM_JOB_COMMENT": "nightly token=abc123", "NCCL_PLUGIN_URL": "https://u:pw@host/p", "RANK": "0"}
+    captured = results.capture_environment(env)
+    assert captured == {"NCCL_PLUGIN_URL": "https://<redacted>@host/p", "RANK": "0",
+                        "SLURM_JOB_COMMENT": "nightly token=<redacted>"}
+    data = make_result()
+    data["environment"] = dict(env)
+    data["config"] = {"run_name": "x", "note": ["see https://a:b@c/d"]}
+    path = results.write(str(tmp_path), data)
+    text = open(path).read()
+    assert "abc123" not in text and "pw@" not in text and "a:b@" not in text and "<redacted>" in text
+
+
+def test_a_secret_in_a_file_written_elsewhere_is_redacted_when_read(tmp_path):
+    data = make_result()
+    data["run_name"] = "token=abc123"
+    data["environment"] = {"SLURM_JOB_COMMENT": "https://u:pw@host"}
+    path = tmp_path / "r" / "result.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    loaded = results.load(str(path))
+    assert loaded["run_name"] == "token=<redacted>"
+    assert loaded["environment"]["SLURM_JOB_COMMENT"] == "https://<redacted>@host"

@@ -86,8 +86,8 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
-        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), trace or "".join(
-            traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), results.redact(trace or "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))))
     except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
         return f" (and no result could be written: {error_line(err)})"
     return f" (partial result: {path})"
