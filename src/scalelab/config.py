@@ -24,8 +24,6 @@ from scalelab.train.loggers import LOGGERS
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-# What a result.json's config says about where and how it was launched, not what it computed: never re-used.
-NOT_REPLAYED = ("config", "output_dir", "run_name")
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
@@ -33,6 +31,10 @@ NOT_REPLAYED = ("config", "output_dir", "run_name")
 WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
                    "comm_probe_every", "precision", "compile", "num_samples", "accumulate_grad_batches", "comm_hook",
                    "bucket_cap_mb", "static_graph")
+# What `--config outputs/<run>/result.json` takes from that run: what it computed (the workload fields, each
+# workload's options) and its seed, each checked as its flag is. A result file is data: where and how a run
+# launches and writes (output_dir, run_name, logger, devices, ...) is never taken from one, however a key is spelled.
+REPLAYED_COMMON = WORKLOAD_FIELDS + ("seed",)
 
 
 @dataclass
@@ -281,18 +283,24 @@ def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str) -> dict:
     if data.get("schema") == results.SCHEMA:  # a result.json: the settings of that run
         if data.get("kind") != "training" or not isinstance(data.get("config"), dict):
             raise UsageError(f"--config {path}: a scalelab {data.get('kind')} result, not a training run's")
-        data = {k: v for k, v in data["config"].items() if k not in NOT_REPLAYED and v is not None}
+        replayed = set(REPLAYED_COMMON) | {o.name for _, o in _options()}
+        data = {k: v for k, v in data["config"].items() if _dest(k) in replayed and v is not None}
     if isinstance(data.get("model"), str):
         data = dict(data, model=_model_name(data["model"], "model: ", prog))
     actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config", "print_config")}
     out = {}
     for key, value in data.items():
-        dest = str(key).lstrip("-").replace("-", "_")
+        dest = _dest(key)
         if dest not in actions:
             raise UsageError(f"--config {path}: unknown key {key!r} (keys are flag names, e.g. batch_size)")
         if value is not None:  # null: not set here, the flag's default (a None seed or K would fail the run)
             out[dest] = _coerce(actions[dest], value, f"--config {path}: {dest}")
     return out
+
+
+def _dest(key) -> str:
+    """A config key as the flag it names: `--batch-size`, `batch-size` and `batch_size` are one."""
+    return str(key).lstrip("-").replace("-", "_")
 
 
 def _coerce(action: argparse.Action, value, where: str):

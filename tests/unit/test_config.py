@@ -417,3 +417,30 @@ def test_the_default_workload_file_reads_as_utf8_whatever_the_locale(tmp_path, m
         assert (config.default_config("gpu"), config.default_config("cpu")) == ("gpt-small", "mlp")
     finally:
         locale.setlocale(locale.LC_CTYPE, before)
+
+
+@pytest.mark.parametrize("key", ["output_dir", "output-dir", "--output_dir", "--output-dir", "run-name", "logger",
+                                 "devices", "num_nodes", "threads", "timeout", "num_workers", "comet_project"])
+def test_a_replayed_result_never_says_where_or_how_the_run_writes_and_launches(tmp_path, key):
+    """Issue 37's second cause: a crafted result.json spelling `"output-dir"` or `"--output_dir"` slipped past the
+    filter that kept output_dir out of a replay, and the replay wrote where the file said. A replay takes an
+    allow-list (config.REPLAYED_COMMON and the workloads' options), however a key is spelled."""
+    value = {"logger": "tensorboard", "devices": 64, "num_nodes": 9, "threads": 64, "timeout": 1e9,
+             "num_workers": 100000}.get(key.lstrip("-").replace("-", "_"), str(tmp_path / "elsewhere"))
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training",
+                                "config": {"model": "mlp", "batch_size": 16, key: value}}))
+    cfg = config.parse_config(["--config", str(path)])
+    defaults = config.parse_config([])
+    assert cfg.batch_size == 16
+    for field in ("output_dir", "run_name", "logger", "devices", "num_nodes", "threads", "timeout", "num_workers",
+                  "comet_project"):
+        assert getattr(cfg, field) == getattr(defaults, field), field
+
+
+def test_a_replayed_results_values_are_checked_as_the_flags_are(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training",
+                                "config": {"model": "mlp", "batch-size": -3}}))
+    with pytest.raises(UsageError, match=r"^--config .*: batch_size: .*-3"):
+        config.parse_config(["--config", str(path)])
