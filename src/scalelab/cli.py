@@ -155,3 +155,22 @@ nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
 positive_float = number_type(float, lambda v: 0 < v and _finite(v), "a positive number")
 nonneg_float = number_type(float, lambda v: 0 <= v and _finite(v), "a number >= 0")
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
+
+
+def bounded(convert, low, high, why: str):
+    """A number from `low` to `high`: an absurd value (100,000 DataLoader workers, a timeout of a year) is refused
+    in one line that says the bound and why, before it can fork, allocate or wait."""
+    kind, shown = ("an integer", "{:,}") if convert is int else ("a number", "{:g}")
+    return number_type(convert, lambda v: low <= v <= high,
+                       f"{kind} from {shown.format(low)} to {shown.format(high)} ({why})")
+
+
+# The bounds every entry point shares (one home: a flag's bound is the same in train.py, the benchmark, emulate.py).
+DEVICES = bounded(int, 1, 256, "processes on one node, one per device")
+NODES = bounded(int, 1, 4096, "nodes of one run")
+FORECAST_NODES = bounded(int, 1, 10**6, "nodes a forecast reaches")
+THREADS = bounded(int, 1, 1024, "cores of one device")
+WORKERS = bounded(int, 0, 64, "DataLoader processes each rank starts")
+TIMEOUT_S = bounded(float, 0.001, 86400, "seconds; a longer wait is a hang, the job's time limit ends it first")
+STEPS = bounded(int, 1, 10**9, "steps")
+PORT = bounded(int, 1024, 65535, "an unprivileged TCP port")

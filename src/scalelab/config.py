@@ -15,12 +15,11 @@ import sys
 from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
-from scalelab import upgrades, workloads
-from scalelab.cli import OneLineParser, nonneg_int, positive_float, positive_int, prog_name
+from scalelab import config_flags, upgrades, workloads
+from scalelab.cli import STEPS, WORKERS, OneLineParser, bounded, positive_float, prog_name
 from scalelab.errors import UsageError
 from scalelab.launch import cluster
 from scalelab.train import loggers
-from scalelab.train.loggers import LOGGERS
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -125,96 +124,41 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     w = p.add_argument_group("workload")
     w.add_argument("--model", choices=tuple(workloads.REGISTRY),
                    help="; ".join(spec.help for spec in workloads.REGISTRY.values()))
-    w.add_argument("--num_samples", type=positive_int,
+    w.add_argument("--num_samples", type=bounded(int, 1, 10**9, "samples, made in memory"),
                    help=f"training set size ({_per_workload('num_samples')}; else enough for max_steps)")
     for spec in workloads.REGISTRY.values():
         group = p.add_argument_group(f"{spec.name} workload")
         for option in spec.options:
             group.add_argument(f"--{option.name}", **option.argparse)
     o = p.add_argument_group("optimisation and timing")
-    o.add_argument("--batch_size", type=positive_int,
+    o.add_argument("--batch_size", type=bounded(int, 1, 2**20, "samples in one step"),
                    help="per device with --scaling weak, global with --scaling strong "
                         f"({_per_workload('batch_size')})")
     o.add_argument("--scaling", choices=("weak", "strong"),
                    help="weak: batch per device fixed, global batch grows; strong: global batch fixed and split")
     o.add_argument("--learning_rate", type=positive_float, help=f"({_per_workload('learning_rate')})")
-    o.add_argument("--max_epochs", type=positive_int, help=f"({_per_workload('max_epochs')})")
-    o.add_argument("--max_steps", type=positive_int,
+    o.add_argument("--max_epochs", type=bounded(int, 1, 10**6, "epochs"), help=f"({_per_workload('max_epochs')})")
+    o.add_argument("--max_steps", type=STEPS,
                    help=f"stop after this many optimizer steps ({_per_workload('max_steps')})")
-    o.add_argument("--warmup_steps", type=nonneg_int, help="first steps left out of every timing figure (default 5; "
-                   "11 on GPUs, past DDP's runtime statistics)")
-    o.add_argument("--comm_probe_every", type=nonneg_int,
+    o.add_argument("--warmup_steps", type=bounded(int, 0, 10**6, "steps"),
+                   help="first steps left out of every timing figure (default 5; 11 on GPUs, past DDP's runtime "
+                        "statistics)")
+    o.add_argument("--comm_probe_every", type=bounded(int, 0, 10**6, "steps"),
                    help="every Nth step after warm-up runs without gradient sync and without an update, to time "
                         "compute alone (communication = the difference); 0 = off")
     o.add_argument("--precision", choices=PRECISIONS,
                    help="default: 32 on CPU; on GPUs bf16-mixed for the GPT, 32 for the MLP")
     o.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    o.add_argument("--seed", type=nonneg_int, help="data, initial weights and dropout")
-    o.add_argument("--num_workers", type=nonneg_int, help="DataLoader workers per process")
-    _lever_flags(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
-    _launch_flags(p.add_argument_group("launch (defaults come from SLURM or torchrun when present)"))
-    _comet_flags(p.add_argument_group("the MPCDF tutorial's Comet flags: any of them chooses --logger comet"))
+    o.add_argument("--seed", type=bounded(int, 0, 2**32 - 1, "NumPy's seeds"), help="data, initial weights and dropout")
+    o.add_argument("--num_workers", type=WORKERS, help="DataLoader workers per process")
+    config_flags.levers(p.add_argument_group("the levers: what DDP does with the gradients (docs/07)"))
+    config_flags.launch(p.add_argument_group("launch (defaults come from SLURM or torchrun when present)"))
+    config_flags.comet(p.add_argument_group("the MPCDF tutorial's Comet flags: any of them chooses --logger comet"))
     real = {f.name: f.default for f in dataclasses.fields(CommonConfig)}
     real.update((o.name, o.default) for _, o in _options())
     for action in p._actions:  # parse_config sets every default to None: --help shows the real ones
         action.shown_default = real.get(action.dest)
     return p
-
-
-# pragma: no mutate end
-def comm_hook_type(text: str) -> str:
-    """--comm_hook: none, fp16, bf16 or powersgd[:RANK] (PyTorch's DDP communication hooks)."""
-    name, _, rank = text.partition(":")
-    if name in ("none", "fp16", "bf16") and not rank:
-        return name
-    if name == "powersgd" and (not rank or (rank.isdigit() and int(rank) > 0)):
-        return f"powersgd:{rank or 1}"
-    raise argparse.ArgumentTypeError(f"expected none, fp16, bf16 or powersgd[:RANK], got {text!r}")
-
-
-# pragma: no mutate start (flag definitions and --help text)
-def _lever_flags(g):
-    g.add_argument("--accumulate_grad_batches", type=positive_int,
-                   help="K batches per optimizer step: one all-reduce per K (DDP's no_sync for the others); the "
-                        "global batch grows K-fold")
-    g.add_argument("--comm_hook", type=comm_hook_type,
-                   help="compress the gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd[:RANK] "
-                        "(low-rank, (m+n)*RANK per m x n matrix); changes the optimisation too")
-    g.add_argument("--bucket_cap_mb", type=positive_float, help="DDP's gradient bucket size (MB)")
-    g.add_argument("--static_graph", action="store_true", default=None,
-                   help="tell DDP the set of used parameters never changes (skips per-step bookkeeping); not with "
-                        "--accumulate_grad_batches > 1")
-
-
-def _launch_flags(lg):
-    """Where and how the run is launched and recorded: none of these changes what it computes."""
-    lg.add_argument("--devices", type=positive_int,
-                    help="processes (GPUs) per node; default: SLURM tasks per node, else 1")
-    lg.add_argument("--num_nodes", type=positive_int, help="default: SLURM's node count, else 1")
-    lg.add_argument("--accelerator", choices=("auto", "cpu", "gpu"),
-                    help="auto: GPUs with NCCL when visible, else CPU with gloo")
-    lg.add_argument("--threads", type=positive_int,
-                    help="on CPU, the cores of one device: each rank runs this many threads pinned to its own cores "
-                         "(default 1, or SLURM's --cpus-per-task)")
-    lg.add_argument("--oversubscribe", action="store_true", default=None,
-                    help="run even when devices x threads exceed the node's cores (flagged in the result and report)")
-    lg.add_argument("--timeout", type=positive_float,
-                    help="seconds a rank waits for the others (start-up and collectives) before the run fails")
-    lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
-    lg.add_argument("--run_name", help="a label stored in the result and its run id")
-    lg.add_argument("--logger", choices=LOGGERS,
-                    help="Lightning's logger for the per-step curves (rank 0): csv writes OUTPUT_DIR/<run_id>/"
-                         "metrics.csv; tensorboard, wandb and comet need their package, wandb and comet their API key "
-                         "in the environment (docs/06)")
-    lg.add_argument("--verbose", action="store_true", default=None, help="show Lightning's own messages")
-
-
-def _comet_flags(g):
-    g.add_argument("--comet_project", help=f"the Comet project (default: {loggers.PROJECT})")
-    g.add_argument("--comet_workspace", help="the Comet workspace (default: your default workspace)")
-    g.add_argument("--experiment_name", help="the Comet experiment's name (default: the run id)")
-    g.add_argument("--comet_api_key", metavar="KEY", help="accepted with a warning: the environment variable "
-                   "COMET_API_KEY is safer; never written anywhere")
 
 
 # pragma: no mutate end

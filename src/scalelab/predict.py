@@ -15,8 +15,18 @@ import sys
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import OneLineParser, human_count, nonneg_float, number_type, positive_float, positive_int, run_piped
-from scalelab.config import comm_hook_type
+from scalelab.cli import (
+    DEVICES,
+    FORECAST_NODES,
+    OneLineParser,
+    human_count,
+    nonneg_float,
+    number_type,
+    positive_float,
+    positive_int,
+    run_piped,
+)
+from scalelab.config_flags import comm_hook_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel import levers
 from scalelab.workloads.presets import PRESETS
@@ -52,12 +62,13 @@ def parse_args(argv):
     what.add_argument("--preset", choices=sorted(PRESETS), help="a scalelab GPT shape (uses its total params)")
     p.add_argument("--grad_dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="gradient dtype DDP all-reduces (fp32 for fp32 params, also under bf16-mixed)")
-    p.add_argument("--devices", type=positive_int, default=8,
+    p.add_argument("--devices", type=DEVICES, default=8,
                    help="GPUs per node, as train.py's --devices (default 8)")
-    p.add_argument("--num_nodes", type=positive_int, nargs="+", default=[1, 2, 4],
+    p.add_argument("--num_nodes", type=FORECAST_NODES, nargs="+", default=[1, 2, 4],
                    help="node counts to predict, as train.py's --num_nodes (default 1 2 4)")
     for old, new, nargs in OLD_FLAGS:  # the names before one name per quantity: still read, not shown
-        p.add_argument(old, dest=new, type=positive_int, nargs=nargs, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument(old, dest=new, type=FORECAST_NODES if new == "num_nodes" else DEVICES, nargs=nargs,
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--intra_GBps", type=positive_float, default=300.0,
                    help="intra-node GB/s per GPU, unidirectional (default 300: NVLink 3; NVLink 4 450, PCIe 4 31)")
     p.add_argument("--inter_gbit", type=positive_float, default=200.0,

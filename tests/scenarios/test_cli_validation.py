@@ -36,8 +36,8 @@ def files(tmp_path):
 
 # (script, args, fragment of the one error line); {tmp} is the test's folder.
 CASES = [
-    ("train.py", ["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
-    ("train.py", ["--num_samples", "-5"], "argument --num_samples: expected a positive integer, got '-5'"),
+    ("train.py", ["--batch_size", "0"], "argument --batch_size: expected an integer from 1 to 1,048,576"),
+    ("train.py", ["--num_samples", "-5"], "argument --num_samples: expected an integer from 1 to"),
     ("train.py", ["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
     ("train.py", ["--model", "gpt", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     ("train.py", ["--warmup_steps", "10", "--max_steps", "5"], "--warmup_steps 10 leaves no timed step"),
@@ -45,7 +45,7 @@ CASES = [
      "--scaling strong splits the global --batch_size 3 over 2 processes, which does not divide"),
     ("train.py", ["--config", "{tmp}/missing.yaml"], "missing.yaml: no such file"),
     ("train.py", ["--config", "{tmp}/unknown.yaml"], "unknown key 'bogus_key'"),
-    ("train.py", ["--config", "{tmp}/zero.yaml"], "batch_size: expected a positive integer, got '0'"),
+    ("train.py", ["--config", "{tmp}/zero.yaml"], "batch_size: expected an integer from 1 to 1,048,576 (samples in"),
     ("train.py", ["--output_dir", "{tmp}/a_file"], "a_file is a file, not a folder"),
     ("train.py", ["--output_dir", "{tmp}/a_file/sub"], "cannot be created (Not a directory)"),
     ("train.py", ["--output_dir", "{unwritable}"], "is not writable"),
@@ -56,13 +56,13 @@ CASES = [
     ("benchmark.py", ["--output-dir", "x"], "unrecognized arguments: --output-dir x (did you mean --output_dir?)"),
     ("submit.py", ["--cluster", "local", "--shapes", "1x0"], "--shapes: '1x0' is not NODESxGPUS_PER_NODE"),
     ("submit.py", ["--cluster", "local", "--shapes", "2x1"], "--cluster local runs on this machine only"),
-    ("submit.py", ["--cluster", "local", "--", "--batch_size", "0"], "argument --batch_size: expected a positive"),
+    ("submit.py", ["--cluster", "local", "--", "--batch_size", "0"], "--batch_size: expected an integer from 1"),
     ("submit.py", ["--cluster", "local", "--output_dir", "{tmp}/a_file"], "a_file is a file, not a folder"),
     ("predict.py", ["--params", "-2B", "--compute_s", "1"], "argument --params: expected a count"),
     ("predict.py", ["--preset", "huge", "--compute_s", "1"], "argument --preset: invalid choice: 'huge'"),
     ("predict.py", ["--params", "2B"], "missing compute inputs"),
     ("predict.py", ["--params", "2B", "--compute_s", "1", "--num_nodes", "0"], "argument --num_nodes: expected a"),
-    ("allreduce_bench.py", ["--iters", "0"], "argument --iters: expected a positive integer, got '0'"),
+    ("allreduce_bench.py", ["--iters", "0"], "--iters: expected an integer from 1 to 1,000,000 (all-"),
     ("allreduce_bench.py", ["--min_bytes", "-5"], "argument --min_bytes: expected a size in bytes"),
     ("allreduce_bench.py", ["--min_bytes", "1M", "--max_bytes", "1K"], "is larger than --max_bytes"),
     ("allreduce_bench.py", ["--output_dir", "{tmp}/a_file"], "a_file is a file, not a folder"),
@@ -90,3 +90,16 @@ def test_bad_input_gets_one_line_and_exit_2(files, script, args, says):
     if script == "train.py":  # refused before any process group: fast, nothing started, nothing written
         assert took < 10, f"took {took:.1f} s"
         assert "scalelab:" not in proc.stdout and not out.exists()
+
+
+@pytest.mark.parametrize("argv, bound", [
+    (["emulate.py", "--master_port", "99999", "--", "true"], "from 1,024 to 65,535"),
+    (["emulate.py", "--num_nodes", "1000", "--", "true"], "from 1 to 16"),
+    (["allreduce_bench.py", "--max_bytes", "1T"], "at most 64G"),
+    (["allreduce_bench.py", "--iters", "10000000"], "to 1,000,000"),
+    (["predict.py", "--model", "gpt", "--num_nodes", "1" + "0" * 400], "to 1,000,000"),
+    (["benchmark.py", "--forecast_nodes", "1" + "0" * 400], "to 1,000,000"),
+])
+def test_every_entry_point_bounds_what_would_harm_the_machine(run, argv, bound):
+    proc = run(*argv)
+    assert proc.returncode == 2 and bound in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -118,7 +118,7 @@ def no_process_group(monkeypatch):
     (["--devices", "2", "--factor", "1"], "argument --factor: expected an integer >= 2, got '1'"),
     (["--max_bytes", "1.5G"], "argument --max_bytes: expected a size in bytes like 32K"),
     (["--dtype", "int8"], "argument --dtype: invalid choice"),
-    (["--iters", "0"], "argument --iters: expected a positive integer"),
+    (["--iters", "0"], "argument --iters: expected an integer from 1 to 1,000,000"),
 ])
 def test_bad_flags_fail_before_anything_starts(argv, message, tmp_path, no_process_group):
     out = tmp_path / "out"
@@ -131,7 +131,8 @@ def test_bad_flag_from_the_command_line_is_one_line_and_exit_2(tmp_path):
     proc = run_script("allreduce_bench.py", "--max_bytes", "lots", "--output_dir", tmp_path / "out")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["allreduce_bench.py: error: argument --max_bytes: expected a size in bytes "
-                                        "like 32K, 64M or 4G (1K = 1024), got 'lots'"]
+                                        "like 32K, 64M or 4G (1K = 1024), at most 64G (a buffer of this size is "
+                                        "made), got 'lots'"]
     assert not (tmp_path / "out").exists()
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers import run_script
-from scalelab import config
+from scalelab import config, config_flags
 from scalelab.errors import UsageError
 
 
@@ -54,7 +54,7 @@ def test_yaml_values_are_defaults_and_cli_wins(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("batch_sizee: 3\n", "unknown key 'batch_sizee'"),
-    ("batch_size: -4\n", "batch_size: expected a positive integer"),
+    ("batch_size: -4\n", "batch_size: expected an integer from 1 to 1,048,576"),
     ("model: resnet\n", "'resnet' is not one of"),
     ("- 1\n- 2\n", "expected a mapping"),
     ("batch_size: [1\n", "not readable YAML"),
@@ -90,12 +90,13 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
     assert (lora.lora_rank, full.lora_rank) == (8, 0)
     assert lora.workload() != full.workload() and lora.workload()["lora_rank"] == 8
     cfg_file.write_text("model: gpt\nlora_rank: -1\n")
-    with pytest.raises(UsageError, match="lora_rank: expected an integer >= 0"):
+    with pytest.raises(UsageError, match="lora_rank: expected an integer from 0 to 65,536"):
         config.parse_config(["--config", str(cfg_file)])
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
+    (["--batch_size", "0"],
+     "argument --batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
     (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
     (["--preset", "huge", "--model", "gpt"], "argument --preset: invalid choice: 'huge'"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
@@ -274,7 +275,8 @@ def test_an_unknown_config_name_lists_the_named_ones():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--batch_size", "0"], "argument --batch_size: expected a positive integer, got '0'"),
+    (["--batch_size", "0"],
+     "argument --batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
     (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'gpt')"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
     (["--max_steps", "5", "--warmup_steps", "5"],
@@ -307,7 +309,7 @@ def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
     ("batch_size: [1, 2]", "batch_size: expected one value, got a list"),
     ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
     ("static_graph: 1", "static_graph: expected true or false, got 1"),
-    ("batch_size: 0", "batch_size: expected a positive integer, got '0'"),
+    ("batch_size: 0", "batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
     ("model: resnet", "model: 'resnet' is not one of mlp, gpt"),
     ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
     ("Xbatch_size: 8", "unknown key 'Xbatch_size' (keys are flag names, e.g. batch_size)"),  # only dashes dropped
@@ -369,11 +371,12 @@ def test_flag_spellings_and_hooks_a_config_file_accepts(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("--batch-size: 8\n")
     assert config.parse_config(["--config", str(path)]).batch_size == 8
-    assert [config.comm_hook_type(t) for t in ("none", "fp16", "bf16", "powersgd", "powersgd:1", "powersgd:4")] == [
+    hooks = ("none", "fp16", "bf16", "powersgd", "powersgd:1", "powersgd:4")
+    assert [config_flags.comm_hook_type(t) for t in hooks] == [
         "none", "fp16", "bf16", "powersgd:1", "powersgd:1", "powersgd:4"]
     for bad in ("fp16:2", "powersgd:0", "powersgd:x", "int8"):
         with pytest.raises(argparse.ArgumentTypeError) as err:
-            config.comm_hook_type(bad)
+            config_flags.comm_hook_type(bad)
         assert str(err.value) == f"expected none, fp16, bf16 or powersgd[:RANK], got {bad!r}"
 
 
@@ -444,3 +447,31 @@ def test_a_replayed_results_values_are_checked_as_the_flags_are(tmp_path):
                                 "config": {"model": "mlp", "batch-size": -3}}))
     with pytest.raises(UsageError, match=r"^--config .*: batch_size: .*-3"):
         config.parse_config(["--config", str(path)])
+
+
+@pytest.mark.parametrize("flag, value, bound", [
+    ("--num_workers", "100000", "from 0 to 64 (DataLoader processes each rank starts)"),
+    ("--devices", "100000", "from 1 to 256"), ("--num_nodes", "5000", "from 1 to 4,096"),
+    ("--threads", "5000", "from 1 to 1,024"), ("--timeout", "1e12", "from 0.001 to 86400"),
+    ("--batch_size", "2000000", "from 1 to 1,048,576"), ("--num_samples", "2000000000", "to 1,000,000,000"),
+    ("--seed", "-1", "from 0 to 4,294,967,295"), ("--hidden_dims", "100000", "from 1 to 65,536"),
+    ("--max_steps", "10000000000", "to 1,000,000,000"), ("--accumulate_grad_batches", "100000", "to 10,000"),
+])
+def test_an_absurd_value_is_refused_in_one_line_with_its_bound(flag, value, bound):
+    """Issue 37's third cause: --num_workers 100000 forked 928 processes and 15.7 GB before it was killed."""
+    with pytest.raises(UsageError) as err:
+        config.parse_config([flag, value])
+    assert f"argument {flag}: expected" in str(err.value) and bound in str(err.value) and value in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_replay_asking_for_absurd_values_is_refused_as_the_command_line_is(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("num_workers: 100000\n")
+    with pytest.raises(UsageError, match=r"num_workers: expected an integer from 0 to 64"):
+        config.parse_config(["--config", str(path)])
+    path.write_text(json.dumps({"schema": "scalelab.result", "kind": "training",
+                                "config": {"model": "mlp", "hidden_dims": [8, 10**9]}}))
+    with pytest.raises(UsageError, match=r"hidden_dims: expected an integer from 1 to 65,536"):
+        config.parse_config(["--config", str(path)])
+

@@ -146,7 +146,7 @@ def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_
     logger = _Logger()
     cb = StepMetrics(clock, [logger], samples_per_step=128, tokens_per_sample=0, world_size=2, warmup_steps=1)
     cb.log_hyperparams({"workload": {"model": "mlp"}, "WANDB_API_KEY": "x", "launch": {"HF_TOKEN": "y"}})
-    assert logger.hparams == {"workload": {"model": "mlp"}, "launch": {}}  # results.scrub: no secret-looking key
+    assert logger.hparams == {"workload": {"model": "mlp"}, "launch": {}}  # redaction.scrub: no secret-looking key
     cb.flush()
     (s0, r0), (s1, r1), (s2, r2) = logger.rows
     assert (s0, s1, s2) == (0, 1, 2)

@@ -7,26 +7,26 @@ import re
 import pytest
 
 from helpers import make_result
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.report import frames, tables
 
 
 @pytest.mark.parametrize("name", ["WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "awsSecretAccessKey",
                                   "GITHUB_PAT", "DB_PASSWORD", "NCCL_FAKE_TOKEN", "api_key", "SSH_AUTH_SOCK"])
 def test_secret_names_are_recognised(name):
-    assert results.looks_secret(name)
+    assert redaction.looks_secret(name)
 
 
 @pytest.mark.parametrize("name", ["tokens_per_s", "tokens_per_sample", "SLURM_JOB_ID", "NCCL_IB_HCA",
                                   "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "max_steps"])
 def test_ordinary_names_are_kept(name):
-    assert not results.looks_secret(name)
+    assert not redaction.looks_secret(name)
 
 
 def test_environment_capture_is_an_allow_list_without_secrets():
     env = {"NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "4",
            "HOME": "/root", "WANDB_API_KEY": "x", "NCCL_SECRET_TOKEN": "y", "PATH": "/bin"}
-    assert results.capture_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
+    assert redaction.capture_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
                                                  "OMP_NUM_THREADS": "4", "SLURM_JOB_ID": "42"}
 
 
@@ -41,7 +41,7 @@ def test_environment_capture_is_an_allow_list_without_secrets():
     ("SESSIONS_MAX", False), ("TOKENIZERS_PARALLELISM", False), ("AUTHOR", False), ("", False),
 ])
 def test_a_name_is_secret_by_its_parts(name, secret):
-    assert results.looks_secret(name) is secret
+    assert redaction.looks_secret(name) is secret
 
 
 def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
@@ -53,14 +53,14 @@ def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
                "ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0", "HSA_A": "1", "RCCL_A": "1"}
     dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x",
                "SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k"}
-    captured = results.capture_environment({**dropped, **allowed})
+    captured = redaction.capture_environment({**dropped, **allowed})
     assert captured == allowed and list(captured) == sorted(allowed)  # sorted: equal environments, equal files
 
 
 def test_scrub_drops_secret_keys_inside_lists_and_tuples_and_keeps_every_value_else():
     data = {"lr": 0.1, "runs": ({"api_key": "k", "steps": 5}, [{"HF_TOKEN": "t"}, 3]), "note": "token",
             "nested": {"password": {"deep": 1}, "ok": None}}
-    assert results.scrub(data) == {"lr": 0.1, "runs": [{"steps": 5}, [{}, 3]], "note": "token",
+    assert redaction.scrub(data) == {"lr": 0.1, "runs": [{"steps": 5}, [{}, 3]], "note": "token",
                                    "nested": {"ok": None}}
 
 
@@ -604,14 +604,14 @@ def test_requeue_supersede_looks_past_results_outside_slurm_and_keeps_the_first_
     ("NCCL_IB_HCA=mlx5_0", "NCCL_IB_HCA=mlx5_0"), ("--max_steps 30", "--max_steps 30"),
 ])
 def test_a_secret_inside_a_value_is_redacted_and_an_ordinary_value_kept(value, kept):
-    assert results.redact(value) == kept
+    assert redaction.redact(value) == kept
 
 
 def test_a_secret_inside_a_recorded_variable_never_reaches_the_result(tmp_path):
     """Issue 37's first cause: only names were checked, so a job comment's token or a URL's password was copied
     into every result.json."""
     env = {"SLURM_JOB_COMMENT": "nightly token=abc123", "NCCL_PLUGIN_URL": "https://u:pw@host/p", "RANK": "0"}
-    captured = results.capture_environment(env)
+    captured = redaction.capture_environment(env)
     assert captured == {"NCCL_PLUGIN_URL": "https://<redacted>@host/p", "RANK": "0",
                         "SLURM_JOB_COMMENT": "nightly token=<redacted>"}
     data = make_result()

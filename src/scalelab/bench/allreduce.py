@@ -21,7 +21,7 @@ import time
 import warnings
 from datetime import timedelta
 
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.bench import collectives, flags, nccl_format, pattern, table
 from scalelab.cli import fast_exit, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
@@ -351,7 +351,7 @@ class Bench:
             summary=bench_summary(self.rows),
             versions=results.versions(),
             slurm=slurm_env.job_record(),
-            environment=results.capture_environment(),
+            environment=redaction.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)
 

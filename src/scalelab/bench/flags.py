@@ -4,7 +4,7 @@ the accelerator, and the refusals made before any rank starts (the configure ste
 import argparse
 
 from scalelab.bench import collectives
-from scalelab.cli import OneLineParser, nonneg_int, number_type, positive_float, positive_int
+from scalelab.cli import DEVICES, NODES, TIMEOUT_S, OneLineParser, bounded, number_type
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.perfmodel.network import human_bytes, parse_size
@@ -16,7 +16,8 @@ FORMATS = ("scalelab", "nccl-tests")
 DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5)}
 
 
-size_type = number_type(parse_size, lambda v: v > 0, "a size in bytes like 32K, 64M or 4G (1K = 1024)")
+size_type = number_type(parse_size, lambda v: 0 < v <= 64 * 2**30,
+                        "a size in bytes like 32K, 64M or 4G (1K = 1024), at most 64G (a buffer of this size is made)")
 factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
 
 
@@ -29,17 +30,18 @@ def build_parser() -> OneLineParser:
                                              "over message sizes (nccl-tests style).")
     p.add_argument("--collective", choices=tuple(collectives.COLLECTIVES), default="all_reduce",
                    help="what to measure (default all_reduce; all_gather and reduce_scatter are FSDP/ZeRO's)")
-    p.add_argument("--devices", type=positive_int,
+    p.add_argument("--devices", type=DEVICES,
                    help="processes per node (one per GPU); default: from the launcher, else 1")
-    p.add_argument("--num_nodes", type=positive_int, help="nodes; default: from the launcher, else 1")
+    p.add_argument("--num_nodes", type=NODES, help="nodes; default: from the launcher, else 1")
     p.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
     p.add_argument("--min_bytes", type=size_type, default=parse_size("32K"),
                    help="smallest message (default 32K)")
     p.add_argument("--max_bytes", type=size_type, help="largest message (default 4G on GPU, 64M on CPU)")
     p.add_argument("--factor", type=factor_type, default=2,
                    help="each size is the previous one times this (default 2)")
-    p.add_argument("--iters", type=positive_int, help="timed all-reduces per size (default 20)")
-    p.add_argument("--warmup_iters", type=nonneg_int,
+    p.add_argument("--iters", type=bounded(int, 1, 10**6, "all-reduces a size"),
+                   help="timed all-reduces per size (default 20)")
+    p.add_argument("--warmup_iters", type=bounded(int, 0, 10**6, "all-reduces a size"),
                    help="untimed all-reduces per size first (default 5)")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--oversubscribe", action="store_true",
@@ -49,7 +51,7 @@ def build_parser() -> OneLineParser:
                         "benchmark.py reads such a log back)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--run_name", default=None)
-    p.add_argument("--timeout", type=positive_float, default=120.0,
+    p.add_argument("--timeout", type=TIMEOUT_S, default=120.0,
                    help="seconds a collective may wait for the other ranks before the run fails (default 120)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="after timing, all-reduce a known pattern once per size and count wrong values")

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 
-from scalelab.cli import OneLineParser, nonneg_float, positive_float, positive_int, run_main
+from scalelab.cli import DEVICES, PORT, OneLineParser, bounded, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import netns
 from scalelab.launch.local import supervise
@@ -27,6 +27,8 @@ from scalelab.perfmodel.network import human_rate
 PROG = "emulate.py"
 NODES = 2
 SRC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # `-m scalelab...` imports it
+_NODES = bounded(int, 1, 16, "emulated nodes: each a network namespace and its ranks on this one machine")
+_GBIT = bounded(float, 0.001, 1000, "Gbit/s each direction, what tc shapes")
 GRACE_S = 10.0  # after one node failed, the other may end by itself this long before it is stopped
 EXAMPLES = """examples (CPU, gloo; the flags after -- are the script's own):
   python src/emulate.py --num_nodes 2 --devices 1 --link_gbit 1 -- src/train.py --model gpt --preset tiny \\
@@ -44,23 +46,23 @@ def build_parser() -> OneLineParser:
                       usage="%(prog)s [options] -- SCRIPT.py | -m MODULE [its arguments]",
                       description="Run a scalelab script on emulated nodes of this machine: one network namespace "
                                   "and one torchrun per node, each node linked into a switch at --link_gbit (tc).")
-    p.add_argument("--num_nodes", type=positive_int, default=NODES,
+    p.add_argument("--num_nodes", type=_NODES, default=NODES,
                    help=f"emulated nodes, 2 to {netns.MAX_NODES} (more nodes than cores: they share cores, which "
                         "slows compute, not a link-bound transfer)")
-    p.add_argument("--nodes", dest="num_nodes", type=positive_int, default=argparse.SUPPRESS,
+    p.add_argument("--nodes", dest="num_nodes", type=_NODES, default=argparse.SUPPRESS,
                    help=argparse.SUPPRESS)  # its name before one name per quantity: still read
-    p.add_argument("--devices", type=positive_int, default=1,
+    p.add_argument("--devices", type=DEVICES, default=1,
                    help="ranks per node (torchrun --nproc_per_node); the node's cores are shared among them")
-    p.add_argument("--link_gbit", type=positive_float, default=1.0,
+    p.add_argument("--link_gbit", type=_GBIT, default=1.0,
                    help="rate of each node's link in Gbit/s, each direction (default 1)")
-    p.add_argument("--latency_ms", type=nonneg_float,
+    p.add_argument("--latency_ms", type=bounded(float, 0, 10000, "one-way delay in ms"),
                    help="one-way delay added in each direction (needs the netem qdisc; said and recorded when the "
                         "kernel has none)")
-    p.add_argument("--degrade_gbit", type=positive_float,
+    p.add_argument("--degrade_gbit", type=_GBIT,
                    help="shape the link to this lower rate while the ranks are told --link_gbit: rehearses a link "
                         "that gives less than it should (a port negotiated down, a bad cable), what a nightly "
                         "benchmark.py --reference check must catch; the result records both rates")
-    p.add_argument("--master_port", type=positive_int, default=29500,
+    p.add_argument("--master_port", type=PORT, default=29500,
                    help="rendezvous port on node 1 (its namespace is fresh: any port is free; default 29500)")
     return p
 

@@ -15,7 +15,7 @@ import sys
 import time
 
 from scalelab import config
-from scalelab.cli import OneLineParser, positive_float, positive_int, run_main
+from scalelab.cli import OneLineParser, bounded, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import slurm_env
 
@@ -121,20 +121,22 @@ def build_parser():
     p.add_argument("--cluster", choices=("slurm", "local"), default="slurm")
     p.add_argument("--shapes", nargs="+", default=None,
                    help="NODESxGPUS_PER_NODE (default: 1x1 1x4 2x4 on slurm, 1x1 1x2 on local)")
-    p.add_argument("--repeats", type=positive_int, default=1, help="runs per shape (a job array each)")
+    p.add_argument("--repeats", type=bounded(int, 1, 100, "runs a shape"),
+                   default=1, help="runs per shape (a job array each)")
     p.add_argument("--profile", default=os.environ.get("SCALELAB_PROFILE") or "auto",
                    help="site.sh profile: auto (follow the hardware), cpu (rehearsal) or a100 (edit slurm_jobs/site.sh "
                         "for your site)")
     p.add_argument("--site", metavar="FILE", help=f"the site file (default: {SITE} in the working directory)")
     p.add_argument("--partition"), p.add_argument("--account"), p.add_argument("--constraint")
-    p.add_argument("--time_min", type=positive_int, default=30, help="job time limit in minutes")
-    p.add_argument("--cpus_per_task", type=positive_int, default=4)
+    p.add_argument("--time_min", type=bounded(int, 1, 7 * 24 * 60, "minutes, a week at most"),
+                   default=30, help="job time limit in minutes")
+    p.add_argument("--cpus_per_task", type=bounded(int, 1, 1024, "cores a task"), default=4)
     p.add_argument("--gres_type", default=None,
                    help="GPU type in --gres=gpu:TYPE:N (default: the profile's SCALELAB_GPU_TYPE; none: gpu:N, "
                         "any type)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
-    p.add_argument("--poll_s", type=positive_float, default=2.0)
+    p.add_argument("--poll_s", type=bounded(float, 0.1, 600, "seconds between looks at the queue"), default=2.0)
     p.add_argument("train_args", nargs="*", help="after --: the workload flags passed to train.py unchanged (default: "
                                                  "--config gpt-small, or --config mlp where the profile runs on CPU)")
     return p

@@ -11,7 +11,7 @@ import pandas as pd
 
 from scalelab import results
 from scalelab.bench import nccl_tests
-from scalelab.cli import OneLineParser, number_type, positive_float, positive_int, run_piped
+from scalelab.cli import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
@@ -82,7 +82,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--forecast", action="store_true",
                    help="also forecast the scales not run (1 to 64 nodes at the measured devices per node), calibrated "
                         "on this folder's runs and all-reduce benchmarks, each with a band (chapter 13)")
-    p.add_argument("--forecast_nodes", type=positive_int, nargs="+", metavar="N",
+    p.add_argument("--forecast_nodes", type=FORECAST_NODES, nargs="+", metavar="N",
                    help="with --forecast: these node counts instead of 1 2 4 8 16 32 64")
     p.add_argument("--link_gbit", type=positive_float, metavar="GBIT",
                    help="with --forecast: between nodes at this rate (Gbit/s per node), scaled from an emulated "

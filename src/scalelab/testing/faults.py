@@ -1,6 +1,6 @@
 """Fault injection for the tests: break a real run on purpose, on one rank, at one step.
 
-Inert unless SCALELAB_FAULT is set, and never recorded in a result (results.ENV_NOT_RECORDED). The loop never
+Inert unless SCALELAB_FAULT is set, and never recorded in a result (redaction.ENV_NOT_RECORDED). The loop never
 sees it: a fault rides on the loader (it fires as the step's first batch is fetched) or on the run's teardown.
 
     SCALELAB_FAULT="raise@step=5,rank=1"   rank 1 raises RuntimeError("injected fault ...") in step 5

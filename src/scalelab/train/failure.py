@@ -21,7 +21,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING
 
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.cli import fast_exit
 from scalelab.errors import error_line
 from scalelab.train import peers
@@ -86,7 +86,7 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
-        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), results.redact(trace or "".join(
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), redaction.redact(trace or "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__))))
     except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
         return f" (and no result could be written: {error_line(err)})"

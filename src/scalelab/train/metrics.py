@@ -9,7 +9,7 @@ ranks).
 import statistics
 from bisect import bisect_left
 
-from scalelab import results
+from scalelab import redaction
 
 
 class StepMetrics:
@@ -31,7 +31,7 @@ class StepMetrics:
 
     def log_hyperparams(self, hparams: dict):
         for logger in self.loggers:
-            logger.log_hyperparams(results.scrub(hparams))  # the project's secret filter, as for a result
+            logger.log_hyperparams(redaction.scrub(hparams))  # the project's secret filter, as for a result
 
     def flush(self):
         """Log the optimizer steps the clock has read since the last call."""

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from scalelab import fingerprint, perfmodel, results
+from scalelab import fingerprint, perfmodel, redaction, results
 from scalelab.config import RunConfig
 from scalelab.launch import cores, slurm_env
 from scalelab.launch.cluster import Launch
@@ -79,7 +79,7 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         fingerprint=fingerprint.of_run(per_rank),  # what the step ran, observed in it (train/observe.py)
         versions=results.versions(),
         slurm=slurm_env.job_record(),
-        environment=results.capture_environment(),
+        environment=redaction.capture_environment(),
         ranks=per_rank,
     )
     return payload

@@ -5,7 +5,7 @@ the base model is frozen and only low-rank adapters train, so DDP all-reduces a 
 """
 
 from scalelab import perfmodel
-from scalelab.cli import nonneg_int, positive_int
+from scalelab.cli import bounded
 from scalelab.errors import UsageError
 from scalelab.workloads.presets import PRESETS, TransformerShape
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
@@ -90,9 +90,12 @@ SPEC = WorkloadSpec(
     defaults={"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
     options=(
         Option("preset", "tiny", {"choices": sorted(PRESETS), "help": "GPT size (tiny runs on a laptop CPU)"}),
-        Option("seq_len", None, {"type": positive_int, "help": "GPT context length (default: preset's)"}),
-        Option("vocab_size", None, {"type": positive_int, "help": "GPT vocabulary (default: preset's)"}),
-        Option("lora_rank", 0, {"type": nonneg_int, "help": "train only rank-R adapters (base frozen): a tiny "
+        Option("seq_len", None, {"type": bounded(int, 1, 2**20, "tokens"),
+               "help": "GPT context length (default: preset's)"}),
+        Option("vocab_size", None, {"type": bounded(int, 1, 2**24, "tokens"),
+               "help": "GPT vocabulary (default: preset's)"}),
+        Option("lora_rank", 0, {"type": bounded(int, 0, 2**16, "a rank"),
+               "help": "train only rank-R adapters (base frozen): a tiny "
                                 "gradient, to see how scaling changes; 0 = full training"}),
     ),
     identity=("preset", "seq_len", "vocab_size", "lora_rank"),

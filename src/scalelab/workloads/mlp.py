@@ -1,7 +1,7 @@
 """The tutorial MLP: a small classifier on 2-D spirals (little compute, so communication shows)."""
 
 from scalelab import perfmodel
-from scalelab.cli import nonneg_float, positive_int, unit_fraction
+from scalelab.cli import bounded, nonneg_float, unit_fraction
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 
@@ -36,7 +36,8 @@ SPEC = WorkloadSpec(
     defaults={"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 3, "max_steps": None, "num_samples": 20000},
     options=(
         Option("noise", 0.2, {"type": nonneg_float, "help": "spiral noise (mlp)"}),
-        Option("hidden_dims", [64, 32, 16], {"type": positive_int, "nargs": "+", "help": "hidden layer widths (mlp)"}),
+        Option("hidden_dims", [64, 32, 16], {"type": bounded(int, 1, 2**16, "units a layer"),
+                                             "nargs": "+", "help": "hidden layer widths (mlp)"}),
         Option("dropout", 0.1, {"type": unit_fraction, "help": "dropout probability (mlp)"}),
     ),
     identity=("noise", "hidden_dims", "dropout"),

@@ -1,0 +1,75 @@
+"""What must never reach a result file, a log or an export: secrets, by name and inside values.
+
+An environment is kept by allow-list (ENV_PREFIXES, ENV_NAMES), less any secret-looking name; every value kept, and
+every string a result, a logged hyperparameter or an error.log holds, has the secrets inside it redacted.
+"""
+
+import os
+import re
+
+# Environment kept in a result: an allow-list, and even inside it nothing whose name looks secret.
+ENV_PREFIXES = ("NCCL_", "SLURM_", "CUDA_", "OMP_", "TORCH_", "TORCHELASTIC_", "PYTORCH_", "MKL_",
+                "GLOO_", "UCX_", "FI_", "SUBMITIT_", "MASTER_", "SCALELAB_", "SRUN_",
+                "ROCR_", "HIP_", "HSA_", "RCCL_")  # AMD: SLURM sets ROCR_VISIBLE_DEVICES; RCCL reads NCCL_* too
+ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"}
+# the test hooks of scalelab/testing/faults.py: never part of a result
+ENV_NOT_RECORDED = {"SCALELAB_FAULT", "SCALELAB_FAULT_WEDGED"}
+# A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
+_SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
+                 "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat",
+                 "authorization")
+REDACTED = "<redacted>"
+# A secret inside a value: a URL's user:password@ (git, S3, proxies, MLflow/W&B hosts), `Bearer <token>`, and
+# NAME=value / NAME: value / --NAME value where NAME looks secret (a job comment, a logged command line).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_VALUE = r"""(?P<value>"[^"]*"|'[^']*'|[^\s&;,'"]+)"""
+_NAMED_VALUES = (re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s*(?:=|:(?!//))\s*)" + _VALUE),
+                 re.compile(r"(?<![\w-])(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s+)" + _VALUE))  # --token abc
+
+
+def looks_secret(name: str) -> bool:
+    """HF_TOKEN, WANDB_API_KEY, awsSecretAccessKey: yes. tokens_per_s, SLURM_JOB_ID: no."""
+    parts = re.split(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])", str(name))
+    for part in (p.lower() for p in parts if p):
+        if part in _SECRET_PARTS or part.endswith(("key", "token", "secret", "password")):
+            return True
+    return False
+
+
+def redact(text: str) -> str:
+    """A value with the secrets inside it replaced: `https://u:pw@host` -> `https://<redacted>@host`,
+    `token=abc` / `--api-key abc` / `PASSWORD: abc` -> `token=<redacted>`, `Bearer abc` -> `Bearer <redacted>`.
+    `tokens_per_s: 5` stays: a name is secret by its parts (looks_secret), not by containing a word."""
+    if not isinstance(text, str):
+        return text
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+    def named(m):
+        if not looks_secret(m.group("name")) or m.group("value") in (REDACTED, "Bearer", "Basic"):
+            return m.group(0)
+        return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+    for pattern in _NAMED_VALUES:
+        text = pattern.sub(named, text)
+    return text
+
+
+def capture_environment(environ=None) -> dict:
+    """The allowed variables (ENV_PREFIXES, ENV_NAMES), none with a secret-looking name, each value redacted."""
+    environ = os.environ if environ is None else environ
+    return {
+        k: redact(v) for k, v in sorted(environ.items())
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and k not in ENV_NOT_RECORDED and not looks_secret(k)
+    }
+
+
+def scrub(obj):
+    """Drop secret-looking keys at any depth (configs, logged hyperparameters) and redact secrets inside the
+    values kept (`redact`)."""
+    if isinstance(obj, dict):
+        return {k: scrub(v) for k, v in obj.items() if not looks_secret(k)}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    return redact(obj) if isinstance(obj, str) else obj
