@@ -1,4 +1,5 @@
-"""The two ways scalelab stops on purpose; every layer raises them, the entry points print them in one line.
+"""The two ways scalelab stops on purpose (and the one a file it reads is skipped); every layer raises them, the
+entry points print them in one line.
 
 And how any other exception becomes that one line (error_line), for a run's record and its last stderr line.
 """
@@ -12,6 +13,10 @@ class UsageError(Exception):
 
 class RunFailed(Exception):
     """A run that started and did not complete (its partial result is on disk): one line, exit code 1."""
+
+
+class ResultError(Exception):
+    """A file that is not a usable scalelab result; the message says why, in one line (the file is skipped)."""
 
 
 def error_line(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""What must never reach a result file, a log or an export: secrets, by name and inside values.
+"""What must never reach a result file, a log, a terminal or an export: secrets, by name and inside values; control
+characters (`inert`); a spreadsheet formula (`csv_text`).
 
 An environment is kept by allow-list (ENV_PREFIXES, ENV_NAMES), less any secret-looking name; every value kept, and
 every string a result, a logged hyperparameter or an error.log holds, has the secrets inside it redacted.
@@ -73,3 +74,34 @@ def scrub(obj):
     if isinstance(obj, (list, tuple)):
         return [scrub(v) for v in obj]
     return redact(obj) if isinstance(obj, str) else obj
+
+
+# C0 (but tab and newline), DEL and C1: an escape sequence can retitle, clear or rewrite a terminal (ECMA-48)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inert(obj):
+    """obj with every control character in its strings and keys, at any depth, written out as \\xNN: what a file
+    says is shown, never obeyed by the terminal it is printed on."""
+    if isinstance(obj, str):
+        return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", obj)
+    if isinstance(obj, dict):
+        return {inert(k): inert(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [inert(v) for v in obj]
+    return obj
+
+
+def csv_text(frame) -> str:
+    """A frame as CSV a spreadsheet opens as data: a text cell that starts with = + - @ (a formula, OWASP's CSV
+    injection) gets a leading ' (shown as text); numbers stay numbers."""
+    def cell(value):
+        return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+    import pandas as pd  # a training run never imports it
+
+    frame = frame.copy()
+    for column in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = frame[column].map(cell)
+    return frame.to_csv(index=False)

@@ -10,6 +10,7 @@ Bump SCHEMA_VERSION for any change a reader of the old version would misread, an
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import re
@@ -17,9 +18,9 @@ import secrets
 import tempfile
 from typing import List, Optional, TypedDict
 
-from scalelab import __version__, upgrades
-from scalelab.errors import UsageError
-from scalelab.redaction import scrub
+from scalelab import __version__, schema, upgrades
+from scalelab.errors import ResultError, UsageError
+from scalelab.redaction import inert, scrub
 
 SCHEMA = "scalelab.result"
 SCHEMA_VERSION = 3  # 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity (upgrades.py)
@@ -67,10 +68,6 @@ class CommRecord(TypedDict):
     wire_bytes: Optional[List[int]]  # what --comm_hook sent for those buckets; additive, absent before it
     buckets: float
     ddp_busbw_GBps: Optional[float]
-
-
-class ResultError(Exception):
-    """A file that is not a usable scalelab result; the message says why, in one line."""
 
 
 def versions() -> dict:
@@ -142,7 +139,20 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
 
 
 def atomic_write_json(path: str, obj) -> str:
-    return atomic_write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
+    """Strict JSON (RFC 8259), as any reader takes it: a non-finite number (a diverged loss, a zero-time rate) is
+    written as null, "not measured", never as NaN or Infinity."""
+    return atomic_write_text(path, json.dumps(finite(obj), indent=1, default=str, allow_nan=False) + "\n")
+
+
+def finite(obj):
+    """obj with every NaN or infinite float, at any depth, as None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def ensure_output_dir(path: str, flag: str = "--output_dir"):
@@ -177,7 +187,7 @@ def claim_folder(output_dir: str, run_id: str) -> str:
 def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
     folder: the run's own, claimed at its start (its logger writes there too); else claimed now."""
-    payload = scrub(payload)
+    payload = finite(scrub(payload))
     validate(payload)
     folder = folder or claim_folder(output_dir, payload["run_id"])
     payload["run_id"] = os.path.basename(folder)
@@ -224,7 +234,11 @@ def validate(data) -> dict:
     if version > SCHEMA_VERSION:
         raise ResultError(f"schema_version {version} is newer than this scalelab reads ({SCHEMA_VERSION}); "
                           "upgrade scalelab")
-    data = _upgrade(data)
+    try:
+        data = _upgrade(data)
+    except (TypeError, AttributeError, KeyError, ValueError):
+        raise ResultError(f"a schema_version {version} layout this scalelab cannot read (a field of the wrong type)") \
+            from None
     kind = data.get("kind")
     if kind not in KINDS:
         raise ResultError(f"unknown result kind {kind!r}")
@@ -247,6 +261,7 @@ def validate(data) -> dict:
                 raise ResultError(f"timing.{key} is not a number >= 0")
         if not isinstance(data["workload"].get("model"), str):
             raise ResultError("workload.model missing")
+    schema.check(data)  # every field a reader takes: its type, range, finiteness
     return data
 
 
@@ -259,15 +274,29 @@ def _read_json(path: str):
     if not raw.strip():
         raise ResultError("empty file")
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_a_number, parse_float=_finite_float)
+    except ResultError:
+        raise
     except (ValueError, RecursionError) as exc:
         raise ResultError(f"not valid JSON ({str(exc).splitlines()[0][:80]})") from None
+
+
+def _not_a_number(word: str):
+    """NaN, Infinity, -Infinity: Python's json reads them, strict JSON has no such numbers, nor does a timing."""
+    raise ResultError(f"not strict JSON: {word} is not a number (scalelab writes null for a value not measured)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 reads as inf
+        raise ResultError(f"not strict JSON: {text[:20]} is beyond a float's range")
+    return value
 
 
 def load(path: str) -> dict:
     """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
     the report prints and exports comes from here."""
-    return validate(scrub(_read_json(path)))
+    return validate(inert(scrub(_read_json(path))))
 
 
 def attempt_key(result: dict):
@@ -313,7 +342,7 @@ def scan(root: str):
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    data = scrub(_read_json(path))
+    data = inert(scrub(_read_json(path)))
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

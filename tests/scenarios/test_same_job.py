@@ -44,4 +44,7 @@ def test_the_report_compares_them_and_finds_no_impossible_number(bf16_runs):
     summary = json.loads((out / "export" / "summary.json").read_text())
     two = next(c for c in summary["configurations"] if c["world_size"] == 2)
     assert two["job_differs"] == "" and two["findings"] == [] and 0 < two["efficiency"] <= 1.05
-    assert "≠ job" not in proc.stdout and "  ! " not in proc.stdout
+    # a rank that lost its core to other work (a busy CI machine) is said, and is no impossible number
+    marked = [line for line in proc.stdout.splitlines() if line.startswith("  ! ")
+              and not line.endswith("its times are slower than this hardware's")]
+    assert "≠ job" not in proc.stdout and not marked, marked

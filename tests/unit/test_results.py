@@ -227,7 +227,7 @@ def _version_2(run_id):
                        "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002, "step_s": 0.01}},
             "metrics": {"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
             "ranks": [{"rank": 0, "step_times_s": [0.01], "grads_ready_s": [0.008], "allreduce_s": [0.003],
-                       "allreduce_alone_s": [0.002]}, "not a rank"]}
+                       "allreduce_alone_s": [0.002]}]}
 
 
 def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
@@ -245,7 +245,7 @@ def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
                              "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002}}
     assert new["metrics"] == {"train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9}
     assert new["ranks"] == [{"rank": 0, "step_times_s": [0.01], "grads_ready_times_s": [0.008],
-                             "allreduce_times_s": [0.003], "allreduce_alone_times_s": [0.002]}, "not a rank"]
+                             "allreduce_times_s": [0.003], "allreduce_alone_times_s": [0.002]}]
     assert results.validate(dict(old, workload=dict(old["workload"], model="mlp", describe="transformer x")))[
         "workload"]["describe"] == "transformer x"  # only the GPT's own name is renamed
 
@@ -406,12 +406,12 @@ def test_a_version_1_file_gets_the_current_names_in_comm_and_in_each_rank():
     old["schema_version"] = 1
     old["timing"]["comm"] = {"exposed_comm_s": 1, "comm_busy_s": 2, "comm_alone_s": 3, "hidden_comm_s": 4,
                              "overlap": 5, "train_busbw_GBps": 6, "compute_s": 7}
-    old["ranks"] = [{"comm_busy_s": 1, "comm_alone_s": 2, "rank": 0}, "not a rank"]
+    old["ranks"] = [{"comm_busy_s": [1], "comm_alone_s": [2], "rank": 0}]
     new = results.validate(old)
     assert new["schema_version"] == 3 and new["timing"]["comm"] == {
         "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 5,
         "ddp_busbw_GBps": 6, "compute_s": 7}
-    assert new["ranks"] == [{"allreduce_times_s": 1, "allreduce_alone_times_s": 2, "rank": 0}, "not a rank"]
+    assert new["ranks"] == [{"allreduce_times_s": [1], "allreduce_alone_times_s": [2], "rank": 0}]
     assert old["schema_version"] == 1 and "exposed_comm_s" in old["timing"]["comm"]  # the caller's dict untouched
     assert results.validate(dict(make_result("v3"), ranks=[{"comm_busy_s": 1}]))["ranks"] == [{"comm_busy_s": 1}]
 

@@ -14,7 +14,7 @@ import os
 import re
 import statistics
 
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.bench.nccl_format import TYPE_NAMES
 from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
 
@@ -97,7 +97,7 @@ def load(path: str, name: str = None) -> list:
         created = _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).isoformat(timespec="seconds")
     except OSError as exc:
         raise NcclTestsError(f"unreadable ({exc.strerror})") from None
-    found = parse(text, name or os.path.basename(path), created)
+    found = [redaction.inert(r) for r in parse(text, name or os.path.basename(path), created)]  # shown, not obeyed
     for r in found:
         r["_path"] = path
     return found

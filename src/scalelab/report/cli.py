@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.cli import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
 from scalelab.errors import UsageError
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
                                             fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))
     written = []
     if args.save_csv:
-        written.append(results.atomic_write_text(args.save_csv, scaling.to_csv(index=False)))
+        written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))
     if args.export:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
                                     args.output_dir)
@@ -234,8 +234,8 @@ def _ranks(args) -> int:
 
 
 def _warn(skipped):
-    for path, reason in skipped:
-        print(f"benchmark.py: warning: skipped {path}: {reason}", file=sys.stderr)
+    for path, reason in skipped:  # a file's name is data too: shown, never obeyed (redaction.inert)
+        print(f"benchmark.py: warning: skipped {redaction.inert(path)}: {redaction.inert(reason)}", file=sys.stderr)
 
 
 def cli():

@@ -12,7 +12,7 @@ import os
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.errors import UsageError
 from scalelab.report.cells import fmt_num, fmt_pct
 
@@ -97,7 +97,7 @@ def main(args, build) -> int:
                       "efficiency_a", "efficiency_b", "baseline_world_size_a", "baseline_world_size_b", "step_s_a",
                       "step_s_b", "comm_share_a", "comm_share_b",
                       "workload_key"]]
-        paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), table.to_csv(index=False)),
+        paths = [results.atomic_write_text(os.path.join(args.export, "compare.csv"), redaction.csv_text(table)),
                  results.atomic_write_text(os.path.join(args.export, "compare.md"),
                                            render(label_a, label_b, both, fmt="github"))]
         print("\n".join(f"written: {p}" for p in paths))

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab import __version__, results
+from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
 from scalelab.report import explain, plausible
 
@@ -75,14 +75,14 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
               report_markdown: str, output_dir: str) -> list:
     """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json."""
     os.makedirs(folder, exist_ok=True)
-    files = {"runs.csv": runs.to_csv(index=False)}
+    files = {"runs.csv": redaction.csv_text(runs)}
     if not scaling.empty:
         for name, columns in (("scaling.csv", SCALING_COLUMNS), ("step_breakdown.csv", STEP_COLUMNS)):
-            files[name] = scaling[columns].to_csv(index=False)
+            files[name] = redaction.csv_text(scaling[columns])
     markdown = report_markdown
     if not bench.empty:
         table = bench_rows(bench)
-        files["allreduce.csv"] = table.to_csv(index=False)
+        files["allreduce.csv"] = redaction.csv_text(table)
         markdown += "\n\nAll-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n)\n\n" + tabulate(
             table[["run_id", "world_size", "num_nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
                    "single_op_s", "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")

@@ -1,0 +1,159 @@
+"""The type of every field scalelab reads from a result: one table, checked by results.validate on every file the
+report, the forecast, `--reference`, `--ranks` and `--compare` read (and on every result scalelab writes).
+
+A result file is data from anywhere (another site, an older scalelab, a hand edit): a field of the wrong type, out
+of range or not finite fails the file with one line naming the field, and the report goes on with the others. A
+field no reader takes is not checked; a field that is missing is read as "not recorded" (null), as before.
+"""
+
+import math
+
+from scalelab.errors import ResultError
+
+_MAX_RANKS = 10**6  # the bound of a world size or an index; a bigger one is a corrupt or hostile file
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _fail(path: str, expected: str, value):
+    raise ResultError(f"field {path}: expected {expected}, got {_short(value)}")
+
+
+def num(lo=0, hi=1e30, integer=False, null=True):
+    """A finite number (never a bool) in [lo, hi]; an integer where `integer`."""
+    what = ("an integer" if integer else "a number") + (f" from {lo:g} to {hi:g}" if lo is not None else "")
+
+    def check(value, path):
+        if value is None and null:
+            return
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            (isinstance(value, int) or (math.isfinite(value) and not integer)) and \
+            (lo is None or lo <= value) and abs(value) <= hi  # an int of 400 digits compares, never converts
+        if not ok:
+            _fail(path, what + (" or null" if null else ""), value)
+    return check
+
+
+def text(null=True, choices=None, limit=10_000):
+    def check(value, path):
+        if value is None and null:
+            return
+        if not isinstance(value, str) or len(value) > limit or (choices and value not in choices):
+            _fail(path, f"one of {', '.join(choices)}" if choices else "a string", value)
+    return check
+
+
+def flag(null=True):
+    def check(value, path):
+        if not (isinstance(value, bool) or (value is None and null)):
+            _fail(path, "true or false", value)
+    return check
+
+
+def either(*checks, what: str):
+    def check(value, path):
+        for one in checks:
+            try:
+                one(value, path)
+                return
+            except ResultError:
+                continue
+        _fail(path, what, value)
+    return check
+
+
+def seq(item, null=True, limit=10**7):
+    """A list (or null where `null`) whose items are each `item`, never null: readers sum, join and sort them."""
+    def check(value, path):
+        if value is None and null:
+            return
+        if not isinstance(value, list) or len(value) > limit:
+            _fail(path, "a list", value)
+        for i, v in enumerate(value):
+            if v is None:
+                _fail(f"{path}[{i}]", "a value, not null", v)
+            item(v, f"{path}[{i}]")
+    return check
+
+
+def obj(fields: dict, rest=None, null=True):
+    """A JSON object whose known fields have these types; others checked with `rest` (None: not read, not
+    checked)."""
+    def check(value, path):
+        if value is None and null:
+            return
+        if not isinstance(value, dict):
+            _fail(path, "an object", value)
+        for key, v in value.items():
+            one = fields.get(key, rest)
+            if one is not None:
+                one(v, f"{path}.{key}" if path else key)
+    return check
+
+
+COUNT = num(0, integer=True)
+POSITIVE = num(1, _MAX_RANKS, integer=True)
+SECONDS = num(0)
+ANY_NUMBER = num(None)
+SCALAR = either(text(), ANY_NUMBER, flag(), what="a string, a number, true/false or null")
+NAMES = seq(text())
+
+LAUNCH = obj({
+    "world_size": num(1, _MAX_RANKS, integer=True, null=False), "num_nodes": num(1, _MAX_RANKS, integer=True,
+                                                                                  null=False),
+    "devices": POSITIVE, "threads": POSITIVE, "launcher": text(), "accelerator": text(), "backend": text(),
+    "device_names": NAMES, "hostnames": NAMES, "oversubscribed": either(text(), flag(), what="a string or false"),
+    "link": obj({"gbit": num(0), "shaped_gbit": num(0), "emulated": flag(), "latency_ms": num(0),
+                 "latency_requested_ms": num(0)}),
+}, null=False)
+WORKLOAD = obj({
+    "model": text(null=False), "describe": text(), "scaling": text(choices=("weak", "strong")), "precision": text(),
+    "params": COUNT, "trainable_params": COUNT, "tokens_per_sample": COUNT, "batch_per_device": POSITIVE,
+    "global_batch": num(1, integer=True), "accumulate_grad_batches": POSITIVE, "comm_hook": text(),
+    "bucket_cap_mb": num(0), "static_graph": flag(), "compile": flag(), "warmup_steps": COUNT, "max_steps": COUNT,
+}, rest=either(SCALAR, seq(SCALAR), what="a value or a list of values"), null=False)  # group_key compares them all
+BYTES = num(0)
+COMM = obj({"bucket_bytes": seq(BYTES), "wire_bytes": seq(BYTES), "probe_steps": COUNT, "grad_bytes": BYTES},
+           rest=ANY_NUMBER)
+TIMING = obj({
+    "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0)),
+    "warmup_steps": COUNT, "steps": COUNT, "timed_steps": COUNT, "samples_per_step": COUNT, "peak_note": text(),
+    "samples_per_s": num(0), "tokens_per_s": num(0), "train_time_s": num(0), "mfu": num(0), "peak_tflops": num(0),
+}, rest=ANY_NUMBER, null=False)
+RANK = obj({
+    "rank": num(0, _MAX_RANKS, integer=True), "local_rank": COUNT, "node_rank": COUNT, "host": text(),
+    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT,
+    "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
+    "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER),
+    "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
+    "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER)), "fingerprint": obj({}),
+}, rest=either(SCALAR, seq(SCALAR), what="a value or a list of values"), null=False)
+
+
+SLURM = obj({"job_id": either(text(), COUNT, what="a job id"), "restart_count": COUNT, "exclusive": flag(),
+             "array_job_id": either(text(), COUNT, what="a job id"), "array_task_id": either(text(), COUNT,
+                                                                                               what="an index"),
+             "step_id": either(text(), COUNT, what="a step id")})
+WIRE = obj({}, rest=obj({"dtype": text(), "bytes": COUNT, "calls": COUNT}))
+FINGERPRINT = obj({"step": COUNT, "matmul_dtypes": NAMES, "attention": NAMES, "param_dtypes": NAMES,
+                   "grad_dtypes": NAMES, "optimizer": text(), "compiled_graphs": COUNT, "wire": WIRE,
+                   "same_on_ranks": flag()})
+COMMON = {"run_id": text(null=False, limit=255), "created": text(limit=64), "run_name": text(), "error": text(),
+          "slurm": SLURM, "launch": LAUNCH}
+
+TRAINING = obj({**COMMON, "workload": WORKLOAD, "timing": TIMING, "ranks": seq(RANK), "fingerprint": FINGERPRINT,
+                "metrics": obj({}, rest=ANY_NUMBER), "memory": obj({}, rest=num(0))}, null=False)
+ROW = obj({"bytes": num(1, 2**50, null=False), "count": num(0), "dtype": text(),
+           "time_s": num(0, null=False), "algbw_GBps": SECONDS, "busbw_GBps": num(0, null=False),
+           "single_op_s": SECONDS, "wrong": COUNT}, null=False)
+ALLREDUCE = obj({**COMMON, "rows": seq(ROW, null=False), "summary": obj({}, rest=num(0)),
+                 "source": obj({}, rest=SCALAR), "config": obj({"dtype": text()})}, null=False)
+BY_KIND = {"training": TRAINING, "allreduce": ALLREDUCE}
+
+
+def check(data: dict) -> None:
+    """Raise ResultError naming the first field of a result (kind already known) that no reader could take."""
+    BY_KIND[data["kind"]](data, "")

@@ -1,0 +1,167 @@
+"""A result file is data: whatever a folder holds, the report shows the good runs and skips the others in one line,
+never raises, never obeys what a file says (issue 37's causes 5, 6 and 7).
+
+The fuzz takes real results (tests/data/demo-results: `make demo`'s GPT at 1 and 2 devices and an all-reduce run)
+and puts an arbitrary JSON value at an arbitrary place in one of them, then runs the whole report on the folder:
+the tables, --forecast, --ranks, --export and --reference.
+"""
+
+import contextlib
+import copy
+import io
+import json
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scalelab import results
+from scalelab.report import cli
+
+DEMO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo-results")
+REAL = {name: json.load(open(os.path.join(DEMO, name, "result.json"))) for name in sorted(os.listdir(DEMO))}
+
+
+def _paths(obj, path=()):
+    """Every place in a result a value can go: each key and list item (the first two of a list), nested."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield path + (k,)
+            yield from _paths(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:2]):
+            yield path + (i,)
+            yield from _paths(v, path + (i,))
+
+
+PLACES = [(name, p) for name, data in REAL.items() for p in _paths(data) if p[0] not in ("environment", "versions")]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30) | st.floats(allow_nan=False,
+                                                                                           allow_infinity=False)
+    | st.text(max_size=12), lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=8), children, max_size=3), max_leaves=8)
+
+
+def _report(folder, *args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["--output_dir", str(folder), *map(str, args)])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _folder(root, changed: dict):
+    shutil.rmtree(root, ignore_errors=True)
+    for name, data in REAL.items():
+        os.makedirs(os.path.join(root, name))
+        text = changed[name] if name in changed else json.dumps(data)
+        with open(os.path.join(root, name, "result.json"), "w") as fh:
+            fh.write(text)
+    return root
+
+
+def _put(data, path, value):
+    data = copy.deepcopy(data)
+    where = data
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    return data
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(place=st.sampled_from(PLACES), value=json_values)
+def test_any_value_anywhere_in_a_result_is_a_report_row_or_a_one_line_skip(tmp_path, place, value):
+    name, path = place
+    folder = _folder(str(tmp_path / "out"), {name: json.dumps(_put(REAL[name], path, value))})
+    for args in ([], ["--forecast"], ["--ranks"], ["--export", tmp_path / "export"]):
+        code, out, err = _report(folder, *args)
+        assert code == 0, (args, err)
+        skips = [line for line in err.splitlines() if "skipped" in line]
+        assert len(skips) <= 1 and all(name in line for line in skips), err
+        if not skips and not args:  # every training run is a row (the two GPT runs: two rows of the run table)
+            assert out.count("gpt") >= 2
+    for root, _, files in os.walk(tmp_path):  # nothing written outside the folders the report was given
+        assert root.startswith((str(tmp_path / "out"), str(tmp_path / "export"))) or not files
+
+
+def test_a_wrongly_typed_field_skips_its_file_naming_the_field_and_reports_the_rest(tmp_path):
+    """Before: a number where a string belongs took the whole report down with a traceback."""
+    gpt1 = next(n for n in REAL if "gpt-1x" in n)
+    bad = {gpt1: json.dumps(_put(_put(REAL[gpt1], ("launch", "device_names"), 7), ("timing", "step_s"), "slow"))}
+    code, out, err = _report(_folder(str(tmp_path / "out"), bad))
+    assert code == 0 and "gpt-2x" in out and gpt1 not in out
+    assert err.strip() == (f"benchmark.py: warning: skipped {tmp_path}/out/{gpt1}/result.json: field "
+                           "launch.device_names: expected a list, got 7")
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('"samples_per_s": NaN', "not strict JSON: NaN is not a number"),
+    ('"samples_per_s": Infinity', "not strict JSON: Infinity is not a number"),
+    ('"samples_per_s": 1e400', "not strict JSON: 1e400 is beyond a float's range"),
+])
+def test_a_non_finite_number_skips_its_file(tmp_path, text, reason):
+    """Before: NaN and Infinity timings validated and the report printed `inf %`."""
+    gpt2 = next(n for n in REAL if "gpt-2x" in n)
+    raw = json.dumps(REAL[gpt2]).replace(f'"samples_per_s": {REAL[gpt2]["timing"]["samples_per_s"]!r}', text)
+    assert text in raw
+    code, out, err = _report(_folder(str(tmp_path / "out"), {gpt2: raw}))
+    assert code == 0 and reason in err and "inf" not in out.replace("info", "")
+
+
+def test_an_infinite_throughput_fails_the_nightly_reference_check(tmp_path):
+    """Before: an Infinity throughput PASSED `--reference` with exit 0."""
+    folder = _folder(str(tmp_path / "out"), {})
+    assert _report(folder, "--write_reference", tmp_path / "ref.yaml")[0] == 0
+    assert _report(folder, "--reference", tmp_path / "ref.yaml")[0] == 0
+    gpt2 = next(n for n in REAL if "gpt-2x" in n)
+    raw = json.dumps(REAL[gpt2]).replace(f'"samples_per_s": {REAL[gpt2]["timing"]["samples_per_s"]!r}',
+                                         '"samples_per_s": Infinity')
+    code, out, _ = _report(_folder(str(tmp_path / "out"), {gpt2: raw}), "--reference", tmp_path / "ref.yaml")
+    assert code == 1 and "FAIL" in out
+
+
+def test_a_world_size_of_ten_to_the_400_skips_its_file(tmp_path):
+    gpt2 = next(n for n in REAL if "gpt-2x" in n)
+    raw = json.dumps(REAL[gpt2]).replace('"world_size": 2', '"world_size": 1' + "0" * 400, 1)
+    for args in ([], ["--forecast"], ["--export", tmp_path / "e"], ["--ranks"]):
+        code, _, err = _report(_folder(str(tmp_path / "out"), {gpt2: raw}), *args)
+        assert code == 0 and "field launch.world_size: expected an integer from 1 to 1e+06" in err
+
+
+def test_scalelab_writes_strict_json_a_diverged_loss_is_null(tmp_path):
+    data = copy.deepcopy(REAL[next(n for n in REAL if "gpt-1x" in n)])
+    data["metrics"]["train_loss"] = float("nan")
+    data["timing"]["mfu"] = float("inf")
+    path = results.write(str(tmp_path), data)
+    text = open(path).read()
+    assert "NaN" not in text and "Infinity" not in text
+    loaded = results.load(path)
+    assert loaded["metrics"]["train_loss"] is None and loaded["timing"]["mfu"] is None
+
+
+def test_what_a_file_says_is_shown_never_obeyed_and_never_a_formula(tmp_path):
+    """Before: an escape sequence in a run name reached the terminal raw (it can retitle or clear the screen), and a
+    `=HYPERLINK(...)` field was exported into CSV as a live formula."""
+    gpt1 = next(n for n in REAL if "gpt-1x" in n)
+    data = _put(REAL[gpt1], ("workload", "describe"), "=HYPERLINK(\"http://x\",\"ok\")")
+    data = _put(data, ("run_id", ), "\x1b]0;owned\x07\x1b[2Jrun")
+    folder = _folder(str(tmp_path / "out"), {gpt1: json.dumps(data)})
+    code, out, err = _report(folder, "--export", tmp_path / "export")
+    assert code == 0 and "\x1b" not in out + err and "\\x1b]0;owned\\x07" in out
+    for name in os.listdir(tmp_path / "export"):
+        if name.endswith(".csv"):
+            text = (tmp_path / "export" / name).read_text()
+            assert ",=HYPERLINK" not in text and "\n=HYPERLINK" not in text, name
+    assert "'=HYPERLINK" in (tmp_path / "export" / "runs.csv").read_text()
+    code, out, err = _report(folder, "--ranks")
+    assert code == 0 and "\x1b" not in out + err
+
+
+def test_a_file_name_with_an_escape_sequence_is_shown_escaped(tmp_path):
+    folder = tmp_path / "out" / "\x1b[2Jrun"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text("{")
+    code, _, err = _report(tmp_path / "out")
+    assert "\x1b" not in err and "\\x1b[2Jrun" in err
