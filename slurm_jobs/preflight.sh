@@ -43,7 +43,8 @@ if ! SCALELAB_LOAD_MODULES=0 source slurm_jobs/site.sh; then  # site.sh said why
 fi
 set -u
 sets=""
-for v in ${SCALELAB_SITE_SET:-}; do sets+=" $v=${!v:-}"; done
+read -r -a names <<< "${SCALELAB_SITE_SET:-}"  # words, never expanded; a word that is no name is not looked up
+for v in "${names[@]}"; do [[ $v =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] && sets+=" $v=${!v:-}"; done
 # The GPUs the job scripts ask for per node: --gres=gpu:N in their headers, any type; the profile's SCALELAB_GPU_TYPE
 # names one (sweep.sh and submit.py then ask gpu:TYPE:N).
 GRES_TYPE="" GRES_MAX=0

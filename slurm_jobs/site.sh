@@ -15,11 +15,16 @@
 # partition of `cpu` left behind under `a100`); a variable you exported yourself is left alone, and so is one you
 # changed since (NCCL_DEBUG=INFO sbatch ... in a shell where the profile had set WARN): only a value still equal
 # to what the profile set (kept in _SCALELAB_SET_<NAME>) is undone.
-for _v in ${SCALELAB_SITE_SET:-}; do
+# The list is read as words, never expanded (a `*` in it names no files), and a word that is not a variable's name
+# is passed by: `${!x[$(cmd)]}` would run cmd.
+read -r -a _names <<< "${SCALELAB_SITE_SET:-}"
+for _v in "${_names[@]}"; do
+  [[ $_v =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || continue
   _rec="_SCALELAB_SET_$_v"
   [ "${!_v-}" = "${!_rec-}" ] && unset "$_v"
   unset "$_rec"
 done
+unset _names
 export SCALELAB_SITE_SET=""
 site_export() {  # export NAME VALUE, remembered in SCALELAB_SITE_SET (the job banner prints what a profile set)
   export "$1=$2"

@@ -185,3 +185,17 @@ def test_an_amd_gpu_node_is_a_gpu_node_too(tmp_path):
     banner = bash("GPUS_PER_NODE=2 source slurm_jobs/job_common.sh && echo \"${WORKLOAD[*]}\"", PATH=path)
     assert banner.stdout.splitlines()[-3:] == ["GPU 0: AMD Instinct MI300X", "GPU 1: AMD Instinct MI300X",
                                                "--config gpt-small"], banner.stdout + banner.stderr
+
+
+def test_site_sh_never_evaluates_what_a_variable_holds(tmp_path):
+    """Issue 37's eighth cause: SCALELAB_SITE_SET='x[$(cmd)]' ran cmd when site.sh was sourced (bash evaluates an
+    array subscript in ${!name}), and a `*` in it expanded to the file names of the current folder."""
+    marker = tmp_path / "ran"
+    proc = bash("source slurm_jobs/site.sh && echo sourced", SCALELAB_SITE_SET=f"x[$(date>{marker})] NCCL_DEBUG")
+    assert proc.returncode == 0 and "sourced" in proc.stdout and not marker.exists(), proc.stderr
+    # a `*`: in a folder holding a file named MY_SETTING, the old loop undid the user's own MY_SETTING
+    (tmp_path / "MY_SETTING").write_text("")
+    site = ROOT / "slurm_jobs" / "site.sh"
+    proc = bash(f"source {site} && echo \"kept=${{MY_SETTING-unset}}\"", cwd=tmp_path, SCALELAB_SITE_SET="*",
+                MY_SETTING="mine", _SCALELAB_SET_MY_SETTING="mine")
+    assert proc.returncode == 0 and "kept=mine" in proc.stdout, proc.stderr
