@@ -65,28 +65,33 @@ def either(*checks, what: str):
     return check
 
 
-def seq(item, null=True, limit=10**7):
-    """A list (or null where `null`) whose items are each `item`, never null: readers sum, join and sort them."""
+def seq(item, null=True, limit=10**7, holes=False):
+    """A list (or null where `null`) whose items are each `item`; null items only where `holes` (a diverged loss,
+    a share not measured: scalelab writes them as null), as readers sum, join and sort the others."""
     def check(value, path):
         if value is None and null:
             return
         if not isinstance(value, list) or len(value) > limit:
             _fail(path, "a list", value)
         for i, v in enumerate(value):
-            if v is None:
+            if v is None and not holes:
                 _fail(f"{path}[{i}]", "a value, not null", v)
-            item(v, f"{path}[{i}]")
+            if v is not None:
+                item(v, f"{path}[{i}]")
     return check
 
 
-def obj(fields: dict, rest=None, null=True):
+def obj(fields: dict, rest=None, null=True, required=()):
     """A JSON object whose known fields have these types; others checked with `rest` (None: not read, not
-    checked)."""
+    checked); `required`: the fields a reader takes as they are (r["bytes"]), which must be there."""
     def check(value, path):
         if value is None and null:
             return
         if not isinstance(value, dict):
             _fail(path, "an object", value)
+        for key in required:
+            if key not in value:
+                raise ResultError(f"field {path}.{key} missing")
         for key, v in value.items():
             one = fields.get(key, rest)
             if one is not None:
@@ -114,12 +119,12 @@ WORKLOAD = obj({
     "params": COUNT, "trainable_params": COUNT, "tokens_per_sample": COUNT, "batch_per_device": POSITIVE,
     "global_batch": num(1, integer=True), "accumulate_grad_batches": POSITIVE, "comm_hook": text(),
     "bucket_cap_mb": num(0), "static_graph": flag(), "compile": flag(), "warmup_steps": COUNT, "max_steps": COUNT,
-}, rest=either(SCALAR, seq(SCALAR), what="a value or a list of values"), null=False)  # group_key compares them all
+}, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)  # group_key: all
 BYTES = num(0)
 COMM = obj({"bucket_bytes": seq(BYTES), "wire_bytes": seq(BYTES), "probe_steps": COUNT, "grad_bytes": BYTES},
            rest=ANY_NUMBER)
 TIMING = obj({
-    "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0)),
+    "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0), holes=True),
     "warmup_steps": COUNT, "steps": COUNT, "timed_steps": COUNT, "samples_per_step": COUNT, "peak_note": text(),
     "samples_per_s": num(0), "tokens_per_s": num(0), "train_time_s": num(0), "mfu": num(0), "peak_tflops": num(0),
 }, rest=ANY_NUMBER, null=False)
@@ -127,10 +132,10 @@ RANK = obj({
     "rank": num(0, _MAX_RANKS, integer=True), "local_rank": COUNT, "node_rank": COUNT, "host": text(),
     "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT,
     "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
-    "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER),
+    "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
     "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER)), "fingerprint": obj({}),
-}, rest=either(SCALAR, seq(SCALAR), what="a value or a list of values"), null=False)
+}, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 
 SLURM = obj({"job_id": either(text(), COUNT, what="a job id"), "restart_count": COUNT, "exclusive": flag(),
@@ -148,7 +153,7 @@ TRAINING = obj({**COMMON, "workload": WORKLOAD, "timing": TIMING, "ranks": seq(R
                 "metrics": obj({}, rest=ANY_NUMBER), "memory": obj({}, rest=num(0))}, null=False)
 ROW = obj({"bytes": num(1, 2**50, null=False), "count": num(0), "dtype": text(),
            "time_s": num(0, null=False), "algbw_GBps": SECONDS, "busbw_GBps": num(0, null=False),
-           "single_op_s": SECONDS, "wrong": COUNT}, null=False)
+           "single_op_s": SECONDS, "wrong": COUNT}, null=False, required=("bytes", "time_s", "busbw_GBps"))
 ALLREDUCE = obj({**COMMON, "rows": seq(ROW, null=False), "summary": obj({}, rest=num(0)),
                  "source": obj({}, rest=SCALAR), "config": obj({"dtype": text()})}, null=False)
 BY_KIND = {"training": TRAINING, "allreduce": ALLREDUCE}

@@ -134,11 +134,17 @@ def test_scalelab_writes_strict_json_a_diverged_loss_is_null(tmp_path):
     data = copy.deepcopy(REAL[next(n for n in REAL if "gpt-1x" in n)])
     data["metrics"]["train_loss"] = float("nan")
     data["timing"]["mfu"] = float("inf")
+    data["ranks"][0]["losses"][3] = float("nan")  # a batch's loss diverged: its place is kept, as null
+    data["timing"]["had_cpu"] = [None]  # a share not measured (a real 2-rank run wrote this, and was refused)
     path = results.write(str(tmp_path), data)
     text = open(path).read()
     assert "NaN" not in text and "Infinity" not in text
     loaded = results.load(path)
     assert loaded["metrics"]["train_loss"] is None and loaded["timing"]["mfu"] is None
+    assert loaded["ranks"][0]["losses"][3] is None and len(loaded["ranks"][0]["losses"]) == len(data["ranks"][0][
+        "losses"])
+    code, out, err = _report(tmp_path)
+    assert code == 0 and "skipped" not in err, err
 
 
 def test_what_a_file_says_is_shown_never_obeyed_and_never_a_formula(tmp_path):

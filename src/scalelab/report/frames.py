@@ -113,10 +113,11 @@ def contention(shares) -> dict:
 
 
 def loss_curve(ranks: list) -> tuple | None:
-    """The training loss of every batch, averaged over the ranks (each rank logs the loss of its own shard)."""
+    """The training loss of every batch, averaged over the ranks (each rank logs the loss of its own shard); NaN
+    where a rank's loss was not finite (written as null)."""
     curves = [r.get("losses") or [] for r in ranks if isinstance(r, dict)]
     # zip stops at the shortest curve; sum/len, not statistics.fmean: fmean was most of a 10,000-file report
-    return tuple(sum(batch) / len(batch) for batch in zip(*curves)) or None
+    return tuple(float("nan") if None in batch else sum(batch) / len(batch) for batch in zip(*curves)) or None
 
 
 def link_label(link) -> str:
