@@ -131,9 +131,11 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and not exc.filename:  # a full disk names the file it hit
+            raise OSError(exc.errno, exc.strerror, path) from None
         raise
     return path
 

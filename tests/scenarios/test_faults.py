@@ -143,19 +143,52 @@ def test_rank_alive_but_stuck_ends_within_the_timeout_named_and_recorded(tmp_pat
     assert not alive(rank1), "the stopped rank outlived the run"
 
 
-def test_rank_0_killed_takes_its_launched_ranks_with_it(tmp_path):
-    """kill -9 of rank 0 (nothing can be recorded then): the rank it launched dies at once (PR_SET_PDEATHSIG)
-    instead of lingering until its own timeout."""
+def test_rank_0_killed_is_recorded_by_rank_1_which_then_ends(tmp_path):
+    """kill -9 of rank 0 (issue 37: no result.json, no error record, the run vanished from the report): the rank it
+    launched gets SIGTERM at once (PR_SET_PDEATHSIG), finds rank 0 gone, records the run into rank 0's folder, and
+    ends instead of lingering until its own timeout."""
     proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT)
     wait_for_banner(proc)
     rank1 = launched_rank(proc.pid)
     wait_until_joined(rank1)
+    time.sleep(3)  # training under way
     proc.kill()
+    t0 = time.time()
     finish(proc, 10)  # its pipes close only when rank 1, which shares them, is gone too
-    deadline = time.time() + 5
+    deadline = t0 + 10
     while alive(rank1) and time.time() < deadline:
         time.sleep(0.1)
     assert not alive(rank1), "rank 1 outlived the rank 0 that launched it"
+    r, folder = the_record(tmp_path)
+    assert r["status"] == "failed" and re.match(r"rank 0 died without a word \(SIGKILL, .*\); rank 1 recorded the run "
+                                                r"(during step \d+|before the first step)", r["error"]), r["error"]
+    assert [k["rank"] for k in r["ranks"]] == [1] and os.path.exists(os.path.join(folder, "error.log"))
+    assert os.path.exists(os.path.join(folder, "metrics.csv"))  # rank 0's folder: its curve and the record together
+
+
+def test_rank_0_stopped_is_recorded_by_rank_1_and_kept_when_rank_0_resumes(tmp_path):
+    """kill -STOP of rank 0: rank 1's collective times out after --timeout; rank 0 does not answer, so rank 1
+    records the run at once (before: nothing until rank 0 resumed, and then a record blaming "a remote worker
+    crashing"). Resumed, rank 0 keeps rank 1's record and ends too."""
+    proc = start(tmp_path, *MLP_FOREVER, "--devices", 2, "--timeout", TIMEOUT)
+    wait_for_banner(proc)
+    rank1 = launched_rank(proc.pid)
+    wait_until_joined(rank1)
+    time.sleep(3)
+    os.kill(proc.pid, signal.SIGSTOP)
+    t0 = time.time()
+    while alive(rank1) and time.time() < t0 + TIMEOUT + MARGIN:
+        time.sleep(0.2)
+    took = time.time() - t0
+    assert not alive(rank1) and took < TIMEOUT + MARGIN, "rank 1 did not end while rank 0 was stopped"
+    r, _ = the_record(tmp_path)
+    assert r["status"] == "failed" and r["error"].startswith("rank 0 is stopped, e.g. by SIGSTOP"), r["error"]
+    os.kill(proc.pid, signal.SIGCONT)
+    err, _ = finish(proc, TIMEOUT + MARGIN)
+    assert proc.returncode == 1 and "rank 1 recorded the run while rank 0 was lost" in err, err[-2000:]
+    r, _ = the_record(tmp_path)  # one record, still rank 1's
+    assert r["error"].startswith("rank 0 is stopped") and [k["rank"] for k in r["ranks"]] == [1]
+    print(f"\nkill -STOP rank 0: rank 1 recorded it {took:.1f} s later; {r['error'][:120]}")
 
 
 @pytest.mark.parametrize("fault, says", [
@@ -370,3 +403,23 @@ def test_rank_0_blocked_for_good_still_records_the_run_on_sigterm(tmp_path):
     r, folder = the_record(tmp_path)
     assert r["status"] == "failed" and r["timing"]["steps"] == 2
     assert "main thread, blocked:" in open(os.path.join(folder, "error.log")).read()
+
+
+def test_the_benchmarks_launcher_killed_leaves_no_rank_and_a_record(tmp_path):
+    """kill -9 of allreduce_bench.py's launcher (issue 37: its ranks ran on for ~90 s): each rank gets SIGTERM
+    (PR_SET_PDEATHSIG, launch/local.py), rank 0 records the sizes measured so far (status timeout), and both end."""
+    proc = subprocess.Popen([sys.executable, str(SRC / "allreduce_bench.py"), "--devices", "2", "--min_bytes", "1M",
+                             "--max_bytes", "64M", "--iters", "200", "--output_dir", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().startswith("scalelab all-reduce")
+    ranks = [launched_rank(proc.pid, r) for r in (0, 1)]
+    time.sleep(3)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.time() + 15
+    while any(map(alive, ranks)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(map(alive, ranks)), "a rank outlived its launcher"
+    (r,) = load_results(tmp_path)
+    assert r["kind"] == "allreduce" and r["status"] == "timeout" and r["error"].startswith("received SIGTERM")

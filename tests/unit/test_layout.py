@@ -86,3 +86,17 @@ def test_the_repository_names_no_path_outside_itself():
                                                                                  .splitlines(), 1)
             if outside.search(line)]
     assert not hits, f"paths outside the repository: {hits}"
+
+
+def test_every_row_of_the_troubleshooting_chapters_failure_table_is_a_test():
+    """docs/08's "Every death leaves a record": each row names the test that does it to real processes."""
+    text = (ROOT / "docs" / "08-troubleshooting.md").read_text()
+    table = text.split("### Every death leaves a record", 1)[1].split("\n\n", 2)[2].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| failure")]
+    assert len(rows) >= 10
+    for row in rows:
+        names = re.findall(r"`(?:tests/unit/)?(test_\w+\.py)::(test_\w+)`", row)
+        assert len(names) == 1, row
+        file, test = names[0]
+        found = [p for p in (ROOT / "tests").rglob(file) if f"def {test}(" in p.read_text()]
+        assert found, f"docs/08 names {file}::{test}, which does not exist"

@@ -632,3 +632,17 @@ def test_a_secret_in_a_file_written_elsewhere_is_redacted_when_read(tmp_path):
     loaded = results.load(str(path))
     assert loaded["run_name"] == "token=<redacted>"
     assert loaded["environment"]["SLURM_JOB_COMMENT"] == "https://<redacted>@host"
+
+
+def test_a_full_disk_names_the_file_it_hit(tmp_path, monkeypatch):
+    """Issue 37's ninth cause: `No space left on device` alone, without the file, after a run of an hour."""
+    from scalelab.errors import error_line
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results.os, "fsync", disk_full)
+    target = tmp_path / "run" / "result.json"
+    with pytest.raises(OSError) as err:
+        results.atomic_write_json(str(target), {"a": 2})
+    assert error_line(err.value) == f"OSError: [Errno 28] No space left on device: '{target}'"

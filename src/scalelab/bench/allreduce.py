@@ -16,7 +16,9 @@ the same for every collective: bench/collectives.py holds what differs (sizes, b
 """
 
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from datetime import timedelta
@@ -28,6 +30,7 @@ from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes
+from scalelab.train.signals import Terminated
 
 PROG = flags.PROG
 MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE
@@ -262,13 +265,21 @@ class Bench:
         self.device_names = sorted({r["name"] for r in where})
         if self.rank == 0:
             print(self.nccl_tests_header() if self.nccl_tests else self.banner(), flush=True)
+        previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is \
+            threading.main_thread() else None
         try:
             self.measure()
-        except Exception as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory: record, then one line
+        except (Exception, Terminated) as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory, SIGTERM
+            status, line = ("timeout", f"received SIGTERM (the launcher ended, a time limit or scancel) after "
+                            f"{len(self.rows)} size(s)") if isinstance(exc, Terminated) else ("failed", error_line(exc))
+            ended = "failed" if status == "failed" else f"ended with status {status}"
             if self.rank == 0:
-                path = self.write("failed", error_line(exc))
-                raise RunFailed(f"{self.what()} failed: {error_line(exc)} (partial result: {path})") from None
-            raise RunFailed(f"rank {self.rank}: {self.what()} failed: {error_line(exc)}") from None
+                path = self.write(status, line)
+                raise RunFailed(f"{self.what()} {ended}: {line} (partial result: {path})") from None
+            raise RunFailed(f"rank {self.rank}: {self.what()} {ended}: {line}") from None
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         error = self.correctness_error()
         if self.rank == 0 and self.nccl_tests:
             print(nccl_format.footer(self.rows, self.program()), flush=True)
@@ -354,6 +365,12 @@ class Bench:
             environment=redaction.capture_environment(),
         )
         return results.write(self.args.output_dir, payload)
+
+
+def _terminated(signum, frame):
+    """SIGTERM (its launcher died: PR_SET_PDEATHSIG, launch/local.py; scancel; a time limit): the sizes measured so
+    far are recorded, status timeout."""
+    raise Terminated("SIGTERM")
 
 
 def cli():

@@ -12,16 +12,14 @@ fails the other is stopped; the namespaces are torn down in every case. Torch-fr
 """
 
 import argparse
-import ctypes
 import os
-import signal
 import subprocess
 import sys
 
 from scalelab.cli import DEVICES, PORT, OneLineParser, bounded, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import netns
-from scalelab.launch.local import supervise
+from scalelab.launch.local import die_with_parent, supervise
 from scalelab.perfmodel.network import human_rate
 
 PROG = "emulate.py"
@@ -151,14 +149,10 @@ def start_node(link, k: int, args, command, pin) -> subprocess.Popen:
     # each rank pins itself within the node's cores; gloo's C++ warnings stay quiet (errors still print)
     env = {**os.environ, **link.env(k), "PYTHONUNBUFFERED": "1", "TORCH_CPP_LOG_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join(p for p in (SRC_ROOT, os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.Popen([*link.prefix(k), *pin, *torchrun, *command], env=env, preexec_fn=_die_with_parent)
-
-
-def _die_with_parent():
-    """SIGTERM to the node when this process dies without its cleanup (kill -9): its torchrun stops its ranks.
-    (The kernel drops this where entering a user namespace changes the credentials: there the namespaces'
-    holders end instead, and with them the nodes' network.)"""
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    # SIGTERM to the node when this process dies without its cleanup (kill -9): its torchrun stops its ranks. (The
+    # kernel drops this where entering a user namespace changes the credentials: there the namespaces' holders end
+    # instead, and with them the nodes' network.)
+    return subprocess.Popen([*link.prefix(k), *pin, *torchrun, *command], env=env, preexec_fn=die_with_parent)
 
 
 def wait_nodes(procs) -> int:

@@ -9,6 +9,7 @@ failure path supervises those children. So there are two local launchers, each f
 Lightning's for training, this one for tools that use torch.distributed alone (the all-reduce benchmark).
 """
 
+import ctypes
 import os
 import signal
 import socket
@@ -55,10 +56,17 @@ def spawn_local(module: str, argv, world: int, grace_s: float = 5.0) -> int:
     base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
             "LOCAL_WORLD_SIZE": str(world), "NODE_RANK": "0", "SCALELAB_LAUNCHER": "local",
             "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p)}
-    procs = [subprocess.Popen([sys.executable, "-m", module, *argv],
-                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, "-m", module, *argv], env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              preexec_fn=die_with_parent) for r in range(world)]
     return supervise(procs, grace_s, lambda r, how, stopped: f"rank {r} of {world} {how}"
                      + ("; stopped the other ranks" if stopped else ""))
+
+
+def die_with_parent():
+    """In a child, before it runs: SIGTERM to it when the launcher dies without its cleanup (kill -9), so no rank
+    outlives its launcher (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def supervise(procs, grace_s: float, who) -> int:

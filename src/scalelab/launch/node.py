@@ -13,6 +13,7 @@ from scalelab.cli import run_main
 
 
 def main(argv=None) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -25,6 +26,10 @@ def main(argv=None) -> int:
         print(f"emulate.py: node {args.node_rank + 1}: rank {rank} exited with code {failure.exitcode}",
               file=sys.stderr, flush=True)
         return 1
+    except SignalException as exc:  # SIGTERM: emulate.py stopping the nodes, or its death (PR_SET_PDEATHSIG)
+        print(f"emulate.py: node {args.node_rank + 1}: stopped by {exc.sigval.name}; its ranks were stopped (each "
+              "says what it recorded)", file=sys.stderr, flush=True)
+        return 128 + int(exc.sigval)
     return 0
 
 

@@ -10,6 +10,8 @@ sees it: a fault rides on the loader (it fires as the step's first batch is fetc
                                            dead NCCL peer blocks in a device sync (every rank then arms the stall
                                            deadline as under NCCL: train/deadline.py)
     SCALELAB_FAULT="exit@teardown,rank=0"  rank 0 dies with os._exit(3) as its teardown starts (after the record)
+    SCALELAB_FAULT="kill@step=5,rank=0"    rank 0 is killed by SIGKILL in step 5 (kill -9, the OOM killer)
+    SCALELAB_FAULT="stop@step=5,rank=0"    rank 0 stops itself with SIGSTOP in step 5 (SIGCONT resumes it)
 
 SCALELAB_FAULT_WEDGED=PATH: a wedged rank creates the file PATH as it blocks (a test's cue to act on it).
 
@@ -20,6 +22,7 @@ rank does to the others under NCCL.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -27,7 +30,7 @@ from collections.abc import Mapping
 from scalelab.errors import UsageError
 from scalelab.launch import cluster
 
-KINDS = ("raise", "exit", "sleep", "wedge")
+KINDS = ("raise", "exit", "sleep", "wedge", "kill", "stop")
 
 
 class Fault:
@@ -39,6 +42,8 @@ class Fault:
             raise RuntimeError(f"injected fault (SCALELAB_FAULT, rank {rank}, step {self.step})")
         if self.kind == "exit":
             os._exit(3)
+        if self.kind in ("kill", "stop"):
+            os.kill(os.getpid(), signal.SIGKILL if self.kind == "kill" else signal.SIGSTOP)
         if self.kind == "wedge":
             mark = os.environ.get("SCALELAB_FAULT_WEDGED")  # a test's signal that the rank is wedged now
             if mark:

@@ -42,6 +42,10 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
     received = watch.signals.received["SIGTERM"] or watch.signals.received["SIGUSR1"]
     by_signal = isinstance(exc, (Terminated, KeyboardInterrupt))
     watch.begin_failure()
+    lost = watch.rank0_lost() if global_rank == 1 else None
+    if lost:  # nobody else will record the run: rank 1 does, naming what happened to rank 0 (watch.records_for_rank0)
+        where = f"during step {steps_done + 1}" if steps_done else "before the first step"
+        return "failed", f"{lost}; rank 1 recorded the run {where} ({own_line.split('. ')[0]})"
     if watch.rank != 0 and (by_signal or received):
         peers.post_error(watch.rank, peers.MARK_SIGNAL)
     if by_signal:
@@ -72,14 +76,19 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
 
 
 def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException | None,
-                   trace: str | None = None) -> str:
-    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`).
+                   trace: str | None = None, for_rank0: bool = False) -> str:
+    """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`);
+    rank 1 does, `for_rank0`, when rank 0 is lost (watch.rank0_lost), into the folder rank 0 claimed. A rank 0 that
+    comes back (SIGCONT after SIGSTOP) finds that record and keeps it: rank 1 saw what happened, rank 0 did not.
 
     Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
     Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
     """
-    if ctx.rank != 0:
+    if ctx.rank != 0 and not for_rank0:
         return ""
+    kept = os.path.join(ctx.folder, "result.json") if ctx.folder else None
+    if ctx.rank == 0 and kept and os.path.exists(kept):
+        return f" (rank 1 recorded the run while rank 0 was lost: {kept})"
     try:
         own = [ctx.rank_record()]
         summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "train_loss": None}
@@ -108,9 +117,15 @@ def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "trai
     rank = ctx.rank
     clock = ctx.clock
     progress = (clock.steps, clock.batches, clock.buckets.issued) if clock else (0, 0, 0)
-    if rank != 0:
+    lost = watch.rank0_lost() if rank == 1 else None
+    if rank != 0 and not lost:
         peers.post_stall(rank, progress, line)
         print(f"{prog}: error: rank {rank} stopped: {line}", file=sys.stderr, flush=True)
+        fast_exit(1)
+    if lost:  # rank 0 is gone or stopped: nobody else will record the run
+        line = f"{lost}; rank 1 recorded the run ({line})"
+        note = record_failure(ctx, "failed", line, None, trace=f"{line}\n\n{_main_stack() or ''}", for_rank0=True)
+        print(f"{prog}: error: rank 1 stopped: {line}{note}", file=sys.stderr, flush=True)
         fast_exit(1)
     # a posted error or a dead rank first; else, once the others have posted (after SIGTERM, SIGKILL follows:
     # wait less), the rank furthest behind
@@ -119,13 +134,18 @@ def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "trai
         hung = watch.hung_rank(progress, SIGTERM_PEER_WAIT_S if signal else PEER_WAIT_S)
         peer = watch.culprit(None, progress[0], wait_s=0, stalled=False) or hung
     line = f"{peer} (rank 0: {line})" if peer else f"rank 0: {line}"
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    trace = "main thread, blocked:\n" + "".join(traceback.format_stack(frame)) if frame else None
+    trace = _main_stack()
     status = "timeout" if signal and not peer else "failed"
     note = record_failure(ctx, status, line, None, trace=f"{line}\n\n{trace or ''}")
     watch.stop_children()
     print(f"{prog}: error: run ended with status {status}: {line}{note}", file=sys.stderr, flush=True)
     fast_exit(1)
+
+
+def _main_stack() -> str | None:
+    """Where the main thread is blocked, for error.log."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    return "main thread, blocked:\n" + "".join(traceback.format_stack(frame)) if frame else None
 
 
 def _rendezvous_timeout(exc: BaseException) -> tuple[int, int] | None:

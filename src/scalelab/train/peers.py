@@ -14,14 +14,19 @@ Everything here is best effort and never blocks for long: the store may be gone 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import threading
+from datetime import timedelta
 
 import torch.distributed as dist
 
+RUN_KEY = "scalelab/run"  # rank 0's run id and folder, so a survivor can record the run into it
 STORE_PREFIX = "scalelab/error/"
 WHERE_PREFIX = "scalelab/where/"
+NODE_PREFIX = "scalelab/node/"  # the node (0, 1, ...) a rank runs on: a silent rank on another node is behind a link
 PROGRESS_PREFIX = "scalelab/progress/"
 MARK_SIGNAL, MARK_PEER = "~stopped by a signal", "~saw another rank fail"  # posted by ranks that are not the cause
 MARK_STALLED = "~stalled: "  # a rank blocked, and its line: which rank caused it is decided by progress
@@ -33,8 +38,81 @@ def post_where(rank: int) -> None:
     if store is not None:
         try:
             store.set(f"{WHERE_PREFIX}{rank}", f"{socket.gethostname()} {os.getpid()}")
+            store.set(f"{NODE_PREFIX}{rank}", str(node_rank()))
         except Exception:  # noqa: BLE001 - best effort: only sharpens a message
             pass
+
+
+def node_rank() -> int:
+    """This process's node as its launcher numbers them (torchrun: GROUP_RANK; Lightning and srun: NODE_RANK or
+    SLURM_NODEID)."""
+    for name in ("GROUP_RANK", "NODE_RANK", "SLURM_NODEID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def silent_elsewhere(world_size: int) -> list[tuple[int, int]]:
+    """[(rank, node)] of ranks on another node than this one that posted nothing since start-up (no error, no
+    progress): where the collective timed out, what stands between them and us is their node or the link."""
+    store, here, out = _store(), node_rank(), []
+    if store is None:
+        return out
+    said = set(posts(world_size)) | set(progress_posts(world_size))
+    for rank in range(1, world_size):
+        try:
+            node = int(store.get(f"{NODE_PREFIX}{rank}").decode()) if store.check([f"{NODE_PREFIX}{rank}"]) else here
+        except Exception:  # noqa: BLE001 - store unusable: nothing more to say
+            return out
+        if node != here and rank not in said:
+            out.append((rank, node))
+    return out
+
+
+def where(rank: int, wait_s: float = 60.0) -> tuple[str, int] | None:
+    """(host, pid) that `rank` posted at start-up, waiting for the post; None when it cannot be read."""
+    store = _store()
+    try:
+        store.wait([f"{WHERE_PREFIX}{rank}"], timedelta(seconds=wait_s))
+        host, pid = store.get(f"{WHERE_PREFIX}{rank}").decode().rsplit(" ", 1)
+        return host, int(pid)
+    except Exception:  # noqa: BLE001 - no store, or it broke: only a survivor's record is lost
+        return None
+
+
+def share_run(rank: int, run_id: str | None, folder: str | None) -> tuple[str | None, str | None]:
+    """Rank 0's (run id, run folder) on every rank: should rank 0 die or stop, rank 1 records the run into the
+    folder rank 0 claimed, where rank 0 (if it resumes) finds it (failure.record_failure)."""
+    store = _store()
+    try:
+        if rank == 0:
+            store.set(RUN_KEY, json.dumps([run_id, folder]))
+            return run_id, folder
+        store.wait([RUN_KEY], timedelta(seconds=60))
+        return tuple(json.loads(store.get(RUN_KEY).decode()))
+    except Exception:  # noqa: BLE001 - best effort, as every post here
+        return run_id, folder
+
+
+def store_answers(timeout_s: float = 3.0) -> bool:
+    """Whether the group's store answers within timeout_s. Rank 0's process serves it (Lightning's launch, srun):
+    no answer means rank 0 is gone, stopped or behind a cut link. Asked from a daemon thread: a store client
+    waiting on a peer that never answers does not honour its own timeout, and would hold this rank for good."""
+    store, answered = _store(), []
+
+    def ask():
+        try:
+            store.check([f"{WHERE_PREFIX}0"])
+            answered.append(True)
+        except Exception:  # noqa: BLE001 - closed or refused: no answer
+            pass
+
+    if store is None:
+        return False
+    asking = threading.Thread(target=ask, name="scalelab-store-probe", daemon=True)
+    asking.start()
+    asking.join(timeout_s)
+    return bool(answered)
 
 
 def post_error(rank: int, line: str) -> None:

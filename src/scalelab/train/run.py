@@ -113,7 +113,7 @@ def build_workload(fabric, ctx):
 def train(fabric, ctx, device, watch, injected, metrics, stall):
     """Launch, set up, run the loop and validation, gather every rank's figures: (stop, val, per_rank)."""
     from scalelab.testing import faults
-    from scalelab.train import loop, record, requeue
+    from scalelab.train import loop, peers, record, requeue
     from scalelab.train.clock import gather
     from scalelab.train.observe import StepObserver
     from scalelab.workloads import data
@@ -127,6 +127,8 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     fabric.launch()  # rank 0 starts the other local ranks here (they re-run this script); the process group forms
     ctx.rank, ctx.local_rank, ctx.node_rank = fabric.global_rank, fabric.local_rank, fabric.node_rank
     watch.joined(fabric.world_size, fabric.global_rank)
+    if fabric.world_size > 1:  # a survivor records into rank 0's folder should rank 0 be lost (failure.py)
+        ctx.run_id, ctx.folder = peers.share_run(ctx.rank, ctx.run_id, ctx.folder)
     if ctx.launch.accelerator == "gpu":  # near its GPU, where the launcher did not bind it: cores.pin_gpu
         ctx.unpinned = cores.affinity()
         ctx.pinning = pin_near_gpu(fabric.local_rank, ctx.launch.devices, device.threads)
@@ -227,14 +229,14 @@ def failed(ctx, watch, metrics, exc: BaseException) -> RunFailed:
     # failure.py: which rank failed first and how (rank 0 asks its launched children and the other ranks)
     status, line = failure.classify(exc, watch, ctx.rank, ctx.clock.steps, error_line(exc))
     watch.stop_children()  # ranks launched from here cannot finish without this one
-    note = failure.record_failure(ctx, status, line, exc)
+    note = failure.record_failure(ctx, status, line, exc, for_rank0=watch.records_for_rank0)
     if metrics:
         try:
             metrics.finish({}, "failed")
         except Exception:  # noqa: BLE001 - the logger may be what failed: the run's own line says more
             pass
     if ctx.rank != 0:
-        return RunFailed(f"rank {ctx.rank} stopped: {line}")
+        return RunFailed(f"rank {ctx.rank} stopped: {line}{note}")
     return RunFailed(f"run ended with status {status}: {line}{note}")
 
 
@@ -263,15 +265,14 @@ def preflight(cfg: config.RunConfig, launch: cluster.Launch):
 
 
 def run_logger(ctx):
-    """Rank 0: the run id, chosen now, and its folder, claimed now when the logger writes into it (the result lands
-    there at the end); Lightning's logger for --logger (None: none, or another rank)."""
+    """Rank 0: the run id and its folder, claimed now (the logger writes into it, the result lands there at the end,
+    rank 1 records into it should rank 0 be lost); Lightning's logger for --logger (None: none, or another rank)."""
     if ctx.rank != 0:
         return None
     cfg = ctx.cfg
     ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name, job=slurm_env.job_label())
-    if loggers.wants_folder(cfg.logger):
-        ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)
-        ctx.run_id = os.path.basename(ctx.folder)
+    ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)  # rank 1 records into it should rank 0 be lost
+    ctx.run_id = os.path.basename(ctx.folder)
     return loggers.build(cfg.logger, ctx.folder, ctx.run_id, comet=cfg)
 
 

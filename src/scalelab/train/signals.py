@@ -161,12 +161,13 @@ class RunSignals:
 
 
 def die_with_launcher() -> None:
-    """A rank that Lightning launched from rank 0 dies with rank 0 (Linux: prctl PR_SET_PDEATHSIG = SIGKILL).
+    """A rank that Lightning launched from rank 0 ends with rank 0 (Linux: prctl PR_SET_PDEATHSIG = SIGTERM).
 
-    However rank 0 ends (SIGKILL, the OOM killer, SIGTERM while it was still spawning this rank), no orphan is
-    left holding a core, the terminal and the port until its own timeout. Rank 0 puts its pid in the environment
-    only while Lightning spawns its ranks (set here, removed by forget_launcher), so the variable exists exactly
-    in the ranks it launched: a rank that has it and whose parent is another pid is an orphan already.
+    However rank 0 ends (SIGKILL, the OOM killer, SIGTERM while it was still spawning this rank), no orphan is left
+    holding a core, the terminal and the port until its own timeout; SIGTERM, not SIGKILL, so that rank 1 first records
+    the run rank 0 can no longer record (failure.py; a rank blocked for good: deadline.py). Rank 0 puts its pid in the
+    environment only while Lightning spawns its ranks (set here, removed by forget_launcher), so the variable exists
+    exactly in the ranks it launched: a rank that has it and whose parent is another pid is an orphan already.
     """
     if "LOCAL_RANK" not in os.environ:  # may become the launching rank 0
         os.environ[PARENT_ENV] = str(os.getpid())
@@ -176,7 +177,7 @@ def die_with_launcher() -> None:
         return
     if sys.platform.startswith("linux"):
         try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
     if str(os.getppid()) != parent:  # rank 0 is gone already: nobody to train with

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +45,8 @@ class RankWatch:
         self.rank = 0
         self.signals = RunSignals(requeue_on_sigusr1)
         self._killed_by_us: set[int] = set()
+        self.rank0_where: tuple[str, int] | None = None  # rank 1: where rank 0 runs (host, pid), to tell it lost
+        self.records_for_rank0 = False  # rank 1, once rank 0 was found lost: it writes the run's record
         self._take_over_lightning_observer()
         die_with_launcher()
         self.signals.install()
@@ -114,6 +117,30 @@ class RankWatch:
         self.world_size, self.rank = world_size, rank
         if world_size > 1:
             peers.post_where(rank)
+            if rank == 1:
+                self.rank0_where = peers.where(0)
+
+    def rank0_lost(self) -> str | None:
+        """Rank 1, once its own collective broke or a signal came: how rank 0 was lost (gone, stopped, not answering),
+        or None while rank 0 answers (it records the run itself). Rank 1 then records the run for it."""
+        if self.rank != 1 or self.world_size < 2:
+            return None
+        if self.rank0_where and self.rank0_where[0] == socket.gethostname():
+            code = _code(self.rank0_where[1])
+            if code in (None, "Z", "X"):
+                lost = "rank 0 died without a word (SIGKILL, the OOM killer or a crash inside C)"
+            elif code in ("T", "t"):
+                lost = f"rank 0 is {_STATES[code]}: the other ranks cannot go on without it"
+            elif not peers.store_answers():  # emulated nodes share a host: a cut link leaves rank 0 running
+                lost = "rank 0 runs but does not answer: the link between its node and this one is down"
+            else:
+                return None  # alive and answering: it says what happened itself
+        elif not peers.store_answers():
+            lost = "rank 0 does not answer (its process or its node is gone, or it is stopped)"
+        else:
+            return None
+        self.records_for_rank0 = True
+        return lost
 
     # --- when the run fails -----------------------------------------------------------------------------
     def begin_failure(self):
@@ -163,6 +190,11 @@ class RankWatch:
         if timed_out and silent:
             return "; ".join(f"rank {rank} did not answer within {self.timeout_s:g} s (--timeout){where}; its "
                              f"process is alive ({state})" for rank, state in silent)
+        remote = timed_out and peers.silent_elsewhere(self.world_size)
+        if remote:  # a cut link, a node gone or stopped: they could not even post (the store is on this side)
+            who = ", ".join(f"rank {rank} (node {node + 1})" for rank, node in remote)
+            return (f"no word from {who} within {self.timeout_s:g} s (--timeout){where}: that node, or the link to "
+                    "it, is down or stopped")
         return None
 
     def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S) -> str | None:
@@ -233,10 +265,15 @@ _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped
            "t": "stopped by a debugger"}
 
 
-def _state(pid: int) -> str:
+def _code(pid: int) -> str | None:
+    """The one-letter state of a process of this host (R, S, T, Z, ...), None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            code = fh.read().rsplit(")", 1)[1].split()[0]
+            return fh.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return "state unknown"
-    return _STATES.get(code, f"state {code}")
+        return None
+
+
+def _state(pid: int) -> str:
+    code = _code(pid)
+    return "state unknown" if code is None else _STATES.get(code, f"state {code}")
