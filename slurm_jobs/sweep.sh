@@ -35,7 +35,9 @@ source slurm_jobs/site.sh || die "slurm_jobs/site.sh failed (profile '${SCALELAB
 export OUTPUT_DIR
 mkdir -p "$OUTPUT_DIR" 2>/dev/null || die "cannot create $OUTPUT_DIR"
 
-SBATCH=(sbatch --parsable --output="$OUTPUT_DIR/slurm-%j.out")   # every job: its id alone, its log by the results
+# every job: its id alone, its log by the results; a % of the folder's own name doubled (sbatch reads %j, %u, ... in
+# --output as placeholders, and %% as a %)
+SBATCH=(sbatch --parsable --output="${OUTPUT_DIR//%/%%}/slurm-%j.out")
 submit() {  # sbatch ARGS... -> the job id (sbatch's own error, one line, on failure)
   local out
   out=$("${SBATCH[@]}" "$@" 2>&1) || die "sbatch $*: ${out//$'\n'/ }"

@@ -58,6 +58,7 @@ CASES = [
     ("submit.py", ["--cluster", "local", "--shapes", "2x1"], "--cluster local runs on this machine only"),
     ("submit.py", ["--cluster", "local", "--", "--batch_size", "0"], "--batch_size: expected an integer from 1"),
     ("submit.py", ["--cluster", "local", "--output_dir", "{tmp}/a_file"], "a_file is a file, not a folder"),
+    ("submit.py", ["--cluster", "slurm", "--output_dir", "{tmp}/run%u"], "sbatch reads % in a log path as a"),
     ("predict.py", ["--params", "-2B", "--compute_s", "1"], "argument --params: expected a count"),
     ("predict.py", ["--preset", "huge", "--compute_s", "1"], "argument --preset: invalid choice: 'huge'"),
     ("predict.py", ["--params", "2B"], "missing compute inputs"),

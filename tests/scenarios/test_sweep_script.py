@@ -99,3 +99,20 @@ def test_sweep_stops_at_a_refused_submission_and_says_what_went_out(tmp_path):
     assert "slurm_jobs/multi_node_multi_gpu.sh" in first
     assert re.fullmatch(r"sweep.sh: already submitted: 7\d* 7\d* \(scancel 7\d* 7\d* to withdraw them\)", second)
 
+
+
+def test_a_percent_in_the_output_folder_reaches_sbatch_as_a_literal_percent(tmp_path):
+    """sbatch reads %j, %u, %x ... in --output as placeholders: a folder named `run%u` would put the logs under
+    the user's name (issue 37). sweep.sh doubles it, as sbatch's own escape (`%%`) wants."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "sbatch").write_text('#!/bin/bash\necho "$*" >> "$CALLS"\necho "$(( RANDOM + 100 ))"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    out = tmp_path / "run%u 100%"
+    proc = subprocess.run([*SWEEP, "--output_dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls)})
+    assert proc.returncode == 0, proc.stderr
+    escaped = str(out).replace("%", "%%")
+    assert all(f"--output={escaped}/slurm-%j.out " in line for line in calls.read_text().splitlines())
+    assert out.is_dir()  # the folder itself is made as named

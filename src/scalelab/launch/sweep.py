@@ -204,6 +204,9 @@ def main(argv=None) -> int:
     train_args = list(args.train_args)
     if any(a in ("--devices", "--num_nodes") or a.startswith(("--devices=", "--num_nodes=")) for a in train_args):
         raise UsageError("submit.py sets --devices/--num_nodes from --shapes; leave them out of the train flags")
+    if args.cluster == "slurm" and "%" in os.path.abspath(args.output_dir):  # submitit hands the folder to sbatch
+        raise UsageError(f"--output_dir {args.output_dir}: sbatch reads % in a log path as a placeholder (%j, %u); "
+                         "use a folder without %")
     site_file = find_site(args.site) if args.cluster == "slurm" else ""
     site = site_settings(args.profile, site_file) if site_file else {}
     accelerator = site.get("SCALELAB_ACCELERATOR", "cpu" if args.cluster == "local" else "auto")
