@@ -326,7 +326,8 @@ def test_the_result_file_holds_the_flags_rows_summary_and_where_it_ran(tmp_path,
 
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
-    rows = [{"bytes": MiB, "busbw_GBps": 2.0, "wrong": 3}, {"bytes": 2 * MiB, "busbw_GBps": 4.0, "wrong": 0}]
+    rows = [{"bytes": MiB, "time_s": 1e-3, "busbw_GBps": 2.0, "wrong": 3},
+            {"bytes": 2 * MiB, "time_s": 1e-3, "busbw_GBps": 4.0, "wrong": 0}]
     bench = _bench(rows, check=False, run_name="sweep-a", inject_wrong=False, output_dir=str(tmp_path))
     bench.hosts = ["n1", "n2"]
     with open(bench.write("failed", "all-reduce returned 3 wrong values at size 1 MiB")) as fh:
@@ -352,7 +353,7 @@ def test_another_collective_is_named_in_the_banner_header_errors_and_result(tmp_
     (so no reader takes the log for an all-reduce's); the result records the collective."""
     import json
 
-    gather = _bench([{"bytes": 2048, "busbw_GBps": 1.0, "wrong": 4}], collective="all_gather",
+    gather = _bench([{"bytes": 2048, "time_s": 1e-3, "busbw_GBps": 1.0, "wrong": 4}], collective="all_gather",
                     output_dir=str(tmp_path), run_name=None)
     assert gather.banner().startswith("scalelab all-gather: world size 8 = 2 node(s) x 4 process(es)")
     assert "20 timed + 5 warm-up all-gathers per size" in gather.banner()
