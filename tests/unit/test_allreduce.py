@@ -365,3 +365,14 @@ def test_another_collective_is_named_in_the_banner_header_errors_and_result(tmp_
     assert _bench().program() == "allreduce_bench.py" and _bench(collective="all_reduce").what() == "all-reduce"
     with open(gather.write("failed", gather.correctness_error())) as fh:
         assert json.load(fh)["config"]["collective"] == "all_gather"
+
+
+def test_sigterm_in_the_benchmark_raises_what_its_record_names():
+    import signal
+
+    from scalelab.bench import allreduce
+    from scalelab.train.signals import Terminated
+
+    with pytest.raises(Terminated) as err:
+        allreduce._terminated(signal.SIGTERM, None)
+    assert err.value.name == "SIGTERM"

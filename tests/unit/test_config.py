@@ -475,3 +475,9 @@ def test_a_replay_asking_for_absurd_values_is_refused_as_the_command_line_is(tmp
     with pytest.raises(UsageError, match=r"hidden_dims: expected an integer from 1 to 65,536"):
         config.parse_config(["--config", str(path)])
 
+
+
+@pytest.mark.parametrize("key", ["batch-size", "--batch-size", "-batch_size", "batch_size"])
+def test_a_config_key_is_read_as_the_flag_it_spells(key):
+    assert config._dest(key) == "batch_size"
+    assert config._dest(f"{key}-") != "batch_size"  # only the leading dashes are the flag's

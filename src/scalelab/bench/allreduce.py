@@ -270,7 +270,7 @@ class Bench:
         try:
             self.measure()
         except (Exception, Terminated) as exc:  # noqa: BLE001 - a peer died, a timeout, out of memory, SIGTERM
-            status, line = ("timeout", f"received SIGTERM (the launcher ended, a time limit or scancel) after "
+            status, line = ("timeout", f"received {exc.name} (the launcher ended, a time limit or scancel) after "
                             f"{len(self.rows)} size(s)") if isinstance(exc, Terminated) else ("failed", error_line(exc))
             ended = "failed" if status == "failed" else f"ended with status {status}"
             if self.rank == 0:
@@ -370,7 +370,7 @@ class Bench:
 def _terminated(signum, frame):
     """SIGTERM (its launcher died: PR_SET_PDEATHSIG, launch/local.py; scancel; a time limit): the sizes measured so
     far are recorded, status timeout."""
-    raise Terminated("SIGTERM")
+    raise Terminated(signal.Signals(signum).name)
 
 
 def cli():
