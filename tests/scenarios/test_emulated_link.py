@@ -418,20 +418,26 @@ def _processes_naming(text: str) -> list:
     return found
 
 
+def _training_over_a_link(out, timeout_s: int) -> subprocess.Popen:
+    """emulate.py training the MLP for good over a 1 Gbit/s link, a few seconds into training."""
+    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", "src/train.py",
+                             "--model", "mlp", "--num_samples", "4096", "--max_epochs", "1000", "--warmup_steps", "2",
+                             "--timeout", str(timeout_s), "--output_dir", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().startswith("emulate.py: 2 nodes x 1 device(s)")
+    assert proc.stdout.readline().startswith("scalelab: mlp")  # rank 0's banner: training starts
+    time.sleep(3)
+    return proc
+
+
 @pytest.mark.slow
 def test_emulate_killed_leaves_no_rank_behind_and_a_record(link_ok, tmp_path):
     """kill -9 of emulate.py (issue 37): every node's torchrun gets SIGTERM (PR_SET_PDEATHSIG), stops its rank, the
     ranks record the run (status timeout) and each node says so in one line: no orphan, no traceback."""
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", "src/train.py",
-                             "--model", "mlp", "--num_samples", "4096", "--max_epochs", "1000", "--warmup_steps", "2",
-                             "--timeout", "20", "--output_dir", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = _training_over_a_link(out, timeout_s=20)
     try:
-        assert proc.stdout.readline().startswith("emulate.py: 2 nodes x 1 device(s)")
-        assert proc.stdout.readline().startswith("scalelab: mlp")  # rank 0's banner: training starts
-        time.sleep(3)
         proc.kill()
         deadline = time.time() + 20
         while _processes_naming(str(out)) and time.time() < deadline:
@@ -457,15 +463,8 @@ def test_a_cut_link_is_named_in_the_record(link_ok, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("cuts the link with `ip netns exec`: root's named namespaces")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", "src/train.py",
-                             "--model", "mlp", "--num_samples", "4096", "--max_epochs", "1000", "--warmup_steps", "2",
-                             "--timeout", "15", "--output_dir", str(out)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = _training_over_a_link(out, timeout_s=15)
     try:
-        assert proc.stdout.readline().startswith("emulate.py: 2 nodes x 1 device(s)")
-        assert proc.stdout.readline().startswith("scalelab: mlp")
-        time.sleep(3)
         ip = netns.tool("ip")
         subprocess.run([ip, "netns", "exec", f"{netns.NS_PREFIX}{proc.pid}-n2", ip, "link", "set",
                         f"sl{proc.pid}n2", "down"], check=True, timeout=30)
