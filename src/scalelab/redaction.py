@@ -92,6 +92,19 @@ def inert(obj):
     return obj
 
 
+def as_read(obj):
+    """A file read from anywhere, as scalelab shows it: secrets inside its values redacted, control characters
+    escaped (inert). Its keys stay: a reader's own names (`hours_for_token_budget`) are no secrets, and a file
+    scalelab wrote dropped secret-looking keys already (scrub)."""
+    if isinstance(obj, str):
+        return inert(redact(obj))
+    if isinstance(obj, dict):
+        return {inert(k): as_read(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [as_read(v) for v in obj]
+    return obj
+
+
 def csv_text(frame) -> str:
     """A frame as CSV a spreadsheet opens as data: a text cell that starts with = + - @ (a formula, OWASP's CSV
     injection) gets a leading ' (shown as text); numbers stay numbers."""

@@ -2,8 +2,8 @@
 
 Writers call `write()` (atomic: no reader ever sees half a file); readers call `load()`/`scan()`,
 which validate, upgrade older versions, and explain in one line why a file is skipped.
-What must never reach a result file is a property of the file format, not of whoever writes it: `write` and
-`load` pass everything through redaction.scrub.
+What must never reach a result file is a property of the file format, not of whoever writes it: `write` passes
+everything through redaction.scrub, `load` through redaction.as_read (a file written elsewhere).
 Bump SCHEMA_VERSION for any change a reader of the old version would misread, and teach
 `_upgrade()` the old layout.
 """
@@ -20,7 +20,7 @@ from typing import List, Optional, TypedDict
 
 from scalelab import __version__, schema, upgrades
 from scalelab.errors import ResultError, UsageError
-from scalelab.redaction import inert, scrub
+from scalelab.redaction import as_read, scrub
 
 SCHEMA = "scalelab.result"
 SCHEMA_VERSION = 3  # 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity (upgrades.py)
@@ -298,7 +298,7 @@ def _finite_float(text: str) -> float:
 def load(path: str) -> dict:
     """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
     the report prints and exports comes from here."""
-    return validate(inert(scrub(_read_json(path))))
+    return validate(as_read(_read_json(path)))
 
 
 def attempt_key(result: dict):
@@ -344,7 +344,7 @@ def scan(root: str):
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    data = inert(scrub(_read_json(path)))
+    data = as_read(_read_json(path))
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

@@ -78,8 +78,9 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
 def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException | None,
                    trace: str | None = None, for_rank0: bool = False) -> str:
     """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`);
-    rank 1 does, `for_rank0`, when rank 0 is lost (watch.rank0_lost), into the folder rank 0 claimed. A rank 0 that
-    comes back (SIGCONT after SIGSTOP) finds that record and keeps it: rank 1 saw what happened, rank 0 did not.
+    rank 1 does, `for_rank0`, when rank 0 is lost (watch.rank0_lost), into the folder rank 0 claimed. Whichever of
+    them finds the other's record there keeps it: a rank 0 that comes back (SIGCONT after SIGSTOP) did not see what
+    happened, and a rank 1 that finds rank 0 gone after rank 0 recorded its own failure has nothing to add.
 
     Only local, collective-free work here: a peer may be dead, and a collective would wait for it.
     Returns the note for the one-line message: " (partial result: PATH)", or why no record could be written.
@@ -87,8 +88,8 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
     if ctx.rank != 0 and not for_rank0:
         return ""
     kept = os.path.join(ctx.folder, "result.json") if ctx.folder else None
-    if ctx.rank == 0 and kept and os.path.exists(kept):
-        return f" (rank 1 recorded the run while rank 0 was lost: {kept})"
+    if kept and os.path.exists(kept):  # the other side recorded it first: its record stands
+        return f" (rank {1 if ctx.rank == 0 else 0} recorded the run: {kept})"
     try:
         own = [ctx.rank_record()]
         summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "train_loss": None}

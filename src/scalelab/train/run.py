@@ -129,6 +129,7 @@ def train(fabric, ctx, device, watch, injected, metrics, stall):
     watch.joined(fabric.world_size, fabric.global_rank)
     if fabric.world_size > 1:  # a survivor records into rank 0's folder should rank 0 be lost (failure.py)
         ctx.run_id, ctx.folder = peers.share_run(ctx.rank, ctx.run_id, ctx.folder)
+        watch.run_folder = ctx.folder
     if ctx.launch.accelerator == "gpu":  # near its GPU, where the launcher did not bind it: cores.pin_gpu
         ctx.unpinned = cores.affinity()
         ctx.pinning = pin_near_gpu(fabric.local_rank, ctx.launch.devices, device.threads)

@@ -47,6 +47,7 @@ class RankWatch:
         self._killed_by_us: set[int] = set()
         self.rank0_where: tuple[str, int] | None = None  # rank 1: where rank 0 runs (host, pid), to tell it lost
         self.records_for_rank0 = False  # rank 1, once rank 0 was found lost: it writes the run's record
+        self.run_folder: str | None = None  # rank 0's run folder (peers.share_run): where its record lands
         self._take_over_lightning_observer()
         die_with_launcher()
         self.signals.install()
@@ -125,6 +126,8 @@ class RankWatch:
         or None while rank 0 answers (it records the run itself). Rank 1 then records the run for it."""
         if self.rank != 1 or self.world_size < 2:
             return None
+        if self.run_folder and os.path.exists(os.path.join(self.run_folder, "result.json")):
+            return None  # rank 0 ended after recording the run itself (its own failure): not lost
         if self.rank0_where and self.rank0_where[0] == socket.gethostname():
             code = _code(self.rank0_where[1])
             if code in (None, "Z", "X"):
