@@ -65,14 +65,14 @@ def either(*checks, what: str):
     return check
 
 
-def seq(item, null=True, limit=10**7, holes=False):
+def seq(item, null=True, limit=10**7, holes=False, length=None):
     """A list (or null where `null`) whose items are each `item`; null items only where `holes` (a diverged loss,
     a share not measured: scalelab writes them as null), as readers sum, join and sort the others."""
     def check(value, path):
         if value is None and null:
             return
-        if not isinstance(value, list) or len(value) > limit:
-            _fail(path, "a list", value)
+        if not isinstance(value, list) or len(value) > limit or (length is not None and len(value) != length):
+            _fail(path, "a list" if length is None else f"a list of {length}", value)
         for i, v in enumerate(value):
             if v is None and not holes:
                 _fail(f"{path}[{i}]", "a value, not null", v)
@@ -134,7 +134,7 @@ RANK = obj({
     "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
     "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
-    "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER)), "fingerprint": obj({}),
+    "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}),
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 

@@ -118,7 +118,9 @@ def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "trai
     rank = ctx.rank
     clock = ctx.clock
     progress = (clock.steps, clock.batches, clock.buckets.issued) if clock else (0, 0, 0)
-    lost = watch.rank0_lost() if rank == 1 else None
+    # blocked, rank 1 trusts only what it sees of rank 0 on its own host: every rank's deadline fires together, and
+    # a store that answers late then is no evidence (the exception path, above, asks it)
+    lost = watch.rank0_lost(ask_store=False) if rank == 1 else None
     if rank != 0 and not lost:
         peers.post_stall(rank, progress, line)
         print(f"{prog}: error: rank {rank} stopped: {line}", file=sys.stderr, flush=True)

@@ -94,7 +94,7 @@ def share_run(rank: int, run_id: str | None, folder: str | None) -> tuple[str | 
         return run_id, folder
 
 
-def store_answers(timeout_s: float = 3.0) -> bool:
+def store_answers(timeout_s: float = 5.0) -> bool:
     """Whether the group's store answers within timeout_s. Rank 0's process serves it (Lightning's launch, srun):
     no answer means rank 0 is gone, stopped or behind a cut link. Asked from a daemon thread: a store client
     waiting on a peer that never answers does not honour its own timeout, and would hold this rank for good."""
@@ -112,6 +112,8 @@ def store_answers(timeout_s: float = 3.0) -> bool:
     asking = threading.Thread(target=ask, name="scalelab-store-probe", daemon=True)
     asking.start()
     asking.join(timeout_s)
+    if not answered:  # the probe may hold the client for good: every later post would wait behind it
+        _UNREACHABLE.set()
     return bool(answered)
 
 
@@ -230,8 +232,14 @@ def is_peer_failure(exc: BaseException) -> bool:
                                       "NCCL", "timed out", "Timed out", "timeout", "ProcessGroup"))
 
 
+_UNREACHABLE = threading.Event()  # the store did not answer (store_answers): no post waits on it after that
+
+
 def _store():
-    """The default process group's store, or None (no process group, or the private API moved)."""
+    """The default process group's store, or None (no process group, the private API moved, or it stopped
+    answering)."""
+    if _UNREACHABLE.is_set():
+        return None
     try:
         if dist.is_available() and dist.is_initialized():
             return dist.distributed_c10d._get_default_store()

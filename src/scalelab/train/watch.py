@@ -121,26 +121,28 @@ class RankWatch:
             if rank == 1:
                 self.rank0_where = peers.where(0)
 
-    def rank0_lost(self) -> str | None:
+    def rank0_lost(self, ask_store: bool = True) -> str | None:
         """Rank 1, once its own collective broke or a signal came: how rank 0 was lost (gone, stopped, not answering),
         or None while rank 0 answers (it records the run itself). Rank 1 then records the run for it."""
         if self.rank != 1 or self.world_size < 2:
             return None
-        if self.run_folder and os.path.exists(os.path.join(self.run_folder, "result.json")):
-            return None  # rank 0 ended after recording the run itself (its own failure): not lost
         if self.rank0_where and self.rank0_where[0] == socket.gethostname():
             code = _code(self.rank0_where[1])
             if code in (None, "Z", "X"):
                 lost = "rank 0 died without a word (SIGKILL, the OOM killer or a crash inside C)"
             elif code in ("T", "t"):
                 lost = f"rank 0 is {_STATES[code]}: the other ranks cannot go on without it"
-            elif not peers.store_answers():  # emulated nodes share a host: a cut link leaves rank 0 running
-                lost = "rank 0 runs but does not answer: the link between its node and this one is down"
-            else:
+            elif not ask_store or peers.store_answers():
                 return None  # alive and answering: it says what happened itself
-        elif not peers.store_answers():
+            else:  # emulated nodes share a host: a cut link leaves rank 0 running and unreachable
+                lost = "rank 0 runs but does not answer: the link between its node and this one is down"
+        elif ask_store and not peers.store_answers():
             lost = "rank 0 does not answer (its process or its node is gone, or it is stopped)"
         else:
+            return None
+        # Looked at after rank 0 was found gone: a rank 0 that recorded its own failure (or the others' hang) and
+        # ended is gone too, and its record, on disk before it exited, stands
+        if self.run_folder and os.path.exists(os.path.join(self.run_folder, "result.json")):
             return None
         self.records_for_rank0 = True
         return lost
