@@ -66,7 +66,10 @@ def die_with_parent():
     """In a child, before it runs: SIGTERM to it when the launcher dies without its cleanup (kill -9), so no rank
     outlives its launcher (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def supervise(procs, grace_s: float, who) -> int:

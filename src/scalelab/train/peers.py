@@ -74,8 +74,7 @@ def where(rank: int, wait_s: float = 60.0) -> tuple[str, int] | None:
     store = _store()
     try:
         store.wait([f"{WHERE_PREFIX}{rank}"], timedelta(seconds=wait_s))
-        host, pid = store.get(f"{WHERE_PREFIX}{rank}").decode().rsplit(" ", 1)
-        return host, int(pid)
+        return _read_where(store, rank)
     except Exception:  # noqa: BLE001 - no store, or it broke: only a survivor's record is lost
         return None
 
@@ -196,10 +195,10 @@ def gone_on_this_host(world_size: int) -> list[tuple[int, None]]:
         try:
             if not store.check([f"{WHERE_PREFIX}{rank}"]):
                 continue
-            host, pid = store.get(f"{WHERE_PREFIX}{rank}").decode().rsplit(" ", 1)
+            host, pid = _read_where(store, rank)
         except Exception:  # noqa: BLE001
             return gone
-        if host == here and not _alive(int(pid)):
+        if host == here and not _alive(pid):
             gone.append((rank, None))
     return gone
 
@@ -248,15 +247,29 @@ def _store():
     return None
 
 
-def _alive(pid: int) -> bool:
+def _read_where(store, rank: int) -> tuple[str, int]:
+    """(host, pid) as post_where wrote them."""
+    host, pid = store.get(f"{WHERE_PREFIX}{rank}").decode().rsplit(" ", 1)
+    return host, int(pid)
+
+
+def state_code(pid: int) -> str | None:
+    """The one-letter state of a process of this host (R, S, T, Z, ...), None when it is gone (or no /proc)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has ended
+            return fh.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except OSError:
-            return True
+        return None
+
+
+def _alive(pid: int) -> bool:
+    code = state_code(pid)
+    if code is not None:
+        return code not in ("Z", "X")  # a zombie has ended
+    try:  # gone, or no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
         return True
+    return True

@@ -22,7 +22,6 @@ Handlers are installed only where nobody else handles the signal: submitit, for 
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
@@ -30,6 +29,7 @@ import sys
 import threading
 from typing import Optional
 
+from scalelab.launch.local import die_with_parent
 from scalelab.perfmodel.network import human_bytes
 
 PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never record it
@@ -175,11 +175,7 @@ def die_with_launcher() -> None:
     parent = os.environ.pop(PARENT_ENV, None)
     if parent is None or parent == str(os.getpid()):
         return
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    die_with_parent()
     if str(os.getppid()) != parent:  # rank 0 is gone already: nobody to train with
         print(f"scalelab: rank {os.environ['LOCAL_RANK']}: the rank 0 that launched it (pid {parent}) is gone; "
               "stopping", file=sys.stderr, flush=True)

@@ -127,7 +127,7 @@ class RankWatch:
         if self.rank != 1 or self.world_size < 2:
             return None
         if self.rank0_where and self.rank0_where[0] == socket.gethostname():
-            code = _code(self.rank0_where[1])
+            code = peers.state_code(self.rank0_where[1])
             if code in (None, "Z", "X"):
                 lost = "rank 0 died without a word (SIGKILL, the OOM killer or a crash inside C)"
             elif code in ("T", "t"):
@@ -270,15 +270,6 @@ _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped
            "t": "stopped by a debugger"}
 
 
-def _code(pid: int) -> str | None:
-    """The one-letter state of a process of this host (R, S, T, Z, ...), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
 def _state(pid: int) -> str:
-    code = _code(pid)
+    code = peers.state_code(pid)
     return "state unknown" if code is None else _STATES.get(code, f"state {code}")
