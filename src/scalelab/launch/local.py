@@ -98,6 +98,8 @@ def _wait(procs, grace_s: float):
     """Poll until every rank ended, or grace_s after the first failure; (first failed (rank, code), killed)."""
     first_bad, deadline = None, None
     while None in [p.poll() for p in procs]:  # poll every rank: any() would stop at the first one running
+        if _terminated:  # a SIGTERM whose SystemExit an ignoring hook swallowed (exit_on_sigterm)
+            sys.exit(SIGTERM_EXIT)
         bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode not in (None, 0)]
         if bad and first_bad is None:  # a rank killed by a signal is the likelier cause than its peers
             first_bad, deadline = min(bad, key=lambda rc: (rc[1] > 0, rc[0])), time.time() + grace_s
@@ -114,12 +116,24 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+SIGTERM_EXIT = 128 + signal.SIGTERM
+_terminated = []  # the SIGTERMs exit_on_sigterm's handler saw: what the wait loop checks, should its exit be lost
+
+
 def exit_on_sigterm():
     """Let SIGTERM (scancel, a CI timeout) unwind the parent like Ctrl-C, so its ranks are stopped too.
-    Returns the function that puts the previous handler back."""
+    Returns the function that puts the previous handler back. The handler's SystemExit is lost when Python runs
+    the handler inside a hook whose exceptions it ignores (logging's at-fork hook while Popen starts a node:
+    "Exception ignored in: _releaseLock"; a fresh clone's CI saw the run go on to exit 0), so it also leaves a
+    mark that supervise's wait loop acts on."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None  # handlers can only be set from the main thread
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+    def on_sigterm(*_):
+        _terminated.append(signal.SIGTERM)
+        sys.exit(SIGTERM_EXIT)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
