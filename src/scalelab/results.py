@@ -302,25 +302,36 @@ def load(path: str) -> dict:
 
 
 def attempt_key(result: dict):
-    """Results of one SLURM job step share this key across requeues (None outside SLURM)."""
+    """Results of one SLURM job step share this key across requeues (None outside SLURM). A job id alone can
+    repeat (a controller restarted with its state wiped, folders of two clusters merged): latest_attempts tells
+    those jobs apart by their attempts."""
     slurm = result.get("slurm") or {}
     if not slurm.get("job_id"):
         return None
-    return (slurm.get("array_job_id") or slurm["job_id"], slurm.get("array_task_id"), slurm.get("step_id"))
+    return (slurm.get("cluster"), slurm.get("array_job_id") or slurm["job_id"], slurm.get("array_task_id"),
+            slurm.get("step_id"))
 
 
-def latest_attempts(found: list) -> list:
-    """A requeued job's newest result supersedes its earlier (partial) ones: one row, not two."""
-    best = {}
-    for r in found:
-        key = attempt_key(r)
-        if key is None:
-            continue
-        rank = ((r.get("slurm") or {}).get("restart_count") or 0, r.get("created") or "")
-        if key not in best or rank > best[key][0]:
-            best[key] = (rank, r["run_id"])
-    keep = {run_id for _, run_id in best.values()}
-    return [r for r in found if attempt_key(r) is None or r["run_id"] in keep]
+def latest_attempts(found: list) -> tuple:
+    """(kept, superseded): a requeued job's newest result supersedes its earlier (partial) ones, one row, not
+    two; superseded lists (earlier result, the one that supersedes it). In the order they were written, the
+    results of one key are one job's attempts while SLURM's restart count rises; a result whose count does not
+    rise is another job that got the same id (or a second run in one job step): both are kept."""
+    jobs = {}  # key -> [[results of one job, in the order written], ...]
+    for r in sorted((r for r in found if attempt_key(r) is not None), key=lambda r: r.get("created") or ""):
+        chains = jobs.setdefault(attempt_key(r), [])
+        if chains and restarts(r) > restarts(chains[-1][-1]):
+            chains[-1].append(r)
+        else:
+            chains.append([r])
+    superseded = [(earlier, chain[-1]) for chains in jobs.values() for chain in chains for earlier in chain[:-1]]
+    gone = {id(earlier) for earlier, _ in superseded}
+    return [r for r in found if id(r) not in gone], superseded
+
+
+def restarts(result: dict) -> int:
+    """How often SLURM had requeued the job when this result was written (0: its first attempt)."""
+    return (result.get("slurm") or {}).get("restart_count") or 0
 
 
 def scan(root: str):

@@ -138,7 +138,8 @@ RANK = obj({
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 
-SLURM = obj({"job_id": either(text(), COUNT, what="a job id"), "restart_count": COUNT, "exclusive": flag(),
+SLURM = obj({"cluster": text(), "job_id": either(text(), COUNT, what="a job id"), "restart_count": COUNT,
+             "exclusive": flag(),
              "array_job_id": either(text(), COUNT, what="a job id"), "array_task_id": either(text(), COUNT,
                                                                                                what="an index"),
              "step_id": either(text(), COUNT, what="a step id")})

@@ -2,6 +2,7 @@
 
 import csv as csv_module
 import os
+import re
 import subprocess
 import sys
 
@@ -99,6 +100,31 @@ def test_requeued_job_supersedes_its_first_attempt():
                       "restart_count": restarts}
     runs, _ = frames([first, second, other_step, make_result("base", 1, samples_per_s=100)])
     assert sorted(runs["run_id"]) == ["base", "step1", "try1"]  # the requeued step counts once, at its newest
+
+
+def test_the_report_counts_a_repeated_job_ids_runs_and_names_each_superseded_attempt(tmp_path):
+    # the dry run: 38 result files, "32 run(s)", a whole 8-device row gone without a word
+    def job(run_id, world, job_id, restarts, created, status="completed"):
+        r = make_result(run_id, world, samples_per_s=100 * world, status=status)
+        r["created"] = created
+        r["slurm"] = {"cluster": "scalelab", "job_id": job_id, "step_id": "0", "restart_count": restarts}
+        return r
+    for r in (job("old8", 8, "12", 0, "2026-11-20T10:00:00+00:00"),
+              job("new1", 1, "12", 0, "2026-11-26T10:00:00+00:00"),
+              job("cut4", 4, "13", 0, "2026-11-26T10:05:00+00:00", "timeout"),
+              job("again4", 4, "13", 1, "2026-11-26T10:09:00+00:00")):
+        results.write(str(tmp_path), r)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    head, _ = proc.stdout.split("\n\n", 1)
+    assert max(map(len, head.splitlines())) <= 120
+    head = head.replace("\n  ", " ").splitlines()
+    assert head[0].startswith("scalelab report: 3 run(s) in ")
+    assert head[1] == ("note: 1 result(s) superseded by a later attempt of the same SLURM job (one row each): job 13 "
+                       "on cluster scalelab attempt 0 (cut4) by attempt 1 (again4)")
+    assert head[2].startswith("note: job 12 on cluster scalelab stands for 2 different runs here") \
+        and head[2].endswith("each is kept: old8, new1")
+    assert re.search(r"^old8 +8 ", proc.stdout, re.M)  # its row is in the runs table
 
 
 @pytest.mark.parametrize("script, args", [("benchmark.py", ["--output_dir", "{out}"]),

@@ -276,7 +276,7 @@ def _attempt(run_id, created, restarts, job="77", array_job=None, task=None, ste
 def test_requeue_supersede_rule_is_the_newest_attempt_not_the_last_seen():
     newer = _attempt("try1", "2026-11-23T10:05:00+00:00", 1)
     older = _attempt("try0", "2026-11-23T10:00:00+00:00", 0)
-    assert [r["run_id"] for r in results.latest_attempts([newer, older])] == ["try1"]  # newer listed first
+    assert [r["run_id"] for r in results.latest_attempts([newer, older])[0]] == ["try1"]  # newer listed first
 
 
 def test_requeue_supersede_keeps_each_array_task():
@@ -284,15 +284,39 @@ def test_requeue_supersede_keeps_each_array_task():
     a = _attempt("task0", "2026-11-23T10:00:00+00:00", 0, job="101", array_job="100", task="0")
     b = _attempt("task1", "2026-11-23T10:00:01+00:00", 0, job="102", array_job="100", task="1")
     b_again = _attempt("task1-requeued", "2026-11-23T10:09:00+00:00", 1, job="102", array_job="100", task="1")
-    kept = [r["run_id"] for r in results.latest_attempts([b_again, a, b])]
+    kept = [r["run_id"] for r in results.latest_attempts([b_again, a, b])[0]]
     assert sorted(kept) == ["task0", "task1-requeued"]
 
 
-def test_requeue_supersede_tie_on_restart_count_goes_to_the_newer_result():
-    first = _attempt("early", "2026-11-23T10:00:00+00:00", 2)
-    late = _attempt("late", "2026-11-23T10:30:00+00:00", 2)
-    assert [r["run_id"] for r in results.latest_attempts([late, first])] == ["late"]
-    assert [r["run_id"] for r in results.latest_attempts([first, late])] == ["late"]
+def test_two_results_of_one_restart_count_are_two_jobs_that_got_the_same_id_and_both_count():
+    # a workshop's dry run: a controller restarted without its state, job ids began again, and the new job 12
+    # hid the old job 12's completed 8-device run
+    first = _attempt("early", "2026-11-23T10:00:00+00:00", 0)
+    late = _attempt("late", "2026-11-23T10:30:00+00:00", 0)
+    for order in ([late, first], [first, late]):
+        kept, superseded = results.latest_attempts(order)
+        assert [r["run_id"] for r in kept] == [r["run_id"] for r in order] and superseded == []
+
+
+def test_a_repeated_job_id_keeps_each_jobs_latest_attempt_and_names_what_it_superseded():
+    a0 = _attempt("a0", "2026-11-23T10:00:00+00:00", 0)
+    a1 = _attempt("a1", "2026-11-23T10:10:00+00:00", 1)
+    b0 = _attempt("b0", "2026-11-24T09:00:00+00:00", 0)  # the id again, a day later: another job
+    b1 = _attempt("b1", "2026-11-24T09:10:00+00:00", 1)
+    b2 = _attempt("b2", "2026-11-24T09:20:00+00:00", 2)
+    kept, superseded = results.latest_attempts([b2, a0, b0, a1, b1])
+    assert [r["run_id"] for r in kept] == ["b2", "a1"]
+    assert sorted((old["run_id"], new["run_id"]) for old, new in superseded) == [("a0", "a1"), ("b0", "b2"),
+                                                                                 ("b1", "b2")]
+
+
+def test_the_same_job_id_on_two_clusters_is_two_jobs():
+    here = _attempt("here", "2026-11-23T10:00:00+00:00", 0)
+    there = _attempt("there", "2026-11-23T10:05:00+00:00", 1)
+    here["slurm"]["cluster"], there["slurm"]["cluster"] = "alps", "leonardo"
+    assert [r["run_id"] for r in results.latest_attempts([here, there])[0]] == ["here", "there"]
+    there["slurm"]["cluster"] = "alps"
+    assert [r["run_id"] for r in results.latest_attempts([here, there])[0]] == ["there"]
 
 
 def test_an_atomic_write_interrupted_before_the_rename_leaves_nothing(tmp_path, monkeypatch):
@@ -420,14 +444,17 @@ def test_requeued_attempts_share_a_key_per_job_array_task_and_step():
     def attempt(run_id, **slurm):
         return dict(make_result(run_id), slurm=slurm)
     assert results.attempt_key(make_result("x")) is None and results.attempt_key(attempt("y", job_id=None)) is None
-    assert results.attempt_key(attempt("a", job_id="5", step_id="0")) == ("5", None, "0")
-    assert results.attempt_key(attempt("b", job_id="7", array_job_id="5", array_task_id="2")) == ("5", "2", None)
-    found = [attempt("r0", job_id="5", restart_count=0, created="2"), attempt("r1", job_id="5", restart_count=1),
-             attempt("r2", job_id="5", restart_count=1, created="1"), attempt("other", job_id="6"), make_result("free")]
+    assert results.attempt_key(attempt("a", job_id="5", step_id="0")) == (None, "5", None, "0")
+    assert results.attempt_key(attempt("b", job_id="7", array_job_id="5", array_task_id="2")) == (None, "5", "2",
+                                                                                                  None)
+    assert results.attempt_key(attempt("c", job_id="5", step_id="0", cluster="alps")) == ("alps", "5", None, "0")
+    found = [attempt("r2", job_id="5", restart_count=2, created="2"), attempt("r0", job_id="5", created="0"),
+             attempt("r1", job_id="5", restart_count=1, created="1"), attempt("other", job_id="6", created="1"),
+             make_result("free")]
     for r in found:
         r["created"] = r["slurm"].pop("created", "0") if r.get("slurm") else "0"
-    # restart 1 beats restart 0 whatever the dates; between two restart-1 attempts the newer one
-    assert [r["run_id"] for r in results.latest_attempts(found)] == ["r2", "other", "free"]
+    # the order written, not the order found; a missing restart count is the first attempt
+    assert [r["run_id"] for r in results.latest_attempts(found)[0]] == ["r2", "other", "free"]
 
 
 def test_an_unreadable_file_says_why(tmp_path):
@@ -575,18 +602,16 @@ def test_scan_finds_the_result_beside_other_files_and_says_where_each_came_from(
     assert skipped == [(str(tmp_path / "a" / "nested" / "result.json"), "not a JSON object but list")]
 
 
-def test_requeue_supersede_looks_past_results_outside_slurm_and_keeps_the_first_of_a_tie():
+def test_requeue_supersede_looks_past_results_outside_slurm():
     free = make_result("free")
     try0 = _attempt("try0", "2026-11-23T10:00:00+00:00", 0)
     try1 = _attempt("try1", "2026-11-23T10:05:00+00:00", 1)
-    assert [r["run_id"] for r in results.latest_attempts([free, try0, try1])] == ["free", "try1"]
-    twin = _attempt("twin", "2026-11-23T10:05:00+00:00", 1)  # the same restart and second: the first found stays
-    assert [r["run_id"] for r in results.latest_attempts([try1, twin])] == ["try1"]
-    assert [r["run_id"] for r in results.latest_attempts([twin, try1])] == ["twin"]
-    undated = _attempt("undated", None, 1)  # a file without its date loses to a dated attempt of the same restart
+    kept, superseded = results.latest_attempts([free, try0, try1])
+    assert [r["run_id"] for r in kept] == ["free", "try1"] and [(a["run_id"], b["run_id"]) for a, b in superseded] \
+        == [("try0", "try1")]
+    undated = _attempt("undated", None, 0)  # a file without its date sorts first: an earlier attempt
     del undated["created"]
-    assert [r["run_id"] for r in results.latest_attempts([undated, try1])] == ["try1"]
-    assert [r["run_id"] for r in results.latest_attempts([try1, undated])] == ["try1"]
+    assert [r["run_id"] for r in results.latest_attempts([try1, undated])[0]] == ["try1"]
 
 
 @pytest.mark.parametrize("value, kept", [

@@ -8,13 +8,13 @@ from scalelab.launch import slurm_env
 def test_the_job_record_names_the_job_step_and_restarts_the_job_step_and_restarts():
     env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "scalelab",
            "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "gpu", "SLURM_STEP_ID": "0",
-           "SLURM_RESTART_COUNT": "3"}
-    assert slurm_env.job_record(env) == {"job_id": "42", "array_job_id": "40", "array_task_id": "2",
+           "SLURM_RESTART_COUNT": "3", "SLURM_CLUSTER_NAME": "alps"}
+    assert slurm_env.job_record(env) == {"cluster": "alps", "job_id": "42", "array_job_id": "40", "array_task_id": "2",
                                        "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
                                        "step_id": "0", "restart_count": 3, "exclusive": None}
     assert slurm_env.job_record({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
     assert slurm_env.job_record({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
-        "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
+        "cluster": None, "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
         "partition": None, "step_id": None, "restart_count": 0, "exclusive": None}
     assert slurm_env.job_record({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
     assert slurm_env.job_record({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all

@@ -86,6 +86,7 @@ def job_record(environ=None) -> dict:
     if "SLURM_JOB_ID" not in environ:
         return {}
     return {
+        "cluster": environ.get("SLURM_CLUSTER_NAME"),  # a job id is unique on one cluster only
         "job_id": environ.get("SLURM_JOB_ID"),
         "array_job_id": environ.get("SLURM_ARRAY_JOB_ID"),
         "array_task_id": environ.get("SLURM_ARRAY_TASK_ID"),

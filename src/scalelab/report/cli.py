@@ -6,6 +6,7 @@ files, or puts two folders side by side (`--compare`).
 
 import os
 import sys
+import textwrap
 
 import pandas as pd
 
@@ -135,7 +136,10 @@ def main(argv=None) -> int:
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
-    print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)\n")
+    print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)")
+    for note in runs.attrs.get("identity", []):  # a terminal's width: 120 columns
+        print(textwrap.fill(f"note: {redaction.inert(note)}", 120, subsequent_indent="  ", break_on_hyphens=False))
+    print()
     max_runs = None if args.all_runs else 12
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
     print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))

@@ -40,12 +40,42 @@ THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
 
 def runs_frame(found: list) -> pd.DataFrame:
     """One row per training result, flat columns, readable in pandas or a CSV."""
-    rows = [run_row(r) for r in results.latest_attempts(found) if r["kind"] == "training"]
+    kept, superseded = results.latest_attempts(found)
+    rows = [run_row(r) for r in kept if r["kind"] == "training"]
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame.attrs["identity"] = identity_notes(kept, superseded)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame["job_differs"] = plausible.job_differences(frame)
     return frame
+
+
+def identity_notes(kept: list, superseded: list) -> list:
+    """What the report says about results it did not count as runs of their own: each one a later attempt of
+    its SLURM job superseded, and each job id that stands for more than one job here (all of them kept)."""
+    def job(r):
+        slurm = r.get("slurm") or {}
+        task = f"_{slurm['array_task_id']}" if slurm.get("array_task_id") is not None else ""
+        where = f" on cluster {slurm['cluster']}" if slurm.get("cluster") else ""
+        return f"job {slurm.get('array_job_id') or slurm.get('job_id')}{task}{where}"
+
+    notes = []
+    training = [(old, new) for old, new in superseded if old["kind"] == "training"]
+    if training:
+        notes.append(f"{len(training)} result(s) superseded by a later attempt of the same SLURM job (one row each): "
+                     + "; ".join(f"{job(old)} attempt {results.restarts(old)} ({old['run_id']}) by attempt "
+                                 f"{results.restarts(new)} ({new['run_id']})" for old, new in training))
+    seen = {}
+    for r in kept:
+        if r["kind"] == "training" and results.attempt_key(r) is not None:
+            seen.setdefault(results.attempt_key(r), []).append(r)
+    for same in seen.values():
+        if len(same) > 1:
+            same.sort(key=lambda r: r.get("created") or "")
+            notes.append(f"{job(same[0])} stands for {len(same)} different runs here (the id repeated: a controller "
+                         "restarted without its state, or folders of two clusters merged); each is kept: "
+                         + ", ".join(r["run_id"] for r in same))
+    return notes
 
 
 def run_row(r: dict) -> dict:
