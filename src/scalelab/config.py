@@ -309,8 +309,11 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
     a GPT); at its default it is harmless (`--lora_rank 0`: full training).
     """
     spec = workloads.get(cfg.model)
+    length = {"max_epochs", "max_steps"}
     for key, value in spec.defaults.items():
-        if getattr(cfg, key) is None:
+        # a run length the user gave is the run's length: the workload's other one (the MLP's 3 epochs) would end
+        # `--max_steps 500` at step 117 (Lightning's Trainer, too, lifts its epoch default for a max_steps)
+        if getattr(cfg, key) is None and not (key in length and length & set(given)):
             setattr(cfg, key, value)
     if cfg.max_epochs is None and cfg.max_steps is None:
         cfg.max_epochs = 1

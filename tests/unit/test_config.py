@@ -481,3 +481,26 @@ def test_a_replay_asking_for_absurd_values_is_refused_as_the_command_line_is(tmp
 def test_a_config_key_is_read_as_the_flag_it_spells(key):
     assert config._dest(key) == "batch_size"
     assert config._dest(f"{key}-") != "batch_size"  # only the leading dashes are the flag's
+
+
+@pytest.mark.parametrize("argv, steps, epochs", [
+    (["--model", "mlp", "--max_steps", "500"], 500, None),  # the dry run: the MLP's 3 epochs ended it at step 117
+    (["--model", "mlp"], None, 3),
+    (["--model", "mlp", "--max_steps", "500", "--max_epochs", "2"], 500, 2),  # both given: whichever comes first
+    (["--model", "gpt", "--max_epochs", "2"], None, 2),  # the GPT's 50 steps would end an epoch budget, too
+    (["--config", "gpt-tiny"], 30, None),
+    (["--config", "gpt-tiny", "--max_epochs", "1"], 30, 1),  # the config's 30 steps are given as well
+])
+def test_a_run_length_the_user_gives_is_not_capped_by_the_workloads_other_default(argv, steps, epochs):
+    cfg = config.parse_config(argv)
+    assert (cfg.max_steps, cfg.max_epochs) == (steps, epochs)
+
+
+def test_a_run_the_epochs_ended_before_its_max_steps_says_so():
+    from scalelab.train.record import epochs_first
+
+    both = config.parse_config(["--model", "mlp", "--max_steps", "500", "--max_epochs", "3"])
+    assert epochs_first(both, 117) == ("--max_epochs 3 ended the run at step 117, before --max_steps 500 (give only "
+                                       "--max_steps to train that many steps)")
+    assert epochs_first(both, 500) is None  # the steps ended it
+    assert epochs_first(config.parse_config(["--model", "mlp"]), 117) is None  # epochs only: nothing to say

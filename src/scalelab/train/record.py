@@ -132,3 +132,11 @@ def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
 
 def _num(value):
     return None if value is None else float(value)
+
+
+def epochs_first(cfg, steps: int) -> Optional[str]:
+    """Given both run lengths, the epochs can end a run before its --max_steps: say which one did."""
+    if cfg.max_steps and cfg.max_epochs and steps < cfg.max_steps:
+        return (f"--max_epochs {cfg.max_epochs} ended the run at step {steps}, before --max_steps {cfg.max_steps} "
+                "(give only --max_steps to train that many steps)")
+    return None

@@ -210,6 +210,9 @@ def finish(fabric, ctx, metrics, stop, val, per_rank):
         path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
         if not stop:
             print(one_line_summary(payload, path), flush=True)
+            ended = record.epochs_first(ctx.cfg, payload["timing"]["steps"]) if not ctx.resumed_from else None
+            if ended:
+                print(f"scalelab: note: {ended}", flush=True)
             busy = cpushare.contended(payload["timing"].get("had_cpu"))
             if busy:
                 print(f"scalelab: ! {busy} (host load {_load(per_rank)}); these times are slower than this "
