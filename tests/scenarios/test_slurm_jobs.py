@@ -41,6 +41,7 @@ def test_sbatch_scripts_form_one_scaling_group(sbatch_outputs):
     assert eight["launch"]["hostnames"] == ["node1", "node2"]  # real srun tasks on both nodes, one process group
     assert sorted({r["host"] for r in eight["ranks"]}) == ["node1", "node2"] and len(eight["ranks"]) == 8
     assert eight["slurm"]["job_id"] == jobs["multi_node_multi_gpu.sh"][0]
+    assert [found[n]["slurm"]["cluster"] for n in (1, 4, 8)] == ["scalelab"] * 3  # a job id is one cluster's
     assert eight["environment"]["SLURM_NNODES"] == "2"
     # every script asks --exclusive, the 1-GPU baseline's too: each result says its nodes were its alone
     assert [found[n]["slurm"]["exclusive"] for n in (1, 4, 8)] == [True, True, True]
@@ -259,6 +260,7 @@ def test_scancel_of_a_two_node_job_ends_both_ranks_within_seconds_with_a_record(
         subprocess.run(["scancel", "--signal=KILL", job], env=env, capture_output=True)
     (r,) = load_results(tmp_path)
     assert r["status"] == "timeout" and r["error"].startswith("received SIGTERM"), job_log.read_text()[-3000:]
+    assert "the job was cancelled (scancel)" in r["error"]  # SLURM's word for it, not three guesses
     assert [k["rank"] for k in r["ranks"]] == [0, 1] and r["timing"]["steps"] >= 1
     assert took < 10, took
     print(f"\nscancel of a 2-node job: record written {took:.1f} s after it; {r['error']}")
@@ -315,3 +317,38 @@ def test_a_rank_that_hangs_is_named_by_its_progress(slurm_env, tmp_path):
     assert r["status"] == "failed" and r["timing"]["steps"] == 4, r["error"]
     assert r["error"].startswith("rank 1 "), r["error"]
     print(f"\nrank 1 hung in step 5: job {job_id}: {r['error']}")
+
+
+def test_a_one_minute_job_ends_as_a_time_limit_with_a_record_and_is_not_requeued(slurm_env, tmp_path):
+    """`sbatch --time=1 slurm_jobs/single_gpu.sh`: the job scripts' --signal=SIGUSR1@90 comes at once (the lead is
+    longer than the limit), maybe before torch is imported. The dry run: the task died "User defined signal 1",
+    FAILED 10:0, no record; or the job requeued itself every ~2.5 min until cancelled. Now the warning is noted
+    from train.py's first line, the run stops at its next sync point and records a time limit, and a one-minute
+    job is not requeued (each attempt would end the same way)."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
+    rc, job_id, log = sbatch_wait(env, ROOT / "slurm_jobs" / "single_gpu.sh", "--threads", "1", "--max_steps",
+                                  "1000000", sbatch_args=["--time=1"], timeout=240)
+    (r,) = load_results(tmp_path)
+    assert r["status"] == "timeout", log[-3000:]
+    assert r["error"].startswith("received SLURM's warning that the job's time limit is near (SIGUSR1)"), r["error"]
+    assert "not requeued: its time limit (60 s)" in r["error"] and r["slurm"]["restart_count"] == 0
+    assert "User defined signal" not in log and "REQUEUE" not in subprocess.run(
+        ["sacct", "-j", job_id, "-n", "-P", "--format=State", "--duplicates"], env=env, capture_output=True,
+        text=True).stdout
+    print(f"\n--time=1: {r['error']}")
+
+
+def test_a_repeated_job_id_never_writes_into_another_jobs_log(slurm_env, tmp_path):
+    """Job ids repeat (a controller restarted without its state, another cluster's jobs in the folder): with
+    --open-mode=append a new job N wrote on the end of the old job N's slurm-N.out. Its first attempt moves the
+    other job's log aside."""
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
+    shared = tmp_path / "slurm-12.out"
+    shared.write_text("scalelab job 12 'scalelab-1gpu' ... the old job's log\n")
+    rc, job_id, _ = sbatch_wait(env, ROOT / "slurm_jobs" / "single_node_multi_gpu.sh", "--threads", "1",
+                                sbatch_args=[f"--output={shared}", "--ntasks-per-node=2"], timeout=120)
+    log = shared.read_text()
+    assert rc != 0 and "does not match SLURM --ntasks-per-node=2" in log  # this job's own log, as it ran
+    assert "the old job's log" not in log and f"held another job {job_id}'s log (the job id repeated)" in log
+    (aside,) = tmp_path.glob("slurm-12.before-*.out")
+    assert aside.read_text() == "scalelab job 12 'scalelab-1gpu' ... the old job's log\n"

@@ -1,13 +1,17 @@
 """A signal is acted on at a step every rank agrees on, never inside the signal handler (train/signals.py)."""
 
+import ast
 import os
 import signal
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from helpers import two_gloo_ranks
+from helpers import SRC, two_gloo_ranks
+from scalelab.launch import slurm_env
 from scalelab.train import requeue
 from scalelab.train.loop import SYNC_EVERY
 from scalelab.train.signals import RunSignals, Terminated
@@ -104,3 +108,90 @@ def test_only_a_requeued_attempt_of_this_job_resumes(tmp_path):
     assert requeue.resume(told_no, None, None, None, path, {**env, "SLURM_RESTART_COUNT": "1"}) is False
     requeue.done_with(path)
     assert not os.path.exists(path)
+
+
+# scontrol show job as the ranks get SIGTERM, on the local cluster (tests/slurm_cluster): --time=1, then scancel
+AT_TIME_LIMIT = "JobId=2 JobName=x\n   JobState=COMPLETING Reason=TimeLimit Dependency=(null)\n   Requeue=1 Restarts=0"
+AT_SCANCEL = "JobId=3 JobName=x\n   JobState=COMPLETING Reason=None Dependency=(null)\n   Requeue=1 Restarts=0"
+
+
+@pytest.mark.parametrize("text, cause", [
+    (AT_TIME_LIMIT, "SLURM ended the job at its time limit"),
+    (AT_SCANCEL, "the job was cancelled (scancel)"),
+    ("JobState=TIMEOUT Reason=None", "SLURM ended the job at its time limit"),
+    ("JobState=PREEMPTED Reason=None", "SLURM preempted the job"),
+    ("JobState=COMPLETING Reason=Preempted", "SLURM preempted the job"),
+    ("JobState=NODE_FAIL Reason=None", "SLURM ended the job: one of its nodes failed"),
+    ("JobState=COMPLETING Reason=NodeDown", "SLURM ended the job: one of its nodes failed"),
+    ("JobState=RUNNING Reason=None", None),  # a SIGTERM SLURM did not send (kill from a shell): no guess
+    ("", None),
+])
+def test_the_cause_of_a_sigterm_is_read_from_slurm(text, cause):
+    assert slurm_env.end_cause(text) == cause
+
+
+@pytest.mark.parametrize("limit, seconds", [("00:01:00", 60), ("00:30:00", 1800), ("1-02:03:04", 93784),
+                                            ("5:00", 300), ("UNLIMITED", None), ("", None), ("x-01:00:00", None),
+                                            ("1:02:03:04", None), ("Partition_Limit", None)])
+def test_the_time_limit_as_scontrol_prints_it(limit, seconds):
+    assert slurm_env.time_limit_s({"SCALELAB_JOB_TIME_LIMIT": limit}) == seconds
+
+
+@pytest.mark.parametrize("limit, restarts, refused", [
+    ("00:01:00", "0", "its time limit (60 s) leaves an attempt less than 90 s before SLURM's warning"),
+    ("00:02:59", "0", "its time limit (179 s)"),
+    ("00:03:00", "0", None),
+    ("00:30:00", "2", None),
+    ("00:30:00", "3", "SLURM requeued the job 3 times already (at most 3)"),
+    ("UNLIMITED", "0", None),
+])
+def test_a_requeue_needs_an_attempt_that_can_train_and_is_bounded(limit, restarts, refused):
+    why = requeue.refusal({"SCALELAB_JOB_TIME_LIMIT": limit, "SLURM_RESTART_COUNT": restarts})
+    assert (why is None) == (refused is None) and (refused is None or why.startswith(refused))
+
+
+def test_slurms_warning_in_a_job_not_worth_requeueing_ends_it_as_a_time_limit():
+    sig = RunSignals(requeue_on_sigusr1=True, no_requeue="why not")
+    sig.loop_started, sig.received["SIGUSR1"] = True, True
+    stop = sig.agree(torch.device("cpu"), 1, 7, every=1)
+    assert (stop.reason, stop.requeue, stop.status()) == ("time limit", False, "timeout")
+    assert stop.line() == ("received SLURM's warning that the job's time limit is near (SIGUSR1) and stopped after "
+                           "step 7; not requeued: why not")
+    assert RunSignals(requeue_on_sigusr1=True).agree  # and without a refusal it is a requeue, as before
+    sig = RunSignals(requeue_on_sigusr1=True)
+    sig.received["SIGUSR1"] = True
+    assert sig.agree(torch.device("cpu"), 1, 7, every=1).reason == "requeue"
+    term = RunSignals(requeue_on_sigusr1=True, no_requeue="why not")
+    term.received["SIGTERM"] = True
+    stop = term.agree(torch.device("cpu"), 1, 9, every=1)
+    stop.cause = "SLURM ended the job at its time limit"
+    assert stop.line() == "received SIGTERM: SLURM ended the job at its time limit; stopped after step 9"
+
+
+EARLY = """
+import os, signal
+from scalelab.train.signals import RunSignals, note_early
+if os.environ.get("NOTE") == "1":
+    note_early()
+os.kill(os.getpid(), signal.SIGUSR1)  # before the run's handlers exist, as SLURM's warning can come
+sig = RunSignals(requeue_on_sigusr1=True)
+sig.install()
+print(sig.received["SIGUSR1"], signal.getsignal(signal.SIGUSR1) == sig._handler)
+"""
+
+
+def test_slurms_warning_before_the_handlers_exist_is_noted_and_acted_on_not_fatal(tmp_path):
+    # a dry run's --time=1: SIGUSR1 came while torch was importing; the task died "User defined signal 1"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    early = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True, env={**env, "NOTE": "1"})
+    assert early.returncode == 0 and early.stdout.split() == ["True", "True"], early.stderr
+    unguarded = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True, env=env)
+    assert unguarded.returncode == -signal.SIGUSR1  # what note_early prevents
+
+
+def test_the_entry_scripts_note_the_warning_before_anything_else():
+    for path in (SRC / "train.py", SRC / "scalelab" / "train" / "__main__.py"):
+        body = ast.parse(path.read_text()).body
+        body = body[1:] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
+        assert [ast.unparse(node) for node in body[:2]] == ["from scalelab.train.signals import note_early",
+                                                             "note_early()"], path

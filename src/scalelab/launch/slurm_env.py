@@ -109,3 +109,31 @@ def nodes_exclusive(environ=None) -> Optional[bool]:
     if job == "NO" or partition.startswith("EXCLUSIVE"):
         return True
     return None if job == "unknown" else False
+
+
+def time_limit_s(environ=None) -> Optional[int]:
+    """The job's time limit in seconds, from scontrol's TimeLimit ([D-]HH:MM:SS) that slurm_jobs/site.sh exports as
+    SCALELAB_JOB_TIME_LIMIT; None where unknown or UNLIMITED."""
+    days, _, clock = _env(environ).get("SCALELAB_JOB_TIME_LIMIT", "").rpartition("-")
+    parts = clock.split(":")
+    if days and not days.isdigit() or len(parts) > 3 or not all(p.isdigit() for p in parts):
+        return None
+    hours, minutes, seconds = [0] * (3 - len(parts)) + [int(p) for p in parts]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def end_cause(job_text: str) -> Optional[str]:
+    """Why SLURM is ending a job, from `scontrol show job` read as its tasks get SIGTERM (JobState is COMPLETING by
+    then, Reason says why): the job's time limit, preemption, a failed node, or a cancel; None where it does not say.
+    (sacct would say too, but only where the site keeps accounting, and a little later.)"""
+    fields = dict(word.split("=", 1) for word in job_text.split() if "=" in word)
+    state, reason = fields.get("JobState", ""), fields.get("Reason", "")
+    if reason == "TimeLimit" or state == "TIMEOUT":
+        return "SLURM ended the job at its time limit"
+    if state == "PREEMPTED" or reason.startswith("Preempt"):
+        return "SLURM preempted the job"
+    if state == "NODE_FAIL" or reason in ("NodeDown", "NodeFail", "NodeNotResponding"):
+        return "SLURM ended the job: one of its nodes failed"
+    if state in ("CANCELLED", "COMPLETING") and reason == "None":
+        return "the job was cancelled (scancel)"
+    return None

@@ -135,11 +135,7 @@ def main(argv=None) -> int:
     for flag, path in (("--plot", args.plot), ("--export", args.export)):
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
-    n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
-    print(f"scalelab report: {len(runs)} run(s) in {args.output_dir}/, {n_groups} scaling group(s)")
-    for note in runs.attrs.get("identity", []):  # a terminal's width: 120 columns
-        print(textwrap.fill(f"note: {redaction.inert(note)}", 120, subsequent_indent="  ", break_on_hyphens=False))
-    print()
+    print(_header(runs, args.output_dir))
     max_runs = None if args.all_runs else 12
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
     print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
@@ -167,6 +163,16 @@ def main(argv=None) -> int:
     for path in written:
         print(f"written: {path}")
     return 0
+
+
+def _header(runs: pd.DataFrame, output_dir: str) -> str:
+    """What was counted: runs, groups, and each result not counted as a run of its own (frames.identity_notes)."""
+    n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
+    lines = [f"scalelab report: {len(runs)} run(s) in {output_dir}/, {n_groups} scaling group(s)"]
+    for note in runs.attrs.get("identity", []):  # a terminal's width: 120 columns
+        lines.append(textwrap.fill(f"note: {redaction.inert(note)}", 120, subsequent_indent="  ",
+                                   break_on_hyphens=False))
+    return "\n".join(lines) + "\n"
 
 
 def _no_runs(output_dir: str, bench: pd.DataFrame, fmt: str) -> int:

@@ -21,6 +21,21 @@ LEAD_S = 90  # the job scripts' `#SBATCH --signal=SIGUSR1@90`: from the warning 
 # of the lead, what the save may take: the loop reaches its next sync point (about loop.SYNC_SECONDS), then after
 # the save `scontrol requeue` and the result's record, with room to spare (the self-check holds a save against it)
 SAVE_BUDGET_S = 60
+MAX_REQUEUES = 3  # attempts after the first: a job that still has not finished is not going to by requeueing
+
+
+def refusal(environ=None) -> Optional[str]:
+    """Why SLURM's warning (SIGUSR1) ends this job's run at its time limit instead of requeueing it; None: requeue.
+    An attempt must have time to train before the warning: a requeued job gets the same limit (a dry run's
+    --time=1 cycled REQUEUED every ~2.5 min until cancelled). And requeues are bounded."""
+    limit = slurm_env.time_limit_s(environ)
+    if limit is not None and limit < 2 * LEAD_S:
+        return (f"its time limit ({limit} s) leaves an attempt less than {LEAD_S} s before SLURM's warning, "
+                f"{LEAD_S} s ahead (--signal=SIGUSR1@{LEAD_S}): each requeued attempt would end the same way")
+    restarts = slurm_env.restart_count(environ)
+    if restarts >= MAX_REQUEUES:
+        return f"SLURM requeued the job {restarts} times already (at most {MAX_REQUEUES})"
+    return None
 
 
 def checkpoint_bytes(params: int, trainable: Optional[int] = None) -> int:
@@ -81,3 +96,14 @@ def ask_slurm(environ=None) -> Optional[str]:
         said = (proc.stderr or proc.stdout).strip().splitlines()
         return f"scontrol requeue {job} failed: {said[-1] if said else f'exit {proc.returncode}'}"
     return None
+
+
+def end_cause(environ=None) -> Optional[str]:
+    """Why SLURM sent SIGTERM, as `scontrol show job` says while the job ends (slurm_env.end_cause); None where it
+    cannot say (no scontrol, no answer within 5 s)."""
+    job = slurm_env.job_id(environ)
+    try:
+        proc = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return slurm_env.end_cause(proc.stdout) if proc.returncode == 0 else None

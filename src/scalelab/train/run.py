@@ -39,6 +39,7 @@ def main(argv=None, process_start=None) -> int:
         for name in ("lightning", "lightning.fabric", "lightning.pytorch"):
             logging.getLogger(name).setLevel(logging.WARNING)
     from scalelab.testing import faults
+    from scalelab.train import requeue
     from scalelab.train.clock import StepClock
     from scalelab.train.record import RunContext
     from scalelab.train.watch import RankWatch
@@ -50,7 +51,8 @@ def main(argv=None, process_start=None) -> int:
     ctx = RunContext(cfg, launch, batch, process_start, StepClock(fabric.device, launch.world_size, process_start,
                                                                   cfg.comm_hook),
                      rank=cluster.env_rank(), core_warning=device.warning)
-    watch = RankWatch(cfg.timeout, requeue_on_sigusr1=launch.launcher == "slurm")  # signals: noted from here on
+    # signals: acted on from here on (SIGUSR1, SLURM's time-limit warning, noted since train.py began)
+    watch = RankWatch(cfg.timeout, requeue_on_sigusr1=launch.launcher == "slurm", no_requeue=requeue.refusal())
     metrics = stall = None
     try:  # from here on every way the run ends is recorded (failed), or refused in one line (UsageError)
         injected = faults.from_env()  # a test hook, [] in a real run
@@ -204,6 +206,8 @@ def finish(fabric, ctx, metrics, stop, val, per_rank):
     if ctx.rank == 0:
         if stop and stop.requeue:
             stop.refused = requeue.ask_slurm()
+        if stop and stop.reason == "SIGTERM" and ctx.launch.launcher == "slurm":
+            stop.cause = requeue.end_cause()
         payload = record.build_payload(ctx, per_rank, record.run_summary(ctx, per_rank), val)
         if stop:
             payload.update(status=stop.status(), error=stop.line())
@@ -385,4 +389,7 @@ def one_line_summary(payload: dict, path: str) -> str:
 
 def cli():
     """Console-script entry point (see setup.cfg)."""
+    from scalelab.train.signals import note_early
+
+    note_early()
     fast_exit(run_main("train.py", main))

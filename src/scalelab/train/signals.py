@@ -48,10 +48,11 @@ class Terminated(BaseException):
 class Stop:
     """Why every rank agreed to end the loop early: what to record, and whether the job is to be requeued."""
 
-    def __init__(self, reason: str, steps: int):
-        self.reason, self.steps = reason, steps  # reason: "requeue", "SIGUSR1" or "SIGTERM"
-        self.refused = None  # why SLURM did not requeue the job (requeue.ask_slurm), if it did not
+    def __init__(self, reason: str, steps: int, refused: Optional[str] = None):
+        self.reason, self.steps = reason, steps  # reason: "requeue", "time limit", "SIGUSR1" or "SIGTERM"
+        self.refused = refused  # why the job was not requeued (requeue.refusal, requeue.ask_slurm), if it was not
         self.saved = None  # (bytes, seconds) of the requeue checkpoint (requeue.save)
+        self.cause = None  # why SLURM sent SIGTERM, where it says (requeue.end_cause)
 
     @property
     def requeue(self) -> bool:
@@ -69,16 +70,22 @@ class Stop:
         if self.requeue:
             return (f"received SLURM's requeue signal (time limit near): {saved} {after} and asked SLURM to "
                     "requeue the job, which stopped this attempt")
+        if self.reason == "time limit":
+            return (f"received SLURM's warning that the job's time limit is near (SIGUSR1) and stopped {after}; not "
+                    f"requeued: {self.refused}")
         if self.reason == "SIGUSR1":
             return f"received SIGUSR1 (no SLURM requeue here: handled like SIGTERM) and stopped {after}"
+        if self.cause:
+            return f"received SIGTERM: {self.cause}; stopped {after}"
         return f"received SIGTERM (job time limit, preemption or scancel) and stopped {after}"
 
 
 class RunSignals:
     """What this rank was sent, and what a signal means at this point of the run."""
 
-    def __init__(self, requeue_on_sigusr1: bool = False):
+    def __init__(self, requeue_on_sigusr1: bool = False, no_requeue: Optional[str] = None):
         self.requeue_on_sigusr1 = requeue_on_sigusr1  # a SLURM batch job: SIGUSR1 is the time limit's warning
+        self.no_requeue = no_requeue  # why that warning ends the run at the limit instead (requeue.refusal)
         self.received = dict.fromkeys(SIGNALS, False)
         self.loop_started = False  # before it, SIGTERM ends the run at once (there is no step to end after)
         self.ending = False  # the run is recording its end: signals are noted, nothing more
@@ -90,8 +97,10 @@ class RunSignals:
             return
         for name in SIGNALS:
             signum = getattr(signal, name, None)
-            if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None):
+            if signum is not None and signal.getsignal(signum) in (signal.SIG_DFL, None, _note_early):
                 signal.signal(signum, self._handler)
+        for name in _EARLY:
+            self.received[name] = True
         self._watch_off_the_main_thread()
 
     def _watch_off_the_main_thread(self) -> None:
@@ -155,9 +164,28 @@ class RunSignals:
         if not any(flags[:2]):
             return None
         self.ending = True
+        if flags[1] and self.requeue_on_sigusr1:
+            return Stop("time limit", steps, self.no_requeue) if self.no_requeue else Stop("requeue", steps)
         if flags[1]:
-            return Stop("requeue" if self.requeue_on_sigusr1 else "SIGUSR1", steps)
+            return Stop("SIGUSR1", steps)
         return Stop("SIGTERM", steps)
+
+
+_EARLY = []  # signals noted before RunSignals.install
+
+
+def note_early() -> None:
+    """The first thing train.py does: from here SIGUSR1 is noted, not fatal. SLURM sends it to every task of the
+    step when the time limit is closer than the job's --signal lead, which can be before torch is imported (a
+    dry run's --time=1: the task died "User defined signal 1", FAILED 10:0, no record). RunSignals.install takes
+    over and acts on it at the loop's first sync point."""
+    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGUSR1, _note_early)
+
+
+def _note_early(signum, frame):
+    _EARLY.append(signal.Signals(signum).name)
 
 
 def die_with_launcher() -> None:

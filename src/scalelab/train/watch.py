@@ -38,12 +38,12 @@ LAST_RESORT_GRACE_S = 30.0
 
 
 class RankWatch:
-    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False):
+    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None):
         self.timeout_s = timeout_s
         self.children: list[tuple[int, subprocess.Popen]] = []  # (global rank, Popen) launched from this process
         self.world_size = 1
         self.rank = 0
-        self.signals = RunSignals(requeue_on_sigusr1)
+        self.signals = RunSignals(requeue_on_sigusr1, no_requeue)
         self._killed_by_us: set[int] = set()
         self.rank0_where: tuple[str, int] | None = None  # rank 1: where rank 0 runs (host, pid), to tell it lost
         self.records_for_rank0 = False  # rank 1, once rank 0 was found lost: it writes the run's record
