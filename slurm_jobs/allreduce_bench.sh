@@ -4,7 +4,7 @@
 #     sbatch slurm_jobs/allreduce_bench.sh                                              # 2 nodes: the inter-node link
 #     sbatch --nodes=1 slurm_jobs/allreduce_bench.sh                                    # 1 node: the intra-node link
 #     sbatch slurm_jobs/allreduce_bench.sh --max_bytes 1G --dtype bfloat16              # extra flags go to the benchmark
-#SBATCH --job-name=scalelab-allreduce
+#SBATCH --job-name=sl-allreduce
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --gres=gpu:4

@@ -3,7 +3,7 @@
 # a short GPT on 1 GPU (the baseline every speedup divides by) and on all of them, then PASS/FAIL per claim
 # (docs/01-setup.md). Submit from the repo root:
 #     sbatch slurm_jobs/gpu_selfcheck.sh                       # EXPECT_BUSBW=20 sbatch ... judges the link too
-#SBATCH --job-name=scalelab-selfcheck
+#SBATCH --job-name=sl-selfcheck
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --gres=gpu:4

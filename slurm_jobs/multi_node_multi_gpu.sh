@@ -1,6 +1,6 @@
 #!/bin/bash
 # 2 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/multi_node_multi_gpu.sh   (MODEL=gpt for the GPT)
-#SBATCH --job-name=scalelab-2x4gpu
+#SBATCH --job-name=sl-2x4gpu
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --gres=gpu:4

@@ -5,7 +5,7 @@
 #     sbatch --mem=4G --dependency=afterany:101:102:103 slurm_jobs/report.sh 101 102 103
 # (--mem: this job has no GPU, so the profile's --mem-per-gpu, SBATCH_MEM_PER_GPU, cannot size it; sbatch refuses it)
 # Exit status 1 when a job did not complete (the tables then hold the ones that did).
-#SBATCH --job-name=scalelab-report
+#SBATCH --job-name=sl-report
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task=1
@@ -54,7 +54,11 @@ echo
 
 "$SCALELAB_PYTHON" src/benchmark.py --output_dir "$OUT" --export "$OUT/report"
 rc=$?
-if ((${#BAD[@]})); then
+if ((${#BAD[@]} == $#)); then
+  echo "report.sh: none of the $# job(s) completed; why each did not:" >&2
+  printf 'report.sh: %s\n' "${BAD[@]}" >&2
+  exit 1
+elif ((${#BAD[@]})); then
   echo "report.sh: ${#BAD[@]} of $# job(s) did not complete; the tables hold the ones that did:" >&2
   printf 'report.sh: %s\n' "${BAD[@]}" >&2
   exit 1

@@ -2,7 +2,7 @@
 # 1 node(s) x 1 GPU(s). Submit from the repo root:  sbatch slurm_jobs/single_gpu.sh   (MODEL=gpt for the GPT)
 # The whole node, as the runs it is the baseline of: a neighbour's job on its PCIe, memory bandwidth and cores
 # would slow the baseline and inflate every speedup (a profile's SBATCH_EXCLUSIVE=user shares it with your own).
-#SBATCH --job-name=scalelab-1gpu
+#SBATCH --job-name=sl-1gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gres=gpu:1

@@ -1,6 +1,6 @@
 #!/bin/bash
 # 1 node(s) x 4 GPU(s). Submit from the repo root:  sbatch slurm_jobs/single_node_multi_gpu.sh   (MODEL=gpt for the GPT)
-#SBATCH --job-name=scalelab-1x4gpu
+#SBATCH --job-name=sl-1x4gpu
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
 #SBATCH --gres=gpu:4

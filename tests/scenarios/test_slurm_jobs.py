@@ -344,11 +344,38 @@ def test_a_repeated_job_id_never_writes_into_another_jobs_log(slurm_env, tmp_pat
     other job's log aside."""
     env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
     shared = tmp_path / "slurm-12.out"
-    shared.write_text("scalelab job 12 'scalelab-1gpu' ... the old job's log\n")
+    shared.write_text("scalelab job 12 'sl-1gpu' ... the old job's log\n")
     rc, job_id, _ = sbatch_wait(env, ROOT / "slurm_jobs" / "single_node_multi_gpu.sh", "--threads", "1",
                                 sbatch_args=[f"--output={shared}", "--ntasks-per-node=2"], timeout=120)
     log = shared.read_text()
     assert rc != 0 and "does not match SLURM --ntasks-per-node=2" in log  # this job's own log, as it ran
     assert "the old job's log" not in log and f"held another job {job_id}'s log (the job id repeated)" in log
     (aside,) = tmp_path.glob("slurm-12.before-*.out")
-    assert aside.read_text() == "scalelab job 12 'scalelab-1gpu' ... the old job's log\n"
+    assert aside.read_text() == "scalelab job 12 'sl-1gpu' ... the old job's log\n"
+
+
+def test_a_report_right_after_sbatch_names_the_jobs_that_have_not_written(slurm_env, tmp_path):
+    # the dry run: "run `make demo` or src/train.py first", to a class whose jobs were still pending
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path / "results")}
+    job = subprocess.run(["sbatch", "--parsable", "--hold", f"--output={tmp_path}/slurm-%j.out",
+                          str(ROOT / "slurm_jobs" / "single_gpu.sh")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        proc = run_script("benchmark.py", "--output_dir", tmp_path, env=env)
+        missing = run_script("benchmark.py", "--output_dir", tmp_path / "results", env=env)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+    said = f"your SLURM job(s) {job} (sl-1gpu, pending) have not written theirs: run this again when they end"
+    assert proc.returncode == 1 and said in proc.stdout, proc.stdout + proc.stderr
+    assert missing.returncode == 2 and said in missing.stderr and "make demo" not in missing.stderr
+
+
+def test_report_sh_says_so_when_none_of_its_jobs_completed(slurm_env, tmp_path):
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path), "SCALELAB_TEST_LOGS": str(tmp_path)}
+    rc, job_id, _ = sbatch_wait(env, ROOT / "slurm_jobs" / "single_node_multi_gpu.sh", "--threads", "1",
+                                sbatch_args=["--ntasks-per-node=2"], timeout=120)
+    proc = subprocess.run(["bash", str(ROOT / "slurm_jobs" / "report.sh"), job_id], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "report.sh: none of the 1 job(s) completed; why each did not:" in proc.stderr
+    assert "the tables hold the ones that did" not in proc.stderr  # the dry run: said so with no table at all
+    assert f"report.sh: job {job_id} (sl-1x4gpu) FAILED: train.py: error: --devices 4 does not match" in proc.stderr

@@ -51,8 +51,8 @@ def test_sweep_runs_the_report_after_the_three_jobs(slurm_env, tmp_path):
     assert f"report: {tmp_path}/slurm-{report}.out" in printed
     rows = wait_ended(slurm_env, ids)
     print(f"\nsweep.sh: 3 jobs and the report in {time.time() - started:.1f} s")
-    assert [rows[i][:2] for i in ids] == [["scalelab-1gpu", "COMPLETED"], ["scalelab-1x4gpu", "COMPLETED"],
-                                          ["scalelab-2x4gpu", "COMPLETED"], ["scalelab-report", "COMPLETED"]]
+    assert [rows[i][:2] for i in ids] == [["sl-1gpu", "COMPLETED"], ["sl-1x4gpu", "COMPLETED"],
+                                          ["sl-2x4gpu", "COMPLETED"], ["sl-report", "COMPLETED"]]
     assert rows[report][2] >= max(rows[i][3] for i in training)  # started once the last of them had ended
     log = (tmp_path / f"slurm-{report}.out").read_text()
     assert f"scalelab report job {report}: jobs {' '.join(training)}" in log
@@ -83,10 +83,11 @@ def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env,
     log = (tmp_path / f"slurm-{report}.out").read_text()
     assert rest.startswith(f"waiting for the report job {report} ") and rest.endswith(log)  # the log, printed
     assert "report.sh: 2 of 3 job(s) did not complete; the tables hold the ones that did:" in log
-    assert (f"report.sh: job {one_gpu} (scalelab-1gpu) FAILED: train.py: error: --devices 4 does not match SLURM "
+    assert (f"report.sh: job {one_gpu} (sl-1gpu) FAILED: train.py: error: --devices 4 does not match SLURM "
             "--ntasks-per-node=1") in log
-    assert f"report.sh: job {two_nodes} (scalelab-2x4gpu) CANCELLED: " in log
+    assert f"report.sh: job {two_nodes} (sl-2x4gpu) CANCELLED: " in log
     assert "Scaling (baseline: 4 devices" in log  # the job that completed, in the tables
+    assert "no 1-device run of this group completed: each speedup is against 4 devices, not one" in log
     assert [r["launch"]["world_size"] for r in load_results(tmp_path)] == [4]
 
 

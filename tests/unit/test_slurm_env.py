@@ -68,3 +68,16 @@ def test_outside_a_job_the_defaults_are_one_node_and_no_name():
     """A process outside SLURM: one node, an empty job name (not None: cluster compares it with salloc's names)."""
     assert slurm_env.nodes({}) == 1 and slurm_env.job_name({}) == ""
     assert slurm_env.job_name({"SLURM_JOB_NAME": "x"}) == "x"
+
+
+def test_each_job_script_is_told_apart_in_squeues_eight_character_name_column():
+    # the dry run: every job showed as `scalelab` in squeue's NAME column (%.8j)
+    from helpers import ROOT
+
+    names = {}
+    for script in sorted((ROOT / "slurm_jobs").glob("*.sh")):
+        for line in script.read_text().splitlines():
+            if line.startswith("#SBATCH --job-name="):
+                names[script.name] = line.split("=", 1)[1]
+    assert len(names) >= 6 and len({name[:8] for name in names.values()}) == len(names), names
+    assert all(name not in ("bash", "interactive") for name in names.values())  # Lightning's two special names

@@ -78,13 +78,14 @@ def test_the_scaling_table_row_by_row():
     found[3]["launch"]["link"] = {"gbit": 1, "emulated": True}
     _, scaling = _scaling(found)
     lines = tables.scaling_table(scaling, "pipe")
-    assert lines[:2] == ["", "Scaling (baseline: 2 devices; speedup = samples/s ÷ baseline samples/s)"]
-    table = _pipe(lines[2])
+    assert lines[:3] == ["", "Scaling (baseline: 2 devices; speedup = samples/s ÷ baseline samples/s)",
+                         "  no 1-device run of this group completed: each speedup is against 2 devices, not one"]
+    table = _pipe(lines[3])
     assert table[0] == ["world size", "nodes", "runs", "samples/s (median [min–max])", "speedup", "efficiency",
                         "predicted eff.", "samples/s per device"]
     assert table[1] == ["2", "1", "3", "110 [100–200]", "1.00×", "100 %", "—", "55"]
     assert table[2] == ["4", "2 (emulated 1 Gbit/s)", "1", "198", "1.80×", "90 %", "—", "50"]
-    assert lines[3:] == ["  2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine, shaped "
+    assert lines[4:] == ["  2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine, shaped "
                          "with tc (src/emulate.py), not a real network"]
     _, alone = _scaling([make_result("x", 1)])
     lines = tables.scaling_table(alone, "pipe")
@@ -201,7 +202,7 @@ def test_a_scaling_frame_without_a_link_column_has_no_link_note():
     found = [make_result("a", 2), make_result("b", 4, nodes=2)]
     _, scaling = _scaling(found)
     lines = tables.scaling_table(scaling.drop(columns="link"), "pipe")
-    assert [row[1] for row in _pipe(lines[2])[1:]] == ["1", "2"] and len(lines) == 3
+    assert [row[1] for row in _pipe(lines[3])[1:]] == ["1", "2"] and len(lines) == 4
 
 
 def test_the_failed_runs_table_prints_every_cell_as_text():

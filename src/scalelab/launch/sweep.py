@@ -161,7 +161,7 @@ class Submitter:
         gres_type = site.get("SCALELAB_GPU_TYPE", "") if args.gres_type is None else args.gres_type
         executor.update_parameters(
             nodes=nodes, ntasks_per_node=gpus, cpus_per_task=args.cpus_per_task, time=args.time_min,
-            job_name=f"scalelab-{nodes}x{gpus}", signal_delay_s=90,
+            job_name=f"sl-{nodes}x{gpus}", signal_delay_s=90,
             partition=args.partition or site.get("SBATCH_PARTITION"),
             account=args.account or site.get("SBATCH_ACCOUNT"),
             constraint=args.constraint or site.get("SBATCH_CONSTRAINT"),

@@ -5,6 +5,7 @@ files, or puts two folders side by side (`--compare`).
 """
 
 import os
+import subprocess
 import sys
 import textwrap
 
@@ -28,7 +29,7 @@ def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=N
     *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs.
     """
     if not os.path.isdir(output_dir):
-        raise UsageError(f"{output_dir} is not a folder (run `make demo` or src/train.py first)")
+        raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
     found, skipped = results.scan(output_dir)
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
     runs = runs_frame(found)
@@ -178,8 +179,24 @@ def _header(runs: pd.DataFrame, output_dir: str) -> str:
 def _no_runs(output_dir: str, bench: pd.DataFrame, fmt: str) -> int:
     """No training run: the nccl-tests logs read are still shown (`--nccl_tests LOG` alone prints them)."""
     print("\n".join(nccl_logs.render(bench, fmt)[1:] + [""]), end="")
-    print(f"No training results under {output_dir}/ yet: run `make demo` or `python src/train.py`.")
+    print(f"No training results under {output_dir}/ yet: {_what_to_run()}.")
     return 1
+
+
+def _what_to_run() -> str:
+    """Where nothing was written yet: on a cluster right after sbatch, the jobs that have not written (yet)."""
+    try:
+        proc = subprocess.run(["squeue", "--me", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=5)
+        jobs = [line.split() for line in proc.stdout.splitlines() if len(line.split()) == 3] if not proc.returncode \
+            else []
+        jobs = [job for job in jobs if job[1].startswith("sl-")]  # scalelab's jobs (slurm_jobs/, submit.py)
+    except (OSError, subprocess.TimeoutExpired):
+        jobs = []
+    if not jobs:
+        return "run `make demo` or `python src/train.py` first"
+    listed = ", ".join(f"{i} ({name}, {state.lower()})" for i, name, state in jobs[:4])
+    more = f" and {len(jobs) - 4} more" if len(jobs) > 4 else ""
+    return f"your SLURM job(s) {listed}{more} have not written theirs: run this again when they end (squeue --me)"
 
 
 def _check_pairs(args):
@@ -235,7 +252,7 @@ def _ranks(args) -> int:
     if extra:
         raise UsageError(f"--ranks prints the per-rank view only; it does not take {', '.join(extra)}")
     if not os.path.isdir(args.output_dir):
-        raise UsageError(f"--output_dir {args.output_dir} is not a folder (run `make demo` or src/train.py first)")
+        raise UsageError(f"--output_dir {args.output_dir} is not a folder ({_what_to_run()})")
     found, skipped = results.scan(args.output_dir)
     _warn(skipped)
     pct = ranks.DEFAULT_PCT if args.straggler_pct is None else args.straggler_pct

@@ -96,6 +96,8 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     unit = g["unit"].iloc[0]
     base = int(g["baseline_world_size"].iloc[0])
     out = ["", f"Scaling (baseline: {base} device{'s' if base > 1 else ''}; speedup = {unit} ÷ baseline {unit})"]
+    if base > 1:  # a sweep whose 1-GPU job failed: its speedups are not the ones the question is about
+        out.append(f"  no 1-device run of this group completed: each speedup is against {base} devices, not one")
     if len(g) == 1:
         out.append(f"  only one configuration ({base} device(s)) in this group: nothing to compare against yet")
     rows = [[r.world_size, nodes_cell(r), r.runs,
