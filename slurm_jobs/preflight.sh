@@ -56,6 +56,7 @@ for f in slurm_jobs/single_gpu.sh slurm_jobs/single_node_multi_gpu.sh slurm_jobs
   ((n > GRES_MAX)) && GRES_MAX=$n
 done
 GRES_TYPE=${SCALELAB_GPU_TYPE:-$GRES_TYPE}
+NODES_MAX=$(sed -n 's/^#SBATCH --nodes=\([0-9]*\)$/\1/p' slurm_jobs/*.sh | sort -n | tail -1)
 ASK="gpu:${GRES_TYPE:+$GRES_TYPE:}$GRES_MAX"
 
 echo "scalelab preflight: profile $PROFILE (slurm_jobs/site.sh)"
@@ -123,6 +124,20 @@ else
   echo "  (none listed: this site keeps no accounts in sacctmgr, or it is not reachable from here)"
 fi
 
+# Nodes that can take a job now (idle, mixed, allocated, completing; "~": powered down, it powers up): a drained,
+# down or unresponsive node makes a job that needs it pend for good, and `sbatch --wait` wait silently.
+node_check() {
+  local rows usable bad
+  rows=$(sinfo -h -N -p "$PART" -o '%N|%t|%E' 2>/dev/null | sort -u)
+  [ -n "$rows" ] || return 0
+  usable=$(awk -F'|' '$2 ~ /^(idle|mix|alloc|comp)~?$/' <<<"$rows" | wc -l)
+  bad=$(awk -F'|' '$2 !~ /^(idle|mix|alloc|comp)~?$/ { printf "%s%s %s (%s)", sep, $1, $2, $3; sep = ", " }' <<<"$rows")
+  echo "nodes of partition $PART that can take a job: $usable${bad:+; not: $bad}"
+  ((usable >= ${NODES_MAX:-1})) ||
+    not_ready "partition '$PART' has $usable node(s) that can take a job; the job scripts need ${NODES_MAX:-1}" \
+              "(not: $bad): they would wait until one returns (ask the site, or pick another partition)"
+}
+
 # The partition jobs will land in: the profile's, else the default one (sinfo marks it with *).
 PART=${SBATCH_PARTITION:-}
 if [ -z "$PART" ]; then
@@ -147,6 +162,7 @@ if [ -n "$PART" ]; then
     [ -n "$fits" ] || not_ready "partition '$PART' has no node with $ASK (it offers: $offered); pick another partition" \
                                 "(SBATCH_PARTITION) or GPU type (SCALELAB_GPU_TYPE) in profile $PROFILE (docs/09-adapting-site-sh.md)"
     memory_check "$ROWS"
+    node_check
   fi
 fi
 if [ -n "${SBATCH_ACCOUNT:-}" ] && [ -n "$ACCOUNTS" ] && ! cut -d'|' -f1 <<<"$ACCOUNTS" | grep -qx "$SBATCH_ACCOUNT"; then

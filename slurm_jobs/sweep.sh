@@ -26,6 +26,8 @@ while (($#)); do
 done
 command -v sbatch >/dev/null 2>&1 || die "sbatch not found: run this on a SLURM login node (or start the local cluster, docs/10)"
 [ -n "$OUTPUT_DIR" ] || die "--output_dir is empty"
+[[ ${SCALELAB_PENDING_AFTER_S:-20} =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+  die "SCALELAB_PENDING_AFTER_S='$SCALELAB_PENDING_AFTER_S': give the seconds a job may wait before it is said why"
 
 # The repository root: the job scripts find their code through SLURM_SUBMIT_DIR, the folder sbatch runs in.
 HERE=${BASH_SOURCE[0]%/*}; [ "$HERE" = "${BASH_SOURCE[0]}" ] && HERE=.
@@ -83,7 +85,31 @@ echo "report: $OUTPUT_DIR/slurm-$REPORT.out"
 [ -n "$WAIT" ] || exit 0
 
 echo "waiting for the report job $REPORT (Ctrl-C stops the waiting, not the jobs)"
+# A job that waits in the queue says why (squeue's reason, once per reason), after SCALELAB_PENDING_AFTER_S: a
+# drained node must not look like a slow queue. (Waiting on another job, the report's Dependency, is no news.)
+# SLURM says "Resources" for a job that waits for a drained node: the partition's nodes that take no job are named.
+say_why_waiting() {
+  local -A said=()
+  local id name reason part out
+  sleep "${SCALELAB_PENDING_AFTER_S:-20}"
+  while :; do
+    while IFS='|' read -r id name reason part; do
+      [[ $reason == None || $reason == Dependency ]] && continue
+      out=$(sinfo -h -N -p "$part" -o '%N|%t|%E' 2>/dev/null | sort -u |
+            awk -F'|' '$2 !~ /^(idle|mix|alloc|comp)~?$/ { printf "%s%s %s (%s)", sep, $1, $2, $3; sep = ", " }')
+      reason+=${out:+; taking no job in partition $part: $out}
+      [[ ${said[$id]:-} == "$reason" ]] && continue
+      said[$id]=$reason
+      echo "sweep.sh: job $id ($name) is waiting in the queue: $reason (squeue --me)" >&2
+    done < <(squeue -h -t PD -j "$1" -o '%i|%j|%r|%P' 2>/dev/null)
+    sleep 5
+  done
+}
+say_why_waiting "$(IFS=,; echo "${IDS[*]},$REPORT")" &
+WATCH=$!
 rc=$(sed -n 's/^exit //p' <&3)
+kill "$WATCH" 2>/dev/null
+wait "$WATCH" 2>/dev/null
 if [ -f "$OUTPUT_DIR/slurm-$REPORT.out" ]; then
   cat "$OUTPUT_DIR/slurm-$REPORT.out"
 else

@@ -113,8 +113,26 @@ NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_T
           "(docs/09-adapting-site-sh.md)"
 
 
+def fake_sinfo(folder, partitions, nodes="node1|idle|none\nnode2|mix|none"):
+    """sinfo as preflight asks it: partitions, or (-N) a partition's nodes with their states and reasons."""
+    fake_tool(folder, "sinfo.nodes", nodes)
+    fake_tool(folder, "sinfo.partitions", partitions)
+    (folder / "sinfo").write_text('#!/bin/sh\ncase " $* " in *" -N "*) exec "$(dirname "$0")/sinfo.nodes" ;; esac\n'
+                                  'exec "$(dirname "$0")/sinfo.partitions"\n')
+    (folder / "sinfo").chmod(0o755)
+    return str(folder)
+
+
+DRAINED = "node1|idle|none\nnode2|drain|maintenance until 14:00"
+
+
 @pytest.mark.parametrize("env, verdict", [
     ({"SCALELAB_PROFILE": "cpu"}, "READY: profile cpu, partition debug, gpu:4 per node available"),
+    ({"SCALELAB_PROFILE": "cpu", "NODES": DRAINED},
+     "NOT READY: partition 'debug' has 1 node(s) that can take a job; the job scripts need 2 (not: node2 drain "
+     "(maintenance until 14:00)): they would wait until one returns (ask the site, or pick another partition)"),
+    ({"SCALELAB_PROFILE": "cpu", "NODES": "node1|idle~|none\nnode2|down*|Not responding"},
+     "NOT READY: partition 'debug' has 1 node(s) that can take a job; the job scripts need 2 (not: node2 down* "),
     # the scripts ask gpu:4, any type: an H100 partition and AutoDetect's type names take them as they are
     ({"SBATCH_PARTITION": "gpu"}, "READY: profile auto, partition gpu, gpu:4 per node available"),
     ({"SBATCH_PARTITION": "auto"}, "READY: profile auto, partition auto, gpu:4 per node available"),
@@ -136,7 +154,8 @@ NO_NODE = "pick another partition (SBATCH_PARTITION) or GPU type (SCALELAB_GPU_T
      "SCALELAB_VENV says where)"),
 ])
 def test_preflight_verdict_against_fake_slurm_tools(tmp_path, env, verdict):
-    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    env = dict(env)
+    bin_dir = fake_sinfo(tmp_path / "bin", SINFO, *([env.pop("NODES")] if "NODES" in env else []))
     fake_tool(tmp_path / "bin", "sacctmgr", "proj1||normal\nproj2|gpu|normal")
     fake_tool(tmp_path / "bin", "scontrol", PARTITION)
     env = {"SCALELAB_VENV": os.path.dirname(os.path.dirname(sys.executable)), **env}
@@ -174,6 +193,15 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     assert "GPU types in partition debug: a100; the job scripts ask any type" in lines
     assert any(re.match(r"^ +debug\* +up +2 +infinite +gpu:a100:4", line) for line in lines), ready.stdout
     assert "  account|partition|qos" in lines  # the user's associations, from sacctmgr
+    subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"], env=env,
+                   check=True)
+    try:  # the dry run: READY with node2 drained, then `sbatch --wait` waited silently for good
+        drained = preflight()
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], env=env, check=True)
+    assert drained.returncode == 1 and drained.stdout.splitlines()[-1] == (
+        "NOT READY: partition 'debug' has 1 node(s) that can take a job; the job scripts need 2 (not: node2 drain "
+        "(workshop dry run)): they would wait until one returns (ask the site, or pick another partition)")
     missing = preflight(SBATCH_PARTITION="nosuch")
     assert missing.returncode == 1
     assert missing.stdout.splitlines()[-1] == "NOT READY: partition 'nosuch' is not in sinfo (partitions: debug)"
@@ -203,7 +231,7 @@ def test_a_python_older_than_the_claimed_floor_is_refused_before_the_venv(tmp_pa
 
 def preflight_on_a_fake_partition(tmp_path, **env):
     """preflight.sh where sinfo and scontrol describe a GPU partition (what they print on a cluster)."""
-    bin_dir = fake_tool(tmp_path / "bin", "sinfo", SINFO)
+    bin_dir = fake_sinfo(tmp_path / "bin", SINFO)
     fake_tool(tmp_path / "bin", "scontrol", PARTITION)
     return bash("preflight.sh", path=bin_dir, SCALELAB_VENV=os.path.dirname(os.path.dirname(sys.executable)), **env)
 

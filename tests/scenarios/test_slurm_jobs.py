@@ -379,3 +379,31 @@ def test_report_sh_says_so_when_none_of_its_jobs_completed(slurm_env, tmp_path):
     assert proc.returncode == 1 and "report.sh: none of the 1 job(s) completed; why each did not:" in proc.stderr
     assert "the tables hold the ones that did" not in proc.stderr  # the dry run: said so with no table at all
     assert f"report.sh: job {job_id} (sl-1x4gpu) FAILED: train.py: error: --devices 4 does not match" in proc.stderr
+
+
+def test_start_sh_on_a_partly_up_cluster_starts_only_what_died_and_keeps_the_queue(slurm_env):
+    """The dry run: with one slurmd killed ("a dead node"), re-running the idempotent start.sh restarted the whole
+    cluster and wiped every queued job, the accounting history and the job ids (which then repeated)."""
+    from helpers import SLURM_STATE_DIR
+
+    held = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"], env=slurm_env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        pid = int(open(os.path.join(SLURM_STATE_DIR, "slurmd-node2.pid")).read())
+        os.kill(pid, 9)
+        _wait_for("slurmd node2 gone", lambda: not os.path.exists(f"/proc/{pid}") or
+                  open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"), 10)
+        proc = subprocess.run(["bash", str(ROOT / "tests" / "slurm_cluster" / "start.sh"), SLURM_STATE_DIR],
+                              env=slurm_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert (f"cluster in {SLURM_STATE_DIR} is only partly up: starting what died (slurmd-node2), keeping its "
+                "queue and accounting") in proc.stderr
+        queued = subprocess.run(["squeue", "-h", "-j", held, "-o", "%T %r"], env=slurm_env, capture_output=True,
+                                text=True).stdout.split()
+        assert queued == ["PENDING", "JobHeldUser"]
+        after = subprocess.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"],
+                               env=slurm_env, capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(["scancel", after], env=slurm_env)
+        assert int(after) > int(held)  # the ids go on: a job id is still one job's
+    finally:
+        subprocess.run(["scancel", held], env=slurm_env)

@@ -56,7 +56,7 @@ def test_sweep_runs_the_report_after_the_three_jobs(slurm_env, tmp_path):
     assert rows[report][2] >= max(rows[i][3] for i in training)  # started once the last of them had ended
     log = (tmp_path / f"slurm-{report}.out").read_text()
     assert f"scalelab report job {report}: jobs {' '.join(training)}" in log
-    assert len(re.findall(r"^\d+ +scalelab-\w+ +COMPLETED +0:0", log, re.M)) == 3, log
+    assert len(re.findall(r"^\d+ +sl-\w+ +COMPLETED +0:0", log, re.M)) == 3, log
     assert "Scaling (baseline: 1 device" in log and "report.sh:" not in log
     assert sorted(r["launch"]["world_size"] for r in load_results(tmp_path)) == [1, 4, 8]
     assert {p.name for p in (tmp_path / "report").iterdir()} >= {"scaling.csv", "report.md", "summary.json"}
@@ -76,6 +76,7 @@ def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env,
     one_gpu, four, two_nodes, report = ids = re.findall(r"^  (\d+) +slurm_jobs/", "".join(head), re.M)
     subprocess.run(["scancel", two_nodes], env=slurm_env, check=True)
     rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it would skip what readline buffered
+    err = "".join(line for line in err.splitlines(True) if " is waiting in the queue: " not in line)  # cores
     assert proc.wait(timeout=60) == 1 and err == "", rest + err
     rows = wait_ended(slurm_env, ids)
     states = [rows[i][1].split()[0] for i in ids]
@@ -89,6 +90,27 @@ def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env,
     assert "Scaling (baseline: 4 devices" in log  # the job that completed, in the tables
     assert "no 1-device run of this group completed: each speedup is against 4 devices, not one" in log
     assert [r["launch"]["world_size"] for r in load_results(tmp_path)] == [4]
+
+
+def test_a_job_that_waits_for_a_drained_node_is_said_why(slurm_env, tmp_path):
+    """The dry run: node2 drained, `sweep.sh --wait` waited silently for good (only squeue showed why). The job
+    that waits is named with SLURM's reason; once the node is back the sweep ends as usual."""
+    subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"],
+                   env=slurm_env, check=True)
+    try:
+        proc = subprocess.Popen(["bash", str(ROOT / "slurm_jobs" / "sweep.sh"), "--wait", "--output_dir",
+                                 str(tmp_path), "--", *WORKLOAD], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**slurm_env, "SCALELAB_PENDING_AFTER_S": "2"})
+        said = [proc.stderr.readline()]
+        while said[-1] and "(sl-2x4gpu)" not in said[-1]:  # the 1-node jobs may wait for a core first
+            said.append(proc.stderr.readline())
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], env=slurm_env, check=True)
+    rest, err = proc.communicate(timeout=420)
+    assert re.fullmatch(r"sweep\.sh: job \d+ \(sl-2x4gpu\) is waiting in the queue: \w+.*; taking no job in "
+                        r"partition debug: node2 drain \(workshop dry run\) \(squeue --me\)\n", said[-1]), said
+    assert proc.returncode == 0, rest + err
+    assert sorted(r["launch"]["world_size"] for r in load_results(tmp_path)) == [1, 4, 8]
 
 
 def salloc(env, srun_args, out, nodes=2):

@@ -6,7 +6,8 @@
 # Runs its own mariadb, munged, slurmdbd, slurmctld and two slurmd (node1, node2) with configs, PID files,
 # logs (STATE_DIR/log/) and spool under STATE_DIR; system services are neither used nor touched.
 # Progress goes to stderr; stdout is a single line, `export SLURM_CONF=<STATE_DIR>/slurm.conf`, the only
-# thing a client needs. Idempotent: an already running cluster is left as it is.
+# thing a client needs. Idempotent: an already running cluster is left as it is; of a partly-up one (a slurmd
+# killed) only what died is started again, its queue, job ids and accounting kept.
 #
 # Linked mode: SCALELAB_SLURM_LINK_GBIT=<rate> (e.g. 0.2) puts each slurmd in its own network namespace,
 # pinned to its own core(s), the two nodes joined by a veth pair that tc tbf shapes to <rate> Gbit/s in each
@@ -119,6 +120,13 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # subprocess.run, `eval "$(...)"`) would otherwise wait for EOF until the daemon exits.
 # The lock fd is closed too, or the daemons would hold the lock for their whole life.
 detached() { setsid "$@" </dev/null >>"$STATE_DIR/log/launch.log" 2>&1 9>&-; }
+
+# Both nodes registered and responding (idle, or running the jobs a repair left queued).
+nodes_answer() {
+    local states
+    states=$(sinfo -h -N -p debug -o '%N %t' 2>/dev/null | sort -u)
+    [[ $(wc -l <<<"$states") == 2 && $states != *'*'* && $states != *down* && $states != *unk* ]]
+}
 
 nodes_idle() {
     local states
@@ -248,23 +256,45 @@ if cluster_up; then
     echo "export SLURM_CONF=$SLURM_CONF"
     exit 0
 fi
+# The daemons that are not running (their PID file names), e.g. "slurmd-node2".
+dead_daemons() {
+    local d out=""
+    for d in "${DAEMONS[@]}"; do live_pid "${d%%:*}" "${d##*:}" >/dev/null || out+="${d%%:*} "; done
+    echo "${out% }"
+}
+
+# A partly-up cluster (a slurmd killed, a node "failed") is repaired: only what died is started again, from the
+# state it left (its queue, job ids and accounting stay). Where the state it needs is gone, it is restarted fresh.
+REPAIR=
 if any_running; then
-    say "cluster in $STATE_DIR is only partly up: restarting it"
-    SCALELAB_SLURM_LOCK_HELD=1 "$HERE/stop.sh" "$STATE_DIR" >&2
+    REPAIR=$(dead_daemons)
+    running_gbit=$(cat "$STATE_DIR/link.gbit" 2>/dev/null || true)
+    for f in slurm.conf gres.conf slurmdbd.conf my.cnf hosts munge/munge.key; do [[ -e $STATE_DIR/$f ]] || REPAIR=; done
+    [[ $running_gbit == "$LINK_GBIT" ]] || REPAIR=
+    for k in 1 2; do [[ -z $LINK_GBIT || -e /run/netns/$(link_netns "$k") ]] || REPAIR=; done
+    if [[ -z $REPAIR ]]; then
+        say "cluster in $STATE_DIR is only partly up and its state is not all there: restarting it"
+        SCALELAB_SLURM_LOCK_HELD=1 "$HERE/stop.sh" "$STATE_DIR" >&2
+    fi
 elif [[ -e $STATE_DIR/link.made || -e $STATE_DIR/link.gbit ]]; then
     say "removing the network a failed linked start in $STATE_DIR left behind"
     SCALELAB_SLURM_LOCK_HELD=1 "$HERE/stop.sh" "$STATE_DIR" >&2
 fi
-
-for port in "$PORT_DB" "$PORT_DBD" "$PORT_CTLD" $(seq $((PORT_SLURMD_BASE + 1)) $((PORT_SLURMD_BASE + ${#NODES[@]}))); do
-    port_busy "$port" && die "port $port on 127.0.0.1 is already in use (another cluster? a second one needs its own STATE_DIR and SCALELAB_SLURM_PORT_OFFSET)"
-done
 if [[ -n $LINK_GBIT ]]; then
     mapfile -t CPUS < <(allowed_cpus)
     ((${#CPUS[@]} >= 2)) || die "linked mode needs 2 CPUs, one per node; this process may use ${#CPUS[@]}"
     CPUS_PER_NODE=$((${#CPUS[@]} / 2))
-    link_preflight
 fi
+DEADLINE=$((SECONDS + WAIT_S))
+HOST=$(hostname -s)
+MUNGE_SOCKET=$STATE_DIR/munge/munge.socket
+
+# A fresh cluster's state: ports checked, folders, fake GPUs, configuration.
+fresh_state() {
+for port in "$PORT_DB" "$PORT_DBD" "$PORT_CTLD" $(seq $((PORT_SLURMD_BASE + 1)) $((PORT_SLURMD_BASE + ${#NODES[@]}))); do
+    port_busy "$port" && die "port $port on 127.0.0.1 is already in use (another cluster? a second one needs its own STATE_DIR and SCALELAB_SLURM_PORT_OFFSET)"
+done
+[[ -z $LINK_GBIT ]] || link_preflight
 
 # Every start is a fresh cluster: stale job state or a half-written database from an earlier run only
 # causes confusing failures. Only paths this script creates are removed (STATE_DIR may be user-given).
@@ -273,9 +303,6 @@ fi
 mkdir -p "$STATE_DIR"/{log,mysql,munge,dev,spool/ctld}
 for n in "${NODES[@]}"; do mkdir -p "$STATE_DIR/spool/slurmd-$n"; done   # slurmd does not create %n dirs
 chmod 755 "$STATE_DIR" "$STATE_DIR/munge"   # munged refuses a socket dir others can write to
-DEADLINE=$((SECONDS + WAIT_S))
-HOST=$(hostname -s)
-MUNGE_SOCKET=$STATE_DIR/munge/munge.socket
 
 # Fake GPUs: character devices aliasing /dev/null. gres/gpu needs File= entries that are char devices to
 # count them and to set CUDA_VISIBLE_DEVICES; nothing ever opens them.
@@ -421,71 +448,99 @@ EOF
     echo "::1 localhost ip6-localhost ip6-loopback"
 } >"$STATE_DIR/hosts"
 
+}
+[[ -n $REPAIR ]] || fresh_state
+
 # --- daemons ----------------------------------------------------------------------------------------
-if [[ -n $LINK_GBIT ]]; then
-    say "making the network: namespaces $(link_netns 1) and $(link_netns 2), a $LINK_GBIT Gbit/s link (log: $STATE_DIR/log/network.log)"
-    link_up
-fi
-say "starting cluster in $STATE_DIR"
-cd "$STATE_DIR"   # daemons keep their cwd: not the caller's, which may be a temporary directory
+# One function per daemon: a fresh start runs them all (after creating their state), a repair only those that died.
+start_munged() {
+    detached munged --socket="$MUNGE_SOCKET" --key-file="$STATE_DIR/munge/munge.key" \
+        --pid-file="$STATE_DIR/munged.pid" --log-file="$STATE_DIR/log/munged.log" \
+        --seed-file="$STATE_DIR/munge/munged.seed" || die "munged failed to start" "$STATE_DIR/log/munged.log"
+    wait_until "munged" "$STATE_DIR/log/munged.log" bash -c 'munge -S "$1" -n | unmunge -S "$1"' _ "$MUNGE_SOCKET"
+}
 
-mungekey -c -k "$STATE_DIR/munge/munge.key" 2>>"$STATE_DIR/log/launch.log" || die "mungekey failed" "$STATE_DIR/log/launch.log"
-detached munged --socket="$MUNGE_SOCKET" --key-file="$STATE_DIR/munge/munge.key" \
-    --pid-file="$STATE_DIR/munged.pid" --log-file="$STATE_DIR/log/munged.log" \
-    --seed-file="$STATE_DIR/munge/munged.seed" || die "munged failed to start" "$STATE_DIR/log/munged.log"
-wait_until "munged" "$STATE_DIR/log/munged.log" bash -c 'munge -S "$1" -n | unmunge -S "$1"' _ "$MUNGE_SOCKET"
+start_mariadb() {
+    # mariadbd does not daemonize itself.
+    setsid mariadbd --defaults-file="$STATE_DIR/my.cnf" </dev/null >>"$STATE_DIR/log/mariadb.log" 2>&1 9>&- &
+    # Record the PID now (setsid execs mariadbd in place), not when mariadbd gets round to it: a failed start
+    # must still be able to stop it.
+    echo $! >"$STATE_DIR/mariadb.pid"
+    wait_until "mariadb" "$STATE_DIR/log/mariadb.log" mariadb-admin --no-defaults --socket="$STATE_DIR/mysql.sock" ping
+}
 
-mariadb-install-db --defaults-file="$STATE_DIR/my.cnf" --auth-root-authentication-method=socket \
-    --skip-test-db >>"$STATE_DIR/log/mariadb-install.log" 2>&1 ||
-    die "mariadb-install-db failed" "$STATE_DIR/log/mariadb-install.log"
-# mariadbd does not daemonize itself.
-setsid mariadbd --defaults-file="$STATE_DIR/my.cnf" </dev/null >>"$STATE_DIR/log/mariadb.log" 2>&1 9>&- &
-# Record the PID now (setsid execs mariadbd in place), not when mariadbd gets round to it: a failed start
-# must still be able to stop it.
-echo $! >"$STATE_DIR/mariadb.pid"
-wait_until "mariadb" "$STATE_DIR/log/mariadb.log" mariadb-admin --no-defaults --socket="$STATE_DIR/mysql.sock" ping
-mariadb --no-defaults --socket="$STATE_DIR/mysql.sock" -u root <<'EOF' 2>>"$STATE_DIR/log/launch.log" || die "creating the slurm database user failed" "$STATE_DIR/log/launch.log"
+start_slurmdbd() {
+    detached slurmdbd || die "slurmdbd failed to start" "$STATE_DIR/log/slurmdbd.log"
+    wait_until "slurmdbd (sacctmgr show cluster)" "$STATE_DIR/log/slurmdbd.log" sacctmgr -n show cluster
+}
+
+start_slurmctld() {
+    detached slurmctld || die "slurmctld failed to start" "$STATE_DIR/log/slurmctld.log"
+    wait_until "slurmctld (sinfo)" "$STATE_DIR/log/slurmctld.log" sinfo -h
+}
+
+# Each slurmd gets its own hostname (UTS namespace) and its own /etc/hosts (mount namespace); the job
+# steps it starts inherit both, so they look like processes on separate machines. Linked mode: its own network
+# namespace and cores too (nsenter --net, not `ip netns exec`: that remounts /sys, and slurmd then finds no
+# /sys/fs/cgroup and fails).
+start_slurmd() {
+    local n=$1 k cores
+    if [[ -z $LINK_GBIT ]]; then
+        detached unshare --uts --mount --propagation private -- \
+            sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmd -N "$1"' sh "$n" "$STATE_DIR/hosts" ||
+            die "slurmd $n failed to start" "$STATE_DIR/log/slurmd-$n.log"
+    else
+        k=${n#node}
+        cores=$(IFS=,; echo "${CPUS[*]:(k-1)*CPUS_PER_NODE:CPUS_PER_NODE}")
+        detached nsenter --net="/run/netns/$(link_netns "$k")" unshare --uts --mount --propagation private -- \
+            sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && exec taskset -c "$3" slurmd -N "$1"' \
+            sh "$n" "$STATE_DIR/hosts" "$cores" ||
+            die "slurmd $n failed to start" "$STATE_DIR/log/slurmd-$n.log"
+    fi
+    wait_until "slurmd $n PID file" "$STATE_DIR/log/slurmd-$n.log" live_pid "slurmd-$n" slurmd
+    # Remember the node's mount namespace: stop.sh uses it to find job processes left behind by slurmd.
+    readlink "/proc/$(live_pid "slurmd-$n" slurmd)/ns/mnt" >"$STATE_DIR/slurmd-$n.mntns"
+}
+
+if [[ -n $REPAIR ]]; then
+    say "cluster in $STATE_DIR is only partly up: starting what died ($REPAIR), keeping its queue and accounting"
+    cd "$STATE_DIR"
+    for d in munged mariadb slurmdbd slurmctld "${NODES[@]}"; do
+        case " $REPAIR " in
+            *" $d "*) "start_$d" ;;
+            *" slurmd-$d "*) start_slurmd "$d" ;;
+        esac
+    done
+    # a restarted node registers and returns to service by itself (ReturnToService=2): wait until both answer
+    wait_until "node1 and node2 answering in sinfo" "$STATE_DIR/log/slurmctld.log" nodes_answer
+else
+    if [[ -n $LINK_GBIT ]]; then
+        say "making the network: namespaces $(link_netns 1) and $(link_netns 2), a $LINK_GBIT Gbit/s link (log: $STATE_DIR/log/network.log)"
+        link_up
+    fi
+    say "starting cluster in $STATE_DIR"
+    cd "$STATE_DIR"   # daemons keep their cwd: not the caller's, which may be a temporary directory
+
+    mungekey -c -k "$STATE_DIR/munge/munge.key" 2>>"$STATE_DIR/log/launch.log" || die "mungekey failed" "$STATE_DIR/log/launch.log"
+    start_munged
+    mariadb-install-db --defaults-file="$STATE_DIR/my.cnf" --auth-root-authentication-method=socket \
+        --skip-test-db >>"$STATE_DIR/log/mariadb-install.log" 2>&1 ||
+        die "mariadb-install-db failed" "$STATE_DIR/log/mariadb-install.log"
+    start_mariadb
+    mariadb --no-defaults --socket="$STATE_DIR/mysql.sock" -u root <<'EOF' 2>>"$STATE_DIR/log/launch.log" || die "creating the slurm database user failed" "$STATE_DIR/log/launch.log"
 CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
 CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
 EOF
-
-detached slurmdbd || die "slurmdbd failed to start" "$STATE_DIR/log/slurmdbd.log"
-wait_until "slurmdbd (sacctmgr show cluster)" "$STATE_DIR/log/slurmdbd.log" sacctmgr -n show cluster
-# The cluster must exist in the database before slurmctld registers, or its first job records are lost.
-sacctmgr -i add cluster "$CLUSTER_NAME" >>"$STATE_DIR/log/launch.log" 2>&1 ||
-    die "sacctmgr add cluster failed" "$STATE_DIR/log/launch.log"
-
-detached slurmctld || die "slurmctld failed to start" "$STATE_DIR/log/slurmctld.log"
-wait_until "slurmctld (sinfo)" "$STATE_DIR/log/slurmctld.log" sinfo -h
-
-# Each slurmd gets its own hostname (UTS namespace) and its own /etc/hosts (mount namespace); the job
-# steps it starts inherit both, so they look like processes on separate machines.
-if [[ -z $LINK_GBIT ]]; then
-    for n in "${NODES[@]}"; do
-        detached unshare --uts --mount --propagation private -- \
-            sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmd -N "$1"' sh "$n" "$STATE_DIR/hosts" ||
-            die "slurmd $n failed to start" "$STATE_DIR/log/slurmd-$n.log"
-    done
-else
-    # And its own network namespace and cores. nsenter --net, not `ip netns exec`: that remounts /sys, and
-    # slurmd then finds no /sys/fs/cgroup and fails.
-    for i in "${!NODES[@]}"; do
-        n=${NODES[$i]} k=$((i + 1))
-        cores=$(IFS=,; echo "${CPUS[*]:i*CPUS_PER_NODE:CPUS_PER_NODE}")
-        detached nsenter --net="/run/netns/$(link_netns "$k")" unshare --uts --mount --propagation private -- \
-            sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && exec taskset -c "$3" slurmd -N "$1"' \
-            sh "$n" "$STATE_DIR/hosts" "$cores" ||
-            die "slurmd $n failed to start" "$STATE_DIR/log/slurmd-$n.log"
-    done
+    start_slurmdbd
+    # The cluster must exist in the database before slurmctld registers, or its first job records are lost.
+    sacctmgr -i add cluster "$CLUSTER_NAME" >>"$STATE_DIR/log/launch.log" 2>&1 ||
+        die "sacctmgr add cluster failed" "$STATE_DIR/log/launch.log"
+    start_slurmctld
+    for n in "${NODES[@]}"; do start_slurmd "$n"; done
+    wait_until "node1 and node2 idle in sinfo" "$STATE_DIR/log/slurmctld.log" nodes_idle
 fi
-for n in "${NODES[@]}"; do
-    wait_until "slurmd $n PID file" "$STATE_DIR/log/slurmd-$n.log" live_pid "slurmd-$n" slurmd
-    # Remember the node's mount namespace: stop.sh uses it to find job processes left behind by slurmd.
-    readlink "/proc/$(live_pid "slurmd-$n" slurmd)/ns/mnt" >"$STATE_DIR/slurmd-$n.mntns"
-done
-wait_until "node1 and node2 idle in sinfo" "$STATE_DIR/log/slurmctld.log" nodes_idle
 
 for d in "${DAEMONS[@]}"; do
     live_pid "${d%%:*}" "${d##*:}" >/dev/null || die "${d%%:*} is not running after start" "$STATE_DIR/log/${d%%:*}.log"

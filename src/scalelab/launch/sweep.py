@@ -61,9 +61,22 @@ def job_failure_line(exc: BaseException) -> str:
     return errors[-1].strip() if errors else type(exc).__name__
 
 
+def pending_after_s() -> float:
+    """How long a job may wait in the queue before submit.py says why: a queue's usual pause says nothing."""
+    raw = os.environ.get("SCALELAB_PENDING_AFTER_S", "20")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        raise UsageError(f"SCALELAB_PENDING_AFTER_S={raw!r}: give the seconds a job may wait before it is said why")
+    return value
+
+
 def wait_for(jobs, bar, failed: list, poll_s: float):
-    """Poll until every job is done; one line per failed job goes into `failed`."""
-    pending = list(jobs)
+    """Poll until every job is done; one line per failed job goes into `failed`. A job that waits in the queue
+    says why (squeue's reason: a drained node must not look like a slow queue), once per reason."""
+    pending, said, started, after_s = list(jobs), {}, time.monotonic(), pending_after_s()
     while pending:
         for item in [p for p in pending if p[1].done()]:
             pending.remove(item)
@@ -72,8 +85,35 @@ def wait_for(jobs, bar, failed: list, poll_s: float):
             if exc is not None:
                 failed.append(f"{item[0]} job {item[1].job_id}: {job_failure_line(exc)} "
                               f"(log: {item[1].paths.stderr})")
+        if pending and time.monotonic() - started > after_s:
+            for job, reason in waiting([str(p[1].job_id) for p in pending]).items():
+                if said.get(job) != reason:
+                    said[job] = reason
+                    bar.write(f"submit.py: job {job} is waiting in the queue: {reason} (squeue --me)")
         if pending:
             time.sleep(poll_s)
+
+
+def waiting(job_ids) -> dict:
+    """{job id: squeue's reason} for the jobs still pending, but for those only waiting on another job. SLURM
+    says "Resources" for a job that waits for a drained node: the partition's nodes that take no job are named."""
+    rows = [row.split("|") for row in _ask(["squeue", "-h", "-t", "PD", "-j", ",".join(job_ids), "-o", "%i|%r|%P"])]
+    out = {}
+    for job, reason, part in (row for row in rows if len(row) == 3 and row[1] not in ("None", "Dependency")):
+        nodes = [row.split("|") for row in _ask(["sinfo", "-h", "-N", "-p", part, "-o", "%N|%t|%E"])]
+        idle = [f"{n[0]} {n[1]} ({n[2]})" for n in sorted(set(map(tuple, nodes)))
+                if len(n) == 3 and not re.fullmatch(r"(idle|mix|alloc|comp)~?", n[1])]
+        out[job] = reason + (f"; taking no job in partition {part}: {', '.join(idle)}" if idle else "")
+    return out
+
+
+def _ask(argv) -> list:
+    """A SLURM client's output lines; none where it does not answer."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
 
 
 def parse_shape(text: str):
@@ -237,9 +277,9 @@ def main(argv=None) -> int:
             return 0
         with tqdm(total=total, desc="jobs", unit="job") as bar:
             wait_for(jobs, bar, failed, args.poll_s)
-    for line in failed:
-        print(f"submit.py: job failed: {line}", file=sys.stderr)
     code = report_main(["--output_dir", args.output_dir])
+    for line in failed:  # last, below the report: what to act on stays on the screen
+        print(f"submit.py: job failed: {line}", file=sys.stderr)
     return 1 if failed else code
 
 
