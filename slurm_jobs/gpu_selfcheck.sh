@@ -12,7 +12,7 @@
 #SBATCH --time=00:20:00
 #SBATCH --output=outputs/slurm-%j.out
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}
-MODEL=${MODEL:-gpt} PRESET=${PRESET:-small}
+MODEL=${MODEL:-gpt}   # no PRESET: the GPT `small` on GPUs, `tiny` on the CPU profile (job_common.sh: default-workload.txt)
 source "${SLURM_SUBMIT_DIR:-.}/slurm_jobs/job_common.sh"
 export NCCL_DEBUG=INFO   # NCCL names its network (NET/IB, NET/OFI or NET/Socket) in this log: the check reads it
 OUT=${OUTPUT_DIR:-outputs}/selfcheck-${SLURM_JOB_ID:-local}

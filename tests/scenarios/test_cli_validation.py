@@ -52,6 +52,8 @@ CASES = [
     ("benchmark.py", ["--output_dir", "{tmp}/missing"], "is not a folder"),
     ("benchmark.py", ["--output_dir", "{tmp}/a_file"], "is not a folder"),
     ("benchmark.py", ["--bogus"], "unrecognized arguments: --bogus"),
+    # the CPU rehearsal's ranks against the host's memory (xl: 2 x 150 GB, more than a CI machine has)
+    ("train.py", ["--config", "gpt-xl", "--devices", "2", "--oversubscribe"], "2 rank(s) on this node need 2 x "),
     ("train.py", ["--devcies", "2"], "unrecognized arguments: --devcies 2 (did you mean --devices?)"),
     ("benchmark.py", ["--output-dir", "x"], "unrecognized arguments: --output-dir x (did you mean --output_dir?)"),
     ("submit.py", ["--cluster", "local", "--shapes", "1x0"], "--shapes: '1x0' is not NODESxGPUS_PER_NODE"),

@@ -54,7 +54,7 @@ def test_ddps_runtime_statistics_stay_out_of_the_timed_gpu_steps():
     assert rates == [2**31 - 1] and config.WARMUP_STEPS == {"cpu": 5, "gpu": 11}
 
 
-def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps(capsys, tmp_path):
+def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps(capsys, tmp_path, monkeypatch):
     from scalelab import config
     from scalelab.launch.cluster import Launch
     from scalelab.train import run
@@ -64,8 +64,10 @@ def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps
                                                           *(["--warmup_steps", str(warmup)] if warmup else [])]),
                                      accelerator)
         launch = Launch(launcher="local", devices=world, num_nodes=1, accelerator=accelerator)
-        run.preflight(cfg, launch)
+        run.preflight(cfg, launch, 8)
         return capsys.readouterr().err
+
+    monkeypatch.setenv("SCALELAB_NO_MEMORY_CHECK", "1")  # no GPU here to ask
 
     assert warned(5, 8) == ("train.py: warning: --warmup_steps 5 times steps 6-11, where DDP syncs the GPU for its "
                             "runtime statistics (a 1-GPU run does not): 11 or more leaves them out\n")
@@ -115,16 +117,56 @@ def test_the_up_front_memory_check_counts_the_world_size_and_the_accumulation(mo
 
     from scalelab import config
     from scalelab.errors import UsageError
-    from scalelab.train import run
+    from scalelab.train import memcheck
 
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: SimpleNamespace(total_memory=40e9, name="NVIDIA A100-SXM4-40GB"))
     k2 = config.for_accelerator(config.parse_config(["--config", "gpt-xl", "--batch_size", "2",
                                                      "--accumulate_grad_batches", "2"]), "gpu")
     with pytest.raises(UsageError) as err:
-        run.check_gpu_memory(k2, 2, 8)
+        memcheck.check_gpu(k2, 2, 8)
     assert "≈ 41.1 GB per GPU" in str(err.value) and "accumulated 5.3" in str(err.value)
     assert "--batch_size 1 fits" in str(err.value)
-    run.check_gpu_memory(config.for_accelerator(config.parse_config(["--config", "gpt-xl", "--batch_size", "2"]),
+    memcheck.check_gpu(config.for_accelerator(config.parse_config(["--config", "gpt-xl", "--batch_size", "2"]),
                                                 "gpu"), 2, 8)
-    run.check_gpu_memory(k2, 2, 1)  # one GPU: no buckets, the accumulated gradients are its own (35.9 GB)
+    memcheck.check_gpu(k2, 2, 1)  # one GPU: no buckets, the accumulated gradients are its own (35.9 GB)
+
+
+def test_the_cpu_rehearsal_checks_a_nodes_ranks_against_the_hosts_memory():
+    """The dry run: `MODEL=gpt PRESET=small` on 4 ranks of a 23 GB machine started ranks of ≈ 12 GB each and the
+    kernel killed one; now refused before the ranks start, with the batch that would fit."""
+    import pytest
+
+    from scalelab import config
+    from scalelab.errors import UsageError
+    from scalelab.train import memcheck
+
+    small = config.for_accelerator(config.parse_config(["--config", "gpt-small"]), "cpu")
+    with pytest.raises(UsageError) as err:
+        memcheck.check_host(small, 8, 4, 4, 23e9, "this node's MemAvailable")
+    said = str(err.value)
+    assert said.startswith("--preset small at batch 8/device, seq 1024, precision 32: 4 rank(s) on this node need "
+                           "4 x 12.6 GB of host memory but this node's MemAvailable leaves 23.0 GB: --batch_size 2 "
+                           "would fit, or fewer --devices per node (SCALELAB_NO_MEMORY_CHECK=1 runs anyway)"), said
+    memcheck.check_host(small, 8, 4, 1, 23e9, "x")  # one rank of 12.6 GB fits
+    memcheck.check_host(small, 2, 4, 4, 23e9, "x")  # the batch it advised fits
+    tiny = config.for_accelerator(config.parse_config(["--config", "gpt-tiny"]), "cpu")
+    memcheck.check_host(tiny, 8, 8, 8, 23e9, "x")  # the rehearsal's own size: 8 ranks of 0.6 GB
+
+
+def test_the_hosts_memory_is_what_the_kernel_or_the_cgroup_leaves(tmp_path):
+    from scalelab.train import memcheck
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    room, where = memcheck.host_memory(str(meminfo), str(tmp_path / "no-cgroup"))
+    assert (room, where) == (20000000 * 1024, "this node's MemAvailable")
+    own = open("/proc/self/cgroup").read().strip().split("::", 1)[-1].lstrip("/")
+    folder = tmp_path / "cg" / own
+    folder.mkdir(parents=True)
+    (folder / "memory.max").write_text("6000000000\n")  # SLURM's --mem=6G under cgroups
+    (folder / "memory.current").write_text("1000000000\n")
+    assert memcheck.host_memory(str(meminfo), str(tmp_path / "cg")) == (5e9, "its cgroup's memory.max")
+    (folder / "memory.max").write_text("max\n")
+    assert memcheck.host_memory(str(meminfo), str(tmp_path / "cg"))[1] == "this node's MemAvailable"
+    assert memcheck.host_memory(str(tmp_path / "none"))[0] == float("inf")

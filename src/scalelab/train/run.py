@@ -26,7 +26,7 @@ def main(argv=None, process_start=None) -> int:
         nccl_errors_reach_python()
     cfg = config.for_accelerator(cfg, launch.accelerator)
     batch = cfg.batch_per_device(launch.world_size)
-    preflight(cfg, launch)
+    preflight(cfg, launch, batch)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
     device = cores.place(launch, cfg.threads, cfg.oversubscribe)
     if device.threads:  # the ranks Fabric launches inherit it (else Fabric sets cores // local ranks)
@@ -108,8 +108,6 @@ def build_workload(fabric, ctx):
                          f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
-    if launch.accelerator == "gpu" and cfg.model == "gpt" and os.environ.get("SCALELAB_NO_MEMORY_CHECK") != "1":
-        check_gpu_memory(cfg, batch, launch.world_size)  # an out-of-memory after minutes of start-up, said now
 
 
 def train(fabric, ctx, device, watch, injected, metrics, stall):
@@ -259,11 +257,14 @@ def strategy(cfg: config.RunConfig, launch: cluster.Launch):
                        gradient_as_bucket_view=True, bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)
 
 
-def preflight(cfg: config.RunConfig, launch: cluster.Launch):
+def preflight(cfg: config.RunConfig, launch: cluster.Launch, batch: int):
     """What can be refused before any process starts, each in one line (not a traceback after start-up)."""
+    from scalelab.train import memcheck
+
     loggers.check(cfg.logger, cfg=cfg)  # its package, its API key
     if cfg.precision == "16-mixed" and launch.accelerator == "cpu":
         raise UsageError("--precision 16-mixed needs a GPU (float16 autocast); on CPU use 32 or bf16-mixed")
+    memcheck.check(cfg, launch, batch)  # an out-of-memory after minutes of start-up, or the OOM killer, said now
     if cluster.env_rank() == 0:
         results.ensure_output_dir(cfg.output_dir)
         if launch.accelerator == "gpu" and launch.world_size > 1 and cfg.warmup_steps < config.WARMUP_STEPS["gpu"]:
@@ -331,24 +332,6 @@ def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):
     if grad_mb > cfg.bucket_cap_mb:
         raise UsageError(f"--comm_hook {cfg.comm_hook} over gloo needs one gradient bucket: the gradients are "
                          f"{grad_mb:.1f} MB, use --bucket_cap_mb {int(grad_mb) + 1} or more (NCCL has no such limit)")
-
-
-def check_gpu_memory(cfg: config.RunConfig, batch: int, world_size: int):
-    """Refuse, before the ranks start, a GPT step this GPU cannot hold (perfmodel.memory's estimate)."""
-    import torch
-
-    from scalelab.perfmodel import memory
-    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
-
-    shape = shape_of(cfg)
-    props = torch.cuda.get_device_properties(0)
-    est = memory_estimate(cfg, batch, world_size)
-    if not memory.fits(est, props.total_memory):
-        same = memory_terms(cfg, world_size)  # the batch that fits, counted as this run counts
-        raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
-                         f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
-                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory, **same)} "
-                         "(SCALELAB_NO_MEMORY_CHECK=1 runs anyway)")
 
 
 def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, device: cores.Placement) -> str:

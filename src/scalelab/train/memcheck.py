@@ -1,0 +1,86 @@
+"""Refuse, before the ranks start, a GPT step the device cannot hold: perfmodel.memory's estimate against the GPU's
+memory, or on CPU (the rehearsal) against the host's, which all of a node's ranks share. An out-of-memory after
+minutes of start-up, or the kernel's OOM killer ending one rank of eight, is said now, in one line."""
+
+import os
+
+from scalelab.errors import UsageError
+
+# A CPU rank's process beside its tensors (Python, torch, Lightning, the data): 518 MB peak RSS measured for
+# `train.py --config gpt-tiny`, whose tensors the model puts at 0.1 GB (/usr/bin/time -v, this project's CPU VM).
+CPU_OVERHEAD_BYTES = 0.5e9
+SKIP = "SCALELAB_NO_MEMORY_CHECK"  # =1: run anyway
+
+
+def check(cfg, launch, batch: int) -> None:
+    """The GPT only (the MLP is kilobytes); once per node, by its first rank (the others are still starting)."""
+    if cfg.model != "gpt" or os.environ.get(SKIP) == "1":
+        return
+    if launch.accelerator == "gpu":
+        check_gpu(cfg, batch, launch.world_size)
+    elif os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")) == "0":
+        check_host(cfg, batch, launch.world_size, launch.devices, *host_memory())
+
+
+def check_gpu(cfg, batch: int, world_size: int) -> None:
+    import torch
+
+    from scalelab.perfmodel import memory
+    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
+
+    shape = shape_of(cfg)
+    props = torch.cuda.get_device_properties(0)
+    est = memory_estimate(cfg, batch, world_size)
+    if not memory.fits(est, props.total_memory):
+        same = memory_terms(cfg, world_size)  # the batch that fits, counted as this run counts
+        raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
+                         f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
+                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory, **same)} "
+                         f"({SKIP}=1 runs anyway)")
+
+
+def check_host(cfg, batch: int, world_size: int, ranks_here: int, available: float, where: str) -> None:
+    """ranks_here: this node's ranks (--devices on CPU), each a process holding the whole step."""
+    from scalelab.perfmodel import memory
+    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
+
+    est = memory_estimate(cfg, batch, world_size, overhead=CPU_OVERHEAD_BYTES)
+    if ranks_here * est.total <= available:
+        return
+    shape = shape_of(cfg)
+    same = {**memory_terms(cfg, world_size), "overhead": CPU_OVERHEAD_BYTES}
+    advice = memory.advice(shape, batch, cfg.precision, available / ranks_here, **same)
+    raise UsageError(f"--preset {cfg.preset} at batch {batch}/device, seq {shape.seq_len}, precision {cfg.precision}: "
+                     f"{ranks_here} rank(s) on this node need {ranks_here} x {est.total / 1e9:.1f} GB of host memory "
+                     f"but {where} leaves {available / 1e9:.1f} GB: {advice.replace('fits', 'would fit')}, or fewer "
+                     f"--devices per node ({SKIP}=1 runs anyway)")
+
+
+def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> tuple:
+    """(bytes this node's ranks can have, where that figure comes from): the kernel's MemAvailable, or less where
+    this process's cgroup (SLURM's --mem under cgroups, a container) allows less."""
+    try:
+        with open(meminfo) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        available, where = int(fields["MemAvailable"].split()[0]) * 1024, "this node's MemAvailable"
+    except (OSError, KeyError, ValueError):
+        return float("inf"), "nothing (no /proc/meminfo)"
+    limit = _cgroup_room(cgroup)
+    if limit is not None and limit < available:
+        return limit, "its cgroup's memory.max"
+    return available, where
+
+
+def _cgroup_room(root: str):
+    """memory.max - memory.current of this process's cgroup (v2); None where it sets no limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.strip().split("::", 1)[1] for line in f if line.startswith("0::")), "/")
+        folder = os.path.join(root, path.lstrip("/"))
+        with open(os.path.join(folder, "memory.max")) as f:
+            limit = f.read().strip()
+        with open(os.path.join(folder, "memory.current")) as f:
+            used = int(f.read().strip())
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
