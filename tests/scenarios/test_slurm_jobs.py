@@ -407,3 +407,43 @@ def test_start_sh_on_a_partly_up_cluster_starts_only_what_died_and_keeps_the_que
         assert int(after) > int(held)  # the ids go on: a job id is still one job's
     finally:
         subprocess.run(["scancel", held], env=slurm_env)
+
+
+def test_a_node_lost_mid_run_is_named_as_a_lost_node_and_start_sh_brings_it_back(slurm_env, tmp_path):
+    """Every process of node2 (its slurmd, the job step, rank 1) killed at once, as a node that loses power: rank 0
+    printed gloo's raw "Read error ...: Connection reset by peer ... GLHF!"; now it names the lost rank and node,
+    once, and records the run; start.sh then restarts node2's slurmd (only that)."""
+    from helpers import SLURM_STATE_DIR
+
+    env = {**slurm_env, "OUTPUT_DIR": str(tmp_path)}
+    job = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "--ntasks-per-node=1",
+                          "--cpus-per-task=1", str(ROOT / "slurm_jobs" / "multi_node_multi_gpu.sh"), "--devices", "1",
+                          "--threads", "1", "--max_epochs", "200"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True).stdout.strip().split(";")[0]
+    job_log = tmp_path / f"slurm-{job}.out"
+    try:
+        _wait_for("training", lambda: job_log.exists() and "scalelab: mlp" in job_log.read_text(), 120)
+        time.sleep(3)
+        node2 = open(os.path.join(SLURM_STATE_DIR, "slurmd-node2.mntns")).read().strip()
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _mount_ns(p) == node2]
+        for pid in pids:
+            os.kill(pid, 9)
+        (r,) = _wait_for("the record", lambda: load_results(tmp_path), 60)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)
+        repaired = subprocess.run(["bash", str(ROOT / "tests" / "slurm_cluster" / "start.sh"), SLURM_STATE_DIR],
+                                  env=slurm_env, capture_output=True, text=True, timeout=120)
+    assert r["status"] == "failed" and r["error"].startswith("lost rank 1 (node 2) during step "), r["error"]
+    said = [line for line in job_log.read_text().splitlines()  # SLURM's own lines apart (srun's, the scancel's)
+            if "error" in line and not line.startswith(("srun", "slurmstepd"))]
+    assert len(said) == 1 and "lost rank 1 (node 2)" in said[0] and "GLHF" not in job_log.read_text(), said
+    assert repaired.returncode == 0 and "starting what died (slurmd-node2)" in repaired.stderr, repaired.stderr
+    _wait_for("the job gone from node2", lambda: not subprocess.run(["squeue", "-h", "-j", job], env=slurm_env,
+                                                                     capture_output=True, text=True).stdout, 60)
+
+
+def _mount_ns(pid: str):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None

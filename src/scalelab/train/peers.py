@@ -52,13 +52,14 @@ def node_rank() -> int:
     return 0
 
 
-def silent_elsewhere(world_size: int) -> list[tuple[int, int]]:
+def silent_elsewhere(world_size: int, progress_speaks: bool = True) -> list[tuple[int, int]]:
     """[(rank, node)] of ranks on another node than this one that posted nothing since start-up (no error, no
-    progress): where the collective timed out, what stands between them and us is their node or the link."""
+    progress): where the collective timed out, what stands between them and us is their node or the link.
+    progress_speaks=False: no error posted is enough (a connection they closed without a word, mid-run)."""
     store, here, out = _store(), node_rank(), []
     if store is None:
         return out
-    said = set(posts(world_size)) | set(progress_posts(world_size))
+    said = set(posts(world_size)) | (set(progress_posts(world_size)) if progress_speaks else set())
     for rank in range(1, world_size):
         try:
             node = int(store.get(f"{NODE_PREFIX}{rank}").decode()) if store.check([f"{NODE_PREFIX}{rank}"]) else here

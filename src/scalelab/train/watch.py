@@ -200,6 +200,11 @@ class RankWatch:
             who = ", ".join(f"rank {rank} (node {node + 1})" for rank, node in remote)
             return (f"no word from {who} within {self.timeout_s:g} s (--timeout){where}: that node, or the link to "
                     "it, is down or stopped")
+        closed = exc is not None and not timed_out and peers.silent_elsewhere(self.world_size, progress_speaks=False)
+        if closed:  # a node lost mid-run: its ranks went without a word (gloo says "Connection reset by peer")
+            who = ", ".join(f"rank {rank} (node {node + 1})" for rank, node in closed)
+            return (f"lost {who}{where}: its connection closed and it posted no error within {wait_s:g} s, so that "
+                    "node, its processes or the link to it are gone (scontrol show node / sacct name the node)")
         return None
 
     def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S) -> str | None:
