@@ -206,6 +206,8 @@ def group_key(result: dict) -> str:
     workload = {k: v for k, v in result["workload"].items() if k not in DERIVED_WORKLOAD_FIELDS}
     launch = result["launch"]
     hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}
+    if launch.get("accelerator") == "cpu":  # a CPU device is --threads cores: 1-core and 2-core devices differ
+        hardware["threads"] = launch.get("threads")
     return json.dumps({"workload": workload, "hardware": hardware}, sort_keys=True, default=str)
 
 

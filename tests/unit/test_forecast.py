@@ -3,6 +3,7 @@
 Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
 100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -324,3 +325,21 @@ def test_a_workloads_calls_are_its_buckets_however_the_bytes_divide():
     assert calibrate.inputs_for(0.1, 1e9, 29, 2, (1,), intra, None).buckets == 29
     node = calibrate.model_rows(0.1, 1e9, 29, 2, (1,), intra, None)[-1]
     assert node.latency_term_s == pytest.approx(29 * 2 * 1e-5)
+
+
+def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
+    """The dry run: "8 % (8–128)" counted among "6 of 6 inside", a band that holds any measurement at all."""
+    import pandas as pd
+
+    runs = frames.runs_frame([make_result("one", 1), make_result("two", 2)])
+    row = dict(group=runs["group"].iloc[0], world_size=2, num_nodes=1, link="", predicted_step_s=0.02,
+               measured_step_s=0.021, exposure_from="the benchmark (x)")
+    track = pd.DataFrame([dict(row, eff_low=0.08, predicted_eff=0.08, eff_high=1.28, measured_eff=0.5, inside=True),
+                          dict(row, eff_low=0.7, predicted_eff=0.8, eff_high=0.9, measured_eff=0.85, inside=True),
+                          dict(row, eff_low=0.7, predicted_eff=0.8, eff_high=0.9, measured_eff=0.5, inside=False)])
+    lines = forecast_view.track_record(runs, track, "simple")
+    table = lines[1].splitlines()
+    assert [re.search(r"%\s+(too wide|yes|NO)\s", line).group(1) for line in table[2:]] == ["too wide", "yes", "NO"]
+    assert lines[2].startswith("  1 of 2 inside the band (1 band(s) wider than 50 points not counted: too few or too "
+                               "noisy runs to fit the model from); median error ")
+    assert forecast_view.track_record(runs, track.iloc[1:], "simple")[2].startswith("  1 of 2 inside the band; ")

@@ -24,8 +24,19 @@ def test_what_one_cpu_device_was():
     assert caption() == caption(float("nan")) == "CPU rehearsal (gloo)"
     assert caption(1, 1) == "CPU rehearsal (gloo): 1 device = 1 core"
     assert caption(2) == "CPU rehearsal (gloo): 1 device = 2 cores"
-    assert caption(4, 1, 2) == ("CPU rehearsal (gloo): 1 device = 1–4 cores, different between runs (speedups mix "
-                                "device sizes)")
+
+
+def test_runs_whose_cpu_devices_differ_in_size_are_two_groups_never_repeats_of_one():
+    # the dry run: repeats that mixed 1-thread and 4-thread devices in one median, and a speedup between them
+    one, four = make_result("one", 1, samples_per_s=100), make_result("four", 1, samples_per_s=300)
+    one["launch"]["threads"], four["launch"]["threads"] = 1, 4
+    runs, scaling = _scaling([one, four, make_result("two", 2, samples_per_s=190)])
+    assert runs["group"].nunique() == 2 and len(scaling) == 3  # the 4-core device alone in its group
+    assert sorted(scaling["runs"]) == [1, 1, 1]
+    gpu = [make_result("g1", 1), make_result("g2", 2)]
+    for r, threads in zip(gpu, (1, 8)):
+        r["launch"].update(accelerator="gpu", threads=threads)
+    assert runs_frame(gpu)["group"].nunique() == 1  # a GPU is the device: its rank's threads are no size of it
 
 
 def test_the_group_title_names_workload_batch_precision_levers_and_hardware():

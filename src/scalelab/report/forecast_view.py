@@ -52,23 +52,31 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
     return scaling
 
 
+WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing
+
+
 def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -> list:
     """The track record as the report prints it: the model's record on this cluster, per workload."""
     if track.empty:
         return []
     letters = group_letters(fc.completed(runs)["group"])
+    wide = (track["eff_high"] - track["eff_low"]) > WIDE_BAND
     rows = [[letters.get(r.group, "?"), r.world_size, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
                                                                                  r.eff_high)),
-             fmt_pct(r.measured_eff), "yes" if r.inside else "NO", f"{r.predicted_step_s * 1e3:,.1f}",
-             f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]] for r in track.itertuples()]
-    inside = int(track["inside"].sum())
+             fmt_pct(r.measured_eff), "too wide" if too_wide else "yes" if r.inside else "NO",
+             f"{r.predicted_step_s * 1e3:,.1f}", f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]]
+            for r, too_wide in zip(track.itertuples(), wide)]
+    inside = int(track.loc[~wide, "inside"].sum())
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
+    said = f"  {inside} of {int((~wide).sum())} inside the band"
+    if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
+        said += (f" ({int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or too noisy runs to "
+                 "fit the model from)")
     return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
             "efficiency = 1-device step ÷ step)",
             tabulate(rows, headers=["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
                                     "predicted step ms", "measured ms", "exposure from"], tablefmt=fmt),
-            f"  {inside} of {len(track)} inside the band; median error {err:.1f} points. `--forecast` forecasts the "
-            "scales not run.", ""]
+            f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.", ""]
 
 
 def _nodes(r) -> str:

@@ -38,14 +38,12 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
 
 
 def cpu_device_caption(members: pd.DataFrame) -> str:
-    """What one CPU "device" was in these runs: a fixed number of cores (launch.cores), the same at every scale."""
+    """What one CPU "device" was in these runs: a fixed number of cores (launch.cores), the same at every scale
+    (results.group_key: runs of another device size are another group)."""
     threads = sorted({int(t) for t in members["threads"].dropna()})
     if not threads:
         return "CPU rehearsal (gloo)"
-    if len(threads) == 1:
-        return f"CPU rehearsal (gloo): 1 device = {threads[0]} core{'s' if threads[0] > 1 else ''}"
-    return (f"CPU rehearsal (gloo): 1 device = {threads[0]}–{threads[-1]} cores, different between runs "
-            "(speedups mix device sizes)")
+    return f"CPU rehearsal (gloo): 1 device = {threads[0]} core{'s' if threads[0] > 1 else ''}"
 
 
 def _group_title(first: pd.Series, letter: str, members: pd.DataFrame) -> str:
