@@ -301,3 +301,17 @@ def test_an_infinite_figure_prints_as_inf_in_every_column_of_the_step_table():
                "tflops_per_device", "mfu")
     row = _pipe(tables.step_table(_step_frame(**dict.fromkeys(figures, INF)), "pipe")[2])[1]
     assert row == ["2", "1", *["inf"] * 6, "inf %", "inf %", *["inf"] * 4, "inf %"]
+
+
+def test_groups_whose_captions_read_alike_are_told_apart_by_what_differs():
+    # the dry run: two groups captioned alike (a chapter's --max_steps 200 beside the sweep's 50)
+    long = [make_result("l1", 1), make_result("l2", 2)]
+    short = [make_result("s1", 1), make_result("s2", 2)]
+    for r in long:
+        r["workload"]["max_steps"] = 200
+    runs, scaling = _scaling(long + short)
+    titles = [line for line in tables.render(runs, scaling).splitlines() if line.startswith("Group ")]
+    assert len(titles) == 2 and titles[0].endswith(" · max_steps 200") and titles[1].endswith(" · max_steps none")
+    assert titles[0].split(" · max_steps")[0][9:] == titles[1].split(" · max_steps")[0][9:]  # alike but for it
+    single = [line for line in tables.render(*_scaling(short)).splitlines() if line.startswith("Group ")]
+    assert "max_steps" not in single[0]  # one group: nothing to tell apart

@@ -70,8 +70,8 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
     said = f"  {inside} of {int((~wide).sum())} inside the band"
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
-        said += (f" ({int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or too noisy runs to "
-                 "fit the model from)")
+        said += (f" ({int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
+                 "too noisy runs to fit the model from)")
     return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
             "efficiency = 1-device step ÷ step)",
             tabulate(rows, headers=["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",

@@ -4,6 +4,8 @@ Each table reads the annotated scaling frame (frames + explain) and only formats
 the plots and the exported files, so what is printed is what is exported.
 """
 
+import json
+
 import pandas as pd
 from tabulate import tabulate
 
@@ -24,8 +26,10 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
         scaling = explain.annotate(scaling, explain.bench_frame([]))
     ok = runs[runs["status"] == "completed"]
     letters = group_letters(ok["group"])
+    titles = distinct({group: _group_title(members.iloc[0], letters[group], members)
+                       for group, members in ok.groupby("group", sort=False)})
     for group, members in ok.groupby("group", sort=False):
-        out.append(_group_title(members.iloc[0], letters[group], members))
+        out.append(titles[group])
         out += runs_table(members, fmt, max_runs)
         g = scaling[scaling["group"] == group].sort_values(["world_size", "num_nodes"])
         out += scaling_table(g, fmt)
@@ -35,6 +39,33 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
     out += levers.render(scaling, fmt)
     out += failed_table(runs, fmt)
     return "\n".join(out)
+
+
+def distinct(titles: dict) -> dict:
+    """{group: title}, where two groups' titles read alike (they differ in a setting the caption does not name:
+    --max_steps, --seq_len, the learning rate), each with the settings that tell it apart."""
+    out = dict(titles)
+    for group, title in titles.items():
+        alike = [g for g, t in titles.items() if t.split(": ", 1)[1] == title.split(": ", 1)[1]]
+        if len(alike) < 2:
+            continue
+        mine, others = _setup(group), [_setup(g) for g in alike if g != group]
+        differ = sorted(k for k in set(mine).union(*others) if any(o.get(k) != mine.get(k) for o in others))
+        out[group] = f"{title} · " + ", ".join(f"{k} {_said(mine.get(k))}" for k in differ)
+    return out
+
+
+def _said(value) -> str:
+    return "none" if value is None else str(value)
+
+
+def _setup(group: str) -> dict:
+    """A group key's settings, flat (results.group_key: its workload and hardware)."""
+    try:
+        key = json.loads(group)
+    except (TypeError, ValueError):
+        return {}
+    return {**key.get("workload", {}), **key.get("hardware", {})} if isinstance(key, dict) else {}
 
 
 def cpu_device_caption(members: pd.DataFrame) -> str:
