@@ -75,12 +75,12 @@ def _put(data, path, value):
 def test_any_value_anywhere_in_a_result_is_a_report_row_or_a_one_line_skip(tmp_path, place, value):
     name, path = place
     folder = _folder(str(tmp_path / "out"), {name: json.dumps(_put(REAL[name], path, value))})
-    for args in ([], ["--forecast"], ["--ranks"], ["--export", tmp_path / "export"]):
+    for args in (["--details"], ["--forecast"], ["--ranks"], ["--export", tmp_path / "export"]):
         code, out, err = _report(folder, *args)
         assert code == 0, (args, err)
         skips = [line for line in err.splitlines() if "skipped" in line]
         assert len(skips) <= 1 and all(name in line for line in skips), err
-        if not skips and not args:  # every training run is a row (the two GPT runs: two rows of the run table)
+        if not skips and args == ["--details"]:  # every training run is a row (the two GPT runs: two run-table rows)
             assert out.count("gpt") >= 2
     for root, _, files in os.walk(tmp_path):  # nothing written outside the folders the report was given
         assert root.startswith((str(tmp_path / "out"), str(tmp_path / "export"))) or not files
@@ -90,7 +90,7 @@ def test_a_wrongly_typed_field_skips_its_file_naming_the_field_and_reports_the_r
     """Before: a number where a string belongs took the whole report down with a traceback."""
     gpt1 = next(n for n in REAL if "gpt-1x" in n)
     bad = {gpt1: json.dumps(_put(_put(REAL[gpt1], ("launch", "device_names"), 7), ("timing", "step_s"), "slow"))}
-    code, out, err = _report(_folder(str(tmp_path / "out"), bad))
+    code, out, err = _report(_folder(str(tmp_path / "out"), bad), "--details")
     assert code == 0 and "gpt-2x" in out and gpt1 not in out
     assert err.strip() == (f"benchmark.py: warning: skipped {tmp_path}/out/{gpt1}/result.json: field "
                            "launch.device_names: expected a list, got 7")
@@ -154,7 +154,7 @@ def test_what_a_file_says_is_shown_never_obeyed_and_never_a_formula(tmp_path):
     data = _put(REAL[gpt1], ("workload", "describe"), "=HYPERLINK(\"http://x\",\"ok\")")
     data = _put(data, ("run_id", ), "\x1b]0;owned\x07\x1b[2Jrun")
     folder = _folder(str(tmp_path / "out"), {gpt1: json.dumps(data)})
-    code, out, err = _report(folder, "--export", tmp_path / "export")
+    code, out, err = _report(folder, "--export", tmp_path / "export", "--details")
     assert code == 0 and "\x1b" not in out + err and "\\x1b]0;owned\\x07" in out
     for name in os.listdir(tmp_path / "export"):
         if name.endswith(".csv"):

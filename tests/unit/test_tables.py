@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from helpers import make_result
+from helpers import _with_comm, make_result
 from scalelab.report import explain, tables
 from scalelab.report.frames import runs_frame, scaling_frame
 
@@ -92,8 +92,8 @@ def test_the_scaling_table_row_by_row():
     assert lines[:3] == ["", "Scaling (baseline: 2 devices; speedup = samples/s ÷ baseline samples/s)",
                          "  no 1-device run of this group completed: each speedup is against 2 devices, not one"]
     table = _pipe(lines[3])
-    assert table[0] == ["world size", "nodes", "runs", "samples/s (median [min–max])", "speedup", "efficiency",
-                        "predicted eff.", "samples/s per device"]
+    assert table[0] == ["world size", "nodes", "runs", "samples/s median [min–max]", "speedup", "efficiency",
+                        "predicted eff.", "per device"]
     assert table[1] == ["2", "1", "3", "110 [100–200]", "1.00×", "100 %", "—", "55"]
     assert table[2] == ["4", "2 (emulated 1 Gbit/s)", "1", "198", "1.80×", "90 %", "—", "50"]
     assert lines[4:] == ["  2 nodes joined by an emulated 1 Gbit/s link: network namespaces on this machine, shaped "
@@ -315,3 +315,26 @@ def test_groups_whose_captions_read_alike_are_told_apart_by_what_differs():
     assert titles[0].split(" · max_steps")[0][9:] == titles[1].split(" · max_steps")[0][9:]  # alike but for it
     single = [line for line in tables.render(*_scaling(short)).splitlines() if line.startswith("Group ")]
     assert "max_steps" not in single[0]  # one group: nothing to tell apart
+
+
+def test_the_default_report_fits_a_terminal_and_keeps_every_warning():
+    """The dry run: after an hour the report was 173 lines up to 707 characters wide. By default a group is its
+    scaling table and what limits it (folded at the terminal's width); --details adds the wide per-run and step
+    tables."""
+    found = [make_result("a1", 1), make_result("a2", 2, samples_per_s=150), make_result("e2", 2, nodes=2)]
+    found[1]["launch"]["oversubscribed"] = "oversubscribed: ranks 0 and 1 shared core 0"
+    found[2]["launch"]["link"] = {"gbit": 0.2, "emulated": True}
+    for r in found:
+        _with_comm(r, 0.01, 0.004, 0.004, 0.014)
+    runs, scaling = _scaling(found)
+    short = tables.render(runs, scaling, details=False, width=120)
+    assert max(map(len, short.splitlines())) <= 120, short
+    assert "run id" not in short and "Where the step goes" not in short  # --details' tables
+    assert "  ! a2: oversubscribed: ranks 0 and 1 shared core 0; its speedup measures ranks sharing cores, not " \
+           "scaling" in short  # the warning stays, whatever the table it came with
+    assert "Limited by" in short  # what limits each configuration stays
+    full = tables.render(runs, scaling)
+    assert "run id" in full and "Where the step goes" in full and max(map(len, full.splitlines())) > 120
+    assert tables.render(runs, scaling, details=False) == tables.render(runs, scaling, details=False, width=0)
+    assert max(map(len, tables.render(runs, scaling, details=False).splitlines())) > 120  # a pipe: whole lines
+    assert tables.wrap("  " + "word " * 40, 50).splitlines()[1].startswith("    word")  # under the first word

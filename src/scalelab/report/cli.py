@@ -7,7 +7,6 @@ files, or puts two folders side by side (`--compare`).
 import os
 import subprocess
 import sys
-import textwrap
 
 import pandas as pd
 
@@ -17,7 +16,7 @@ from scalelab.cli import FORECAST_NODES, OneLineParser, number_type, positive_fl
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame
-from scalelab.report.tables import render
+from scalelab.report.tables import render, terminal_width, wrap
 
 fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.1 for 10 %")
 
@@ -75,6 +74,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables (for slides and issues)")
     p.add_argument("--all_runs", action="store_true", help="list every run, not only the newest per configuration")
+    p.add_argument("--details", action="store_true",
+                   help="also each group's runs and where its step goes (wide tables); by default the report fits "
+                        "120 columns: per group its scaling table, what limits it, and every warning")
     p.add_argument("--ranks", action="store_true",
                    help="instead of the report: each rank of each multi-rank run, by host, with the slow ones flagged "
                         "and the sbatch --exclude= list to try next")
@@ -138,7 +140,8 @@ def main(argv=None) -> int:
             results.ensure_output_dir(path, flag)
     print(_header(runs, args.output_dir))
     max_runs = None if args.all_runs else 12
-    print(render(runs, scaling, fmt=fmt, max_runs=max_runs))
+    width = terminal_width() if fmt == "simple" else 0
+    print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
     print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
     print("\n".join(nccl_logs.render(bench, fmt)))
     if args.forecast:
@@ -170,9 +173,8 @@ def _header(runs: pd.DataFrame, output_dir: str) -> str:
     """What was counted: runs, groups, and each result not counted as a run of its own (frames.identity_notes)."""
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     lines = [f"scalelab report: {len(runs)} run(s) in {output_dir}/, {n_groups} scaling group(s)"]
-    for note in runs.attrs.get("identity", []):  # a terminal's width: 120 columns
-        lines.append(textwrap.fill(f"note: {redaction.inert(note)}", 120, subsequent_indent="  ",
-                                   break_on_hyphens=False))
+    for note in runs.attrs.get("identity", []):  # one line each, folded where a terminal shows it
+        lines.append(wrap(f"note: {redaction.inert(note)}", terminal_width()))
     return "\n".join(lines) + "\n"
 
 

@@ -5,8 +5,10 @@ the plots and the exported files, so what is printed is what is exported.
 """
 
 import json
+import textwrap
 
 import pandas as pd
+import tabulate as tabulate_module
 from tabulate import tabulate
 
 from scalelab.cli import human_count
@@ -19,8 +21,15 @@ STEP_HEADERS = ["world size", "nodes", "step ms", "compute ms", "all-reduce ms",
                 "comm share", "hidden", "grad MB", "DDP busbw GB/s", "bench busbw GB/s", "TFLOP/s/dev", "MFU"]
 
 
-def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12) -> str:
-    """Per group: the runs (the newest `max_runs` per configuration; None = all) and the scaling table."""
+WIDTH = 120  # a terminal's: the default report's lines, tables included, fit in it
+
+
+def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_runs: int = 12,
+           details: bool = True, width: int = 0) -> str:
+    """Per group: the runs (the newest `max_runs` per configuration; None = all), the scaling table and where the
+    step goes. details=False (the report's default): the scaling table and what limits each configuration, with
+    every warning, but not the per-run table nor the step's table (`--details` shows them). width: plain lines
+    folded there (a terminal's; 0: not folded, for a file or a pipe)."""
     out = []
     if not scaling.empty and "predicted_efficiency_overlap" not in scaling:
         scaling = explain.annotate(scaling, explain.bench_frame([]))
@@ -30,15 +39,48 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
                        for group, members in ok.groupby("group", sort=False)})
     for group, members in ok.groupby("group", sort=False):
         out.append(titles[group])
-        out += runs_table(members, fmt, max_runs)
+        shown = runs_table(members, fmt, max_runs)
+        out += shown if details else [line for line in shown[1:] if line.startswith("  !")]  # the warnings stay
         g = scaling[scaling["group"] == group].sort_values(["world_size", "num_nodes"])
         out += scaling_table(g, fmt)
         if g["compute_s"].notna().any():
-            out += step_table(g, fmt)
+            step = step_table(g, fmt)
+            out += step if details else step[3:]  # what limits each configuration, without the wide table
         out.append("")
     out += levers.render(scaling, fmt)
     out += failed_table(runs, fmt)
-    return "\n".join(out)
+    return "\n".join(wrap(line, width) for line in out)
+
+
+def mfu_cells(g: pd.DataFrame, r) -> list:
+    """MFU beside the throughput where a peak is known (the step table has it too, with --details)."""
+    return [fmt_pct(getattr(r, "mfu", None), ".1f")] if "mfu" in g and g["mfu"].notna().any() else []
+
+
+def narrow(rows, headers, fmt: str) -> str:
+    """tabulate without its 2 characters of padding beyond the widest cell: the scaling table fits WIDTH."""
+    padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
+    try:
+        return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+    finally:
+        tabulate_module.MIN_PADDING = padding
+
+
+def wrap(line: str, width: int) -> str:
+    """A plain line (not a table) folded at width (0: as it is), its continuation indented under its first word."""
+    if not width or "\n" in line or len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+
+
+def terminal_width() -> int:
+    """The width to fold the report's plain lines at: the terminal's, at most WIDTH; 0 where stdout is no terminal
+    (a pipe, a job's log, a test): lines stay whole for grep and for the chapters that quote them."""
+    import shutil
+    import sys
+
+    return min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns) if sys.stdout.isatty() else 0
 
 
 def distinct(titles: dict) -> dict:
@@ -133,10 +175,10 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
              fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
                                               if r.runs > 1 else ""),
              *speedup_cells(r), predicted_range(r),
-             fmt_num(r.throughput_per_device, ",.0f")] + money_cells(r) for r in g.itertuples()]
-    out.append(tabulate(rows, headers=["world size", "nodes", "runs", f"{unit} (median [min–max])", "speedup",
-                                       "efficiency", "predicted eff.", f"{unit} per device"] + money_headers(g),
-                        tablefmt=fmt, disable_numparse=True))
+             fmt_num(r.throughput_per_device, ",.0f")] + mfu_cells(g, r) + money_cells(r) for r in g.itertuples()]
+    out.append(narrow(rows, ["world size", "nodes", "runs", f"{unit} median [min–max]", "speedup", "efficiency",
+                             "predicted eff.", "per device"] + ["MFU"] * bool(mfu_cells(g, g.iloc[0]))
+                      + money_headers(g), fmt))
     out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
             "(src/emulate.py), not a real network" for nodes, link in
             sorted({(r.num_nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
