@@ -204,3 +204,17 @@ def test_an_efficiency_beyond_scaling_is_marked_and_not_clipped():
     ax = _drawn(plots.efficiency_figure(scaling)).axes[0]
     assert [t.get_text() for t in ax.texts] == ["100 %", ""] and ax.get_ylim()[1] == 120
     assert not any(t.startswith("!") for t in _legend(ax))
+
+
+def test_a_figure_carries_the_reports_warnings_under_its_axes():
+    """The dry run: the PNGs showed a clean line where the report warned of contention; a slide must not."""
+    found = [make_result("p1", 1, samples_per_s=100), make_result("p2", 2, samples_per_s=120)]
+    found[1]["launch"]["oversubscribed"] = "oversubscribed: ranks 0 and 1 shared core 0"
+    runs = frames.runs_frame(found)
+    scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
+    for fig in (plots.speedup_figure(scaling), plots.efficiency_figure(scaling), plots.throughput_figure(scaling)):
+        text = plots.figure_text(fig)
+        assert "! 2 devices on 1 node: oversubscribed: ranks 0 and 1 shared core 0; not this hardware's" in text
+    clean = explain.annotate(frames.scaling_frame(frames.runs_frame(found[:1] + [make_result("p3", 2)])),
+                             explain.bench_frame([]))
+    assert "! " not in plots.figure_text(plots.speedup_figure(clean))

@@ -176,6 +176,8 @@ def build_parser():
                         "any type)")
     p.add_argument("--output_dir", default="outputs")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="submit, print job ids, and return")
+    p.add_argument("--details", action="store_true", help="the report with its per-run and step tables "
+                                                         "(benchmark.py --details)")
     p.add_argument("--poll_s", type=bounded(float, 0.1, 600, "seconds between looks at the queue"), default=2.0)
     p.add_argument("train_args", nargs="*", help="after --: the workload flags passed to train.py unchanged (default: "
                                                  "--config gpt-small, or --config mlp where the profile runs on CPU)")
@@ -277,7 +279,7 @@ def main(argv=None) -> int:
             return 0
         with tqdm(total=total, desc="jobs", unit="job") as bar:
             wait_for(jobs, bar, failed, args.poll_s)
-    code = report_main(["--output_dir", args.output_dir])
+    code = report_main(["--output_dir", args.output_dir, *(["--details"] if args.details else [])])
     for line in failed:  # last, below the report: what to act on stays on the screen
         print(f"submit.py: job failed: {line}", file=sys.stderr)
     return 1 if failed else code

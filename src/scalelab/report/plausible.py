@@ -69,6 +69,21 @@ def lines(g: pd.DataFrame) -> list:
     return [f"  ! {line}" for r in g.itertuples() for line in findings(r)]
 
 
+def figure_warnings(g: pd.DataFrame, limit: int) -> list:
+    """What a plot of these configurations must carry, as the report does ("! ..." lines, at most limit and a
+    count of the rest): each finding, and each configuration whose ranks shared cores or had them only part of the
+    time (a slide must not show a clean line)."""
+    out = []
+    for r in g.itertuples():
+        busy = getattr(r, "oversubscribed", "") or getattr(r, "starved", "")
+        if isinstance(busy, str) and busy:
+            out.append(f"! {_where(r)}: {busy}; not this hardware's scaling")
+        if hasattr(r, "job_differs"):
+            out += [f"! {line}" for line in findings(r)]
+    out = list(dict.fromkeys(out))  # two groups at one configuration: one line
+    return out[:limit] + ([f"! ... {len(out) - limit} more in the report"] if len(out) > limit else [])
+
+
 def findings(r) -> list:
     """One configuration's findings, each a sentence that starts with where ("2 devices on 1 node: ..."); the
     exported summary carries them as they are printed."""

@@ -1,16 +1,15 @@
 """The report as pictures (`benchmark.py --plot DIR`): PNGs to look at and paste into slides.
 
-One figure per question, drawn from the same annotated scaling frame the tables print:
-how much faster (speedup, with the ideal and the predicted line), how efficient (per
-configuration), how busy each device stays (throughput per device), and what the network
-delivers (all-reduce busbw vs message size). Every builder returns a Figure, so tests can
-read the plotted data back; `write_all` saves them. Figures are made without pyplot: files only, no display
-(a login node, CI) and no global backend to switch; savefig renders PNGs with Agg. Configurations that share a
-device count are named in words (report/labels.py) and drawn side by side (report/marks.py), never on each other.
+One figure per question, drawn from the annotated scaling frame the tables print: how much faster (speedup, with the
+ideal and the predicted line), how efficient, how busy each device stays (throughput per device), and what the network
+delivers (busbw vs message size). Builders return Figures (tests read the data back); `write_all` saves them. No
+pyplot: files only, no display nor global backend (a login node, CI); savefig renders with Agg. Configurations that
+share a device count are named in words (report/labels.py) and drawn side by side (report/marks.py).
 """
 
 import io
 import os
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,7 @@ from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
 from scalelab.report import labels, levers, marks, plausible
 
-DPI = 120
+DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
 KEY = ["world_size", "num_nodes", "link"]  # a configuration within a group
 VALUE_PT = (7, 34, 11)  # a printed speedup: its offset right of the marks, its column's width, its line's height
@@ -104,9 +103,8 @@ def speedup_figure(scaling: pd.DataFrame):
 
 
 def _values(ax, values: list, right: dict):
-    """Each point's speedup in its series' colour, right of every mark dodged at its device count (a line comes
-    in from the left). Values at one device count closer than a line of text go in columns side by side; the
-    closeness is judged on the shortest the axes can be (half the figure), so none is printed over another."""
+    """Each point's speedup in its series' colour, right of every mark dodged at its device count. Values at one
+    device count closer than a line of text (on the axes at their shortest) go in columns side by side."""
     gap = ax.get_ylim()[1] * VALUE_PT[2] / 72 / (ax.figure.get_figheight() / 2)
     columns = {}  # device count -> per column, the lowest value printed in it so far
     for x, y, color in sorted(values, key=lambda v: -v[1]):
@@ -139,12 +137,17 @@ def _legend_beside(fig):
 
 
 def _finish(fig, scaling):
-    """Lay out (constrained: room for outside legends and multi-line ticks); on CPU, a caption saying why the
-    curve is flat (it is not the network)."""
+    """Lay out (constrained: room for outside legends, multi-line ticks); under the axes the report's warnings (a
+    slide shows them too) and, on CPU, why the curve is flat (it is not the network)."""
     fig.set_layout_engine("constrained")
+    lines = warned = plausible.figure_warnings(scaling, MAX_WARNINGS)
     if (scaling["accelerator"] == "cpu").any():
-        fig.supxlabel(f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
-                      "on one machine, not a real network.", x=0.01, ha="left", fontsize=7, color="dimgray")
+        lines = warned + [f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
+                          "on one machine, not a real network."]
+    text = "\n".join(textwrap.fill(line, 150, subsequent_indent="   ") for line in lines)
+    if text:  # the figure grows by the caption's lines: the axes keep their size
+        fig.set_figheight(fig.get_figheight() + 0.12 * text.count("\n"))
+        fig.supxlabel(text, x=0.01, ha="left", fontsize=7, color="darkred" if warned else "dimgray")
 
 
 def cpu_device(scaling: pd.DataFrame) -> str:
@@ -264,9 +267,8 @@ def link_rate_figure(scaling: pd.DataFrame):
 
 
 def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple, first: bool):
-    """One series of link_rate_figure: its points, its band, its benchmark's prediction (beside the points, so
-    neither hides the other), its one-node ceiling. names: the series' whole name, the short prefix of the rest
-    ("" where it is the only series)."""
+    """One series of link_rate_figure: points, band, its benchmark's prediction (beside the points) and one-node
+    ceiling. names: the series' whole name, the short prefix of the rest ("" where it is the only series)."""
     row, (name, short) = g.iloc[0], names
     color = marks.plot_dodged(ax, slots[0], g["link_gbit"], g["efficiency"] * 100, "o", ms=7,
                               label=f"{name}: measured")[0].get_color()
@@ -378,8 +380,7 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
 
 
 def figure_text(fig) -> str:
-    """Every text the figure shows (titles, labels, ticks, legend, values), one per line, in drawing order: kept
-    in the PNG (its Description), so a caption in docs/ can be checked against the picture it describes."""
+    """Every text the figure shows, one per line, in drawing order: the PNG's Description (docs/ checks captions)."""
     fig.draw_without_rendering()  # tick labels exist only once the figure is laid out
     texts = (t.get_text().strip() for t in fig.findobj(Text) if t.get_visible())
     return "\n".join(t for t in texts if t)
