@@ -416,7 +416,7 @@ def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_h
     assert results.group_key(a) == results.group_key(b)  # describe, params, batches, tokens: derived
     assert json.loads(results.group_key(a)) == {
         "workload": {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"},
-        "hardware": {"accelerator": "cpu", "device": "cpu"}}
+        "hardware": {"accelerator": "cpu", "device": "cpu", "threads": 1}}  # a CPU device: its cores too
     other = make_result("c", 1)
     other["launch"]["device_names"] = ["NVIDIA A100"]
     assert results.group_key(other) != results.group_key(a)
