@@ -1,6 +1,8 @@
 """Table cells: one way to print a number, a percentage or a missing value, for every table of the report."""
 
 import pandas as pd
+import tabulate as tabulate_module
+from tabulate import tabulate
 
 
 def fmt_num(x, spec=",.1f", missing="—"):
@@ -51,3 +53,12 @@ def nodes_cell(r) -> str:
     """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
     link = getattr(r, "link", "")
     return f"{r.num_nodes} ({link})" if isinstance(link, str) and link else str(r.num_nodes)
+
+
+def narrow(rows, headers, fmt: str) -> str:
+    """tabulate without its 2 characters of padding beyond the widest cell: the tables a terminal shows stay narrow."""
+    padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
+    try:
+        return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+    finally:
+        tabulate_module.MIN_PADDING = padding

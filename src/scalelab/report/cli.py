@@ -142,7 +142,8 @@ def main(argv=None) -> int:
     max_runs = None if args.all_runs else 12
     width = terminal_width() if fmt == "simple" else 0
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
-    print("\n".join(forecast_view.track_record(runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt)))
+    print("\n".join(wrap(line, width) for line in forecast_view.track_record(
+        runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt, details=args.details or args.all_runs)))
     print("\n".join(nccl_logs.render(bench, fmt)))
     if args.forecast:
         print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),

@@ -8,7 +8,7 @@ from tabulate import tabulate
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import forecast as fc
 from scalelab.report import marks
-from scalelab.report.cells import fmt_num, fmt_pct
+from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.frames import group_letters
 
 MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
@@ -55,8 +55,9 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing
 
 
-def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -> list:
-    """The track record as the report prints it: the model's record on this cluster, per workload."""
+def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", details: bool = True) -> list:
+    """The track record as the report prints it: the model's record on this cluster, per workload (details: with
+    where each prediction's exposure came from, a long column)."""
     if track.empty:
         return []
     letters = group_letters(fc.completed(runs)["group"])
@@ -65,7 +66,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -
                                                                                  r.eff_high)),
              fmt_pct(r.measured_eff), "too wide" if too_wide else "yes" if r.inside else "NO",
              f"{r.predicted_step_s * 1e3:,.1f}", f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]]
-            for r, too_wide in zip(track.itertuples(), wide)]
+            [:None if details else -1] for r, too_wide in zip(track.itertuples(), wide)]
     inside = int(track.loc[~wide, "inside"].sum())
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
     said = f"  {inside} of {int((~wide).sum())} inside the band"
@@ -74,8 +75,8 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple") -
                  "too noisy runs to fit the model from)")
     return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
             "efficiency = 1-device step ÷ step)",
-            tabulate(rows, headers=["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
-                                    "predicted step ms", "measured ms", "exposure from"], tablefmt=fmt),
+            narrow(rows, ["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
+                          "predicted step ms", "measured ms", "exposure from"][:None if details else -1], fmt),
             f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.", ""]
 
 

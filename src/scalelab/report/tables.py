@@ -8,12 +8,11 @@ import json
 import textwrap
 
 import pandas as pd
-import tabulate as tabulate_module
 from tabulate import tabulate
 
 from scalelab.cli import human_count
 from scalelab.report import explain, levers, plausible
-from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, nodes_cell, predicted_range
+from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, narrow, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
 
 STEP_HEADERS = ["world size", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms",
@@ -55,15 +54,6 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
 def mfu_cells(g: pd.DataFrame, r) -> list:
     """MFU beside the throughput where a peak is known (the step table has it too, with --details)."""
     return [fmt_pct(getattr(r, "mfu", None), ".1f")] if "mfu" in g and g["mfu"].notna().any() else []
-
-
-def narrow(rows, headers, fmt: str) -> str:
-    """tabulate without its 2 characters of padding beyond the widest cell: the scaling table fits WIDTH."""
-    padding, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
-    try:
-        return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
-    finally:
-        tabulate_module.MIN_PADDING = padding
 
 
 def wrap(line: str, width: int) -> str:
