@@ -214,7 +214,7 @@ def test_a_figure_carries_the_reports_warnings_under_its_axes():
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
     for fig in (plots.speedup_figure(scaling), plots.efficiency_figure(scaling), plots.throughput_figure(scaling)):
         text = plots.figure_text(fig)
-        assert "! 2 devices on 1 node: oversubscribed: ranks 0 and 1 shared core 0; not this hardware's" in text
+        assert "! A, 2 devices on 1 node: oversubscribed: ranks 0 and 1 shared core 0; not this hardware's" in text
     clean = explain.annotate(frames.scaling_frame(frames.runs_frame(found[:1] + [make_result("p3", 2)])),
                              explain.bench_frame([]))
     assert "! " not in plots.figure_text(plots.speedup_figure(clean))
