@@ -7,9 +7,9 @@ cd "$SCALELAB_ROOT"
 # --open-mode=append this job would write on the end of that other job's slurm-N.out. A job's first attempt finds
 # its log empty, so anything there is another job's: it is moved aside (a requeued attempt appends, as it should).
 if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  _log=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p')
+  _log=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p') || _log=""   # no answer: no check
   if [ -n "$_log" ] && [ -s "$_log" ]; then
-    _aside="${_log%.out}.before-$(date -r "$_log" +%Y%m%dT%H%M%S).out"
+    _aside="${_log%.out}.before-$(date -r "$_log" +%Y%m%dT%H%M%S || echo earlier).out"
     if cp -p "$_log" "$_aside" && : >"$_log"; then
       echo "job: $_log held another job ${SLURM_JOB_ID}'s log (the job id repeated): moved to $_aside"
     fi

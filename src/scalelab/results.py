@@ -322,13 +322,23 @@ def latest_attempts(found: list) -> tuple:
     jobs = {}  # key -> [[results of one job, in the order written], ...]
     for r in sorted((r for r in found if attempt_key(r) is not None), key=lambda r: r.get("created") or ""):
         chains = jobs.setdefault(attempt_key(r), [])
-        if chains and restarts(r) > restarts(chains[-1][-1]):
+        if chains and _requeued_from(chains[-1][-1], r):
             chains[-1].append(r)
         else:
             chains.append([r])
     superseded = [(earlier, chain[-1]) for chains in jobs.values() for chain in chains for earlier in chain[:-1]]
     gone = {id(earlier) for earlier, _ in superseded}
     return [r for r in found if id(r) not in gone], superseded
+
+
+def _requeued_from(earlier: dict, later: dict) -> bool:
+    """later is a requeued attempt of earlier's job: a higher restart count, the same job (workload, hardware,
+    world size), and earlier did not complete (a completed job is not requeued: a later result is another job
+    that got its id, whose own first attempt may have written nothing)."""
+    same = earlier.get("kind") == later.get("kind") and (
+        earlier.get("kind") != "training" or group_key(earlier) == group_key(later))
+    return (same and restarts(later) > restarts(earlier) and earlier.get("status") != "completed"
+            and (earlier.get("launch") or {}).get("world_size") == (later.get("launch") or {}).get("world_size"))
 
 
 def restarts(result: dict) -> int:

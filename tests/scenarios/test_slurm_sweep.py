@@ -3,6 +3,7 @@
 failed and a cancelled job named by the report, and the salloc job name Lightning ignores, refused in one line."""
 
 import re
+import select
 import subprocess
 import sys
 import time
@@ -101,9 +102,11 @@ def test_a_job_that_waits_for_a_drained_node_is_said_why(slurm_env, tmp_path):
         proc = subprocess.Popen(["bash", str(ROOT / "slurm_jobs" / "sweep.sh"), "--wait", "--output_dir",
                                  str(tmp_path), "--", *WORKLOAD], cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**slurm_env, "SCALELAB_PENDING_AFTER_S": "2"})
-        said = [proc.stderr.readline()]
-        while said[-1] and "(sl-2x4gpu)" not in said[-1]:  # the 1-node jobs may wait for a core first
+        said, deadline = [""], time.time() + 120
+        while "(sl-2x4gpu)" not in said[-1]:  # the 1-node jobs may wait for a core first
+            assert select.select([proc.stderr], [], [], max(0.0, deadline - time.time()))[0], f"not said: {said}"
             said.append(proc.stderr.readline())
+            assert said[-1], f"sweep.sh ended without saying why: {said}"
     finally:
         subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], env=slurm_env, check=True)
     rest, err = proc.communicate(timeout=420)

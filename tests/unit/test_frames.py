@@ -12,7 +12,7 @@ import pytest
 from helpers import SRC, make_result, run_script
 from scalelab import results
 from scalelab.report import tables
-from scalelab.report.frames import link_label, runs_frame, scaling_frame
+from scalelab.report.frames import identity_notes, link_label, runs_frame, scaling_frame
 
 
 def frames(found):
@@ -286,3 +286,25 @@ def test_repeats_had_their_nodes_alone_only_where_each_did():
     assert all_or_none(pd.Series([True, False, None])) is False  # one shared: the configuration did not
     assert all_or_none(pd.Series([True, None])) is None and all_or_none(pd.Series([None, None])) is None
     assert all_or_none(pd.Series([], dtype=object)) is None
+
+
+def test_the_identity_notes_name_each_superseded_attempt_and_each_repeated_id():
+    def job(run_id, job_id, restarts, created, status="completed", cluster="alps", task=None, kind="training"):
+        r = make_result(run_id, 2, status=status)
+        r.update(created=created, kind=kind)
+        r["slurm"] = {"cluster": cluster, "job_id": job_id, "array_job_id": "40" if task else None,
+                      "array_task_id": task, "step_id": "0", "restart_count": restarts}
+        return r
+    cut, again = job("cut", "7", 0, "2026-01-01T10", "preempted"), job("again", "7", 2, "2026-01-01T11")
+    one, two = job("one", "9", 0, "2026-01-02T10", task="3"), job("two", "9", 0, "2026-01-01T09", task="3")
+    plain = job("plain", "5", 0, "2026-01-01T08", cluster=None)
+    kept, superseded = results.latest_attempts([cut, again, one, two, plain])
+    assert identity_notes(kept, superseded) == [
+        "1 result(s) superseded by a later attempt of the same SLURM job (one row each): job 7 on cluster alps "
+        "attempt 0 (cut) by attempt 2 (again)",
+        "job 40_3 on cluster alps stands for 2 different runs here (the id repeated: a controller restarted without "
+        "its state, or folders of two clusters merged); each is kept: two, one"]  # in the order they ran
+    bench = job("bench", "7", 0, "2026-01-01T09", "preempted", kind="allreduce")
+    assert identity_notes([plain], [(bench, cut)]) == []  # a benchmark's attempts: no run row to name
+    assert identity_notes([plain, job("p2", "5", 0, "2026-01-01T09", cluster=None)], [])[0].startswith(
+        "job 5 stands for 2 different runs here")  # no cluster recorded (an older scalelab): none named

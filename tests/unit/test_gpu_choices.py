@@ -159,14 +159,22 @@ def test_the_hosts_memory_is_what_the_kernel_or_the_cgroup_leaves(tmp_path):
 
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
-    room, where = memcheck.host_memory(str(meminfo), str(tmp_path / "no-cgroup"))
-    assert (room, where) == (20000000 * 1024, "this node's MemAvailable")
-    own = open("/proc/self/cgroup").read().strip().split("::", 1)[-1].lstrip("/")
-    folder = tmp_path / "cg" / own
-    folder.mkdir(parents=True)
-    (folder / "memory.max").write_text("6000000000\n")  # SLURM's --mem=6G under cgroups
-    (folder / "memory.current").write_text("1000000000\n")
-    assert memcheck.host_memory(str(meminfo), str(tmp_path / "cg")) == (5e9, "its cgroup's memory.max")
-    (folder / "memory.max").write_text("max\n")
-    assert memcheck.host_memory(str(meminfo), str(tmp_path / "cg"))[1] == "this node's MemAvailable"
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n")  # a SLURM task's, cgroup v2
+    cg = tmp_path / "cg"
+    task = cg / "system.slice" / "slurmstepd.scope" / "job_7" / "step_0" / "user" / "task_0"
+    task.mkdir(parents=True)
+
+    def room():
+        return memcheck.host_memory(str(meminfo), str(cg), str(own))
+    assert room() == (20000000 * 1024, "this node's MemAvailable")  # no limit anywhere
+    (task / "memory.max").write_text("max\n")
+    (task / "memory.current").write_text("100\n")
+    assert room()[1] == "this node's MemAvailable"
+    job = task.parent.parent.parent
+    (job / "memory.max").write_text("6000000000\n")  # SLURM's --mem=6G sits on the job's cgroup, above the task's
+    (job / "memory.current").write_text("1000000000\n")
+    assert room() == (5e9, "its cgroup's memory.max")
+    (task / "memory.max").write_text("3000000000\n")  # the tightest of them counts
+    assert room() == (3e9 - 100, "its cgroup's memory.max")
     assert memcheck.host_memory(str(tmp_path / "none"))[0] == float("inf")

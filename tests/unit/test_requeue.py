@@ -157,8 +157,7 @@ def test_slurms_warning_in_a_job_not_worth_requeueing_ends_it_as_a_time_limit():
     assert (stop.reason, stop.requeue, stop.status()) == ("time limit", False, "timeout")
     assert stop.line() == ("received SLURM's warning that the job's time limit is near (SIGUSR1) and stopped after "
                            "step 7; not requeued: why not")
-    assert RunSignals(requeue_on_sigusr1=True).agree  # and without a refusal it is a requeue, as before
-    sig = RunSignals(requeue_on_sigusr1=True)
+    sig = RunSignals(requeue_on_sigusr1=True)  # without a refusal it is a requeue, as before
     sig.received["SIGUSR1"] = True
     assert sig.agree(torch.device("cpu"), 1, 7, every=1).reason == "requeue"
     term = RunSignals(requeue_on_sigusr1=True, no_requeue="why not")
@@ -195,3 +194,12 @@ def test_the_entry_scripts_note_the_warning_before_anything_else():
         body = body[1:] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
         assert [ast.unparse(node) for node in body[:2]] == ["from scalelab.train.signals import note_early",
                                                              "note_early()"], path
+
+
+def test_the_cause_reads_scontrols_fields_whatever_else_the_job_says():
+    text = "JobId=9 Comment=key=value JobState=COMPLETING Reason=TimeLimit WorkDir=/a=b"  # '=' inside a value
+    assert slurm_env.end_cause(text) == "SLURM ended the job at its time limit"
+    for reason in ("NodeFail", "NodeNotResponding"):
+        assert slurm_env.end_cause(f"JobState=COMPLETING Reason={reason}") == ("SLURM ended the job: one of its "
+                                                                              "nodes failed")
+    assert slurm_env.time_limit_s({}) is None  # outside a job site.sh never ran

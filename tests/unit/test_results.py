@@ -265,8 +265,9 @@ def test_a_version_2_folder_reports_exactly_as_the_same_runs_written_now():
     assert reports[0] == reports[1] and "gpt" in reports[0] and "transformer" not in reports[0]
 
 
-def _attempt(run_id, created, restarts, job="77", array_job=None, task=None, step="0"):
-    r = make_result(run_id, 4)
+def _attempt(run_id, created, restarts, job="77", array_job=None, task=None, step="0", status="preempted"):
+    """One attempt of a SLURM job (one that SLURM requeued: its record says "preempted")."""
+    r = make_result(run_id, 4, status=status)
     r["created"] = created
     r["slurm"] = {"job_id": job, "array_job_id": array_job, "array_task_id": task, "step_id": step,
                   "restart_count": restarts}
@@ -308,6 +309,22 @@ def test_a_repeated_job_id_keeps_each_jobs_latest_attempt_and_names_what_it_supe
     assert [r["run_id"] for r in kept] == ["b2", "a1"]
     assert sorted((old["run_id"], new["run_id"]) for old, new in superseded) == [("a0", "a1"), ("b0", "b2"),
                                                                                  ("b1", "b2")]
+
+
+def test_a_completed_run_is_never_superseded_by_a_later_job_that_got_its_id():
+    # the old job 12 completed; the new job 12's first attempt wrote nothing, its requeued attempt did
+    old8 = _attempt("old8", "2026-11-20T10:00:00+00:00", 0, status="completed")
+    new1 = make_result("new1", 1)
+    new1.update(created="2026-11-26T10:00:00+00:00", slurm=dict(old8["slurm"], restart_count=1))
+    kept, superseded = results.latest_attempts([old8, new1])
+    assert [r["run_id"] for r in kept] == ["old8", "new1"] and superseded == []
+    cut = _attempt("cut", "2026-11-20T10:00:00+00:00", 0)
+    cut["status"] = "timeout"
+    other_shape = make_result("shape", 8)  # a requeue runs the same job: another world size is another job
+    other_shape.update(created="2026-11-20T10:09:00+00:00", slurm=dict(cut["slurm"], restart_count=1))
+    assert len(results.latest_attempts([cut, other_shape])[0]) == 2
+    again = _attempt("again", "2026-11-20T10:09:00+00:00", 1)
+    assert [r["run_id"] for r in results.latest_attempts([cut, again])[0]] == ["again"]
 
 
 def test_the_same_job_id_on_two_clusters_is_two_jobs():
@@ -442,7 +459,7 @@ def test_a_version_1_file_gets_the_current_names_in_comm_and_in_each_rank():
 
 def test_requeued_attempts_share_a_key_per_job_array_task_and_step():
     def attempt(run_id, **slurm):
-        return dict(make_result(run_id), slurm=slurm)
+        return dict(make_result(run_id, status="preempted"), slurm=slurm)
     assert results.attempt_key(make_result("x")) is None and results.attempt_key(attempt("y", job_id=None)) is None
     assert results.attempt_key(attempt("a", job_id="5", step_id="0")) == (None, "5", None, "0")
     assert results.attempt_key(attempt("b", job_id="7", array_job_id="5", array_task_id="2")) == (None, "5", "2",

@@ -134,7 +134,12 @@ def exit_on_sigterm():
         sys.exit(SIGTERM_EXIT)
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore():
+        signal.signal(signal.SIGTERM, previous)
+        _terminated.clear()  # a later launch in this process starts unmarked
+
+    return restore
 
 
 def _stop(procs) -> bool:

@@ -61,6 +61,9 @@ def job_failure_line(exc: BaseException) -> str:
     return errors[-1].strip() if errors else type(exc).__name__
 
 
+ASK_QUEUE_S = 30.0  # between two looks at why jobs wait
+
+
 def pending_after_s() -> float:
     """How long a job may wait in the queue before submit.py says why: a queue's usual pause says nothing."""
     raw = os.environ.get("SCALELAB_PENDING_AFTER_S", "20")
@@ -73,10 +76,12 @@ def pending_after_s() -> float:
     return value
 
 
-def wait_for(jobs, bar, failed: list, poll_s: float):
-    """Poll until every job is done; one line per failed job goes into `failed`. A job that waits in the queue
-    says why (squeue's reason: a drained node must not look like a slow queue), once per reason."""
-    pending, said, started, after_s = list(jobs), {}, time.monotonic(), pending_after_s()
+def wait_for(jobs, bar, failed: list, poll_s: float, slurm: bool = True):
+    """Poll until every job is done; one line per failed job goes into `failed`. On SLURM a job that waits in the
+    queue says why (squeue's reason: a drained node must not look like a slow queue), once per reason; the queue is
+    asked every ASK_QUEUE_S, not at every poll (slurmctld serves everyone)."""
+    pending, said, after_s = list(jobs), {}, pending_after_s()
+    next_ask = time.monotonic() + after_s
     while pending:
         for item in [p for p in pending if p[1].done()]:
             pending.remove(item)
@@ -85,7 +90,8 @@ def wait_for(jobs, bar, failed: list, poll_s: float):
             if exc is not None:
                 failed.append(f"{item[0]} job {item[1].job_id}: {job_failure_line(exc)} "
                               f"(log: {item[1].paths.stderr})")
-        if pending and time.monotonic() - started > after_s:
+        if pending and slurm and time.monotonic() >= next_ask:
+            next_ask = time.monotonic() + ASK_QUEUE_S
             for job, reason in waiting([str(p[1].job_id) for p in pending]).items():
                 if said.get(job) != reason:
                     said[job] = reason
@@ -98,12 +104,13 @@ def waiting(job_ids) -> dict:
     """{job id: squeue's reason} for the jobs still pending, but for those only waiting on another job. SLURM
     says "Resources" for a job that waits for a drained node: the partition's nodes that take no job are named."""
     rows = [row.split("|") for row in _ask(["squeue", "-h", "-t", "PD", "-j", ",".join(job_ids), "-o", "%i|%r|%P"])]
-    out = {}
+    out, idle = {}, {}
     for job, reason, part in (row for row in rows if len(row) == 3 and row[1] not in ("None", "Dependency")):
-        nodes = [row.split("|") for row in _ask(["sinfo", "-h", "-N", "-p", part, "-o", "%N|%t|%E"])]
-        idle = [f"{n[0]} {n[1]} ({n[2]})" for n in sorted(set(map(tuple, nodes)))
-                if len(n) == 3 and not re.fullmatch(r"(idle|mix|alloc|comp)~?", n[1])]
-        out[job] = reason + (f"; taking no job in partition {part}: {', '.join(idle)}" if idle else "")
+        if part not in idle:  # one sinfo per partition
+            nodes = sorted({tuple(row.split("|")) for row in _ask(["sinfo", "-h", "-N", "-p", part, "-o", "%N|%t|%E"])})
+            idle[part] = [f"{n[0]} {n[1]} ({n[2]})" for n in nodes
+                          if len(n) == 3 and not re.fullmatch(r"(idle|mix|alloc|comp)~?", n[1])]
+        out[job] = reason + (f"; taking no job in partition {part}: {', '.join(idle[part])}" if idle[part] else "")
     return out
 
 
@@ -269,7 +276,7 @@ def main(argv=None) -> int:
         with tqdm(total=total, desc="jobs", unit="job") as bar:
             for nodes, gpus in shapes:
                 for _ in range(args.repeats):
-                    wait_for(submitter.submit(nodes, gpus, 1), bar, failed, args.poll_s)
+                    wait_for(submitter.submit(nodes, gpus, 1), bar, failed, args.poll_s, slurm=False)
     else:
         jobs = [j for nodes, gpus in shapes for j in submitter.submit(nodes, gpus, args.repeats)]
         print(f"submitted {len(jobs)} job(s) to slurm: " +

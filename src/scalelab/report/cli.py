@@ -138,9 +138,9 @@ def main(argv=None) -> int:
     for flag, path in (("--plot", args.plot), ("--export", args.export)):
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
-    print(_header(runs, args.output_dir))
     max_runs = None if args.all_runs else 12
     width = terminal_width() if fmt == "simple" else 0
+    print(_header(runs, args.output_dir, width))
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
     print("\n".join(wrap(line, width) for line in forecast_view.track_record(
         runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt, details=args.details or args.all_runs)))
@@ -170,12 +170,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def _header(runs: pd.DataFrame, output_dir: str) -> str:
+def _header(runs: pd.DataFrame, output_dir: str, width: int) -> str:
     """What was counted: runs, groups, and each result not counted as a run of its own (frames.identity_notes)."""
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     lines = [f"scalelab report: {len(runs)} run(s) in {output_dir}/, {n_groups} scaling group(s)"]
     for note in runs.attrs.get("identity", []):  # one line each, folded where a terminal shows it
-        lines.append(wrap(f"note: {redaction.inert(note)}", terminal_width()))
+        lines.append(wrap(f"note: {redaction.inert(note)}", width))
     return "\n".join(lines) + "\n"
 
 

@@ -56,7 +56,8 @@ def check_host(cfg, batch: int, world_size: int, ranks_here: int, available: flo
                      f"--devices per node ({SKIP}=1 runs anyway)")
 
 
-def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> tuple:
+def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup",
+                own: str = "/proc/self/cgroup") -> tuple:
     """(bytes this node's ranks can have, where that figure comes from): the kernel's MemAvailable, or less where
     this process's cgroup (SLURM's --mem under cgroups, a container) allows less."""
     try:
@@ -65,22 +66,30 @@ def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") 
         available, where = int(fields["MemAvailable"].split()[0]) * 1024, "this node's MemAvailable"
     except (OSError, KeyError, ValueError):
         return float("inf"), "nothing (no /proc/meminfo)"
-    limit = _cgroup_room(cgroup)
+    limit = _cgroup_room(cgroup, own)
     if limit is not None and limit < available:
         return limit, "its cgroup's memory.max"
     return available, where
 
 
-def _cgroup_room(root: str):
-    """memory.max - memory.current of this process's cgroup (v2); None where it sets no limit."""
+def _cgroup_room(root: str, own: str):
+    """The least room (memory.max - memory.current) of this process's cgroup (v2) and its ancestors: SLURM sets
+    --mem on the job's and the step's cgroups, above the task's; None where none sets a limit."""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(own) as f:
             path = next((line.strip().split("::", 1)[1] for line in f if line.startswith("0::")), "/")
-        folder = os.path.join(root, path.lstrip("/"))
-        with open(os.path.join(folder, "memory.max")) as f:
-            limit = f.read().strip()
-        with open(os.path.join(folder, "memory.current")) as f:
-            used = int(f.read().strip())
-    except (OSError, ValueError, StopIteration):
+    except (OSError, StopIteration):
         return None
-    return None if limit == "max" else max(0, int(limit) - used)
+    rooms, parts = [], [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        folder = os.path.join(root, *parts[:depth])
+        try:
+            with open(os.path.join(folder, "memory.max")) as f:
+                limit = f.read().strip()
+            with open(os.path.join(folder, "memory.current")) as f:
+                used = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit != "max":
+            rooms.append(max(0, int(limit) - used))
+    return min(rooms) if rooms else None

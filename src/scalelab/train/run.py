@@ -206,6 +206,8 @@ def finish(fabric, ctx, metrics, stop, val, per_rank):
             stop.refused = requeue.ask_slurm()
         if stop and stop.reason == "SIGTERM" and ctx.launch.launcher == "slurm":
             stop.cause = requeue.end_cause()
+        if stop and stop.reason == "time limit":  # not requeued: no attempt will resume from it (GBs for xl)
+            requeue.done_with(ctx.resumed_from)
         payload = record.build_payload(ctx, per_rank, record.run_summary(ctx, per_rank), val)
         if stop:
             payload.update(status=stop.status(), error=stop.line())
