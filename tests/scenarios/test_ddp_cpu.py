@@ -69,7 +69,7 @@ def test_report_on_real_runs(mlp_runs):
     thr = {n: by_world[n]["timing"]["samples_per_s"] for n in (1, 2)}
     assert row["speedup"] == pytest.approx(thr[2] / thr[1])
     assert row["efficiency"] == pytest.approx(row["speedup"] / 2)
-    proc = run_script("benchmark.py", "--output_dir", out)
+    proc = run_script("benchmark.py", "--output_dir", out, "--details")  # the step table: --details
     assert proc.returncode == 0 and "Scaling (baseline: 1 device" in proc.stdout and "CPU rehearsal" in proc.stdout
     c = by_world[2]["timing"]["comm"]  # a real 2-process run measured its gradient all-reduce
     assert c["compute_s"] > 0 and c["allreduce_s"] > 0 and c["buckets"] >= 1 and c["ddp_busbw_GBps"] > 0

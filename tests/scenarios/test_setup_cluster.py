@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -193,15 +194,6 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     assert "GPU types in partition debug: a100; the job scripts ask any type" in lines
     assert any(re.match(r"^ +debug\* +up +2 +infinite +gpu:a100:4", line) for line in lines), ready.stdout
     assert "  account|partition|qos" in lines  # the user's associations, from sacctmgr
-    subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"], env=env,
-                   check=True)
-    try:  # the dry run: READY with node2 drained, then `sbatch --wait` waited silently for good
-        drained = preflight()
-    finally:
-        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], env=env, check=True)
-    assert drained.returncode == 1 and drained.stdout.splitlines()[-1] == (
-        "NOT READY: partition 'debug' has 1 node(s) that can take a job; the job scripts need 2 (not: node2 drain "
-        "(workshop dry run)): they would wait until one returns (ask the site, or pick another partition)")
     missing = preflight(SBATCH_PARTITION="nosuch")
     assert missing.returncode == 1
     assert missing.stdout.splitlines()[-1] == "NOT READY: partition 'nosuch' is not in sinfo (partitions: debug)"
@@ -211,6 +203,21 @@ def test_preflight_on_the_local_slurm_cluster(slurm_env):
     on_gpus = preflight("--gpu", SCALELAB_PROFILE="a100")  # a GPU profile: a CPU-only torch is NOT READY
     if "sees GPU False" in on_gpus.stdout:
         assert on_gpus.returncode == 1 and on_gpus.stdout.splitlines()[-1].startswith("NOT READY: torch sees no GPU")
+    # last: a resumed node answers slurmctld's next ping only (sinfo "idle*" until then), which the checks above read
+    subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"], env=env,
+                   check=True)
+    try:  # the dry run: READY with node2 drained, then `sbatch --wait` waited silently for good
+        drained = preflight()
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=node2", "State=RESUME"], env=env, check=True)
+    assert drained.returncode == 1 and drained.stdout.splitlines()[-1] == (
+        "NOT READY: partition 'debug' has 1 node(s) that can take a job; the job scripts need 2 (not: node2 drain "
+        "(workshop dry run)): they would wait until one returns (ask the site, or pick another partition)")
+    deadline = time.time() + 60
+    while "*" in (state := subprocess.run(["sinfo", "-h", "-n", "node2", "-o", "%t"], env=env, capture_output=True,
+                                          text=True).stdout) and time.time() < deadline:
+        time.sleep(1)  # the next tests find node2 answering
+    assert "*" not in state and "drain" not in state, state
 
 
 @pytest.mark.parametrize("version, refused", [("3.9", True), ("3.6", True), ("3.11", False), ("3.13", False)])
