@@ -33,9 +33,8 @@ step allreduce_bench srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_
     --num_nodes "${SLURM_NNODES:-1}" --accelerator "${SCALELAB_ACCELERATOR:-auto}" --output_dir "$OUT"
 OUTPUT_DIR=$OUT step train_1gpu run_train_one "$@"   # the same job on one GPU of the first node
 OUTPUT_DIR=$OUT step train run_train "${SLURM_NNODES:-1}" "$@"
-# this job's own log (wherever --output put it), for NCCL's transport lines
-LOG=$(scontrol show job "${SLURM_JOB_ID:-0}" 2>/dev/null | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p' | head -1)
-step selfcheck "$SCALELAB_PYTHON" src/selfcheck.py --output_dir "$OUT" ${LOG:+--log "$LOG"} \
+# this job's own log (job_common.sh read where --output put it), for NCCL's transport lines
+step selfcheck "$SCALELAB_PYTHON" src/selfcheck.py --output_dir "$OUT" ${JOB_LOG:+--log "$JOB_LOG"} \
     ${EXPECT_BUSBW:+--expect_busbw "$EXPECT_BUSBW"}
 if [ ${#failed[@]} -gt 0 ]; then
   said=$(printf '%s, ' "${failed[@]}")

@@ -3,16 +3,18 @@
 set -euo pipefail
 export SCALELAB_ROOT="${SLURM_SUBMIT_DIR:-$PWD}"   # sbatch copies the script away; the repo is where you submitted
 cd "$SCALELAB_ROOT"
+# This job's own log, wherever --output put it (read once: the check below, gpu_selfcheck.sh's NCCL lines).
+JOB_LOG=""
+if [ -n "${SLURM_JOB_ID:-}" ]; then
+  JOB_LOG=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p') || JOB_LOG=""  # no answer: none
+fi
 # A job id can repeat (a controller restarted without its state, another cluster's jobs in this folder): with
 # --open-mode=append this job would write on the end of that other job's slurm-N.out. A job's first attempt finds
 # its log empty, so anything there is another job's: it is moved aside (a requeued attempt appends, as it should).
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ -n "${SLURM_JOB_ID:-}" ]; then
-  _log=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *StdOut=//p') || _log=""   # no answer: no check
-  if [ -n "$_log" ] && [ -s "$_log" ]; then
-    _aside="${_log%.out}.before-$(date -r "$_log" +%Y%m%dT%H%M%S || echo earlier).out"
-    if cp -p "$_log" "$_aside" && : >"$_log"; then
-      echo "job: $_log held another job ${SLURM_JOB_ID}'s log (the job id repeated): moved to $_aside"
-    fi
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ] && [ -n "$JOB_LOG" ] && [ -s "$JOB_LOG" ]; then
+  _aside="${JOB_LOG%.out}.before-$(date -r "$JOB_LOG" +%Y%m%dT%H%M%S || echo earlier).out"
+  if cp -p "$JOB_LOG" "$_aside" && : >"$JOB_LOG"; then
+    echo "job: $JOB_LOG held another job ${SLURM_JOB_ID}'s log (the job id repeated): moved to $_aside"
   fi
 fi
 source slurm_jobs/site.sh
