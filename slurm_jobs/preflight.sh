@@ -127,11 +127,10 @@ fi
 # Nodes that can take a job now (idle, mixed, allocated, completing; "~": powered down, it powers up): a drained,
 # down or unresponsive node makes a job that needs it pend for good, and `sbatch --wait` wait silently.
 node_check() {
-  local rows usable bad
-  rows=$(sinfo -h -N -p "$PART" -o '%N|%t|%E' 2>/dev/null | sort -u)
-  [ -n "$rows" ] || return 0
-  usable=$(awk -F'|' '$2 ~ /^(idle|mix|alloc|comp)~?$/' <<<"$rows" | wc -l)
-  bad=$(awk -F'|' '$2 !~ /^(idle|mix|alloc|comp)~?$/ { printf "%s%s %s (%s)", sep, $1, $2, $3; sep = ", " }' <<<"$rows")
+  local states usable bad
+  states=$(site_node_states "$PART")   # slurm_jobs/site.sh
+  [ -n "$states" ] || return 0
+  usable=${states%%|*} bad=${states#*|}
   echo "nodes of partition $PART that can take a job: $usable${bad:+; not: $bad}"
   ((usable >= ${NODES_MAX:-1})) ||
     not_ready "partition '$PART' has $usable node(s) that can take a job; the job scripts need ${NODES_MAX:-1}" \

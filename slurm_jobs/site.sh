@@ -109,6 +109,16 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   unset _job _part
 fi
 
+# Partition $1's nodes as "COUNT|node2 drain (REASON), ...": how many can take a job now (idle, mixed, allocated or
+# completing; "~": powered down, it powers up), then the others (drained, down, "*" not responding). preflight.sh
+# counts them; sweep.sh names them beside a job that waits. Nothing where sinfo lists no node.
+site_node_states() {
+  sinfo -h -N -p "$1" -o '%N|%t|%E' 2>/dev/null | sort -u | awk -F'|' '
+    $2 ~ /^(idle|mix|alloc|comp)~?$/ { n++; next }
+    { bad = bad sep $1 " " $2 " (" $3 ")"; sep = ", " }
+    END { if (NR) printf "%d|%s\n", n, bad }'
+}
+
 # Modules: a profile names them in SCALELAB_MODULES; they are loaded here (module purge, then module load), so every
 # job and your shell before sbatch get the same, and slurm_jobs/setup_cluster.sh installs against them.
 # SCALELAB_LOAD_MODULES=0 only reads the profile (slurm_jobs/preflight.sh, setup_cluster.sh --dry-run).

@@ -95,8 +95,8 @@ say_why_waiting() {
   while :; do
     while IFS='|' read -r id name reason part; do
       [[ $reason == None || $reason == Dependency ]] && continue
-      out=$(sinfo -h -N -p "$part" -o '%N|%t|%E' 2>/dev/null | sort -u |
-            awk -F'|' '$2 !~ /^(idle|mix|alloc|comp)~?$/ { printf "%s%s %s (%s)", sep, $1, $2, $3; sep = ", " }')
+      out=$(site_node_states "$part")   # slurm_jobs/site.sh
+      out=${out#*|}
       reason+=${out:+; taking no job in partition $part: $out}
       [[ ${said[$id]:-} == "$reason" ]] && continue
       said[$id]=$reason
