@@ -104,7 +104,7 @@ if [ -n "${SLURM_JOB_ID:-}" ]; then
   export SCALELAB_PARTITION_OVERSUBSCRIBE=$([ -n "$_part" ] && scontrol show partition "$_part" 2>/dev/null |
     sed -n 's/.*[[:space:]]OverSubscribe=\([^[:space:]]*\).*/\1/p' | head -1)
   : "${SCALELAB_JOB_OVERSUBSCRIBE:=unknown}" "${SCALELAB_PARTITION_OVERSUBSCRIBE:=unknown}"
-  # the time limit: what SLURM's warning (SIGUSR1, 90 s ahead) leaves an attempt (src/scalelab/train/requeue.py)
+  # the time limit: what SLURM's warning (SIGUSR1, 90 s ahead) leaves an attempt (src/scalelab/train/guard/requeue.py)
   export SCALELAB_JOB_TIME_LIMIT=$(sed -n 's/.*[[:space:]]TimeLimit=\([^[:space:]]*\).*/\1/p' <<<"$_job" | head -1)
   unset _job _part
 fi

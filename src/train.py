@@ -5,7 +5,7 @@
     srun python src/train.py --model mlp                  # sizes from SLURM
 """
 
-from scalelab.train.signals import note_early
+from scalelab.train.guard.signals import note_early
 
 note_early()  # first: SLURM's SIGUSR1 (its time-limit warning) can come before torch is imported
 

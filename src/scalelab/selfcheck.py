@@ -312,7 +312,7 @@ def write_rate(folder: str, nbytes: int = PROBE_BYTES) -> float:
 def requeue_checkpoint(run, rate_Bps) -> Verdict:
     """The requeue checkpoint of this run's model, saved at the filesystem's measured rate, against what SIGUSR1's
     lead leaves for it (requeue.SAVE_BUDGET_S of LEAD_S): an xl checkpoint is 15.8 GB."""
-    from scalelab.train import requeue
+    from scalelab.train.guard import requeue
 
     claim = "requeue checkpoint in SIGUSR1's lead"
     if isinstance(rate_Bps, str):  # the probe could not write: neither could the checkpoint

@@ -18,7 +18,7 @@ def _grads(bucket_view, hooked, rank):
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     ddp = DDP(net, gradient_as_bucket_view=bucket_view)
-    clock, shapes = comm.BucketClock(), []
+    clock, shapes = comm.CommTimer(), []
 
     def checked(state, bucket):  # DDP's contract: the future holds the reduced bucket, of the bucket's size
         def record(f):
@@ -30,7 +30,7 @@ def _grads(bucket_view, hooked, rank):
         ddp.register_comm_hook(clock, checked)
     torch.manual_seed(1 + rank)  # each rank its own data: the average differs from either rank's gradient
     ddp(torch.randn(16, 32)).square().mean().backward()
-    timed = comm.BucketClock.resolve(clock.cut())[1]
+    timed = comm.CommTimer.resolve(clock.cut())[1]
     return [p.grad.tolist() for p in net.parameters()], timed, shapes  # lists: no shared memory
 
 
@@ -49,7 +49,7 @@ def _divisions(hook, rank):
     torch.manual_seed(0)
     ddp = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)), gradient_as_bucket_view=True)
     if hook == "timed":
-        ddp.register_comm_hook(comm.BucketClock(), comm.timed_allreduce_hook)
+        ddp.register_comm_hook(comm.CommTimer(), comm.timed_allreduce_hook)
     else:
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
     loss = ddp(torch.randn(16, 32)).square().mean()

@@ -23,8 +23,7 @@ import sys
 import pytest
 
 from helpers import ROOT, SRC
-from scalelab.train.comm import is_probe
-from scalelab.train.loop import SYNC_EVERY
+from scalelab.train.loop import SYNC_EVERY, is_probe
 
 pytestmark = pytest.mark.slow
 STEPS, WARMUP = 40, 5

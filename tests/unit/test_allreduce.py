@@ -371,7 +371,7 @@ def test_sigterm_in_the_benchmark_raises_what_its_record_names():
     import signal
 
     from scalelab.bench import allreduce
-    from scalelab.train.signals import Terminated
+    from scalelab.train.guard.signals import Terminated
 
     with pytest.raises(Terminated) as err:
         allreduce._terminated(signal.SIGTERM, None)

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scalelab.train import clock, comm, loop
+from scalelab.train import clock, comm, loop, probe
+from scalelab.train import record as record_module
 
 
 class Gpu:
@@ -78,8 +79,13 @@ def _steps(steps, gpu, n, step_ms=50.0, read_every=None):
             steps.read()
 
 
+def _record(steps):
+    """The rank's record as train/record.py assembles it from the host inventory and the clock's figures."""
+    return {**record_module.inventory(steps.device), **steps.figures()}
+
+
 def _clock():
-    steps = clock.StepClock(torch.device("cuda", 0), world_size=1, process_start=0.0)
+    steps = clock.StepClock(torch.device("cuda", 0), process_start=0.0, comm_timer=comm.CommTimer())
     steps.start()
     return steps
 
@@ -100,11 +106,11 @@ def test_a_failing_run_keeps_the_steps_the_gpu_finished_and_never_waits(gpu, mon
     _steps(steps, gpu, 4)
     gpu.now_ms = steps.pending[1][0].ms  # the GPU finished two of the four queued steps, then blocked
     syncs = gpu.syncs
-    monkeypatch.setattr(clock.cluster, "device_name", lambda *a: "NVIDIA A100")  # no CUDA here to ask
+    monkeypatch.setattr(record_module.cluster, "device_name", lambda *a: "NVIDIA A100")  # no CUDA here to ask
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 0)  # likewise
     uuid = "GPU-3f1c2b7a-0000-4000-8000-0000000000aa"
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(uuid=uuid))
-    record = steps.rank_record(0, 0, 0)
+    record = _record(steps)
     assert gpu.syncs == syncs  # no sync: it would never return
     assert record["gpu_uuid"] == uuid and record["loop_wall_s"] is None  # the loop never ended
     assert record["step_times_s"] == [pytest.approx(0.050, abs=0.004)] * 2
@@ -115,7 +121,7 @@ def test_a_failing_run_keeps_the_steps_the_gpu_finished_and_never_waits(gpu, mon
 def test_after_a_sticky_cuda_error_the_record_keeps_the_read_steps_and_never_raises(gpu, monkeypatch, tmp_path):
     from scalelab import config
     from scalelab.launch.cluster import Launch
-    from scalelab.train import failure
+    from scalelab.train.guard import failure
     from scalelab.train.record import RunContext
 
     """An illegal address, an ECC or Xid error: from then on every CUDA call raises, event.query() too. The failing
@@ -131,16 +137,16 @@ def test_after_a_sticky_cuda_error_the_record_keeps_the_read_steps_and_never_rai
         event.query = sticky
         for _start, end in cuda_events:
             end.query = sticky
-    monkeypatch.setattr(clock.cluster, "device_name", lambda *a: "NVIDIA A100")
+    monkeypatch.setattr(record_module.cluster, "device_name", lambda *a: "NVIDIA A100")
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", sticky)
     monkeypatch.setattr(torch.cuda, "get_device_properties", sticky)
-    record = steps.rank_record(0, 0, 0)
+    record = _record(steps)
     assert len(record["step_times_s"]) == 3 and len(steps.pending) == 2
     assert record["peak_memory_bytes"] is None and record["gpu_uuid"] is None
-    assert comm.BucketClock.done(([], [(None, SimpleNamespace(query=sticky))])) is False
+    assert comm.CommTimer.done(([], [(None, SimpleNamespace(query=sticky))])) is False
     # the failure path end to end: rank 0's partial result and its error log are on disk
     cfg = config.for_accelerator(config.parse_config(["--model", "mlp", "--output_dir", str(tmp_path)]), "gpu")
-    ctx = RunContext(cfg, Launch("local", 1, 1, "gpu"), 64, 0.0, steps)
+    ctx = RunContext(cfg, Launch("local", 1, 1, "gpu"), 64, 0.0, steps, probe.AloneProbe(steps.device, 1, steps.comm))
     note = failure.record_failure(ctx, "failed", "CUDA error: an illegal memory access", RuntimeError("sticky"))
     (path,) = tmp_path.rglob("result.json")
     assert note == f" (partial result: {path})" and (path.parent / "error.log").exists()
@@ -286,10 +292,10 @@ def test_the_share_of_a_core_is_read_around_each_probes_compute():
     """The clock reads the scheduler's figures at probe_start and again before the probe's all-reduce alone:
     one [on-core, waiting] span per probe step, and none for a step that was not a probe."""
     readings = iter([(1.0, 0.5), (1.75, 0.75), (9.0, 9.0)])
-    c = SimpleNamespace(threads=SimpleNamespace(sample=lambda: next(readings)), probe_cpu=[], _probe_cpu=None,
-                        world_size=1, buckets=SimpleNamespace(bucket_bytes=[]))
-    clock.StepClock.probe_start(c)
-    clock.StepClock.allreduce_alone(c)
-    assert c.probe_cpu == [[0.75, 0.25]] and c._probe_cpu is None  # 75 % of its ready time on a core
-    clock.StepClock.allreduce_alone(c)  # no probe_start: no span (the reading is not taken as one)
-    assert c.probe_cpu == [[0.75, 0.25]]
+    c = SimpleNamespace(threads=SimpleNamespace(sample=lambda: next(readings)), cpu=[], _cpu_start=None,
+                        world_size=1, comm=SimpleNamespace(bucket_bytes=[]))
+    probe.AloneProbe.start(c)
+    probe.AloneProbe.allreduce_alone(c)
+    assert c.cpu == [[0.75, 0.25]] and c._cpu_start is None  # 75 % of its ready time on a core
+    probe.AloneProbe.allreduce_alone(c)  # no start: no span (the reading is not taken as one)
+    assert c.cpu == [[0.75, 0.25]]

@@ -497,7 +497,7 @@ def test_a_run_length_the_user_gives_is_not_capped_by_the_workloads_other_defaul
 
 
 def test_a_run_the_epochs_ended_before_its_max_steps_says_so():
-    from scalelab.train.record import epochs_first
+    from scalelab.train.say import epochs_first
 
     both = config.parse_config(["--model", "mlp", "--max_steps", "500", "--max_epochs", "3"])
     assert epochs_first(both, 117) == ("--max_epochs 3 ended the run at step 117, before --max_steps 500 (give only "

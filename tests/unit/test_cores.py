@@ -219,19 +219,19 @@ def test_gpu_ranks_sharing_cores_are_oversubscribed_only_when_their_threads_outn
 
 
 def test_a_gpu_rank_finds_its_gpus_by_torchs_pci_ids_and_runs_no_more_threads_than_its_cores(tmp_path, monkeypatch):
-    """train/run.py's side, torch's CUDA faked: 4 GPUs at buses 0x1b, 0x3b, 0x9a, 0xbc; local rank 2 on a 16-core
+    """train/prepare.py's side, torch's CUDA faked: 4 GPUs at buses 0x1b, 0x3b, 0x9a, 0xbc; local rank 2 on a 16-core
     node is given 8-11, and the 8 torch threads Lightning gave it before (16 cores // 2 ranks, say) drop to 4."""
     import types
 
     import torch
 
-    from scalelab.train import run
+    from scalelab.train import prepare
 
     monkeypatch.setattr(cores, "SYSFS", fake_sysfs(tmp_path, {0: "0-7", 1: "8-15"}, dict(zip(GPUS, (0, 0, 1, 1)))))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(
         pci_domain_id=0, pci_bus_id=(0x1B, 0x3B, 0x9A, 0xBC)[i], pci_device_id=0))
-    assert run.gpu_addresses(4) == GPUS
+    assert prepare.gpu_addresses(4) == GPUS
     monkeypatch.delenv(cores.ENV_NO_GPU_PIN, raising=False)
     threads = {"n": 8}
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads["n"])
@@ -239,5 +239,5 @@ def test_a_gpu_rank_finds_its_gpus_by_torchs_pci_ids_and_runs_no_more_threads_th
     monkeypatch.setattr(cores, "affinity", lambda: list(range(16)))
     monkeypatch.setattr(cores.os, "sched_setaffinity", lambda pid, cpus: monkeypatch.setattr(
         cores, "affinity", lambda: sorted(cpus)), raising=False)
-    assert run.pin_near_gpu(2, 4, None) == {"numa_node": 1, "cpu_pin": "numa"}
+    assert prepare.pin_near_gpu(2, 4, None) == {"numa_node": 1, "cpu_pin": "numa"}
     assert cores.affinity() == [8, 9, 10, 11] and threads["n"] == 4

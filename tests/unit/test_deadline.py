@@ -1,4 +1,5 @@
-"""The stall deadline (train/deadline.py): when it is armed, when it fires, and that progress and disarm hold it."""
+"""The stall deadline (train/guard/deadline.py): when it is armed, when it fires, that progress and disarm hold
+it."""
 
 import ctypes
 import os
@@ -9,9 +10,9 @@ import time
 import pytest
 
 from scalelab.testing.faults import Fault, blocks_like_nccl, from_env, wedge_anywhere
-from scalelab.train.deadline import StallDeadline, sigterm_grace, stall_seconds
-from scalelab.train.signals import RunSignals
-from scalelab.train.watch import hung_line
+from scalelab.train.guard.deadline import StallDeadline, sigterm_grace, stall_seconds
+from scalelab.train.guard.signals import RunSignals
+from scalelab.train.guard.watch import hung_line
 
 
 def test_armed_only_where_errors_never_reach_python():
@@ -155,7 +156,7 @@ def test_the_wait_after_sigterm_follows_the_step_time_within_bounds():
 def test_nccl_errors_reach_python_unless_the_user_chose_otherwise():
     """2 = CleanUpOnly (ProcessGroupNCCL.hpp): abort the communicators and raise, never kill the process as torch's
     default 3 (SkipCleanUp) and 1 (TearDown) do; a value the user set stays."""
-    from scalelab.train.run import nccl_errors_reach_python
+    from scalelab.train.prepare import nccl_errors_reach_python
 
     env = {}
     nccl_errors_reach_python(env)
@@ -168,7 +169,7 @@ def test_nccl_errors_reach_python_unless_the_user_chose_otherwise():
 def test_compile_gives_the_first_batch_ten_more_minutes():
     """--compile's first batch compiles the model (minutes for xl): 0.9 x 180 = 162 s, plus 600 s, for that batch
     only; without --compile, or where no deadline is armed, nothing changes."""
-    from scalelab.train.deadline import first_batch_seconds
+    from scalelab.train.guard.deadline import first_batch_seconds
 
     assert first_batch_seconds(stall_seconds(180, "nccl"), compile=True) == pytest.approx(762)
     assert first_batch_seconds(162.0, compile=False) == 162.0
@@ -178,13 +179,13 @@ def test_compile_gives_the_first_batch_ten_more_minutes():
 def test_the_run_arms_the_first_batch_allowance_with_compile_only():
     from types import SimpleNamespace
 
-    from scalelab.train.run import stall_deadline
+    from scalelab.train.guard.run_guard import stall_deadline
 
     def armed(compile, backend="nccl", world_size=2):
         ctx = SimpleNamespace(cfg=SimpleNamespace(timeout=100.0, compile=compile),
                               launch=SimpleNamespace(backend=backend, world_size=world_size),
                               clock=SimpleNamespace(batches=0, steps=0))
-        d = stall_deadline(ctx, watch=SimpleNamespace(signals=None), injected=[])
+        d = stall_deadline(ctx, watch=SimpleNamespace(signals=None), blocks_like_nccl=False)
         return d.seconds, d.first_seconds
 
     assert armed(True) == (pytest.approx(90), pytest.approx(690))

@@ -10,7 +10,7 @@ from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
-from scalelab.train import comm, timing
+from scalelab.train import comm, loop, timing
 
 
 def test_union_of_bucket_intervals():
@@ -21,7 +21,7 @@ def test_union_of_bucket_intervals():
 
 
 class GpuEvent:
-    """A CUDA event as BucketClock reads one: elapsed_time(later) in ms, on the GPU's own clock."""
+    """A CUDA event as CommTimer reads one: elapsed_time(later) in ms, on the GPU's own clock."""
 
     def __init__(self, ms):
         self.ms = ms
@@ -33,19 +33,19 @@ class GpuEvent:
 def test_gpu_bucket_intervals_are_read_on_the_gpus_clock():
     """Two buckets whose kernels ran 110-150 ms and 140-170 ms on the GPU (the CPU had queued them long before,
     at moments that say nothing about when they ran): busy 60 ms, counted once where they overlap."""
-    clock = comm.BucketClock()
+    clock = comm.CommTimer()
     clock.cuda_events = [(GpuEvent(110), GpuEvent(150)), (GpuEvent(140), GpuEvent(170))]
-    busy, n = comm.BucketClock.resolve(clock.cut())
+    busy, n = comm.CommTimer.resolve(clock.cut())
     assert n == 2 and busy == pytest.approx(0.060)
     assert clock.cuda_events == []  # the next batch's buckets start a list of their own
     clock.cuda_events = [(GpuEvent(10), GpuEvent(30)), (GpuEvent(50), GpuEvent(60))]
-    assert comm.BucketClock.resolve(clock.cut()) == (pytest.approx(0.030), 2)
+    assert comm.CommTimer.resolve(clock.cut()) == (pytest.approx(0.030), 2)
 
 
 def test_probe_steps_come_after_warmup_every_nth():
-    probes = [i for i in range(20) if comm.is_probe(i, 5, 5)]
+    probes = [i for i in range(20) if loop.is_probe(i, 5, 5)]
     assert probes == [9, 14, 19]
-    assert not any(comm.is_probe(i, 5, 0) for i in range(20))
+    assert not any(loop.is_probe(i, 5, 0) for i in range(20))
 
 
 def _rank(rank, steps, ready, busy, probes):

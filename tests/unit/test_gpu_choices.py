@@ -57,14 +57,14 @@ def test_ddps_runtime_statistics_stay_out_of_the_timed_gpu_steps():
 def test_a_gpu_run_warned_when_its_warm_up_leaves_ddps_statistics_in_timed_steps(capsys, tmp_path, monkeypatch):
     from scalelab import config
     from scalelab.launch.cluster import Launch
-    from scalelab.train import run
+    from scalelab.train import prepare
 
     def warned(warmup, world, accelerator="gpu"):
         cfg = config.for_accelerator(config.parse_config(["--model", "gpt", "--output_dir", str(tmp_path),
                                                           *(["--warmup_steps", str(warmup)] if warmup else [])]),
                                      accelerator)
         launch = Launch(launcher="local", devices=world, num_nodes=1, accelerator=accelerator)
-        run.preflight(cfg, launch, 8)
+        prepare.preflight(cfg, launch, 8)
         return capsys.readouterr().err
 
     monkeypatch.setenv("SCALELAB_NO_MEMORY_CHECK", "1")  # no GPU here to ask
@@ -88,7 +88,7 @@ def test_gpu_batches_come_from_page_locked_memory():
 def test_the_all_reduce_alone_moves_what_the_comm_hook_put_on_the_wire(monkeypatch):
     """--comm_hook bf16 sends each bucket in half its bytes: the probe's transfer alone must move those, in bf16,
     not the float32 buckets, or "running beside backward cost it X ms" compares two different transfers."""
-    from scalelab.train import clock, comm
+    from scalelab.train import comm, probe
 
     scratch = comm.Scratch()
     views = scratch.views([3_000_000, 1_000_001], torch.device("cpu"), torch.bfloat16)
@@ -99,11 +99,11 @@ def test_the_all_reduce_alone_moves_what_the_comm_hook_put_on_the_wire(monkeypat
                         lambda sizes, device, scratch, dtype: sent.append((sizes, dtype)) or 0.1)
     for hook, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16), ("none", torch.float32),
                         ("powersgd:2", torch.float32)):
-        steps = clock.StepClock(torch.device("cpu"), 2, 0.0, hook)
-        steps.buckets.bucket_bytes, steps.buckets.wire_bytes = [8_000, 4_000], [4_000, 2_000]
+        steps = probe.AloneProbe(torch.device("cpu"), 2, comm.CommTimer(hook))
+        steps.comm.bucket_bytes, steps.comm.wire_bytes = [8_000, 4_000], [4_000, 2_000]
         steps.allreduce_alone()
         assert sent[-1] == ([4_000, 2_000], dtype)
-    steps.buckets.wire_bytes = []  # a step that sent nothing recorded (an older scalelab's): the buckets
+    steps.comm.wire_bytes = []  # a step that sent nothing recorded (an older scalelab's): the buckets
     steps.allreduce_alone()
     assert sent[-1] == ([8_000, 4_000], torch.float32)
 

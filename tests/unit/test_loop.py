@@ -8,12 +8,18 @@ from lightning.fabric import Fabric
 from helpers import run_script
 from scalelab.train import loop
 from scalelab.train.clock import StepClock
-from scalelab.train.signals import RunSignals
+from scalelab.train.comm import CommTimer
+from scalelab.train.guard.signals import RunSignals
+from scalelab.train.probe import AloneProbe
 from scalelab.workloads import data
 from scalelab.workloads.nets.mlp import SpiralMLP
 
 # Fabric's own detection, where srun is installed (train.py silences it in launch/cluster.py)
 pytestmark = pytest.mark.filterwarnings("ignore:The `srun` command is available")
+
+
+def probe():
+    return AloneProbe(torch.device("cpu"), 1, CommTimer())
 
 
 class Signalled:
@@ -42,10 +48,10 @@ def run(plan, batches=40, signal_at=None):
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
     loader = data.train_loader(data.spiral(batches * 8, 0.2, 0), 8, rank=0, world_size=1, seed=0)
     signals = RunSignals()
-    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    clock = StepClock(torch.device("cpu"), 0.0, CommTimer())
     if signal_at is not None:
         loader = Signalled(loader, signals, signal_at)
-    return loop.train(fabric, model, optimizer, loader, plan, clock, signals), clock, signals
+    return loop.train(fabric, model, optimizer, loader, plan, clock, probe(), signals), clock, signals
 
 
 def test_a_signal_in_the_last_window_does_not_stop_a_run_that_has_finished():
@@ -65,7 +71,7 @@ def test_accumulated_steps_end_on_every_kth_batch_and_the_epochs_short_last_one(
 
 
 def test_sync_points_come_sooner_when_steps_are_long():
-    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    clock = StepClock(torch.device("cpu"), 0.0, CommTimer())
     clock.step_times = [0.001] * 10
     assert clock.steps_within(loop.SYNC_SECONDS, loop.SYNC_EVERY) == loop.SYNC_EVERY
     clock.step_times = [2.0] * 10  # 2 s steps: meet every 2 steps, so a SIGTERM is acted on within ~5 s
@@ -96,9 +102,9 @@ def gpt_run(precision, warmup_steps=2):
     optimizer = fabric.setup_optimizers(module.configure_optimizers())
     loader = data.train_loader(data.TokenSequences(64, 32, 128, 0), 4, rank=0, world_size=1, seed=0)
     seen = StepObserver(at=warmup_steps - 1)
-    clock = StepClock(torch.device("cpu"), 1, 0.0)
+    clock = StepClock(torch.device("cpu"), 0.0, CommTimer())
     plan = loop.Plan(max_steps=warmup_steps + 2, max_epochs=None, warmup_steps=warmup_steps, probe_every=0)
-    loop.train(fabric, model, optimizer, loader, plan, clock, RunSignals(), seen=seen)
+    loop.train(fabric, model, optimizer, loader, plan, clock, probe(), RunSignals(), seen=seen)
     return seen.record(), clock
 
 

@@ -1,4 +1,4 @@
-"""A signal is acted on at a step every rank agrees on, never inside the signal handler (train/signals.py)."""
+"""A signal is acted on at a step every rank agrees on, never inside the signal handler (train/guard/signals.py)."""
 
 import ast
 import os
@@ -12,9 +12,9 @@ import torch
 
 from helpers import SRC, two_gloo_ranks
 from scalelab.launch import slurm_env
-from scalelab.train import requeue
+from scalelab.train.guard import requeue
+from scalelab.train.guard.signals import RunSignals, Terminated
 from scalelab.train.loop import SYNC_EVERY
-from scalelab.train.signals import RunSignals, Terminated
 
 
 def _rank(rank: int, out):
@@ -78,7 +78,7 @@ def test_no_signal_no_stop_and_a_handler_someone_else_set_is_left_alone():
 
 
 def test_a_refused_requeue_is_a_timeout_that_says_why():
-    from scalelab.train.signals import Stop
+    from scalelab.train.guard.signals import Stop
 
     stop = Stop("requeue", 20)
     assert stop.status() == "preempted"
@@ -169,7 +169,7 @@ def test_slurms_warning_in_a_job_not_worth_requeueing_ends_it_as_a_time_limit():
 
 EARLY = """
 import os, signal
-from scalelab.train.signals import RunSignals, note_early
+from scalelab.train.guard.signals import RunSignals, note_early
 if os.environ.get("NOTE") == "1":
     note_early()
 os.kill(os.getpid(), signal.SIGUSR1)  # before the run's handlers exist, as SLURM's warning can come
@@ -192,7 +192,7 @@ def test_the_entry_scripts_note_the_warning_before_anything_else():
     for path in (SRC / "train.py", SRC / "scalelab" / "train" / "__main__.py"):
         body = ast.parse(path.read_text()).body
         body = body[1:] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
-        assert [ast.unparse(node) for node in body[:2]] == ["from scalelab.train.signals import note_early",
+        assert [ast.unparse(node) for node in body[:2]] == ["from scalelab.train.guard.signals import note_early",
                                                              "note_early()"], path
 
 

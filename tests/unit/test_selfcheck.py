@@ -319,7 +319,7 @@ def test_gpu_selfcheck_job_runs_the_benchmark_first_and_every_step_after_a_failu
 def test_the_requeue_checkpoint_against_what_sigusr1s_lead_leaves(tmp_path):
     """xl's 1.3 billion parameters: a 15.8 GB checkpoint. At 1 GB/s it takes 16 s of the 60 s the 90 s lead leaves;
     at 0.2 GB/s 79 s: the time limit cuts the save short and the requeue is lost."""
-    from scalelab.train import requeue
+    from scalelab.train.guard import requeue
 
     xl = gpu_run()
     xl["workload"].update(params=1_315_823_616, trainable_params=1_315_823_616)

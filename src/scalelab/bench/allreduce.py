@@ -30,7 +30,7 @@ from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world
 from scalelab.perfmodel.network import bandwidths, bench_summary, human_bytes
-from scalelab.train.signals import Terminated
+from scalelab.train.guard.signals import Terminated
 
 PROG = flags.PROG
 MODULE = "scalelab.bench.allreduce"  # how spawn_local starts each local rank: python -m MODULE

@@ -8,7 +8,7 @@ sees it: a fault rides on the loader (it fires as the step's first batch is fetc
     SCALELAB_FAULT="sleep@start=30,rank=1" rank 1 sleeps 30 s before it joins (a late joiner)
     SCALELAB_FAULT="wedge@step=5,rank=0"   rank 0 blocks for good in step 5, without an error, as a survivor of a
                                            dead NCCL peer blocks in a device sync (every rank then arms the stall
-                                           deadline as under NCCL: train/deadline.py)
+                                           deadline as under NCCL: train/guard/deadline.py)
     SCALELAB_FAULT="exit@teardown,rank=0"  rank 0 dies with os._exit(3) as its teardown starts (after the record)
     SCALELAB_FAULT="kill@step=5,rank=0"    rank 0 is killed by SIGKILL in step 5 (kill -9, the OOM killer)
     SCALELAB_FAULT="stop@step=5,rank=0"    rank 0 stops itself with SIGSTOP in step 5 (SIGCONT resumes it)
@@ -72,23 +72,39 @@ class FaultyLoader:
             yield batch
 
 
-def wrap_loader(loader, faults: list[Fault], accumulate: int):
-    """The loader, with this rank's step fault riding on it (the loader itself when there is none)."""
-    for fault in faults:
-        if fault.step is not None:
-            loader = FaultyLoader(loader, fault, accumulate)
-    return loader
+class Faults:
+    """This rank's faults, where the run's guard lets them act (train/guard/run_guard.py): on the loader and at
+    teardown. Without SCALELAB_FAULT there are none, and each method hands back what it was given or does nothing."""
+
+    def __init__(self, faults: list[Fault]):
+        self.faults = faults
+
+    def __iter__(self):
+        return iter(self.faults)
+
+    def __len__(self):
+        return len(self.faults)
+
+    def loader(self, loader, accumulate: int):
+        """The loader, with this rank's step fault riding on it (the loader itself when there is none)."""
+        for fault in self.faults:
+            if fault.step is not None:
+                loader = FaultyLoader(loader, fault, accumulate)
+        return loader
+
+    def at_teardown(self):
+        for fault in self.faults:
+            if fault.step is None:
+                fault.fire(cluster.env_rank())
+
+    @property
+    def blocks_like_nccl(self) -> bool:
+        """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
+        return any(f.kind == "wedge" for f in self.faults)
 
 
-def at_teardown(faults: list[Fault]):
-    for fault in faults:
-        if fault.step is None:
-            fault.fire(cluster.env_rank())
-
-
-def blocks_like_nccl(faults: list[Fault]) -> bool:
-    """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
-    return any(f.kind == "wedge" for f in faults)
+def blocks_like_nccl(faults) -> bool:
+    return Faults(list(faults)).blocks_like_nccl
 
 
 def wedge_anywhere(environ: Mapping[str, str] | None = None) -> bool:
@@ -120,12 +136,12 @@ def parse_fault(text: str) -> dict:
     return spec
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> list[Fault]:
-    """This rank's faults for SCALELAB_FAULT; [] when it is unset. A `sleep` fault sleeps right here, before the
+def from_env(environ: Mapping[str, str] | None = None) -> Faults:
+    """This rank's faults for SCALELAB_FAULT; none when it is unset. A `sleep` fault sleeps right here, before the
     process group forms, so the rank joins late."""
     environ = os.environ if environ is None else environ
     if not environ.get("SCALELAB_FAULT"):
-        return []
+        return Faults([])
     try:
         specs = [parse_fault(text) for text in environ["SCALELAB_FAULT"].split(";") if text.strip()]
     except ValueError as exc:
@@ -138,4 +154,4 @@ def from_env(environ: Mapping[str, str] | None = None) -> list[Fault]:
             time.sleep(spec["start"])
         else:
             faults.append(Fault(spec["kind"], spec.get("step")))
-    return faults
+    return Faults(faults)

@@ -1,6 +1,6 @@
 """`python -m scalelab.train` (and the scalelab-train console script): what src/train.py runs."""
 
-from scalelab.train.signals import note_early
+from scalelab.train.guard.signals import note_early
 
 note_early()  # first: SLURM's SIGUSR1 (its time-limit warning) can come before torch is imported
 

@@ -16,6 +16,7 @@ Two measurements, because neither alone answers the question:
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -28,8 +29,8 @@ from scalelab.perfmodel.levers import wire_bytes
 NO_TIMING_ENV = "SCALELAB_NO_COMM_TIMING"  # "1": no timing hook, DDP's built-in all-reduce (hook on vs off)
 
 
-class BucketClock:
-    """DDP comm-hook state: (start, end) of every bucket all-reduce since the last `cut()`, and the hook it
+class CommTimer:
+    """DDP comm-hook state (`attach`): (start, end) of every bucket all-reduce since the last `cut()`, and the hook it
     times (--comm_hook: PyTorch's default all-reduce, its fp16/bf16 compression or PowerSGD) with its state."""
 
     def __init__(self, hook: str = "none"):
@@ -80,6 +81,21 @@ class BucketClock:
         return union_length(spans), len(spans)
 
 
+def attach(model, timer: CommTimer) -> int:
+    """Time DDP's gradient all-reduce (--comm_hook's, by default DDP's own) through `timer` as its comm hook; the
+    bytes it reduces a step. `model` is what Fabric set up: the DDP module sits inside it when there are ranks.
+    SCALELAB_NO_COMM_TIMING=1 leaves DDP's own all-reduce untimed (benchmarks/hook_overhead.py: what the hook
+    costs a step)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
+    if ddp is not None:
+        rare_runtime_stats(ddp)
+    if ddp is not None and os.environ.get(NO_TIMING_ENV) != "1":
+        ddp.register_comm_hook(timer, timed_allreduce_hook)
+    return grad_bytes(model)
+
+
 def inner_hook(name: str, process_group=None) -> tuple:
     """(hook, state) of PyTorch's DDP communication hook for --comm_hook."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
@@ -118,13 +134,13 @@ def allreduce_avg_hook(process_group, bucket):
     return fut.then(lambda f: f.value()[0])
 
 
-def timed_allreduce_hook(state: BucketClock, bucket):
+def timed_allreduce_hook(state: CommTimer, bucket):
     """--comm_hook's all-reduce (by default DDP's own average: allreduce_avg_hook), with its start and end
     recorded, and the bytes it put on the wire.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
     callback can run as soon as the kernel is queued, so CUDA events on the stream time it instead
-    (BucketClock.resolve).
+    (CommTimer.resolve).
     """
     buffer = bucket.buffer()
     state.issued += 1
@@ -236,11 +252,6 @@ def union_length(spans) -> float:
     if cur_end is not None:
         total += cur_end - cur_start
     return total
-
-
-def is_probe(step: int, warmup_steps: int, every: int) -> bool:
-    """Every `every`-th step after warm-up is a compute-only probe (0 = no probes)."""
-    return every > 0 and step >= warmup_steps and (step - warmup_steps) % every == every - 1
 
 
 def grad_bytes(module) -> int:

@@ -26,9 +26,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Optional
 
-from scalelab.train import comm
+from scalelab.train.guard.signals import Stop
 from scalelab.train.observe import StepObserver
-from scalelab.train.signals import Stop
 
 SYNC_EVERY = 10  # optimizer steps between the ranks' agreements and the clock's reads (torchtitan logs every 10)
 SYNC_SECONDS = 5.0  # at most about this long between them (SLURM's KillWait: 30 s from SIGTERM to SIGKILL)
@@ -42,7 +41,7 @@ class Plan:
     max_epochs: Optional[int]  # None: until max_steps
     accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches)
     warmup_steps: int = 5  # timed like the others, left out of every figure (timing.summarize)
-    probe_every: int = 5  # every Nth step after warm-up is a compute-only probe (comm.is_probe)
+    probe_every: int = 5  # every Nth step after warm-up is a compute-only probe (is_probe)
     step: int = 0  # optimizer steps done: past 0 when a requeued job resumes
     epoch: int = 0
     batch: int = 0  # batches of `epoch` done before a requeue
@@ -50,10 +49,21 @@ class Plan:
     def done(self) -> bool:
         return self.step == self.max_steps or (self.max_epochs is not None and self.epoch >= self.max_epochs)
 
+    def is_probe(self) -> bool:
+        """Whether the step about to run is a compute-only probe: no gradient sync, no update (train/probe.py)."""
+        return is_probe(self.step, self.warmup_steps, self.probe_every)
 
-def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=None, seen=None) -> Optional[Stop]:
-    """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early. `seen`: the
-    StepObserver of the step it watches (train/observe.py; none: no step is observed)."""
+
+def is_probe(step: int, warmup_steps: int, every: int) -> bool:
+    """Every `every`-th step after warm-up is a compute-only probe (0 = no probes)."""
+    return every > 0 and step >= warmup_steps and (step - warmup_steps) % every == every - 1
+
+
+def train(fabric, model, optimizer, loader, plan: Plan, clock, probe, signals, metrics=None,
+          seen=None) -> Optional[Stop]:
+    """Run the steps of `plan`; None when it ran to its end, else why every rank agreed to stop early. `clock`: the
+    step clock (train/clock.py); `probe`: the probe steps' measurements (train/probe.py); `seen`: the StepObserver
+    of the step it watches (train/observe.py; none: no step is observed)."""
     k = plan.accumulate
     seen = seen or StepObserver(at=None)
     step = in_precision(fabric, model.training_step)
@@ -67,21 +77,21 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, signals, metrics=
         for i, batch in itertools.islice(enumerate(loader), plan.batch, None):  # (a resumed job: skip what it did)
             batch = fabric.to_device(batch)
             ends_step = (i + 1) % k == 0 or i + 1 == len(loader)  # the K-th batch (or the epoch's last)
-            probe = comm.is_probe(plan.step, plan.warmup_steps, plan.probe_every)  # compute only: no sync, no update
-            if probe and i % k == 0:
-                clock.probe_start()  # did this rank have its cores while it computed alone? (train/cpushare.py)
-            with fabric.no_backward_sync(model, enabled=probe or not ends_step), seen.watching(plan.step, update):
+            probing = plan.is_probe()  # compute only: no sync, no update
+            if probing and i % k == 0:
+                probe.start()  # did this rank have its cores while it computed alone? (train/cpushare.py)
+            with fabric.no_backward_sync(model, enabled=probing or not ends_step), seen.watching(plan.step, update):
                 loss = step(batch, i)  # forward, under the run's precision (autocast when --precision is *-mixed)
                 fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it
             if ends_step:
                 clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average
-                if probe:
-                    clock.allreduce_alone()  # what it sent, once more, every rank together, nothing else running
+                if probing:
+                    probe.allreduce_alone()  # what it sent, once more, every rank together, nothing else running
                 else:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 plan.step += 1
-            clock.batch_end(loss, ends_step, probe)  # the step's end: a mark on the device clock, read below
+            clock.batch_end(loss, ends_step, probing)  # the step's end: a mark on the device clock, read below
             if plan.step == plan.max_steps or (i + 1 == len(loader) and plan.epoch + 1 == plan.max_epochs):
                 break  # the run's last step: nothing left to agree on
             if ends_step and plan.step == next_sync:

@@ -1,6 +1,8 @@
 """What a training run's result.json holds: one builder for the result of a completed run and for the partial
 record a failed one leaves (failure.record_failure), both from one RunContext."""
 
+import os
+import resource
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -9,10 +11,11 @@ import torch
 
 from scalelab import fingerprint, perfmodel, redaction, results
 from scalelab.config import RunConfig
-from scalelab.launch import cores, slurm_env
+from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.cluster import Launch
 from scalelab.train import timing
 from scalelab.train.clock import StepClock
+from scalelab.train.probe import AloneProbe
 from scalelab.workloads import Workload
 
 
@@ -25,6 +28,7 @@ class RunContext:
     batch: int  # per device
     process_start: float  # wall clock (time.time) when this process started
     clock: StepClock
+    probe: AloneProbe
     rank: int = 0  # global rank: the launcher's until the process group exists, then Fabric's
     local_rank: int = 0
     node_rank: int = 0
@@ -35,6 +39,7 @@ class RunContext:
     unpinned: Optional[list] = None  # the cores this process had before its rank was pinned (given back at the end)
     resumed_from: Optional[str] = None  # a requeued job's checkpoint, loaded at the start
     pinning: Optional[dict] = None  # a GPU rank: how its cores were chosen, its GPU's NUMA node (cores.pin_gpu)
+    grad_bytes: Optional[int] = None  # what DDP all-reduces a step (comm.attach)
     seen: Optional[object] = None  # the StepObserver of the loop (train/observe.py): what the step ran
 
     @property
@@ -44,9 +49,81 @@ class RunContext:
         return self.batch * self.launch.world_size * self.cfg.accumulate_grad_batches
 
     def rank_record(self) -> dict:
-        """This rank's figures (train/clock.py): what a failed run's partial record holds of its own rank."""
-        return {**self.clock.rank_record(self.rank, self.local_rank, self.node_rank), **(self.pinning or {}),
-                "fingerprint": self.seen.record() if self.seen else None}
+        """This rank's record: where it ran, what the step clock and the probes measured, what its step ran; also
+        what a failed run's partial record holds of its own rank (never waits for the device)."""
+        clock, comm = self.clock, self.clock.comm
+        return {"rank": self.rank, "local_rank": self.local_rank, "node_rank": self.node_rank,
+                **inventory(clock.device), **clock.figures(), **self.probe.figures(),
+                "grad_bytes": self.grad_bytes, "bucket_bytes": comm.bucket_bytes,
+                "wire_bytes": comm.wire_bytes,  # what --comm_hook put on the wire for those buckets
+                **(self.pinning or {}), "fingerprint": self.seen.record() if self.seen else None}
+
+
+def inventory(device) -> dict:
+    """Where this rank ran and what it held: the host, the device and its memory, the cores, the transport."""
+    gpu = device.type == "cuda"
+    return {
+        "host": cluster.hostname(),
+        "device": str(device),
+        "device_name": cluster.device_name("gpu" if gpu else "cpu", device),
+        # the physical GPU (cuda:N names a slot, the same on every node and under any CUDA_VISIBLE_DEVICES)
+        "gpu_uuid": gpu_uuid(device),
+        "backend": process_group_backend(),  # as torch.distributed runs it, not as asked for
+        "threads": torch.get_num_threads(),
+        "cpu_affinity": cores.affinity(),  # the cores this rank ran on, and on which machine (shared_cores)
+        "machine": cores.machine_id(),
+        "visible_gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        # the most the caching allocator held for tensors at once (GPU only): the self-check's memory claim
+        "peak_memory_bytes": _or_none(torch.cuda.max_memory_allocated, device) if gpu else None,
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # host memory, so far
+        "load_avg": _load_avg(),  # the host's 1-minute load at the end, beside its cores
+        "host_cores": os.cpu_count(),
+    }
+
+
+def gpu_uuid(device):
+    """The GPU's UUID (unique per physical GPU), or None: a CPU device, or a torch that does not report it."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(_or_none(torch.cuda.get_device_properties, device), "uuid", None)
+    return str(uuid) if uuid is not None else None
+
+
+def _or_none(read, device):
+    """A figure the device gives, or None where it cannot (a sticky CUDA error: the failing run's record must
+    still be written)."""
+    try:
+        return read(device)
+    except RuntimeError:
+        return None
+
+
+def process_group_backend():
+    """dist.get_backend() of the world group ("nccl", "gloo", or per device: "cpu:gloo,cuda:nccl"); None without a
+    process group (one rank)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return str(dist.get_backend())
+
+
+def _load_avg():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def gather(record: dict) -> list:
+    """All ranks' records, ordered by rank (every rank must call this)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [record]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, record)
+    return sorted(out, key=lambda r: r["rank"])
 
 
 def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
@@ -132,11 +209,3 @@ def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
 
 def _num(value):
     return None if value is None else float(value)
-
-
-def epochs_first(cfg, steps: int) -> Optional[str]:
-    """Given both run lengths, the epochs can end a run before its --max_steps: say which one did."""
-    if cfg.max_steps and cfg.max_epochs and steps < cfg.max_steps:
-        return (f"--max_epochs {cfg.max_epochs} ended the run at step {steps}, before --max_steps {cfg.max_steps} "
-                "(give only --max_steps to train that many steps)")
-    return None

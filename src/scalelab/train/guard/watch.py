@@ -29,9 +29,9 @@ import sys
 import threading
 import time
 
-from scalelab.train import peers
-from scalelab.train.peers import describe_dead, is_peer_failure
-from scalelab.train.signals import RunSignals, die_with_launcher, forget_launcher
+from scalelab.train.guard import peers
+from scalelab.train.guard.peers import describe_dead, is_peer_failure
+from scalelab.train.guard.signals import RunSignals, die_with_launcher, forget_launcher
 
 PEER_WAIT_S = 3.0  # how long rank 0 waits for a failed peer to be seen dead (or to post its error)
 LAST_RESORT_GRACE_S = 30.0

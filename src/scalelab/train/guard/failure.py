@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 from scalelab import redaction, results
 from scalelab.cli import fast_exit
 from scalelab.errors import error_line
-from scalelab.train import peers
-from scalelab.train.peers import is_peer_failure
+from scalelab.train.guard import peers
+from scalelab.train.guard.peers import is_peer_failure
+from scalelab.train.guard.signals import Terminated
+from scalelab.train.guard.watch import PEER_WAIT_S
 from scalelab.train.record import RunContext, build_payload, run_summary
-from scalelab.train.signals import Terminated
-from scalelab.train.watch import PEER_WAIT_S
 
 SIGTERM_PEER_WAIT_S = 1.0  # after a SIGTERM, how long rank 0 waits for the others' progress (KillWait is >= 5 s)
 
 if TYPE_CHECKING:
-    from scalelab.train.watch import RankWatch
+    from scalelab.train.guard.watch import RankWatch
 
 
 def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done: int,
@@ -117,7 +117,7 @@ def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "trai
     watch.begin_failure()
     rank = ctx.rank
     clock = ctx.clock
-    progress = (clock.steps, clock.batches, clock.buckets.issued) if clock else (0, 0, 0)
+    progress = (clock.steps, clock.batches, clock.comm.issued) if clock else (0, 0, 0)
     # blocked, rank 1 trusts only what it sees of rank 0 on its own host: every rank's deadline fires together, and
     # a store that answers late then is no evidence (the exception path, above, asks it)
     lost = watch.rank0_lost(ask_store=False) if rank == 1 else None
