@@ -100,3 +100,29 @@ def test_every_row_of_the_troubleshooting_chapters_failure_table_is_a_test():
         file, test = names[0]
         found = [p for p in (ROOT / "tests").rglob(file) if f"def {test}(" in p.read_text()]
         assert found, f"docs/08 names {file}::{test}, which does not exist"
+
+
+def test_the_run_reads_in_one_sitting_without_test_hooks():
+    """train/run.py is what docs/02 sends a participant to right after the loop: the run top to bottom, short, and
+    nothing in it that only tests use (their faults act through the guard: train/guard/run_guard.py)."""
+    run = PACKAGE / "train" / "run.py"
+    text = run.read_text()
+    assert len(text.splitlines()) <= 150
+    hooks = [word for word in ("faults?", "testing", "SCALELAB_FAULT", "injected") if re.search(rf"\b{word}\b", text)]
+    assert not hooks, f"train/run.py names test hooks: {hooks}"
+    hookers = {module_name(p) for p in MODULES if any(m.startswith("scalelab.testing") for m in imports_of(p))}
+    assert hookers <= {"scalelab.train.guard.run_guard", "scalelab.testing.faults", "scalelab.testing.tensors"}, \
+        f"the test hooks are reached from outside the guard: {sorted(hookers)}"
+
+
+def test_the_step_clock_only_times():
+    """clock.py marks and reads; DDP's hook (comm.py), the probes (probe.py) and the host inventory (record.py)
+    live elsewhere: the clock imports nothing of scalelab but the device sync it reads after."""
+    assert imports_of(PACKAGE / "train" / "clock.py") <= {"scalelab.train", "scalelab.train.comm"}
+
+
+def test_the_loop_and_the_clock_know_no_guard_but_its_signals():
+    """What keeps the run alive is train/guard/, behind one object: the loop asks only its signals (a Stop)."""
+    for name in ("loop.py", "clock.py", "comm.py", "probe.py", "record.py"):
+        guard = {m for m in imports_of(PACKAGE / "train" / name) if m.startswith("scalelab.train.guard")}
+        assert guard <= {"scalelab.train.guard.signals", "scalelab.train.guard.signals.Stop"}, (name, guard)

@@ -19,7 +19,8 @@ handler: if no progress follows the signal for `sigterm_grace` seconds, the thre
 (`on_stall(line, "SIGTERM")`), well inside KillWait. Armed for every run of several ranks, on any backend.
 
 With --compile the first batch of a process also compiles the model (the forward graph, then the backward one
-at its first call): minutes for the xl GPT, more than the 162 s of the default --timeout. That batch gets
+at its first call): minutes for the xl GPT, more than the stall deadline's 162 s (NCCL_FRACTION of the default
+--timeout, 180 s). That batch gets
 COMPILE_ALLOWANCE_S on top. The rank is compiling, in no collective, for nearly all of it; the price is that a
 peer that dies during that first batch is recorded up to COMPILE_ALLOWANCE_S later, or, if the watchdog's
 --timeout runs out first, not recorded at all (raise --timeout with --compile, docs/08).
