@@ -126,3 +126,15 @@ def test_the_loop_and_the_clock_know_no_guard_but_its_signals():
     for name in ("loop.py", "clock.py", "comm.py", "probe.py", "record.py"):
         guard = {m for m in imports_of(PACKAGE / "train" / name) if m.startswith("scalelab.train.guard")}
         assert guard <= {"scalelab.train.guard.signals", "scalelab.train.guard.signals.Stop"}, (name, guard)
+
+
+def test_the_run_loads_torch_only_after_its_cores_are_placed():
+    """train/run.py imports torch (and all that imports it) only inside `main`, after cores.place: a refused flag
+    is said before torch loads, and torch's threads start on the cores the rank was given."""
+    import subprocess
+    import sys
+
+    code = "import sys; import scalelab.train.run; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

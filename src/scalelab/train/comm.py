@@ -23,6 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
 
 from scalelab.perfmodel.levers import wire_bytes
 
@@ -86,8 +87,6 @@ def attach(model, timer: CommTimer) -> int:
     bytes it reduces a step. `model` is what Fabric set up: the DDP module sits inside it when there are ranks.
     SCALELAB_NO_COMM_TIMING=1 leaves DDP's own all-reduce untimed (benchmarks/hook_overhead.py: what the hook
     costs a step)."""
-    from torch.nn.parallel import DistributedDataParallel
-
     ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
     if ddp is not None:
         rare_runtime_stats(ddp)

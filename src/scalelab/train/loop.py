@@ -26,6 +26,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
+
 from scalelab.train.guard.signals import Stop
 from scalelab.train.observe import StepObserver
 
@@ -129,8 +131,6 @@ def in_precision(fabric, method):
 def validate(fabric, model, loader) -> dict:
     """The workload's validation_step over every rank's share of the set, summed over ranks in one all-reduce:
     {name: mean per sample}. After the timed loop: never part of a step; under the run's precision, as the step."""
-    import torch
-
     model.eval()
     totals, count = {}, 0
     step = in_precision(fabric, model.validation_step)

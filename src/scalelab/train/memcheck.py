@@ -5,6 +5,8 @@ minutes of start-up, or the kernel's OOM killer ending one rank of eight, is sai
 import os
 
 from scalelab.errors import UsageError
+from scalelab.perfmodel import memory
+from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
 
 # A CPU rank's process beside its tensors (Python, torch, Lightning, the data): 518 MB peak RSS measured for
 # `train.py --config gpt-tiny`, whose tensors the model puts at 0.1 GB (/usr/bin/time -v, this project's CPU VM).
@@ -23,10 +25,7 @@ def check(cfg, launch, batch: int) -> None:
 
 
 def check_gpu(cfg, batch: int, world_size: int) -> None:
-    import torch
-
-    from scalelab.perfmodel import memory
-    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
+    import torch  # a GPU run only, and only here: a refused flag never waits for torch to load
 
     shape = shape_of(cfg)
     props = torch.cuda.get_device_properties(0)
@@ -41,9 +40,6 @@ def check_gpu(cfg, batch: int, world_size: int) -> None:
 
 def check_host(cfg, batch: int, world_size: int, ranks_here: int, available: float, where: str) -> None:
     """ranks_here: this node's ranks (--devices on CPU), each a process holding the whole step."""
-    from scalelab.perfmodel import memory
-    from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
-
     est = memory_estimate(cfg, batch, world_size, overhead=CPU_OVERHEAD_BYTES)
     if ranks_here * est.total <= available:
         return

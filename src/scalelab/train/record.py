@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
 from scalelab import fingerprint, perfmodel, redaction, results
 from scalelab.config import RunConfig
@@ -17,6 +18,7 @@ from scalelab.train import timing
 from scalelab.train.clock import StepClock
 from scalelab.train.probe import AloneProbe
 from scalelab.workloads import Workload
+from scalelab.workloads.gpt import memory_estimate
 
 
 @dataclass
@@ -101,8 +103,6 @@ def _or_none(read, device):
 def process_group_backend():
     """dist.get_backend() of the world group ("nccl", "gloo", or per device: "cpu:gloo,cuda:nccl"); None without a
     process group (one rank)."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return None
     return str(dist.get_backend())
@@ -117,8 +117,6 @@ def _load_avg():
 
 def gather(record: dict) -> list:
     """All ranks' records, ordered by rank (every rank must call this)."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [record]
     out = [None] * dist.get_world_size()
@@ -185,8 +183,6 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
     ranks' caching allocators measured (GPU): the self-check compares them."""
     estimate = None
     if ctx.cfg.model == "gpt":
-        from scalelab.workloads.gpt import memory_estimate
-
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
         estimate = memory_estimate(ctx.cfg, ctx.batch, ctx.launch.world_size, overhead=0).total
     peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]
