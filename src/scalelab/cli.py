@@ -12,6 +12,7 @@ import os
 import sys
 
 from scalelab.errors import RunFailed, UsageError
+from scalelab.numeric import finite_real
 
 
 def prog_name(script: str) -> str:
@@ -149,11 +150,10 @@ def number_type(convert, ok, expected: str):
     return parse
 
 
-_finite = float("inf").__gt__
 positive_int = number_type(int, lambda v: v > 0, "a positive integer")
 nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = number_type(float, lambda v: 0 < v and _finite(v), "a positive number")
-nonneg_float = number_type(float, lambda v: 0 <= v and _finite(v), "a number >= 0")
+positive_float = number_type(float, lambda v: 0 < v and finite_real(v), "a positive number")
+nonneg_float = number_type(float, lambda v: 0 <= v and finite_real(v), "a number >= 0")
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
 
 

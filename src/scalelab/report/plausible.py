@@ -16,11 +16,11 @@ relative), at least NOISE_FLOOR, what a single run of a configuration against a 
 """
 
 import json
-import math
 
 import pandas as pd
 
 from scalelab import fingerprint
+from scalelab.numeric import known as _ok
 
 NOISE_FLOOR = 0.05  # one run against one baseline run: any pair of 5 tiny GPT repeats fell within 4.3 points of the
 # pairs' median efficiency here (docs/06)
@@ -166,7 +166,3 @@ def _flag(x):
     """A yes/no of the frames (True, False, numpy's bool in a row of mixed types) as True or False; None where it
     is not known (None, NaN)."""
     return None if x is None or pd.isna(x) else bool(x)
-
-
-def _ok(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
