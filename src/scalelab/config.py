@@ -26,10 +26,11 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
-# The levers (accumulation, compression, buckets, static graph) are part of it: each setting is its own group.
+# The levers (train.py's flags for what DDP does with the gradients: config_flags.levers) are part of it: each
+# setting is its own group. Their defaults are CommonConfig's (LEVER_DEFAULTS, below).
+LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb", "static_graph")
 WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
-                   "comm_probe_every", "precision", "compile", "num_samples", "accumulate_grad_batches", "comm_hook",
-                   "bucket_cap_mb", "static_graph")
+                   "comm_probe_every", "precision", "compile", "num_samples", *LEVERS)
 # What `--config outputs/<run>/result.json` takes from that run: what it computed (the workload fields, each
 # workload's options) and its seed, each checked as its flag is. A result file is data: where and how a run
 # launches and writes (output_dir, run_name, logger, devices, ...) is never taken from one, however a key is spelled.
@@ -90,6 +91,10 @@ class CommonConfig:
                              f"processes, which does not divide; use a multiple of {world_size}")
         return self.batch_size // world_size
 
+
+# Each lever's default: what a run that did not set it ran, and what a result written before the lever existed is
+# read as (the report's frames).
+LEVER_DEFAULTS = {name: CommonConfig.__dataclass_fields__[name].default for name in LEVERS}
 
 def _options():
     """(owning workload, Option) for every workload option, in registry order."""

@@ -19,7 +19,8 @@ def recent(runs: pd.DataFrame) -> pd.DataFrame:
     """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
     return (fc.completed(runs).sort_values("created")
             .groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(PER_CONFIGURATION))
-LEVERS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
+# What the forecast's one line adds: a lever setting each, and what it changes in the forecast's arithmetic.
+WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
 
 def band_cell(band, pct=True) -> str:
@@ -166,7 +167,7 @@ def one_line(cal, intra_key, inter_key, gpn, num_nodes, rows) -> str:
         return "not even on one node" if n is None else "on one node only" if n == 1 else f"up to {n} nodes"
 
     alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, num_nodes, **kw)[0])}" for flag,
-            kw in LEVERS]
+            kw in WHAT_IFS]
     return (f"Above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): {reach(rows)}; "
             f"{'; '.join(alts)} (of {', '.join(map(str, num_nodes))} nodes).")
 

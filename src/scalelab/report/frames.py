@@ -13,6 +13,7 @@ import statistics
 import pandas as pd
 
 from scalelab import results
+from scalelab.config import LEVER_DEFAULTS
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import plausible
 from scalelab.train import cpushare
@@ -21,8 +22,6 @@ from scalelab.workloads import throughput_unit
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
 COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
                "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
-# The levers (train.py's flags; each setting its own group) and their values in results written before them.
-LEVER_DEFAULTS = {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0, "static_graph": False}
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "world_size", "num_nodes", "devices", "launcher", "accelerator", "device", "backend",
                "link", "link_gbit", "threads", "oversubscribed", "had_cpu", "starved", "status", "error",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from scalelab.config import LEVERS
 from scalelab.report import levers
-from scalelab.report.frames import LEVER_DEFAULTS
 
-FIELDS = ("num_nodes", "link", *LEVER_DEFAULTS)  # what can differ between configurations of one device count
+FIELDS = ("num_nodes", "link", *LEVERS)  # what can differ between configurations of one device count
 
 
 def words(field: str, value) -> str:
