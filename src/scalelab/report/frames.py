@@ -16,6 +16,7 @@ from scalelab import results
 from scalelab.config import LEVER_DEFAULTS
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import plausible
+from scalelab.report.keys import CONFIGURATION, SCALE
 from scalelab.train import cpushare
 from scalelab.workloads import throughput_unit
 
@@ -169,7 +170,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     ok["throughput"] = float("nan")
     for unit, column in THROUGHPUT_COLUMN.items():  # each run's throughput in its own unit
         ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
-    agg = (ok.groupby(["group", "world_size", "num_nodes", "link"], sort=True)
+    agg = (ok.groupby(CONFIGURATION, sort=True)
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
                 train_time_s=("train_time_s", "median"), step_s=("step_s", "median"),
@@ -193,7 +194,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
-    base = agg.sort_values(["world_size", "num_nodes", "link"]).groupby("group").head(1).set_index("group")
+    base = agg.sort_values(SCALE).groupby("group").head(1).set_index("group")
     agg["baseline_world_size"] = agg["group"].map(base["world_size"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
     agg["efficiency"] = agg["speedup"] / (agg["world_size"] / agg["baseline_world_size"])

@@ -16,6 +16,7 @@ from tabulate import tabulate
 from scalelab.launch.cores import span
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
+from scalelab.report.keys import CONFIGURATION
 from scalelab.train import cpushare, timing
 from scalelab.train.steps import optimizer_view
 
@@ -68,7 +69,7 @@ def newest_runs(found: list, all_runs: bool = False) -> list:
     runs = runs[(runs["status"] == "completed") & (runs["world_size"] > 1)].sort_values(["world_size", "num_nodes",
                                                                                          "created"])
     if not all_runs:
-        runs = runs.groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(1)
+        runs = runs.groupby(CONFIGURATION, sort=False).tail(1)
     by_id = {r["run_id"]: r for r in found}
     return [by_id[run_id] for run_id in runs["run_id"]]
 
