@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from scalelab.report import labels, plots
 from scalelab.report.keys import SCALE
-from scalelab.train.loggers import METRICS_FILE
+from scalelab.results import METRICS_FILE
 
 SMOOTH = 10  # steps in the running mean drawn over the raw loss
 COLUMNS = ("elapsed_s", "train_loss")

@@ -14,10 +14,10 @@ import pandas as pd
 
 from scalelab import results
 from scalelab.config import LEVER_DEFAULTS
+from scalelab.measure import cpushare
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import plausible
 from scalelab.report.keys import CONFIGURATION, SCALE
-from scalelab.train import cpushare
 from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)

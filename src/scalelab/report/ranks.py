@@ -3,7 +3,7 @@
 A DDP step ends when the slowest rank's gradients are all-reduced, so every rank's step time is the same and
 the main table shows their mean. The compute-only probe steps (train/comm.py) do not wait for anyone:
 there a rank's time to gradients-ready is its own compute. A rank whose compute is more than `pct` % above the
-median rank's is flagged. Whether other work shared its cores is measured (train/cpushare.py: the share of its
+median rank's is flagged. Whether other work shared its cores is measured (measure/cpushare.py: the share of its
 ready time it had a core), so a rank slowed by a neighbour is not blamed on its node; under SLURM a slow node's
 host goes into the `sbatch --exclude=` list to try next.
 """
@@ -13,12 +13,12 @@ import statistics
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab.launch.cores import span
+from scalelab.measure import cpushare, timing
+from scalelab.measure.cpushare import span
+from scalelab.measure.steps import optimizer_view
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
 from scalelab.report.keys import CONFIGURATION
-from scalelab.train import cpushare, timing
-from scalelab.train.steps import optimizer_view
 
 DEFAULT_PCT = 10.0
 HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs median", "step ms", "flag"]
@@ -27,7 +27,7 @@ HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs me
 def rank_rows(result: dict) -> list:
     """Per rank: host, device, cores, median compute (probe steps) and median step (normal steps), in seconds;
     None where the run had no such steps. Warm-up and an epoch's short last step are left out, as in the run's
-    own figures (train/timing.py)."""
+    own figures (measure/timing.py)."""
     warmup = (result.get("timing") or {}).get("warmup_steps") or 0
     rows = []
     for record in result.get("ranks") or []:

@@ -18,7 +18,8 @@ import time
 import torch
 
 from scalelab.launch import cluster, cores
-from scalelab.train import comm, cpushare
+from scalelab.measure import cpushare
+from scalelab.train import comm
 
 
 class DeviceClock:

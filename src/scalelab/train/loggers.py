@@ -18,7 +18,6 @@ import os
 from scalelab.errors import UsageError
 
 LOGGERS = ("csv", "tensorboard", "wandb", "comet", "none")
-METRICS_FILE = "metrics.csv"  # CSVLogger's file in the run folder (the report's loss plot reads it)
 # logger: (packages, any one of which will do; the environment variable its key is read from, if it needs one)
 NEEDS = {"tensorboard": (("tensorboard", "tensorboardX"), None), "wandb": (("wandb",), "WANDB_API_KEY"),
          "comet": (("comet_ml",), "COMET_API_KEY")}

@@ -13,7 +13,8 @@ from scalelab import config, results
 from scalelab.cli import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
-from scalelab.train import cpushare, loggers
+from scalelab.measure import cpushare
+from scalelab.train import loggers
 
 
 def main(argv=None, process_start=None) -> int:
