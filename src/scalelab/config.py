@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from scalelab import config_flags, upgrades, workloads
-from scalelab.cli import STEPS, WORKERS, OneLineParser, bounded, positive_float, prog_name
+from scalelab.entry import STEPS, WORKERS, OneLineParser, bounded, positive_float, prog_name
 from scalelab.errors import UsageError
 from scalelab.launch import cluster
 from scalelab.train import loggers

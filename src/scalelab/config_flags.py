@@ -4,7 +4,7 @@ them; config owns the rest (defaults, YAML, replays, validation)."""
 
 import argparse
 
-from scalelab.cli import DEVICES, NODES, THREADS, TIMEOUT_S, bounded
+from scalelab.entry import DEVICES, NODES, THREADS, TIMEOUT_S, bounded
 from scalelab.train import loggers
 from scalelab.train.loggers import LOGGERS
 

@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 from tqdm import tqdm
 
 from scalelab import config
-from scalelab.cli import OneLineParser, positive_float, run_main
+from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main

@@ -15,7 +15,8 @@ import sys
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import (
+from scalelab.config_flags import comm_hook_type
+from scalelab.entry import (
     DEVICES,
     FORECAST_NODES,
     OneLineParser,
@@ -26,7 +27,6 @@ from scalelab.cli import (
     positive_int,
     run_piped,
 )
-from scalelab.config_flags import comm_hook_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel import levers
 from scalelab.workloads.presets import PRESETS

@@ -35,7 +35,7 @@ def wire_bytes(hook: str, shapes: list, itemsize: int, compressing: bool = True)
 
 
 def gradient_shapes(shape: TransformerShape) -> list[tuple]:
-    """The gradient tensors of scalelab's GPT (workloads/nets/gpt.py) in that shape: the tied token embedding,
+    """The gradient tensors of scalelab's GPT (workloads/nets/transformer.py) in that shape: the tied token embedding,
     the positions, per block two layernorms, qkv, proj and the MLP (weights and biases), the final layernorm."""
     d, v = shape.d_model, shape.vocab_size
     block = [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,)]

@@ -20,7 +20,7 @@ from matplotlib.ticker import FuncFormatter
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import labels, levers, marks, plausible
+from scalelab.report import labels, lever_view, marks, plausible
 from scalelab.report.keys import SCALE
 
 DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
@@ -36,7 +36,7 @@ def _letters(scaling: pd.DataFrame) -> dict:
 def _label(g: pd.DataFrame, letter: str) -> str:
     """"A: mlp, weak scaling", and the levers set away from their defaults (" · comm hook bf16")."""
     r = g.iloc[0]
-    return f"{letter}: {r['describe']}, {r['scaling']} scaling{levers.caption(r)}"
+    return f"{letter}: {r['describe']}, {r['scaling']} scaling{lever_view.caption(r)}"
 
 
 def _title(what: str, scaling: pd.DataFrame) -> str:
@@ -293,7 +293,7 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
 
 
 def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
-    """Efficiency against one lever's settings (report/levers.py's family): measured points and the predicted
+    """Efficiency against one lever's settings (report/lever_view.py's family): measured points and the predicted
     range, one series per configuration (devices, nodes, link), dodged so that no mark hides another."""
     fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
@@ -373,7 +373,7 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
         if not link_rows(scaling).empty:
             figures.append(("efficiency_vs_link_rate.png", link_rate_figure(scaling)))
         figures += [(f"efficiency_vs_{lever}.png", lever_figure(lever, rows, scaling))
-                    for lever, rows in levers.families(scaling)]
+                    for lever, rows in lever_view.families(scaling)]
     if not bench.empty:
         figures.append(("allreduce_busbw.png", busbw_figure(bench)))
     return save(folder, figures)

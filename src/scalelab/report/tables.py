@@ -10,8 +10,9 @@ import textwrap
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab.cli import human_count
-from scalelab.report import explain, levers, plausible
+from scalelab.entry import human_count
+from scalelab.report import explain, plausible
+from scalelab.report import lever_view as levers
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, narrow, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
 from scalelab.report.keys import SCALE

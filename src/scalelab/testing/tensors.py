@@ -48,7 +48,7 @@ def step_peak(shape, batch: int, bf16: bool, before_step=None) -> dict:
     autocast would keep them bf16), and the logits are dropped once the loss exists, as they are when
     training_step returns it. `before_step()` runs just before the measured step (the benchmark reads RSS there).
     """
-    from scalelab.workloads.nets.gpt import GPT
+    from scalelab.workloads.nets.transformer import GPT
 
     torch.manual_seed(0)
     model = GPT(shape)

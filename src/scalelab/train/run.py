@@ -10,7 +10,7 @@ import sys
 from datetime import timedelta
 
 from scalelab import config, results
-from scalelab.cli import fast_exit, human_count, run_main
+from scalelab.entry import fast_exit, human_count, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.measure import cpushare
