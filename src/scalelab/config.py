@@ -16,10 +16,8 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from scalelab import config_flags, upgrades, workloads
-from scalelab.entry import STEPS, WORKERS, OneLineParser, bounded, positive_float, prog_name
+from scalelab.entry import STEPS, WORKERS, OneLineParser, bounded, env_rank, positive_float, prog_name
 from scalelab.errors import UsageError
-from scalelab.launch import cluster
-from scalelab.train import loggers
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -69,7 +67,7 @@ class CommonConfig:
     output_dir: str = "outputs"
     run_name: Optional[str] = None
     logger: str = "csv"
-    comet_project: Optional[str] = None  # the MPCDF tutorial's Comet flags (train/loggers.py); never its key
+    comet_project: Optional[str] = None  # the MPCDF tutorial's Comet flags (config_flags.py); never its key
     comet_workspace: Optional[str] = None
     experiment_name: Optional[str] = None
     config: Optional[str] = None
@@ -197,7 +195,7 @@ def _model_name(old: str, where: str, prog: str) -> str:
     new = upgrades.MODEL_NAMES.get(old)
     if new is None:
         return old
-    if cluster.env_rank() == 0:
+    if env_rank() == 0:
         print(f"{prog_name(prog)}: warning: {where}{old} is now {where}{new} (read as such)", file=sys.stderr,
               flush=True)
     return new
@@ -284,8 +282,8 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     args = parser.parse_args(_new_model_names(sys.argv[1:] if argv is None else list(argv), prog))
     layered = _load_yaml(args.config, parser, prog) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
-    said = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
-    if cluster.env_rank() == 0:  # once per run, not once per rank
+    said = config_flags.tutorial_comet(layered, layered.pop("comet_api_key", None))
+    if env_rank() == 0:  # once per run, not once per rank
         for line in said:
             print(f"{prog_name(prog)}: warning: {line}", file=sys.stderr, flush=True)
     cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),

@@ -14,6 +14,20 @@ import sys
 from scalelab.errors import RunFailed, UsageError
 from scalelab.numeric import finite_real
 
+# The variables a launcher announces a process's global rank in, in the order they are trusted: torchrun's (and
+# Lightning's), srun's (launch/slurm_env.procid), a local launcher's. Read here, below config and launch/, so that
+# config says a warning once per run as every launcher does.
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+
+
+def env_rank(environ=None) -> int:
+    """This process's global rank as the launcher announced it (0 before any launch)."""
+    environ = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        if environ.get(name) is not None:
+            return int(environ[name])
+    return 0
+
 
 def prog_name(script: str) -> str:
     """The name the user typed: `scalelab-train` from the console script, else the tutorial's `train.py`; every
