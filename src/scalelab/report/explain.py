@@ -258,7 +258,7 @@ def _comm_detail(r) -> str:
 
 def slower_why(r) -> str:
     """Why compute per device ran slower, most certain first: ranks we put on shared cores, then other work on
-    the cores (measured: the scheduler's wait, train/cpushare.py), and only then, on CPU, what ranks on their own
+    the cores (measured: the scheduler's wait, measure/cpushare.py), and only then, on CPU, what ranks on their own
     cores still share (memory bandwidth, caches), with the measured share that rules contention out."""
     if getattr(r, "oversubscribed", ""):
         return " (ranks shared cores: oversubscribed)"
