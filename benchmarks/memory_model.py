@@ -3,9 +3,9 @@ GPT training step measured on CPU, the self-check's own tolerance for the GPU's 
 
 No GPU here, so the step runs on CPU with what makes a GPU step's memory: the weights, gradients preallocated as
 DDP's buckets are (gradient_as_bucket_view), AdamW's two moments (made by one step before the measured one), and
-the forward and backward of nets/gpt.py under bf16 autocast or in fp32, the loss computed as GPTModule computes it
-with CUDA autocast's fp32 cast of the logits (CPU autocast would keep them bf16). The logits are dropped once the
-loss exists, as they are when training_step returns it. Two measurements of the step's peak, in a fresh process
+the forward and backward of nets/transformer.py under bf16 autocast or in fp32, the loss computed as GPTModule
+computes it with CUDA autocast's fp32 cast of the logits (CPU autocast would keep them bf16). The logits are dropped
+once the loss exists, as they are when training_step returns it. Two measurements of the step's peak, in a fresh process
 per case:
 
 - tensors: every storage an op (forward or backward) creates is counted from creation until torch frees it

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 from scalelab.workloads.data import TokenSequences, spiral
-from scalelab.workloads.nets.gpt import GPT
-from scalelab.workloads.nets.mlp import SpiralMLP
+from scalelab.workloads.nets.spiral_mlp import SpiralMLP
+from scalelab.workloads.nets.transformer import GPT
 from scalelab.workloads.presets import PRESETS
 
 

@@ -8,7 +8,7 @@
 """
 
 from scalelab.bench.allreduce import PROG, main
-from scalelab.cli import fast_exit, run_main
+from scalelab.entry import fast_exit, run_main
 
 if __name__ == "__main__":
     fast_exit(run_main(PROG, main))

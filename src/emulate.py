@@ -6,7 +6,7 @@
 Each node is a network namespace with its own cores and its own torchrun; a veth pair shaped with tc joins them.
 """
 
-from scalelab.cli import run_main
+from scalelab.entry import run_main
 from scalelab.launch.emulate import PROG, main
 
 if __name__ == "__main__":

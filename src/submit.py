@@ -7,7 +7,7 @@
 
 import sys
 
-from scalelab.cli import run_main
+from scalelab.entry import run_main
 from scalelab.launch.sweep import main
 
 if __name__ == "__main__":

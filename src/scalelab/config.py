@@ -16,20 +16,19 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from scalelab import config_flags, upgrades, workloads
-from scalelab.cli import STEPS, WORKERS, OneLineParser, bounded, positive_float, prog_name
+from scalelab.entry import STEPS, WORKERS, OneLineParser, bounded, env_rank, positive_float, prog_name
 from scalelab.errors import UsageError
-from scalelab.launch import cluster
-from scalelab.train import loggers
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
 # What the computation is: identical across a scaling group (each workload adds its own `identity` options).
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
-# The levers (accumulation, compression, buckets, static graph) are part of it: each setting is its own group.
+# The levers (train.py's flags for what DDP does with the gradients: config_flags.levers) are part of it: each
+# setting is its own group. Their defaults are CommonConfig's (LEVER_DEFAULTS, below).
+LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb", "static_graph")
 WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
-                   "comm_probe_every", "precision", "compile", "num_samples", "accumulate_grad_batches", "comm_hook",
-                   "bucket_cap_mb", "static_graph")
+                   "comm_probe_every", "precision", "compile", "num_samples", *LEVERS)
 # What `--config outputs/<run>/result.json` takes from that run: what it computed (the workload fields, each
 # workload's options) and its seed, each checked as its flag is. A result file is data: where and how a run
 # launches and writes (output_dir, run_name, logger, devices, ...) is never taken from one, however a key is spelled.
@@ -68,7 +67,7 @@ class CommonConfig:
     output_dir: str = "outputs"
     run_name: Optional[str] = None
     logger: str = "csv"
-    comet_project: Optional[str] = None  # the MPCDF tutorial's Comet flags (train/loggers.py); never its key
+    comet_project: Optional[str] = None  # the MPCDF tutorial's Comet flags (config_flags.py); never its key
     comet_workspace: Optional[str] = None
     experiment_name: Optional[str] = None
     config: Optional[str] = None
@@ -90,6 +89,10 @@ class CommonConfig:
                              f"processes, which does not divide; use a multiple of {world_size}")
         return self.batch_size // world_size
 
+
+# Each lever's default: what a run that did not set it ran, and what a result written before the lever existed is
+# read as (the report's frames).
+LEVER_DEFAULTS = {name: CommonConfig.__dataclass_fields__[name].default for name in LEVERS}
 
 def _options():
     """(owning workload, Option) for every workload option, in registry order."""
@@ -192,7 +195,7 @@ def _model_name(old: str, where: str, prog: str) -> str:
     new = upgrades.MODEL_NAMES.get(old)
     if new is None:
         return old
-    if cluster.env_rank() == 0:
+    if env_rank() == 0:
         print(f"{prog_name(prog)}: warning: {where}{old} is now {where}{new} (read as such)", file=sys.stderr,
               flush=True)
     return new
@@ -279,8 +282,8 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
     args = parser.parse_args(_new_model_names(sys.argv[1:] if argv is None else list(argv), prog))
     layered = _load_yaml(args.config, parser, prog) if args.config else {}
     layered.update({k: v for k, v in vars(args).items() if v is not None})
-    said = loggers.tutorial_comet(layered, layered.pop("comet_api_key", None))
-    if cluster.env_rank() == 0:  # once per run, not once per rank
+    said = config_flags.tutorial_comet(layered, layered.pop("comet_api_key", None))
+    if env_rank() == 0:  # once per run, not once per rank
         for line in said:
             print(f"{prog_name(prog)}: warning: {line}", file=sys.stderr, flush=True)
     cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),

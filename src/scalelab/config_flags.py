@@ -1,12 +1,22 @@
 """The train.py flags of three groups: the levers (what DDP does with the gradients), the launch (where and how a
 run starts and writes; none changes what it computes) and the MPCDF tutorial's Comet flags. config.build_parser adds
-them; config owns the rest (defaults, YAML, replays, validation)."""
+them; config owns the rest (defaults, YAML, replays, validation).
+
+The tutorial's Comet flags are accepted as they are, so its job lines and config file run unchanged: they choose
+--logger comet (tutorial_comet); a key given by --comet_api_key goes into COMET_API_KEY, where comet_ml reads it,
+and train/loggers.without_key drops it from every command line scalelab hands on."""
 
 import argparse
+import os
 
-from scalelab.cli import DEVICES, NODES, THREADS, TIMEOUT_S, bounded
-from scalelab.train import loggers
-from scalelab.train.loggers import LOGGERS
+from scalelab.entry import DEVICES, NODES, THREADS, TIMEOUT_S, bounded
+
+LOGGERS = ("csv", "tensorboard", "wandb", "comet", "none")  # --logger: Lightning's loggers (train/loggers.py)
+PROJECT = "scalelab"  # the wandb / comet project runs land in
+COMET_SETTINGS = ("comet_project", "comet_workspace", "experiment_name")  # the tutorial's, kept in the run's config
+KEY_FLAG = "--comet_api_key"  # the tutorial's key flag: taken, never kept
+KEY_WARNING = (f"{KEY_FLAG} puts the key where others can read it (ps, SLURM's accounting, a config file); the "
+               "environment variable COMET_API_KEY is safer: export it in the job's environment instead")
 
 
 def comm_hook_type(text: str) -> str:
@@ -57,8 +67,29 @@ def launch(lg):
 
 
 def comet(g):
-    g.add_argument("--comet_project", help=f"the Comet project (default: {loggers.PROJECT})")
+    g.add_argument("--comet_project", help=f"the Comet project (default: {PROJECT})")
     g.add_argument("--comet_workspace", help="the Comet workspace (default: your default workspace)")
     g.add_argument("--experiment_name", help="the Comet experiment's name (default: the run id)")
     g.add_argument("--comet_api_key", metavar="KEY", help="accepted with a warning: the environment variable "
                    "COMET_API_KEY is safer; never written anywhere")
+
+
+# pragma: no mutate end
+def tutorial_comet(settings: dict, key=None, environ=None) -> list:
+    """The MPCDF tutorial's Comet flags in `settings` (given ones, command line over config file) choose
+    --logger comet unless a --logger is given; `key` (its --comet_api_key) goes into `environ` and nowhere else.
+    Returns the one-line warnings to show."""
+    environ = os.environ if environ is None else environ
+    said = [KEY_WARNING] if key else []
+    given = [f"--{name}" for name in COMET_SETTINGS if settings.get(name) is not None] + ([KEY_FLAG] if key else [])
+    if not given:
+        return said
+    chosen = settings.setdefault("logger", "comet")
+    if chosen != "comet":  # --logger csv beside the tutorial's config file: run without Comet, and say so
+        for name in COMET_SETTINGS:
+            settings.pop(name, None)
+        return said + [f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --logger comet only: "
+                       f"not used with --logger {chosen}"]
+    if key:
+        environ["COMET_API_KEY"] = key
+    return said

@@ -18,7 +18,8 @@ from typing import NamedTuple, Optional
 
 from tqdm import tqdm
 
-from scalelab.cli import OneLineParser, positive_float, run_main
+from scalelab import config
+from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
@@ -35,7 +36,8 @@ SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
 # A lever sweep (--lever): the GPT at 1 device and over each link, per setting; fewer steps (K=16 makes a step
 # 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
 LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2", "--comm_probe_every", "3"]
-LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb")
+# the levers --lever sweeps: those that take a value (--static_graph is a switch, on or off)
+SWEPT_LEVERS = tuple(name for name, default in config.LEVER_DEFAULTS.items() if not isinstance(default, bool))
 
 
 class Rung(NamedTuple):
@@ -90,11 +92,9 @@ def runs_of(rungs: list, training: str) -> str:
 def parse_lever(text: str) -> tuple:
     """'accumulate_grad_batches=1,4,16' -> ('accumulate_grad_batches', ['1', '4', '16']), each value checked as
     train.py would check it."""
-    from scalelab import config
-
     name, _, values = text.partition("=")
-    if name not in LEVERS or not values:
-        raise UsageError(f"--lever {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(LEVERS)}")
+    if name not in SWEPT_LEVERS or not values:
+        raise UsageError(f"--lever {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(SWEPT_LEVERS)}")
     values = values.split(",")
     for value in values:
         config.parse_config(["--model", "gpt", f"--{name}", value])
@@ -135,7 +135,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",
                    help="instead of the ladder, sweep one lever at a fixed shape (the GPT at 1 device and 2 nodes "
                         f"over each --link_gbit), e.g. accumulate_grad_batches=1,4,16 or comm_hook=none,bf16; "
-                        f"NAME: {', '.join(LEVERS)}")
+                        f"NAME: {', '.join(SWEPT_LEVERS)}")
     return p
 
 

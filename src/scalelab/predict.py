@@ -15,7 +15,8 @@ import sys
 from tabulate import tabulate
 
 from scalelab import perfmodel as pm
-from scalelab.cli import (
+from scalelab.config_flags import comm_hook_type
+from scalelab.entry import (
     DEVICES,
     FORECAST_NODES,
     OneLineParser,
@@ -26,7 +27,6 @@ from scalelab.cli import (
     positive_int,
     run_piped,
 )
-from scalelab.config_flags import comm_hook_type
 from scalelab.errors import UsageError
 from scalelab.perfmodel import levers
 from scalelab.workloads.presets import PRESETS
@@ -221,7 +221,9 @@ def build(args):
     tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
     _check_budget(args, tokens)
     busbw = _busbw_by_nodes(args.busbw_GBps, node_counts)
-    wire = _wire_bytes(args.comm_hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
+    if args.comm_hook.startswith("powersgd") and not shape:
+        raise UsageError(f"--comm_hook {args.comm_hook} compresses each weight matrix by its shape: give --preset")
+    wire = levers.hook_wire_bytes(args.comm_hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
     inputs = pm.ScalingInputs(
         accumulate=args.accumulate, wire_bytes=wire,
         devices=gpn, num_nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
@@ -236,17 +238,6 @@ def build(args):
             + (f", once per {args.accumulate} batches (--accumulate)" if args.accumulate > 1 else "")
             + f"; {gpn} GPUs per node; {args.scaling} scaling")
     return inputs, [head, *notes]
-
-
-def _wire_bytes(hook: str, shape, n_params: float, itemsize: int):
-    """Bytes on the wire per all-reduce under --comm_hook (None: no hook); PowerSGD needs the matrix shapes."""
-    if hook == "none":
-        return None
-    if hook.startswith("powersgd") and not shape:
-        raise UsageError(f"--comm_hook {hook} compresses each weight matrix by its shape: give --preset")
-    if shape:
-        return float(levers.wire_bytes(hook, levers.gradient_shapes(shape), itemsize))
-    return n_params * min(itemsize, 2)  # fp16/bf16: 2 bytes an element (no change to 2-byte gradients)
 
 
 def _memory_note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
@@ -350,17 +341,12 @@ def lever_table(args, inputs) -> str:
     shape = PRESETS[args.preset] if args.preset else None
     hooks = ["none", "bf16"] + (["powersgd:4"] if shape else [])
     n_params = shape.total_params() if shape else args.params
-    itemsize = pm.GRAD_DTYPE_BYTES[args.grad_dtype]
-    body, bound_at = [], {}
-    for hook in hooks:
-        wire = _wire_bytes(hook, shape, n_params, itemsize)
-        for k in LEVER_KS:
-            row = pm.predict(dataclasses.replace(inputs, accumulate=k, wire_bytes=wire))[-1]
-            body.append([hook, k, f"{(wire or inputs.allreduce_bytes) / pm.GB:.4g}", _t(row.comm_s),
-                         _t(row.compute_s), f"{row.efficiency_no_overlap:.1%}", f"{row.efficiency_overlap:.1%}",
-                         "yes" if row.comm_bound else "no"])
-            if not row.comm_bound:
-                bound_at.setdefault(hook, k)
+    wires = {hook: levers.hook_wire_bytes(hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
+             for hook in hooks}
+    rows, bound_at = pm.lever_sweep(inputs, wires, LEVER_KS)
+    body = [[hook, k, f"{(wires[hook] or inputs.allreduce_bytes) / pm.GB:.4g}", _t(row.comm_s), _t(row.compute_s),
+             f"{row.efficiency_no_overlap:.1%}", f"{row.efficiency_overlap:.1%}", "yes" if row.comm_bound else "no"]
+            for hook, k, row in rows]
     last = pm.predict(inputs)[-1]
     head = (f"the levers at {last.label} ({last.world_size} GPUs), everything else as above; a step = one optimizer "
             "step of K batches, one all-reduce:")

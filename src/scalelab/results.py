@@ -30,6 +30,7 @@ SUMMARY_SCHEMA = "scalelab.report_summary"
 SUMMARY_VERSION = 2  # 2: the result's version 3 names (upgrades.SUMMARY_V1: world_size was devices, ...)
 KINDS = ("training", "allreduce")
 STATUSES = ("completed", "failed", "timeout", "preempted")
+METRICS_FILE = "metrics.csv"  # --logger csv's per-step curves in the run folder (CSVLogger's; the loss plots read it)
 
 class LinkRecord(TypedDict):
     """result["launch"]["link"]: the link between the nodes where it is known (src/emulate.py's), else None."""
@@ -53,7 +54,7 @@ class LaunchRecord(TypedDict):
 
 
 class CommRecord(TypedDict):
-    """result["timing"]["comm"]: compute vs gradient all-reduce of a step, medians (train.timing.comm_summary)."""
+    """result["timing"]["comm"]: compute vs gradient all-reduce of a step, medians (measure.timing.comm_summary)."""
     probe_steps: int
     compute_s: float  # gradients-ready in the no-sync probe steps
     synced_s: float  # gradients-ready in normal steps

@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 from scalelab import fingerprint, results
 from scalelab.bench.collectives import collective_of
-from scalelab.cli import OneLineParser, positive_float, run_main
+from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 

@@ -161,7 +161,7 @@ def test_epoch_end_reads_the_window_and_the_epoch_time_is_on_the_gpu_clock(gpu):
 
 
 def test_batches_become_optimizer_steps_of_k_batches_each():
-    from scalelab.train.steps import optimizer_view
+    from scalelab.measure.steps import optimizer_view
 
     record = {"rank": 1, "step_ends": [1, 3, 4],  # batches 0-1, 2-3, then 4 alone (the run ended); 5 never ended
               "step_times_s": [1, 2, 3, 4, 5, 6], "grads_ready_times_s": [0.5, 1.5, 2.5, 3.5, 4.5, 5.5],
@@ -176,7 +176,7 @@ def test_batches_become_optimizer_steps_of_k_batches_each():
 
 
 def test_run_figures_from_two_ranks_clocks_by_hand():
-    from scalelab.train import timing
+    from scalelab.measure import timing
 
     ranks = [{"step_times_s": [1.0, 0.2, 0.3, 0.25, 0.4, 0.2], "grads_ready_times_s": [0.5, 0.15, 0.2, 0.2, 0.3, 0.15],
               "allreduce_times_s": [0, 0.05, 0, 0.06, 0.07, 0.08], "allreduce_alone_times_s": [0.03, 0.05],
@@ -208,7 +208,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
 
 
 def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
-    from scalelab.train import timing
+    from scalelab.measure import timing
 
     one = [{"step_times_s": [0.5, 0.1, 0.3], "grads_ready_times_s": [0.2, 0.09, 0.05], "allreduce_times_s": [0, 0, 0],
             "buckets": [1, 1, 1], "losses": [], "probe_steps": [2], "grad_bytes": 1000, "wire_bytes": [400],
@@ -234,7 +234,7 @@ def _rank(times, ready=None, **kw):
 def test_statistics_of_the_timed_steps():
     import numpy as np
 
-    from scalelab.train import timing
+    from scalelab.measure import timing
 
     assert timing._stats([0.5]) == {"median": 0.5, "mean": 0.5, "min": 0.5, "max": 0.5, "p90": 0.5}
     # p90 interpolates between the sorted steps (numpy's default "linear", Python's "inclusive"): position
@@ -251,7 +251,7 @@ def test_statistics_of_the_timed_steps():
 
 
 def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
-    from scalelab.train import timing
+    from scalelab.measure import timing
 
     # no warm-up: step 0 is timed; 20 steps: the final loss is the mean of each rank's last 2
     got = timing.summarize([_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])], 0, 4, None)
@@ -273,7 +273,7 @@ def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
 
 
 def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measured_all_reduce():
-    from scalelab.train import timing
+    from scalelab.measure import timing
 
     hooked = _rank([0.2, 0.2, 0.2], ready=[0.1, 0.1, 0.12], grad_bytes=4e6, wire_bytes=[1e6, 1e6])
     two = [hooked, dict(hooked, rank=1)]

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from helpers import load_results, run_script
-from scalelab.train import cpushare
+from scalelab.measure import cpushare
 
 SPIN = "import time\nend = time.time() + 120\nwhile time.time() < end: pass"
 

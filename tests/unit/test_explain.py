@@ -8,9 +8,10 @@ import pytest
 
 from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
+from scalelab.measure import timing
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
-from scalelab.train import comm, loop, timing
+from scalelab.train import comm, loop
 
 
 def test_union_of_bucket_intervals():

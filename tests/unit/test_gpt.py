@@ -7,7 +7,7 @@ from scalelab import config
 from scalelab.errors import UsageError
 from scalelab.workloads import build
 from scalelab.workloads.gpt import lora_params
-from scalelab.workloads.nets.gpt import GPT, GPTModule, LoRALinear
+from scalelab.workloads.nets.transformer import GPT, GPTModule, LoRALinear
 from scalelab.workloads.presets import TransformerShape
 
 SHAPE = TransformerShape(n_layer=2, n_head=2, d_model=32, seq_len=16, vocab_size=64)

@@ -9,7 +9,7 @@ from scalelab.workloads.nets import fused_optimizer
 def test_fused_optimizer_on_cuda_only():
     assert fused_optimizer(torch.device("cuda", 3)) is True
     assert fused_optimizer(torch.device("cpu")) is None  # torch's default there
-    from scalelab.workloads.nets.gpt import GPTModule
+    from scalelab.workloads.nets.transformer import GPTModule
     from scalelab.workloads.presets import PRESETS
 
     opt = GPTModule(PRESETS["tiny"], 1e-3).configure_optimizers()  # on CPU: not fused

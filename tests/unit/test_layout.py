@@ -4,7 +4,10 @@ A long function may stay long when it says why: a comment `# long: <reason>` on 
 """
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from helpers import ROOT
@@ -138,3 +141,132 @@ def test_the_run_loads_torch_only_after_its_cores_are_placed():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(PACKAGE.parent)})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# --- the data flows one way (README's map: configure -> launch -> train and time -> result.json -> report) ---------
+
+BEFORE_THE_RESULT = ("scalelab.train", "scalelab.launch")  # the code that makes a result
+MEASURE = sorted((PACKAGE / "measure").glob("*.py"))  # the arithmetic the run and the report both read
+
+
+def under(name: str, packages) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def reached_from(start: str) -> dict:
+    """{module: the chain of imports that reaches it from `start`}, through every scalelab module on the way (an
+    import at any depth of a file, as imports_of reads it; importing a module runs its packages' __init__ too)."""
+    known = {module_name(p): p for p in MODULES}
+
+    def deps(module):
+        out = set()
+        for name in imports_of(known[module]):
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            parts = name.split(".")
+            out |= {".".join(parts[:i]) for i in range(2, len(parts) + 1)} & set(known)
+        return out - {module}
+
+    chains, todo = {start: [start]}, [start]
+    while todo:
+        module = todo.pop()
+        for dep in deps(module):
+            if dep not in chains:
+                chains[dep] = chains[module] + [dep]
+                todo.append(dep)
+    return chains
+
+
+def crossings(modules, forbidden) -> list:
+    """Each module of `modules` that reaches a module under `forbidden`, with the chain of imports that does."""
+    found = []
+    for module in modules:
+        for reached, chain in reached_from(module).items():
+            if under(reached, forbidden):
+                found.append(" -> ".join(chain))
+                break
+    return found
+
+
+def test_the_report_never_imports_the_code_that_made_a_result():
+    """The report reads result files: no module of scalelab.report imports scalelab.train or scalelab.launch,
+    directly or through another module, at module level or inside a function."""
+    report = [module_name(p) for p in MODULES if under(module_name(p), ("scalelab.report",))]
+    assert len(report) > 10
+    assert not (found := crossings(report, BEFORE_THE_RESULT)), f"the report imports train/ or launch/: {found}"
+
+
+def test_config_imports_nothing_downstream_of_it():
+    """Configuring is the first stage: config.py (and the flag groups it assembles, config_flags.py) import neither
+    scalelab.launch nor scalelab.train, directly or through another module."""
+    found = crossings(["scalelab.config", "scalelab.config_flags"], BEFORE_THE_RESULT)
+    assert not found, f"config imports launch/ or train/: {found}"
+
+
+def third_party(path: Path, module_level: bool = False) -> set:
+    """Top-level names of everything a module imports, at any depth of the file (or at its module level only)."""
+    names = set()
+    tree = ast.parse(path.read_text())
+    for node in (tree.body if module_level else ast.walk(tree)):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_result_schema_and_the_measurement_arithmetic_need_no_torch_and_no_training_code():
+    """results.py and measure/ are read by every stage: they import neither torch (nor Lightning) nor train/ or
+    launch/, directly or through another module. measure/ not even inside a function; results.py only there, in
+    versions(), which records torch's version where a run has torch."""
+    paths = [PACKAGE / "results.py", *MEASURE]
+    assert len(MEASURE) >= 3
+    torch = {module_name(p): sorted(third_party(p, module_level=p.parent == PACKAGE) & {"torch", "lightning"})
+             for p in paths}
+    assert not {m: t for m, t in torch.items() if t}, f"imports torch: {torch}"
+    found = crossings([module_name(p) for p in paths], BEFORE_THE_RESULT)
+    assert not found, f"results.py or measure/ import train/ or launch/: {found}"
+
+
+def test_importing_the_result_schema_and_the_measurement_arithmetic_loads_no_torch():
+    code = ("import sys, scalelab.results, " + ", ".join(module_name(p) for p in MEASURE) +
+            "; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# --- names ------------------------------------------------------------------------------------------------------
+
+def test_no_two_modules_of_the_package_share_a_base_name():
+    """`cli.py` or `levers.py` twice makes a reader ask which one; each module's file name says what it is."""
+    by_name = {}
+    for path in MODULES:
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.stem, []).append(module_name(path))
+    shared = {name: modules for name, modules in by_name.items() if len(modules) > 1}
+    assert not shared, f"modules sharing a base name: {shared}"
+
+
+ENTRY_SCRIPTS = sorted((ROOT / "src").glob("*.py"))
+
+
+def test_entry_scripts_are_thin_and_run_the_module_they_are_named_after():
+    """src/*.py: a docstring, imports, at most one early call (train.py notes SIGUSR1 before torch loads) and the
+    `if __name__ == "__main__":` line that runs the package. One that carries the name of a package module
+    (src/emulate.py, src/predict.py, src/selfcheck.py) imports that module: the same name, the same program."""
+    assert len(ENTRY_SCRIPTS) >= 7
+    by_stem = {}
+    for path in MODULES:
+        by_stem.setdefault(path.stem, []).append(module_name(path))
+    for path in ENTRY_SCRIPTS:
+        body = ast.parse(path.read_text()).body
+        docstring = body[:1] and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        rest = body[1:] if docstring else body
+        calls = [n for n in rest if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        main = [n for n in rest if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        others = [n for n in rest if not isinstance(n, (ast.Import, ast.ImportFrom)) and n not in calls + main]
+        assert docstring and len(calls) <= 1 and len(main) == 1 and len(main[0].body) == 1 and not others, \
+            f"{path.name} is not a thin entry script"
+        named = by_stem.get(path.stem, [])
+        assert not named or set(named) & imports_of(path), f"{path.name} is named like {named} but runs another module"

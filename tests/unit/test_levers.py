@@ -86,7 +86,7 @@ def test_compression_hooks_record_their_bytes_on_the_wire(tmp_path, hook, bucket
 
 
 def test_the_models_gradient_shapes_are_the_gpts():
-    from scalelab.workloads.nets.gpt import GPT
+    from scalelab.workloads.nets.transformer import GPT
 
     for preset in ("tiny", "small"):
         real = [tuple(p.shape) for p in GPT(PRESETS[preset]).parameters()]

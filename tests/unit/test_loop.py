@@ -12,7 +12,7 @@ from scalelab.train.comm import CommTimer
 from scalelab.train.guard.signals import RunSignals
 from scalelab.train.probe import AloneProbe
 from scalelab.workloads import data
-from scalelab.workloads.nets.mlp import SpiralMLP
+from scalelab.workloads.nets.spiral_mlp import SpiralMLP
 
 # Fabric's own detection, where srun is installed (train.py silences it in launch/cluster.py)
 pytestmark = pytest.mark.filterwarnings("ignore:The `srun` command is available")
@@ -92,7 +92,7 @@ def test_too_few_samples_for_a_batch_is_one_line_before_anything_starts(tmp_path
 def gpt_run(precision, warmup_steps=2):
     """(the fingerprint of step warmup-1, the clock) of the tiny-shaped GPT on one CPU device through Fabric."""
     from scalelab.train.observe import StepObserver
-    from scalelab.workloads.nets.gpt import GPTModule
+    from scalelab.workloads.nets.transformer import GPTModule
     from scalelab.workloads.presets import TransformerShape
 
     torch.manual_seed(0)

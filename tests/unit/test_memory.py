@@ -10,7 +10,7 @@ import torch
 from helpers import run_script
 from scalelab import perfmodel as pm
 from scalelab.perfmodel import memory
-from scalelab.workloads.nets.gpt import GPT
+from scalelab.workloads.nets.transformer import GPT
 from scalelab.workloads.presets import PRESETS, TransformerShape
 
 

@@ -719,3 +719,32 @@ def test_the_formula_names_accumulation_from_two_batches_and_latency_in_microsec
     text = scaling.formula(i)
     assert "accumulation: an optimizer step computes K = 2 batches and all-reduces once" in text
     assert "alpha = 123456 us;" in text  # 0.1234564 s = 123456.4 us, to 6 significant digits
+
+
+def test_hook_wire_bytes_by_shape_or_by_parameter_count():
+    from scalelab.perfmodel import levers
+
+    tiny = PRESETS["tiny"]
+    numel = sum(prod(s) for s in levers.gradient_shapes(tiny))
+    assert levers.hook_wire_bytes("none", tiny, 1e9, 4) is None
+    assert levers.hook_wire_bytes("bf16", tiny, 1e9, 4) == 2 * numel  # the shape's own elements, not n_params
+    assert levers.hook_wire_bytes("bf16", None, 1e9, 4) == 2e9
+    assert levers.hook_wire_bytes("fp16", None, 1e9, 2) == 2e9  # 2-byte gradients stay 2 bytes
+    assert levers.hook_wire_bytes("powersgd:4", tiny, 1e9, 4) == levers.wire_bytes("powersgd:4",
+                                                                                    levers.gradient_shapes(tiny), 4)
+    with pytest.raises(ValueError, match="powersgd:4 compresses each weight matrix by its shape"):
+        levers.hook_wire_bytes("powersgd:4", None, 1e9, 4)
+
+
+def test_lever_sweep_is_the_largest_scale_per_hook_and_k_and_the_first_compute_bound_k():
+    inputs = worked_example_inputs()
+    wires = {"none": None, "bf16": inputs.allreduce_bytes / 2}
+    rows, bound_at = pm.lever_sweep(inputs, wires, (1, 4, 64))
+    assert [(hook, k) for hook, k, _ in rows] == [("none", 1), ("none", 4), ("none", 64), ("bf16", 1), ("bf16", 4),
+                                                  ("bf16", 64)]
+    for hook, k, row in rows:
+        alone = pm.predict(pm.ScalingInputs(**{**vars(inputs), "accumulate": k, "wire_bytes": wires[hook]}))[-1]
+        assert row == alone
+    firsts = {hook: next((k for h, k, row in rows if h == hook and not row.comm_bound), None) for hook in wires}
+    assert bound_at == {hook: k for hook, k in firsts.items() if k is not None} == {"none": 4, "bf16": 1}
+    assert rows[0][2].comm_s > rows[3][2].comm_s  # half the bytes on the wire: less time on it

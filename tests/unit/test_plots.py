@@ -11,7 +11,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from helpers import ROWS, _bench, _bench_at, _emulated, _with_comm, make_result
-from scalelab.report import explain, forecast_view, frames, levers, plots
+from scalelab.report import explain, forecast_view, frames, lever_view, plots
 
 HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
 
@@ -158,7 +158,7 @@ def test_two_groups_at_one_link_rate_are_side_by_side():
     assert any("comm hook bf16: measured" in t for t in _legend(ax))
     _assert_no_marker_on_another(ax)
     _assert_legend_clear(ax)
-    (lever, rows), = levers.families(scaling)
+    (lever, rows), = lever_view.families(scaling)
     ax = _drawn(plots.lever_figure(lever, rows, scaling)).axes[0]
     assert [t for t in _legend(ax) if t.endswith("measured")] == [
         "2 dev, 1 node: measured", "2 dev, 2 nodes, emulated 2 Gbit/s: measured",

@@ -22,12 +22,12 @@ import pytest
 from helpers import ROOT, _wait_for, load_results, make_result, run_script, sacct_state, start, wait_for_banner
 from scalelab import results
 from scalelab.errors import UsageError
+from scalelab.measure import cpushare, timing
 from scalelab.report import cli, ranks
-from scalelab.train import cpushare, timing
 
 
 def rank_record(rank, host, compute_s, step_s=0.02, steps=30, warmup=5, every=5, **extra):
-    """A rank's record as train/timing.py writes it: probe steps take compute_s to gradients-ready."""
+    """A rank's record as measure/timing.py reads it: probe steps take compute_s to gradients-ready."""
     probes = [i for i in range(warmup, steps) if (i - warmup) % every == every - 1]
     return {"rank": rank, "local_rank": rank % 2, "host": host, "device": "cpu", "cpu_affinity": [rank % 2],
             "step_times_s": [step_s if i not in probes else compute_s for i in range(steps)],

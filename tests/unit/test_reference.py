@@ -10,7 +10,7 @@ import yaml
 
 from helpers import ROWS, _bench, make_result, run_script
 from scalelab import results
-from scalelab.cli import run_main
+from scalelab.entry import run_main
 from scalelab.errors import UsageError
 from scalelab.report import reference
 from scalelab.report.cli import main

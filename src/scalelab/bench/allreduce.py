@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from scalelab import redaction, results
 from scalelab.bench import collectives, flags, nccl_format, pattern, table
-from scalelab.cli import fast_exit, run_main
+from scalelab.entry import fast_exit, run_main
 from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.local import is_started_rank, rank_info, spawn_local, spawned_world

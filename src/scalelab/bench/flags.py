@@ -4,7 +4,7 @@ the accelerator, and the refusals made before any rank starts (the configure ste
 import argparse
 
 from scalelab.bench import collectives
-from scalelab.cli import DEVICES, NODES, TIMEOUT_S, OneLineParser, bounded, number_type
+from scalelab.entry import DEVICES, NODES, TIMEOUT_S, OneLineParser, bounded, number_type
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.perfmodel.network import human_bytes, parse_size

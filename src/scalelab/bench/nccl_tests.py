@@ -16,6 +16,7 @@ import statistics
 
 from scalelab import redaction, results
 from scalelab.bench.nccl_format import TYPE_NAMES
+from scalelab.numeric import spells_float
 from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
 
 DTYPES = {v: k for k, v in TYPE_NAMES.items()}
@@ -225,7 +226,7 @@ class _Meta:
         column = "in-place" if self.run_id or not all("oop_time_s" in r for r in merged) else "out-of-place"
         rows = _out_of_place_read(merged) if column == "out-of-place" else merged
         summary = bench_summary(rows)  # large_msg_busbw_GBps: the plateau, as for scalelab's own sweeps
-        summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if _is_number(self.avg[1]) else None
+        summary["nccl_tests_avg_busbw_GBps"] = float(self.avg[1]) if spells_float(self.avg[1]) else None
         accelerator, backend = (self.run_id[2], self.run_id[3]) if self.run_id else ("gpu", "nccl")
         params = self.params
         payload.update(
@@ -355,11 +356,3 @@ def _first_repeat(values: list):
             return v
         seen.add(v)
     return None
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False

@@ -21,6 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional
 
+from scalelab.entry import env_rank  # noqa: F401 (train/run.py and testing/faults.py read it here)
 from scalelab.errors import UsageError
 from scalelab.launch import link_env, slurm_env
 from scalelab.results import LaunchRecord
@@ -171,14 +172,6 @@ def device_name(accelerator: str, device=0) -> str:
     except OSError:
         pass
     return platform.processor() or "cpu"
-
-
-def env_rank() -> int:
-    """This process's global rank as the launcher announced it (0 before any launch)."""
-    for rank in (os.environ.get("RANK"), slurm_env.procid(), os.environ.get("LOCAL_RANK")):
-        if rank is not None:
-            return int(rank)
-    return 0
 
 
 def process_start_time() -> float:

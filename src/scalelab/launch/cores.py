@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional
 
 from scalelab.errors import UsageError
 from scalelab.launch import slurm_env
+from scalelab.measure.cpushare import span
 
 DEFAULT_THREADS = 1  # one CPU device = one core
 ENV_NODE_CORES = "SCALELAB_NODE_CORES"  # a node's cores, where a launcher says so (tests simulate a node with it)
@@ -315,15 +316,3 @@ def sharing(ranks: list) -> Optional[str]:
             if first != r["rank"]:
                 return f"ranks {first} and {r['rank']} shared core {core}"
     return None
-
-
-def span(cores: list) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out, start = [], None
-    for i, c in enumerate(cores):
-        if start is None:
-            start = c
-        if i + 1 == len(cores) or cores[i + 1] != c + 1:
-            out.append(str(start) if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(out)

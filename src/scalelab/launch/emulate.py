@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from scalelab.cli import DEVICES, PORT, OneLineParser, bounded, run_main
+from scalelab.entry import DEVICES, PORT, OneLineParser, bounded, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import netns
 from scalelab.launch.local import die_with_parent, supervise

@@ -9,7 +9,7 @@ socket cannot be retrieved", harmless inside a namespace) stay quiet through TOR
 import logging
 import sys
 
-from scalelab.cli import run_main
+from scalelab.entry import run_main
 
 
 def main(argv=None) -> int:

@@ -43,7 +43,8 @@ def job_name(environ=None) -> str:
 
 
 def procid(environ=None) -> Optional[str]:
-    """This task's global rank as srun numbered it (None outside an srun step)."""
+    """This task's global rank as srun numbered it (None outside an srun step); entry.env_rank reads it too, below
+    launch/, for config's once-per-run warnings."""
     return _env(environ).get("SLURM_PROCID")
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 
 from scalelab import config
-from scalelab.cli import OneLineParser, bounded, run_main
+from scalelab.entry import OneLineParser, bounded, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import slurm_env
 

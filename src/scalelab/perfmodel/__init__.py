@@ -55,6 +55,7 @@ from scalelab.perfmodel.scaling import (
     ScalingInputs,
     bandwidth_assumption,
     formula,
+    lever_sweep,
     predict,
     predict_from_busbw,
     required_bandwidth_GBps,

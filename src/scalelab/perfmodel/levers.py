@@ -4,7 +4,7 @@ Accumulation (K batches per optimizer step) multiplies the compute between two a
 all-reduce as it was; only the last batch's backward can hide it. A compression hook changes the bytes on the
 wire: fp16/bf16 send 2 bytes an element; PowerSGD (rank r) sends each n x m gradient matrix as P (n x r) and
 Q (m x r) where that is at least twice smaller, the rest as it is (PyTorch's own rule). One function counts
-those bytes, for the training run's timed hook (train/comm.py) and for predict.py alike.
+those bytes, for the training run's timed hook (train/comm.py) and for predict.py alike (hook_wire_bytes).
 """
 
 from __future__ import annotations
@@ -34,8 +34,21 @@ def wire_bytes(hook: str, shapes: list, itemsize: int, compressing: bool = True)
     return itemsize * total
 
 
+def hook_wire_bytes(hook: str, shape, n_params: float, itemsize: int):
+    """Bytes one rank sends per all-reduce under --comm_hook, for a model given by its GPT shape (its own gradient
+    matrices) or by its parameter count alone (fp16/bf16: 2 bytes an element, no change to 2-byte gradients); None
+    for no hook. PowerSGD compresses each matrix by its shape: without one, a ValueError."""
+    if hook == "none":
+        return None
+    if shape:
+        return float(wire_bytes(hook, gradient_shapes(shape), itemsize))
+    if hook.startswith("powersgd"):
+        raise ValueError(f"{hook} compresses each weight matrix by its shape, and no shape was given")
+    return n_params * min(itemsize, 2)
+
+
 def gradient_shapes(shape: TransformerShape) -> list[tuple]:
-    """The gradient tensors of scalelab's GPT (workloads/nets/gpt.py) in that shape: the tied token embedding,
+    """The gradient tensors of scalelab's GPT (workloads/nets/transformer.py) in that shape: the tied token embedding,
     the positions, per block two layernorms, qkv, proj and the MLP (weights and biases), the final layernorm."""
     d, v = shape.d_model, shape.vocab_size
     block = [(d,), (d,), (3 * d, d), (3 * d,), (d, d), (d,), (d,), (d,), (4 * d, d), (4 * d,), (d, 4 * d), (d,)]

@@ -3,6 +3,7 @@ overlap of the gradient all-reduce, from compute per GPU and the network arithme
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -185,6 +186,20 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
                     row["cost_overlap"] = row["train_h_overlap"] * world_size * inputs.gpu_hour_price
         rows.append(ScaleRow(**row))
     return rows
+
+
+def lever_sweep(inputs: ScalingInputs, wires: Mapping[str, Optional[float]], ks: Sequence[int]) -> tuple:
+    """The levers against each other at the largest scale: for each hook (its bytes on the wire; None: the
+    gradients as they are) and each accumulation K, that scale's row. Returns ([(hook, K, ScaleRow)], {hook: the
+    first K of `ks` at which the run is compute-bound}; a hook that stays communication-bound is left out)."""
+    rows, bound_at = [], {}
+    for hook, wire in wires.items():
+        for k in ks:
+            row = predict(dataclasses.replace(inputs, accumulate=k, wire_bytes=wire))[-1]
+            rows.append((hook, k, row))
+            if not row.comm_bound:
+                bound_at.setdefault(hook, k)
+    return rows, bound_at
 
 
 def formula(inputs: ScalingInputs) -> str:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from scalelab import redaction, results
 from scalelab.bench import nccl_tests
-from scalelab.cli import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
+from scalelab.entry import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
 from scalelab.report.frames import runs_frame, scaling_frame

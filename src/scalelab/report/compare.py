@@ -15,8 +15,9 @@ from tabulate import tabulate
 from scalelab import redaction, results
 from scalelab.errors import UsageError
 from scalelab.report.cells import fmt_num, fmt_pct
+from scalelab.report.keys import SCALE
 
-KEY = ["workload_key", "world_size", "num_nodes", "link"]  # link: "" or "emulated 1 Gbit/s"
+KEY = ["workload_key", *SCALE]  # the workload across hardware, and where it ran
 
 
 def load_side(path: str, build) -> tuple:

@@ -12,7 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from scalelab.report import labels, plots
-from scalelab.train.loggers import METRICS_FILE
+from scalelab.report.keys import SCALE
+from scalelab.results import METRICS_FILE
 
 SMOOTH = 10  # steps in the running mean drawn over the raw loss
 COLUMNS = ("elapsed_s", "train_loss")
@@ -64,8 +65,8 @@ def figures(output_dir: str, runs: pd.DataFrame, scaling: pd.DataFrame) -> tuple
     out, missing = [], 0
     for group, g in scaling.groupby("group", sort=False):
         curves = []
-        configs = ok[ok["group"] == group].groupby(plots.KEY, sort=True)
-        names = labels.names(pd.DataFrame([key for key, _ in configs], columns=plots.KEY))
+        configs = ok[ok["group"] == group].groupby(SCALE, sort=True)
+        names = labels.names(pd.DataFrame([key for key, _ in configs], columns=SCALE))
         for name, (_, c) in zip(names, configs):
             newest = [read_curve(files[r]) if r in files else None for r in c["run_id"]][::-1]
             frame = next((f for f in newest if f is not None), None)

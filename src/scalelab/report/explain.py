@@ -7,7 +7,6 @@ the run's real buckets, predicted communication and predicted efficiency
 configuration that names what limits scaling.
 """
 
-import math
 import statistics
 from typing import Optional
 
@@ -15,6 +14,7 @@ import pandas as pd
 
 from scalelab import perfmodel
 from scalelab.bench.collectives import collective_of
+from scalelab.numeric import known as _ok
 from scalelab.perfmodel.network import bandwidths, busbw_at
 from scalelab.report.frames import link_label
 
@@ -258,7 +258,7 @@ def _comm_detail(r) -> str:
 
 def slower_why(r) -> str:
     """Why compute per device ran slower, most certain first: ranks we put on shared cores, then other work on
-    the cores (measured: the scheduler's wait, train/cpushare.py), and only then, on CPU, what ranks on their own
+    the cores (measured: the scheduler's wait, measure/cpushare.py), and only then, on CPU, what ranks on their own
     cores still share (memory bandwidth, caches), with the measured share that rules contention out."""
     if getattr(r, "oversubscribed", ""):
         return " (ranks shared cores: oversubscribed)"
@@ -290,7 +290,3 @@ def _ms(seconds: float) -> str:
 
 def _gbps(x: float) -> str:
     return f"{x:.3g} GB/s"
-
-
-def _ok(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))

@@ -19,6 +19,7 @@ from typing import Optional
 
 import pandas as pd
 
+from scalelab.numeric import float_or_none
 from scalelab.perfmodel import calibrate
 from scalelab.perfmodel.calibrate import Band, Point, RingFit
 from scalelab.perfmodel.network import human_rate
@@ -93,7 +94,7 @@ def ring_points(recs: list, from_bench: dict) -> dict:
     """network key -> [Point]: the benchmark's and each run's buckets all-reduced alone (one call per bucket)."""
     out = {k: list(v) for k, v in from_bench.items()}
     for r in recs:
-        if r.world_size > 1 and r.bucket_bytes and (_num(r.allreduce_alone_s) or 0) > 0:
+        if r.world_size > 1 and r.bucket_bytes and (float_or_none(r.allreduce_alone_s) or 0) > 0:
             out.setdefault(network(r.num_nodes, r.link, r.accelerator, r.device), []).append(
                 Point(int(r.world_size), sum(r.wire_bytes or r.bucket_bytes), len(r.bucket_bytes), r.allreduce_alone_s,
                       r.run_id))
@@ -112,7 +113,7 @@ def fit_at(points: list, per_call_bytes: float) -> Optional[RingFit]:
 def link_rates(recs: list) -> dict:
     """network key -> stated Gbit/s, where an emulated link said it."""
     return {network(r.num_nodes, r.link, r.accelerator, r.device): float(r.link_gbit) for r in recs
-            if r.num_nodes > 1 and _num(r.link_gbit)}
+            if r.num_nodes > 1 and float_or_none(r.link_gbit)}
 
 
 def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
@@ -136,7 +137,8 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             per_device_units=first.samples_per_batch * first.accumulate_grad_batches * (
                 (first.tokens_per_s / first.samples_per_s) if first.unit == "tokens/s" else 1),
             baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
-            compute_s=statistics.median(c) if (c := [r.compute_s for r in base if _num(r.compute_s)]) else None,
+            compute_s=statistics.median(c) if (c := [r.compute_s for r in base if float_or_none(r.compute_s)])
+            else None,
             nbytes=nbytes, calls=calls, rates=rates,
             fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
@@ -162,7 +164,7 @@ def _bytes(rows: list) -> tuple:
         buckets = r.wire_bytes or r.bucket_bytes
         if buckets:
             return float(sum(buckets)), len(r.bucket_bytes or buckets)
-    return float(next((_num(r.grad_bytes) for r in rows if _num(r.grad_bytes)), 0.0)), 1
+    return float(next((float_or_none(r.grad_bytes) for r in rows if float_or_none(r.grad_bytes)), 0.0)), 1
 
 
 def fit_for(cal: Calibration, key: tuple) -> tuple:
@@ -284,11 +286,3 @@ def track_record(recs: list, from_bench: dict, only=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s",
                                        "measured_step_s", "predicted_eff", "eff_low", "eff_high", "measured_eff",
                                        "inside", "exposure_from"])
-
-
-def _num(value) -> Optional[float]:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value

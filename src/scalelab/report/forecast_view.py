@@ -10,6 +10,7 @@ from scalelab.report import forecast as fc
 from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.frames import group_letters
+from scalelab.report.keys import CONFIGURATION
 
 MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
 PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
@@ -18,8 +19,9 @@ PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the n
 def recent(runs: pd.DataFrame) -> pd.DataFrame:
     """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
     return (fc.completed(runs).sort_values("created")
-            .groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(PER_CONFIGURATION))
-LEVERS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
+            .groupby(CONFIGURATION, sort=False).tail(PER_CONFIGURATION))
+# What the forecast's one line adds: a lever setting each, and what it changes in the forecast's arithmetic.
+WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
 
 def band_cell(band, pct=True) -> str:
@@ -34,7 +36,7 @@ def record(runs: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
     runs = recent(runs)
     recs, points = fc.records(runs), fc.bench_points(bench)
     calibrated = set(fc.calibrate_all(recs, points))
-    newest = runs.groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(1)
+    newest = runs.groupby(CONFIGURATION, sort=False).tail(1)
     newest = newest[(newest["world_size"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
     return fc.track_record(recs, points, only=set(newest["run_id"]) if not newest.empty else set())
 
@@ -166,7 +168,7 @@ def one_line(cal, intra_key, inter_key, gpn, num_nodes, rows) -> str:
         return "not even on one node" if n is None else "on one node only" if n == 1 else f"up to {n} nodes"
 
     alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, num_nodes, **kw)[0])}" for flag,
-            kw in LEVERS]
+            kw in WHAT_IFS]
     return (f"Above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): {reach(rows)}; "
             f"{'; '.join(alts)} (of {', '.join(map(str, num_nodes))} nodes).")
 

@@ -13,16 +13,16 @@ import statistics
 import pandas as pd
 
 from scalelab import results
+from scalelab.config import LEVER_DEFAULTS
+from scalelab.measure import cpushare
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import plausible
-from scalelab.train import cpushare
+from scalelab.report.keys import CONFIGURATION, SCALE
 from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
 COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
                "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
-# The levers (train.py's flags; each setting its own group) and their values in results written before them.
-LEVER_DEFAULTS = {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0, "static_graph": False}
 RUN_COLUMNS = ["run_id", "group", "model", "describe", "params", "scaling", "batch_per_device", "global_batch",
                "precision", "world_size", "num_nodes", "devices", "launcher", "accelerator", "device", "backend",
                "link", "link_gbit", "threads", "oversubscribed", "had_cpu", "starved", "status", "error",
@@ -137,7 +137,7 @@ def run_row(r: dict) -> dict:
 
 
 def contention(shares) -> dict:
-    """The least any rank had a core when it was ready to run, and the words for it (train/cpushare.py)."""
+    """The least any rank had a core when it was ready to run, and the words for it (measure/cpushare.py)."""
     return {"had_cpu": min((x for x in shares or [] if x is not None), default=None),
             "starved": cpushare.contended(shares) or ""}
 
@@ -170,7 +170,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
     ok["throughput"] = float("nan")
     for unit, column in THROUGHPUT_COLUMN.items():  # each run's throughput in its own unit
         ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
-    agg = (ok.groupby(["group", "world_size", "num_nodes", "link"], sort=True)
+    agg = (ok.groupby(CONFIGURATION, sort=True)
            .agg(runs=("run_id", "size"), throughput=("throughput", "median"),
                 throughput_min=("throughput", "min"), throughput_max=("throughput", "max"),
                 train_time_s=("train_time_s", "median"), step_s=("step_s", "median"),
@@ -194,7 +194,7 @@ def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:
            .reset_index())
     agg["letter"] = agg["group"].map(group_letters(ok["group"]))
     agg["hardware"] = [d if a == "gpu" else "CPU (gloo)" for a, d in zip(agg["accelerator"], agg["device"])]
-    base = agg.sort_values(["world_size", "num_nodes", "link"]).groupby("group").head(1).set_index("group")
+    base = agg.sort_values(SCALE).groupby("group").head(1).set_index("group")
     agg["baseline_world_size"] = agg["group"].map(base["world_size"])
     agg["speedup"] = agg["throughput"] / agg["group"].map(base["throughput"])
     agg["efficiency"] = agg["speedup"] / (agg["world_size"] / agg["baseline_world_size"])

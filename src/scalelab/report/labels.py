@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scalelab.report import levers
-from scalelab.report.frames import LEVER_DEFAULTS
+from scalelab.config import LEVERS
+from scalelab.report import lever_view
 
-FIELDS = ("num_nodes", "link", *LEVER_DEFAULTS)  # what can differ between configurations of one device count
+FIELDS = ("num_nodes", "link", *LEVERS)  # what can differ between configurations of one device count
 
 
 def words(field: str, value) -> str:
@@ -21,7 +21,7 @@ def words(field: str, value) -> str:
         return f"{int(value)} node{'s' if int(value) != 1 else ''}"
     if field == "link":
         return value if isinstance(value, str) else ""
-    return levers.setting(field, value)
+    return lever_view.setting(field, value)
 
 
 def named_fields(frame: pd.DataFrame) -> list[list[str]]:

@@ -16,11 +16,12 @@ relative), at least NOISE_FLOOR, what a single run of a configuration against a 
 """
 
 import json
-import math
 
 import pandas as pd
 
 from scalelab import fingerprint
+from scalelab.numeric import known as _ok
+from scalelab.report.keys import SCALE
 
 NOISE_FLOOR = 0.05  # one run against one baseline run: any pair of 5 tiny GPT repeats fell within 4.3 points of the
 # pairs' median efficiency here (docs/06)
@@ -34,7 +35,7 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
     runs recorded (the newest among equals)."""
     out = pd.Series("", index=runs.index)
     for _, members in runs[runs["status"] == "completed"].groupby("group"):
-        config = members.sort_values(["world_size", "num_nodes", "link"]).iloc[0]
+        config = members.sort_values(SCALE).iloc[0]
         base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
                        & (members["link"] == config["link"]) & (members["fingerprint"] != "")].sort_values("created")
         if base.empty:  # a baseline that recorded none: nothing to hold the others against
@@ -166,7 +167,3 @@ def _flag(x):
     """A yes/no of the frames (True, False, numpy's bool in a row of mixed types) as True or False; None where it
     is not known (None, NaN)."""
     return None if x is None or pd.isna(x) else bool(x)
-
-
-def _ok(x) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))

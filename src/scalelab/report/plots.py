@@ -20,11 +20,11 @@ from matplotlib.ticker import FuncFormatter
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import labels, levers, marks, plausible
+from scalelab.report import labels, lever_view, marks, plausible
+from scalelab.report.keys import SCALE
 
 DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
-KEY = ["world_size", "num_nodes", "link"]  # a configuration within a group
 VALUE_PT = (7, 34, 11)  # a printed speedup: its offset right of the marks, its column's width, its line's height
 
 
@@ -36,7 +36,7 @@ def _letters(scaling: pd.DataFrame) -> dict:
 def _label(g: pd.DataFrame, letter: str) -> str:
     """"A: mlp, weak scaling", and the levers set away from their defaults (" · comm hook bf16")."""
     r = g.iloc[0]
-    return f"{letter}: {r['describe']}, {r['scaling']} scaling{levers.caption(r)}"
+    return f"{letter}: {r['describe']}, {r['scaling']} scaling{lever_view.caption(r)}"
 
 
 def _title(what: str, scaling: pd.DataFrame) -> str:
@@ -52,7 +52,7 @@ def _series(scaling: pd.DataFrame) -> list:
     network); a device count that still ran several ways (more nodes, same link) gives its others own series."""
     out = []
     for group, g in scaling.sort_values("letter").groupby("group", sort=False):
-        g = g[np.isfinite(g["speedup"])].sort_values(KEY)  # no throughput: nothing to draw
+        g = g[np.isfinite(g["speedup"])].sort_values(SCALE)  # no throughput: nothing to draw
         rank = g.groupby(["world_size", "link"]).cumcount()
         out += [(group, g, rows.index) for _, rows in g.groupby([g["link"], rank], sort=False)]
     return out
@@ -157,7 +157,7 @@ def cpu_device(scaling: pd.DataFrame) -> str:
 
 def _configurations(frame: pd.DataFrame) -> pd.DataFrame:
     """The distinct configurations (devices, nodes, link) of a frame, fewest devices first, one row each."""
-    return frame[KEY].drop_duplicates().sort_values(KEY).reset_index(drop=True)
+    return frame[SCALE].drop_duplicates().sort_values(SCALE).reset_index(drop=True)
 
 
 def _bar_positions(scaling: pd.DataFrame):
@@ -166,9 +166,9 @@ def _bar_positions(scaling: pd.DataFrame):
     configs = _configurations(scaling)
     slot = {tuple(c): i for i, c in enumerate(configs.itertuples(index=False))}
     rows = scaling.sort_values("letter")
-    k, n = rows.groupby(KEY).cumcount(), rows.groupby(KEY)["group"].transform("size")
+    k, n = rows.groupby(SCALE).cumcount(), rows.groupby(SCALE)["group"].transform("size")
     width = 0.8 / n.max()
-    pos = [slot[tuple(c)] + (ki - (ni - 1) / 2) * width for c, ki, ni in zip(rows[KEY].itertuples(index=False), k, n)]
+    pos = [slot[tuple(c)] + (ki - (ni - 1) / 2) * width for c, ki, ni in zip(rows[SCALE].itertuples(index=False), k, n)]
     return rows.assign(pos=pos), width, configs
 
 
@@ -177,7 +177,7 @@ def efficiency_figure(scaling: pd.DataFrame):
     predicted range (where it would cross the printed value on top of the bar). A value beyond what scaling gives
     carries the report's "!" (plausible.py), and the axis reaches it: a slide never shows it clipped or quietly."""
     rows, width, configs = _bar_positions(scaling)
-    most = rows.groupby(KEY)["group"].size().max()
+    most = rows.groupby(SCALE)["group"].size().max()
     fig = Figure(figsize=(max(7.0, 0.65 * most * len(configs) + 4.5), 5.2))  # a share stays wider than a value
     ax = fig.subplots()
     letters = _letters(scaling)
@@ -209,7 +209,7 @@ def efficiency_figure(scaling: pd.DataFrame):
 def throughput_figure(scaling: pd.DataFrame):
     """One panel per group (samples/s and tokens/s do not share an axis), one bar per configuration."""
     letters = _letters(scaling)
-    groups = [(group, g.sort_values(KEY)) for group, g in scaling.sort_values("letter").groupby("group", sort=False)]
+    groups = [(group, g.sort_values(SCALE)) for group, g in scaling.sort_values("letter").groupby("group", sort=False)]
     sizes = [len(g) for _, g in groups]
     fig = Figure(figsize=(1.3 * sum(sizes) + 1.4 * len(groups), 4.8))
     axes = fig.subplots(1, len(groups), squeeze=False, width_ratios=sizes)
@@ -293,15 +293,15 @@ def _link_series(ax, slots, g: pd.DataFrame, scaling: pd.DataFrame, names: tuple
 
 
 def lever_figure(lever: str, rows: pd.DataFrame, scaling: pd.DataFrame):
-    """Efficiency against one lever's settings (report/levers.py's family): measured points and the predicted
+    """Efficiency against one lever's settings (report/lever_view.py's family): measured points and the predicted
     range, one series per configuration (devices, nodes, link), dodged so that no mark hides another."""
     fig = Figure(figsize=(10, 4.8))
     ax = fig.subplots()
     values = list(dict.fromkeys(rows[lever]))
     configs = _configurations(rows)
-    names = dict(zip(configs[KEY].itertuples(index=False), labels.names(configs)))
+    names = dict(zip(configs[SCALE].itertuples(index=False), labels.names(configs)))
     slots = marks.slots(2 * len(configs))  # each configuration's points, and beside them its predicted range
-    for k, (key, g) in enumerate(rows.groupby(KEY, sort=False)):
+    for k, (key, g) in enumerate(rows.groupby(SCALE, sort=False)):
         x = [values.index(v) for v in g[lever]]
         color = marks.plot_dodged(ax, slots[2 * k], x, g["efficiency"] * 100, "o-", ms=7,
                                   label=f"{names[key]}: measured")[0].get_color()
@@ -339,7 +339,7 @@ def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    bench = bench.sort_values(["world_size", "num_nodes", "link", "created"])
+    bench = bench.sort_values([*SCALE, "created"])
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column
@@ -373,7 +373,7 @@ def write_all(folder: str, scaling: pd.DataFrame, bench: pd.DataFrame) -> list:
         if not link_rows(scaling).empty:
             figures.append(("efficiency_vs_link_rate.png", link_rate_figure(scaling)))
         figures += [(f"efficiency_vs_{lever}.png", lever_figure(lever, rows, scaling))
-                    for lever, rows in levers.families(scaling)]
+                    for lever, rows in lever_view.families(scaling)]
     if not bench.empty:
         figures.append(("allreduce_busbw.png", busbw_figure(bench)))
     return save(folder, figures)

@@ -3,7 +3,7 @@
 A DDP step ends when the slowest rank's gradients are all-reduced, so every rank's step time is the same and
 the main table shows their mean. The compute-only probe steps (train/comm.py) do not wait for anyone:
 there a rank's time to gradients-ready is its own compute. A rank whose compute is more than `pct` % above the
-median rank's is flagged. Whether other work shared its cores is measured (train/cpushare.py: the share of its
+median rank's is flagged. Whether other work shared its cores is measured (measure/cpushare.py: the share of its
 ready time it had a core), so a rank slowed by a neighbour is not blamed on its node; under SLURM a slow node's
 host goes into the `sbatch --exclude=` list to try next.
 """
@@ -13,11 +13,12 @@ import statistics
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab.launch.cores import span
+from scalelab.measure import cpushare, timing
+from scalelab.measure.cpushare import span
+from scalelab.measure.steps import optimizer_view
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
-from scalelab.train import cpushare, timing
-from scalelab.train.steps import optimizer_view
+from scalelab.report.keys import CONFIGURATION
 
 DEFAULT_PCT = 10.0
 HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs median", "step ms", "flag"]
@@ -26,7 +27,7 @@ HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs me
 def rank_rows(result: dict) -> list:
     """Per rank: host, device, cores, median compute (probe steps) and median step (normal steps), in seconds;
     None where the run had no such steps. Warm-up and an epoch's short last step are left out, as in the run's
-    own figures (train/timing.py)."""
+    own figures (measure/timing.py)."""
     warmup = (result.get("timing") or {}).get("warmup_steps") or 0
     rows = []
     for record in result.get("ranks") or []:
@@ -68,7 +69,7 @@ def newest_runs(found: list, all_runs: bool = False) -> list:
     runs = runs[(runs["status"] == "completed") & (runs["world_size"] > 1)].sort_values(["world_size", "num_nodes",
                                                                                          "created"])
     if not all_runs:
-        runs = runs.groupby(["group", "world_size", "num_nodes", "link"], sort=False).tail(1)
+        runs = runs.groupby(CONFIGURATION, sort=False).tail(1)
     by_id = {r["run_id"]: r for r in found}
     return [by_id[run_id] for run_id in runs["run_id"]]
 

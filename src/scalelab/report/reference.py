@@ -18,6 +18,7 @@ import pandas as pd
 
 from scalelab import results, upgrades
 from scalelab.errors import UsageError
+from scalelab.numeric import finite, finite_real, known
 from scalelab.report import plausible
 
 # quantity -> (frame column, unit the value is in; None: the run's own throughput unit)
@@ -105,18 +106,14 @@ def _validate_tuple(tup, where: str):
     if not isinstance(tup, (list, tuple)) or len(tup) != 4:
         raise UsageError(f"{where}: expected [value, lower, upper, unit] (e.g. [0.9, -0.1, null, '']), got {tup!r}")
     value, lower, upper, unit = tup
-    if not _number(value):
+    if not finite_real(value):
         raise UsageError(f"{where}: the reference value must be a number, got {value!r}")
-    if lower is not None and not (_number(lower) and -1 <= lower <= 0):
+    if lower is not None and not (finite_real(lower) and -1 <= lower <= 0):
         raise UsageError(f"{where}: the lower threshold must be a fraction in [-1, 0] or null, got {lower!r}")
-    if upper is not None and not (_number(upper) and upper >= 0):
+    if upper is not None and not (finite_real(upper) and upper >= 0):
         raise UsageError(f"{where}: the upper threshold must be a fraction >= 0 or null, got {upper!r}")
     if not isinstance(unit, str):
         raise UsageError(f"{where}: the unit must be text ('' for none), got {unit!r}")
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def bounds(value: float, lower, upper) -> tuple:
@@ -214,7 +211,7 @@ def _verdict(name: str, quantity: str, tup, row, entry: dict) -> tuple:
     label = f"{name}.{quantity}"
     if quantity == "efficiency" and row.get("job_differs"):
         return f"FAIL {label}: not the same job as its baseline ({row['job_differs']}): no efficiency against it", None
-    if measured is None or (isinstance(measured, float) and math.isnan(measured)):
+    if not known(measured):
         return f"FAIL {label}: not measured in the matching runs", None
     measured = float(measured)
     perf = f"PERF {label}={measured:.6g}" + (f" {got_unit}" if got_unit else "")
@@ -250,11 +247,11 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
     for r in ([] if scaling.empty else scaling.itertuples()):
         key = json.loads(r.group)
         ref = {}
-        if r.world_size != r.baseline_world_size and _finite(r.efficiency):
+        if r.world_size != r.baseline_world_size and finite(r.efficiency):
             ref["efficiency"] = [_round(r.efficiency), lower, None, ""]
-        if _finite(r.throughput_per_device):
+        if finite(r.throughput_per_device):
             ref["throughput_per_device"] = [_round(r.throughput_per_device), lower, None, r.unit]
-        if _finite(getattr(r, "forecast_error", None)):  # today's error and 2 points, at least the tolerance
+        if finite(getattr(r, "forecast_error", None)):  # today's error and 2 points, at least the tolerance
             ref["forecast_error"] = [max(FORECAST_TOLERANCE, math.ceil(r.forecast_error) + 2.0), None, 0, "points"]
         if not ref:
             continue
@@ -269,7 +266,7 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
         for (world, nodes, acc, device, link, dtype), runs in bench.groupby(
                 ["world_size", "num_nodes", "accelerator", "device", "link", "dtype"], sort=True):
             busbw = runs["busbw_GBps"].median()
-            if not _finite(busbw):
+            if not finite(busbw):
                 continue
             hw = {"accelerator": acc, "device": device} if acc == "gpu" else {"accelerator": acc}
             base = _slug(f"allreduce-{device if acc == 'gpu' else acc}-{world}x{nodes}" + (f"-{link}" if link else ""))
@@ -288,10 +285,6 @@ def write(path: str, checks: list) -> str:
                          "nothing to reference")
     text = yaml.safe_dump({"checks": checks}, sort_keys=False, default_flow_style=None, width=120)
     return results.atomic_write_text(path, HEADER + text)
-
-
-def _finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def _round(x) -> float:

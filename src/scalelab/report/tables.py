@@ -10,10 +10,12 @@ import textwrap
 import pandas as pd
 from tabulate import tabulate
 
-from scalelab.cli import human_count
-from scalelab.report import explain, levers, plausible
+from scalelab.entry import human_count
+from scalelab.report import explain, plausible
+from scalelab.report import lever_view as levers
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, narrow, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
+from scalelab.report.keys import SCALE
 
 STEP_HEADERS = ["world size", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms",
                 "waited ms",
@@ -126,8 +128,8 @@ def runs_table(members: pd.DataFrame, fmt: str, max_runs) -> list:
     members = members.sort_values(["world_size", "num_nodes", "created"])
     hidden = 0
     if max_runs is not None and len(members) > max_runs:
-        configs = members[["world_size", "num_nodes", "link"]].drop_duplicates().shape[0]
-        shown = members.groupby(["world_size", "num_nodes", "link"]).tail(max(1, max_runs // configs))
+        configs = members[SCALE].drop_duplicates().shape[0]
+        shown = members.groupby(SCALE).tail(max(1, max_runs // configs))
         hidden, members = len(members) - len(shown), shown
     rows = [[r.run_id, r.world_size, nodes_cell(r), devices_cell(r), fmt_num(r.first_step_s), fmt_num(r.train_time_s,
                                                                                                       ".2f"),

@@ -40,7 +40,7 @@ class LiveTensors(TorchDispatchMode):
 
 
 def step_peak(shape, batch: int, bf16: bool, before_step=None) -> dict:
-    """One training step of nets/gpt.py as a GPU rank takes it, measured: {"persistent": bytes of the weights,
+    """One training step of nets/transformer.py as a GPU rank takes it, measured: {"persistent": bytes of the weights,
     gradients and AdamW's moments, "step": the most bytes forward and backward held on top}.
 
     Gradients exist before the step, as DDP's buckets do (gradient_as_bucket_view); the moments come from one
@@ -48,7 +48,7 @@ def step_peak(shape, batch: int, bf16: bool, before_step=None) -> dict:
     autocast would keep them bf16), and the logits are dropped once the loss exists, as they are when
     training_step returns it. `before_step()` runs just before the measured step (the benchmark reads RSS there).
     """
-    from scalelab.workloads.nets.gpt import GPT
+    from scalelab.workloads.nets.transformer import GPT
 
     torch.manual_seed(0)
     model = GPT(shape)

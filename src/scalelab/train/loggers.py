@@ -7,26 +7,20 @@ scalelab never passes it on or writes it anywhere. What is missing is said in on
 Only rank 0 gets a logger: the other ranks' curves would repeat its own.
 
 The MPCDF tutorial's Comet flags (--comet_api_key, --comet_project, --comet_workspace, --experiment_name) are
-accepted as they are, so its job lines and config file run unchanged: they choose --logger comet. A key given that
-way is moved into COMET_API_KEY, where comet_ml reads it, and dropped from the command line the other local ranks
-and submitted jobs get; it is never a setting of the run, so no result, hyperparameter or log can hold it.
+accepted as they are (config_flags.py: they choose --logger comet, and a key given that way is moved into
+COMET_API_KEY, where comet_ml reads it); here the key flag is dropped from the command line the other local ranks and
+submitted jobs get (without_key): it is never a setting of the run, so no result, hyperparameter or log can hold it.
 """
 
 import importlib.util
 import os
 
+from scalelab.config_flags import COMET_SETTINGS, KEY_FLAG, PROJECT
 from scalelab.errors import UsageError
 
-LOGGERS = ("csv", "tensorboard", "wandb", "comet", "none")
-METRICS_FILE = "metrics.csv"  # CSVLogger's file in the run folder (the report's loss plot reads it)
 # logger: (packages, any one of which will do; the environment variable its key is read from, if it needs one)
 NEEDS = {"tensorboard": (("tensorboard", "tensorboardX"), None), "wandb": (("wandb",), "WANDB_API_KEY"),
          "comet": (("comet_ml",), "COMET_API_KEY")}
-PROJECT = "scalelab"  # the wandb / comet project runs land in
-COMET_SETTINGS = ("comet_project", "comet_workspace", "experiment_name")  # the tutorial's, kept in the run's config
-KEY_FLAG = "--comet_api_key"  # the tutorial's key flag: taken, never kept
-KEY_WARNING = (f"{KEY_FLAG} puts the key where others can read it (ps, SLURM's accounting, a config file); the "
-               "environment variable COMET_API_KEY is safer: export it in the job's environment instead")
 
 
 def check(name: str, environ=None, cfg=None):
@@ -44,26 +38,6 @@ def check(name: str, environ=None, cfg=None):
     if key and not environ.get(key):
         raise UsageError(f"{what} reads its API key from the environment variable {key}, which is not set: "
                          f"export it in the job's environment (scalelab never writes it anywhere), or use --logger csv")
-
-
-def tutorial_comet(settings: dict, key=None, environ=None) -> list:
-    """The MPCDF tutorial's Comet flags in `settings` (given ones, command line over config file) choose
-    --logger comet unless a --logger is given; `key` (its --comet_api_key) goes into `environ` and nowhere else.
-    Returns the one-line warnings to show."""
-    environ = os.environ if environ is None else environ
-    said = [KEY_WARNING] if key else []
-    given = [f"--{name}" for name in COMET_SETTINGS if settings.get(name) is not None] + ([KEY_FLAG] if key else [])
-    if not given:
-        return said
-    chosen = settings.setdefault("logger", "comet")
-    if chosen != "comet":  # --logger csv beside the tutorial's config file: run without Comet, and say so
-        for name in COMET_SETTINGS:
-            settings.pop(name, None)
-        return said + [f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --logger comet only: "
-                       f"not used with --logger {chosen}"]
-    if key:
-        environ["COMET_API_KEY"] = key
-    return said
 
 
 def without_key(argv: list) -> list:

@@ -81,7 +81,7 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, probe, signals, m
             ends_step = (i + 1) % k == 0 or i + 1 == len(loader)  # the K-th batch (or the epoch's last)
             probing = plan.is_probe()  # compute only: no sync, no update
             if probing and i % k == 0:
-                probe.start()  # did this rank have its cores while it computed alone? (train/cpushare.py)
+                probe.start()  # did this rank have its cores while it computed alone? (measure/cpushare.py)
             with fabric.no_backward_sync(model, enabled=probing or not ends_step), seen.watching(plan.step, update):
                 loss = step(batch, i)  # forward, under the run's precision (autocast when --precision is *-mixed)
                 fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it

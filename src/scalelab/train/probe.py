@@ -1,14 +1,15 @@
 """The compute-only probe step's two measurements besides the clock's marks (train/comm.py says why probes exist).
 
 Around the probe's compute: did this rank have its cores, from the kernel's scheduler figures of its threads
-(train/cpushare.py, two reads of about 1 us). After it: the step's buckets all-reduced once more, every rank
+(measure/cpushare.py, two reads of about 1 us). After it: the step's buckets all-reduced once more, every rank
 together after a barrier, with nothing else running: the communication alone. The loop says which steps are
 probes (loop.Plan.is_probe); the probe step is timed apart and never enters a throughput figure.
 """
 
 from __future__ import annotations
 
-from scalelab.train import comm, cpushare
+from scalelab.measure import cpushare
+from scalelab.train import comm
 
 
 class AloneProbe:

@@ -14,7 +14,7 @@ from scalelab import fingerprint, perfmodel, redaction, results
 from scalelab.config import RunConfig
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.cluster import Launch
-from scalelab.train import timing
+from scalelab.measure import timing
 from scalelab.train.clock import StepClock
 from scalelab.train.probe import AloneProbe
 from scalelab.workloads import Workload

@@ -12,7 +12,7 @@ import sys
 from datetime import timedelta
 
 from scalelab import config, results
-from scalelab.cli import fast_exit, run_main
+from scalelab.entry import fast_exit, run_main
 from scalelab.errors import RunFailed
 from scalelab.launch import cluster, cores
 from scalelab.train import loggers, prepare, say

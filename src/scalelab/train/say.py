@@ -5,9 +5,9 @@ import sys
 from typing import Optional
 
 from scalelab import config
-from scalelab.cli import human_count
+from scalelab.entry import human_count
 from scalelab.launch import cluster, cores
-from scalelab.train import cpushare
+from scalelab.measure import cpushare
 
 
 def started(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, device: cores.Placement) -> None:

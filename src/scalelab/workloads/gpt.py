@@ -1,11 +1,11 @@
 """The GPT-style decoder workload: a preset shape (tiny runs on a laptop CPU, xl is GPT-3 XL), synthetic tokens.
 
-Declaration and arithmetic only (torch-free); the network is nets/gpt.py. Optional LoRA (--lora_rank R):
+Declaration and arithmetic only (torch-free); the network is nets/transformer.py. Optional LoRA (--lora_rank R):
 the base model is frozen and only low-rank adapters train, so DDP all-reduces a far smaller gradient.
 """
 
 from scalelab import perfmodel
-from scalelab.cli import bounded
+from scalelab.entry import bounded
 from scalelab.errors import UsageError
 from scalelab.workloads.presets import PRESETS, TransformerShape
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
@@ -56,7 +56,7 @@ def memory_estimate(cfg, batch: int, world_size: int, **kw) -> "perfmodel.Memory
 
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     from scalelab.workloads import data
-    from scalelab.workloads.nets.gpt import GPTModule
+    from scalelab.workloads.nets.transformer import GPTModule
 
     shape = shape_of(cfg)
     module = GPTModule(shape, cfg.learning_rate, compile=cfg.compile, lora_rank=cfg.lora_rank)
@@ -86,7 +86,7 @@ def finalize(cfg) -> None:
 
 SPEC = WorkloadSpec(
     name="gpt",
-    help="gpt: GPT-style decoder transformer (nets/gpt.py; configs gpt-tiny ... gpt-xl)",
+    help="gpt: GPT-style decoder transformer (nets/transformer.py; configs gpt-tiny ... gpt-xl)",
     defaults={"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},
     options=(
         Option("preset", "tiny", {"choices": sorted(PRESETS), "help": "GPT size (tiny runs on a laptop CPU)"}),

@@ -1,7 +1,11 @@
-"""The tutorial MLP: a small classifier on 2-D spirals (little compute, so communication shows)."""
+"""The MLP workload, declared: `--model mlp`'s flags, defaults and identity, its FLOPs, and how a run builds it.
+
+Torch-free until build(); the network is nets/spiral_mlp.py (the tutorial's spiral classifier), the data
+data.spiral.
+"""
 
 from scalelab import perfmodel
-from scalelab.cli import bounded, nonneg_float, unit_fraction
+from scalelab.entry import bounded, nonneg_float, unit_fraction
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 
@@ -9,7 +13,7 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     from torch import nn
 
     from scalelab.workloads import data
-    from scalelab.workloads.nets.mlp import SpiralMLP
+    from scalelab.workloads.nets.spiral_mlp import SpiralMLP
 
     module = SpiralMLP(cfg.hidden_dims, cfg.dropout, cfg.learning_rate)
     # 6 per weight (forward, input and weight gradient; biases and ReLU are elementwise). The standard 6N

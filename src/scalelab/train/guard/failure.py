@@ -22,7 +22,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from scalelab import redaction, results
-from scalelab.cli import fast_exit
+from scalelab.entry import fast_exit
 from scalelab.errors import error_line
 from scalelab.train.guard import peers
 from scalelab.train.guard.peers import is_peer_failure

@@ -73,3 +73,15 @@ def contended(shares) -> Optional[str]:
         return None
     share, rank = min(known)
     return f"rank {rank} had a core {share * 100:.0f} % of the time it was ready to run: other work shared its cores"
+
+
+def span(cores: list) -> str:
+    """A rank's cores in words, as taskset and SLURM write them: [0, 1, 2, 5] -> "0-2,5"."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)

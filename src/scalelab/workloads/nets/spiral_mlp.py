@@ -1,4 +1,5 @@
-"""The tutorial MLP: a small classifier on 2-D spirals (little compute, so communication shows)."""
+"""The network of `--model mlp`: the tutorial's MLP, a LightningModule classifying 2-D spirals (little compute, so
+communication shows). workloads/mlp.py declares the workload and builds it."""
 
 import lightning.pytorch as pl
 import torch

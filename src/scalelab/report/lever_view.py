@@ -16,10 +16,8 @@ import statistics
 import pandas as pd
 from tabulate import tabulate
 
+from scalelab.config import LEVER_DEFAULTS, LEVERS
 from scalelab.report.cells import fmt_num, fmt_pct, nodes_cell, predicted_range
-from scalelab.report.frames import LEVER_DEFAULTS
-
-LEVERS = tuple(LEVER_DEFAULTS)
 
 
 def _without(group: str, lever: str) -> str:

@@ -12,6 +12,21 @@ import os
 import sys
 
 from scalelab.errors import RunFailed, UsageError
+from scalelab.numeric import finite_real
+
+# The variables a launcher announces a process's global rank in, in the order they are trusted: torchrun's (and
+# Lightning's), srun's (launch/slurm_env.procid), a local launcher's. Read here, below config and launch/, so that
+# config says a warning once per run as every launcher does.
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+
+
+def env_rank(environ=None) -> int:
+    """This process's global rank as the launcher announced it (0 before any launch)."""
+    environ = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        if environ.get(name) is not None:
+            return int(environ[name])
+    return 0
 
 
 def prog_name(script: str) -> str:
@@ -149,11 +164,10 @@ def number_type(convert, ok, expected: str):
     return parse
 
 
-_finite = float("inf").__gt__
 positive_int = number_type(int, lambda v: v > 0, "a positive integer")
 nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = number_type(float, lambda v: 0 < v and _finite(v), "a positive number")
-nonneg_float = number_type(float, lambda v: 0 <= v and _finite(v), "a number >= 0")
+positive_float = number_type(float, lambda v: 0 < v and finite_real(v), "a positive number")
+nonneg_float = number_type(float, lambda v: 0 <= v and finite_real(v), "a number >= 0")
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
 
 

@@ -1,6 +1,6 @@
 """A rank record's per-batch lists as per-optimizer-step lists.
 
-Torch-free: the step clock's summary (train/timing.py) uses it and the report's per-rank view (report/ranks.py)
+Torch-free: the step clock's summary (measure/timing.py) uses it and the report's per-rank view (report/ranks.py)
 reads the same steps, so both count a step alike.
 """
 

@@ -5,7 +5,7 @@ import pytest
 
 from helpers import make_result
 from scalelab import results
-from scalelab.report import levers
+from scalelab.report import lever_view
 from scalelab.report.cli import build
 from scalelab.report.tables import render
 
@@ -25,11 +25,11 @@ def test_groups_equal_but_for_one_lever_are_compared_at_equal_samples(tmp_path):
     _run(tmp_path, "k4-2", 2, 180.0, [3.0 - i / 100 for i in range(40)], accumulate_grad_batches=4)
     _run(tmp_path, "other", 2, 150.0, [1.0] * 10, batch_size=32)  # a different workload: no family
     _, scaling, _, _ = build(str(tmp_path))
-    ((lever, rows),) = levers.families(scaling)
+    ((lever, rows),) = lever_view.families(scaling)
     assert lever == "accumulate_grad_batches" and list(rows["accumulate_grad_batches"]) == [1, 4]
-    assert levers.equal_samples(rows) == 10 * 128  # 10 batches of 64 per device x 2 devices
-    assert levers.loss_at(rows["loss_curve"].iloc[0], 128, 1280) == pytest.approx(2.1)  # its last batch
-    assert levers.loss_at(rows["loss_curve"].iloc[1], 128, 1280) == pytest.approx(2.91)  # its 10th batch
+    assert lever_view.equal_samples(rows) == 10 * 128  # 10 batches of 64 per device x 2 devices
+    assert lever_view.loss_at(rows["loss_curve"].iloc[0], 128, 1280) == pytest.approx(2.1)  # its last batch
+    assert lever_view.loss_at(rows["loss_curve"].iloc[1], 128, 1280) == pytest.approx(2.91)  # its 10th batch
     text = render(*build(str(tmp_path))[:2])
     assert "What accumulate_grad_batches bought" in text and "after 1,280 samples" in text
     table = text.split("What accumulate_grad_batches bought")[1].splitlines()

@@ -13,9 +13,9 @@ import statistics
 from typing import Optional
 
 from scalelab import perfmodel
+from scalelab.measure import cpushare
+from scalelab.measure.steps import optimizer_view
 from scalelab.results import CommRecord
-from scalelab.train import cpushare
-from scalelab.train.steps import optimizer_view
 
 
 def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> dict:
@@ -54,7 +54,7 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
 
 def had_cpu(per_rank: list) -> Optional[list]:
     """Per rank, the share of its ready-to-run time it had a core while computing alone (the probe steps, all
-    after warm-up: train/cpushare.py); None where no probe step recorded it."""
+    after warm-up: measure/cpushare.py); None where no probe step recorded it."""
     shares = [cpushare.had_cpu(r.get("probe_cpu_s")) for r in per_rank]
     shares = [None if s is None else round(s, 3) for s in shares]
     return shares if any(s is not None for s in shares) else None

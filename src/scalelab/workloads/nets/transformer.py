@@ -1,4 +1,5 @@
-"""A GPT-style decoder in the spirit of nanoGPT: pre-LN blocks, causal SDPA attention, tied embeddings.
+"""The network of `--model gpt` (declared in workloads/gpt.py): a GPT-style decoder in the spirit of nanoGPT, pre-LN
+blocks, causal SDPA attention, tied embeddings.
 
 Optional LoRA (--lora_rank R): the base model is frozen and only low-rank adapters train, so DDP
 all-reduces a far smaller gradient (1/50 of tiny's at rank 4) for about 2/3 of the compute.
