@@ -25,7 +25,7 @@ import emulated_sweep
 from scalelab import demo, perfmodel
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import build
-from scalelab.report.frames import link_label
+from scalelab.report.columns import link_label
 
 MODELS = ("mlp", "gpt")
 

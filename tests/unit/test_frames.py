@@ -12,7 +12,8 @@ import pytest
 from helpers import SRC, make_result, run_script
 from scalelab import results
 from scalelab.report import tables
-from scalelab.report.frames import identity_notes, link_label, runs_frame, scaling_frame
+from scalelab.report.columns import link_label
+from scalelab.report.frames import identity_notes, runs_frame, scaling_frame
 
 
 def frames(found):
@@ -280,7 +281,7 @@ def frames_letters(n):
 
 
 def test_repeats_had_their_nodes_alone_only_where_each_did():
-    from scalelab.report.frames import all_or_none
+    from scalelab.report.columns import all_or_none
 
     assert all_or_none(pd.Series([True, True])) is True
     assert all_or_none(pd.Series([True, False, None])) is False  # one shared: the configuration did not

@@ -16,7 +16,7 @@ from scalelab import perfmodel
 from scalelab.bench.collectives import collective_of
 from scalelab.numeric import known as _ok
 from scalelab.perfmodel.network import bandwidths, busbw_at
-from scalelab.report.frames import link_label
+from scalelab.report.columns import link_label
 
 
 def bench_frame(found: list) -> pd.DataFrame:

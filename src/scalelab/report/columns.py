@@ -1,0 +1,222 @@
+"""The report's columns, declared once: where each comes from in a result.json and how repeats combine.
+
+`RUNS` is the runs frame, one Column per column in its order (runs.csv keeps it): frames.runs_frame reads each
+result through it, coerces the numeric ones, and frames.scaling_frame combines the repeats of a configuration
+as each Column says (`combine`). `EXPORTED` names what scaling.csv, step_breakdown.csv and summary.json carry,
+the combined columns beside those frames.scaling_frame and explain.annotate compute. A new column is one line in
+RUNS (and one in EXPORTED where the files show it); tests/unit/test_columns.py holds the frames to these tables.
+"""
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+
+from scalelab import results
+from scalelab.config import LEVER_DEFAULTS
+from scalelab.measure import cpushare
+from scalelab.perfmodel.network import human_rate
+from scalelab.workloads import throughput_unit
+
+# timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
+COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
+               "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
+
+
+def at(path: str, default=None) -> Callable[[dict], Any]:
+    """A reader of one field of a result, by its dotted path ("timing.comm.waited_s"): a missing or null section
+    reads as empty, a missing last field as `default` (a null one stays None)."""
+    *sections, last = path.split(".")
+
+    def read(result: dict):
+        for key in sections:
+            result = result.get(key) or {}
+        return result.get(last, default)
+    return read
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the runs frame.
+
+    read: a function of the whole result (`at(path)` for a plain field); None where runs_frame fills it from the
+    frame itself. combine: how the repeats of one configuration make its scaling-frame value: None (runs frame
+    only), "key" (one of keys.CONFIGURATION), a pandas aggregation ("median", "first", "max", ...), a function of
+    (the repeats' values, the completed runs frame), or {scaling column: one of those} where the scaling frame
+    names it otherwise. numeric: coerced with pd.to_numeric (text where a number belongs reads as missing)."""
+    name: str
+    read: Callable[[dict], Any] | None
+    combine: Any = None
+    numeric: bool = False
+    doc: str = ""
+
+    def combined(self) -> dict:
+        """{scaling-frame column: how} for this column's repeats; {} for a key or a runs-only column."""
+        if self.combine is None or self.combine == "key":
+            return {}
+        return dict(self.combine) if isinstance(self.combine, dict) else {self.name: self.combine}
+
+
+def link_label(link) -> str:
+    """A result's launch.link in words, "" for none (a real network): "emulated 1 Gbit/s", "emulated 200 Mbit/s
+    +5 ms". Runs with different labels are different configurations, never repeats of one."""
+    if not isinstance(link, dict) or not isinstance(link.get("gbit"), (int, float)):
+        return ""
+    gbit = link["gbit"]
+    rate = human_rate(gbit)
+    latency = f" +{link['latency_ms']:g} ms" if isinstance(link.get("latency_ms"), (int, float)) else ""
+    return f"{'emulated ' if link.get('emulated') else ''}{rate}{latency}"
+
+
+def least_share(shares):
+    """The least any rank had a core when it was ready to run (measure/cpushare.py); None where not measured."""
+    return min((x for x in shares or [] if x is not None), default=None)
+
+
+def loss_curve(ranks: list) -> tuple | None:
+    """The training loss of every batch, averaged over the ranks (each rank logs the loss of its own shard); NaN
+    where a rank's loss was not finite (written as null)."""
+    curves = [r.get("losses") or [] for r in ranks if isinstance(r, dict)]
+    # zip stops at the shortest curve; sum/len, not statistics.fmean: fmean was most of a 10,000-file report
+    return tuple(float("nan") if None in batch else sum(batch) / len(batch) for batch in zip(*curves)) or None
+
+
+def sizes(path: str) -> Callable[[dict], Any]:
+    """A list of bytes (timing.comm.bucket_bytes) as a tuple, None where empty or missing."""
+    read = at(path)
+    return lambda r: tuple(read(r) or ()) or None
+
+
+def fingerprint_text(r: dict) -> str:
+    """What the step ran (scalelab/fingerprint.py), as JSON text: "" where the run did not record it."""
+    return json.dumps(r["fingerprint"], sort_keys=True) if isinstance(r.get("fingerprint"), dict) else ""
+
+
+def all_or_none(flags: pd.Series):
+    """Whether every repeat had its nodes alone: False where one did not, True where all did, else None (unknown)."""
+    if (flags == False).any():  # noqa: E712 - None and NaN are neither
+        return False
+    return True if len(flags) and (flags == True).all() else None  # noqa: E712
+
+
+def most_starved(starved: pd.Series, had_cpu: pd.Series) -> str:
+    """Of repeats' contention words, those of the run whose rank had the least share of a core: the worst, as
+    `had_cpu` is (the largest string would be "rank 2 … 70 %" over "rank 10 … 5 %"). Words exist exactly where a
+    share is below cpushare.QUIET, so the least share's run has words whenever any repeat has."""
+    shares = had_cpu.loc[starved.index]
+    return starved.loc[shares.idxmin()] if shares.notna().any() else ""
+
+
+def _median_epoch(r: dict):
+    epochs = r["timing"].get("epoch_times_s") or []
+    return statistics.median(epochs) if epochs else None
+
+
+RUNS = (
+    Column("run_id", at("run_id"), {"runs": "size"}),
+    Column("group", results.group_key, "key", doc="the workload and hardware (results.group_key), as JSON text"),
+    Column("model", at("workload.model"), "first"),
+    Column("describe", lambda r: r["workload"].get("describe") or r["workload"].get("model"), "first"),
+    Column("params", at("workload.params"), numeric=True),
+    Column("scaling", at("workload.scaling"), "first"),
+    Column("batch_per_device", at("workload.batch_per_device"), "first"),
+    Column("global_batch", at("workload.global_batch"), "first"),
+    Column("precision", at("workload.precision"), "first"),
+    Column("world_size", at("launch.world_size"), "key"),
+    Column("num_nodes", at("launch.num_nodes"), "key"),
+    Column("devices", at("launch.devices"), doc="per node"),
+    Column("launcher", at("launch.launcher")),
+    Column("accelerator", at("launch.accelerator"), "first"),
+    Column("device", lambda r: (r["launch"].get("device_names") or ["?"])[0], "first"),
+    Column("backend", at("launch.backend"), "first"),
+    Column("link", lambda r: link_label(r["launch"].get("link")), "key", doc='"" for a real network'),
+    Column("link_gbit", at("launch.link.gbit"), "first", numeric=True),
+    Column("threads", at("launch.threads"), "max"),
+    Column("oversubscribed", lambda r: r["launch"].get("oversubscribed") or "", "max",
+           doc='ranks shared cores (launch.cores); "" = no'),
+    Column("had_cpu", lambda r: least_share(r["timing"].get("had_cpu")), "min", numeric=True),
+    Column("starved", lambda r: cpushare.contended(r["timing"].get("had_cpu")) or "",
+           lambda s, rows: most_starved(s, rows["had_cpu"]), doc="the most starved rank in words, or \"\""),
+    Column("status", at("status")),
+    Column("error", at("error")),
+    Column("train_time_s", at("timing.train_time_s"), "median", numeric=True),
+    Column("step_s", at("timing.step_s.median"), "median", numeric=True),
+    Column("epoch_s", _median_epoch, "median", numeric=True),
+    Column("unit", lambda r: throughput_unit(r["workload"].get("tokens_per_sample")), "first"),
+    Column("samples_per_s", at("timing.samples_per_s"), "median", numeric=True),
+    Column("tokens_per_s", at("timing.tokens_per_s"), "median", numeric=True),
+    Column("first_step_s", at("timing.first_step_s"), numeric=True),
+    Column("whole_run_s", at("timing.whole_run_s"), numeric=True),
+    Column("train_loss", at("metrics.train_loss"), numeric=True),
+    Column("val_loss", at("metrics.val_loss"), numeric=True),
+    Column("val_acc", at("metrics.val_acc"), numeric=True),
+    Column("created", at("created")),
+    Column("job_id", at("slurm.job_id")),
+    Column("restart_count", lambda r: (r.get("slurm") or {}).get("restart_count") or 0),
+    *(Column(k, at(f"timing.comm.{k}"), "median", numeric=True) for k in COMM_FIELDS[:-1]),
+    Column("bucket_bytes", sizes("timing.comm.bucket_bytes"), "first"),
+    Column(COMM_FIELDS[-1], at(f"timing.comm.{COMM_FIELDS[-1]}"), "median", numeric=True),
+    *(Column(k, at(f"timing.{k}"), "median", numeric=True) for k in ("tflops_per_device", "peak_tflops", "mfu")),
+    Column("peak_note", at("timing.peak_note"), "first"),
+    *(Column(k, at(f"workload.{k}", default), "first") for k, default in LEVER_DEFAULTS.items()),
+    Column("wire_bytes", sizes("timing.comm.wire_bytes"), "first", doc="the buckets as --comm_hook sent them"),
+    Column("samples_per_batch", lambda r: (r["workload"].get("batch_per_device") or 0) * r["launch"]["world_size"],
+           "first"),
+    Column("loss_curve", lambda r: loss_curve(r.get("ranks") or []), "last"),
+    Column("exclusive", at("slurm.exclusive"), lambda s, rows: all_or_none(s),
+           doc="had its nodes alone (SLURM --exclusive); None: not known"),
+    Column("fingerprint", fingerprint_text, {"fingerprinted": lambda s, rows: bool((s != "").all())}),
+    Column("job_differs", None, lambda s, rows: next((t for t in s if t), ""),
+           doc="how the step differs from its group baseline's: plausible.job_differences, from the whole frame"),
+)
+NAMES = tuple(c.name for c in RUNS)
+NUMERIC = tuple(c.name for c in RUNS if c.numeric)
+# the throughput frames.scaling_frame gives each run in its own unit (frames.THROUGHPUT_COLUMN), combined
+THROUGHPUT = {"throughput": "median", "throughput_min": "min", "throughput_max": "max"}
+# The scaling frame's combined columns in the order files written before this table had (--save_csv writes the
+# frame whole); one not named here follows them, in RUNS's order.
+SCALING_ORDER = ("runs", "throughput", "throughput_min", "throughput_max", "train_time_s", "step_s", "epoch_s",
+                 "global_batch", "accelerator", "device", "backend", "link_gbit", "oversubscribed", "had_cpu",
+                 "starved", "threads", "scaling", "model", "describe", "unit", "samples_per_s", "bucket_bytes",
+                 "tokens_per_s", "wire_bytes", "samples_per_batch", "loss_curve", "peak_note", "batch_per_device",
+                 "precision", "job_differs", "fingerprinted", "exclusive", *LEVER_DEFAULTS, *COMM_FIELDS,
+                 "tflops_per_device", "peak_tflops", "mfu")
+
+
+def aggregations(rows: pd.DataFrame) -> dict:
+    """The named aggregations of the scaling frame over the completed runs `rows` (with their `throughput`):
+    {scaling column: (runs column, how)}, in SCALING_ORDER."""
+    named = {out: (c.name, how) for c in RUNS for out, how in c.combined().items()}
+    named.update({out: ("throughput", how) for out, how in THROUGHPUT.items()})
+    rank = {name: i for i, name in enumerate(SCALING_ORDER)}
+    out = {}
+    for name in sorted(named, key=lambda n: rank.get(n, len(rank))):  # sorted is stable: the rest in RUNS's order
+        source, how = named[name]
+        out[name] = (source, (lambda s, how=how: how(s, rows)) if callable(how) else how)
+    return out
+
+
+# What the exported files carry, in their order: {scaling-frame column: the files} ("scaling": scaling.csv,
+# "step": step_breakdown.csv; summary.json holds each once, in this order). Besides RUNS's combined columns:
+# letter … throughput_per_device from frames.scaling_frame, predicted_*, bench_*, cost_* and hours_* from
+# explain.annotate. Times in seconds, the unit in the name (docs/appendix-a-columns.md).
+EXPORTED = {
+    "letter": "scaling step", "describe": "scaling step", "hardware": "scaling", "scaling": "scaling",
+    "world_size": "scaling step", "num_nodes": "scaling step", "link": "scaling step", "runs": "scaling",
+    "unit": "scaling", "throughput": "scaling", "throughput_min": "scaling", "throughput_max": "scaling",
+    "speedup": "scaling", "baseline_world_size": "scaling", "efficiency": "scaling",
+    "predicted_efficiency_no_overlap": "scaling", "predicted_efficiency_overlap": "scaling",
+    "throughput_per_device": "scaling", "global_batch": "scaling", "cost_per_1k_samples": "scaling",
+    "hours_for_token_budget": "scaling", "cost_for_token_budget": "scaling", "job_differs": "scaling",
+    "step_s": "step", "compute_s": "step", "allreduce_s": "step", "allreduce_alone_s": "step",
+    "predicted_allreduce_s": "step", "waited_s": "step", "comm_share": "step", "hidden_fraction": "step",
+    "grad_bytes": "step", "buckets": "step", "bucket_bytes": "step", "ddp_busbw_GBps": "step",
+    "bench_busbw_GBps": "step", "bench_runs": "step", "tflops_per_device": "step", "mfu": "step",
+}
+
+
+def exported(file: str | None = None) -> list:
+    """The columns one exported file carries ("scaling", "step"), in its order; None: every exported column."""
+    return [name for name, files in EXPORTED.items() if file is None or file in files.split()]

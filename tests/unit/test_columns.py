@@ -1,0 +1,61 @@
+"""The report's columns come from one table (report/columns.py): the frames and the exported files hold to it."""
+
+import pandas as pd
+
+from helpers import ROWS, _bench, _with_comm, make_result
+from scalelab.report import columns, explain, export
+from scalelab.report.frames import runs_frame, scaling_frame
+from scalelab.report.keys import CONFIGURATION
+
+
+def _found():
+    found = [_with_comm(make_result(f"r{w}{k}", w, samples_per_s=100 * w - k), 0.008, 0.002, 0.001, 0.01)
+             for w in (1, 2) for k in range(2)]
+    return found + [make_result("boom", 2, status="failed"), _bench(2, ROWS)]
+
+
+def test_every_column_of_the_runs_frame_comes_from_the_table_and_the_numeric_ones_are_numbers():
+    runs = runs_frame(_found())
+    assert list(runs.columns) == list(columns.NAMES) == [c.name for c in columns.RUNS]
+    assert len(set(columns.NAMES)) == len(columns.NAMES)  # one declaration per name
+    for name in columns.NUMERIC:
+        assert pd.api.types.is_numeric_dtype(runs[name]), name
+
+
+def test_every_combined_column_of_the_table_is_in_the_scaling_frame_and_nothing_else_is_aggregated():
+    """A column declared with a `combine` but left out of the aggregation fails here, as does an aggregation
+    that no declaration asked for."""
+    declared = {out for c in columns.RUNS for out in c.combined()} | set(columns.THROUGHPUT)
+    assert {"runs", "fingerprinted", "throughput_max", "step_s", "starved"} <= declared
+    ok = runs_frame(_found()).query("status == 'completed'").assign(throughput=1.0)
+    assert set(columns.aggregations(ok)) == declared
+    scaling = scaling_frame(runs_frame(_found()))
+    keys = [c.name for c in columns.RUNS if c.combine == "key"]
+    assert keys == CONFIGURATION  # the table's keys are those the scaling frame groups by
+    combined = list(scaling.columns[:len(keys) + len(declared)])
+    assert combined[:len(keys)] == keys and set(combined[len(keys):]) == declared
+    assert set(columns.SCALING_ORDER) <= declared  # the order pins no name the table lost
+
+
+def test_the_scaling_frame_combines_repeats_as_the_table_says():
+    scaling = scaling_frame(runs_frame(_found())).set_index("world_size")
+    assert (scaling.loc[2, "runs"], scaling.loc[2, "throughput"], scaling.loc[2, "throughput_min"]) == (2, 199.5, 199)
+    by_name = {c.name: c for c in columns.RUNS}
+    assert [by_name[n].combined() for n in ("world_size", "devices", "run_id", "step_s")] == [
+        {}, {}, {"runs": "size"}, {"step_s": "median"}]  # a key, a runs-only column, a renamed one, a plain one
+
+
+def test_every_exported_column_is_a_column_of_the_annotated_scaling_frame_in_the_files_order():
+    found = _found()
+    scaling = explain.annotate(scaling_frame(runs_frame(found)), explain.bench_frame(found))
+    assert set(columns.exported()) <= set(scaling.columns)
+    assert export.SCALING_COLUMNS == columns.exported("scaling") and export.STEP_COLUMNS == columns.exported("step")
+    assert columns.exported() == export.SCALING_COLUMNS + [c for c in export.STEP_COLUMNS
+                                                           if c not in export.SCALING_COLUMNS]
+
+
+def test_a_path_reads_a_missing_or_null_section_as_empty_and_a_missing_field_as_its_default():
+    read = columns.at("timing.comm.waited_s", default=0)
+    assert read({"timing": {"comm": {"waited_s": 0.5}}}) == 0.5
+    assert read({"timing": {"comm": None}}) == 0 and read({}) == 0
+    assert read({"timing": {"comm": {"waited_s": None}}}) is None  # a null field stays null
