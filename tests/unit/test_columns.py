@@ -45,13 +45,12 @@ def test_the_scaling_frame_combines_repeats_as_the_table_says():
         {}, {}, {"runs": "size"}, {"step_s": "median"}]  # a key, a runs-only column, a renamed one, a plain one
 
 
-def test_every_exported_column_is_a_column_of_the_annotated_scaling_frame_in_the_files_order():
+def test_every_exported_column_is_a_column_of_the_annotated_scaling_frame_and_goes_to_a_known_file():
     found = _found()
     scaling = explain.annotate(scaling_frame(runs_frame(found)), explain.bench_frame(found))
     assert set(columns.exported()) <= set(scaling.columns)
-    assert export.SCALING_COLUMNS == columns.exported("scaling") and export.STEP_COLUMNS == columns.exported("step")
-    assert columns.exported() == export.SCALING_COLUMNS + [c for c in export.STEP_COLUMNS
-                                                           if c not in export.SCALING_COLUMNS]
+    assert {f for files in columns.EXPORTED.values() for f in files.split()} == {"scaling", "step"}
+    assert export.SCALING_COLUMNS[:3] == ["letter", "describe", "hardware"] and "mfu" in export.STEP_COLUMNS
 
 
 def test_a_path_reads_a_missing_or_null_section_as_empty_and_a_missing_field_as_its_default():

@@ -17,18 +17,11 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import explain, plausible
+from scalelab.report import columns, explain, plausible
 
-# CSV / summary.json columns: the frame's own names (docs/appendix-a-columns.md), times in seconds
-SCALING_COLUMNS = ["letter", "describe", "hardware", "scaling", "world_size", "num_nodes", "link", "runs", "unit",
-                   "throughput", "throughput_min", "throughput_max", "speedup", "baseline_world_size", "efficiency",
-                   "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "throughput_per_device",
-                   "global_batch", "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget",
-                   "job_differs"]
-STEP_COLUMNS = ["letter", "describe", "world_size", "num_nodes", "link", "step_s", "compute_s", "allreduce_s",
-                "allreduce_alone_s", "predicted_allreduce_s", "waited_s", "comm_share", "hidden_fraction",
-                "grad_bytes", "buckets", "bucket_bytes", "ddp_busbw_GBps", "bench_busbw_GBps", "bench_runs",
-                "tflops_per_device", "mfu"]
+# CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
+SCALING_COLUMNS = columns.exported("scaling")
+STEP_COLUMNS = columns.exported("step")
 BENCH_COLUMNS = ["run_id", "world_size", "num_nodes", "backend", "device", "bytes", "count", "dtype", "time_s",
                  "algbw_GBps", "busbw_GBps", "single_op_s", "wrong"]
 
@@ -57,8 +50,7 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
         key = json.loads(r["group"])
         configurations.append({
             "workload": key["workload"], "hardware_detail": key["hardware"],
-            **{name: _clean(r[name]) for name in SCALING_COLUMNS},
-            **{name: _clean(r[name]) for name in STEP_COLUMNS if name not in SCALING_COLUMNS},
+            **{name: _clean(r[name]) for name in columns.exported()},
             "limiting": explain.limiting_line(r),
             "findings": plausible.findings(SimpleNamespace(**r)),  # what the report's "!" lines say of it
         })
