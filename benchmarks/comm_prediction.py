@@ -76,7 +76,7 @@ def main():
 
 def figures(folder, label) -> dict:
     """The report's figures for each workload in `folder`, appended to the table; -> {name: (pred÷alone, pred÷busy)}."""
-    _, scaling, _, _ = build(folder)
+    scaling = build(folder).scaling
     out = {}
     for name in WORKLOADS:
         r = scaling[(scaling["describe"].str.startswith(name.split()[0]))].iloc[0]

@@ -79,7 +79,7 @@ def compression(scaling, rates) -> list:
 def main():
     args = emulated_sweep.parse_args(__doc__)
     out = emulated_sweep.run("levers", rungs(args.link_gbit), args)
-    _, scaling, _, _ = build(out)
+    scaling = build(out).scaling
     print(f"CPU rehearsal, 1 device = 1 core, gloo, tiny GPT; medians of the runs in {out}/ (python src/benchmark.py "
           f"--output_dir {out} shows them all)\n")
     print(tabulate(predictions(scaling, args.link_gbit),

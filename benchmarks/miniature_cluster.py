@@ -84,7 +84,8 @@ def predictions(scaling, rates) -> list:
 def main():
     args = emulated_sweep.parse_args(__doc__)
     out = emulated_sweep.run("miniature_cluster", rungs(args.link_gbit), args)
-    _, scaling, bench, _ = build(out)
+    report = build(out)
+    scaling, bench = report.scaling, report.bench
     print(f"CPU rehearsal, 1 device = 1 core, gloo; medians of the runs in {out}/ (python src/benchmark.py "
           f"--output_dir {out} shows them all)\n")
     print(tabulate(intra_node(scaling), headers=["2 devices, one node", "efficiency", "target", ""]))

@@ -296,8 +296,9 @@ def forecast_from(args, argv) -> int:
     from scalelab.report import forecast_view
 
     given = {a.split("=")[0] for a in argv}
-    runs, _, bench, skipped = report_cli.build(args.from_dir)
-    report_cli._warn(skipped)
+    report = report_cli.build(args.from_dir)
+    report_cli._warn(report.skipped)
+    runs, bench = report.runs, report.bench
     if runs.empty:
         raise UsageError(f"--from {args.from_dir}: no training results there to calibrate on")
     nodes = (tuple(sorted(set(args.num_nodes))) if given & {"--num_nodes", "--nodes"} else

@@ -24,13 +24,13 @@ def test_groups_equal_but_for_one_lever_are_compared_at_equal_samples(tmp_path):
     _run(tmp_path, "k4-1", 1, 100.0, [3.0] * 40, accumulate_grad_batches=4)
     _run(tmp_path, "k4-2", 2, 180.0, [3.0 - i / 100 for i in range(40)], accumulate_grad_batches=4)
     _run(tmp_path, "other", 2, 150.0, [1.0] * 10, batch_size=32)  # a different workload: no family
-    _, scaling, _, _ = build(str(tmp_path))
+    scaling = build(str(tmp_path)).scaling
     ((lever, rows),) = lever_view.families(scaling)
     assert lever == "accumulate_grad_batches" and list(rows["accumulate_grad_batches"]) == [1, 4]
     assert lever_view.equal_samples(rows) == 10 * 128  # 10 batches of 64 per device x 2 devices
     assert lever_view.loss_at(rows["loss_curve"].iloc[0], 128, 1280) == pytest.approx(2.1)  # its last batch
     assert lever_view.loss_at(rows["loss_curve"].iloc[1], 128, 1280) == pytest.approx(2.91)  # its 10th batch
-    text = render(*build(str(tmp_path))[:2])
+    text = _render(build(str(tmp_path)))
     assert "What accumulate_grad_batches bought" in text and "after 1,280 samples" in text
     table = text.split("What accumulate_grad_batches bought")[1].splitlines()
     (k1,) = [line for line in table if line.startswith("1 ")]
@@ -45,7 +45,7 @@ def test_the_bytes_on_the_wire_come_from_the_hook(tmp_path):
         r = make_result(f"{hook}-2", world=2, nodes=2, samples_per_s=150.0, comm_hook=hook)
         r["timing"]["comm"] = {"grad_bytes": 8e6, "bucket_bytes": [8e6], "wire_bytes": [wire], "buckets": 1}
         results.write(str(tmp_path), r)
-    text = render(*build(str(tmp_path))[:2]).split("What comm_hook bought")[1]
+    text = _render(build(str(tmp_path))).split("What comm_hook bought")[1]
     rows = {line.split()[0]: line for line in text.splitlines() if line.split()[:1] in (["none"], ["bf16"])}
     assert "8.00" in rows["none"] and "4.00" in rows["bf16"]
 
@@ -53,7 +53,7 @@ def test_the_bytes_on_the_wire_come_from_the_hook(tmp_path):
 def test_no_family_no_lever_table(tmp_path):
     _run(tmp_path, "a", 1, 100.0, [1.0])
     _run(tmp_path, "b", 2, 150.0, [1.0])
-    assert "bought" not in render(*build(str(tmp_path))[:2])
+    assert "bought" not in _render(build(str(tmp_path)))
 
 
 def test_a_family_gets_its_plot(tmp_path):
@@ -63,7 +63,8 @@ def test_a_family_gets_its_plot(tmp_path):
     _run(tmp_path, "k1-2", 2, 110.0, [3.0] * 10)
     _run(tmp_path, "k4-1", 1, 100.0, [3.0] * 40, accumulate_grad_batches=4)
     _run(tmp_path, "k4-2", 2, 180.0, [3.0] * 40, accumulate_grad_batches=4)
-    _, scaling, bench, _ = build(str(tmp_path))
+    report = build(str(tmp_path))
+    scaling, bench = report.scaling, report.bench
     written = plots.write_all(str(tmp_path / "plots"), scaling, bench)
     path = tmp_path / "plots" / "efficiency_vs_accumulate_grad_batches.png"
     assert str(path) in written and path.read_bytes()[:4] == b"\x89PNG"
@@ -75,5 +76,9 @@ def test_a_gpt_mfu_says_how_attention_is_counted(tmp_path):
         r["timing"].update(tflops_per_device=100.0, peak_tflops=312.0, mfu=0.32)
         r["timing"]["comm"] = {"compute_s": 0.1, "allreduce_s": 0.01, "grad_bytes": 8e6, "buckets": 1}
         results.write(str(tmp_path), r)
-    text = render(*build(str(tmp_path))[:2])
+    text = _render(build(str(tmp_path)))
     assert "MFU counts attention's full T x T scores (the causal half is not discounted)" in text
+
+
+def _render(report):
+    return render(report.runs, report.scaling)

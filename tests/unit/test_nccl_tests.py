@@ -415,13 +415,15 @@ def _training_folder(tmp_path):
 
 def test_the_report_predicts_from_a_log_in_the_folder(tmp_path, capsys):
     out = _training_folder(tmp_path)
-    _, scaling, bench, skipped = cli.build(str(out))
+    report = cli.build(str(out))
+    scaling, bench, skipped = report.scaling, report.bench, report.skipped
     assert bench.empty and scaling.set_index("world_size").loc[8].isna().bench_busbw_GBps  # no benchmark: no prediction
     assert cli.main(["--output_dir", str(out)]) == 0
     assert "or an all_reduce_perf log of 8 ranks on 2 node(s) (--nccl_tests LOG)" in capsys.readouterr().out
     (out / "slurm-4242.out").write_text("srun: job 4242 queued\n" + NEW)
     (out / "train.log").write_text("epoch 1: loss 0.5\n")  # not nccl-tests: passed over without a word
-    _, scaling, bench, skipped = cli.build(str(out))
+    report = cli.build(str(out))
+    scaling, bench, skipped = report.scaling, report.bench, report.skipped
     assert skipped == [] and list(bench["run_id"]) == ["nccl-tests-slurm-4242.out"]
     rows = nccl_tests.parse(NEW)[0]["rows"]
     eight = scaling.set_index("world_size").loc[8]
@@ -443,7 +445,7 @@ def test_the_report_reads_the_out_of_place_column_as_nccl_tests_users_quote_it(t
     assert r["rows"][-1]["in_place_busbw_GBps"] == pytest.approx(89.22, abs=0.01)
     out = _training_folder(tmp_path)
     (out / "a100.log").write_text(slow_in_place)
-    _, _, bench, _ = cli.build(str(out))
+    bench = cli.build(str(out)).bench
     exported = export.bench_rows(bench)
     assert exported["busbw_GBps"].iloc[-1] == pytest.approx(134217728 / 1322.9e-6 / 1e9 * 2 * 7 / 8)
     assert list(exported["busbw_GBps"]) == pytest.approx(_printed_busbw(NEW, 7), abs=0.006, rel=1e-3)
@@ -474,7 +476,7 @@ def test_the_quoted_busbw_is_the_plateau_the_median_of_the_three_largest_sizes(t
     assert plateau_busbw(r["rows"][:2]) == pytest.approx((10 + 20) / 2, rel=2e-3)  # fewer sizes: all of them
     out = _training_folder(tmp_path)
     (out / "plateau.log").write_text(PLATEAU_LOG)
-    _, _, bench, _ = cli.build(str(out))
+    bench = cli.build(str(out)).bench
     assert bench["busbw_GBps"].tolist() == pytest.approx([290], rel=2e-3)
 
 
@@ -516,7 +518,7 @@ def test_the_plot_legend_names_the_log_file(tmp_path):
     plots = pytest.importorskip("scalelab.report.plots")
     out = _training_folder(tmp_path)
     (out / "all_reduce_perf-2.x.txt").write_text(NEW)
-    _, _, bench, _ = cli.build(str(out))
+    bench = cli.build(str(out)).bench
     _, labels = plots.busbw_figure(bench).axes[0].get_legend_handles_labels()
     assert labels == ["8 dev, 2 nodes, all_reduce_perf-2.x.txt, out-of-place"]  # the GPU: in the title
 
@@ -533,7 +535,8 @@ def test_a_scalelab_benchmark_of_the_same_configuration_is_preferred(tmp_path):
                         "backend": "nccl", "device_names": [A100], "hostnames": ["a", "b"]},
                 config={"dtype": "float32"})
     results.write(str(out), ours)
-    _, scaling, bench, _ = cli.build(str(out))
+    report = cli.build(str(out))
+    scaling, bench = report.scaling, report.bench
     eight = scaling.set_index("world_size").loc[8]
     assert len(bench) == 2 and eight.bench_runs == 1
     assert eight.predicted_allreduce_s == pytest.approx(explain.predicted_allreduce_s(rows, 64_000_000, 3, 8))
@@ -544,7 +547,8 @@ def test_a_log_outside_the_folder_by_flag(tmp_path, capsys):
     log = tmp_path / "elsewhere" / "all_reduce_perf.8x.log"
     log.parent.mkdir()
     log.write_text(NEW)
-    _, scaling, bench, _ = cli.build(str(out), nccl_logs=[str(log)])
+    report = cli.build(str(out), nccl_logs=[str(log)])
+    scaling, bench = report.scaling, report.bench
     assert len(bench) == 1 and scaling.set_index("world_size").loc[8].bench_runs == 1
     assert cli.main(["--output_dir", str(out), "--nccl_tests", str(log)]) == 0
     assert "all-reduce benchmark: " in capsys.readouterr().out

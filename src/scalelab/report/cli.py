@@ -7,6 +7,7 @@ files, or puts two folders side by side (`--compare`).
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -15,29 +16,39 @@ from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
-from scalelab.report.frames import runs_frame, scaling_frame
+from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
 fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.1 for 10 %")
 
 
-def build(output_dir: str, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> tuple:
-    """Folder -> (runs, annotated scaling, all-reduce benchmarks, skipped files): what every view draws from.
+@dataclass(frozen=True)
+class Report:
+    """One folder, read once: what every view (tables, plots, files, --compare, --reference) draws from."""
+    runs: pd.DataFrame  # one row per training run (report/columns.py's RUNS)
+    scaling: pd.DataFrame  # one row per configuration, annotated, with forecast_error; empty without a completed run
+    bench: pd.DataFrame  # all-reduce benchmarks: result.json files and nccl-tests logs (explain.bench_frame)
+    skipped: list  # (path, reason) of each file not read
+    track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
+    identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
 
-    All-reduce benchmarks come from result.json files and from nccl-tests logs: those in the folder (*.log,
-    *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs.
+
+def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> Report:
+    """Folder -> Report. All-reduce benchmarks come from result.json files and from nccl-tests logs: those in the
+    folder (*.log, *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs.
     """
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
     found, skipped = results.scan(output_dir)
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
-    runs = runs_frame(found)
+    runs, notes = read_runs(found)
     bench = explain.bench_frame(found)
-    scaling = scaling_frame(runs)
+    scaling, track = scaling_frame(runs), pd.DataFrame()
     if not scaling.empty:
         scaling = explain.annotate(scaling, bench, peak_tflops, gpu_hour_price, token_budget)
-        scaling = forecast_view.with_forecast_error(scaling, forecast_view.record(runs, bench))
-    return runs, scaling, bench, skipped
+        track = forecast_view.record(runs, bench)
+        scaling = forecast_view.with_forecast_error(scaling, track)
+    return Report(runs, scaling, bench, skipped, track, notes)
 
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
@@ -110,7 +121,7 @@ def build_parser() -> OneLineParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    money = (args.peak_tflops, args.gpu_hour_price, args.token_budget)
+    money = dict(peak_tflops=args.peak_tflops, gpu_hour_price=args.gpu_hour_price, token_budget=args.token_budget)
     if args.compare:
         return _compare(args, money)
     args.output_dir = args.output_dir or "outputs"
@@ -119,19 +130,13 @@ def main(argv=None) -> int:
     if args.ranks:
         return _ranks(args)
     try:
-        runs, scaling, bench, skipped = build(args.output_dir, *money, nccl_logs=args.nccl_tests)
+        report = build(args.output_dir, **money, nccl_logs=args.nccl_tests)
     except UsageError as exc:
         raise UsageError(f"--output_dir {exc}") from None
-    _warn(skipped)
-    if args.write_reference:
-        checks = reference.draft(scaling, bench, -(args.reference_tolerance or 0.1))
-        path = reference.write(args.write_reference, checks)
-        print(f"written: {path} ({reference.count(checks)})")
-        return 0
-    if checks is not None:
-        lines, failed = reference.check(checks, scaling, bench, args.output_dir)
-        print("\n".join(lines))
-        return 1 if failed else 0
+    _warn(report.skipped)
+    if args.write_reference or checks is not None:
+        return _reference(args, checks, report)
+    runs, scaling, bench = report.runs, report.scaling, report.bench
     fmt = "github" if args.markdown else "simple"
     if runs.empty:
         return _no_runs(args.output_dir, bench, fmt)
@@ -140,10 +145,10 @@ def main(argv=None) -> int:
             results.ensure_output_dir(path, flag)
     max_runs = None if args.all_runs else 12
     width = terminal_width() if fmt == "simple" else 0
-    print(_header(runs, args.output_dir, width))
+    print(_header(report, args.output_dir, width))
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
     print("\n".join(wrap(line, width) for line in forecast_view.track_record(
-        runs, scaling.attrs.get("track_record", pd.DataFrame()), fmt, details=args.details or args.all_runs)))
+        runs, report.track_record, fmt, details=args.details or args.all_runs)))
     print("\n".join(nccl_logs.render(bench, fmt)))
     if args.forecast:
         print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
@@ -170,11 +175,24 @@ def main(argv=None) -> int:
     return 0
 
 
-def _header(runs: pd.DataFrame, output_dir: str, width: int) -> str:
+def _reference(args, checks, report: Report) -> int:
+    """--write_reference: a reference file of this folder's values; --reference: PASS/FAIL lines, 1 on a failure."""
+    if args.write_reference:
+        checks = reference.draft(report.scaling, report.bench, -(args.reference_tolerance or 0.1))
+        path = reference.write(args.write_reference, checks)
+        print(f"written: {path} ({reference.count(checks)})")
+        return 0
+    lines, failed = reference.check(checks, report.scaling, report.bench, args.output_dir)
+    print("\n".join(lines))
+    return 1 if failed else 0
+
+
+def _header(report: Report, output_dir: str, width: int) -> str:
     """What was counted: runs, groups, and each result not counted as a run of its own (frames.identity_notes)."""
+    runs = report.runs
     n_groups = runs.loc[runs["status"] == "completed", "group"].nunique()
     lines = [f"scalelab report: {len(runs)} run(s) in {output_dir}/, {n_groups} scaling group(s)"]
-    for note in runs.attrs.get("identity", []):  # one line each, folded where a terminal shows it
+    for note in report.identity_notes:  # one line each, folded where a terminal shows it
         lines.append(wrap(f"note: {redaction.inert(note)}", width))
     return "\n".join(lines) + "\n"
 
@@ -241,9 +259,9 @@ def _compare(args, money) -> int:
         raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
 
     def summarize_folder(folder):
-        runs, scaling, bench, skipped = build(folder, *money)
-        _warn(skipped)
-        return export.summary(scaling, bench, len(runs), folder)
+        report = build(folder, **money)
+        _warn(report.skipped)
+        return export.summary(report.scaling, report.bench, len(report.runs), folder)
 
     return compare.main(args, summarize_folder)
 

@@ -48,10 +48,8 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
         return scaling
     err = {(r.group, r.world_size, r.num_nodes, r.link or ""): abs(r.predicted_eff - r.measured_eff) * 100
            for r in track.itertuples()}
-    scaling = scaling.assign(forecast_error=[err.get((r.group, r.world_size, r.num_nodes, r.link or ""))
-                                             for r in scaling.itertuples()])
-    scaling.attrs["track_record"] = track
-    return scaling
+    return scaling.assign(forecast_error=[err.get((r.group, r.world_size, r.num_nodes, r.link or ""))
+                                          for r in scaling.itertuples()])
 
 
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing

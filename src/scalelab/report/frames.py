@@ -20,14 +20,19 @@ THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}
 
 def runs_frame(found: list) -> pd.DataFrame:
     """One row per training result, flat columns, readable in pandas or a CSV."""
+    return read_runs(found)[0]
+
+
+def read_runs(found: list) -> tuple:
+    """(runs frame, identity notes): the results counted as runs (a requeued job's newest attempt, one row), and
+    what the report says of those it did not count as runs of their own."""
     kept, superseded = results.latest_attempts(found)
     rows = [run_row(r) for r in kept if r["kind"] == "training"]
     frame = pd.DataFrame(rows, columns=NAMES)
-    frame.attrs["identity"] = identity_notes(kept, superseded)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame["job_differs"] = plausible.job_differences(frame)
-    return frame
+    return frame, identity_notes(kept, superseded)
 
 
 def identity_notes(kept: list, superseded: list) -> list:
