@@ -145,12 +145,12 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
-        bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, getattr(r, "link", ""))
+        bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, r.link)
                      if r.world_size > 1 else None)
         busbw = pred = eff_lo = eff_hi = None
         # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
         # low-rank factors), else the buckets as DDP filled them, else the whole gradient
-        sizes = next((b for b in (getattr(r, "wire_bytes", None), r.bucket_bytes) if isinstance(b, tuple)), None)
+        sizes = next((b for b in (r.wire_bytes, r.bucket_bytes) if isinstance(b, tuple)), None)
         moved = sum(sizes) if sizes else r.grad_bytes
         if bench_row is not None and _ok(moved) and moved > 0:
             pred = predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.world_size, sizes)
@@ -216,15 +216,14 @@ def limiting_line(r) -> Optional[str]:
         detail = _comm_detail(r)
         comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
                 else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
-    emulated = getattr(r, "link", "")
-    inter = f"the {emulated} inter-node link" if isinstance(emulated, str) and emulated else "the inter-node link"
+    inter = f"the {r.link} inter-node link" if r.link else "the inter-node link"
     link = inter if r.num_nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
                                                        else "the local gloo transport")
     if _ok(r.ddp_busbw_GBps):
         comm += f"; {link} delivered {_gbps(r.ddp_busbw_GBps)} busbw to DDP"
         if _ok(r.bench_busbw_GBps):
             comm += f" (all-reduce benchmark: {_gbps(r.bench_busbw_GBps)} at these bucket sizes)"
-    if _ok(getattr(r, "allreduce_alone_s", None)) and r.allreduce_alone_s > 0:
+    if _ok(r.allreduce_alone_s) and r.allreduce_alone_s > 0:
         lost = r.allreduce_s - r.allreduce_alone_s
         if lost > 0.15 * r.allreduce_alone_s:
             shared = "the node's cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
@@ -260,14 +259,14 @@ def slower_why(r) -> str:
     """Why compute per device ran slower, most certain first: ranks we put on shared cores, then other work on
     the cores (measured: the scheduler's wait, measure/cpushare.py), and only then, on CPU, what ranks on their own
     cores still share (memory bandwidth, caches), with the measured share that rules contention out."""
-    if getattr(r, "oversubscribed", ""):
+    if r.oversubscribed:
         return " (ranks shared cores: oversubscribed)"
-    if getattr(r, "starved", ""):
+    if r.starved:
         return f" ({r.starved})"
     if r.accelerator != "cpu":
         return ""
-    had = getattr(r, "had_cpu", None)
-    measured = f"each rank had its core {had * 100:.0f} % of the time it was ready to run; " if _ok(had) else ""
+    measured = (f"each rank had its core {r.had_cpu * 100:.0f} % of the time it was ready to run; "
+                if _ok(r.had_cpu) else "")
     return f" (CPU rehearsal: {measured}the ranks still share this machine's memory bandwidth and caches)"
 
 

@@ -76,12 +76,11 @@ def figure_warnings(g: pd.DataFrame, limit: int) -> list:
     time (a slide must not show a clean line)."""
     out = []
     for r in g.itertuples():
-        group = f"{r.letter}, " if isinstance(getattr(r, "letter", None), str) else ""  # the figure's legend names it
-        busy = getattr(r, "oversubscribed", "") or getattr(r, "starved", "")
+        group = f"{r.letter}, "  # the figure's legend names it
+        busy = r.oversubscribed or r.starved
         if isinstance(busy, str) and busy:
             out.append(f"! {group}{_where(r)}: {busy}; not this hardware's scaling")
-        if hasattr(r, "job_differs"):
-            out += [f"! {group}{line}" for line in findings(r)]
+        out += [f"! {group}{line}" for line in findings(r)]
     out = list(dict.fromkeys(out))  # two groups at one configuration: one line
     return out[:limit] + ([f"! ... {len(out) - limit} more in the report"] if len(out) > limit else [])
 

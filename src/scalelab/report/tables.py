@@ -55,7 +55,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
 
 def mfu_cells(g: pd.DataFrame, r) -> list:
     """MFU beside the throughput where a peak is known (the step table has it too, with --details)."""
-    return [fmt_pct(getattr(r, "mfu", None), ".1f")] if "mfu" in g and g["mfu"].notna().any() else []
+    return [fmt_pct(r.mfu, ".1f")] if g["mfu"].notna().any() else []
 
 
 def wrap(line: str, width: int) -> str:
