@@ -138,7 +138,7 @@ RUNS = (
            doc='ranks shared cores (launch.cores); "" = no'),
     Column("had_cpu", lambda r: least_share(r["timing"].get("had_cpu")), "min", numeric=True),
     Column("starved", lambda r: cpushare.contended(r["timing"].get("had_cpu")) or "",
-           lambda s, rows: most_starved(s, rows["had_cpu"]), doc="the most starved rank in words, or \"\""),
+           lambda s, rows: most_starved(s, rows["had_cpu"]), doc='the most starved rank in words, or ""'),
     Column("status", at("status")),
     Column("error", at("error")),
     Column("train_time_s", at("timing.train_time_s"), "median", numeric=True),

@@ -4,7 +4,8 @@ Runs of the identical workload on the same hardware form a group; the smallest d
 in a group is its baseline. Speedup = throughput / baseline throughput (for a fixed amount
 of work, epochs over the same data or strong scaling, that equals T_baseline / T);
 efficiency = speedup / (devices / baseline devices). Repeats of one configuration are
-combined: median, with min-max shown. Column names are the result schema's field names.
+combined as report/columns.py declares per column (throughput: median, with min-max shown). Column names are
+the result schema's field names.
 """
 
 import pandas as pd
