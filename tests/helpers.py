@@ -52,6 +52,11 @@ def wait_for_banner(proc, limit=120):
 
 def two_gloo_ranks(target, timeout=180) -> list:
     """Run target(rank, queue) in two spawned processes joined by a gloo process group; [what each put]."""
+    return gloo_ranks(target, 2, timeout)
+
+
+def gloo_ranks(target, world: int, timeout=180) -> list:
+    """two_gloo_ranks at `world` ranks: a rule that holds at 2 ranks may not at 3 (a part, a shift, a neighbour)."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -59,7 +64,7 @@ def two_gloo_ranks(target, timeout=180) -> list:
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_gloo_rank, args=(target, rank, port, out)) for rank in range(2)]
+    procs = [ctx.Process(target=_gloo_rank, args=(target, rank, port, out, world)) for rank in range(world)]
     for p in procs:
         p.start()
     got = [out.get(timeout=timeout) for _ in procs]
@@ -69,11 +74,11 @@ def two_gloo_ranks(target, timeout=180) -> list:
     return got
 
 
-def _gloo_rank(target, rank, port, out):
+def _gloo_rank(target, rank, port, out, world=2):
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         target(rank, out)
     finally:

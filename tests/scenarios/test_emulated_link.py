@@ -285,6 +285,36 @@ def test_the_unprivileged_path_as_a_plain_user(link_ok):
 
 
 @pytest.mark.slow
+def test_an_emulator_starting_beside_another_removes_only_what_dead_runs_left(link_ok, tmp_path):
+    """Start-up removes the named namespaces of runs that were killed (their pid is gone) and none of a run still
+    alive: a second src/emulate.py, started while this process holds its own two nodes and a switch, leaves them
+    whole (named, addressed, up) and removes the dead run's."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: user namespaces vanish with their holders, nothing is left to clean up at start-up")
+    ip = netns.tool("ip")
+    dead = next(pid for pid in range(4_000_000, 1, -1) if not os.path.exists(f"/proc/{pid}"))
+    stale = f"{netns.NS_PREFIX}{dead}-n1"
+    subprocess.run([ip, "netns", "add", stale], check=True)
+    script = tmp_path / "node.py"
+    script.write_text("import os\nprint('node', os.environ['GROUP_RANK'], 'ran')\n")
+    try:
+        with netns.emulated_nodes(2, 1.0) as first:
+            proc = subprocess.run([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", str(script)],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+            assert proc.stdout.count(" ran") == 2, proc.stdout
+            listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout.split()
+            assert set(first.namespaces) <= set(listing), (first.namespaces, listing)  # alive: kept
+            assert stale not in listing  # dead: removed
+            addr = subprocess.run([*first.prefix(1), ip, "-o", "addr", "show", "dev", first.ifnames[0]],
+                                  capture_output=True, text=True)
+            assert f"{first.address(1)}/{netns.PREFIX_LEN}" in addr.stdout, addr  # still enterable, addressed
+    finally:
+        subprocess.run([ip, "netns", "del", stale], capture_output=True)
+    assert_torn_down(os.getpid())
+
+
+@pytest.mark.slow
 def test_sigterm_tears_the_link_down(link_ok, tmp_path):
     # 50 Mbit/s: the benchmark would run ~15 s, so SIGTERM finds it running even where this test reads the banner
     # late (a full suite on 2 busy cores once saw a 1 Gbit/s run end by itself first: exit 0)

@@ -360,6 +360,50 @@ def test_slurm_requeue_signal_saves_requeues_and_the_next_attempt_resumes(tmp_pa
     print(f"\nSIGUSR1 under SLURM: preempted {took:.1f} s after the signal at step {saved}; resumed and completed")
 
 
+def _refusing_slurm(tmp_path, out):
+    """The faked job of _fake_slurm, with an `scontrol` that refuses `requeue` (a partition that disallows it, an
+    admin's hold) and answers `show job` as at the time limit; each call logged with the result files on disk."""
+    log, env = _fake_slurm(tmp_path)
+    (tmp_path / "bin" / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f'echo "$1 $2 records=$(find {out} -name result.json 2>/dev/null | wc -l)" >> {log}\n'
+        'if [ "$1" = requeue ]; then\n'
+        '  echo "scontrol: error: Requested operation is presently disabled" >&2; exit 1\n'
+        'fi\n'
+        'echo "JobId=4242 JobName=x JobState=COMPLETING Reason=TimeLimit"\n')
+    return log, {**env, "SCALELAB_JOB_TIME_LIMIT": "00:30:00"}
+
+
+@pytest.mark.parametrize("signum, call, status, says", [
+    (signal.SIGUSR1, "requeue 4242", "timeout", "received SLURM's requeue signal and saved a checkpoint ({size} in "
+     "{took} s) after step {step}, but scontrol requeue 4242 failed: scontrol: error: Requested operation is "
+     "presently disabled"),
+    (signal.SIGTERM, "show job", "timeout", "received SIGTERM: SLURM ended the job at its time limit; stopped after "
+     "step {step}"),
+])
+def test_the_scheduler_is_asked_before_the_record_is_written_and_the_record_says_what_it_answered(
+        tmp_path, signum, call, status, says):
+    """At the end of a SLURM run rank 0 asks SLURM first (`scontrol requeue`, or `scontrol show job` for why it
+    sent SIGTERM), then writes result.json with the answer: a refused requeue is a timeout that says why (SLURM
+    will not run the job again), never "preempted"; a SIGTERM at the time limit says so."""
+    out = tmp_path / "out"
+    log, slurm = _refusing_slurm(tmp_path, out)
+    proc = start(out, *MLP_FOREVER, env=slurm)
+    wait_for_banner(proc)
+    time.sleep(0.5)
+    proc.send_signal(signum)
+    err, _ = finish(proc, 30)
+    assert log.read_text().splitlines() == [f"{call} records=0"], err[-2000:]  # asked once, before the record
+    (r,) = load_results(out)
+    step = r["timing"]["steps"]
+    match = re.search(r"\((\S+ KiB) in (\d+\.\d) s\)", r["error"] or "")
+    size, took = match.groups() if match else ("?", "?")
+    assert (r["status"], r["error"]) == (status, says.format(step=step, size=size, took=took)), err[-2000:]
+    assert err.strip().splitlines()[-1].startswith(f"train.py: error: run ended with status {status}: {r['error']}")
+    saved = (out / "checkpoints" / "4242" / "requeue.ckpt").exists()
+    assert saved == (signum == signal.SIGUSR1)  # kept: the job may be requeued by hand and resume from it
+
+
 def test_two_runs_into_one_folder_at_once(tmp_path):
     """Same --output_dir, same --run_name, at the same time: two results, two run ids, both in the report."""
     args = ["--model", "mlp", "--num_samples", "2048", "--max_epochs", "1", "--warmup_steps", "2", "--run_name", "same"]

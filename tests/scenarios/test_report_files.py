@@ -1,6 +1,7 @@
 """benchmark.py --plot / --export / --compare: the files a workshop pastes into slides, read back."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ from matplotlib.container import BarContainer
 
 from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
-from scalelab.report import explain, frames, plots
+from scalelab.report import explain, export, forecast_view, frames, plots, tables
 
 
 def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):
@@ -162,6 +163,58 @@ def test_letters_agree_between_report_plots_and_files(tmp_path):
     legend = [t.get_text() for t in plots.speedup_figure(explain.annotate(scaling, explain.bench_frame([])))
               .legends[0].get_texts()]
     assert all(f"{letter}: {workload}," in " ".join(legend) for letter, workload in printed.items())
+
+
+def _scanned_first_created_last(folder):
+    """A folder whose MLP group is scanned first (the printed report's A), though its runs are the newer ones (a folder
+    copied together, a clock set back), its name sorts after the GPT's, and a failed GPT run is scanned before it:
+    (runs frame, bench frame, scaling frame)."""
+    failed = make_result("f1", 2, samples_per_s=70, model="gpt", status="failed")
+    mlp = [_with_comm(make_result("z1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+           _with_comm(make_result("z2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)]
+    gpt = [_with_comm(make_result("b1", 1, samples_per_s=40, model="gpt"), 0.2, 0.0, 0.0, 0.2),
+           _with_comm(make_result("b2", 2, samples_per_s=70, model="gpt"), 0.2, 0.01, 0.005, 0.21)]
+    for sub, day, rs in (("a", "03", [failed]), ("b", "02", mlp), ("c", "01", gpt)):
+        for r in rs:
+            r["created"] = f"2024-01-{day}T00:00:00+00:00"
+            results.write(str(folder / sub), r)
+    found, _ = results.scan(str(folder))
+    assert [r["run_id"] for r in found] == ["f1", "z1", "z2", "b1", "b2"]
+    runs, bench = frames.runs_frame(found), explain.bench_frame(found)
+    return runs, bench, explain.annotate(frames.scaling_frame(runs), bench)
+
+
+def _forecast_letters(runs, bench):
+    """{letter: workload} as the printed forecast names the groups, and as its figures do."""
+    printed = dict(re.findall(r"^Forecast, group (\w): (\w+),", "\n".join(forecast_view.render(runs, bench)),
+                              flags=re.M))
+    pictured = {name[len("forecast_"):-len(".png")]: fig.axes[0].get_title().split(": ")[1].split(",")[0]
+                for name, fig in forecast_view.figures(runs, bench)}
+    return printed, pictured
+
+
+def test_a_group_has_one_letter_in_the_report_its_plots_and_its_files_whatever_the_runs_dates(tmp_path):
+    """The printed report's letters are the speedup plot's legend and scaling.csv's; the forecast's table and its
+    figures agree with each other."""
+    runs, bench, scaling = _scanned_first_created_last(tmp_path / "out")
+    printed = dict(re.findall(r"^Group (\w): (\w+) ", tables.render(runs, scaling), flags=re.M))
+    assert printed == {"A": "mlp", "B": "gpt"}
+    legend = " ".join(t.get_text() for t in plots.speedup_figure(scaling).legends[0].get_texts())
+    assert all(f"{letter}: {workload}," in legend for letter, workload in printed.items()), legend
+    export.write_all(str(tmp_path / "ex"), runs, scaling, bench, "", str(tmp_path / "out"))
+    exported = dict(pd.read_csv(tmp_path / "ex" / "scaling.csv")[["letter", "describe"]].drop_duplicates().values)
+    assert exported == printed
+    forecast, pictured = _forecast_letters(runs, bench)
+    assert forecast == pictured and set(forecast.values()) == {"gpt", "mlp"}, (forecast, pictured)
+
+
+@pytest.mark.xfail(strict=True, reason="defect: report/forecast_view.py names groups after recent() has put the runs "
+                   "newest last, so the forecast's A can be the report's B; remove this mark with the fix")
+def test_the_forecast_names_a_group_as_the_report_does_whatever_the_runs_dates(tmp_path):
+    runs, bench, scaling = _scanned_first_created_last(tmp_path / "out")
+    printed = dict(re.findall(r"^Group (\w): (\w+) ", tables.render(runs, scaling), flags=re.M))
+    forecast, pictured = _forecast_letters(runs, bench)
+    assert forecast == pictured == printed, (forecast, printed)
 
 
 def test_ideal_line_per_group_when_baselines_differ(tmp_path):

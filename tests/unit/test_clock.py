@@ -299,3 +299,44 @@ def test_the_share_of_a_core_is_read_around_each_probes_compute():
     assert c.cpu == [[0.75, 0.25]] and c._cpu_start is None  # 75 % of its ready time on a core
     probe.AloneProbe.allreduce_alone(c)  # no start: no span (the reading is not taken as one)
     assert c.cpu == [[0.75, 0.25]]
+
+
+# --- the reads that are not the window's: the loop's host interval, the first step's wall time, the alone figure
+
+
+def test_the_loops_host_interval_waits_for_the_gpu_before_it_is_read(gpu):
+    """loop_end reads the host clock around the loop: after a device sync, or it ends when the host has queued the
+    last steps, not when the GPU has run them (the self-check holds one against the other: a gap it would flag)."""
+    steps = _clock()
+    _steps(steps, gpu, loop.SYNC_EVERY, read_every=loop.SYNC_EVERY)
+    _steps(steps, gpu, 3)  # the last steps, queued, not read: the loop has ended
+    steps.loop_end()
+    steps.read()
+    assert len(steps.step_times) == loop.SYNC_EVERY + 3
+    assert steps.loop_wall_s == pytest.approx(sum(steps.step_times), abs=0.003), (steps.loop_wall_s, steps.step_times)
+
+
+def test_the_first_steps_wall_clock_end_is_when_the_gpu_ran_it_not_when_it_was_read(gpu, monkeypatch):
+    """first_step_end is wall-clock time (the report's time to first step): the first step's GPU end, placed on the
+    wall clock, even though it is read a window of steps later."""
+    wall = 1_000_000.0  # the wall clock's reading when perf_counter reads 0
+    monkeypatch.setattr(clock, "time", SimpleNamespace(perf_counter=gpu.perf_counter,
+                                                       time=lambda: wall + gpu.perf_counter()))
+    steps = _clock()
+    _steps(steps, gpu, loop.SYNC_EVERY, read_every=loop.SYNC_EVERY)  # read after 10 steps of 50 ms
+    assert steps.first_step_end - wall == pytest.approx(steps.step_times[0], abs=0.003)
+    assert steps.first_step_end - wall == pytest.approx(0.051, abs=0.003)
+
+
+def test_the_all_reduce_alone_is_timed_on_the_gpus_work_not_its_launch(gpu, monkeypatch):
+    """The probe's all-reduce alone (comm.median_allreduce_s): a host clock around queued all-reduces, so a device
+    sync before and after each pass; 2 buffers of 20 ms of GPU work each are 40 ms, not the host's 2 ms."""
+    monkeypatch.setattr(comm, "time", SimpleNamespace(perf_counter=gpu.perf_counter))
+    monkeypatch.setattr(comm, "barrier", lambda device: None)
+    monkeypatch.setattr(comm, "dist", SimpleNamespace(all_reduce=lambda buf: gpu.queue(20.0)))
+    gpu.queue(500.0)  # work queued before the probe (the step's own): not the all-reduce's
+    once = comm.median_allreduce_s([object(), object()], torch.device("cuda", 0), passes=1)
+    assert once == pytest.approx(0.040, abs=0.003)  # one pass: the work queued before it is waited out first
+    gpu.queue(500.0)
+    assert comm.median_allreduce_s([object(), object()], torch.device("cuda", 0), passes=3) == pytest.approx(0.040,
+                                                                                                              abs=0.003)

@@ -124,6 +124,38 @@ def test_each_collective_checks_right_and_catches_a_planted_value_on_gloo():
     assert (got[0]["reduce_scatter", True], got[1]["reduce_scatter", True]) == (1, 0)
 
 
+def _each_collective_at_3(rank, out):
+    """Each collective at 3 ranks, 5 elements a part (5 is no multiple of 3: each rank's part starts at another
+    phase of the pattern), float32: (name, planted) -> wrong values on this rank. Rank 2 plants."""
+    got = {}
+    for coll in COLLECTIVES.values():
+        for planted in (False, True):
+            inp, res = collectives.buffers(coll, 5, 3, torch.float32, torch.device("cpu"))
+            collectives.fill_pattern(coll, inp, 3, rank)
+            if planted and rank == 2:
+                inp[0] += 1
+            collectives.call(coll, inp, res)
+            got[coll.name, planted] = collectives.check_wrong(coll, inp, res, 3, rank, 5)
+    out.put((rank, got))
+
+
+@pytest.mark.slow
+def test_each_collective_checks_right_and_catches_a_planted_value_at_three_ranks():
+    """At 3 ranks a check has more to get right than at 2: rank j's part of an all-gather for every j (not only
+    the first two), a reduce-scatter part's phase (rank r's part starts at r·count, here 5 and 10: phases 2 and 1
+    of a 3-element pattern, where 2 ranks' odd count gave phase r). A right result is 0 wrong on every rank; rank 2
+    adding 1 to its first input element is caught: all-reduce and all-gather on all 3 ranks, reduce-scatter on rank
+    0 (element 0 is rank 0's part)."""
+    from helpers import gloo_ranks
+
+    got = dict(gloo_ranks(_each_collective_at_3, 3))
+    for name in COLLECTIVES:
+        assert [got[r][name, False] for r in range(3)] == [0, 0, 0], (name, got)
+    assert [got[r]["all_reduce", True] for r in range(3)] == [1, 1, 1], got
+    assert [got[r]["all_gather", True] for r in range(3)] == [1, 1, 1], got  # rank 2's part, in every output
+    assert [got[r]["reduce_scatter", True] for r in range(3)] == [1, 0, 0], got
+
+
 @pytest.mark.slow
 def test_all_gather_end_to_end(tmp_path):
     proc = run_script("allreduce_bench.py", "--devices", 2, "--collective", "all_gather", "--max_bytes", "64K",

@@ -68,6 +68,56 @@ def test_never_armed_without_a_deadline():
     assert d._thread is None
 
 
+# --- a checkpoint being saved is no stall -----------------------------------------------------------------------
+
+
+def test_a_held_deadline_never_fires_and_after_the_hold_the_wait_starts_afresh():
+    """held(): a save (or a load) longer than the deadline, with no step ending, is no stall; once it is over the
+    deadline counts again, from the hold's end, not from the last step before it."""
+    lines = []
+    d = StallDeadline(0.3, lines.append, lambda: (4, 4), poll_s=0.02)
+    d.arm()
+    with d.held():
+        time.sleep(0.8)  # more than twice the deadline
+    released = time.monotonic()
+    assert not lines and not d.fired
+    assert _wait(lambda: lines, limit=3.0), "the deadline never fired again after the hold"
+    took = time.monotonic() - released
+    assert 0.25 <= took <= 2.0, took  # a fresh 0.3 s, not at once (nor never)
+    assert lines == ["no progress for 0.3 s during step 5: blocked in a collective or device sync "
+                     "(stall deadline = 0.9 x --timeout)"]
+
+
+def test_the_requeue_save_holds_the_stall_deadline(tmp_path, monkeypatch):
+    """RunGuard.save: every rank saves at the agreed step (16 GB and more for xl) while the deadline is armed; the
+    save is held, so a slow one is never recorded as a stall (its record would be a failure, not a preemption)."""
+    from types import SimpleNamespace
+
+    from scalelab.train.guard import requeue
+    from scalelab.train.guard.run_guard import RunGuard
+    from scalelab.train.guard.signals import Stop
+
+    lines = []
+    guard = RunGuard.__new__(RunGuard)  # its deadline and checkpoint, without a run's start-up
+    guard.stall = StallDeadline(0.3, lines.append, lambda: (4, 4), poll_s=0.02)
+    guard.checkpoint = str(tmp_path / "requeue.ckpt")
+
+    saves = []
+
+    def slow_save(fabric, model, optimizer, plan, path):
+        saves.append(path)
+        time.sleep(0.8)
+        return 1000, 0.8
+
+    monkeypatch.setattr(requeue, "save", slow_save)
+    guard.stall.arm()
+    stop = Stop("requeue", 4)
+    guard.save(stop, SimpleNamespace(), None, None, None)
+    guard.save(Stop("SIGTERM", 4), SimpleNamespace(), None, None, None)  # not a requeue: nothing saved, at once
+    guard.stall.disarm()
+    assert not lines and stop.saved == (1000, 0.8) and saves == [guard.checkpoint]
+
+
 # --- which rank hung: each rank's progress when it stopped (steps, batches, gradient all-reduces issued) ----------
 
 def test_the_rank_furthest_behind_is_named_not_the_lowest_numbered():

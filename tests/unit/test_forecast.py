@@ -343,3 +343,25 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert lines[2].startswith("  1 of 2 inside the band (1 band(s) wider than 50 points not counted: too few or too "
                                "noisy runs to fit the model from); median error ")
     assert forecast_view.track_record(runs, track.iloc[1:], "simple")[2].startswith("  1 of 2 inside the band; ")
+
+
+def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_above_or_below():
+    """Two emulated rates measured: 2 Gbit/s reached its whole rate (β 0.25 GB/s), 8 Gbit/s half of it (0.5 GB/s). A
+    rate between, below or above them scales the fit of the nearest (on a log scale) by the ratio of the rates: β
+    follows the rate, α stays; so 1 and 3 Gbit/s come from the 2 Gbit/s fit, 16 from the 8."""
+    from scalelab.perfmodel.network import human_rate
+
+    def key(gbit):
+        return ("inter", f"emulated {human_rate(gbit)}")
+
+    fits = {key(2): calibrate.RingFit(ALPHA, 0.25, 0.0, 5, ("slow",)),
+            key(8): calibrate.RingFit(ALPHA, 0.5, 0.0, 5, ("fast",))}
+    cal = forecast.Calibration("g", "gpt", "tokens/s", 64, Band(STEP1, STEP1, STEP1), ["one"], None, S, 1, fits,
+                               rates={key(2): 2.0, key(8): 8.0, key(1): 1.0, key(3): 3.0, key(16): 16.0})
+    for gbit, beta, source in ((1, 0.125, 2), (3, 0.375, 2), (16, 1.0, 8), (8, 0.5, None)):
+        fit, how = forecast.fit_for(cal, key(gbit))
+        assert (fit.beta_GBps, fit.alpha_s) == (pytest.approx(beta), ALPHA), gbit
+        assert how == (f"the {human_rate(source)} fit scaled by rate" if source else "fitted"), gbit
+        rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), key(gbit), 1, (2,))
+        (two,) = [f for f in rows if f.num_nodes == 2]
+        assert two.allreduce_s == pytest.approx(2 * ALPHA + S / (beta * 1e9)), gbit  # the ring at n = 2, by hand

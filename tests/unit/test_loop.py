@@ -130,3 +130,77 @@ def test_validation_runs_under_the_runs_precision():
         model = fabric.setup_module(module)
         got = loop.validate(fabric, model, data.eval_loader(data.spiral(32, 0.2, 0), 8, 0, 1))
         assert module.autocast == [expected] * 4 and 0 <= got["val_acc"] <= 1
+
+
+# --- two ranks, one with long steps: when they next meet ---------------------------------------------------
+
+
+class _Slow:
+    """A loader whose every batch takes `seconds` to fetch (a long step), noting SIGTERM at batch `signal_at`."""
+
+    def __init__(self, loader, signals, seconds=0.0, signal_at=None):
+        self.loader, self.signals, self.seconds, self.signal_at = loader, signals, seconds, signal_at
+        self.sampler = loader.sampler
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        import time
+
+        for i, batch in enumerate(self.loader):
+            time.sleep(self.seconds)
+            if i == self.signal_at:
+                self.signals.received["SIGTERM"] = True
+            yield batch
+
+
+class _OneOfTwo:
+    """Fabric on one CPU device, as rank `rank` of the two-rank group two_gloo_ranks formed: the loop's
+    agreement all-reduces over that group (no DDP: each rank trains its own copy, they meet only to agree)."""
+
+    world_size = 2
+
+    def __init__(self, fabric):
+        self._fabric = fabric
+
+    def __getattr__(self, name):
+        return getattr(self._fabric, name)
+
+
+def _long_steps_rank(rank, out):
+    """Rank 1's steps take 0.3 s, rank 0's a few ms; rank 0 alone gets SIGTERM, in step 6."""
+    loop.SYNC_SECONDS = 0.5  # this spawned process's own module: rank 1 fits 1 step in it, rank 0 several
+    torch.manual_seed(0)
+    fabric = Fabric(accelerator="cpu", devices=1, precision="32")
+    module = SpiralMLP([8], 0.0, 1e-3)
+    model = fabric.setup_module(module)
+    optimizer = fabric.setup_optimizers(module.configure_optimizers())
+    signals = RunSignals()
+    loader = data.train_loader(data.spiral(40 * 8, 0.2, 0), 8, rank=0, world_size=1, seed=0)
+    loader = _Slow(loader, signals, seconds=0.3 if rank == 1 else 0.0, signal_at=5 if rank == 0 else None)
+    met, agree = [], signals.agree
+
+    def noted(device, world_size, steps, every):
+        met.append((steps, every))
+        return agree(device, world_size, steps, every)
+
+    signals.agree = noted
+    clock = StepClock(torch.device("cpu"), 0.0, CommTimer())
+    plan = loop.Plan(max_steps=20, max_epochs=None, probe_every=0)
+    stop = loop.train(_OneOfTwo(fabric), model, optimizer, loader, plan, clock, probe(), signals)
+    out.put((rank, [steps for steps, _ in met], [every for _, every in met], stop and (stop.reason, stop.steps)))
+
+
+@pytest.mark.slow
+def test_one_ranks_long_steps_bring_every_ranks_next_meeting_forward_so_a_signal_is_acted_on_in_time():
+    """Rank 1's 0.3 s steps fit once in SYNC_SECONDS (0.5 s here): it proposes to meet after every step, rank 0
+    (ms steps) after several; the fewer win, on both ranks. Rank 0's SIGTERM in step 6 then stops both after step 6,
+    not at the next meeting SYNC_EVERY steps on (the loop must pass its own proposal, and meet when agreed)."""
+    from helpers import two_gloo_ranks
+
+    got = dict((rank, rest) for rank, *rest in two_gloo_ranks(_long_steps_rank, timeout=120))
+    for rank in (0, 1):
+        met, proposed, stop = got[rank]
+        assert met == [1, 2, 3, 4, 5, 6] and stop == ("SIGTERM", 6), (rank, got)
+    assert all(every == 1 for every in got[1][1]) and got[0][1][0] > 1, got  # the proposals: 1 won over rank 0's

@@ -541,3 +541,32 @@ def test_a_written_reference_wraps_a_long_mapping_past_120_columns(tmp_path):
     reference.write(str(path), [check])
     assert path.read_text() == reference.HEADER + (
         f"checks:\n- name: c\n  workload: {{model: {'m' * 100},\n    batch_size: 64}}\n")
+
+
+def test_a_training_check_matches_its_link_as_well_as_its_size():
+    """2 devices on 2 nodes ran twice: over the real network (60 samples/s a device) and over an emulated 1 Gbit/s
+    link (30). A check names its configuration by size and link: each reads its own, and a link nobody ran at
+    matches nothing (never the same size over another link)."""
+    from scalelab.report import explain, frames
+
+    emulated = make_result("e2", 2, 2, samples_per_s=60)
+    emulated["launch"]["link"] = {"gbit": 1, "emulated": True}
+    found = [make_result("one", 1, samples_per_s=50), make_result("r2", 2, 2, samples_per_s=120), emulated]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+
+    def entry(name, link, per_device):
+        return {"name": name, "kind": "training", "workload": {"model": "mlp"}, "hardware": {"accelerator": "cpu"},
+                "world_size": 2, "num_nodes": 2, "link": link,
+                "reference": {"throughput_per_device": [per_device, -0.1, 0.1, "samples/s"]}}
+
+    checks = [entry("real", "", 60.0), entry("slow", "emulated 1 Gbit/s", 30.0),
+              entry("unrun", "emulated 10 Gbit/s", 60.0)]
+    lines, failed = reference.check(checks, scaling, explain.bench_frame([]), "DIR")
+    verdicts = [line for line in lines if not line.startswith("PERF")]
+    assert verdicts == [
+        "PASS real.throughput_per_device: 60 samples/s (reference 60, accepted 54..66)",
+        "PASS slow.throughput_per_device: 30 samples/s (reference 30, accepted 27..33)",
+        "FAIL unrun: no training run on 2 device(s), 2 node(s), cpu, link emulated 10 Gbit/s in DIR (nothing was "
+        "checked)",
+        "reference: 3 check(s) of 3 value(s): 2 passed, 1 failed"], lines
+    assert failed == 1

@@ -1,0 +1,60 @@
+"""Rank liveness across hosts (train/guard/peers.py, watch.py): a pid means something only on the host that posted it.
+
+Every rank posts (host, pid) at start-up; rank 0 finds a rank gone by its pid, and rank 1 finds rank 0 gone the same
+way, but only where the post names this host: on another node the same number is another process, or none. Here
+the posts go to a real key-value store (the kind the process group serves) naming another host, with a pid that
+is free on this one: a live rank on another node must never be taken for a dead one.
+"""
+
+import os
+import socket
+
+import pytest
+import torch.distributed as dist
+
+from scalelab.train.guard import peers
+from scalelab.train.guard.watch import RankWatch
+
+OTHER_HOST = socket.gethostname() + "-node2"
+
+
+def free_pid() -> int:
+    """A pid no process of this host has now."""
+    top = int(open("/proc/sys/kernel/pid_max").read()) if os.path.exists("/proc/sys/kernel/pid_max") else 32768
+    return next(pid for pid in range(top - 1, 1, -1) if not os.path.exists(f"/proc/{pid}"))
+
+
+@pytest.fixture
+def store(monkeypatch):
+    store = dist.HashStore()
+    monkeypatch.setattr(peers, "_store", lambda: store)
+    return store
+
+
+def post(store, rank, host, pid):
+    store.set(f"{peers.WHERE_PREFIX}{rank}", f"{host} {pid}")
+
+
+def test_a_rank_on_another_host_is_not_gone_because_its_pid_is_free_here(store):
+    gone_here, dead = free_pid(), free_pid()
+    post(store, 1, OTHER_HOST, gone_here)  # alive on node 2: its pid means nothing here
+    post(store, 2, socket.gethostname(), dead)  # on this host, and its process is gone
+    post(store, 3, socket.gethostname(), os.getpid())  # on this host, alive
+    assert peers.gone_on_this_host(4) == [(2, None)]
+
+
+def _rank1(rank0_where):
+    """Rank 1's watch as `joined` leaves it, without the signal handlers and launcher marks of a real start-up."""
+    watch = RankWatch.__new__(RankWatch)
+    watch.rank, watch.world_size, watch.rank0_where = 1, 2, rank0_where
+    watch.run_folder, watch.records_for_rank0 = None, False
+    return watch
+
+
+def test_rank_1_on_another_host_asks_the_store_not_a_pid_whether_rank_0_is_alive(store):
+    post(store, 0, OTHER_HOST, free_pid())
+    watch = _rank1(peers.where(0, wait_s=1))
+    assert watch.rank0_lost() is None and not watch.records_for_rank0  # the store answers: rank 0 records its run
+    # on this host the pid is read: a free pid is a rank 0 gone, and rank 1 records the run for it
+    here = _rank1((socket.gethostname(), free_pid()))
+    assert here.rank0_lost().startswith("rank 0 died without a word") and here.records_for_rank0
