@@ -208,8 +208,6 @@ def test_a_group_has_one_letter_in_the_report_its_plots_and_its_files_whatever_t
     assert forecast == pictured and set(forecast.values()) == {"gpt", "mlp"}, (forecast, pictured)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: report/forecast_view.py names groups after recent() has put the runs "
-                   "newest last, so the forecast's A can be the report's B; remove this mark with the fix")
 def test_the_forecast_names_a_group_as_the_report_does_whatever_the_runs_dates(tmp_path):
     runs, bench, scaling = _scanned_first_created_last(tmp_path / "out")
     printed = dict(re.findall(r"^Group (\w): (\w+) ", tables.render(runs, scaling), flags=re.M))

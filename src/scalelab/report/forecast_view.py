@@ -24,6 +24,12 @@ def recent(runs: pd.DataFrame) -> pd.DataFrame:
 WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
 
+def report_letters(runs: pd.DataFrame) -> dict:
+    """The letters the printed report, its plots and files give the groups (frames.scaling_frame): of the completed
+    runs in the folder's order, before `recent` puts them newest last."""
+    return group_letters(runs[runs["status"] == "completed"]["group"])
+
+
 def band_cell(band, pct=True) -> str:
     """'75 % (72–79)' or, for seconds, '259.5 (247.1–272.8)' ms."""
     if pct:
@@ -60,7 +66,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
     where each prediction's exposure came from, a long column)."""
     if track.empty:
         return []
-    letters = group_letters(fc.completed(runs)["group"])
+    letters = report_letters(runs)
     wide = (track["eff_high"] - track["eff_low"]) > WIDE_BAND
     rows = [[letters.get(r.group, "?"), r.world_size, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
                                                                                  r.eff_high)),
@@ -115,9 +121,9 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
     """Per workload and per network between nodes: the forecast table, its one-line answer, the levers, and every
     fitted figure with its source runs."""
     out = []
+    letters = report_letters(runs)
     runs = recent(runs)
     cals = fc.calibrate_all(fc.records(runs), fc.bench_points(bench))
-    letters = group_letters(fc.completed(runs)["group"])
     for group, cal in cals.items():
         gpn = devices_per_node(runs, group)
         for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
@@ -196,9 +202,9 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES)
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullFormatter
 
+    letters = report_letters(runs)
     runs = recent(runs)
     recs, out = fc.records(runs), []
-    letters = group_letters(runs["group"])
     for group, cal in fc.calibrate_all(recs, fc.bench_points(bench)).items():
         gpn = devices_per_node(runs, group)
         fig = Figure(figsize=(7, 4.8))
