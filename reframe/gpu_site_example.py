@@ -5,7 +5,7 @@ module) is a placeholder for your site's; the comments say where each comes from
     reframe -C reframe/gpu_site_example.py -c reframe/scalelab_checks.py --system mycluster:gpu -r
 
 Sites that keep one configuration for all their checks add this system's partition (or only its `scalelab`
-environment and extras) to theirs: `-C` takes several files, joined with ':'.
+environment and extras) to theirs, or give both files: `-C site.py -C reframe/gpu_site_example.py`.
 """
 
 site_configuration = {

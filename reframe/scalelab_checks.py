@@ -38,13 +38,14 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.backends import getlauncher
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import SanityError
+from reframe.core.exceptions import ReframeError, SanityError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if os.path.join(ROOT, "src") not in sys.path:  # this checkout's package, as its entry scripts (src/*.py) import it
     sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from scalelab.report import reference, reframe_refs  # noqa: E402 (after the path to this checkout's package)
+from scalelab.errors import UsageError  # noqa: E402 (after the path to this checkout's package)
+from scalelab.report import reference, reframe_refs  # noqa: E402
 
 RUNG_SHAPES = ["one_device", "one_node", "n_nodes"]
 
@@ -112,7 +113,10 @@ class ScalelabTest(rfm.RunOnlyRegressionTest):
         """The job's first lines, as slurm_jobs/job_common.sh's: the checkout, site.sh's profile, srun's cores. The
         site's reference file is read now, by scalelab (a bad one fails here, before any job; none: the figures
         are logged, not judged)."""
-        self.checks = reference.load(self.reference_path()) if self.reference_path() else []
+        try:
+            self.checks = reference.load(self.reference_path()) if self.reference_path() else []
+        except UsageError as exc:  # scalelab's one line, without a traceback
+            raise ReframeError(str(exc)) from None
         self.keep_files = ["results"]
         self.prerun_cmds = [
             f"export SCALELAB_ROOT={shlex.quote(self.scalelab_root)}",
@@ -168,6 +172,7 @@ class ScalelabAllreduce(ScalelabTest):
     def size(self):
         self.bench_nodes = int(self.knob("nodes", 2))
         self.ask(self.per_node(), self.bench_nodes)
+        self.descr = f"scalelab all-reduce benchmark, {self.per_node()} device(s) x {self.bench_nodes} node(s)"
         self.job.launcher.options = ["--kill-on-bad-exit=1"]
         self.executable_opts = ["--devices", str(self.per_node()), "--num_nodes", str(self.bench_nodes),
                                 "--accelerator", '"${SCALELAB_ACCELERATOR:-auto}"', "--output_dir", self.results_dir,
@@ -188,7 +193,9 @@ class ScalelabSelfcheck(ScalelabTest):
 
     @run_after("setup")
     def size(self):
-        self.ask(self.per_node(), int(self.knob("selfcheck_nodes", 2)))
+        nodes = int(self.knob("selfcheck_nodes", 2))
+        self.ask(self.per_node(), nodes)
+        self.descr = f"scalelab GPU self-check, {self.per_node()} device(s) x {nodes} node(s)"
         self.job.launcher = getlauncher("local")()
         config, expect = self.knob("config"), self.knob("expect_busbw")
         self.env_vars = {"GPUS_PER_NODE": str(self.per_node()), "OUTPUT_DIR": self.results_dir,
@@ -224,6 +231,8 @@ class ScalelabReport(ScalelabTest):
 
     @run_before("run")
     def gather_their_results(self):
+        self.descr = "scalelab report over the ladder and the all-reduce benchmark" + (
+            f", against {self.knob('reference_file')}" if self.checks else "")
         self.job.launcher = getlauncher("local")()
         copies = [f"cp -R {shlex.quote(os.path.join(self.getdep(name).stagedir, 'results'))}/. "
                   f"{shlex.quote(self.results_dir)}/" for name in self.sources]
