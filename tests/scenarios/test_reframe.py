@@ -33,6 +33,7 @@ def reframe(env, prefix, *args, config=LOCAL, timeout=420):
     prefix.mkdir(parents=True, exist_ok=True)
     cmd = [str(exe), "-C", str(config), "-c", str(CHECKS), "--prefix", str(prefix),
            "--report-file", str(prefix / "report.json"), *args]
+    env = {**env, "TMPDIR": str(prefix)}  # ReFrame's start-up log (rfm-*.log) with the rest, not in /tmp
     return subprocess.run(cmd, cwd=prefix, env=env, capture_output=True, text=True, timeout=timeout)
 
 
