@@ -9,7 +9,6 @@ import pytest
 from helpers import ROWS, _bench, make_result
 from scalelab import results
 from scalelab.report import reference, reframe_refs
-from scalelab.report.cli import build
 
 CPU = {"accelerator": "cpu"}
 
@@ -32,7 +31,7 @@ def test_a_rungs_figure_is_the_reports_and_its_reference_the_entry_naming_its_co
               entry("mlp-cpu-2x1", 2, 1, throughput_per_device=[90, -0.1, None, "samples/s"]),
               entry("ar", 4, 2, kind="allreduce", busbw=[1.0, -0.1, None, "GB/s"])]
     found, refs = reframe_refs.figures(rung, checks)
-    _, scaling, _, _ = build(str(rung))
+    scaling, _ = reframe_refs.frames_of(rung)
     assert found == {"throughput_per_device": (scaling["throughput_per_device"].iloc[0], "samples/s")}
     assert found["throughput_per_device"][0] == 75.0
     # its own entry's throughput; not its efficiency (one rung alone has no baseline), nor another rung's, nor busbw
@@ -96,7 +95,7 @@ def test_the_reports_perf_lines_become_variables_with_the_reference_of_the_check
 
 def test_perf_values_read_what_check_prints(tmp_path):
     folder = write(tmp_path, make_result("x1", 1, samples_per_s=100.0), make_result("x2", 2, samples_per_s=180.0))
-    _, scaling, bench, _ = build(str(folder))
+    scaling, bench = reframe_refs.frames_of(folder)
     checks = [entry("two", 2, 1, efficiency=[0.9, -0.1, None, ""], throughput_per_device=[90, -0.1, None, "samples/s"])]
     lines, failed = reference.check(checks, scaling, bench, str(folder))
     assert failed == 0
@@ -121,7 +120,7 @@ def test_only_a_value_outside_its_bounds_is_left_to_reframe(line, bounds):
 
 def test_matches_is_what_check_judges_a_check_on(tmp_path):
     folder = write(tmp_path, make_result("x2", 2), _bench(2, ROWS))
-    _, scaling, bench, _ = build(str(folder))
+    scaling, bench = reframe_refs.frames_of(folder)
     assert reference.matches(entry("t", 2, 1), scaling, bench)
     assert not reference.matches(entry("t", 4, 1), scaling, bench)
     assert reference.matches(entry("a", 2, 1, kind="allreduce"), scaling, bench)

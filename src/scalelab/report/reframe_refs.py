@@ -49,6 +49,13 @@ def result_problems(folder, kind=None, world_size=None, num_nodes=None) -> list:
     return problems
 
 
+def frames_of(folder) -> tuple:
+    """(scaling, bench): the frames benchmark.py builds of a folder (report/cli.build), by name where build answers
+    a Report, by position where it answers the tuple (runs, scaling, bench, skipped)."""
+    built = build(str(folder))
+    return (built.scaling, built.bench) if hasattr(built, "scaling") else (built[1], built[2])
+
+
 def _largest(scaling: pd.DataFrame) -> pd.DataFrame:
     """The scaling frame's row of the most devices (a self-check's N-device run beside its 1-device baseline)."""
     if scaling.empty:
@@ -62,7 +69,7 @@ def figures(folder, checks=()) -> tuple:
     where the folder holds its baseline too (a self-check's 1-device run), MFU in % where the GPU's peak is known; of
     an all-reduce benchmark, busbw (the median of its repeats, as --reference judges it). The references are those
     of every check in `checks` that names that configuration (reference.matches), for the figures the folder has."""
-    _, scaling, bench, _ = build(str(folder))
+    scaling, bench = frames_of(folder)
     row = _largest(scaling)
     found = {}
     if not row.empty:
