@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh Debian machine:
 #   make demo   virtualenv + install + CPU rehearsal ladder (1 device, 2 on a node, 2 nodes over a shaped link) + report
-#   make test   virtualenv + install (with test tools) + lint + the test suite
+#   make test   virtualenv + install (with test tools and ReFrame) + lint + the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -17,10 +17,10 @@ help:  ## list the targets
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(TORCH) -e '.[test]'
+	$(PY) -m pip install -q $(TORCH) -e '.[test,reframe]'
 	@touch $@
 
-install: $(VENV)/.installed  ## create .venv and install scalelab with its test tools
+install: $(VENV)/.installed  ## create .venv and install scalelab with its test tools and ReFrame
 
 demo: $(VENV)/.installed  ## CPU rehearsal: 1 device, 2 on a node, 2 emulated nodes over a shaped link; report
 	$(PY) -m scalelab.demo --output_dir outputs/demo
@@ -35,7 +35,7 @@ test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
 	$(PY) -m pytest $(QUICK)
 
 $(VENV)/.mutation: $(VENV)/.installed setup.cfg
-	$(PY) -m pip install -q -e '.[test,mutation]'
+	$(PY) -m pip install -q -e '.[test,reframe,mutation]'
 	@touch $@
 
 # Not in CI: plants each small edit mutmut can make in the modules listed in pyproject.toml's [tool.mutmut], runs

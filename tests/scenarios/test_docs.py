@@ -23,7 +23,7 @@
   with %, × or ms; a name in backticks) must be in the committed image. A caption cannot outlive its picture.
 * A ```python block preceded by `<!-- docs-test: excerpt PATH -->` shows real code: its lines, indentation and
   comments included, appear in PATH as one run of consecutive lines.
-* Every repository path (src/..., slurm_jobs/..., tests/..., docs/...) a page in docs/ names exists.
+* Every repository path (src/..., slurm_jobs/..., tests/..., docs/..., reframe/...) a page in docs/ names exists.
 * Every relative Markdown link in docs/ points to an existing file.
 """
 
@@ -46,9 +46,9 @@ SLURM_MARK = "<!-- docs-test: slurm -->"
 EXCERPT_MARK = re.compile(r"^<!-- docs-test: excerpt (\S+) -->$")
 IMAGE_MARK = re.compile(r"^<!-- docs-test: image (\S+) -->$")
 IMAGE = re.compile(r"^!\[([^\]]*)\]\((img/[\w.-]+\.png)\)$")
-LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "Makefile", "setup.cfg", "pyproject.toml")
+LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "reframe", "Makefile", "setup.cfg", "pyproject.toml")
 # Repository paths a chapter may name (in code or prose); each must exist.
-REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs)/[\w./-]*\.(?:py|sh|md))")
+REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs|reframe)/[\w./-]*\.(?:py|sh|md))")
 SCRIPT = re.compile(r"^(src|benchmarks)/[\w-]+\.py$")
 # Arguments after a job script go to the Python script it runs.
 JOB_SCRIPTS = {"slurm_jobs/single_gpu.sh": "src/train.py", "slurm_jobs/single_node_multi_gpu.sh": "src/train.py",
@@ -152,7 +152,7 @@ def flag_problems(words):
 
 def test_the_chapters_are_there():
     names = [p.name for p in CHAPTERS]
-    assert len(names) == 13 and [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 14)], names
+    assert len(names) == 14 and [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 15)], names
     index = (DOCS / "README.md").read_text()
     for name in names:
         assert f"]({name})" in index, f"docs/README.md does not link {name}"

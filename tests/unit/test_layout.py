@@ -82,8 +82,9 @@ def test_no_import_circle_between_modules():
 def test_the_repository_names_no_path_outside_itself():
     # A user's clone has only the repository: no machine paths, no notes that live beside it.
     outside = re.compile("/" + "work/|" + r"\.\./" + "shared")
-    files = [p for top in ("src", "tests", "docs", "benchmarks", "slurm_jobs", ".ci") for p in (ROOT / top).rglob("*")
-             if p.is_file() and p.suffix in (".py", ".sh", ".md", ".cfg", ".toml", "")]
+    tops = ("src", "tests", "docs", "benchmarks", "slurm_jobs", ".ci", "reframe")
+    files = [p for top in tops for p in (ROOT / top).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".sh", ".md", ".cfg", ".toml", ".yaml", "")]
     files += [ROOT / name for name in ("README.md", "Makefile", "setup.cfg", "pyproject.toml")]
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in files for i, line in enumerate(p.read_text(errors="replace")
                                                                                  .splitlines(), 1)

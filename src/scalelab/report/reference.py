@@ -155,6 +155,14 @@ def _bench_runs(bench: pd.DataFrame, entry: dict) -> pd.DataFrame:
     return match
 
 
+def matches(entry: dict, scaling: pd.DataFrame, bench: pd.DataFrame) -> bool:
+    """Whether a check names a configuration these frames hold (the one `check` would judge it on): how the ReFrame
+    checks (reframe/scalelab_checks.py) find the references of the one configuration a test ran."""
+    if entry.get("kind", "training") == "training":
+        return not _training_rows(scaling, entry).empty
+    return not _bench_runs(bench, entry).empty
+
+
 def _where(entry: dict) -> str:
     link = f", link {entry['link']}" if entry.get("link") else ""
     what = "all-reduce benchmark" if entry.get("kind") == "allreduce" else "training run"
@@ -200,6 +208,16 @@ def check(checks: list, scaling: pd.DataFrame, bench: pd.DataFrame, folder: str)
                 lines.append(perf)
     lines.append(f"reference: {count(checks)}: {passed} passed, {failed} failed")
     return lines, failed
+
+
+# A PERF line as _verdict prints it: "PERF <check>.<quantity>=<value>[ <unit>]", the figure a verdict judged.
+PERF_LINE = re.compile(r"^PERF (\S+)=(\S+)(?: (\S+))?$")
+
+
+def perf_values(lines) -> dict:
+    """{"<check>.<quantity>": (value, unit or "")} of the PERF lines among `lines` (what ReFrame's report check
+    logs)."""
+    return {m.group(1): (float(m.group(2)), m.group(3) or "") for m in map(PERF_LINE.match, lines) if m}
 
 
 def _verdict(name: str, quantity: str, tup, row, entry: dict) -> tuple:
