@@ -50,10 +50,9 @@ def result_problems(folder, kind=None, world_size=None, num_nodes=None) -> list:
 
 
 def frames_of(folder) -> tuple:
-    """(scaling, bench): the frames benchmark.py builds of a folder (report/cli.build), by name where build answers
-    a Report, by position where it answers the tuple (runs, scaling, bench, skipped)."""
+    """(scaling, bench): the frames benchmark.py builds of a folder (report/cli.build)."""
     built = build(str(folder))
-    return (built.scaling, built.bench) if hasattr(built, "scaling") else (built[1], built[2])
+    return built.scaling, built.bench
 
 
 def _largest(scaling: pd.DataFrame) -> pd.DataFrame:
