@@ -26,7 +26,7 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 # Launch fields (devices, nodes, threads, output_dir, seed, ...) stay out so the 1-, 4- and 8-GPU runs group.
 # The levers (train.py's flags for what DDP does with the gradients: config_flags.levers) are part of it: each
 # setting is its own group. Their defaults are CommonConfig's (LEVER_DEFAULTS, below).
-LEVERS = ("accumulate_grad_batches", "comm_hook", "bucket_cap_mb", "static_graph")
+LEVERS = ("strategy", "accumulate_grad_batches", "comm_hook", "bucket_cap_mb", "static_graph")
 WORKLOAD_FIELDS = ("model", "batch_size", "scaling", "learning_rate", "max_epochs", "max_steps", "warmup_steps",
                    "comm_probe_every", "precision", "compile", "num_samples", *LEVERS)
 # What `--config outputs/<run>/result.json` takes from that run: what it computed (the workload fields, each
@@ -52,7 +52,8 @@ class CommonConfig:
     compile: bool = False
     seed: int = 42
     num_workers: int = 0
-    # the levers: what DDP does with the gradients
+    # the levers: replicated (DDP) or sharded (FSDP), and what DDP does with the gradients
+    strategy: str = "ddp"
     accumulate_grad_batches: int = 1
     comm_hook: str = "none"
     bucket_cap_mb: float = 25.0
@@ -324,6 +325,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
         if owner != cfg.model and option.name in given and getattr(cfg, option.name) != option.default:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
+    _check_strategy(cfg, spec, given)
     if cfg.static_graph and cfg.accumulate_grad_batches > 1:
         # DDP's static graph records the graph in its first backward, which must be synchronised; accumulation's
         # first batch runs under no_sync, where PyTorch's reducer fails an internal assert (expect_autograd_hooks_)
@@ -333,6 +335,25 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
         )
     _check_warmup(cfg.max_steps, WARMUP_STEPS["cpu"] if cfg.warmup_steps is None else cfg.warmup_steps)
     return cfg
+
+
+def _check_strategy(cfg, spec, given) -> None:
+    """--strategy fsdp shards what a workload declares; DDP's own knobs mean nothing to it."""
+    if cfg.strategy != "fsdp":
+        return
+    if not spec.shards:
+        raise UsageError(f"--strategy fsdp: --model {cfg.model} declares nothing to shard (its parameters fit any "
+                         "device many times over); use --strategy ddp")
+    ddp_only = [f"--{name}" for name in ("comm_hook", "bucket_cap_mb", "static_graph")
+                if getattr(cfg, name) != LEVER_DEFAULTS[name]]
+    if ddp_only:
+        raise UsageError(f"{', '.join(ddp_only)}: DDP's, not FSDP's (it all-gathers each block's parameters and "
+                         "reduce-scatters their gradients itself); drop it or use --strategy ddp")
+    if "comm_probe_every" in given and cfg.comm_probe_every:
+        raise UsageError(f"--comm_probe_every {cfg.comm_probe_every}: no probe step under --strategy fsdp (a no-sync "
+                         "step still all-gathers every block, and keeps its gradients for the next step's "
+                         "reduce-scatter); drop it")
+    cfg.comm_probe_every = 0
 
 
 def _check_warmup(max_steps, warmup: int):

@@ -31,6 +31,10 @@ def comm_hook_type(text: str) -> str:
 
 # pragma: no mutate start (flag definitions and --help text)
 def levers(g):
+    g.add_argument("--strategy", choices=("ddp", "fsdp"),
+                   help="ddp: a full replica per device, gradients all-reduced (default); fsdp: parameters, gradients "
+                        "and optimizer state sharded over the devices (PyTorch FSDP2), each block all-gathered as it "
+                        "runs and its gradients reduce-scattered")
     g.add_argument("--accumulate_grad_batches", type=bounded(int, 1, 10**4, "batches a step"),
                    help="K batches per optimizer step: one all-reduce per K (DDP's no_sync for the others); the "
                         "global batch grows K-fold")

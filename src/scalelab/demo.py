@@ -56,7 +56,9 @@ class Rung(NamedTuple):
         if self.model == "allreduce":
             script = [*BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
         elif self.lever:
-            script = [*TRAIN, *LEVER_WORKLOAD, *self.lever]
+            # FSDP takes no probe step (config._check_strategy): the sweep's probe cadence is DDP's
+            workload = LEVER_WORKLOAD[:-2] if self.lever == ("--strategy", "fsdp") else LEVER_WORKLOAD
+            script = [*TRAIN, *workload, *self.lever]
         else:
             script = [*TRAIN, *WORKLOADS[self.model]]
         if self.model == "gpt" and self.precision != "32":

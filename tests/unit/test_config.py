@@ -509,6 +509,6 @@ def test_a_run_the_epochs_ended_before_its_max_steps_says_so():
 def test_the_levers_are_the_flags_of_train_pys_levers_group_with_common_configs_defaults():
     group = next(g for g in config.build_parser()._action_groups if g.title.startswith("the levers"))
     assert [a.dest for a in group._group_actions] == list(config.LEVERS)
-    assert config.LEVER_DEFAULTS == {"accumulate_grad_batches": 1, "comm_hook": "none", "bucket_cap_mb": 25.0,
-                                     "static_graph": False}
+    assert config.LEVER_DEFAULTS == {"strategy": "ddp", "accumulate_grad_batches": 1, "comm_hook": "none",
+                                     "bucket_cap_mb": 25.0, "static_graph": False}
     assert config.LEVER_DEFAULTS == {k: getattr(config.RunConfig(), k) for k in config.LEVERS}

@@ -419,7 +419,7 @@ def _row(**given):
     base = dict(world_size=2, baseline_world_size=1, num_nodes=1, efficiency=0.9, compute_s=0.1, baseline_compute_s=0.1,
                 scaling="weak", comm_share=0.1, synced_s=None, waited_s=0.01, allreduce_s=0.02, hidden_fraction=0.5,
                 link="", accelerator="gpu", ddp_busbw_GBps=NAN, bench_busbw_GBps=NAN, allreduce_alone_s=NAN,
-                oversubscribed="", starved="", had_cpu=NAN)
+                oversubscribed="", starved="", had_cpu=NAN, strategy="ddp")
     return SimpleNamespace(**{**base, **given})
 
 
@@ -781,3 +781,10 @@ def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():
     two = annotated(_pair(grad_bytes=1_000_000) + [_bench(2, broken)])[1].set_index("world_size").loc[2]
     assert two.predicted_allreduce_s == -0.002
     assert pd.isna(two.bench_busbw_GBps) and pd.isna(two.predicted_efficiency_no_overlap)
+
+
+def test_an_fsdp_row_says_its_cause_is_not_measured_and_is_not_predicted():
+    """FSDP has no comm hook and takes no probe step: no DDP split, no all-reduce prediction from the benchmark."""
+    line = explain.limiting_line(_row(strategy="fsdp", compute_s=NAN, waited_s=NAN, allreduce_s=0.0))
+    assert "not yet split from its compute" in line and "all-reduce" not in line
+    assert "No communication measurement" in explain.limiting_line(_row(compute_s=NAN))  # DDP's line unchanged

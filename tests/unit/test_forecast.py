@@ -6,6 +6,7 @@ Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 
 import re
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from helpers import make_result, run_script
@@ -365,3 +366,9 @@ def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_abo
         rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), key(gbit), 1, (2,))
         (two,) = [f for f in rows if f.num_nodes == 2]
         assert two.allreduce_s == pytest.approx(2 * ALPHA + S / (beta * 1e9)), gbit  # the ring at n = 2, by hand
+
+
+def test_the_forecast_learns_from_ddp_runs_only_until_fsdp_is_modelled():
+    runs = pd.DataFrame({"status": ["completed"] * 3, "step_s": [0.1, 0.2, 0.3], "job_differs": [""] * 3,
+                         "strategy": ["ddp", "fsdp", "ddp"]})
+    assert list(forecast.completed(runs)["step_s"]) == [0.1, 0.3]

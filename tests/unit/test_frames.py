@@ -181,7 +181,8 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2,
         "bucket_bytes": (6_600_000, 6_600_000), "ddp_busbw_GBps": 1.1, "tflops_per_device": 11.5,
         "peak_tflops": 989.0, "mfu": 0.0116, "peak_note": None, "accumulate_grad_batches": 4, "comm_hook": "bf16",
-        "bucket_cap_mb": 50.0, "static_graph": True, "wire_bytes": (3_300_000, 3_300_000), "samples_per_batch": 256,
+        "bucket_cap_mb": 50.0, "static_graph": True, "strategy": "ddp", "wire_bytes": (3_300_000, 3_300_000),
+        "samples_per_batch": 256,
         "loss_curve": (3.0, 2.0),  # the ranks' losses averaged per batch, as long as the shortest rank's
         "exclusive": True, "fingerprint": '{"matmul_dtypes": ["bfloat16"], "optimizer": "fused"}', "job_differs": ""}
     assert row["step_s"] == pytest.approx(0.0421)

@@ -1,6 +1,7 @@
 """The report's lever view on constructed results: families of groups equal but for one lever, the loss at an
 equal number of samples, and the bytes on the wire a hook recorded."""
 
+import pandas as pd
 import pytest
 
 from helpers import make_result
@@ -82,3 +83,20 @@ def test_a_gpt_mfu_says_how_attention_is_counted(tmp_path):
 
 def _render(report):
     return render(report.runs, report.scaling)
+
+
+def test_ddp_and_its_fsdp_twin_are_one_family_though_fsdp_takes_no_probe_step():
+    import json
+
+    from scalelab.config import LEVER_DEFAULTS
+
+    def group(strategy, probes):
+        return json.dumps({"workload": {"model": "gpt", "strategy": strategy, "comm_probe_every": probes}},
+                          sort_keys=True)
+
+    rows = pd.DataFrame([{**LEVER_DEFAULTS, "group": group(s, p), "world_size": 2, "baseline_world_size": 1,
+                          "link": "", "strategy": s} for s, p in (("fsdp", 0), ("ddp", 5))])
+    (family,) = lever_view.families(rows)
+    assert family[0] == "strategy" and list(family[1]["strategy"]) == ["ddp", "fsdp"]  # the default first
+    # the probe cadence alone, with no lever apart, makes no family
+    assert lever_view.families(rows.assign(strategy="ddp", group=[group("ddp", 0), group("ddp", 5)])) == []

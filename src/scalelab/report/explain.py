@@ -145,8 +145,9 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
+        # DDP's all-reduce is what the model predicts; FSDP's all-gathers and reduce-scatters are not modelled yet
         bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, r.link)
-                     if r.world_size > 1 else None)
+                     if r.world_size > 1 and r.strategy != "fsdp" else None)
         busbw = pred = eff_lo = eff_hi = None
         # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
         # low-rank factors), else the buckets as DDP filled them, else the whole gradient
@@ -184,6 +185,11 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
     return out
 
 
+FSDP_UNSPLIT = ("FSDP's all-gathers and reduce-scatters are not yet split from its compute (a no-sync step still "
+                "all-gathers, so no probe step isolates the compute): the step, efficiency and loss are measured, "
+                "the cause is not.")
+
+
 def limiting_line(r) -> Optional[str]:
     """One row of the annotated frame -> what limits its scaling, in plain words (None for the baseline)."""
     if r.world_size == r.baseline_world_size:
@@ -191,6 +197,8 @@ def limiting_line(r) -> Optional[str]:
     where = f"{r.world_size} devices on {r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
     head = (f"{where}: efficiency {r.efficiency * 100:.0f} %." if _ok(r.efficiency) else
             f"{where}: no efficiency (not the baseline's job).")
+    if r.strategy == "fsdp":
+        return f"{head} {FSDP_UNSPLIT}"
     if not _ok(r.compute_s):
         return head + " No communication measurement in these runs (--comm_probe_every 0, or an older scalelab)."
     causes = []

@@ -68,9 +68,11 @@ FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "dev
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
-    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference)."""
+    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference).
+    DDP only: the model is DDP's all-reduce; FSDP's all-gathers and reduce-scatters are not modelled yet."""
     same = runs["job_differs"] == "" if "job_differs" in runs else True
-    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same]
+    ddp = runs["strategy"] != "fsdp" if "strategy" in runs else True
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same & ddp]
 
 
 def records(runs: pd.DataFrame) -> list:

@@ -117,11 +117,19 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
 
 
 def strategy(cfg: config.RunConfig, launch: cluster.Launch):
-    """DDP over `launch.backend` when there is more than one rank (Fabric's DDPStrategy, torch's DDP knobs)."""
+    """DDP over `launch.backend` when there is more than one rank (Fabric's DDPStrategy, torch's DDP knobs); FSDP2
+    (`--strategy fsdp`) through Fabric's ModelParallelStrategy at every world size, 1 included: the baseline runs
+    the same sharded module, its all-gathers and reduce-scatters over one rank."""
+    from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
+
+    if cfg.strategy == "fsdp":  # the workload's module shards itself (its `shard`: which units, which precision)
+        # one full state dict in one file: requeue.save's write-then-rename keeps a cut save from leaving half of one
+        return ModelParallelStrategy(lambda module, mesh: module.shard(mesh["data_parallel"], cfg.precision),
+                                     data_parallel_size=launch.world_size, tensor_parallel_size=1,
+                                     save_distributed_checkpoint=False, process_group_backend=launch.backend,
+                                     timeout=timedelta(seconds=cfg.timeout))
     if launch.world_size == 1:
         return "auto"
-    from lightning.fabric.strategies import DDPStrategy
-
     # gradient_as_bucket_view: gradients live in DDP's buckets, no second gradient-sized copy per step
     return DDPStrategy(process_group_backend=launch.backend, timeout=timedelta(seconds=cfg.timeout),
                        gradient_as_bucket_view=True, bucket_cap_mb=cfg.bucket_cap_mb, static_graph=cfg.static_graph)

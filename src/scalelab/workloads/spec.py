@@ -22,6 +22,7 @@ class WorkloadSpec:
     build: Callable[..., "Workload"]  # (cfg, batch_per_device, world_size) -> Workload; imports torch itself
     finalize: Callable[[Any], None] = lambda cfg: None  # fill defaults that depend on other flags; check combos
     gpu_precision: str = "32"  # --precision when not given and the run is on GPUs (config.for_accelerator)
+    shards: str = ""  # what --strategy fsdp shards one by one ("" : nothing worth sharding, refused in one line)
 
 
 @dataclass

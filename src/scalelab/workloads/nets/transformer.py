@@ -116,8 +116,27 @@ class GPTModule(pl.LightningModule):
         logits = self.model(idx)
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
+    def shard(self, mesh, precision: str) -> "GPTModule":
+        """--strategy fsdp: this module, FSDP2-sharded over `mesh` (`shard` below)."""
+        return shard(self, mesh, precision)
+
     def configure_optimizers(self):
         trainable = [p for p in self.parameters() if p.requires_grad]  # all of them without LoRA
         return torch.optim.AdamW(trainable, lr=self.learning_rate, weight_decay=0.1, betas=(0.9, 0.95),
                                  fused=fused_optimizer(self.device))
 
+
+def shard(module: GPTModule, mesh, precision: str) -> GPTModule:
+    """FSDP2 (`fully_shard`) as torchtitan applies it: each block its own unit (its parameters all-gathered just
+    before it runs, freed after), then the network's root (embeddings, final norm and the tied head). The root is
+    the GPT, not the LightningModule: training_step calls the GPT, whose forward gathers the root's parameters.
+    bf16-mixed computes in bf16 and reduces gradients in fp32 (MixedPrecisionPolicy); 32 keeps everything fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    policy = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32 if half else None)
+    net = module.model
+    for block in net.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(net, mesh=mesh, mp_policy=policy)
+    return module
