@@ -2,6 +2,8 @@
 (by hand, then on two real gloo processes), the flag end to end, and the report keeping them out of DDP's
 all-reduce prediction."""
 
+import functools
+
 import pytest
 import torch
 
@@ -99,17 +101,19 @@ def test_the_reduce_scatter_pattern_and_its_check():
 # --- two real gloo processes --------------------------------------------------------------------------
 
 
-def _each_collective(rank, out):
-    """Each collective at 2 ranks, 5 elements a part, bfloat16: (name, planted) -> wrong values on this rank."""
+def _each_collective(rank, out, world=2, dtype=torch.bfloat16):
+    """Each collective at `world` ranks, 5 elements a part: (name, planted) -> wrong values on this rank. The last
+    rank plants: it adds 1 to its first input element. (5 is no multiple of 3: at 3 ranks each rank's part starts at
+    another phase of the pattern.)"""
     got = {}
     for coll in COLLECTIVES.values():
         for planted in (False, True):
-            inp, res = collectives.buffers(coll, 5, 2, torch.bfloat16, torch.device("cpu"))
-            collectives.fill_pattern(coll, inp, 2, rank)
-            if planted and rank == 1:
+            inp, res = collectives.buffers(coll, 5, world, dtype, torch.device("cpu"))
+            collectives.fill_pattern(coll, inp, world, rank)
+            if planted and rank == world - 1:
                 inp[0] += 1
             collectives.call(coll, inp, res)
-            got[coll.name, planted] = collectives.check_wrong(coll, inp, res, 2, rank, 5)
+            got[coll.name, planted] = collectives.check_wrong(coll, inp, res, world, rank, 5)
     out.put((rank, got))
 
 
@@ -124,21 +128,6 @@ def test_each_collective_checks_right_and_catches_a_planted_value_on_gloo():
     assert (got[0]["reduce_scatter", True], got[1]["reduce_scatter", True]) == (1, 0)
 
 
-def _each_collective_at_3(rank, out):
-    """Each collective at 3 ranks, 5 elements a part (5 is no multiple of 3: each rank's part starts at another
-    phase of the pattern), float32: (name, planted) -> wrong values on this rank. Rank 2 plants."""
-    got = {}
-    for coll in COLLECTIVES.values():
-        for planted in (False, True):
-            inp, res = collectives.buffers(coll, 5, 3, torch.float32, torch.device("cpu"))
-            collectives.fill_pattern(coll, inp, 3, rank)
-            if planted and rank == 2:
-                inp[0] += 1
-            collectives.call(coll, inp, res)
-            got[coll.name, planted] = collectives.check_wrong(coll, inp, res, 3, rank, 5)
-    out.put((rank, got))
-
-
 @pytest.mark.slow
 def test_each_collective_checks_right_and_catches_a_planted_value_at_three_ranks():
     """At 3 ranks a check has more to get right than at 2: rank j's part of an all-gather for every j (not only
@@ -148,7 +137,7 @@ def test_each_collective_checks_right_and_catches_a_planted_value_at_three_ranks
     0 (element 0 is rank 0's part)."""
     from helpers import gloo_ranks
 
-    got = dict(gloo_ranks(_each_collective_at_3, 3))
+    got = dict(gloo_ranks(functools.partial(_each_collective, world=3, dtype=torch.float32), 3))
     for name in COLLECTIVES:
         assert [got[r][name, False] for r in range(3)] == [0, 0, 0], (name, got)
     assert [got[r]["all_reduce", True] for r in range(3)] == [1, 1, 1], got
