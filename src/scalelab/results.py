@@ -144,17 +144,17 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
 def atomic_write_json(path: str, obj) -> str:
     """Strict JSON (RFC 8259), as any reader takes it: a non-finite number (a diverged loss, a zero-time rate) is
     written as null, "not measured", never as NaN or Infinity."""
-    return atomic_write_text(path, json.dumps(finite(obj), indent=1, default=str, allow_nan=False) + "\n")
+    return atomic_write_text(path, json.dumps(nan_to_none(obj), indent=1, default=str, allow_nan=False) + "\n")
 
 
-def finite(obj):
-    """obj with every NaN or infinite float, at any depth, as None."""
+def nan_to_none(obj):
+    """obj with every NaN or infinite float, at any depth, as None (strict JSON has neither)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
+        return {k: nan_to_none(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
+        return [nan_to_none(v) for v in obj]
     return obj
 
 
@@ -190,7 +190,7 @@ def claim_folder(output_dir: str, run_id: str) -> str:
 def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
     folder: the run's own, claimed at its start (its logger writes there too); else claimed now."""
-    payload = finite(scrub(payload))
+    payload = nan_to_none(scrub(payload))
     validate(payload)
     folder = folder or claim_folder(output_dir, payload["run_id"])
     payload["run_id"] = os.path.basename(folder)

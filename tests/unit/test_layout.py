@@ -271,3 +271,23 @@ def test_entry_scripts_are_thin_and_run_the_module_they_are_named_after():
             f"{path.name} is not a thin entry script"
         named = by_stem.get(path.stem, [])
         assert not named or set(named) & imports_of(path), f"{path.name} is named like {named} but runs another module"
+
+
+def test_each_concept_has_one_home():
+    """The levers are config.py's, a configuration's key is report/keys.py's, "is this a number" is numeric.py's:
+    a second definition elsewhere drifts from the first (three LEVERS once meant three different things)."""
+    homes = {"LEVERS": "scalelab.config", "LEVER_DEFAULTS": "scalelab.config", "SCALE": "scalelab.report.keys",
+             "CONFIGURATION": "scalelab.report.keys"}
+    found = []
+    for path in MODULES:
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            found += [(t.id, module_name(path)) for t in targets if isinstance(t, ast.Name) and t.id in homes]
+            if isinstance(node, ast.FunctionDef) and re.fullmatch(r"_?(is_)?(number|finite|numeric)", node.name):
+                found.append((node.name, module_name(path)))
+    strays = [(name, where) for name, where in found if homes.get(name, "scalelab.numeric") != where]
+    assert not strays, f"defined away from its home: {strays}"
+    spelled = [module_name(p) for p in MODULES if module_name(p) != "scalelab.report.keys"
+               and re.search(r"""\[\s*["']world_size["'],\s*["']num_nodes["'],\s*["']link["']\s*\]""", p.read_text())]
+    assert not spelled, f"a configuration's key spelled out instead of report/keys.py's SCALE: {spelled}"
