@@ -98,7 +98,7 @@ def test_the_gpu_precision_rehearsal_runs_the_gpt_in_bf16_at_every_rung_and_the_
 
 @pytest.mark.parametrize("text, says", [
     ("comm_hook=none,int8", "expected none, fp16, bf16 or powersgd"),
-    ("learning_rate=1,2", "expected NAME=V1,V2,... with NAME one of accumulate_grad_batches, comm_hook"),
+    ("learning_rate=1,2", "expected NAME=V1,V2,... with NAME one of strategy, accumulate_grad_batches, comm_hook"),
     ("accumulate_grad_batches=", "expected NAME=V1,V2"),
 ])
 def test_a_bad_lever_is_one_line(text, says):
