@@ -289,6 +289,10 @@ def parse_config(argv=None, prog: str = "train.py") -> RunConfig:
             print(f"{prog_name(prog)}: warning: {line}", file=sys.stderr, flush=True)
     cfg = finalize(RunConfig(**{k: v for k, v in layered.items() if k in RunConfig.__dataclass_fields__}),
                    given=set(layered))
+    if cfg.strategy == "fsdp" and args.comm_probe_every:
+        raise UsageError(f"--comm_probe_every {args.comm_probe_every}: no probe step under --strategy fsdp (a no-sync "
+                         "step still all-gathers every block and keeps its gradients for the next reduce-scatter); "
+                         "drop it")
     if args.print_config:
         print(settings_yaml(cfg), end="", flush=True)
         raise SystemExit(0)
@@ -325,7 +329,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
         if owner != cfg.model and option.name in given and getattr(cfg, option.name) != option.default:
             raise UsageError(f"--{option.name} applies to --model {owner} only")
     spec.finalize(cfg)
-    _check_strategy(cfg, spec, given)
+    _check_strategy(cfg, spec)
     if cfg.static_graph and cfg.accumulate_grad_batches > 1:
         # DDP's static graph records the graph in its first backward, which must be synchronised; accumulation's
         # first batch runs under no_sync, where PyTorch's reducer fails an internal assert (expect_autograd_hooks_)
@@ -337,7 +341,7 @@ def finalize(cfg: RunConfig, given=()) -> RunConfig:
     return cfg
 
 
-def _check_strategy(cfg, spec, given) -> None:
+def _check_strategy(cfg, spec) -> None:
     """--strategy fsdp shards what a workload declares; DDP's own knobs mean nothing to it."""
     if cfg.strategy != "fsdp":
         return
@@ -349,10 +353,11 @@ def _check_strategy(cfg, spec, given) -> None:
     if ddp_only:
         raise UsageError(f"{', '.join(ddp_only)}: DDP's, not FSDP's (it all-gathers each block's parameters and "
                          "reduce-scatters their gradients itself); drop it or use --strategy ddp")
-    if "comm_probe_every" in given and cfg.comm_probe_every:
-        raise UsageError(f"--comm_probe_every {cfg.comm_probe_every}: no probe step under --strategy fsdp (a no-sync "
-                         "step still all-gathers every block, and keeps its gradients for the next step's "
-                         "reduce-scatter); drop it")
+    if cfg.precision == "16-mixed":
+        raise UsageError("--precision 16-mixed: Lightning's FSDP2 strategy takes 32, bf16-mixed (or 16-true); use "
+                         "bf16-mixed, or --strategy ddp")
+    # no probe step: a no-sync FSDP step still all-gathers every block and keeps its gradients for the next step's
+    # reduce-scatter (a replayed DDP result's cadence is dropped; one typed on the command line is refused there)
     cfg.comm_probe_every = 0
 
 

@@ -35,7 +35,8 @@ BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
 SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
 # A lever sweep (--lever): the GPT at 1 device and over each link, per setting; fewer steps (K=16 makes a step
 # 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
-LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2", "--comm_probe_every", "3"]
+LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2"]
+LEVER_PROBES = ["--comm_probe_every", "3"]
 # the levers --lever sweeps: those that take a value (--static_graph is a switch, on or off)
 SWEPT_LEVERS = tuple(name for name, default in config.LEVER_DEFAULTS.items() if not isinstance(default, bool))
 
@@ -57,8 +58,8 @@ class Rung(NamedTuple):
             script = [*BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
         elif self.lever:
             # FSDP takes no probe step (config._check_strategy): the sweep's probe cadence is DDP's
-            workload = LEVER_WORKLOAD[:-2] if self.lever == ("--strategy", "fsdp") else LEVER_WORKLOAD
-            script = [*TRAIN, *workload, *self.lever]
+            probes = [] if self.lever == ("--strategy", "fsdp") else LEVER_PROBES
+            script = [*TRAIN, *LEVER_WORKLOAD, *probes, *self.lever]
         else:
             script = [*TRAIN, *WORKLOADS[self.model]]
         if self.model == "gpt" and self.precision != "32":

@@ -202,9 +202,13 @@ DERIVED_WORKLOAD_FIELDS = ("describe", "params", "trainable_params", "tokens_per
                            "global_batch")
 
 
-def group_key(result: dict) -> str:
-    """Runs with equal keys did the identical job on the same kind of hardware: one scaling group."""
-    workload = {k: v for k, v in result["workload"].items() if k not in DERIVED_WORKLOAD_FIELDS}
+def group_key(result: dict, defaults=None) -> str:
+    """Runs with equal keys did the identical job on the same kind of hardware: one scaling group. A workload field
+    equal to its entry in `defaults` is left out: a result written before that field existed ran at its default
+    (the report passes config.LEVER_DEFAULTS: a result from before --strategy ran DDP)."""
+    defaults = defaults or {}
+    workload = {k: v for k, v in result["workload"].items()
+                if k not in DERIVED_WORKLOAD_FIELDS and not (k in defaults and v == defaults[k])}
     launch = result["launch"]
     hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}
     if launch.get("accelerator") == "cpu":  # a CPU device is --threads cores: 1-core and 2-core devices differ

@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional
 
 from scalelab import fingerprint, results
 from scalelab.bench.collectives import collective_of
+from scalelab.config import LEVER_DEFAULTS
 from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import cores
@@ -347,7 +348,7 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
         raise UsageError(f"no completed training result in {output_dir}: the self-check reads one")
     run = newest([r for r in found if r.get("launch", {}).get("world_size", 1) > 1], "training") or run
     single = newest([r for r in found if r.get("launch", {}).get("world_size") == 1 and r is not run
-                     and results.group_key(r) == results.group_key(run)], "training")
+                     and results.group_key(r, LEVER_DEFAULTS) == results.group_key(run, LEVER_DEFAULTS)], "training")
     both = [r for r in (single, run) if r is not None]
     try:
         rate = write_rate(output_dir)

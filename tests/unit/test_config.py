@@ -3,6 +3,7 @@
 import argparse
 import json
 import pickle
+import re
 import sys
 
 import pytest
@@ -512,3 +513,18 @@ def test_the_levers_are_the_flags_of_train_pys_levers_group_with_common_configs_
     assert config.LEVER_DEFAULTS == {"strategy": "ddp", "accumulate_grad_batches": 1, "comm_hook": "none",
                                      "bucket_cap_mb": 25.0, "static_graph": False}
     assert config.LEVER_DEFAULTS == {k: getattr(config.RunConfig(), k) for k in config.LEVERS}
+
+
+def test_fsdp_drops_a_replayed_probe_cadence_and_refuses_a_typed_one_or_float16(tmp_path):
+    """A DDP result.json (or --print_config) says comm_probe_every: 5; replaying it under --strategy fsdp is the
+    same job sharded, so the cadence is dropped (FSDP takes no probe step), while one typed on the command line is
+    refused; 16-mixed is not a precision Lightning's FSDP2 strategy takes."""
+    replay = tmp_path / "ddp.yaml"
+    replay.write_text("model: gpt\ncomm_probe_every: 5\n")
+    cfg = config.parse_config(["--config", str(replay), "--strategy", "fsdp"])
+    assert (cfg.strategy, cfg.comm_probe_every) == ("fsdp", 0)
+    assert config.parse_config(["--config", str(replay)]).comm_probe_every == 5  # DDP keeps it
+    for extra, said in ((["--comm_probe_every", "5"], "no probe step under --strategy fsdp"),
+                        (["--precision", "16-mixed"], "--precision 16-mixed: Lightning's FSDP2 strategy")):
+        with pytest.raises(UsageError, match=re.escape(said)):
+            config.parse_config(["--model", "gpt", "--strategy", "fsdp", *extra])

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from scalelab.testing.faults import Fault, blocks_like_nccl, from_env, wedge_anywhere
+from scalelab.testing.faults import Fault, Faults, from_env, wedge_anywhere
 from scalelab.train.guard.deadline import StallDeadline, sigterm_grace, stall_seconds
 from scalelab.train.guard.signals import RunSignals
 from scalelab.train.guard.watch import hung_line
@@ -23,12 +23,12 @@ def test_armed_only_where_errors_never_reach_python():
 
 def test_a_wedge_fault_blocks_like_nccl_and_several_faults_parse():
     env = {"SCALELAB_FAULT": "exit@step=3,rank=1;wedge@step=3,rank=0", "RANK": "0"}
-    (fault,) = from_env(env)  # rank 0's share of the two faults
+    (fault,) = from_env(env).faults  # rank 0's share of the two faults
     assert isinstance(fault, Fault) and fault.kind == "wedge" and fault.step == 3
-    assert blocks_like_nccl([fault]) and not blocks_like_nccl([Fault("exit", 3)])
+    assert Faults([fault]).blocks_like_nccl and not Faults([Fault("exit", 3)]).blocks_like_nccl
     assert wedge_anywhere({"SCALELAB_FAULT": "wedge@step=3,rank=2"})  # rank 0 arms too, as under NCCL
     assert not wedge_anywhere({"SCALELAB_FAULT": "exit@step=3,rank=1"}) and not wedge_anywhere({})
-    (teardown,) = from_env({"SCALELAB_FAULT": "exit@teardown,rank=0"})
+    (teardown,) = from_env({"SCALELAB_FAULT": "exit@teardown,rank=0"}).faults
     assert teardown.kind == "exit" and teardown.step is None
 
 

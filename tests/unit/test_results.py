@@ -688,3 +688,16 @@ def test_a_full_disk_names_the_file_it_hit(tmp_path, monkeypatch):
     with pytest.raises(OSError) as err:
         results.atomic_write_json(str(target), {"a": 2})
     assert error_line(err.value) == f"OSError: [Errno 28] No space left on device: '{target}'"
+
+
+def test_a_result_written_before_a_lever_existed_groups_with_the_runs_at_its_default():
+    """Results from before --strategy have no `strategy`: they ran DDP, and a new DDP run keeps its old baseline."""
+    from scalelab.config import LEVER_DEFAULTS
+
+    old = make_result("old", world=1)
+    old["workload"].pop("strategy", None)
+    new = make_result("new", world=2)
+    new["workload"]["strategy"] = "ddp"
+    assert results.group_key(old, LEVER_DEFAULTS) == results.group_key(new, LEVER_DEFAULTS)
+    fsdp = dict(new, workload={**new["workload"], "strategy": "fsdp"})
+    assert results.group_key(fsdp, LEVER_DEFAULTS) != results.group_key(old, LEVER_DEFAULTS)

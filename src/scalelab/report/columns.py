@@ -116,7 +116,8 @@ def _median_epoch(r: dict):
 
 RUNS = (
     Column("run_id", at("run_id"), {"runs": "size"}),
-    Column("group", results.group_key, "key", doc="the workload and hardware (results.group_key), as JSON text"),
+    Column("group", lambda r: results.group_key(r, LEVER_DEFAULTS), "key",
+           doc="the workload and hardware (results.group_key, levers at their default left out), as JSON text"),
     Column("model", at("workload.model"), "first"),
     Column("describe", lambda r: r["workload"].get("describe") or r["workload"].get("model"), "first"),
     Column("params", at("workload.params"), numeric=True),

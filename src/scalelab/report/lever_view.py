@@ -94,6 +94,8 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
                    "all-reduce per optimizer step, measured and predicted; loss: the training loss after "
                    f"{samples:,.0f} samples, the fewest any of them trained on)")
         body = []
+        # a probe step skips its update: runs of another probe cadence (FSDP takes none) learned from fewer steps
+        cadences = {json.loads(g)["workload"].get("comm_probe_every") for g in rows["group"]}
         for r in rows.itertuples():
             wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else r.grad_bytes
             ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed or modelled yet
@@ -102,10 +104,13 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
                                                                          r.predicted_allreduce_s * 1e3)),
                          fmt_num(wire / 1e6, ",.2f") if ddp else "—", fmt_pct(r.efficiency),
                          predicted_range(r) if ddp else "—",
-                         fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")])
+                         fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")
+                         if len(cadences) == 1 else "—"])
         out.append(tabulate(body, headers=[lever, *HEADERS, "loss"], tablefmt=fmt, disable_numparse=True))
         if (rows["strategy"] == "fsdp").any():
-            out.append("  FSDP: measured step, efficiency and loss; its collectives are not yet timed apart or "
-                       "predicted (—)")
+            out.append("  FSDP: measured step and efficiency; its collectives are not yet timed apart or predicted (—)")
+        if len(cadences) > 1:
+            out.append("  loss: — (the runs took probe steps at different cadences, and a probe step skips its "
+                       "update: not the same training)")
         out.append("")
     return out

@@ -79,12 +79,6 @@ class Faults:
     def __init__(self, faults: list[Fault]):
         self.faults = faults
 
-    def __iter__(self):
-        return iter(self.faults)
-
-    def __len__(self):
-        return len(self.faults)
-
     def loader(self, loader, accumulate: int):
         """The loader, with this rank's step fault riding on it (the loader itself when there is none)."""
         for fault in self.faults:
@@ -101,10 +95,6 @@ class Faults:
     def blocks_like_nccl(self) -> bool:
         """Whether a fault of this rank blocks it the way a dead NCCL peer does (no error ever reaches Python)."""
         return any(f.kind == "wedge" for f in self.faults)
-
-
-def blocks_like_nccl(faults) -> bool:
-    return Faults(list(faults)).blocks_like_nccl
 
 
 def wedge_anywhere(environ: Mapping[str, str] | None = None) -> bool:

@@ -69,7 +69,7 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
         fabric.launch()
         guard.joined(fabric)
         prepare.pin(fabric, ctx, device)
-        model = fabric.setup_module(ctx.workload.module)  # to the device, precision applied, in DDP with ranks
+        model = fabric.setup_module(ctx.workload.module)  # to the device, precision applied, wrapped (DDP, FSDP)
         optimizer = fabric.setup_optimizers(ctx.workload.module.configure_optimizers())
         ctx.grad_bytes = comm.attach(model, timer)  # DDP's all-reduce through the timing comm hook
         pinned = launch.accelerator == "gpu"  # page-locked batches: the copy to the GPU does not wait
@@ -101,9 +101,9 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
             if stop:
                 payload.update(status=stop.status(), error=stop.line())
             path = results.write(cfg.output_dir, payload, folder=ctx.folder)
-            guard.recorded(stop)
             if not stop:
                 say.done(ctx, payload, path, per_rank)
+            guard.recorded(stop)
             if metrics:
                 metrics.finish(val, "success" if not stop else "failed")
         fabric.barrier()

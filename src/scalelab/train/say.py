@@ -45,7 +45,8 @@ def banner(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, device
     levers = "".join(f", {text}" for text in (
         cfg.comm_hook != "none" and f"comm hook {cfg.comm_hook}", cfg.bucket_cap_mb != 25 and
         f"buckets {cfg.bucket_cap_mb:g} MB", cfg.static_graph and "static graph") if text)
-    return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params), {cfg.scaling} scaling, "
+    sharded = ", FSDP (sharded)" if cfg.strategy == "fsdp" else ""
+    return (f"scalelab: {wl.describe} ({human_count(wl.n_params)} params){sharded}, {cfg.scaling} scaling, "
             f"{batches}, precision {cfg.precision}{levers} | {where} | launcher: {launch.launcher}")
 
 

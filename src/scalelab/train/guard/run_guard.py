@@ -11,7 +11,8 @@
 
 An exception that leaves the block is recorded (failure.py: which rank failed first and how, a partial result)
 and raised again as one line (RunFailed); a UsageError passes unchanged. The test faults of scalelab/testing/faults.py
-act through `loader` and `teardown` only; without SCALELAB_FAULT they do nothing.
+are read here (a `sleep` fault waits as the block opens), ride on `loader`, act at `teardown`, and arm the stall
+deadline as under NCCL (`arm`); without SCALELAB_FAULT they do nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ class RunGuard:
         self.checkpoint = requeue.checkpoint_path(ctx.cfg.output_dir)
 
     def __enter__(self) -> RunGuard:
-        self.faults = faults.from_env()  # none in a real run
+        try:
+            self.faults = faults.from_env()  # none in a real run (a test's `sleep` fault waits here)
+        except BaseException as exc:  # a SIGTERM during that wait is recorded as any other end
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(self, kind, exc, tb) -> bool:
@@ -101,7 +106,8 @@ class RunGuard:
             requeue.done_with(self.ctx.resumed_from)
 
     def disarm(self) -> None:
-        """The record is on disk and the ranks have met a last time: nothing left that a peer can block."""
+        """Every rank's figures are gathered: rank 0 writes the record (a slow disk, scontrol) while the others wait
+        at the last barrier, which no stall deadline must cut short."""
         if self.stall:
             self.stall.disarm()
 
