@@ -296,13 +296,14 @@ def test_an_emulator_starting_beside_another_removes_only_what_dead_runs_left(li
     stale = f"{netns.NS_PREFIX}{dead}-n1"
     subprocess.run([ip, "netns", "add", stale], check=True)
     script = tmp_path / "node.py"
-    script.write_text("import os\nprint('node', os.environ['GROUP_RANK'], 'ran')\n")
+    # each node leaves a file: two processes printing to one pipe can interleave their characters
+    script.write_text(f"import os\nopen(os.path.join({str(tmp_path)!r}, 'ran-' + os.environ['GROUP_RANK']), 'w')\n")
     try:
         with netns.emulated_nodes(2, 1.0) as first:
             proc = subprocess.run([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", str(script)],
                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-            assert proc.stdout.count(" ran") == 2, proc.stdout
+            assert sorted(p.name for p in tmp_path.glob("ran-*")) == ["ran-0", "ran-1"], proc.stdout
             listing = subprocess.run([ip, "netns", "list"], capture_output=True, text=True).stdout.split()
             assert set(first.namespaces) <= set(listing), (first.namespaces, listing)  # alive: kept
             assert stale not in listing  # dead: removed
