@@ -36,7 +36,8 @@ def preflight(cfg: config.RunConfig, launch: cluster.Launch, batch: int):
     memcheck.check(cfg, launch, batch)  # an out-of-memory after minutes of start-up, or the OOM killer, said now
     if cluster.env_rank() == 0:
         results.ensure_output_dir(cfg.output_dir)
-        if launch.accelerator == "gpu" and launch.world_size > 1 and cfg.warmup_steps < config.WARMUP_STEPS["gpu"]:
+        ddp_gpus = cfg.strategy == "ddp" and launch.accelerator == "gpu" and launch.world_size > 1  # FSDP: no stats
+        if ddp_gpus and cfg.warmup_steps < config.WARMUP_STEPS["gpu"]:
             print(f"train.py: warning: --warmup_steps {cfg.warmup_steps} times steps {cfg.warmup_steps + 1}-"
                   f"{config.WARMUP_STEPS['gpu']}, where DDP syncs the GPU for its runtime statistics (a 1-GPU run "
                   f"does not): {config.WARMUP_STEPS['gpu']} or more leaves them out", file=sys.stderr, flush=True)
