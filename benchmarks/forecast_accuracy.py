@@ -24,8 +24,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 from scalelab import results  # noqa: E402
+from scalelab.perfmodel import forecast  # noqa: E402
 from scalelab.perfmodel.network import human_rate  # noqa: E402
-from scalelab.report import explain, forecast, frames  # noqa: E402
+from scalelab.report import explain, forecast_view, frames  # noqa: E402
 
 # every rung the same workload (max_steps is part of it: a run of 20 steps would be another group, without a baseline)
 GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "30", "--warmup_steps", "5", "--logger", "none"]
@@ -49,7 +50,8 @@ def emulated(out, nodes, gbit, *command):
 def calibration(folder):
     found, _ = results.scan(folder)
     runs, bench = frames.runs_frame(found), explain.bench_frame(found)
-    (cal,) = [c for c in forecast.calibrate_all(forecast.records(runs), forecast.bench_points(bench)).values()]
+    cals = forecast.calibrate_all(forecast_view.records(runs), forecast_view.bench_points(bench))
+    (cal,) = list(cals.values())
     return cal
 
 

@@ -291,7 +291,7 @@ def _glue_negative_counts(argv):
 
 
 def forecast_from(args, argv) -> int:
-    """`--from DIR`: the forecast calibrated on a results folder (report/forecast.py), as benchmark.py prints it."""
+    """`--from DIR`: the forecast calibrated on a results folder (perfmodel/forecast.py), as benchmark.py prints it."""
     from scalelab.report import cli as report_cli
     from scalelab.report import forecast_view
 

@@ -1,4 +1,4 @@
-"""The forecast (perfmodel/calibrate.py, report/forecast.py) on a cluster whose figures are chosen by hand.
+"""The forecast (perfmodel/calibrate.py, perfmodel/forecast.py) on a cluster whose figures are chosen by hand.
 
 Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
 100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
@@ -12,9 +12,9 @@ import pytest
 from helpers import make_result, run_script
 from scalelab import perfmodel as pm
 from scalelab import results
-from scalelab.perfmodel import calibrate
+from scalelab.perfmodel import calibrate, forecast
 from scalelab.perfmodel.calibrate import Band, Point
-from scalelab.report import explain, forecast, forecast_view, frames
+from scalelab.report import explain, forecast_view, frames
 
 ALPHA, BETA, S, STEP1 = 20e-6, 1.0, 16e6, 0.100
 LINK = {"gbit": 8.0, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
@@ -46,7 +46,7 @@ def bench(num_nodes=2, world=2):
 
 def calibrated(found):
     runs, bench_rows = frames.runs_frame(found), explain.bench_frame(found)
-    return forecast.calibrate_all(forecast.records(runs), forecast.bench_points(bench_rows)), runs, bench_rows
+    return forecast.calibrate_all(forecast_view.records(runs), forecast_view.bench_points(bench_rows)), runs, bench_rows
 
 
 def test_the_ring_fit_recovers_alpha_and_beta():
@@ -130,7 +130,8 @@ def test_the_track_record_predicts_each_run_without_it(tmp_path):
     found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
              bench()]
     _, runs, bench_rows = calibrated(found)
-    record = forecast.track_record(forecast.records(runs), forecast.bench_points(bench_rows)).set_index("run_id")
+    rows = forecast.track_record(forecast_view.records(runs), forecast_view.bench_points(bench_rows))
+    record = pd.DataFrame(rows).set_index("run_id")
     assert record.loc["a", "predicted_step_s"] == pytest.approx(STEP1 + 1.4 * ring(2))
     assert record.loc["b", "predicted_step_s"] == pytest.approx(STEP1 + 1.2 * ring(2))
     assert record.loc["a", "inside"] and record.loc["b", "inside"]  # 1.2 vs 1.4 x 0.85, 1.4 vs 1.2 x 1.15
@@ -371,4 +372,4 @@ def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_abo
 def test_the_forecast_learns_from_ddp_runs_only_until_fsdp_is_modelled():
     runs = pd.DataFrame({"status": ["completed"] * 3, "step_s": [0.1, 0.2, 0.3], "job_differs": [""] * 3,
                          "strategy": ["ddp", "fsdp", "ddp"]})
-    assert list(forecast.completed(runs)["step_s"]) == [0.1, 0.3]
+    assert list(forecast_view.completed(runs)["step_s"]) == [0.1, 0.3]

@@ -237,6 +237,18 @@ def test_importing_the_result_schema_and_the_measurement_arithmetic_loads_no_tor
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_the_model_is_arithmetic_the_report_only_formats():
+    """Prediction has one home, perfmodel/: the a-priori model and the forecast calibrated on a folder. It imports
+    neither torch, pandas nor matplotlib (at any depth) nor the report, so predict.py, the report and the tests read
+    the same arithmetic, and the report's modules keep only the frames and the printing around it."""
+    model = sorted((PACKAGE / "perfmodel").glob("*.py"))
+    assert {p.name for p in model} >= {"scaling.py", "calibrate.py", "forecast.py"}
+    heavy = {module_name(p): sorted(third_party(p) & {"torch", "lightning", "pandas", "matplotlib"}) for p in model}
+    assert not {m: t for m, t in heavy.items() if t}, f"perfmodel imports a heavy library: {heavy}"
+    found = crossings([module_name(p) for p in model], ("scalelab.report", *BEFORE_THE_RESULT))
+    assert not found, f"perfmodel imports the report or the training code: {found}"
+
+
 # --- names ------------------------------------------------------------------------------------------------------
 
 def test_no_two_modules_of_the_package_share_a_base_name():

@@ -166,10 +166,10 @@ def test_a_nightly_reference_check_fails_an_efficiency_that_is_another_job_or_be
 
 
 def test_the_forecast_learns_nothing_from_a_run_that_ran_another_job():
-    from scalelab.report import forecast
+    from scalelab.report import forecast_view
 
     runs = runs_frame([run("k1", 1, 100, fp=FP32), run("k2", 2, 400), run("k2b", 2, 190, fp=FP32)])
-    assert sorted(forecast.completed(runs)["run_id"]) == ["k1", "k2b"]
+    assert sorted(forecast_view.completed(runs)["run_id"]) == ["k1", "k2b"]
 
 
 def test_the_exported_summary_carries_each_finding_and_the_job_difference():

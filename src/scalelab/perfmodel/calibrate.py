@@ -1,6 +1,7 @@
 """The scaling model calibrated on a cluster's own measurements: a ring fit per link, an exposure per workload.
 
-Torch- and pandas-free arithmetic; report/forecast.py feeds it from a results folder.
+Torch- and pandas-free arithmetic; perfmodel/forecast.py builds the forecast on it, from the records
+report/forecast_view.py reads in a results folder.
 
 * The all-reduce alone, per link (one node's own link, or the network between nodes at a given rate), is the ring
   model t = calls · 2(n−1) · α + 2(n−1)/n · S / β (perfmodel.network), with α and β fitted by least squares on

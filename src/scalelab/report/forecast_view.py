@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
+from scalelab.perfmodel import forecast as fc
 from scalelab.perfmodel.network import human_rate
-from scalelab.report import forecast as fc
 from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.frames import group_letters
@@ -16,9 +16,29 @@ MAX_TRACKED = 40  # configurations the track record predicts (each one recalibra
 PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
 
 
+def completed(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
+    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference).
+    DDP only: the model is DDP's all-reduce; FSDP's all-gathers and reduce-scatters are not modelled yet."""
+    same = runs["job_differs"] == "" if "job_differs" in runs else True
+    ddp = runs["strategy"] != "fsdp" if "strategy" in runs else True
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same & ddp]
+
+
+def records(runs: pd.DataFrame) -> list:
+    """The completed runs as plain records of the fields a calibration reads (perfmodel.forecast.FIELDS): built
+    once, read many times (the track record recalibrates once per configuration)."""
+    return list(completed(runs)[list(fc.FIELDS)].itertuples(index=False))
+
+
+def bench_points(bench: pd.DataFrame) -> dict:
+    """network key -> [Point]: the all-reduce benchmark frame's rows (perfmodel.forecast.bench_points)."""
+    return fc.bench_points(bench.itertuples())
+
+
 def recent(runs: pd.DataFrame) -> pd.DataFrame:
     """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
-    return (fc.completed(runs).sort_values("created")
+    return (completed(runs).sort_values("created")
             .groupby(CONFIGURATION, sort=False).tail(PER_CONFIGURATION))
 # What the forecast's one line adds: a lever setting each, and what it changes in the forecast's arithmetic.
 WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
@@ -40,11 +60,12 @@ def band_cell(band, pct=True) -> str:
 def record(runs: pd.DataFrame, bench: pd.DataFrame) -> pd.DataFrame:
     """The track record: every multi-device configuration (its newest run) predicted from all the other runs."""
     runs = recent(runs)
-    recs, points = fc.records(runs), fc.bench_points(bench)
+    recs, points = records(runs), bench_points(bench)
     calibrated = set(fc.calibrate_all(recs, points))
     newest = runs.groupby(CONFIGURATION, sort=False).tail(1)
     newest = newest[(newest["world_size"] > 1) & newest["group"].isin(calibrated)].tail(MAX_TRACKED)
-    return fc.track_record(recs, points, only=set(newest["run_id"]) if not newest.empty else set())
+    rows = fc.track_record(recs, points, only=set(newest["run_id"]) if not newest.empty else set())
+    return pd.DataFrame(rows, columns=list(fc.TRACK_COLUMNS))
 
 
 def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +113,7 @@ def _nodes(r) -> str:
 
 def devices_per_node(runs: pd.DataFrame, group: str) -> int:
     """The shape to forecast: the group's multi-node runs' processes per node, else its largest one-node run."""
-    ok = fc.completed(runs[runs["group"] == group])
+    ok = completed(runs[runs["group"] == group])
     multi = ok[ok["num_nodes"] > 1]
     if not multi.empty:
         return int(multi["devices"].max())
@@ -102,9 +123,9 @@ def devices_per_node(runs: pd.DataFrame, group: str) -> int:
 def links_to_forecast(runs: pd.DataFrame, cal: fc.Calibration, group: str, link_gbit=None) -> list:
     """The networks between nodes to forecast over: each this workload ran across, else each one measured (the
     benchmark); with --link_gbit, that rate (scaled from a measured emulated rate)."""
-    first = fc.completed(runs[runs["group"] == group]).iloc[0]
+    first = completed(runs[runs["group"] == group]).iloc[0]
     keys = [k for k in cal.fits if k[0] == "inter"]
-    own = {fc.network(r.num_nodes, r.link, r.accelerator, r.device) for r in fc.completed(runs).itertuples()
+    own = {fc.network(r.num_nodes, r.link, r.accelerator, r.device) for r in completed(runs).itertuples()
            if r.group == group and r.num_nodes > 1}
     keys = [k for k in keys if k in own] or keys
     if link_gbit:
@@ -123,7 +144,7 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
     out = []
     letters = report_letters(runs)
     runs = recent(runs)
-    cals = fc.calibrate_all(fc.records(runs), fc.bench_points(bench))
+    cals = fc.calibrate_all(records(runs), bench_points(bench))
     for group, cal in cals.items():
         gpn = devices_per_node(runs, group)
         for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
@@ -204,8 +225,8 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES)
 
     letters = report_letters(runs)
     runs = recent(runs)
-    recs, out = fc.records(runs), []
-    for group, cal in fc.calibrate_all(recs, fc.bench_points(bench)).items():
+    recs, out = records(runs), []
+    for group, cal in fc.calibrate_all(recs, bench_points(bench)).items():
         gpn = devices_per_node(runs, group)
         fig = Figure(figsize=(7, 4.8))
         ax = fig.subplots()

@@ -1,6 +1,7 @@
 """The scales not run: a forecast calibrated on a folder's own measurements, and its track record on the runs made.
 
-From the report's frames (runs, all-reduce benchmarks), per link a ring fit (perfmodel.calibrate: the benchmark's
+Pandas-free arithmetic, as the rest of perfmodel: report/forecast_view.py feeds it the report's run records and
+benchmark rows and formats what it returns. From those, per link a ring fit (perfmodel.calibrate: the benchmark's
 rows and the runs' buckets all-reduced alone), per workload its 1-device step and its exposed factor x at each
 link level; then step, throughput and efficiency at node counts not run, each with a band. The track record
 predicts every multi-device run from the others (leave one out) and puts the prediction beside what was measured.
@@ -16,8 +17,6 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Optional
-
-import pandas as pd
 
 from scalelab.numeric import float_or_none
 from scalelab.perfmodel import calibrate
@@ -64,27 +63,16 @@ class Calibration:
 FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "devices", "link", "link_gbit",
           "accelerator", "device", "step_s", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
           "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s")
+# What a calibration reads of a run: the report's records (report/forecast_view.records) carry these fields.
+TRACK_COLUMNS = ("group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s", "measured_step_s",
+                 "predicted_eff", "eff_low", "eff_high", "measured_eff", "inside", "exposure_from")
 
 
-def completed(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
-    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference).
-    DDP only: the model is DDP's all-reduce; FSDP's all-gathers and reduce-scatters are not modelled yet."""
-    same = runs["job_differs"] == "" if "job_differs" in runs else True
-    ddp = runs["strategy"] != "fsdp" if "strategy" in runs else True
-    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same & ddp]
-
-
-def records(runs: pd.DataFrame) -> list:
-    """The completed runs as plain records of the fields a calibration reads: built once, read many times (the
-    track record recalibrates once per configuration)."""
-    return list(completed(runs)[list(FIELDS)].itertuples(index=False))
-
-
-def bench_points(bench: pd.DataFrame) -> dict:
-    """network key -> [Point]: the all-reduce benchmark's rows, one call per message size."""
+def bench_points(bench) -> dict:
+    """network key -> [Point]: the all-reduce benchmark's rows, one call per message size (bench: records with
+    num_nodes, link, accelerator, device, world_size, run_id and rows)."""
     out = {}
-    for b in bench.itertuples():
+    for b in bench:
         key = network(b.num_nodes, b.link, b.accelerator, b.device)
         for row in b.rows:
             out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
@@ -119,7 +107,7 @@ def link_rates(recs: list) -> dict:
 
 
 def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
-    """group -> Calibration, from every run record (records()) and benchmark point (bench_points()) but the runs
+    """group -> Calibration, from every run record (FIELDS) and benchmark point (bench_points()) but the runs
     in `exclude` (run ids)."""
     recs = [r for r in recs if r.run_id not in exclude]
     points, rates = ring_points(recs, from_bench), link_rates(recs)
@@ -259,10 +247,10 @@ def answer(rows: list, threshold: float = GOOD_EFFICIENCY) -> Optional[int]:
     return best
 
 
-def track_record(recs: list, from_bench: dict, only=None) -> pd.DataFrame:
-    """Every multi-device run record (of `only`, run ids, where given) predicted from all the others: predicted
-    efficiency band and step beside the measured ones (efficiency here = the 1-device step ÷ this step: per-device
-    work is the same, weak scaling)."""
+def track_record(recs: list, from_bench: dict, only=None) -> list:
+    """[{TRACK_COLUMNS}]: every multi-device run record (of `only`, run ids, where given) predicted from all the
+    others: predicted efficiency band and step beside the measured ones (efficiency here = the 1-device step ÷ this
+    step: per-device work is the same, weak scaling)."""
     rows = []
     for r in recs:
         if r.world_size < 2 or r.scaling != "weak" or (only is not None and r.run_id not in only):
@@ -285,6 +273,4 @@ def track_record(recs: list, from_bench: dict, only=None) -> pd.DataFrame:
                      "predicted_eff": f.efficiency.mid, "eff_low": f.efficiency.low, "eff_high": f.efficiency.high,
                      "measured_eff": measured_eff, "inside": f.efficiency.contains(measured_eff),
                      "exposure_from": notes.get(key if r.num_nodes > 1 else intra_key, (0, 0, 0, ""))[3]})
-    return pd.DataFrame(rows, columns=["group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s",
-                                       "measured_step_s", "predicted_eff", "eff_low", "eff_high", "measured_eff",
-                                       "inside", "exposure_from"])
+    return rows
