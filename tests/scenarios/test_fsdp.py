@@ -7,6 +7,9 @@ import re
 import pytest
 
 from helpers import load_results, run_script
+from scalelab.perfmodel import sharding
+from scalelab.workloads.nets import transformer
+from scalelab.workloads.presets import PRESETS
 
 pytestmark = pytest.mark.slow
 GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "12", "--warmup_steps", "2"]
@@ -47,6 +50,15 @@ def test_each_run_records_the_collectives_its_step_ran(pair):
     assert grad_bytes < fsdp["_allgather_base_"]["bytes"] <= 2 * grad_bytes
     assert fsdp["_reduce_scatter_base_"]["bytes"] == pytest.approx(grad_bytes / 2, rel=0.01)
     assert runs["fsdp", 2]["workload"]["strategy"] == "fsdp" and runs["ddp", 1]["workload"]["strategy"] == "ddp"
+    # what it moved is what the model's units should move (perfmodel.sharding: 4 blocks gathered twice, the root
+    # once, every gradient scattered), byte for byte: the a-priori prediction and the forecast read one wire
+    net = transformer.GPT(PRESETS["tiny"])
+    blocks = [sum(p.numel() for p in b.parameters()) for b in net.blocks]
+    expected = sharding.expected(unit_params=blocks, root_params=sum(p.numel() for p in net.parameters()) - sum(blocks),
+                                 param_bytes=4)
+    assert sharding.observed(fsdp, 2) == expected
+    wire_ratio = expected.allreduce_terms()[0] / grad_bytes
+    assert 1.45 < wire_ratio <= 1.5  # FSDP ÷ DDP in fp32: 1.5 less the root's second gather
 
 
 def test_the_report_keeps_ddp_and_fsdp_apart_and_predicts_only_what_it_models(pair):
@@ -58,8 +70,11 @@ def test_the_report_keeps_ddp_and_fsdp_apart_and_predicts_only_what_it_models(pa
                                                                             flags=re.M)) == 1
     assert proc.stdout.count("FSDP's all-gathers and reduce-scatters are not yet split from its compute") == 1
     side = proc.stdout.split("What strategy bought", 1)[1].split("\n\n", 1)[0]
-    fsdp_row = next(line for line in side.splitlines() if line.startswith("fsdp"))
-    assert fsdp_row.split()[4:7] == ["—", "—", "—"]  # no all-reduce time, prediction or DDP bytes for FSDP
+    rows = {line.split()[0]: line.split() for line in side.splitlines() if line.startswith(("ddp", "fsdp"))}
+    # FSDP: no all-reduce time (not timed apart), no prediction (no benchmark in this folder); on the wire, its
+    # gathers and scatters as the all-reduce bytes they cost: about 1.5 x DDP's in fp32
+    assert rows["fsdp"][4:6] == ["—", "—"]
+    assert float(rows["fsdp"][6]) / float(rows["ddp"][6]) == pytest.approx(1.475, abs=0.01)
 
 
 def test_fsdp_refuses_what_it_does_not_take_in_one_line():

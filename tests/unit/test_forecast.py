@@ -3,6 +3,7 @@
 Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
 100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ import pytest
 from helpers import make_result, run_script
 from scalelab import perfmodel as pm
 from scalelab import results
-from scalelab.perfmodel import calibrate, forecast
+from scalelab.perfmodel import calibrate, forecast, sharding
 from scalelab.perfmodel.calibrate import Band, Point
 from scalelab.report import explain, forecast_view, frames
 
@@ -369,7 +370,87 @@ def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_abo
         assert two.allreduce_s == pytest.approx(2 * ALPHA + S / (beta * 1e9)), gbit  # the ring at n = 2, by hand
 
 
-def test_the_forecast_learns_from_ddp_runs_only_until_fsdp_is_modelled():
-    runs = pd.DataFrame({"status": ["completed"] * 3, "step_s": [0.1, 0.2, 0.3], "job_differs": [""] * 3,
-                         "strategy": ["ddp", "fsdp", "ddp"]})
-    assert list(forecast_view.completed(runs)["step_s"]) == [0.1, 0.3]
+def fsdp_run(run_id, world, num_nodes, step_s, gathered=2 * S, scattered=S, gathers=9, scatters=5):
+    """An FSDP run: no DDP buckets, its step's all-gathers (gathered output) and reduce-scatters (scattered output:
+    one rank's part) as its fingerprint saw them."""
+    r = run(run_id, world, num_nodes, step_s)
+    r["workload"]["strategy"] = "fsdp"
+    r["timing"]["comm"].update(bucket_bytes=None, allreduce_alone_s=None)
+    r["fingerprint"] = {"wire": {} if world == 1 else {
+        "_allgather_base_": {"dtype": "float32", "bytes": gathered, "calls": gathers},
+        "_reduce_scatter_base_": {"dtype": "float32", "bytes": scattered / world, "calls": scatters}}}
+    return r
+
+
+def test_the_forecast_learns_from_fsdp_runs_as_their_own_group_in_all_reduce_terms():
+    """FSDP's 2 gathers of S and 1 scatter of S cost what all-reduces of 1.5 S in 7 calls cost: its x is read
+    against that, apart from DDP's group, and its forecast line names it."""
+    t_fsdp = ring(2, 1.5 * S, 7)
+    found = [run("d1", 1, 1, STEP1), run("d2", 2, 2, STEP1 + ring(2), alone=ring(2)), bench(),
+             fsdp_run("f1", 1, 1, STEP1 * 1.1), fsdp_run("f2", 2, 2, STEP1 * 1.1 + 1.3 * t_fsdp)]
+    runs_seen = frames.runs_frame(found)
+    assert set(forecast_view.completed(runs_seen)["run_id"]) == {"d1", "d2", "f1", "f2"}
+    cals, runs, bench_rows = calibrated(found)
+    ddp, fsdp = sorted(cals.values(), key=lambda c: c.strategy)
+    assert (ddp.strategy, ddp.nbytes, ddp.calls) == ("ddp", S, 1)
+    assert (fsdp.strategy, fsdp.nbytes, fsdp.calls) == ("fsdp", pytest.approx(1.5 * S), 7)
+    assert fsdp.baseline.mid == pytest.approx(STEP1 * 1.1)  # its own 1-device run, not DDP's
+    key = ("inter", "emulated 8 Gbit/s")
+    assert [e[0] for e in fsdp.exposures[key]] == [pytest.approx(1.3)]
+    rows, _ = forecast.forecast(fsdp, ("intra", "cpu", "cpu"), key, 1, (2, 4))
+    assert rows[-1].allreduce_s == pytest.approx(ring(4, 1.5 * S, 7))
+    assert rows[-1].step.mid == pytest.approx(STEP1 * 1.1 + 1.3 * ring(4, 1.5 * S, 7))
+    lines = forecast_view.render(runs, bench_rows, (1, 2, 4))
+    heads = [line for line in lines if line.startswith("Forecast, group")]
+    assert len(heads) == 2 and sum("FSDP (sharded)" in h for h in heads) == 1
+    answers = [line.strip() for line in lines if "efficiency (the whole band)" in line]
+    assert sorted(a.split(" ")[0] for a in answers) == ["DDP", "FSDP"]
+    assert "--comm_hook" not in next(a for a in answers if a.startswith("FSDP"))  # DDP's lever, not FSDP's
+    assert "--comm_hook bf16" in next(a for a in answers if a.startswith("DDP"))
+
+
+def test_the_track_record_covers_fsdp_runs_leaving_each_out():
+    t_fsdp = ring(2, 1.5 * S, 7)
+    found = [bench(), fsdp_run("f1", 1, 1, STEP1), fsdp_run("fa", 2, 2, STEP1 + 1.2 * t_fsdp),
+             fsdp_run("fb", 2, 2, STEP1 + 1.4 * t_fsdp)]
+    _, runs, bench_rows = calibrated(found)
+    record = pd.DataFrame(forecast.track_record(forecast_view.records(runs),
+                                                forecast_view.bench_points(bench_rows))).set_index("run_id")
+    assert record.loc["fa", "predicted_step_s"] == pytest.approx(STEP1 + 1.4 * t_fsdp)
+    assert record.loc["fb", "predicted_step_s"] == pytest.approx(STEP1 + 1.2 * t_fsdp)
+
+
+def test_with_x_1_an_fsdp_forecast_is_what_the_model_predicts_for_its_units():
+    """One model, two ways in, for FSDP too: what a folder's FSDP runs moved (their fingerprints) and what
+    perfmodel.sharding expects the units to move give the same no-overlap step."""
+    blocks, root = [3_000_000] * 4, 1_000_000  # parameters: 4 blocks and the root's own
+    wire = sharding.expected(unit_params=blocks, root_params=root, param_bytes=4)
+    assert (wire.gather_calls, wire.scatter_calls) == (9, 5)
+    found = [bench(), fsdp_run("f1", 1, 1, STEP1),
+             fsdp_run("f2", 2, 2, STEP1 + ring(2, *wire.allreduce_terms()), gathered=wire.gather_bytes,
+                      scattered=wire.scatter_bytes, gathers=wire.gather_calls, scatters=wire.scatter_calls)]
+    (cal,), _, _ = (lambda c: (list(c[0].values()), c[1], c[2]))(calibrated(found))
+    rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 1, (2, 4, 8))
+    nbytes, calls = wire.allreduce_terms()
+    typed = pm.predict(pm.ScalingInputs(devices=1, num_nodes=(2, 4, 8), grad_bytes=nbytes, inter_GBps=BETA,
+                                        inter_latency_s=ALPHA, compute_s=STEP1,
+                                        bucket_bytes=math.nextafter(nbytes / calls, math.inf)))
+    for f, row in zip(rows, typed):
+        assert f.step.mid == pytest.approx(row.step_s_no_overlap, rel=1e-6)
+    assert (nbytes, calls) == (pytest.approx((2 * 12e6 + 1e6) * 4 / 2 + 13e6 * 4 / 2), 7)  # by hand
+    assert rows[-1].step.mid == pytest.approx(STEP1 + 7 * 14 * ALPHA + 1.75 * nbytes / 1e9, rel=1e-6)
+
+
+
+
+def test_the_report_predicts_an_fsdp_steps_collectives_from_the_all_reduce_benchmark():
+    """annotate: an FSDP run's gathers and scatters, as 1.5 S of all-reduces in 7 calls, priced by the benchmark
+    (each call a seventh of the bytes, at the benchmark's busbw for that size); DDP's gradient, S in one bucket."""
+    found = [bench(), run("d1", 1, 1, STEP1), run("d2", 2, 2, STEP1 + ring(2)), fsdp_run("f1", 1, 1, STEP1),
+             fsdp_run("f2", 2, 2, STEP1 + ring(2, 1.5 * S, 7))]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    two = scaling[scaling["world_size"] == 2].set_index("strategy")
+    rows = found[0]["rows"]
+    assert two.loc["fsdp", "predicted_allreduce_s"] == pytest.approx(
+        7 * explain.bench_allreduce_time_s(rows, 1.5 * S / 7, 2))
+    assert two.loc["ddp", "predicted_allreduce_s"] == pytest.approx(explain.bench_allreduce_time_s(rows, S, 2))

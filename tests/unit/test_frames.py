@@ -161,7 +161,8 @@ def _everything():
     r["metrics"] = {"train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
     r["slurm"] = {"job_id": "77", "restart_count": 1, "exclusive": True}
     r["ranks"] = [{"losses": [4.0, 3.0]}, {"losses": [2.0, 1.0, 9.0]}, "not a rank"]
-    r["fingerprint"] = {"optimizer": "fused", "matmul_dtypes": ["bfloat16"]}  # the text's keys come sorted
+    r["fingerprint"] = {"optimizer": "fused", "matmul_dtypes": ["bfloat16"],  # the text's keys come sorted
+                        "wire": {"allreduce_": {"bytes": 6_600_000, "calls": 2}}}
     return r
 
 
@@ -184,7 +185,9 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "bucket_cap_mb": 50.0, "static_graph": True, "strategy": "ddp", "wire_bytes": (3_300_000, 3_300_000),
         "samples_per_batch": 256,
         "loss_curve": (3.0, 2.0),  # the ranks' losses averaged per batch, as long as the shortest rank's
-        "exclusive": True, "fingerprint": '{"matmul_dtypes": ["bfloat16"], "optimizer": "fused"}', "job_differs": ""}
+        "exclusive": True, "wire_terms": (6_600_000, 2), "job_differs": "",
+        "fingerprint": '{"matmul_dtypes": ["bfloat16"], "optimizer": "fused", '
+                       '"wire": {"allreduce_": {"bytes": 6600000, "calls": 2}}}'}
     assert row["step_s"] == pytest.approx(0.0421)
 
 

@@ -58,11 +58,13 @@ class Calibration:
     exposures: dict = field(default_factory=dict)  # network key -> [(x, U, run id)] of this workload's runs
     borrowed: dict = field(default_factory=dict)  # level -> [(x, U, run id)] of the other workloads' runs
     rates: dict = field(default_factory=dict)  # network key -> its stated rate in Gbit/s (emulated links)
+    strategy: str = "ddp"  # fsdp: nbytes and calls are its all-gathers' and reduce-scatters' all-reduce terms
 
 
 FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "devices", "link", "link_gbit",
           "accelerator", "device", "step_s", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
-          "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s")
+          "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s",
+          "strategy", "wire_terms")
 # What a calibration reads of a run: the report's records (report/forecast_view.records) carry these fields.
 TRACK_COLUMNS = ("group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s", "measured_step_s",
                  "predicted_eff", "eff_low", "eff_high", "measured_eff", "inside", "exposure_from")
@@ -129,7 +131,7 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
             compute_s=statistics.median(c) if (c := [r.compute_s for r in base if float_or_none(r.compute_s)])
             else None,
-            nbytes=nbytes, calls=calls, rates=rates,
+            nbytes=nbytes, calls=calls, rates=rates, strategy=first.strategy or "ddp",
             fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
         own = cals.get(r.group)
@@ -148,8 +150,12 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
 
 
 def _bytes(rows: list) -> tuple:
-    """(bytes one step all-reduces, calls): the first recorded buckets (what a --comm_hook sent), else the
-    gradient in one call."""
+    """(bytes one step all-reduces, calls): an FSDP step's all-gathers and reduce-scatters as the all-reduces they
+    cost (perfmodel.sharding; calls rounded up: at most half an all-reduce's latency more), else the first recorded
+    buckets (what a --comm_hook sent), else the gradient in one call."""
+    for r in rows:
+        if r.strategy == "fsdp" and isinstance(r.wire_terms, tuple):
+            return float(r.wire_terms[0]), math.ceil(r.wire_terms[1])
     for r in rows:
         buckets = r.wire_bytes or r.bucket_bytes
         if buckets:

@@ -145,16 +145,17 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
-        # DDP's all-reduce is what the model predicts; FSDP's all-gathers and reduce-scatters are not modelled yet
+        # DDP's all-reduce, or FSDP's all-gathers and reduce-scatters as the all-reduces they cost (perfmodel.sharding)
+        sharded = r.wire_terms if r.strategy == "fsdp" and isinstance(r.wire_terms, tuple) else None
         bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, r.link)
-                     if r.world_size > 1 and r.strategy != "fsdp" else None)
+                     if r.world_size > 1 and (r.strategy != "fsdp" or sharded) else None)
         busbw = pred = eff_lo = eff_hi = None
         # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
         # low-rank factors), else the buckets as DDP filled them, else the whole gradient
-        sizes = next((b for b in (r.wire_bytes, r.bucket_bytes) if isinstance(b, tuple)), None)
-        moved = sum(sizes) if sizes else r.grad_bytes
+        sizes = next((b for b in (r.wire_bytes, r.bucket_bytes) if isinstance(b, tuple)), None) if not sharded else None
+        moved, calls = sharded or (sum(sizes) if sizes else r.grad_bytes, r.buckets)
         if bench_row is not None and _ok(moved) and moved > 0:
-            pred = predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.world_size, sizes)
+            pred = predicted_allreduce_s(bench_row["rows"], moved, calls, r.world_size, sizes)
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
             busbw = perfmodel.busbw_from_time(moved, pred, r.world_size) if pred > 0 else None
             if r.baseline_world_size == 1 and _ok(r.baseline_step_s) and pred > 0:

@@ -19,10 +19,10 @@ PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the n
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
     ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference).
-    DDP only: the model is DDP's all-reduce; FSDP's all-gathers and reduce-scatters are not modelled yet."""
+    DDP and FSDP alike: FSDP's all-gathers and reduce-scatters enter as the all-reduces they cost
+    (perfmodel.sharding), and a strategy is its own group."""
     same = runs["job_differs"] == "" if "job_differs" in runs else True
-    ddp = runs["strategy"] != "fsdp" if "strategy" in runs else True
-    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same & ddp]
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same]
 
 
 def records(runs: pd.DataFrame) -> list:
@@ -40,6 +40,7 @@ def recent(runs: pd.DataFrame) -> pd.DataFrame:
     """The completed runs a calibration reads: the newest PER_CONFIGURATION of each configuration."""
     return (completed(runs).sort_values("created")
             .groupby(CONFIGURATION, sort=False).tail(PER_CONFIGURATION))
+SHARDED = {"fsdp": ", FSDP (sharded)"}  # how a forecast's heading names a strategy other than DDP
 # What the forecast's one line adds: a lever setting each, and what it changes in the forecast's arithmetic.
 WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
@@ -150,8 +151,8 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
         for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
             rows, notes = fc.forecast(cal, intra_key, inter_key, gpn, num_nodes)
             where = fc.level_name(inter_key) if inter_key else "one node (no measurement between nodes)"
-            out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}, {gpn} device(s) per node, "
-                       f"{where} (weak scaling)")
+            out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}{SHARDED.get(cal.strategy, '')}, "
+                       f"{gpn} device(s) per node, {where} (weak scaling)")
             out.append(tabulate([_row(f, cal, token_budget, gpu_hour_price) for f in rows],
                                 headers=_headers(cal, token_budget, gpu_hour_price), tablefmt=fmt,
                                 disable_numparse=True))
@@ -167,7 +168,8 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
 
 def _headers(cal, token_budget, price) -> list:
     unit = cal.unit
-    h = ["nodes", "world size", "all-reduce ms", "step ms (band)", f"{unit} (band)", "efficiency (band)"]
+    comm = "all-reduce ms" if cal.strategy != "fsdp" else "gathers+scatters ms"
+    h = ["nodes", "world size", comm, "step ms (band)", f"{unit} (band)", "efficiency (band)"]
     if token_budget:
         h.append("time to train h")
     if token_budget and price:
@@ -187,15 +189,16 @@ def _row(f, cal, token_budget, price) -> list:
 
 
 def one_line(cal, intra_key, inter_key, gpn, num_nodes, rows) -> str:
-    """'stays above 80 % efficiency up to 8 nodes; with --comm_hook bf16 up to 32'."""
+    """'DDP above 80 % efficiency (the whole band): up to 8 nodes; with --comm_hook bf16 up to 32; ...'. FSDP's
+    line has no what-ifs: --comm_hook is DDP's, and an accumulated FSDP step still all-gathers every batch."""
     def reach(rs):
         n = fc.answer(rs)
         return "not even on one node" if n is None else "on one node only" if n == 1 else f"up to {n} nodes"
 
-    alts = [f"with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, num_nodes, **kw)[0])}" for flag,
-            kw in WHAT_IFS]
-    return (f"Above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): {reach(rows)}; "
-            f"{'; '.join(alts)} (of {', '.join(map(str, num_nodes))} nodes).")
+    alts = [f"; with {flag} {reach(fc.forecast(cal, intra_key, inter_key, gpn, num_nodes, **kw)[0])}" for flag,
+            kw in WHAT_IFS if cal.strategy != "fsdp"]
+    return (f"{cal.strategy.upper()} above {fc.GOOD_EFFICIENCY * 100:.0f} % efficiency (the whole band): "
+            f"{reach(rows)}{''.join(alts)} (of {', '.join(map(str, num_nodes))} nodes).")
 
 
 def sources(cal: fc.Calibration, notes: dict) -> list:
@@ -204,7 +207,9 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
              f"{cal.baseline.high * 1e3:,.1f}] ({len(cal.baseline_runs)} run(s): {', '.join(cal.baseline_runs[:3])}"
              f"{' …' if len(cal.baseline_runs) > 3 else ''})" + (
                  f", of which compute alone (probe steps) {cal.compute_s * 1e3:,.1f} ms" if cal.compute_s else "")
-             + f"; all-reduced per step: {cal.nbytes / 1e6:.3g} MB in {cal.calls} bucket(s)"]
+             + (f"; all-reduced per step: {cal.nbytes / 1e6:.3g} MB in {cal.calls} bucket(s)" if cal.strategy != "fsdp"
+                else f"; all-gathered and reduce-scattered per step: as much as all-reduces of {cal.nbytes / 1e6:.3g} "
+                     f"MB in {cal.calls} call(s) cost (perfmodel.sharding)")]
     for key, (fit, how, exposure, where) in notes.items():
         if fit is None:
             continue

@@ -97,18 +97,19 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
         # a probe step skips its update: runs of another probe cadence (FSDP takes none) learned from fewer steps
         cadences = {json.loads(g)["workload"].get("comm_probe_every") for g in rows["group"]}
         for r in rows.itertuples():
-            wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else r.grad_bytes
-            ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed or modelled yet
+            ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed apart yet
+            seen = r.wire_terms[0] if isinstance(r.wire_terms, tuple) else None  # what the fingerprint saw
+            wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) and ddp else seen
             body.append([_show(getattr(r, lever)), r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"),
-                         *(fmt_num(x, ",.1f") if ddp else "—" for x in (r.allreduce_s * 1e3,
-                                                                         r.predicted_allreduce_s * 1e3)),
-                         fmt_num(wire / 1e6, ",.2f") if ddp else "—", fmt_pct(r.efficiency),
-                         predicted_range(r) if ddp else "—",
+                         fmt_num(r.allreduce_s * 1e3, ",.1f") if ddp else "—",
+                         fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), fmt_num(wire / 1e6 if wire else None, ",.2f"),
+                         fmt_pct(r.efficiency), predicted_range(r),
                          fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")
                          if len(cadences) == 1 else "—"])
         out.append(tabulate(body, headers=[lever, *HEADERS, "loss"], tablefmt=fmt, disable_numparse=True))
         if (rows["strategy"] == "fsdp").any():
-            out.append("  FSDP: measured step and efficiency; its collectives are not yet timed apart or predicted (—)")
+            out.append("  FSDP: its all-gathers and reduce-scatters as the all-reduces they cost (half their sizes: "
+                       "perfmodel.sharding), on the wire and predicted; not yet timed apart from its compute (—)")
         if len(cadences) > 1:
             out.append("  loss: — (the runs took probe steps at different cadences, and a probe step skips its "
                        "update: not the same training)")

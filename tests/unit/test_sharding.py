@@ -1,0 +1,45 @@
+"""perfmodel/sharding.py: FSDP's all-gathers and reduce-scatters in the all-reduce's terms, on figures a real run
+recorded (2 gloo ranks, tiny GPT in fp32: tests/scenarios/test_fsdp.py checks a fresh run against `expected`)."""
+
+import pytest
+
+from scalelab.perfmodel import sharding
+
+GRAD = 13_293_568  # the tiny GPT's gradient bytes (fp32): what DDP all-reduces a step
+SEEN = {"_allgather_base_": {"dtype": "float32", "bytes": 25_929_728, "calls": 9},
+        "_reduce_scatter_base_": {"dtype": "float32", "bytes": 6_646_784, "calls": 5}}  # rank 0 of 2
+
+
+def test_a_reduce_scatter_is_counted_by_its_input_the_scattered_output_times_the_ranks():
+    wire = sharding.observed(SEEN, 2)
+    assert wire == sharding.Wire(gather_bytes=25_929_728, gather_calls=9, scatter_bytes=GRAD, scatter_calls=5)
+    assert sharding.observed(SEEN, 4).scatter_bytes == 4 * 6_646_784
+
+
+def test_gathers_and_scatters_cost_half_an_all_reduce_each_in_bytes_and_in_calls():
+    nbytes, calls = sharding.observed(SEEN, 2).allreduce_terms()
+    assert nbytes == (25_929_728 + GRAD) / 2 and calls == 7
+    assert nbytes / GRAD == pytest.approx(1.475, abs=0.001)  # FSDP ÷ DDP on the wire, measured
+    ddp = sharding.observed({"allreduce_": {"bytes": GRAD, "calls": 2}}, 2)
+    assert ddp.allreduce_terms() == (GRAD, 2)  # an all-reduce is itself
+    # DDP's early broadcast of its bucket order (seen in a real 2-rank step): as an all-gather of its size
+    early = sharding.observed({"broadcast_": {"dtype": "int32", "bytes": 216, "calls": 2},
+                               "allreduce_": {"dtype": "float32", "bytes": GRAD, "calls": 1}}, 2)
+    assert early.allreduce_terms() == (GRAD + 108, 2)
+
+
+def test_a_step_without_collectives_or_with_one_not_modelled_has_no_terms():
+    assert sharding.observed({}, 1) is None and sharding.observed(None, 2) is None
+    assert sharding.observed({**SEEN, "alltoall_base_": {"bytes": 8, "calls": 1}}, 2) is None
+    assert sharding.observed({"_allgather_base_": "garbage"}, 2) is None
+
+
+def test_the_units_gather_twice_but_the_root_once_and_scatter_every_gradient():
+    wire = sharding.expected(unit_params=[10, 20], root_params=5, param_bytes=4)
+    assert wire == sharding.Wire(gather_bytes=(2 * 30 + 5) * 4, gather_calls=5, scatter_bytes=35 * 4,
+                                 scatter_calls=3)
+    # bf16-mixed gathers bf16 and reduce-scatters fp32: as many bytes as DDP's fp32 all-reduce, less the root's
+    bf16 = sharding.expected(unit_params=[100] * 4, root_params=0, param_bytes=2)
+    assert bf16.allreduce_terms() == (400 * 4, 6)
+    fp32 = sharding.expected(unit_params=[100] * 4, root_params=0, param_bytes=4)
+    assert fp32.allreduce_terms()[0] == 1.5 * 400 * 4
