@@ -37,6 +37,7 @@ SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
 # 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
 LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2"]
 LEVER_PROBES = ["--comm_probe_every", "3"]
+SHARDED_COLLECTIVES = ("all_gather", "reduce_scatter")  # what an FSDP step runs instead of DDP's all-reduce
 # the levers --lever sweeps: those that take a value (--static_graph is a switch, on or off)
 SWEPT_LEVERS = tuple(name for name, default in config.LEVER_DEFAULTS.items() if not isinstance(default, bool))
 
@@ -51,11 +52,14 @@ class Rung(NamedTuple):
     @property
     def name(self) -> str:
         where = f"{self.devices} device(s)" if self.link_gbit is None else f"2 nodes over {human_rate(self.link_gbit)}"
+        if self.model == "allreduce" and self.lever:  # the benchmark of another collective: named by it
+            return f"{self.lever[1]} at {where}"
         return f"{self.model} at {where}" + (f" with {self.lever[0][2:]} {self.lever[1]}" if self.lever else "")
 
     def command(self, output_dir: str) -> list:
-        if self.model == "allreduce":
-            script = [*BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else [])]
+        if self.model == "allreduce":  # lever: ("--collective", "all_gather") for another collective than it
+            script = [*BENCH, *BENCH_ARGS, *(SLOW_LINK_BENCH if self.link_gbit and self.link_gbit < 1 else []),
+                      *self.lever]
         elif self.lever:
             # FSDP takes no probe step (config._check_strategy): the sweep's probe cadence is DDP's
             probes = [] if self.lever == ("--strategy", "fsdp") else LEVER_PROBES
@@ -80,10 +84,13 @@ def ladder(models, link_rates, links_ok: bool, precision: str = "32") -> list:
 
 
 def lever_rungs(lever: tuple, link_rates, precision: str = "32") -> list:
-    """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting."""
+    """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting; the
+    all-reduce benchmark over each link, and where FSDP is swept its all-gather and reduce-scatter (the report
+    prices its step with them: gloo's reduce-scatter costs a whole all-reduce)."""
     name, values = lever
+    collectives = [()] + ([("--collective", c) for c in SHARDED_COLLECTIVES] if "fsdp" in values else [])
     return ([Rung("gpt", n, g, (f"--{name}", v), precision) for v in values for n, g in [(1, None)] +
-             [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g) for g in link_rates])
+             [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g, c) for c in collectives for g in link_rates])
 
 
 def runs_of(rungs: list, training: str) -> str:

@@ -298,7 +298,7 @@ def forecast_from(args, argv) -> int:
     given = {a.split("=")[0] for a in argv}
     report = report_cli.build(args.from_dir)
     report_cli._warn(report.skipped)
-    runs, bench = report.runs, report.bench
+    runs, bench = report.runs, report.benches  # every collective: FSDP's step is priced with its own
     if runs.empty:
         raise UsageError(f"--from {args.from_dir}: no training results there to calibrate on")
     nodes = (tuple(sorted(set(args.num_nodes))) if given & {"--num_nodes", "--nodes"} else

@@ -73,6 +73,13 @@ def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link
     cmd = rungs[3].command("out")
     assert cmd[1:3] == ["-m", "scalelab.launch.emulate"] and cmd[cmd.index("--link_gbit") + 1] == "0.2"
     assert cmd[-4:] == ["--accumulate_grad_batches", "4", "--output_dir", "out"]
+    # sweeping FSDP also benchmarks what its step runs over each link: the report prices the step with them
+    sharded = demo.lever_rungs(demo.parse_lever("strategy=ddp,fsdp"), [0.2])
+    assert [r.name for r in sharded if r.model == "allreduce"] == [
+        "allreduce at 2 nodes over 200 Mbit/s", "all_gather at 2 nodes over 200 Mbit/s",
+        "reduce_scatter at 2 nodes over 200 Mbit/s"]
+    cmd = sharded[-1].command("out")
+    assert cmd[cmd.index("--collective") + 1] == "reduce_scatter" and "scalelab.bench" in cmd
 
 
 def test_the_gpu_precision_rehearsal_runs_the_gpt_in_bf16_at_every_rung_and_the_mlp_as_a_gpu_would(tmp_path):

@@ -46,7 +46,7 @@ def bench(num_nodes=2, world=2):
 
 
 def calibrated(found):
-    runs, bench_rows = frames.runs_frame(found), explain.bench_frame(found)
+    runs, bench_rows = frames.runs_frame(found), explain.bench_frame(found, explain.COLLECTIVES)
     return forecast.calibrate_all(forecast_view.records(runs), forecast_view.bench_points(bench_rows)), runs, bench_rows
 
 
@@ -443,14 +443,48 @@ def test_with_x_1_an_fsdp_forecast_is_what_the_model_predicts_for_its_units():
 
 
 
-def test_the_report_predicts_an_fsdp_steps_collectives_from_the_all_reduce_benchmark():
-    """annotate: an FSDP run's gathers and scatters, as 1.5 S of all-reduces in 7 calls, priced by the benchmark
-    (each call a seventh of the bytes, at the benchmark's busbw for that size); DDP's gradient, S in one bucket."""
+def test_the_report_prices_each_fsdp_collective_by_its_own_benchmark_else_as_half_an_all_reduce():
+    """annotate: an FSDP step's 9 gathers of 2 S and 5 scatters of S; with the all-reduce benchmark alone, each is
+    half an all-reduce of its size; where a reduce-scatter benchmark ran (gloo's: as slow as an all-reduce), the
+    scatters are priced by it. DDP's gradient: S in one bucket, by the all-reduce benchmark."""
     found = [bench(), run("d1", 1, 1, STEP1), run("d2", 2, 2, STEP1 + ring(2)), fsdp_run("f1", 1, 1, STEP1),
              fsdp_run("f2", 2, 2, STEP1 + ring(2, 1.5 * S, 7))]
-    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
-    two = scaling[scaling["world_size"] == 2].set_index("strategy")
     rows = found[0]["rows"]
-    assert two.loc["fsdp", "predicted_allreduce_s"] == pytest.approx(
-        7 * explain.bench_allreduce_time_s(rows, 1.5 * S / 7, 2))
-    assert two.loc["ddp", "predicted_allreduce_s"] == pytest.approx(explain.bench_allreduce_time_s(rows, S, 2))
+
+    def predicted(found):
+        scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)),
+                                   explain.bench_frame(found, explain.COLLECTIVES))
+        return scaling[scaling["world_size"] == 2].set_index("strategy")["predicted_allreduce_s"]
+
+    def t(rows, nbytes):
+        return explain.bench_allreduce_time_s(rows, nbytes, 2)
+
+    half = predicted(found)
+    assert half["fsdp"] == pytest.approx(0.5 * 9 * t(rows, 2 * S / 9) + 0.5 * 5 * t(rows, S / 5))
+    assert half["ddp"] == pytest.approx(t(rows, S))
+    own = predicted(found + [scatter_as_slow_as_all_reduce()])
+    assert own["fsdp"] == pytest.approx(0.5 * 9 * t(rows, 2 * S / 9) + 5 * t(rows, S / 5))  # a whole all-reduce
+    assert own["fsdp"] > half["fsdp"] and own["ddp"] == half["ddp"]  # DDP's all-reduce is not the scatter's
+
+
+def scatter_as_slow_as_all_reduce(num_nodes=2):
+    """A reduce-scatter benchmark whose every size took what the all-reduce took (gloo's, on this CPU)."""
+    slow = bench(num_nodes)
+    slow["run_id"] = f"rs{num_nodes}"
+    slow["config"]["collective"] = "reduce_scatter"
+    slow["rows"] = [{**row, "busbw_GBps": row["busbw_GBps"] / 2} for row in slow["rows"]]
+    return slow
+
+
+def test_an_fsdp_forecast_fits_each_collective_on_its_own_benchmark_and_blends_them():
+    """The forecast's link for an FSDP step: the gathers on the all-reduce's fit (half an all-reduce each: no
+    all-gather benchmark), the scatters on the reduce-scatter benchmark's (a whole all-reduce each, as measured):
+    one blended fit that gives their sum at every world size."""
+    found = [bench(), scatter_as_slow_as_all_reduce(), fsdp_run("f1", 1, 1, STEP1),
+             fsdp_run("f2", 2, 2, STEP1 + 0.5 * ring(2, 2 * S, 9) + ring(2, S, 5))]
+    (cal,) = calibrated(found)[0].values()
+    fit = cal.fits[("inter", "emulated 8 Gbit/s")]
+    for n in (2, 4, 16):
+        assert fit.seconds(n, cal.nbytes, cal.calls) == pytest.approx(0.5 * ring(n, 2 * S, 9) + ring(n, S, 5))
+    assert set(fit.sources) == {"ar2x2", "rs2"}
+    assert cal.exposures[("inter", "emulated 8 Gbit/s")][0][0] == pytest.approx(1.0)  # it paid exactly that

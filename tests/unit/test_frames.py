@@ -185,7 +185,7 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "bucket_cap_mb": 50.0, "static_graph": True, "strategy": "ddp", "wire_bytes": (3_300_000, 3_300_000),
         "samples_per_batch": 256,
         "loss_curve": (3.0, 2.0),  # the ranks' losses averaged per batch, as long as the shortest rank's
-        "exclusive": True, "wire_terms": (6_600_000, 2), "job_differs": "",
+        "exclusive": True, "wire": (0, 0, 0, 0, 6_600_000, 2), "job_differs": "",  # sharding.Wire's fields
         "fingerprint": '{"matmul_dtypes": ["bfloat16"], "optimizer": "fused", '
                        '"wire": {"allreduce_": {"bytes": 6600000, "calls": 2}}}'}
     assert row["step_s"] == pytest.approx(0.0421)

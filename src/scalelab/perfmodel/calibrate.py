@@ -25,12 +25,15 @@ from scalelab.perfmodel.scaling import ScalingInputs, predict
 
 @dataclass(frozen=True)
 class Point:
-    """One measured all-reduce: n ranks, S bytes in `calls` all-reduces, `seconds` in all."""
+    """One measured all-reduce: n ranks, S bytes in `calls` all-reduces, `seconds` in all. An all-gather or a
+    reduce-scatter enters as the all-reduce it would be: S its size, `seconds` twice what it took (perfmodel.sharding:
+    half an all-reduce each), `collective` saying which it was."""
     n: int
     nbytes: float
     calls: int
     seconds: float
     source: str  # a run id
+    collective: str = "all_reduce"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,19 @@ def fit_ring(points: Sequence[Point]) -> Optional[RingFit]:
     fit = RingFit(alpha, 1 / inv_beta, 0.0, len(pts), tuple(dict.fromkeys(p.source for p in pts)))
     errs = [fit.seconds(p.n, p.nbytes, p.calls) / p.seconds - 1 for p in pts]
     return RingFit(alpha, 1 / inv_beta, math.sqrt(sum(e * e for e in errs) / len(errs)), len(pts), fit.sources)
+
+
+def blend(parts: Sequence[tuple]) -> Optional[RingFit]:
+    """One RingFit for a step of several collectives, each on its own fit: parts are (bytes, calls, RingFit) with
+    the step's cost Σ fit.seconds(n, bytes, calls). Exact at every n: α is the calls-weighted α, 1/β the
+    bytes-weighted 1/β; the residual the worst part's. None without a part."""
+    if not parts:
+        return None
+    nbytes, calls = sum(b for b, _, _ in parts), sum(c for _, c, _ in parts)
+    alpha = sum(c * f.alpha_s for _, c, f in parts) / calls if calls else 0.0
+    beta = nbytes / sum(b / f.beta_GBps for b, _, f in parts) if nbytes else parts[0][2].beta_GBps
+    return RingFit(alpha, beta, max(f.residual for _, _, f in parts), sum(f.points for _, _, f in parts),
+                   tuple(dict.fromkeys(s for _, _, f in parts for s in f.sources)))
 
 
 def exposed_factor(step_s: float, baseline_step_s: float, allreduce_s: float) -> Optional[float]:

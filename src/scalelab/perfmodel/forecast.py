@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from scalelab.numeric import float_or_none
-from scalelab.perfmodel import calibrate
+from scalelab.perfmodel import calibrate, sharding
 from scalelab.perfmodel.calibrate import Band, Point, RingFit
 from scalelab.perfmodel.network import human_rate
 
@@ -64,21 +64,25 @@ class Calibration:
 FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "devices", "link", "link_gbit",
           "accelerator", "device", "step_s", "allreduce_alone_s", "bucket_bytes", "wire_bytes", "grad_bytes",
           "samples_per_batch", "accumulate_grad_batches", "tokens_per_s", "samples_per_s", "scaling", "compute_s",
-          "strategy", "wire_terms")
+          "strategy", "wire")
 # What a calibration reads of a run: the report's records (report/forecast_view.records) carry these fields.
 TRACK_COLUMNS = ("group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s", "measured_step_s",
                  "predicted_eff", "eff_low", "eff_high", "measured_eff", "inside", "exposure_from")
 
 
 def bench_points(bench) -> dict:
-    """network key -> [Point]: the all-reduce benchmark's rows, one call per message size (bench: records with
-    num_nodes, link, accelerator, device, world_size, run_id and rows)."""
+    """network key -> [Point]: the collective benchmarks' rows, one call per message size (bench: records with
+    num_nodes, link, accelerator, device, world_size, run_id, rows and collective); an all-gather's or a
+    reduce-scatter's as the all-reduce it would be (Point: twice its time)."""
     out = {}
     for b in bench:
         key = network(b.num_nodes, b.link, b.accelerator, b.device)
+        collective = getattr(b, "collective", "all_reduce")
+        times = 1 if collective == "all_reduce" else 1 / sharding.HALF
         for row in b.rows:
             out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
-                                                 row.get("single_op_s") or row["time_s"], b.run_id))
+                                                 times * (row.get("single_op_s") or row["time_s"]), b.run_id,
+                                                 collective))
     return out
 
 
@@ -91,6 +95,24 @@ def ring_points(recs: list, from_bench: dict) -> dict:
                 Point(int(r.world_size), sum(r.wire_bytes or r.bucket_bytes), len(r.bucket_bytes), r.allreduce_alone_s,
                       r.run_id))
     return out
+
+
+def fit_for_wire(points: list, per_call_bytes: float, wire: Optional[tuple] = None) -> Optional[RingFit]:
+    """The ring fit of a step's communication on one link. DDP's (no wire): its all-reduces' points near its
+    bucket size. An FSDP step's (its fingerprint's wire): blended from a fit per collective it ran
+    (calibrate.blend), each on that collective's points where a benchmark measured it (gloo's reduce-scatter costs
+    a whole all-reduce), else on the all-reduces' (NCCL's ring: half an all-reduce each); None where a part has
+    no points."""
+    reduces = [p for p in points if p.collective == "all_reduce"]
+    if wire is None:
+        return fit_at(reduces, per_call_bytes)
+    parts = []
+    for collective, nbytes, calls, weight in sharding.cost_terms(sharding.Wire(*wire)):
+        fit = fit_at([p for p in points if p.collective == collective] or reduces, nbytes / calls)
+        if fit is None:
+            return None
+        parts.append((weight * nbytes, weight * calls, fit))
+    return calibrate.blend(parts)
 
 
 def fit_at(points: list, per_call_bytes: float) -> Optional[RingFit]:
@@ -122,6 +144,7 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
         nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows)
         if not base or not nbytes > 0:  # no gradient size recorded (an older or foreign result): nothing to use
             continue
+        wire = next((r.wire for r in rows if r.strategy == "fsdp" and isinstance(r.wire, tuple)), None)
         steps = sorted(r.step_s for r in base)
         first = base[0]
         cals[group] = Calibration(
@@ -132,7 +155,7 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             compute_s=statistics.median(c) if (c := [r.compute_s for r in base if float_or_none(r.compute_s)])
             else None,
             nbytes=nbytes, calls=calls, rates=rates, strategy=first.strategy or "ddp",
-            fits={k: f for k, f in ((k, fit_at(p, nbytes / calls)) for k, p in points.items()) if f})
+            fits={k: f for k, f in ((k, fit_for_wire(p, nbytes / calls, wire)) for k, p in points.items()) if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
         own = cals.get(r.group)
         key = network(r.num_nodes, r.link, r.accelerator, r.device)
@@ -154,8 +177,9 @@ def _bytes(rows: list) -> tuple:
     cost (perfmodel.sharding; calls rounded up: at most half an all-reduce's latency more), else the first recorded
     buckets (what a --comm_hook sent), else the gradient in one call."""
     for r in rows:
-        if r.strategy == "fsdp" and isinstance(r.wire_terms, tuple):
-            return float(r.wire_terms[0]), math.ceil(r.wire_terms[1])
+        if r.strategy == "fsdp" and isinstance(r.wire, tuple):
+            nbytes, calls = sharding.Wire(*r.wire).allreduce_terms()
+            return float(nbytes), math.ceil(calls)
     for r in rows:
         buckets = r.wire_bytes or r.bucket_bytes
         if buckets:

@@ -24,6 +24,7 @@ REDUCES = ("allreduce_", "allreduce_coalesced_")
 # DDP broadcasts its bucket order in an early step (a few hundred bytes): counted as an all-gather of its size
 # (nccl-tests' bus factor 1 against (n−1)/n: the same within a factor 2 on a message that small)
 BROADCASTS = ("broadcast_",)
+HALF = 0.5  # an all-gather or a reduce-scatter of S: (n−1)/n of S through each link, an all-reduce 2(n−1)/n
 
 
 class Wire(NamedTuple):
@@ -39,8 +40,18 @@ class Wire(NamedTuple):
     def allreduce_terms(self) -> tuple:
         """(bytes, calls) of the all-reduces that cost what this wire costs in the ring model: each all-gather and
         reduce-scatter half of an all-reduce of its size, in bytes and in latency."""
-        return (self.reduce_bytes + (self.gather_bytes + self.scatter_bytes) / 2,
-                self.reduce_calls + (self.gather_calls + self.scatter_calls) / 2)
+        terms = cost_terms(self)
+        return sum(w * nbytes for _, nbytes, _, w in terms), sum(w * calls for _, _, calls, w in terms)
+
+
+def cost_terms(wire: Wire) -> list:
+    """[(collective, bytes, calls, weight)] of the collectives a wire holds: its cost is the sum of weight × an
+    all-reduce of those bytes in those calls (weight ½ for an all-gather or a reduce-scatter: HALF), or of weight ×
+    what a benchmark of that collective measured, read as an all-reduce's time (its busbw over 2(n−1)/n)."""
+    parts = (("all_gather", wire.gather_bytes, wire.gather_calls, HALF),
+             ("reduce_scatter", wire.scatter_bytes, wire.scatter_calls, HALF),
+             ("all_reduce", wire.reduce_bytes, wire.reduce_calls, 1.0))
+    return [part for part in parts if part[1] > 0 and part[2] > 0]
 
 
 def observed(wire: dict, world_size: int) -> Optional[Wire]:

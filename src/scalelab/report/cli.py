@@ -31,6 +31,7 @@ class Report:
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
+    benches: pd.DataFrame = None  # every collective's benchmarks (all-gathers and reduce-scatters price FSDP's step)
 
 
 def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> Report:
@@ -42,13 +43,14 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     found, skipped = results.scan(output_dir)
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
     runs, notes = read_runs(found)
-    bench = explain.bench_frame(found)
+    benches = explain.bench_frame(found, explain.COLLECTIVES)
+    bench = benches[benches["collective"] == "all_reduce"]
     scaling, track = scaling_frame(runs), pd.DataFrame()
     if not scaling.empty:
-        scaling = explain.annotate(scaling, bench, peak_tflops, gpu_hour_price, token_budget)
-        track = forecast_view.record(runs, bench)
+        scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
+        track = forecast_view.record(runs, benches)
         scaling = forecast_view.with_forecast_error(scaling, track)
-    return Report(runs, scaling, bench, skipped, track, notes)
+    return Report(runs, scaling, bench, skipped, track, notes, benches)
 
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
@@ -150,9 +152,10 @@ def main(argv=None) -> int:
     print("\n".join(wrap(line, width) for line in forecast_view.track_record(
         runs, report.track_record, fmt, details=args.details or args.all_runs)))
     print("\n".join(nccl_logs.render(bench, fmt)))
+    nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
     if args.forecast:
-        print("\n".join(forecast_view.render(runs, bench, tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES),
-                                            fmt, args.token_budget, args.gpu_hour_price, args.link_gbit)))
+        print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget,
+                                            args.gpu_hour_price, args.link_gbit)))
     written = []
     if args.save_csv:
         written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))
@@ -164,8 +167,7 @@ def main(argv=None) -> int:
 
         written += plots.write_all(args.plot, scaling, bench)
         if args.forecast:
-            written += plots.save(args.plot, forecast_view.figures(runs, bench, tuple(args.forecast_nodes or
-                                                                                     forecast_view.fc.DEFAULT_NODES)))
+            written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
         figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
         written += plots.save(args.plot, figures)
         if note:

@@ -95,14 +95,14 @@ def fingerprint_text(r: dict) -> str:
     return json.dumps(r["fingerprint"], sort_keys=True) if isinstance(r.get("fingerprint"), dict) else ""
 
 
-def wire_terms(r: dict) -> tuple | None:
-    """(bytes, calls) of the all-reduces that cost what the step's collectives cost (perfmodel.sharding: an FSDP
-    step's all-gathers and reduce-scatters, half an all-reduce each; DDP's all-reduces as they are), from what the
-    fingerprint saw them move; None at one device or without a fingerprint."""
+def seen_wire(r: dict) -> tuple | None:
+    """What the step's collectives moved, as the fingerprint saw them, in nccl-tests' sizes: a perfmodel.sharding
+    Wire as a plain tuple (all-gathers', reduce-scatters' and all-reduces' bytes and calls); None at one device or
+    without a fingerprint."""
     if not isinstance(r.get("fingerprint"), dict):
         return None
     wire = sharding.observed(r["fingerprint"].get("wire"), r["launch"]["world_size"])
-    return wire.allreduce_terms() if wire else None
+    return tuple(wire) if wire else None
 
 
 def all_or_none(flags: pd.Series):
@@ -179,8 +179,7 @@ RUNS = (
     Column("loss_curve", lambda r: loss_curve(r.get("ranks") or []), "last"),
     Column("exclusive", at("slurm.exclusive"), lambda s, rows: all_or_none(s),
            doc="had its nodes alone (SLURM --exclusive); None: not known"),
-    Column("wire_terms", wire_terms, "first",
-           doc="(bytes, calls) of the all-reduces its step's collectives cost (FSDP's in all-reduce terms)"),
+    Column("wire", seen_wire, "first", doc="what the step's collectives moved (perfmodel.sharding.Wire's fields)"),
     Column("fingerprint", fingerprint_text, {"fingerprinted": lambda s, rows: bool((s != "").all())}),
     Column("job_differs", None, lambda s, rows: next((t for t in s if t), ""),
            doc="how the step differs from its group baseline's: plausible.job_differences, from the whole frame"),

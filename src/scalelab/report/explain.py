@@ -13,23 +13,28 @@ from typing import Optional
 import pandas as pd
 
 from scalelab import perfmodel
+from scalelab.bench.collectives import COLLECTIVES as _KINDS
 from scalelab.bench.collectives import collective_of
 from scalelab.numeric import known as _ok
+from scalelab.perfmodel import sharding
 from scalelab.perfmodel.network import bandwidths, busbw_at
 from scalelab.report.columns import link_label
 
+COLLECTIVES = tuple(_KINDS)  # every collective the benchmark measures: bench_frame(found, COLLECTIVES)
 
-def bench_frame(found: list) -> pd.DataFrame:
-    """Completed all-reduce benchmark results, newest first. `log`: the file an nccl-tests log was read from
+
+def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFrame:
+    """Completed collective benchmark results, newest first. `log`: the file an nccl-tests log was read from
     (None for a result.json), with its `source` and `summary`, which the report prints it with.
 
-    Only all-reduces: the benchmark's all-gather and reduce-scatter results share its kind, but their busbw
-    is not DDP's all-reduce (a different bus factor and traffic), so they predict nothing here."""
+    All-reduces by default: the benchmark's all-gather and reduce-scatter results share its kind, but their busbw
+    is not DDP's all-reduce (a different bus factor and traffic); FSDP's step is priced with them (COLLECTIVES:
+    what annotate and the forecast read, each row with its `collective`)."""
     rows = []
     for r in found:
         if r.get("kind") != "allreduce" or r.get("status") != "completed" or not r.get("rows"):
             continue
-        if collective_of(r) != "all_reduce":
+        if collective_of(r) not in collectives:
             continue
         launch, source = r["launch"], r.get("source") or {}
         rows.append({"run_id": r["run_id"], "world_size": launch["world_size"], "num_nodes": launch["num_nodes"],
@@ -39,17 +44,17 @@ def bench_frame(found: list) -> pd.DataFrame:
                      "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"],
                      "link": link_label(launch.get("link")),
                      "log": r.get("_path") if source.get("format") == "nccl-tests" else None,
-                     "source": source, "summary": r.get("summary") or {}})
+                     "source": source, "summary": r.get("summary") or {}, "collective": collective_of(r)})
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "num_nodes", "accelerator", "backend", "device",
                                         "created", "busbw_GBps", "dtype", "rows", "link", "log", "source",
-                                        "summary"])
+                                        "summary", "collective"])
     return frame.sort_values("created", ascending=False)
 
 
 def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device,
-              link: str = "") -> Optional[pd.Series]:
-    """The benchmark at the same size, node count, hardware and link (frames.link_label: "" for a real network,
-    else the emulated rate) as a training configuration.
+              link: str = "", collective: str = "all_reduce") -> Optional[pd.Series]:
+    """The benchmark of `collective` at the same size, node count, hardware and link (frames.link_label: "" for a
+    real network, else the emulated rate) as a training configuration.
 
     Repeated benchmarks are combined like repeated training runs: per message size, the median time
     (one run can land in a slow minute of a shared machine; the median of a few does not). Only runs of
@@ -59,7 +64,8 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     if bench.empty:
         return None
     match = bench[(bench["world_size"] == world_size) & (bench["num_nodes"] == nodes)
-                  & (bench["accelerator"] == accelerator) & (bench["link"].fillna("") == (link or ""))]
+                  & (bench["accelerator"] == accelerator) & (bench["link"].fillna("") == (link or ""))
+                  & (bench["collective"] == collective)]
     if accelerator == "gpu":
         match = match[match["device"] == device]
     if match.empty:
@@ -137,6 +143,47 @@ def _bucket_count(buckets) -> int:
     return max(1, int(round(buckets))) if _ok(buckets) else 1
 
 
+def as_allreduce(rows: list, collective: str) -> list:
+    """A benchmark's rows as the all-reduce rows they would be (perfmodel.sharding: an all-gather or a reduce-scatter
+    of S is half an all-reduce of S): times doubled, busbw the same (its bus factor is half the all-reduce's)."""
+    if collective == "all_reduce":
+        return rows
+    return [{**row, "time_s": row["time_s"] / sharding.HALF,
+             **({"single_op_s": row["single_op_s"] / sharding.HALF} if row.get("single_op_s") else {})}
+            for row in rows]
+
+
+def predicted_comm(bench: pd.DataFrame, r) -> tuple:
+    """(benchmark row, predicted seconds, bytes as all-reduced) of one configuration's communication per step, from
+    the benchmarks at its shape; (None, None, None) where none ran (or one device).
+
+    DDP: its buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends low-rank factors), else as DDP
+    filled them, else the whole gradient. FSDP: what its fingerprint saw it gather and scatter, each collective
+    priced by its own benchmark where one ran (gloo's reduce-scatter costs a whole all-reduce), else as half an
+    all-reduce (perfmodel.sharding: NCCL's ring)."""
+    if r.world_size < 2:
+        return None, None, None
+    shape = (r.world_size, r.num_nodes, r.accelerator, r.device, r.link)
+    if r.strategy == "fsdp":
+        wire = sharding.Wire(*r.wire) if isinstance(r.wire, tuple) else None
+        total, first = 0.0, None
+        for collective, nbytes, calls, weight in sharding.cost_terms(wire) if wire else ():
+            row = bench_for(bench, *shape, collective=collective)
+            row = bench_for(bench, *shape) if row is None else row
+            if row is None:
+                return None, None, None
+            rows = as_allreduce(row["rows"], row["collective"])
+            total += weight * calls * bench_allreduce_time_s(rows, nbytes / calls, r.world_size)
+            first = row if first is None else first
+        return (first, total, wire.allreduce_terms()[0]) if first is not None else (None, None, None)
+    bench_row = bench_for(bench, *shape)
+    sizes = next((b for b in (r.wire_bytes, r.bucket_bytes) if isinstance(b, tuple)), None)
+    moved = sum(sizes) if sizes else r.grad_bytes
+    if bench_row is None or not _ok(moved) or moved <= 0:
+        return bench_row, None, None
+    return bench_row, predicted_allreduce_s(bench_row["rows"], moved, r.buckets, r.world_size, sizes), moved
+
+
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
     """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given."""
@@ -145,17 +192,9 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
-        # DDP's all-reduce, or FSDP's all-gathers and reduce-scatters as the all-reduces they cost (perfmodel.sharding)
-        sharded = r.wire_terms if r.strategy == "fsdp" and isinstance(r.wire_terms, tuple) else None
-        bench_row = (bench_for(bench, r.world_size, r.num_nodes, r.accelerator, r.device, r.link)
-                     if r.world_size > 1 and (r.strategy != "fsdp" or sharded) else None)
-        busbw = pred = eff_lo = eff_hi = None
-        # what went over the wire: the buckets as --comm_hook sent them (fp16/bf16 halve them, PowerSGD sends
-        # low-rank factors), else the buckets as DDP filled them, else the whole gradient
-        sizes = next((b for b in (r.wire_bytes, r.bucket_bytes) if isinstance(b, tuple)), None) if not sharded else None
-        moved, calls = sharded or (sum(sizes) if sizes else r.grad_bytes, r.buckets)
-        if bench_row is not None and _ok(moved) and moved > 0:
-            pred = predicted_allreduce_s(bench_row["rows"], moved, calls, r.world_size, sizes)
+        bench_row, pred, moved = predicted_comm(bench, r)
+        busbw = eff_lo = eff_hi = None
+        if pred is not None:
             # the benchmark's busbw over this run's buckets: comparable with the busbw DDP got
             busbw = perfmodel.busbw_from_time(moved, pred, r.world_size) if pred > 0 else None
             if r.baseline_world_size == 1 and _ok(r.baseline_step_s) and pred > 0:

@@ -17,6 +17,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.config import LEVER_DEFAULTS, LEVERS
+from scalelab.perfmodel import sharding
 from scalelab.report.cells import fmt_num, fmt_pct, nodes_cell, predicted_range
 
 
@@ -98,7 +99,8 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
         cadences = {json.loads(g)["workload"].get("comm_probe_every") for g in rows["group"]}
         for r in rows.itertuples():
             ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed apart yet
-            seen = r.wire_terms[0] if isinstance(r.wire_terms, tuple) else None  # what the fingerprint saw
+            # what the fingerprint saw: FSDP's gathers and scatters as the all-reduce bytes they cost
+            seen = sharding.Wire(*r.wire).allreduce_terms()[0] if isinstance(r.wire, tuple) else None
             wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) and ddp else seen
             body.append([_show(getattr(r, lever)), r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"),
                          fmt_num(r.allreduce_s * 1e3, ",.1f") if ddp else "—",
