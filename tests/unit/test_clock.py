@@ -340,3 +340,17 @@ def test_the_all_reduce_alone_is_timed_on_the_gpus_work_not_its_launch(gpu, monk
     gpu.queue(500.0)
     assert comm.median_allreduce_s([object(), object()], torch.device("cuda", 0), passes=3) == pytest.approx(0.040,
                                                                                                               abs=0.003)
+
+
+def test_a_run_without_probe_steps_records_how_long_its_collectives_were_busy():
+    """FSDP takes no probe step: what its timed all-gathers and reduce-scatters say alone, per step the rank that
+    waited least (the others' extra wait is skew), and how many a step issued; nothing for one rank."""
+    from scalelab.measure import timing
+
+    def fsdp(rank, busy):
+        return dict(_rank([0.3, 0.3, 0.3, 0.3], ready=[0.2] * 4, probe_steps=[]), rank=rank, grad_bytes=8e6,
+                    allreduce_times_s=busy, buckets=[14] * 4)
+
+    got = timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2]), fsdp(1, [0.5, 0.11, 0.2, 0.15])], 1, 8, None)
+    assert got["comm"] == {"collectives_s": pytest.approx(0.12), "grad_bytes": 8e6, "collective_calls": 14}
+    assert timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2])], 1, 8, None)["comm"] is None  # one rank

@@ -783,8 +783,14 @@ def test_a_benchmark_time_that_is_not_positive_gives_no_busbw():
     assert pd.isna(two.bench_busbw_GBps) and pd.isna(two.predicted_efficiency_no_overlap)
 
 
-def test_an_fsdp_row_says_its_cause_is_not_measured_and_is_not_predicted():
-    """FSDP has no comm hook and takes no probe step: no DDP split, no all-reduce prediction from the benchmark."""
-    line = explain.limiting_line(_row(strategy="fsdp", compute_s=NAN, waited_s=NAN, allreduce_s=0.0))
-    assert "not yet split from its compute" in line and "all-reduce" not in line
+def test_an_fsdp_row_says_what_its_collectives_took_and_that_its_compute_is_not_isolated():
+    """FSDP takes no probe step: no DDP split; what its timed collectives were busy, what the benchmarks price
+    them at, how much the step grew over 1 device, each said where known, and what is not measured."""
+    fsdp = dict(strategy="fsdp", compute_s=NAN, waited_s=NAN, allreduce_s=NAN, step_s=0.5, baseline_step_s=0.3)
+    line = explain.limiting_line(_row(**fsdp, collectives_s=0.12, predicted_allreduce_s=0.08))
+    assert line == ("2 devices on 1 node: efficiency 90 %. FSDP: its all-gathers and reduce-scatters were busy 120 ms "
+                    "of the 500 ms step, as they ran beside compute; the benchmarks price them at 80 ms alone; the "
+                    f"step is 200 ms longer than at 1 device. {explain.FSDP_UNSPLIT}")
+    bare = explain.limiting_line(_row(**{**fsdp, "step_s": NAN}, collectives_s=NAN, predicted_allreduce_s=NAN))
+    assert bare == f"2 devices on 1 node: efficiency 90 %. {explain.FSDP_UNSPLIT}" and "all-reduce" not in bare
     assert "No communication measurement" in explain.limiting_line(_row(compute_s=NAN))  # DDP's line unchanged

@@ -76,8 +76,10 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     running (probe steps, after a barrier). The names are the report's and the CSVs' column names; a rank's
     per-step lists they are the medians of are plural (`allreduce_times_s`, `grads_ready_times_s`).
     """
-    if not probes or not normal or "grads_ready_times_s" not in per_rank[0]:
+    if not normal or "grads_ready_times_s" not in per_rank[0]:
         return None
+    if not probes:  # a run that took none (FSDP; --comm_probe_every 0): its timed collectives alone
+        return None if any(r.get("probe_steps") for r in per_rank) else busy_only(per_rank, normal)
 
     def ready(i):
         return max(r["grads_ready_times_s"][i] for r in per_rank)
@@ -112,6 +114,19 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
         "ddp_busbw_GBps": busbw,
     }
+
+
+def busy_only(per_rank: list, normal: list) -> Optional[dict]:
+    """Without probe steps (FSDP takes none; --comm_probe_every 0), what the timed collectives say alone:
+    collectives_s, how long a step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters) were
+    busy, as they ran beside compute (per step the rank that waited least, as allreduce_s); collective_calls, how
+    many a step issued. No compute, wait or hidden share: nothing isolates the compute. None where none was timed
+    (one device; SCALELAB_NO_COMM_TIMING)."""
+    busy = statistics.median(min(r["allreduce_times_s"][i] for r in per_rank) for i in normal)
+    if len(per_rank) < 2 or busy <= 0:
+        return None
+    return {"collectives_s": busy, "grad_bytes": per_rank[0].get("grad_bytes"),
+            "collective_calls": statistics.median(r["buckets"][i] for r in per_rank for i in normal)}
 
 
 def _stats(values):

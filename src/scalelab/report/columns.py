@@ -23,7 +23,7 @@ from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
 COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
-               "hidden_fraction", "grad_bytes", "buckets", "ddp_busbw_GBps")
+               "hidden_fraction", "grad_bytes", "buckets", "collectives_s", "ddp_busbw_GBps")
 
 
 def at(path: str, default=None) -> Callable[[dict], Any]:
@@ -225,7 +225,7 @@ EXPORTED = {
     "hours_for_token_budget": "scaling", "cost_for_token_budget": "scaling", "job_differs": "scaling",
     "step_s": "step", "compute_s": "step", "allreduce_s": "step", "allreduce_alone_s": "step",
     "predicted_allreduce_s": "step", "waited_s": "step", "comm_share": "step", "hidden_fraction": "step",
-    "grad_bytes": "step", "buckets": "step", "bucket_bytes": "step", "ddp_busbw_GBps": "step",
+    "grad_bytes": "step", "buckets": "step", "bucket_bytes": "step", "collectives_s": "step", "ddp_busbw_GBps": "step",
     "bench_busbw_GBps": "step", "bench_runs": "step", "tflops_per_device": "step", "mfu": "step",
 }
 

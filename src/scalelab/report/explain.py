@@ -225,9 +225,22 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
     return out
 
 
-FSDP_UNSPLIT = ("FSDP's all-gathers and reduce-scatters are not yet split from its compute (a no-sync step still "
-                "all-gathers, so no probe step isolates the compute): the step, efficiency and loss are measured, "
-                "the cause is not.")
+FSDP_UNSPLIT = ("FSDP's compute alone is not isolated (a no-sync step still all-gathers, so no probe step runs "
+                "without communication): how much of its collectives hid behind compute is not measured.")
+
+
+def fsdp_line(r) -> str:
+    """What an FSDP configuration's step is made of, as far as it is measured: its collectives' busy time as they
+    ran (the timed all-gathers and reduce-scatters), their price alone from the benchmarks, the step's growth."""
+    said = []
+    if _ok(r.collectives_s) and _ok(r.step_s):
+        said.append(f"its all-gathers and reduce-scatters were busy {r.collectives_s * 1e3:,.0f} ms of the "
+                    f"{r.step_s * 1e3:,.0f} ms step, as they ran beside compute")
+    if _ok(r.predicted_allreduce_s):
+        said.append(f"the benchmarks price them at {r.predicted_allreduce_s * 1e3:,.0f} ms alone")
+    if _ok(r.baseline_step_s) and _ok(r.step_s) and r.baseline_world_size == 1:
+        said.append(f"the step is {(r.step_s - r.baseline_step_s) * 1e3:,.0f} ms longer than at 1 device")
+    return ("FSDP: " + "; ".join(said) + ". " if said else "") + FSDP_UNSPLIT
 
 
 def limiting_line(r) -> Optional[str]:
@@ -238,7 +251,7 @@ def limiting_line(r) -> Optional[str]:
     head = (f"{where}: efficiency {r.efficiency * 100:.0f} %." if _ok(r.efficiency) else
             f"{where}: no efficiency (not the baseline's job).")
     if r.strategy == "fsdp":
-        return f"{head} {FSDP_UNSPLIT}"
+        return f"{head} {fsdp_line(r)}"
     if not _ok(r.compute_s):
         return head + " No communication measurement in these runs (--comm_probe_every 0, or an older scalelab)."
     causes = []

@@ -103,15 +103,16 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
             seen = sharding.Wire(*r.wire).allreduce_terms()[0] if isinstance(r.wire, tuple) else None
             wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) and ddp else seen
             body.append([_show(getattr(r, lever)), r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"),
-                         fmt_num(r.allreduce_s * 1e3, ",.1f") if ddp else "—",
+                         fmt_num((r.allreduce_s if ddp else r.collectives_s) * 1e3, ",.1f"),
                          fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), fmt_num(wire / 1e6 if wire else None, ",.2f"),
                          fmt_pct(r.efficiency), predicted_range(r),
                          fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")
                          if len(cadences) == 1 else "—"])
         out.append(tabulate(body, headers=[lever, *HEADERS, "loss"], tablefmt=fmt, disable_numparse=True))
         if (rows["strategy"] == "fsdp").any():
-            out.append("  FSDP: its all-gathers and reduce-scatters as the all-reduces they cost (half their sizes: "
-                       "perfmodel.sharding), on the wire and predicted; not yet timed apart from its compute (—)")
+            out.append("  FSDP: its all-gathers and reduce-scatters in the all-reduce's place: busy as they ran, "
+                       "predicted from the benchmarks of each, and on the wire as the all-reduce bytes they cost (half "
+                       "their sizes: perfmodel.sharding)")
         if len(cadences) > 1:
             out.append("  loss: — (the runs took probe steps at different cadences, and a probe step skips its "
                        "update: not the same training)")

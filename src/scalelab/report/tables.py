@@ -47,8 +47,8 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
         if g["compute_s"].notna().any():
             step = step_table(g, fmt)
             out += step if details else step[3:]  # what limits each configuration, without the wide table
-        elif (g["strategy"] == "fsdp").any():
-            out.append(f"  {explain.FSDP_UNSPLIT}")
+        elif (g["strategy"] == "fsdp").any():  # no step table (no probe step): each configuration in words
+            out += [f"  {line}" for line in map(explain.limiting_line, g.itertuples()) if line]
         out.append("")
     out += levers.render(scaling, fmt)
     out += failed_table(runs, fmt)

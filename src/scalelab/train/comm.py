@@ -83,16 +83,71 @@ class CommTimer:
 
 
 def attach(model, timer: CommTimer) -> int:
-    """Time DDP's gradient all-reduce (--comm_hook's, by default DDP's own) through `timer` as its comm hook; the
-    bytes it reduces a step. `model` is what Fabric set up: the DDP module sits inside it when there are ranks.
-    SCALELAB_NO_COMM_TIMING=1 leaves DDP's own all-reduce untimed (benchmarks/hook_overhead.py: what the hook
-    costs a step)."""
+    """Time DDP's gradient all-reduce (--comm_hook's, by default DDP's own) through `timer` as its comm hook, or
+    FSDP's all-gathers and reduce-scatters through its custom-collective API (`set_custom_all_gather`,
+    `set_custom_reduce_scatter`: torch's own collectives, timed); the bytes of gradient a step reduces. `model` is
+    what Fabric set up: the DDP module sits inside it when there are ranks, the FSDP units are in it at every size.
+    SCALELAB_NO_COMM_TIMING=1 leaves the collectives untimed (benchmarks/hook_overhead.py: what the hook costs)."""
     ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
     if ddp is not None:
         rare_runtime_stats(ddp)
-    if ddp is not None and os.environ.get(NO_TIMING_ENV) != "1":
+    timed = os.environ.get(NO_TIMING_ENV) != "1"
+    if ddp is not None and timed:
         ddp.register_comm_hook(timer, timed_allreduce_hook)
+    if timed and dist.is_initialized() and dist.get_world_size() > 1:  # one rank: FSDP runs no collective
+        from torch.distributed.fsdp import FSDPModule
+
+        for unit in (m for m in model.modules() if isinstance(m, FSDPModule)):
+            unit.set_custom_all_gather(TimedAllGather(timer))
+            unit.set_custom_reduce_scatter(TimedReduceScatter(timer))
     return grad_bytes(model)
+
+
+class TimedAllGather:
+    """FSDP2's all-gather as its default does it (`dist.all_gather_single` into a buffer of its own), timed into a
+    CommTimer (`_timed`). Duck-typed to FSDP2's AllGather interface (`allocate`, `__call__`): the interface's
+    class is not public in torch 2.13, the setter that takes it is."""
+
+    def __init__(self, timer: CommTimer):
+        self.timer = timer
+
+    @staticmethod
+    def allocate(size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        return _timed(self.timer, output_tensor, lambda: dist.all_gather_single(
+            output_tensor, input_tensor, group=group, async_op=async_op))
+
+
+class TimedReduceScatter(TimedAllGather):
+    """FSDP2's reduce-scatter as its default does it (`dist.reduce_scatter_single`), timed likewise."""
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        return _timed(self.timer, input_tensor, lambda: dist.reduce_scatter_single(
+            output=output_tensor, input=input_tensor, group=group, op=op, async_op=async_op))
+
+
+def _timed(timer: CommTimer, tensor, run):
+    """Run one FSDP collective with its start and end recorded in `timer`, as the DDP hook's are: CUDA events on
+    the stream FSDP issues it on (its all-gather or reduce-scatter stream), else the host clock around it (FSDP2
+    asks for synchronous collectives: async_op is False in its unshard and reduce), or until its future completes
+    where one was asked for asynchronously."""
+    timer.issued += 1
+    if tensor.is_cuda:
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+    t0 = time.perf_counter()
+    work = run()
+    if tensor.is_cuda:
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        timer.cuda_events.append((start, end))
+    elif work is None:
+        timer.intervals.append((t0, time.perf_counter()))
+    else:
+        work.get_future().then(lambda _: timer.intervals.append((t0, time.perf_counter())))
+    return work
 
 
 def inner_hook(name: str, process_group=None) -> tuple:
