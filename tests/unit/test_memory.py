@@ -299,8 +299,12 @@ def test_one_fsdp_ranks_shards_and_step_against_what_two_gloo_ranks_allocate():
 
 
 def test_the_run_asks_fsdp_its_sharded_estimate():
-    """--strategy fsdp: the run's check and record ask the estimate of one rank of the run's world size."""
+    """--strategy fsdp: the run's check and its result's record ask the estimate of one rank of the run's world
+    size (the record without the fixed overhead: torch's allocated peak leaves it out)."""
+    from types import SimpleNamespace
+
     from scalelab import config
+    from scalelab.train.record import memory_record
     from scalelab.workloads.gpt import memory_estimate, shape_of
 
     cfg = config.parse_config(["--config", "gpt-small", "--precision", "bf16-mixed", "--strategy", "fsdp",
@@ -310,3 +314,6 @@ def test_the_run_asks_fsdp_its_sharded_estimate():
         assert memory_estimate(cfg, 4, n) == memory.training_memory(shape, 4, "bf16-mixed", strategy="fsdp",
                                                                    world_size=n, accumulate=2)
     assert memory_estimate(cfg, 4, 8).weights == 4 * shape.total_params() / 8
+    run = SimpleNamespace(cfg=cfg, batch=4, launch=SimpleNamespace(world_size=8))
+    assert memory_record(run, [{"peak_memory_bytes": 9e9}]) == {
+        "estimate_bytes": memory_estimate(cfg, 4, 8, overhead=0).total, "peak_allocated_bytes": 9e9}
