@@ -71,6 +71,10 @@ def test_predict_says_what_fits_each_gpu():
     # by hand: 16 x 760,372,224 B persistent + 1.51e9 weight copies + 2e9 overhead = 15.68e9; a sequence 2048 x
     # (24 x 58,432 + 6,144 + 3,072 + 201,216 + 402,432) B = 4.13e9: 8 take 48.7e9, 5 take 36.3e9, 6 take 40.4e9
     assert "≈ 48.7 GB per GPU" in line and "A100 40GB: no (--batch_size 5 fits); A100 80GB: fits" in line
+    # FSDP, one rank: 4 + 8 bytes a parameter / N of shards, no autocast copies, the root gathered in bf16 (2 x
+    # 80,415,744 B), the same activations and loss: 44.3e9 at 1; at 2, 39.7e9 fits a 40 GB A100
+    assert line.endswith("under FSDP: A100 40GB from 2 GPUs (≈ 39.7 GB at 2); A100 80GB, H100 80GB, H200 141GB "
+                         "from 1 GPU (≈ 44.3 GB)")
 
 
 TINY = TransformerShape(n_layer=2, n_head=2, d_model=8, seq_len=4, vocab_size=16)
@@ -317,3 +321,23 @@ def test_the_run_asks_fsdp_its_sharded_estimate():
     run = SimpleNamespace(cfg=cfg, batch=4, launch=SimpleNamespace(world_size=8))
     assert memory_record(run, [{"peak_memory_bytes": 9e9}]) == {
         "estimate_bytes": memory_estimate(cfg, 4, 8, overhead=0).total, "peak_allocated_bytes": 9e9}
+
+
+def test_fsdp_fits_from_the_fewest_gpus_or_at_none():
+    """xl at 4 sequences in fp32: a DDP rank needs 55.5 GB. Sharded, one rank fits a 40 GB A100 from 4 GPUs (by
+    hand, GB: 1.32 weights + 2.63 moments + 29.18 activations + 3.30 loss + 0.43 root gathered + 2 overhead = 38.8;
+    at 2 GPUs 42.8). The activations and the loss are not sharded: at 16 sequences in bf16 one rank needs 83.7 GB
+    at 1024 GPUs, more than 80 GB."""
+    from scalelab.predict import _sharded_verdicts
+
+    xl = PRESETS["xl"]
+    n, est = pm.sharded_fit(xl, 4, "32", 40e9)
+    assert n == 4 and est == pm.training_memory(xl, 4, "32", strategy="fsdp", world_size=4)
+    assert est.total == pytest.approx(38.85e9, rel=1e-3) and not pm.fits(
+        pm.training_memory(xl, 4, "32", strategy="fsdp", world_size=2), 40e9)
+    assert pm.sharded_fit(xl, 16, "bf16-mixed", 80e9) is None and pm.sharded_fit(xl, 16, "bf16-mixed", 141e9)[0] == 1
+    assert _sharded_verdicts(xl, 4, "32", 1) == ("A100 40GB from 4 GPUs (≈ 38.8 GB at 4); A100 80GB, H100 80GB, "
+                                                 "H200 141GB from 1 GPU (≈ 50.7 GB)")
+    assert _sharded_verdicts(xl, 16, "bf16-mixed", 1) == (
+        "A100 40GB, A100 80GB, H100 80GB not even at 1024 GPUs (≈ 83.7 GB: the activations and the loss are not "
+        "sharded); H200 141GB from 1 GPU (≈ 99.4 GB)")
