@@ -45,8 +45,8 @@ root gathered with its gradient, which the tied head makes first, two blocks gat
 beside its reduce-scatter input); the last reduce-scatters at the end (every sharded gradient, the root gathered,
 the largest unit's gradient beside its reduce-scatter input, no activations). With K > 1 the no-sync batches keep
 the whole gradient unsharded, in fp32 (4P, not / N: `accumulated`), counted at every moment. Checked on CPU at 2
-gloo ranks against what torch allocates (tests/unit/test_memory.py): the shards to the byte, the step's peak from
-2 % below to 12 % above the measurement (the most above for one sequence of tiny: the working set is most of it).
+gloo ranks against what torch allocates (tests/unit/test_memory.py): the shards to the byte, the step's peak 0-12 %
+above the measurement (12 % for one sequence of tiny in fp32, where the working set is most of the step).
 """
 
 from typing import NamedTuple

@@ -83,12 +83,14 @@ def fsdp_step(shape, batch: int, precision: str) -> dict:
     state, then zero_grad(set_to_none=True) as the loop does. torch's profiler reports every allocation and free
     of the CPU allocator, storage resizes included (FSDP frees and re-allocates its unsharded parameters that
     way), as LiveTensors cannot see. gloo's own scratch (a copy of each all-gather's output, made inside the
-    collective) is left out: NCCL writes into FSDP's buffers. The loss is computed as step_peak's; under bf16 layer
-    norm runs on fp32 inputs as CUDA autocast runs it (CPU autocast keeps the bf16 residual stream's dtype)."""
+    collective) is left out, and gloo works on copies of FSDP's buffers (_on_copies): NCCL writes into them. The
+    loss is computed as step_peak's; under bf16 layer norm runs on fp32 inputs as CUDA autocast runs it (CPU
+    autocast keeps the bf16 residual stream's dtype)."""
     from unittest import mock
 
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 
     from scalelab.workloads.nets.transformer import GPTModule
 
@@ -108,12 +110,30 @@ def fsdp_step(shape, batch: int, precision: str) -> dict:
     step()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof, \
+            mock.patch.object(DefaultAllGather, "__call__", _on_copies(DefaultAllGather.__call__)), \
+            mock.patch.object(DefaultReduceScatter, "__call__", _on_copies(DefaultReduceScatter.__call__)):
         step()
     moments = [v for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
     return {"weights": _local_bytes(net.parameters()), "moments": _local_bytes(moments),
             "gradients": _local_bytes(p.grad for p in net.parameters() if p.grad is not None),
             "step": _allocated_peak(prof)}
+
+
+def _on_copies(collective):
+    """FSDP's collective (all-gather or reduce-scatter) run on copies of its buffers, made under a gloo: range (left
+    out as gloo's scratch): gloo's worker thread lets go of the tensors it was given some time after the collective
+    returns, so a buffer FSDP has dropped would live on for a while, or not, from run to run. FSDP's own buffers are
+    then freed when FSDP drops them, as under NCCL."""
+    def run(self, output_tensor, input_tensor, *args, **kwargs):
+        with torch.profiler.record_function("gloo:copies"):
+            output, given = torch.empty_like(output_tensor), input_tensor.clone()
+        work = collective(self, output, given, *args, **kwargs)
+        if work is not None:  # an async_op=True call: its result first
+            work.wait()
+        output_tensor.copy_(output)
+        return work
+    return run
 
 
 def _fp32_layer_norm(self, x):
@@ -148,6 +168,8 @@ def _allocated_peak(prof) -> int:
         elif f.alloc_size < 0 and f.ptr in backend:
             backend.discard(f.ptr)
         else:
+            # an address given out again was freed, even where gloo let go of it after the profile (no free seen)
+            backend.discard(f.ptr)
             now += f.alloc_size
             peak = max(peak, now)
     return peak
