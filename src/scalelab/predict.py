@@ -59,7 +59,9 @@ def parse_args(argv):
                            "`benchmark.py --forecast`; with --num_nodes, --inter_gbit, --token_budget, "
                            "--gpu_hour_price)")
     what.add_argument("--params", type=count, help="parameter count: 2e9, 2B, 1.3B, 350M")
-    what.add_argument("--preset", choices=sorted(PRESETS), help="a scalelab GPT shape (uses its total params)")
+    what.add_argument("--preset", choices=sorted(PRESETS),
+                      help="a scalelab GPT shape (uses its total params; with a batch, also says whether a step fits "
+                           "each common GPU's memory under DDP, and from how many GPUs under FSDP)")
     p.add_argument("--grad_dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                    help="gradient dtype DDP all-reduces (fp32 for fp32 params, also under bf16-mixed)")
     p.add_argument("--devices", type=DEVICES, default=8,
@@ -241,15 +243,35 @@ def build(args):
 
 
 def _memory_note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
-    """Will a step fit in GPU memory (perfmodel.memory): the estimate for one rank of several (DDP's buckets, the
-    accumulated gradients with --accumulate) and, per common GPU, yes or what fits."""
+    """Will a step fit in GPU memory (perfmodel.memory): one DDP rank's estimate (its buckets, the accumulated
+    gradients with --accumulate) and, per common GPU, yes or what fits; then, per GPU, from how many GPUs one FSDP
+    rank's shard of the same per-GPU batch fits."""
     precision = "32" if grad_dtype == "fp32" else "bf16-mixed"
     est = pm.training_memory(shape, batch, precision, accumulate=accumulate)
     verdicts = [f"{gpu}: " + ("fits" if pm.fits(est, gb * 1e9)
                               else f"no ({pm.memory_advice(shape, batch, precision, gb * 1e9, accumulate=accumulate)})")
                 for gpu, gb in pm.GPU_MEMORY_GB.items()]
-    return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()}; "
-            + "; ".join(verdicts))
+    return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()} under "
+            f"DDP; {'; '.join(verdicts)}; under FSDP: {_sharded_verdicts(shape, batch, precision, accumulate)}")
+
+
+def _sharded_verdicts(shape, batch: int, precision: str, accumulate: int) -> str:
+    """Per common GPU the fewest GPUs of 1, 2, 4, ... 1024 over which one FSDP rank fits, GPUs of one answer named
+    together; the activations and the loss are not sharded, so a batch may fit at none."""
+    said = {}
+    for gpu, gb in pm.GPU_MEMORY_GB.items():
+        fit = pm.sharded_fit(shape, batch, precision, gb * 1e9, accumulate=accumulate)
+        if fit:
+            n, est = fit
+            answer = f"from {n} GPU" + (f"s (≈ {est.total / 1e9:.1f} GB at {n})" if n > 1 else
+                                        f" (≈ {est.total / 1e9:.1f} GB)")
+        else:
+            most = pm.FSDP_WORLD_SIZES[-1]
+            est = pm.training_memory(shape, batch, precision, accumulate=accumulate, strategy="fsdp", world_size=most)
+            answer = (f"not even at {most} GPUs (≈ {est.total / 1e9:.1f} GB: the activations and the loss are not "
+                      "sharded)")
+        said.setdefault(answer, []).append(gpu)
+    return "; ".join(f"{', '.join(gpus)} {answer}" for answer, gpus in said.items())
 
 
 def table(inputs, rows) -> str:

@@ -65,6 +65,21 @@ def test_each_run_records_the_collectives_its_step_ran(pair):
     assert 1.45 < wire_ratio <= 1.5  # FSDP ÷ DDP in fp32: 1.5 less the root's second gather
 
 
+def test_each_run_records_its_memory_estimate_fsdps_sharded(pair):
+    """The result's memory estimate (the self-check holds it against a GPU's peak): FSDP's is one rank's shard of its
+    world size plus FSDP's working set, as perfmodel.memory counts it, and below DDP's replica at 2 ranks."""
+    from scalelab import config
+    from scalelab.workloads.gpt import memory_estimate
+
+    _, runs = pair
+    for n in (1, 2):
+        run = runs["fsdp", n]
+        cfg = config.parse_config([*GPT, "--strategy", "fsdp", "--precision", run["workload"]["precision"]])
+        assert run["memory"]["estimate_bytes"] == memory_estimate(cfg, run["workload"]["batch_per_device"], n,
+                                                                  overhead=0).total
+    assert runs["fsdp", 2]["memory"]["estimate_bytes"] < runs["ddp", 2]["memory"]["estimate_bytes"]
+
+
 def test_the_report_keeps_ddp_and_fsdp_apart_and_predicts_only_what_it_models(pair):
     out, _ = pair
     proc = run_script("benchmark.py", "--output_dir", out)

@@ -132,6 +132,32 @@ def test_the_up_front_memory_check_counts_the_world_size_and_the_accumulation(mo
     memcheck.check_gpu(k2, 2, 1)  # one GPU: no buckets, the accumulated gradients are its own (35.9 GB)
 
 
+def test_the_up_front_memory_check_counts_fsdps_shards(monkeypatch):
+    """xl at 3 sequences a GPU on a 40 GB A100: a DDP replica needs 40.9 GB and is refused; sharded over 8 ranks
+    (--strategy fsdp) one rank needs 19.5 GB and starts; at 8 sequences even the shard is refused (44.9 GB: the
+    activations are not sharded), with the batch that fits counted as FSDP counts it (7: 39.8 GB)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from scalelab import config
+    from scalelab.errors import UsageError
+    from scalelab.train import memcheck
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=40e9, name="NVIDIA A100-SXM4-40GB"))
+
+    def cfg(*extra):
+        return config.for_accelerator(config.parse_config(["--config", "gpt-xl", *extra]), "gpu")
+    with pytest.raises(UsageError, match="needs ≈ 40.9 GB per GPU"):
+        memcheck.check_gpu(cfg(), 3, 8)
+    memcheck.check_gpu(cfg("--strategy", "fsdp"), 3, 8)
+    with pytest.raises(UsageError) as err:  # through check, which once left FSDP out
+        memcheck.check(cfg("--strategy", "fsdp"), SimpleNamespace(accelerator="gpu", world_size=8, devices=8), 8)
+    assert "needs ≈ 44.9 GB per GPU" in str(err.value) and "gathered 0.2" in str(err.value)
+    assert "--batch_size 7 fits" in str(err.value)
+
+
 def test_the_cpu_rehearsal_checks_a_nodes_ranks_against_the_hosts_memory():
     """The dry run: `MODEL=gpt PRESET=small` on 4 ranks of a 23 GB machine started ranks of ≈ 12 GB each and the
     kernel killed one; now refused before the ranks start, with the batch that would fit."""

@@ -16,7 +16,14 @@ efficiency). The names below are the model's public API: `from scalelab import p
 """
 
 from scalelab.perfmodel.flops import dense_flops_per_sample, iteration_tflop_per_gpu, transformer_flops_per_token
-from scalelab.perfmodel.memory import GPU_MEMORY_GB, MemoryEstimate, fits, training_memory
+from scalelab.perfmodel.memory import (
+    FSDP_WORLD_SIZES,
+    GPU_MEMORY_GB,
+    MemoryEstimate,
+    fits,
+    sharded_fit,
+    training_memory,
+)
 from scalelab.perfmodel.memory import advice as memory_advice
 from scalelab.perfmodel.network import (
     DDP_BUCKET_BYTES,

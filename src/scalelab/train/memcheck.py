@@ -1,6 +1,7 @@
-"""Refuse, before the ranks start, a GPT step the device cannot hold: perfmodel.memory's estimate against the GPU's
-memory, or on CPU (the rehearsal) against the host's, which all of a node's ranks share. An out-of-memory after
-minutes of start-up, or the kernel's OOM killer ending one rank of eight, is said now, in one line."""
+"""Refuse, before the ranks start, a GPT step the device cannot hold: perfmodel.memory's estimate (DDP's replica, or
+one rank's shard under --strategy fsdp) against the GPU's memory, or on CPU (the rehearsal) against the host's,
+which all of a node's ranks share. An out-of-memory after minutes of start-up, or the kernel's OOM killer ending one
+rank of eight, is said now, in one line."""
 
 import os
 
@@ -15,9 +16,9 @@ SKIP = "SCALELAB_NO_MEMORY_CHECK"  # =1: run anyway
 
 
 def check(cfg, launch, batch: int) -> None:
-    """The GPT only (the MLP is kilobytes); once per node, by its first rank (the others are still starting). Not
-    under --strategy fsdp: the estimate counts a full replica, and would refuse what only fits sharded."""
-    if cfg.model != "gpt" or cfg.strategy == "fsdp" or os.environ.get(SKIP) == "1":
+    """The GPT only (the MLP is kilobytes); once per node, by its first rank (the others are still starting). Under
+    --strategy fsdp the estimate is one rank's shard of the run's world size plus FSDP's working set."""
+    if cfg.model != "gpt" or os.environ.get(SKIP) == "1":
         return
     if launch.accelerator == "gpu":
         check_gpu(cfg, batch, launch.world_size)
@@ -40,7 +41,8 @@ def check_gpu(cfg, batch: int, world_size: int) -> None:
 
 
 def check_host(cfg, batch: int, world_size: int, ranks_here: int, available: float, where: str) -> None:
-    """ranks_here: this node's ranks (--devices on CPU), each a process holding the whole step."""
+    """ranks_here: this node's ranks (--devices on CPU), each a process holding its step (a replica's, or under
+    --strategy fsdp its shard and FSDP's working set)."""
     est = memory_estimate(cfg, batch, world_size, overhead=CPU_OVERHEAD_BYTES)
     if ranks_here * est.total <= available:
         return

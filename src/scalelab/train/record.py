@@ -179,10 +179,10 @@ def hyperparameters(ctx: RunContext) -> dict:
 
 
 def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
-    """The GPT's estimated tensor memory per device (perfmodel.memory, without its fixed overhead) and the peak the
-    ranks' caching allocators measured (GPU): the self-check compares them."""
+    """The GPT's estimated tensor memory per device (perfmodel.memory, without its fixed overhead; sharded under
+    --strategy fsdp) and the peak the ranks' caching allocators measured (GPU): the self-check compares them."""
     estimate = None
-    if ctx.cfg.model == "gpt" and ctx.cfg.strategy != "fsdp":  # a full replica's: FSDP's sharding not modelled yet
+    if ctx.cfg.model == "gpt":
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
         estimate = memory_estimate(ctx.cfg, ctx.batch, ctx.launch.world_size, overhead=0).total
     peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]

@@ -43,14 +43,18 @@ def shape_of(cfg) -> TransformerShape:
 
 def memory_terms(cfg, world_size: int) -> dict:
     """What of the run perfmodel.training_memory reads besides shape, batch and precision: LoRA's trainable share,
-    DDP's buckets where there are several ranks, the accumulated gradients with --accumulate_grad_batches."""
+    the accumulated gradients with --accumulate_grad_batches, and the strategy: DDP's buckets where there are several
+    ranks, or --strategy fsdp's shards over every rank (1 included)."""
     trainable = lora_params(shape_of(cfg), cfg.lora_rank) if cfg.lora_rank else None
-    return {"trainable_params": trainable, "ddp": world_size > 1, "accumulate": cfg.accumulate_grad_batches}
+    terms = {"trainable_params": trainable, "accumulate": cfg.accumulate_grad_batches}
+    if cfg.strategy == "fsdp":
+        return {**terms, "strategy": "fsdp", "world_size": world_size}
+    return {**terms, "ddp": world_size > 1}
 
 
 def memory_estimate(cfg, batch: int, world_size: int, **kw) -> "perfmodel.MemoryEstimate":
-    """This run's memory per device (perfmodel.memory): the one place the run's up-front check and its record ask
-    (kw: overhead=0 for the tensors alone)."""
+    """This run's memory per device (perfmodel.memory), DDP's or FSDP's as the run's strategy: the one place the
+    run's up-front check and its record ask (kw: overhead=0 for the tensors alone)."""
     return perfmodel.training_memory(shape_of(cfg), batch, cfg.precision, **memory_terms(cfg, world_size), **kw)
 
 

@@ -20,11 +20,19 @@ class TransformerShape:
     def head_dim(self) -> int:
         return self.d_model // self.n_head
 
+    def block_params(self) -> int:
+        """One transformer block: qkv+proj (4d^2+4d), mlp (8d^2+5d), 2 layernorms (4d); one FSDP unit each."""
+        d = self.d_model
+        return 12 * d * d + 13 * d
+
+    def root_params(self) -> int:
+        """What FSDP's root unit (the GPT itself) holds beside the blocks: the token embedding (tied to the head), the
+        positions and the final layernorm."""
+        return self.embedding_params() + 2 * self.d_model
+
     def non_embedding_params(self) -> int:
         """Weights in the blocks (attention 4d^2 + MLP 8d^2 + biases/LN): what "model size" tables quote."""
-        d = self.d_model
-        per_block = 12 * d * d + 13 * d  # qkv+proj (4d^2+4d), mlp (8d^2+5d), 2 layernorms (4d)
-        return self.n_layer * per_block + 2 * d  # final layernorm
+        return self.n_layer * self.block_params() + 2 * self.d_model  # final layernorm
 
     def matmul_params(self) -> int:
         """Weights that take part in a matmul, the N of 6N: qkv, proj and MLP in every block, plus the LM head.
