@@ -98,6 +98,9 @@ def parse_args(argv):
     p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
     p.add_argument("--gpu_hour_price", type=nonneg_float, help="price per GPU-hour, for the cost columns")
     lv = p.add_argument_group("the levers (train.py's flags of the same names; docs/11)")
+    lv.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
+                    help="ddp: every GPU all-reduces the gradient; fsdp: sharded (needs --preset: its blocks are the "
+                         "units gathered and scattered; docs/15)")
     lv.add_argument("--accumulate", type=positive_int, default=1,
                     help="batches per optimizer step (--accumulate_grad_batches): one all-reduce per K")
     lv.add_argument("--comm_hook", type=comm_hook_type, default="none",
@@ -226,20 +229,44 @@ def build(args):
     if args.comm_hook.startswith("powersgd") and not shape:
         raise UsageError(f"--comm_hook {args.comm_hook} compresses each weight matrix by its shape: give --preset")
     wire = levers.hook_wire_bytes(args.comm_hook, shape, n_params, pm.GRAD_DTYPE_BYTES[args.grad_dtype])
+    sharded = _sharded(args, shape)
+    comm_kw = {"bucket_bytes": args.bucket_mb * 2**20}
+    if sharded:  # FSDP's gathers and scatters as the all-reduces they cost: one model for both strategies
+        nbytes, calls = sharded.allreduce_terms()
+        comm_kw = {"grad_bytes": nbytes, "bucket_bytes": math.nextafter(nbytes / math.ceil(calls), math.inf)}
     inputs = pm.ScalingInputs(
         accumulate=args.accumulate, wire_bytes=wire,
         devices=gpn, num_nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
         intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
         intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
-        busbw_GBps=busbw, scaling=args.scaling, bucket_bytes=args.bucket_mb * 2**20, tokens_per_step=tokens,
-        token_budget=args.token_budget, gpu_hour_price=args.gpu_hour_price, **compute_kw)
+        busbw_GBps=busbw, scaling=args.scaling, tokens_per_step=tokens,
+        token_budget=args.token_budget, gpu_hour_price=args.gpu_hour_price, **comm_kw, **compute_kw)
     source = f"--preset {args.preset}, total params" if shape else "--params"
-    head = (f"model: {human_count(n_params)} parameters ({source}), {args.grad_dtype} gradients: "
-            f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step"
+    moved = (f"S = {inputs.allreduce_bytes / pm.GB:.4g} GB all-reduced per step" if not sharded else
+             f"FSDP all-gathers {sharded.gather_bytes / pm.GB:.4g} GB ({sharded.gather_calls} calls) and "
+             f"reduce-scatters {sharded.scatter_bytes / pm.GB:.4g} GB ({sharded.scatter_calls}) per step: as "
+             f"all-reduces of S = {inputs.allreduce_bytes / pm.GB:.4g} GB in {inputs.buckets} calls")
+    head = (f"model: {human_count(n_params)} parameters ({source}), {args.grad_dtype} gradients: {moved}"
             + (f" ({inputs.sent_bytes / pm.GB:.4g} GB on the wire with --comm_hook {args.comm_hook})" if wire else "")
             + (f", once per {args.accumulate} batches (--accumulate)" if args.accumulate > 1 else "")
             + f"; {gpn} GPUs per node; {args.scaling} scaling")
     return inputs, [head, *notes]
+
+
+def _sharded(args, shape):
+    """--strategy fsdp: what a sharded step puts on the wire (perfmodel.sharding.expected: each block a unit, the
+    root's embeddings and final norm another; bf16 gathered under bf16 gradients, fp32 reduce-scatters as
+    scalelab's FSDP policy does); None for DDP. What it does not model is refused in one line."""
+    if args.strategy != "fsdp":
+        return None
+    for wrong, why in ((not shape, "its units are a preset's blocks: give --preset"),
+                       (args.comm_hook != "none", "--comm_hook is DDP's, not FSDP's"),
+                       (args.accumulate > 1, "--accumulate is not modelled for FSDP (an accumulated FSDP step still "
+                                             "all-gathers every batch)"),
+                       (args.levers, "--levers sweeps DDP's levers")):
+        if wrong:
+            raise UsageError(f"--strategy fsdp: {why}")
+    return pm.sharded_wire(shape, param_bytes=2 if args.grad_dtype != "fp32" else 4)
 
 
 def _memory_note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
@@ -349,6 +376,10 @@ def main(argv=None) -> int:
     print(table(inputs, rows))
     print()
     print(pm.formula(inputs))
+    if args.strategy == "fsdp":
+        print("FSDP: S and the buckets above are its all-gathers and reduce-scatters as all-reduces: each costs half "
+              "an all-reduce of its size in the ring model (perfmodel/sharding.py); the overlap bound assumes they "
+              "hide behind compute as DDP's buckets would.")
     print("verdict: " + pm.verdict(rows))
     if args.levers:
         print()

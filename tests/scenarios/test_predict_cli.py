@@ -88,6 +88,10 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
     (["--params", "2B", "--compute_s", "1", "--token_budget", "1e9"], "--token_budget needs tokens per step"),
     (["--params", "2B", "--compute_s", "1", "--num_nodes", "1", "--busbw_GBps", "20"], "count above 1"),
     (["--compute_s", "1"], "one of the arguments --from --params --preset is required"),
+    (["--params", "2B", "--compute_s", "1", "--strategy", "fsdp"], "--strategy fsdp: its units are a preset's blocks"),
+    (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--comm_hook", "bf16"], "DDP's, not FSDP's"),
+    (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--accumulate", "4"], "not modelled for FSDP"),
+    (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--levers"], "--levers sweeps DDP's levers"),
 ])
 def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
     res = run_script("predict.py", *args, timeout=60)
@@ -126,3 +130,19 @@ def test_powersgd_needs_the_matrix_shapes():
     proc = run_script("predict.py", "--params", "1.3B", "--compute_s", "1", "--comm_hook", "powersgd:4")
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "predict.py: error: --comm_hook powersgd:4 compresses each weight matrix by its shape: give --preset")
+
+
+def test_fsdp_is_predicted_with_its_gathers_and_scatters_as_the_all_reduces_they_cost():
+    """--strategy fsdp: the tiny GPT's 9 gathers and 5 scatters in fp32 are all-reduces of 1.475 x DDP's bytes in 7
+    calls (a real run moved exactly these: tests/unit/test_sharding.py); in bf16, DDP's fp32 bytes less the
+    root's second gather (it is gathered once)."""
+    common = ["--preset", "tiny", "--devices", "1", "--num_nodes", "1", "2", "--inter_gbit", "0.2", "--compute_s",
+              "0.26", "--batch_per_device", "8"]
+    ddp, fsdp = (run_script("predict.py", *common, "--strategy", s, timeout=60) for s in ("ddp", "fsdp"))
+    assert ddp.returncode == fsdp.returncode == 0, fsdp.stderr
+    assert ("FSDP all-gathers 0.02593 GB (9 calls) and reduce-scatters 0.01329 GB (5) per step: as all-reduces of "
+            "S = 0.01961 GB in 7 calls") in fsdp.stdout and "FSDP" not in ddp.stdout.split("\n")[0]
+    ratio = float(table_row(fsdp.stdout, "2 nodes")[5]) / float(table_row(ddp.stdout, "2 nodes")[5])  # comm s
+    assert ratio == pytest.approx(0.01961 / 0.01329, rel=0.01)
+    bf16 = run_script("predict.py", *common, "--strategy", "fsdp", "--grad_dtype", "bf16", timeout=60)
+    assert "as all-reduces of S = 0.01313 GB in 7 calls" in bf16.stdout, bf16.stdout[:600]  # DDP's less the root

@@ -43,3 +43,12 @@ def test_the_units_gather_twice_but_the_root_once_and_scatter_every_gradient():
     assert bf16.allreduce_terms() == (400 * 4, 6)
     fp32 = sharding.expected(unit_params=[100] * 4, root_params=0, param_bytes=4)
     assert fp32.allreduce_terms()[0] == 1.5 * 400 * 4
+
+
+def test_what_predict_py_expects_of_the_tiny_gpt_is_what_a_real_run_moved():
+    """One model, two ways in: the shape's units (src/predict.py --strategy fsdp) against the wire a real 2-rank
+    fp32 run of the tiny GPT recorded, byte for byte."""
+    from scalelab.workloads.presets import PRESETS
+
+    assert sharding.for_shape(PRESETS["tiny"], param_bytes=4) == sharding.observed(SEEN, 2)
+    assert sharding.for_shape(PRESETS["tiny"], param_bytes=2).gather_bytes == 25_929_728 / 2  # bf16 gathers

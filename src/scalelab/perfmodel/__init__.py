@@ -69,4 +69,5 @@ from scalelab.perfmodel.scaling import (
     scales,
     verdict,
 )
+from scalelab.perfmodel.sharding import for_shape as sharded_wire
 

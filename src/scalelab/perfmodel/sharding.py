@@ -80,3 +80,10 @@ def expected(*, unit_params: Sequence[int], root_params: int, param_bytes: int, 
     gathered = (2 * sum(unit_params) + root_params) * param_bytes  # the root is gathered once, in forward
     return Wire(gather_bytes=float(gathered), gather_calls=units + len(unit_params),
                 scatter_bytes=float(total * reduce_bytes), scatter_calls=units)
+
+
+def for_shape(shape, *, param_bytes: int, reduce_bytes: int = 4) -> Wire:
+    """`expected` for a scalelab GPT shape (workloads/presets.py): each of its n_layer blocks a unit, the root
+    holding the embeddings and the final norm, as GPTModule.shard makes them."""
+    return expected(unit_params=[shape.block_params()] * shape.n_layer, root_params=shape.root_params(),
+                    param_bytes=param_bytes, reduce_bytes=reduce_bytes)
