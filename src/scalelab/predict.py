@@ -221,7 +221,7 @@ def build(args):
     compute_kw, compute_note = _compute(args, shape, n_params, seq_len, samples_1gpu)
     notes.append(compute_note)
     if shape and samples_1gpu:
-        notes.append(_memory_note(dataclasses.replace(shape, seq_len=seq_len), samples_1gpu, args.grad_dtype,
+        notes.append(pm.memory_note(dataclasses.replace(shape, seq_len=seq_len), samples_1gpu, args.grad_dtype,
                                   args.accumulate))
     tokens = seq_len * samples_1gpu if seq_len and samples_1gpu else None
     _check_budget(args, tokens)
@@ -267,38 +267,6 @@ def _sharded(args, shape):
         if wrong:
             raise UsageError(f"--strategy fsdp: {why}")
     return pm.sharded_wire(shape, param_bytes=2 if args.grad_dtype != "fp32" else 4)
-
-
-def _memory_note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
-    """Will a step fit in GPU memory (perfmodel.memory): one DDP rank's estimate (its buckets, the accumulated
-    gradients with --accumulate) and, per common GPU, yes or what fits; then, per GPU, from how many GPUs one FSDP
-    rank's shard of the same per-GPU batch fits."""
-    precision = "32" if grad_dtype == "fp32" else "bf16-mixed"
-    est = pm.training_memory(shape, batch, precision, accumulate=accumulate)
-    verdicts = [f"{gpu}: " + ("fits" if pm.fits(est, gb * 1e9)
-                              else f"no ({pm.memory_advice(shape, batch, precision, gb * 1e9, accumulate=accumulate)})")
-                for gpu, gb in pm.GPU_MEMORY_GB.items()]
-    return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()} under "
-            f"DDP; {'; '.join(verdicts)}; under FSDP: {_sharded_verdicts(shape, batch, precision, accumulate)}")
-
-
-def _sharded_verdicts(shape, batch: int, precision: str, accumulate: int) -> str:
-    """Per common GPU the fewest GPUs of 1, 2, 4, ... 1024 over which one FSDP rank fits, GPUs of one answer named
-    together; the activations and the loss are not sharded, so a batch may fit at none."""
-    said = {}
-    for gpu, gb in pm.GPU_MEMORY_GB.items():
-        fit = pm.sharded_fit(shape, batch, precision, gb * 1e9, accumulate=accumulate)
-        if fit:
-            n, est = fit
-            answer = f"from {n} GPU" + (f"s (≈ {est.total / 1e9:.1f} GB at {n})" if n > 1 else
-                                        f" (≈ {est.total / 1e9:.1f} GB)")
-        else:
-            most = pm.FSDP_WORLD_SIZES[-1]
-            est = pm.training_memory(shape, batch, precision, accumulate=accumulate, strategy="fsdp", world_size=most)
-            answer = (f"not even at {most} GPUs (≈ {est.total / 1e9:.1f} GB: the activations and the loss are not "
-                      "sharded)")
-        said.setdefault(answer, []).append(gpu)
-    return "; ".join(f"{', '.join(gpus)} {answer}" for answer, gpus in said.items())
 
 
 def table(inputs, rows) -> str:

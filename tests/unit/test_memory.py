@@ -330,7 +330,7 @@ def test_fsdp_fits_from_the_fewest_gpus_or_at_none():
     hand, GB: 1.32 weights + 2.63 moments + 29.18 activations + 3.30 loss + 0.43 root gathered + 2 overhead = 38.8;
     at 2 GPUs 42.8). The activations and the loss are not sharded: at 16 sequences in bf16 one rank needs 83.7 GB
     at 1024 GPUs, more than 80 GB."""
-    from scalelab.predict import _sharded_verdicts
+    from scalelab.perfmodel.memory import sharded_verdicts
 
     xl = PRESETS["xl"]
     n, est = pm.sharded_fit(xl, 4, "32", 40e9)
@@ -338,8 +338,8 @@ def test_fsdp_fits_from_the_fewest_gpus_or_at_none():
     assert est.total == pytest.approx(38.85e9, rel=1e-3) and not pm.fits(
         pm.training_memory(xl, 4, "32", strategy="fsdp", world_size=2), 40e9)
     assert pm.sharded_fit(xl, 16, "bf16-mixed", 80e9) is None and pm.sharded_fit(xl, 16, "bf16-mixed", 141e9)[0] == 1
-    assert _sharded_verdicts(xl, 4, "32", 1) == ("A100 40GB from 4 GPUs (≈ 38.8 GB at 4); A100 80GB, H100 80GB, "
+    assert sharded_verdicts(xl, 4, "32", 1) == ("A100 40GB from 4 GPUs (≈ 38.8 GB at 4); A100 80GB, H100 80GB, "
                                                  "H200 141GB from 1 GPU (≈ 50.7 GB)")
-    assert _sharded_verdicts(xl, 16, "bf16-mixed", 1) == (
+    assert sharded_verdicts(xl, 16, "bf16-mixed", 1) == (
         "A100 40GB, A100 80GB, H100 80GB not even at 1024 GPUs (≈ 83.7 GB: the activations and the loss are not "
         "sharded); H200 141GB from 1 GPU (≈ 99.4 GB)")

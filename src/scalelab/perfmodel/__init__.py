@@ -25,6 +25,7 @@ from scalelab.perfmodel.memory import (
     training_memory,
 )
 from scalelab.perfmodel.memory import advice as memory_advice
+from scalelab.perfmodel.memory import note as memory_note
 from scalelab.perfmodel.network import (
     DDP_BUCKET_BYTES,
     GB,

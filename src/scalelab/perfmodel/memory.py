@@ -182,3 +182,35 @@ def advice(shape: TransformerShape, batch: int, precision: str, memory_bytes: fl
         if fits(training_memory(shape, smaller, precision, **kw), memory_bytes):
             return f"--batch_size {smaller} fits"
     return "no batch fits: use a smaller --preset or a shorter --seq_len"
+
+
+def note(shape, batch: int, grad_dtype: str, accumulate: int = 1) -> str:
+    """Will a step fit in GPU memory (perfmodel.memory): one DDP rank's estimate (its buckets, the accumulated
+    gradients with --accumulate) and, per common GPU, yes or what fits; then, per GPU, from how many GPUs one FSDP
+    rank's shard of the same per-GPU batch fits."""
+    precision = "32" if grad_dtype == "fp32" else "bf16-mixed"
+    est = training_memory(shape, batch, precision, accumulate=accumulate)
+    verdicts = [f"{gpu}: " + ("fits" if fits(est, gb * 1e9)
+                              else f"no ({advice(shape, batch, precision, gb * 1e9, accumulate=accumulate)})")
+                for gpu, gb in GPU_MEMORY_GB.items()]
+    return (f"memory at {batch} sequence(s) of {shape.seq_len} per GPU ({precision}, AdamW): {est.describe()} under "
+            f"DDP; {'; '.join(verdicts)}; under FSDP: {sharded_verdicts(shape, batch, precision, accumulate)}")
+
+
+def sharded_verdicts(shape, batch: int, precision: str, accumulate: int) -> str:
+    """Per common GPU the fewest GPUs of 1, 2, 4, ... 1024 over which one FSDP rank fits, GPUs of one answer named
+    together; the activations and the loss are not sharded, so a batch may fit at none."""
+    said = {}
+    for gpu, gb in GPU_MEMORY_GB.items():
+        fit = sharded_fit(shape, batch, precision, gb * 1e9, accumulate=accumulate)
+        if fit:
+            n, est = fit
+            answer = f"from {n} GPU" + (f"s (≈ {est.total / 1e9:.1f} GB at {n})" if n > 1 else
+                                        f" (≈ {est.total / 1e9:.1f} GB)")
+        else:
+            most = FSDP_WORLD_SIZES[-1]
+            est = training_memory(shape, batch, precision, accumulate=accumulate, strategy="fsdp", world_size=most)
+            answer = (f"not even at {most} GPUs (≈ {est.total / 1e9:.1f} GB: the activations and the loss are not "
+                      "sharded)")
+        said.setdefault(answer, []).append(gpu)
+    return "; ".join(f"{', '.join(gpus)} {answer}" for answer, gpus in said.items())
