@@ -448,3 +448,23 @@ def _mount_ns(pid: str):
         return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         return None
+
+
+def test_one_sweep_folder_holds_ddp_and_fsdp_side_by_side(slurm_env, tmp_path):
+    """submit.py passes --strategy through to train.py: FSDP across the two real nodes (srun's ranks, Fabric's
+    ModelParallelStrategy), then DDP into the same folder; the report puts the two strategies side by side."""
+    gpt = ["--model", "gpt", "--preset", "tiny", "--max_steps", "8", "--warmup_steps", "2", "--threads", "1"]
+    for strategy in ("fsdp", "ddp"):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "src" / "submit.py"), "--cluster", "slurm", "--shapes", "1x1", "2x1",
+             "--output_dir", str(tmp_path), "--poll_s", "1", "--", *gpt, "--strategy", strategy],
+            cwd=ROOT, env=slurm_env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = {(r["workload"]["strategy"], r["launch"]["world_size"]): r for r in load_results(tmp_path)}
+    assert sorted(found) == [("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)]
+    sharded = found["fsdp", 2]
+    assert sharded["launch"]["hostnames"] == ["node1", "node2"] and sharded["status"] == "completed"
+    assert set(sharded["fingerprint"]["wire"]) == {"_allgather_base_", "_reduce_scatter_base_"}
+    side = proc.stdout.split("What strategy bought", 1)[1].split("\n\n", 1)[0]
+    assert [line.split()[:3] for line in side.splitlines() if line.startswith(("ddp", "fsdp"))] == [
+        ["ddp", "2", "2"], ["fsdp", "2", "2"]], side
