@@ -100,3 +100,26 @@ def test_ddp_and_its_fsdp_twin_are_one_family_though_fsdp_takes_no_probe_step():
     assert family[0] == "strategy" and list(family[1]["strategy"]) == ["ddp", "fsdp"]  # the default first
     # the probe cadence alone, with no lever apart, makes no family
     assert lever_view.families(rows.assign(strategy="ddp", group=[group("ddp", 0), group("ddp", 5)])) == []
+
+
+def test_the_strategy_table_shows_each_ranks_memory_beside_its_estimate(tmp_path):
+    """What sharding saves, per configuration: one rank's measured tensor peak (a GPU's allocator) and the estimate
+    for its strategy and world size; a CPU rank measures none ('—'). Only the strategy table carries it."""
+    for strategy, peak, estimate in (("ddp", 31.2e9, 33e9), ("fsdp", None, 12e9)):
+        for world in (1, 2):
+            r = make_result(f"{strategy}{world}", world=world, nodes=world, samples_per_s=100 * world,
+                            model="gpt", strategy=strategy)
+            r["ranks"] = [{"rank": k, "losses": [2.0, 1.0]} for k in range(world)]
+            r["memory"] = {"estimate_bytes": estimate, "peak_allocated_bytes": peak}
+            results.write(str(tmp_path), r)
+    built = build(str(tmp_path))
+    table = "\n".join(lever_view.render(built.scaling, "simple")).splitlines()
+    header = next(line for line in table if line.startswith("strategy"))
+    assert header.rstrip().endswith("GB/rank (est.)")
+    cells = {line.split()[0]: line.split()[-2:] for line in table if line.startswith(("ddp ", "fsdp "))}
+    assert cells == {"ddp": ["31.2", "(33.0)"], "fsdp": ["—", "(12.0)"]}
+    for world in (1, 2):
+        for hook in ("none", "bf16"):
+            _run(tmp_path / "hooks", f"h{world}{hook}", world, 100 * world, [1.0], comm_hook=hook)
+    hooks = lever_view.render(build(str(tmp_path / "hooks")).scaling, "simple")
+    assert hooks and not any("GB/rank" in line for line in hooks)

@@ -86,6 +86,11 @@ HEADERS = ["world size", "nodes", "step ms", "all-reduce ms", "predicted ms", "M
            "predicted eff."]
 
 
+def memory_cell(r) -> str:
+    """'31.2 (33.0)': one rank's measured tensor peak in GB and the estimate beside it; '— (0.1)' where not measured."""
+    return f"{fmt_num(r.peak_memory_bytes / 1e9, ',.1f')} ({fmt_num(r.memory_estimate_bytes / 1e9, ',.1f')})"
+
+
 def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
     """One table per family: the lever's settings side by side at each multi-device configuration."""
     out = []
@@ -107,12 +112,16 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
                          fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), fmt_num(wire / 1e6 if wire else None, ",.2f"),
                          fmt_pct(r.efficiency), predicted_range(r),
                          fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")
-                         if len(cadences) == 1 else "—"])
-        out.append(tabulate(body, headers=[lever, *HEADERS, "loss"], tablefmt=fmt, disable_numparse=True))
+                         if len(cadences) == 1 else "—", *([memory_cell(r)] if lever == "strategy" else [])])
+        memory = ["GB/rank (est.)"] if lever == "strategy" else []  # what sharding saves
+        out.append(tabulate(body, headers=[lever, *HEADERS, "loss", *memory], tablefmt=fmt, disable_numparse=True))
         if (rows["strategy"] == "fsdp").any():
             out.append("  FSDP: its all-gathers and reduce-scatters in the all-reduce's place: busy as they ran, "
                        "predicted from the benchmarks of each, and on the wire as the all-reduce bytes they cost (half "
                        "their sizes: perfmodel.sharding)")
+        if memory:
+            out.append("  GB/rank: the most one rank's tensors held in training (a GPU's allocator; not measured on a "
+                       "CPU), and perfmodel.memory's estimate for this strategy and world size")
         if len(cadences) > 1:
             out.append("  loss: — (the runs took probe steps at different cadences, and a probe step skips its "
                        "update: not the same training)")
