@@ -17,7 +17,8 @@ import sys
 
 COLLECTIVES = ("broadcast", "all_reduce", "barrier", "all_gather", "all_gather_object", "broadcast_object_list",
                "reduce", "gather", "scatter", "reduce_scatter", "all_gather_into_tensor", "reduce_scatter_tensor",
-               "monitored_barrier", "gather_object", "scatter_object_list")
+               "monitored_barrier", "gather_object", "scatter_object_list", "all_gather_single",
+               "reduce_scatter_single")  # the last two: FSDP2's (scalelab's timed FSDP collectives call them)
 READS = ("item", "tolist", "__float__", "__int__", "__bool__", "cpu", "numpy")
 OWN = (os.sep + "scalelab" + os.sep, os.sep + "lightning" + os.sep)  # whose host reads count
 _calls = []
@@ -25,7 +26,7 @@ _depth = [0]
 
 
 def _numel(args, kwargs):
-    t = args[0] if args else kwargs.get("tensor")
+    t = args[0] if args else kwargs.get("tensor", kwargs.get("output"))  # reduce_scatter_single(output=, ...)
     try:
         return int(t.numel())
     except Exception:  # noqa: BLE001 - objects, lists, None

@@ -12,6 +12,7 @@ step k is a sync point) and the forward/backward of step k+1. Each must be exact
   losses, the agreement's numbers).
 
 A framework collective, a `.item()` or a sync added to every step fails this test, whatever else it does.
+An FSDP step (--strategy fsdp) likewise: its all-gathers and reduce-scatters, as timed by scalelab, and nothing else.
 """
 
 import collections
@@ -32,13 +33,13 @@ DDP, AGREE = ("collective", "all_reduce", "grad"), ("collective", "all_reduce", 
 BARRIER, SYNC = ("collective", "barrier", "control"), ("sync", "comm.sync", "")
 
 
-def counted_run(tmp_path, *args) -> list:
+def counted_run(tmp_path, *args, workload=MLP) -> list:
     """train.py with the counting shim; [(rank, [segment Counter, ...])] for every rank."""
     count_dir = tmp_path / "counts"
     count_dir.mkdir()
     env = {**os.environ, "SCALELAB_COUNT_DIR": str(count_dir), "PYTHONPATH": str(ROOT / "tests" / "countcalls"),
            "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(SRC / "train.py"), *map(str, MLP), *map(str, args), "--output_dir",
+    proc = subprocess.run([sys.executable, str(SRC / "train.py"), *map(str, workload), *map(str, args), "--output_dir",
                            str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = []
@@ -91,3 +92,29 @@ def test_a_step_does_ddps_all_reduce_and_nothing_else(tmp_path, world, args, pro
         assert not probe_every or world == 1 or passes >= 1
         for k in range(1, STEPS):
             assert segments[k] == expected(k, world, buckets, probe_every, passes), (rank, k, dict(segments[k]))
+
+
+GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", STEPS, "--warmup_steps", WARMUP, "--timeout", 60]
+GATHER, SCATTER = ("collective", "all_gather_single", "grad"), ("collective", "reduce_scatter_single", "grad")
+
+
+@pytest.mark.parametrize("world", [2, 1])
+def test_an_fsdp_step_does_its_gathers_and_scatters_and_nothing_else(tmp_path, world):
+    """The tiny GPT sharded: every step its 4 blocks gathered twice and the root once (9), its 5 units scattered,
+    through scalelab's timed collectives; at one rank none (FSDP2 runs no collective over one rank); besides, at
+    the loop's sync points (their cadence follows the step time: these steps are not the MLP's 1 ms), what DDP's
+    have; no DDP all-reduce, no other collective, sync or read anywhere."""
+    ranks = counted_run(tmp_path, "--devices", world, "--strategy", "fsdp", "--logger", "none", workload=GPT)
+    assert [r for r, _ in ranks] == list(range(world))
+    step = collections.Counter({GATHER: 9, SCATTER: 5} if world > 1 else {})
+    sync_point = collections.Counter({SYNC: 1, ("read", "tolist", ""): 2 if world > 1 else 1,
+                                      **({AGREE: 1} if world > 1 else {})})
+    for rank, segments in ranks:
+        assert len(segments) == STEPS + 1, (rank, len(segments))
+        synced = 0
+        for k in range(1, STEPS):
+            with_sync = segments[k][SYNC] > 0
+            synced += with_sync
+            assert segments[k] == step + (sync_point if with_sync else collections.Counter()), (rank, k,
+                                                                                               dict(segments[k]))
+        assert synced >= 2, (rank, synced)  # the window was read and the ranks agreed, more than once
