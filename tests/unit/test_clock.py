@@ -354,3 +354,7 @@ def test_a_run_without_probe_steps_records_how_long_its_collectives_were_busy():
     got = timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2]), fsdp(1, [0.5, 0.11, 0.2, 0.15])], 1, 8, None)
     assert got["comm"] == {"collectives_s": pytest.approx(0.12), "grad_bytes": 8e6, "collective_calls": 14}
     assert timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2])], 1, 8, None)["comm"] is None  # one rank
+    untimed = [fsdp(k, [0.0] * 4) for k in (0, 1)]  # SCALELAB_NO_COMM_TIMING: nothing was timed, not 0 s of it
+    assert timing.summarize(untimed, 1, 8, None)["comm"] is None
+    ranks = [fsdp(0, [0.1] * 4), dict(fsdp(1, [0.1] * 4), grad_bytes=None)]  # rank 0's record is the run's
+    assert timing.summarize(ranks, 1, 8, None)["comm"]["grad_bytes"] == 8e6

@@ -791,6 +791,11 @@ def test_an_fsdp_row_says_what_its_collectives_took_and_that_its_compute_is_not_
     assert line == ("2 devices on 1 node: efficiency 90 %. FSDP: its all-gathers and reduce-scatters were busy 120 ms "
                     "of the 500 ms step, as they ran beside compute; the benchmarks price them at 80 ms alone; the "
                     f"step is 200 ms longer than at 1 device. {explain.FSDP_UNSPLIT}")
+    big = explain.limiting_line(_row(**{**fsdp, "step_s": 50.0, "baseline_step_s": 20.0}, collectives_s=12.0,
+                                     predicted_allreduce_s=9.0))  # seconds to ms: x 1000, not x 1001
+    assert "busy 12,000 ms of the 50,000 ms step" in big and "at 9,000 ms alone" in big and "30,000 ms longer" in big
+    half = explain.limiting_line(_row(**{**fsdp, "step_s": NAN}, collectives_s=0.12, predicted_allreduce_s=NAN))
+    assert "busy" not in half  # a busy time is said against its step, not against a missing one
     bare = explain.limiting_line(_row(**{**fsdp, "step_s": NAN}, collectives_s=NAN, predicted_allreduce_s=NAN))
     assert bare == f"2 devices on 1 node: efficiency 90 %. {explain.FSDP_UNSPLIT}" and "all-reduce" not in bare
     assert "No communication measurement" in explain.limiting_line(_row(compute_s=NAN))  # DDP's line unchanged

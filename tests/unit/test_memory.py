@@ -343,3 +343,40 @@ def test_fsdp_fits_from_the_fewest_gpus_or_at_none():
     assert sharded_verdicts(xl, 16, "bf16-mixed", 1) == (
         "A100 40GB, A100 80GB, H100 80GB not even at 1024 GPUs (≈ 83.7 GB: the activations and the loss are not "
         "sharded); H200 141GB from 1 GPU (≈ 99.4 GB)")
+
+
+def test_the_fit_per_gpu_reads_the_precision_the_accumulation_and_the_boundary_of_two():
+    """sharded_fit and its words take every input they are given: with --accumulate 2 the no-sync batches keep
+    the whole fp32 gradient (xl at 4 sequences then fits a 40 GB A100 at no size, an 80 GB one from 1 GPU at
+    56.0 GB); the 'not even' estimate is the precision's (bf16's 88.9 GB, not fp32's); a fit at exactly 2 GPUs says
+    'GPUs ... at 2'."""
+    from scalelab.perfmodel.memory import sharded_verdicts
+
+    xl = PRESETS["xl"]
+    assert pm.sharded_fit(xl, 4, "32", 40e9, accumulate=2) is None and pm.sharded_fit(xl, 4, "32", 40e9)[0] == 4
+    assert pm.sharded_fit(xl, 4, "32", 80e9, accumulate=2)[1].accumulated == 4 * xl.total_params()
+    assert sharded_verdicts(xl, 4, "32", 2) == (
+        "A100 40GB not even at 1024 GPUs (≈ 40.2 GB: the activations and the loss are not sharded); A100 80GB, "
+        "H100 80GB, H200 141GB from 1 GPU (≈ 56.0 GB)")
+    assert sharded_verdicts(xl, 16, "bf16-mixed", 2) == (
+        "A100 40GB, A100 80GB, H100 80GB not even at 1024 GPUs (≈ 88.9 GB: the activations and the loss are not "
+        "sharded); H200 141GB from 1 GPU (≈ 104.7 GB)")
+    assert sharded_verdicts(xl, 3, "32", 1) == ("A100 40GB from 2 GPUs (≈ 34.7 GB at 2); A100 80GB, H100 80GB, "
+                                                 "H200 141GB from 1 GPU (≈ 42.6 GB)")
+
+
+def test_the_memory_note_predict_py_prints_for_both_strategies():
+    """perfmodel.memory.note, as src/predict.py prints it: DDP's estimate and per GPU yes or the batch that fits,
+    then per GPU from how many GPUs FSDP fits; --grad_dtype bf16 means bf16-mixed, and --accumulate's gradients
+    are counted under both strategies."""
+    xl = PRESETS["xl"]
+    assert pm.memory_note(xl, 4, "fp32") == (
+        "memory at 4 sequence(s) of 2048 per GPU (32, AdamW): ≈ 55.5 GB per GPU (weights 5.3, gradients 5.3, "
+        "optimizer 10.5, activations 29.2, loss 3.3, overhead 2.0 GB) under DDP; A100 40GB: no (--batch_size 2 "
+        "fits); A100 80GB: fits; H100 80GB: fits; H200 141GB: fits; under FSDP: A100 40GB from 4 GPUs (≈ 38.8 GB at "
+        "4); A100 80GB, H100 80GB, H200 141GB from 1 GPU (≈ 50.7 GB)")
+    assert pm.memory_note(xl, 4, "bf16", 2) == (
+        "memory at 4 sequence(s) of 2048 per GPU (bf16-mixed, AdamW): ≈ 51.3 GB per GPU (weights 5.3, gradients "
+        "5.3, optimizer 10.5, activations 19.7, loss 3.3, overhead 2.0, accumulated 5.3 GB) under DDP; A100 40GB: no "
+        "(--batch_size 1 fits); A100 80GB: fits; H100 80GB: fits; H200 141GB: fits; under FSDP: A100 40GB from 2 "
+        "GPUs (≈ 35.7 GB at 2); A100 80GB, H100 80GB, H200 141GB from 1 GPU (≈ 43.6 GB)")

@@ -52,3 +52,11 @@ def test_what_predict_py_expects_of_the_tiny_gpt_is_what_a_real_run_moved():
 
     assert sharding.for_shape(PRESETS["tiny"], param_bytes=4) == sharding.observed(SEEN, 2)
     assert sharding.for_shape(PRESETS["tiny"], param_bytes=2).gather_bytes == 25_929_728 / 2  # bf16 gathers
+
+
+def test_a_shapes_wire_takes_the_reduce_dtype_it_is_given():
+    """for_shape passes reduce_bytes on: a bf16 reduce-scatter (reduce_dtype bf16) scatters half the fp32 bytes."""
+    from scalelab.workloads.presets import PRESETS
+
+    fp32, bf16 = (sharding.for_shape(PRESETS["tiny"], param_bytes=2, reduce_bytes=b) for b in (4, 2))
+    assert bf16.scatter_bytes == fp32.scatter_bytes / 2 == GRAD / 2 and bf16.gather_bytes == fp32.gather_bytes
