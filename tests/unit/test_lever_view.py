@@ -117,7 +117,7 @@ def test_the_strategy_table_shows_each_ranks_memory_beside_its_estimate(tmp_path
     header = next(line for line in table if line.startswith("strategy"))
     assert header.rstrip().endswith("GB/rank (est.)")
     cells = {line.split()[0]: line.split()[-2:] for line in table if line.startswith(("ddp ", "fsdp "))}
-    assert cells == {"ddp": ["31.2", "(33.0)"], "fsdp": ["—", "(12.0)"]}
+    assert cells == {"ddp": ["31.20", "(33.00)"], "fsdp": ["—", "(12.00)"]}
     for world in (1, 2):
         for hook in ("none", "bf16"):
             _run(tmp_path / "hooks", f"h{world}{hook}", world, 100 * world, [1.0], comm_hook=hook)

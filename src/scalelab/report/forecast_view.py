@@ -41,6 +41,7 @@ def recent(runs: pd.DataFrame) -> pd.DataFrame:
     return (completed(runs).sort_values("created")
             .groupby(CONFIGURATION, sort=False).tail(PER_CONFIGURATION))
 SHARDED = {"fsdp": ", FSDP (sharded)"}  # how a forecast's heading names a strategy other than DDP
+POINTS = {"fsdp": "collective(s)"}  # what a strategy's ring fit was fitted on, where not all-reduces
 # What the forecast's one line adds: a lever setting each, and what it changes in the forecast's arithmetic.
 WHAT_IFS = (("--comm_hook bf16", {"wire_ratio": 0.5}), ("--accumulate_grad_batches 4", {"accumulate": 4}))
 
@@ -215,8 +216,9 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
             continue
         rate = cal.rates.get(key)
         of_rate = f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate)" if rate else ""
+        points = POINTS.get(cal.strategy, "all-reduce(s)")
         lines.append(f"{fc.level_name(key)}: ring fit α = {fit.alpha_s * 1e6:.1f} µs, β = {fit.beta_GBps:.4g} GB/s"
-                     f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} all-reduce(s) of "
+                     f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} {points} of "
                      f"{', '.join(fit.sources[:3])}{' …' if len(fit.sources) > 3 else ''}); exposed factor x = "
                      f"{exposure.mid:.2f} [{exposure.low:.2f}–{exposure.high:.2f}] ({where})")
     return lines

@@ -87,8 +87,8 @@ HEADERS = ["world size", "nodes", "step ms", "all-reduce ms", "predicted ms", "M
 
 
 def memory_cell(r) -> str:
-    """'31.2 (33.0)': one rank's measured tensor peak in GB and the estimate beside it; '— (0.1)' where not measured."""
-    return f"{fmt_num(r.peak_memory_bytes / 1e9, ',.1f')} ({fmt_num(r.memory_estimate_bytes / 1e9, ',.1f')})"
+    """'31.20 (33.00)': one rank's measured tensor peak in GB, the estimate beside it; '— (0.13)' where not measured."""
+    return f"{fmt_num(r.peak_memory_bytes / 1e9, ',.2f')} ({fmt_num(r.memory_estimate_bytes / 1e9, ',.2f')})"
 
 
 def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
