@@ -58,3 +58,13 @@ def test_a_path_reads_a_missing_or_null_section_as_empty_and_a_missing_field_as_
     assert read({"timing": {"comm": {"waited_s": 0.5}}}) == 0.5
     assert read({"timing": {"comm": None}}) == 0 and read({}) == 0
     assert read({"timing": {"comm": {"waited_s": None}}}) is None  # a null field stays null
+
+
+def test_a_list_of_bucket_sizes_reads_as_a_tuple_and_an_empty_or_missing_one_as_none():
+    """The all-reduce prediction and the lever view take a run's bucket sizes only as a tuple (a list is passed
+    over): the sizes in order; none recorded (an empty list, a null, no comm section) is None, never ()."""
+    read = columns.sizes("timing.comm.bucket_bytes")
+    assert read({"timing": {"comm": {"bucket_bytes": [25_000_000, 1_000]}}}) == (25_000_000, 1_000)
+    for empty in ({"timing": {"comm": {"bucket_bytes": []}}}, {"timing": {"comm": {"bucket_bytes": None}}},
+                  {"timing": {"comm": None}}, {}):
+        assert read(empty) is None, empty

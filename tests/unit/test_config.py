@@ -296,6 +296,30 @@ def test_bad_flags_are_refused_in_process_with_the_same_line(args, message):
     assert str(err.value) == message
 
 
+WHY_NOT_DDP = "DDP's, not FSDP's (it all-gathers each block's parameters and reduce-scatters their gradients itself)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "mlp", "--strategy", "fsdp"], "--strategy fsdp: --model mlp declares nothing to shard (its "
+     "parameters fit any device many times over); use --strategy ddp"),
+    (["--model", "gpt", "--strategy", "fsdp", "--comm_hook", "bf16"],
+     f"--comm_hook: {WHY_NOT_DDP}; drop it or use --strategy ddp"),
+    (["--model", "gpt", "--strategy", "fsdp", "--bucket_cap_mb", "50", "--static_graph"],
+     f"--bucket_cap_mb, --static_graph: {WHY_NOT_DDP}; drop it or use --strategy ddp"),
+    (["--model", "gpt", "--strategy", "fsdp", "--precision", "16-mixed"], "--precision 16-mixed: Lightning's FSDP2 "
+     "strategy takes 32, bf16-mixed (or 16-true); use bf16-mixed, or --strategy ddp"),
+    (["--model", "gpt", "--strategy", "fsdp", "--comm_probe_every", "5"], "--comm_probe_every 5: no probe step "
+     "under --strategy fsdp (a no-sync step still all-gathers every block and keeps its gradients for the next "
+     "reduce-scatter); drop it"),
+])
+def test_what_fsdp_cannot_run_is_refused_in_one_whole_line(args, message):
+    """Each --strategy fsdp refusal names every flag at fault, says why and what to run instead: a DDP knob let
+    through would be silently ignored by FSDP, and a line cut short or emptied leaves the user guessing."""
+    with pytest.raises(UsageError) as err:
+        config.parse_config(args)
+    assert str(err.value) == message
+
+
 def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
     """K = 1 (every backward synchronised) keeps --static_graph; K > 1 without it keeps accumulating; both together
     are refused, from a config file too."""

@@ -190,6 +190,25 @@ def test_several_nodes_are_never_forecast_faster_than_one_full_node():
     assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))
 
 
+def test_the_forecast_names_each_level_by_where_its_link_is():
+    """Each fitted figure is printed under the level it was fitted at: one node's own link (β = 0.1 GB/s here) as
+    "within a node", the network as "between nodes" and its link if emulated (β = 1 GB/s); the header, too."""
+    one_node = bench(num_nodes=1)
+    one_node["launch"]["link"] = None
+    for row in one_node["rows"]:
+        row["time_s"] = row["single_op_s"] = 2 * ALPHA + row["bytes"] / (0.1 * 1e9)  # a ring of 2, β = 0.1 GB/s
+    found = [run("one", 1, 1, STEP1), run("node", 2, 1, STEP1 + 0.2), one_node, bench(num_nodes=2, world=4)]
+    lines = forecast_view.render(frames.runs_frame(found), explain.bench_frame(found, explain.COLLECTIVES), (1, 2))
+    assert lines[0].endswith(", 2 device(s) per node, between nodes (emulated 8 Gbit/s) (weak scaling)"), lines[0]
+    fits = [line.split(", error")[0] for line in lines if "ring fit" in line]
+    assert fits == ["  within a node: ring fit α = 20.0 µs, β = 0.1 GB/s",
+                    "  between nodes (emulated 8 Gbit/s): ring fit α = 20.0 µs, β = 1 GB/s"]
+    found[-1]["launch"]["link"] = None  # a real network: nothing to name after "between nodes"
+    lines = forecast_view.render(frames.runs_frame(found), explain.bench_frame(found, explain.COLLECTIVES), (1, 2))
+    assert lines[0].endswith(", 2 device(s) per node, between nodes (weak scaling)"), lines[0]
+    assert [line for line in lines if line.startswith("  between nodes")][0].startswith("  between nodes: ring fit")
+
+
 def test_a_nightly_reference_fails_when_the_forecast_error_grows(tmp_path):
     """The newest 2-node run paid 3 x its all-reduce where the earlier one paid 1.2 x: predicted from the earlier,
     its efficiency is off by far more than 5 points, and `forecast_error: [5, null, 0, points]` fails."""

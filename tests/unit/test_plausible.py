@@ -359,3 +359,17 @@ def test_a_baseline_that_recorded_no_fingerprint_is_held_against_nothing():
              run("m2", 2, 190)]
     assert runs_frame(found).set_index("run_id")["job_differs"].to_dict() == {
         "g1": "", "g2": "", "m1": "", "m2": "matmuls bfloat16, baseline float32"}
+
+
+def test_a_figure_carries_at_most_limit_warnings_and_counts_the_rest():
+    """Two warnings under a limit of 2 are both printed with no "0 more" line; under a limit of 1 the first is
+    printed and the line after it says how many the report holds besides (1, not the limit or the total)."""
+    found = [make_result("p1", 1, samples_per_s=100), make_result("p2", 2, samples_per_s=190),
+             make_result("p4", 4, samples_per_s=380)]
+    for r in found[1:]:
+        r["launch"]["oversubscribed"] = "oversubscribed: ranks 0 and 1 shared core 0"
+    _, scaling, _ = report(found)
+    both = [f"! A, {n} devices on 1 node: oversubscribed: ranks 0 and 1 shared core 0; not this hardware's scaling"
+            for n in (2, 4)]
+    assert plausible.figure_warnings(scaling, 2) == both
+    assert plausible.figure_warnings(scaling, 1) == [both[0], "! ... 1 more in the report"]

@@ -125,3 +125,13 @@ def test_matches_is_what_check_judges_a_check_on(tmp_path):
     assert not reference.matches(entry("t", 4, 1), scaling, bench)
     assert reference.matches(entry("a", 2, 1, kind="allreduce"), scaling, bench)
     assert not reference.matches(entry("a", 2, 2, kind="allreduce"), scaling, bench)
+
+
+def test_a_check_that_names_no_kind_is_a_training_check(tmp_path):
+    """A reference file may leave `kind:` out (the loader reads it as training): such a check finds its training
+    run, as `check` judges it, and is not looked for among the benchmark runs (none here)."""
+    folder = write(tmp_path, make_result("x2", 2))
+    scaling, bench = reframe_refs.frames_of(folder)
+    unnamed = {k: v for k, v in entry("t", 2, 1).items() if k != "kind"}
+    assert reference.matches(unnamed, scaling, bench)
+    assert not reference.matches({**unnamed, "world_size": 4}, scaling, bench)

@@ -118,6 +118,7 @@ AT_SCANCEL = "JobId=3 JobName=x\n   JobState=COMPLETING Reason=None Dependency=(
 @pytest.mark.parametrize("text, cause", [
     (AT_TIME_LIMIT, "SLURM ended the job at its time limit"),
     (AT_SCANCEL, "the job was cancelled (scancel)"),
+    ("JobState=CANCELLED Reason=None", "the job was cancelled (scancel)"),  # read once the cancel is through
     ("JobState=TIMEOUT Reason=None", "SLURM ended the job at its time limit"),
     ("JobState=PREEMPTED Reason=None", "SLURM preempted the job"),
     ("JobState=COMPLETING Reason=Preempted", "SLURM preempted the job"),
@@ -199,6 +200,9 @@ def test_the_entry_scripts_note_the_warning_before_anything_else():
 def test_the_cause_reads_scontrols_fields_whatever_else_the_job_says():
     text = "JobId=9 Comment=key=value JobState=COMPLETING Reason=TimeLimit WorkDir=/a=b"  # '=' inside a value
     assert slurm_env.end_cause(text) == "SLURM ended the job at its time limit"
+    # Reason is free text where the job has a description (scontrol writes its spaces as '_'): the first '=' ends
+    # the key, so a description holding '=' is still read as Reason
+    assert slurm_env.end_cause("JobState=COMPLETING Reason=Preempted_by_QOS=high") == "SLURM preempted the job"
     for reason in ("NodeFail", "NodeNotResponding"):
         assert slurm_env.end_cause(f"JobState=COMPLETING Reason={reason}") == ("SLURM ended the job: one of its "
                                                                               "nodes failed")

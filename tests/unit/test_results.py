@@ -327,6 +327,27 @@ def test_a_completed_run_is_never_superseded_by_a_later_job_that_got_its_id():
     assert [r["run_id"] for r in results.latest_attempts([cut, again])[0]] == ["again"]
 
 
+def test_a_completed_run_of_the_same_shape_is_never_superseded_either():
+    """The same job id, workload and world size, a higher restart count: still another job when the earlier one
+    completed (SLURM requeues no finished job), so both runs count."""
+    done = _attempt("done", "2026-11-20T10:00:00+00:00", 0, status="completed")
+    later = _attempt("later", "2026-11-26T10:00:00+00:00", 1)
+    kept, superseded = results.latest_attempts([done, later])
+    assert [r["run_id"] for r in kept] == ["done", "later"] and superseded == []
+
+
+def test_a_later_attempt_of_another_workload_is_another_job():
+    """A requeue runs the same training job: under the same job id, at the same world size, a higher restart count
+    of another workload (here another batch size) is a job that got the id again, and both runs count."""
+    cut = _attempt("cut", "2026-11-20T10:00:00+00:00", 0)
+    other = _attempt("other", "2026-11-20T10:09:00+00:00", 1)
+    other["workload"]["batch_size"] = 32
+    kept, superseded = results.latest_attempts([cut, other])
+    assert [r["run_id"] for r in kept] == ["cut", "other"] and superseded == []
+    other["workload"]["batch_size"] = cut["workload"]["batch_size"]  # the same job: the requeue supersedes
+    assert [r["run_id"] for r in results.latest_attempts([cut, other])[0]] == ["other"]
+
+
 def test_the_same_job_id_on_two_clusters_is_two_jobs():
     here = _attempt("here", "2026-11-23T10:00:00+00:00", 0)
     there = _attempt("there", "2026-11-23T10:05:00+00:00", 1)

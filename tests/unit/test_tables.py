@@ -317,6 +317,19 @@ def test_groups_whose_captions_read_alike_are_told_apart_by_what_differs():
     assert "max_steps" not in single[0]  # one group: nothing to tell apart
 
 
+def test_cpu_groups_that_differ_only_in_the_cpu_model_are_told_apart_by_it():
+    """A CPU group's caption names its cores, not the CPU: rehearsals on two machines read alike, and only the
+    hardware in the group key (the device's model name) tells the two groups' titles apart."""
+    epyc, xeon = [make_result("e1", 1), make_result("e2", 2)], [make_result("x1", 1), make_result("x2", 2)]
+    for found, cpu in ((epyc, "AMD EPYC 7742 64-Core Processor"), (xeon, "Intel(R) Xeon(R) Gold 6248 CPU")):
+        for r in found:
+            r["launch"]["device_names"] = [cpu]
+    titles = [line for line in tables.render(*_scaling(epyc + xeon)).splitlines() if line.startswith("Group ")]
+    assert len(titles) == 2
+    assert titles[0].endswith(": 1 device = 1 core · device AMD EPYC 7742 64-Core Processor"), titles[0]
+    assert titles[1].endswith(": 1 device = 1 core · device Intel(R) Xeon(R) Gold 6248 CPU"), titles[1]
+
+
 def test_the_default_report_fits_a_terminal_and_keeps_every_warning():
     """The dry run: after an hour the report was 173 lines up to 707 characters wide. By default a group is its
     scaling table and what limits it (folded at the terminal's width); --details adds the wide per-run and step
