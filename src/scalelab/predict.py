@@ -313,6 +313,8 @@ def forecast_from(args, argv) -> int:
     from scalelab.report import forecast_view
 
     given = {a.split("=")[0] for a in argv}
+    if "--strategy" in given:
+        raise UsageError("--from DIR forecasts each strategy its runs used: leave --strategy out")
     report = report_cli.build(args.from_dir)
     report_cli._warn(report.skipped)
     runs, bench = report.runs, report.benches  # every collective: FSDP's step is priced with its own

@@ -92,6 +92,7 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
     (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--comm_hook", "bf16"], "DDP's, not FSDP's"),
     (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--accumulate", "4"], "not modelled for FSDP"),
     (["--preset", "xl", "--compute_s", "1", "--strategy", "fsdp", "--levers"], "--levers sweeps DDP's levers"),
+    (["--from", ".", "--strategy", "fsdp"], "--from DIR forecasts each strategy its runs used"),
 ])
 def test_bad_input_is_one_stderr_line_and_exit_2(args, message):
     res = run_script("predict.py", *args, timeout=60)

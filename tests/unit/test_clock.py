@@ -358,3 +358,15 @@ def test_a_run_without_probe_steps_records_how_long_its_collectives_were_busy():
     assert timing.summarize(untimed, 1, 8, None)["comm"] is None
     ranks = [fsdp(0, [0.1] * 4), dict(fsdp(1, [0.1] * 4), grad_bytes=None)]  # rank 0's record is the run's
     assert timing.summarize(ranks, 1, 8, None)["comm"]["grad_bytes"] == 8e6
+
+
+def test_a_ddp_run_without_probe_steps_keeps_its_buckets_for_the_report():
+    """--comm_probe_every 0 under DDP: beside the busy time, rank 0's buckets as DDP filled them and as the hook
+    sent them, and how many a step issued: the report prices those buckets, the forecast calibrates on them."""
+    from scalelab.measure import timing
+
+    ranks = [_rank([0.3] * 4, probe_steps=[], rank=k, grad_bytes=8e6, bucket_bytes=[6e6, 2e6],
+                   wire_bytes=[3e6, 1e6], buckets=[2] * 4, allreduce_times_s=[0.05] * 4) for k in (0, 1)]
+    assert timing.summarize(ranks, 1, 8, None)["comm"] == {
+        "collectives_s": 0.05, "grad_bytes": 8e6, "collective_calls": 2, "bucket_bytes": [6e6, 2e6],
+        "wire_bytes": [3e6, 1e6], "buckets": 2}

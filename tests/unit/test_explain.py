@@ -799,3 +799,16 @@ def test_an_fsdp_row_says_what_its_collectives_took_and_that_its_compute_is_not_
     bare = explain.limiting_line(_row(**{**fsdp, "step_s": NAN}, collectives_s=NAN, predicted_allreduce_s=NAN))
     assert bare == f"2 devices on 1 node: efficiency 90 %. {explain.FSDP_UNSPLIT}" and "all-reduce" not in bare
     assert "No communication measurement" in explain.limiting_line(_row(compute_s=NAN))  # DDP's line unchanged
+
+
+def test_a_collectives_rows_read_as_an_all_reduces_double_their_time_with_the_bandwidths_of_that_time():
+    """An all-gather benchmark without single-op times: each row as the all-reduce it would be, its time doubled and
+    busbw recomputed for that time, so the price of a size between two rows is twice the all-gather's too."""
+    rows = [{"bytes": 1_000_000, "time_s": 0.002, "busbw_GBps": 0.25}, {"bytes": 10_000_000, "time_s": 0.01,
+                                                                       "busbw_GBps": 0.5}]
+    doubled = explain.as_allreduce(rows, "all_gather", 2)
+    assert [r["time_s"] for r in doubled] == [0.004, 0.02] and explain.as_allreduce(rows, "all_reduce", 2) is rows
+    assert [r["busbw_GBps"] for r in doubled] == pytest.approx([0.25, 0.5])  # n = 2: busbw = algbw = S / 2t
+    between = explain.bench_allreduce_time_s(doubled, 4_000_000, 2)
+    assert between == pytest.approx(2 * explain.bench_allreduce_time_s(
+        [{**r, "busbw_GBps": r["busbw_GBps"] * 2} for r in rows], 4_000_000, 2))

@@ -507,3 +507,25 @@ def test_an_fsdp_forecast_fits_each_collective_on_its_own_benchmark_and_blends_t
         assert fit.seconds(n, cal.nbytes, cal.calls) == pytest.approx(0.5 * ring(n, 2 * S, 9) + ring(n, S, 5))
     assert set(fit.sources) == {"ar2x2", "rs2"}
     assert cal.exposures[("inter", "emulated 8 Gbit/s")][0][0] == pytest.approx(1.0)  # it paid exactly that
+
+
+def test_a_strategy_borrows_no_exposure_from_the_other_and_needs_its_own_wire():
+    """A DDP workload never run on several devices borrows x from other DDP workloads only, never from FSDP's (on
+    a CPU gloo blocks FSDP's collectives: its x is not DDP's); an FSDP group whose runs never recorded their wire
+    (an older result) is not calibrated on its gradient, which is not what it moves."""
+    found = [bench(), fsdp_run("f1", 1, 1, STEP1), fsdp_run("f2", 2, 2, STEP1 + 3.0 * ring(2, 1.5 * S, 7)),
+             run("d1", 1, 1, STEP1)]
+    cals, _, _ = calibrated(found)
+    ddp = next(c for c in cals.values() if c.strategy == "ddp")
+    assert ddp.borrowed == {} and next(c for c in cals.values() if c.strategy == "fsdp").exposures
+    blind = [bench(), fsdp_run("g1", 1, 1, STEP1), fsdp_run("g2", 2, 2, STEP1 + ring(2))]
+    for r in blind:
+        r.pop("fingerprint", None)
+    assert calibrated(blind)[0] == {}
+
+
+def test_a_blend_of_two_parts_on_one_fit_counts_its_points_once():
+    fit = calibrate.fit_ring([Point(2, b, 1, ring(2, b), "x") for b in (1e6, 8e6, 64e6)])
+    blended = calibrate.blend([(1e6, 2, fit), (3e6, 1, fit)])
+    assert blended.points == 3 and blended.sources == ("x",)
+    assert blended.seconds(4, 4e6, 3) == pytest.approx(fit.seconds(4, 1e6, 2) + fit.seconds(4, 3e6, 1))

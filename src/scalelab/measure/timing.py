@@ -125,8 +125,11 @@ def busy_only(per_rank: list, normal: list) -> Optional[dict]:
     busy = statistics.median(min(r["allreduce_times_s"][i] for r in per_rank) for i in normal)
     if len(per_rank) < 2 or busy <= 0:
         return None
-    return {"collectives_s": busy, "grad_bytes": per_rank[0].get("grad_bytes"),
-            "collective_calls": statistics.median(r["buckets"][i] for r in per_rank for i in normal)}
+    calls = statistics.median(r["buckets"][i] for r in per_rank for i in normal)
+    return {"collectives_s": busy, "grad_bytes": per_rank[0].get("grad_bytes"), "collective_calls": calls,
+            # DDP's buckets (FSDP records none): what the report prices and the forecast calibrates with
+            **({"bucket_bytes": per_rank[0]["bucket_bytes"], "wire_bytes": per_rank[0].get("wire_bytes") or None,
+                "buckets": calls} if per_rank[0].get("bucket_bytes") else {})}
 
 
 def _stats(values):

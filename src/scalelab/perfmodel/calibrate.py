@@ -88,8 +88,9 @@ def blend(parts: Sequence[tuple]) -> Optional[RingFit]:
     nbytes, calls = sum(b for b, _, _ in parts), sum(c for _, c, _ in parts)
     alpha = sum(c * f.alpha_s for _, c, f in parts) / calls if calls else 0.0
     beta = nbytes / sum(b / f.beta_GBps for b, _, f in parts) if nbytes else parts[0][2].beta_GBps
-    return RingFit(alpha, beta, max(f.residual for _, _, f in parts), sum(f.points for _, _, f in parts),
-                   tuple(dict.fromkeys(s for _, _, f in parts for s in f.sources)))
+    fits = list({id(f): f for _, _, f in parts}.values())  # two parts on one fit (the all-reduces'): its points once
+    return RingFit(alpha, beta, max(f.residual for f in fits), sum(f.points for f in fits),
+                   tuple(dict.fromkeys(s for f in fits for s in f.sources)))
 
 
 def exposed_factor(step_s: float, baseline_step_s: float, allreduce_s: float) -> Optional[float]:

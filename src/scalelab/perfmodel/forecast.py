@@ -166,8 +166,8 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
         step = r.step_s  # an optimizer step, as the baseline's (the lever is part of the group)
         entry = (calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id)
         own.exposures.setdefault(key, []).append(entry)
-        for cal in cals.values():
-            if cal is not own:
+        for cal in cals.values():  # a strategy's x says nothing of another's (gloo blocks FSDP's collectives)
+            if cal is not own and cal.strategy == own.strategy:
                 cal.borrowed.setdefault(key[0], []).append(entry)
     return cals
 
@@ -180,6 +180,8 @@ def _bytes(rows: list) -> tuple:
         if r.strategy == "fsdp" and isinstance(r.wire, tuple):
             nbytes, calls = sharding.Wire(*r.wire).allreduce_terms()
             return float(nbytes), math.ceil(calls)
+    if any(r.strategy == "fsdp" for r in rows):  # no run saw its wire (an older result): its gradient is not it
+        return 0.0, 1
     for r in rows:
         buckets = r.wire_bytes or r.bucket_bytes
         if buckets:

@@ -143,14 +143,19 @@ def _bucket_count(buckets) -> int:
     return max(1, int(round(buckets))) if _ok(buckets) else 1
 
 
-def as_allreduce(rows: list, collective: str) -> list:
+def as_allreduce(rows: list, collective: str, n: int) -> list:
     """A benchmark's rows as the all-reduce rows they would be (perfmodel.sharding: an all-gather or a reduce-scatter
-    of S is half an all-reduce of S): times doubled, busbw the same (its bus factor is half the all-reduce's)."""
+    of S is half an all-reduce of S): times doubled, and the bandwidths of those times as an all-reduce's."""
     if collective == "all_reduce":
         return rows
-    return [{**row, "time_s": row["time_s"] / sharding.HALF,
-             **({"single_op_s": row["single_op_s"] / sharding.HALF} if row.get("single_op_s") else {})}
-            for row in rows]
+    out = []
+    for row in rows:
+        doubled = {"bytes": row["bytes"], "time_s": row["time_s"] / sharding.HALF}
+        doubled["algbw_GBps"], doubled["busbw_GBps"] = bandwidths(row["bytes"], doubled["time_s"], n)
+        if row.get("single_op_s"):
+            doubled["single_op_s"] = row["single_op_s"] / sharding.HALF
+        out.append(doubled)
+    return out
 
 
 def predicted_comm(bench: pd.DataFrame, r) -> tuple:
@@ -172,7 +177,7 @@ def predicted_comm(bench: pd.DataFrame, r) -> tuple:
             row = bench_for(bench, *shape) if row is None else row
             if row is None:
                 return None, None, None
-            rows = as_allreduce(row["rows"], row["collective"])
+            rows = as_allreduce(row["rows"], row["collective"], r.world_size)
             total += weight * calls * bench_allreduce_time_s(rows, nbytes / calls, r.world_size)
             first = row if first is None else first
         return (first, total, wire.allreduce_terms()[0]) if first is not None else (None, None, None)

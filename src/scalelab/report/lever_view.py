@@ -106,9 +106,10 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
             ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed apart yet
             # what the fingerprint saw: FSDP's gathers and scatters as the all-reduce bytes they cost
             seen = sharding.Wire(*r.wire).allreduce_terms()[0] if isinstance(r.wire, tuple) else None
-            wire = sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) and ddp else seen
+            wire = (sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else seen or r.grad_bytes) if ddp else seen
             body.append([_show(getattr(r, lever)), r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"),
-                         fmt_num((r.allreduce_s if ddp else r.collectives_s) * 1e3, ",.1f"),
+                         fmt_num((r.allreduce_s if ddp and pd.notna(r.allreduce_s) else r.collectives_s) * 1e3,
+                                 ",.1f"),
                          fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), fmt_num(wire / 1e6 if wire else None, ",.2f"),
                          fmt_pct(r.efficiency), predicted_range(r),
                          fmt_num(loss_at(r.loss_curve, r.samples_per_batch, samples), ".3f")

@@ -138,15 +138,21 @@ def _timed(timer: CommTimer, tensor, run):
         start = torch.cuda.Event(enable_timing=True)
         start.record()
     t0 = time.perf_counter()
+    events, intervals = timer.cuda_events, timer.intervals  # this step's lists, whenever the collective ends
     work = run()
-    if tensor.is_cuda:
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        timer.cuda_events.append((start, end))
-    elif work is None:
-        timer.intervals.append((t0, time.perf_counter()))
+
+    def ended(_=None):
+        if tensor.is_cuda:  # after an asynchronous NCCL call, in its future's callback, as the DDP hook does
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            events.append((start, end))
+        else:
+            intervals.append((t0, time.perf_counter()))
+
+    if work is None:
+        ended()
     else:
-        work.get_future().then(lambda _: timer.intervals.append((t0, time.perf_counter())))
+        work.get_future().then(ended)
     return work
 
 
