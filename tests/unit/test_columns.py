@@ -68,3 +68,12 @@ def test_a_list_of_bucket_sizes_reads_as_a_tuple_and_an_empty_or_missing_one_as_
     for empty in ({"timing": {"comm": {"bucket_bytes": []}}}, {"timing": {"comm": {"bucket_bytes": None}}},
                   {"timing": {"comm": None}}, {}):
         assert read(empty) is None, empty
+
+
+def test_each_file_exports_its_own_columns():
+    """columns.exported(file): scaling.csv's columns are not step_breakdown.csv's; None lists every one once."""
+    from scalelab.report import columns
+
+    scaling, step = columns.exported("scaling"), columns.exported("step")
+    assert "efficiency" in scaling and "compute_s" not in scaling and "compute_s" in step and "efficiency" not in step
+    assert columns.exported() == list(columns.EXPORTED) and "letter" in scaling and "letter" in step

@@ -529,3 +529,26 @@ def test_a_blend_of_two_parts_on_one_fit_counts_its_points_once():
     blended = calibrate.blend([(1e6, 2, fit), (3e6, 1, fit)])
     assert blended.points == 3 and blended.sources == ("x",)
     assert blended.seconds(4, 4e6, 3) == pytest.approx(fit.seconds(4, 1e6, 2) + fit.seconds(4, 3e6, 1))
+
+
+def test_the_one_line_answer_reads_multi_device_scales_only_and_the_threshold_as_reached():
+    """A 1-device row's wide band (its repeats scattered) says nothing of scaling; 2 devices on one node below the
+    threshold is 'not even one full node'; efficiency exactly at the threshold holds."""
+    def f(num_nodes, world_size, low):
+        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
+
+    assert forecast.answer([f(1, 1, 0.5), f(1, 2, 0.9), f(2, 4, 0.85)]) == 2
+    assert forecast.answer([f(1, 1, 1.0), f(1, 2, 0.5), f(2, 4, 0.9)]) is None
+    assert forecast.answer([f(1, 1, 1.0), f(1, 2, forecast.GOOD_EFFICIENCY), f(2, 4, 0.9)]) == 2
+
+
+def test_an_fsdp_forecast_fits_the_gathers_on_the_all_gather_benchmark_where_one_ran():
+    """The all-gather benchmark (as slow as the all-reduce here) prices the gathers: the blended fit gives 9 whole
+    all-reduce times of their size, not half, and names that benchmark among its sources."""
+    gather = scatter_as_slow_as_all_reduce()
+    gather["run_id"], gather["config"]["collective"] = "ag2", "all_gather"
+    found = [bench(), gather, fsdp_run("f1", 1, 1, STEP1), fsdp_run("f2", 2, 2, STEP1 + ring(2, 2 * S, 9))]
+    (cal,) = calibrated(found)[0].values()
+    fit = cal.fits[("inter", "emulated 8 Gbit/s")]
+    assert fit.seconds(2, cal.nbytes, cal.calls) == pytest.approx(ring(2, 2 * S, 9) + 0.5 * ring(2, S, 5))
+    assert "ag2" in fit.sources

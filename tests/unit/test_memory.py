@@ -380,3 +380,16 @@ def test_the_memory_note_predict_py_prints_for_both_strategies():
         "5.3, optimizer 10.5, activations 19.7, loss 3.3, overhead 2.0, accumulated 5.3 GB) under DDP; A100 40GB: no "
         "(--batch_size 1 fits); A100 80GB: fits; H100 80GB: fits; H200 141GB: fits; under FSDP: A100 40GB from 2 "
         "GPUs (≈ 35.7 GB at 2); A100 80GB, H100 80GB, H200 141GB from 1 GPU (≈ 43.6 GB)")
+
+
+def test_fsdp_defaults_to_one_rank_and_counts_only_the_trainable_parameters_and_the_accumulation():
+    """training_memory(strategy="fsdp") without a world size is one rank's (everything ÷ 1); with LoRA
+    (trainable_params) the gradients and AdamW's moments are the adapters', sharded; --accumulate 2 keeps the
+    trainable gradient whole beside the shards."""
+    tiny = PRESETS["tiny"]
+    assert memory.training_memory(tiny, 8, "32", strategy="fsdp") == memory.training_memory(
+        tiny, 8, "32", strategy="fsdp", world_size=1)
+    lora = memory.training_memory(tiny, 8, "32", strategy="fsdp", world_size=2, trainable_params=1000)
+    assert lora.optimizer == 8 * 1000 / 2 and lora.weights == 4 * tiny.total_params() / 2
+    both = memory.training_memory(tiny, 8, "32", strategy="fsdp", world_size=2, accumulate=2)
+    assert both.accumulated == 4 * tiny.total_params()

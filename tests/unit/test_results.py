@@ -722,3 +722,14 @@ def test_a_result_written_before_a_lever_existed_groups_with_the_runs_at_its_def
     assert results.group_key(old, LEVER_DEFAULTS) == results.group_key(new, LEVER_DEFAULTS)
     fsdp = dict(new, workload={**new["workload"], "strategy": "fsdp"})
     assert results.group_key(fsdp, LEVER_DEFAULTS) != results.group_key(old, LEVER_DEFAULTS)
+
+
+def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_opens_as_text():
+    """redaction.csv_text: every text cell starting with = + - @ tab or carriage return gets a leading ' (OWASP's
+    CSV injection), other text and the numbers stay as they are (a negative step time is a number, not a formula)."""
+    import pandas as pd
+
+    starts = ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "run-1"]
+    text = redaction.csv_text(pd.DataFrame({"name": starts, "step_s": [-0.5, 1, 2, 3, 4, 5, 6]}))
+    assert all(f"'{value}" in text for value in starts[:-1]) and "'run-1" not in text and "run-1" in text
+    assert text.startswith("name,step_s\n'=1+1,-0.5\n") and "'-0.5" not in text

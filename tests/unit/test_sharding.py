@@ -60,3 +60,13 @@ def test_a_shapes_wire_takes_the_reduce_dtype_it_is_given():
 
     fp32, bf16 = (sharding.for_shape(PRESETS["tiny"], param_bytes=2, reduce_bytes=b) for b in (4, 2))
     assert bf16.scatter_bytes == fp32.scatter_bytes / 2 == GRAD / 2 and bf16.gather_bytes == fp32.gather_bytes
+
+
+def test_a_wire_costs_only_the_collectives_that_moved_bytes_in_calls():
+    """cost_terms keeps a collective with both bytes and calls, each with its name and weight (an all-gather or a
+    reduce-scatter half an all-reduce): not one counted without calls (8 bytes, 0 calls) or without bytes."""
+    wire = sharding.Wire(gather_bytes=8, gather_calls=0, scatter_bytes=0, scatter_calls=2, reduce_bytes=1,
+                         reduce_calls=1)
+    assert sharding.cost_terms(wire) == [("all_reduce", 1, 1, 1.0)]
+    assert sharding.cost_terms(sharding.observed(SEEN, 2)) == [("all_gather", 25_929_728, 9, 0.5),
+                                                                ("reduce_scatter", GRAD, 5, 0.5)]

@@ -81,13 +81,14 @@ def fit_ring(points: Sequence[Point]) -> Optional[RingFit]:
 
 def blend(parts: Sequence[tuple]) -> Optional[RingFit]:
     """One RingFit for a step of several collectives, each on its own fit: parts are (bytes, calls, RingFit) with
-    the step's cost Σ fit.seconds(n, bytes, calls). Exact at every n: α is the calls-weighted α, 1/β the
-    bytes-weighted 1/β; the residual the worst part's. None without a part."""
+    the step's cost Σ fit.seconds(n, bytes, calls), each with bytes and calls (sharding.cost_terms keeps only
+    those). Exact at every n: α is the calls-weighted α, 1/β the bytes-weighted 1/β; the residual the worst
+    part's. None without a part."""
     if not parts:
         return None
     nbytes, calls = sum(b for b, _, _ in parts), sum(c for _, c, _ in parts)
-    alpha = sum(c * f.alpha_s for _, c, f in parts) / calls if calls else 0.0
-    beta = nbytes / sum(b / f.beta_GBps for b, _, f in parts) if nbytes else parts[0][2].beta_GBps
+    alpha = sum(c * f.alpha_s for _, c, f in parts) / calls
+    beta = nbytes / sum(b / f.beta_GBps for b, _, f in parts)
     fits = list({id(f): f for _, _, f in parts}.values())  # two parts on one fit (the all-reduces'): its points once
     return RingFit(alpha, beta, max(f.residual for f in fits), sum(f.points for f in fits),
                    tuple(dict.fromkeys(s for f in fits for s in f.sources)))

@@ -130,7 +130,7 @@ def fsdp_phases(shape: TransformerShape, batch: int, precision: str, *, world_si
     _check_batch(batch)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    bf16 = precision in ("bf16-mixed", "16-mixed")
+    bf16 = precision == "bf16-mixed"  # FSDP takes no 16-mixed (config refuses it: Lightning's FSDP2 does not)
     n, each = world_size, 2 if bf16 else 4  # bytes of a gathered parameter and of autograd's unsharded gradient
     params, root, block = shape.total_params(), shape.root_params(), shape.block_params()
     trainable = params if trainable_params is None else trainable_params
