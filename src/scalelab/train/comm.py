@@ -63,6 +63,26 @@ class CommTimer:
         self.intervals, self.cuda_events, self.sizes, self.wire_sizes = [], [], [], []
         return raw
 
+    def begin(self, cuda: bool):
+        """Start one collective's span now (counted in `issued`) and return the call that ends it: a CUDA event on
+        the current stream (GPU: the collective's own, where DDP's hook and FSDP issue it), else the host clock,
+        appended to the records of the step it began in whenever it ends."""
+        self.issued += 1
+        if cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()  # CPU only: on GPU the events are the clock
+        events, intervals = self.cuda_events, self.intervals
+
+        def end():
+            if cuda:
+                stop = torch.cuda.Event(enable_timing=True)
+                stop.record()
+                events.append((start, stop))
+            else:
+                intervals.append((t0, time.perf_counter()))
+        return end
+
     @staticmethod
     def done(raw: tuple) -> bool:
         """Whether a cut step's GPU events have all completed (readable without waiting for the device)."""
@@ -129,30 +149,16 @@ class TimedReduceScatter(TimedAllGather):
 
 
 def _timed(timer: CommTimer, tensor, run):
-    """Run one FSDP collective with its start and end recorded in `timer`, as the DDP hook's are: CUDA events on
-    the stream FSDP issues it on (its all-gather or reduce-scatter stream), else the host clock around it (FSDP2
-    asks for synchronous collectives: async_op is False in its unshard and reduce), or until its future completes
-    where one was asked for asynchronously."""
-    timer.issued += 1
-    if tensor.is_cuda:
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-    t0 = time.perf_counter()
-    events, intervals = timer.cuda_events, timer.intervals  # this step's lists, whenever the collective ends
+    """Run one FSDP collective with its span recorded in `timer` (CommTimer.begin), as the DDP hook's is: on the
+    stream FSDP issues it on (its all-gather or reduce-scatter stream), ended as it returns (FSDP2 asks for
+    synchronous collectives: async_op is False in its unshard and reduce), or in its future's callback where one
+    was asked for asynchronously."""
+    end = timer.begin(tensor.is_cuda)
     work = run()
-
-    def ended(_=None):
-        if tensor.is_cuda:  # after an asynchronous NCCL call, in its future's callback, as the DDP hook does
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            events.append((start, end))
-        else:
-            intervals.append((t0, time.perf_counter()))
-
     if work is None:
-        ended()
+        end()
     else:
-        work.get_future().then(ended)
+        work.get_future().then(lambda _: end())
     return work
 
 
@@ -203,7 +209,6 @@ def timed_allreduce_hook(state: CommTimer, bucket):
     (CommTimer.resolve).
     """
     buffer = bucket.buffer()
-    state.issued += 1
     state.sizes.append(buffer.numel() * buffer.element_size())
     hook_state = state.hook_state
     compressing = not hasattr(hook_state, "start_powerSGD_iter") or hook_state.iter >= hook_state.start_powerSGD_iter
@@ -212,19 +217,11 @@ def timed_allreduce_hook(state: CommTimer, bucket):
         state.wire_of[key] = wire_bytes(state.hook_name, [tuple(g.shape) for g in bucket.gradients()],
                                         buffer.element_size(), compressing)
     state.wire_sizes.append(state.wire_of[key])
-    t0 = time.perf_counter()  # CPU only: on GPU the events below are the clock
-    if buffer.is_cuda:
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
+    end = state.begin(buffer.is_cuda)
     fut = state.hook(hook_state, bucket)
 
     def done(f):
-        if buffer.is_cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            state.cuda_events.append((start, end))
-        else:
-            state.intervals.append((t0, time.perf_counter()))
+        end()
         return f.value()  # the reduced bucket itself, as DDP expects (f.value()[0] would be its first element)
 
     return fut.then(done)
