@@ -141,10 +141,10 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
     cals = {}
     for group, rows in by_group.items():
         base = [r for r in rows if r.world_size == 1]
-        nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows)
+        wire = next((r.wire for r in rows if r.strategy == "fsdp" and isinstance(r.wire, tuple)), None)
+        nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows, wire)
         if not base or not nbytes > 0:  # no gradient size recorded (an older or foreign result): nothing to use
             continue
-        wire = next((r.wire for r in rows if r.strategy == "fsdp" and isinstance(r.wire, tuple)), None)
         steps = sorted(r.step_s for r in base)
         first = base[0]
         cals[group] = Calibration(
@@ -172,14 +172,14 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
     return cals
 
 
-def _bytes(rows: list) -> tuple:
-    """(bytes one step all-reduces, calls): an FSDP step's all-gathers and reduce-scatters as the all-reduces they
-    cost (perfmodel.sharding; calls rounded up: at most half an all-reduce's latency more), else the first recorded
-    buckets (what a --comm_hook sent), else the gradient in one call."""
-    for r in rows:
-        if r.strategy == "fsdp" and isinstance(r.wire, tuple):
-            nbytes, calls = sharding.Wire(*r.wire).allreduce_terms()
-            return float(nbytes), math.ceil(calls)
+def _bytes(rows: list, wire: Optional[tuple]) -> tuple:
+    """(bytes one step all-reduces, calls): an FSDP step's all-gathers and reduce-scatters (its wire, as a run's
+    fingerprint saw it) as the all-reduces they cost (perfmodel.sharding; calls rounded up: at most half an
+    all-reduce's latency more), else the first recorded buckets (what a --comm_hook sent), else the gradient in one
+    call."""
+    if wire is not None:
+        nbytes, calls = sharding.Wire(*wire).allreduce_terms()
+        return float(nbytes), math.ceil(calls)
     if any(r.strategy == "fsdp" for r in rows):  # no run saw its wire (an older result): its gradient is not it
         return 0.0, 1
     for r in rows:
