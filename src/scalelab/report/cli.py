@@ -27,11 +27,16 @@ class Report:
     """One folder, read once: what every view (tables, plots, files, --compare, --reference) draws from."""
     runs: pd.DataFrame  # one row per training run (report/columns.py's RUNS)
     scaling: pd.DataFrame  # one row per configuration, annotated, with forecast_error; empty without a completed run
-    bench: pd.DataFrame  # all-reduce benchmarks: result.json files and nccl-tests logs (explain.bench_frame)
+    benches: pd.DataFrame  # every collective's benchmarks: result.json files and nccl-tests logs (explain.bench_frame)
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
-    benches: pd.DataFrame = None  # every collective's benchmarks (all-gathers and reduce-scatters price FSDP's step)
+
+    @property
+    def bench(self) -> pd.DataFrame:
+        """The all-reduce benchmarks (what DDP's step, the busbw plot and --reference read); all-gathers and
+        reduce-scatters price FSDP's step (annotate and the forecast read `benches`)."""
+        return self.benches[self.benches["collective"] == "all_reduce"]
 
 
 def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> Report:
@@ -44,13 +49,12 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
     runs, notes = read_runs(found)
     benches = explain.bench_frame(found, explain.COLLECTIVES)
-    bench = benches[benches["collective"] == "all_reduce"]
     scaling, track = scaling_frame(runs), pd.DataFrame()
     if not scaling.empty:
         scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
         track = forecast_view.record(runs, benches)
         scaling = forecast_view.with_forecast_error(scaling, track)
-    return Report(runs, scaling, bench, skipped, track, notes, benches)
+    return Report(runs, scaling, benches, skipped, track, notes)
 
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:

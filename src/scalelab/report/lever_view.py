@@ -103,7 +103,7 @@ def render(scaling: pd.DataFrame, fmt: str) -> list[str]:
         # a probe step skips its update: runs of another probe cadence (FSDP takes none) learned from fewer steps
         cadences = {json.loads(g)["workload"].get("comm_probe_every") for g in rows["group"]}
         for r in rows.itertuples():
-            ddp = r.strategy != "fsdp"  # FSDP's all-gathers and reduce-scatters are not timed apart yet
+            ddp = r.strategy != "fsdp"  # FSDP: its gathers' and scatters' busy time and wire stand for the all-reduce's
             # what the fingerprint saw: FSDP's gathers and scatters as the all-reduce bytes they cost
             seen = sharding.Wire(*r.wire).allreduce_terms()[0] if isinstance(r.wire, tuple) else None
             wire = (sum(r.wire_bytes) if isinstance(r.wire_bytes, tuple) else seen or r.grad_bytes) if ddp else seen
