@@ -135,6 +135,8 @@ RANK = obj({
     "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
     "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}),
+    "forward_times_s": seq(SECONDS), "backward_times_s": seq(SECONDS),
+    "comm_spans_s": seq(seq(seq(ANY_NUMBER, length=2))),
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 

@@ -133,7 +133,7 @@ def test_after_a_sticky_cuda_error_the_record_keeps_the_read_steps_and_never_rai
     def sticky(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    for event, _, (_, cuda_events), _, _ in steps.pending:
+    for event, _, _, (_, cuda_events), _, _ in steps.pending:
         event.query = sticky
         for _start, end in cuda_events:
             end.query = sticky

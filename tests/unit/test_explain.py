@@ -8,17 +8,17 @@ import pytest
 
 from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
-from scalelab.measure import timing
+from scalelab.measure import timeline, timing
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
 from scalelab.train import comm, loop
 
 
 def test_union_of_bucket_intervals():
-    assert comm.union_length([]) == 0
-    assert comm.union_length([(0, 1), (2, 3)]) == 2
-    assert comm.union_length([(0, 2), (1, 3), (5, 6)]) == 4  # overlapping buckets count once
-    assert comm.union_length([(1, 4), (2, 3)]) == 3
+    assert timeline.union_length([]) == 0
+    assert timeline.union_length([(0, 1), (2, 3)]) == 2
+    assert timeline.union_length([(0, 2), (1, 3), (5, 6)]) == 4  # overlapping buckets count once
+    assert timeline.union_length([(1, 4), (2, 3)]) == 3
 
 
 class GpuEvent:

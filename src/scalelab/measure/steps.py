@@ -21,5 +21,8 @@ def optimizer_view(record: dict) -> dict:
     return {**record, "short_steps": [i for i, (a, b) in enumerate(spans) if b - a + 1 < full],
             "step_times_s": [sum(times[a:b + 1]) for a, b in spans],
             "grads_ready_times_s": [sum(times[a:b]) + ready[b] for a, b in spans],
+            # the step's last batch's marks, from the step's start (the timeline's own layout reads the batches)
+            **{name: [sum(times[a:b]) + record[name][b] for a, b in spans]
+               for name in ("forward_times_s", "backward_times_s") if record.get(name)},
             "allreduce_times_s": [sum(record["allreduce_times_s"][a:b + 1]) for a, b in spans],
             "buckets": [sum(record["buckets"][a:b + 1]) for a, b in spans]}

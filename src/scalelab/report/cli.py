@@ -15,7 +15,7 @@ from scalelab import redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference
+from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference, trace
 from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
@@ -31,6 +31,7 @@ class Report:
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
+    records: dict  # run id -> its training result as read: the per-rank marks the step timeline draws
 
     @property
     def bench(self) -> pd.DataFrame:
@@ -54,7 +55,8 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
         scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
         track = forecast_view.record(runs, benches)
         scaling = forecast_view.with_forecast_error(scaling, track)
-    return Report(runs, scaling, benches, skipped, track, notes)
+    records = {r["run_id"]: r for r in found if r.get("kind") == "training"}
+    return Report(runs, scaling, benches, skipped, track, notes, records)
 
 
 def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
@@ -83,9 +85,13 @@ def build_parser() -> OneLineParser:
                    help="all_reduce_perf logs (nccl-tests' output) to read as all-reduce benchmarks, besides the "
                         "*.log/*.txt/*.out under --output_dir that hold one")
     p.add_argument("--plot", metavar="DIR", help="also draw PNGs there: speedup, efficiency, throughput per device, "
-                                               "all-reduce busbw vs message size, loss vs training time per group "
+                                               "all-reduce busbw vs message size, one step at each scale rank by "
+                                               "rank (a timeline per group), loss vs training time per group "
                                                "(from the runs' metrics.csv)")
     p.add_argument("--export", metavar="DIR", help="also write every table as CSV and Markdown, and summary.json")
+    p.add_argument("--trace", metavar="DIR", help="also write each run's steps as a trace Perfetto and "
+                                                "chrome://tracing open (<run id>.trace.json: a process per rank, "
+                                                "compute and communication tracks)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="two outputs folders (or summary.json files) side by side, with B ÷ A per configuration")
     p.add_argument("--save_csv", metavar="FILE", help="also write the scaling table (all groups) as CSV")
@@ -146,7 +152,7 @@ def main(argv=None) -> int:
     fmt = "github" if args.markdown else "simple"
     if runs.empty:
         return _no_runs(args.output_dir, bench, fmt)
-    for flag, path in (("--plot", args.plot), ("--export", args.export)):
+    for flag, path in (("--plot", args.plot), ("--export", args.export), ("--trace", args.trace)):
         if path:  # before anything is printed: a bad folder fails in one line, with nothing half-written
             results.ensure_output_dir(path, flag)
     max_runs = None if args.all_runs else 12
@@ -166,10 +172,14 @@ def main(argv=None) -> int:
     if args.export:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
                                     args.output_dir)
+    if args.trace:
+        written += trace.write_all(args.trace, report.records)
     if args.plot:
-        from scalelab.report import curves, plots  # matplotlib takes a while to import: only when asked for
+        from scalelab.report import curves, plots, step_plot  # matplotlib takes a while to import: only when asked
 
         written += plots.write_all(args.plot, scaling, bench)
+        if not scaling.empty:
+            written += plots.save(args.plot, step_plot.figures(report.records, runs, scaling))
         if args.forecast:
             written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
         figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
@@ -247,7 +257,7 @@ def _reference_args(args):
     if not given:
         return None
     extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv),
-                                  ("--markdown", args.markdown), ("--all_runs", args.all_runs),
+                                  ("--trace", args.trace), ("--markdown", args.markdown), ("--all_runs", args.all_runs),
                                   ("--ranks", args.ranks)) if v]
     if len(given) > 1 or extra:
         raise UsageError(f"{given[0]} does not take {', '.join((given[1:] + extra))}")
@@ -256,7 +266,7 @@ def _reference_args(args):
 
 def _compare(args, money) -> int:
     """`--compare A B`: each side a folder (through `build`) or a summary.json."""
-    extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot),
+    extra = [flag for flag, v in (("--output_dir", args.output_dir), ("--plot", args.plot), ("--trace", args.trace),
                                   ("--nccl_tests", args.nccl_tests),
                                   ("--save_csv", args.save_csv), ("--all_runs", args.all_runs),
                                   ("--ranks", args.ranks), ("--straggler_pct", args.straggler_pct),
@@ -274,8 +284,8 @@ def _compare(args, money) -> int:
 
 def _ranks(args) -> int:
     """`--ranks`: the per-rank view alone (report/ranks.py)."""
-    extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv))
-             if v]
+    extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv),
+                                  ("--trace", args.trace)) if v]
     if extra:
         raise UsageError(f"--ranks prints the per-rank view only; it does not take {', '.join(extra)}")
     if not os.path.isdir(args.output_dir):

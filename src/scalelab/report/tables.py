@@ -192,13 +192,14 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     """Where one group's step goes: compute, all-reduce, waited and hidden; then what limits each configuration."""
     out = ["", "Where the step goes (medians; compute from no-sync probe steps; all-reduce from DDP's timed "
                "hook, during backward and alone; predicted from the all-reduce benchmark's busbw)"]
-    rows = [[r.world_size, nodes_cell(r), fmt_num(r.step_s * 1e3, ",.1f"), fmt_num(r.compute_s * 1e3, ",.1f"),
-             fmt_num(r.allreduce_s * 1e3, ",.1f"), fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
-             fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"),
-             *(["?"] * 3 if explain.split_within_noise(r) else
-               [fmt_num(r.waited_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.hidden_fraction)]),
-             fmt_num(r.grad_bytes / 1e6, ".3g"), fmt_num(r.ddp_busbw_GBps, ".3g"), fmt_num(r.bench_busbw_GBps, ".3g"),
-             fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu, ".1f")] for r in g.itertuples()]
+    rows = []
+    for r in g.itertuples():
+        cells = story_cells(r)
+        rows.append([r.world_size, nodes_cell(r), cells["step ms"], fmt_num(r.compute_s * 1e3, ",.1f"),
+                     cells["all-reduce ms"], fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
+                     fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), cells["waited ms"], cells["comm share"],
+                     cells["hidden"], fmt_num(r.grad_bytes / 1e6, ".3g"), fmt_num(r.ddp_busbw_GBps, ".3g"),
+                     fmt_num(r.bench_busbw_GBps, ".3g"), fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu, ".1f")])
     out.append(tabulate(rows, headers=STEP_HEADERS, tablefmt=fmt, disable_numparse=True))
     lines = [explain.limiting_line(r) for r in g.itertuples()]
     out.extend(f"  {line}" for line in lines if line)
@@ -216,6 +217,15 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
         out.append("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and "
                    "PaLM count it: compare it with figures that do the same")
     return out
+
+
+def story_cells(r) -> dict:
+    """The cells of "Where the step goes" that the step timeline (report/step_plot.py) prints beside its bars: one
+    source, so the picture and the table say the same figures."""
+    split = ["?"] * 3 if explain.split_within_noise(r) else [
+        fmt_num(r.waited_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.hidden_fraction)]
+    return dict(zip(("step ms", "all-reduce ms", "waited ms", "comm share", "hidden"),
+                    (fmt_num(r.step_s * 1e3, ",.1f"), fmt_num(r.allreduce_s * 1e3, ",.1f"), *split)))
 
 
 def _bench_hint(g: pd.DataFrame) -> str:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import time
 
 import torch
+from torch.autograd import Variable
 
 from scalelab.train import comm
+
+SPAN_BATCHES = 200  # batches whose collectives are kept as spans: a timeline's choice of step, and a bounded record
 
 
 class DeviceClock:
@@ -69,15 +72,18 @@ class StepClock:
         self.marks = DeviceClock(device)
         self.comm = comm_timer  # the all-reduces of each batch, cut at its end
         self.batches = self.steps = 0  # ended on the host
-        self.pending = []  # batches ended, not yet read: (end, ready, all-reduces, loss, ended_a_step)
+        self.pending = []  # batches ended, not yet read: (end, ready, forward, all-reduces, loss, ended_a_step)
         self.step_times, self.ready_times, self.comm_times, self.bucket_counts, self.losses = [], [], [], [], []
+        self.forward_times = []  # when each batch's forward ended, from its start (the timeline's first bar)
+        self.backward_times = []  # when its backward's compute ended (before DDP's wait for its last bucket)
+        self.comm_spans = []  # each batch's collectives as [start, end] from its start: the first SPAN_BATCHES
         self.step_ends = []  # read batches that ended an optimizer step
         self.probe_steps = []  # optimizer steps that were compute-only probes
         self.epoch_times = []
         self.first_step_end = None  # wall clock
         self.loop_wall_s = None  # host seconds from the loop's start to its end, each after a device sync
         self._loop_start = None
-        self._last = self._ready = self._epoch_start = None
+        self._last = self._ready = self._forward = self._backward = self._epoch_start = None
 
     def start(self) -> None:
         if self.marks.cuda:  # the peak of training alone
@@ -100,14 +106,31 @@ class StepClock:
         self.read()
         self.epoch_times.append(self._last - self._epoch_start)
 
+    def forward_end(self, loss) -> None:
+        """Forward is done (its loss computed): a mark, and one more when backward's own compute ends (before DDP
+        waits for its last bucket): a callback the autograd engine runs once the graph is done, queued as backward
+        starts, so ahead of the one DDP (or FSDP) queues to wait for its collectives. The engine's callback queue is
+        what torch's own FSDP and DDP use for the same end of backward."""
+        self._forward = self.marks.mark()
+        if loss.requires_grad:
+            loss.register_hook(self._at_backward_start)
+
+    def _at_backward_start(self, grad):
+        Variable._execution_engine.queue_callback(self._backward_done)
+        return grad
+
+    def _backward_done(self) -> None:
+        self._backward = self.marks.mark()
+
     def grads_ready(self) -> None:
         """After backward: DDP has waited for its last bucket, the gradients are reduced (or local, in a probe)."""
         self._ready = self.marks.mark()
 
     def batch_end(self, loss, ended_a_step: bool, probe: bool) -> None:
         end = self.marks.mark()
-        self.pending.append((end, self._ready or end, self.comm.cut(), loss.detach(), ended_a_step))
-        self._ready = None
+        marks = (self._forward or end, self._backward or self._ready or end)
+        self.pending.append((end, self._ready or end, marks, self.comm.cut(), loss.detach(), ended_a_step))
+        self._ready = self._forward = self._backward = None
         self.batches += 1
         if ended_a_step:
             if probe:
@@ -122,12 +145,17 @@ class StepClock:
         if wait:
             comm.sync(self.device)
         done = 0
-        for end, ready, reduces, _, ended_a_step in self.pending:
+        for end, ready, (forward, backward), reduces, _, ended_a_step in self.pending:
             if not (self.marks.ready(end) and comm.CommTimer.done(reduces)):
                 break
             end_s, ready_s = self.marks.seconds(end), self.marks.seconds(ready)
             self.step_times.append(round(end_s - self._last, 6))  # 1 us: far below run-to-run noise
             self.ready_times.append(round(ready_s - self._last, 6))
+            self.forward_times.append(round(self.marks.seconds(forward) - self._last, 6))
+            self.backward_times.append(round(self.marks.seconds(backward) - self._last, 6))
+            if len(self.comm_spans) < SPAN_BATCHES:
+                self.comm_spans.append([[round(a - self._last, 6), round(b - self._last, 6)]
+                                        for a, b in comm.CommTimer.spans(reduces, self.marks.seconds)])
             busy, n = comm.CommTimer.resolve(reduces)
             self.comm_times.append(round(busy, 6))
             self.bucket_counts.append(n)
@@ -137,7 +165,7 @@ class StepClock:
             if self.first_step_end is None:
                 self.first_step_end = time.time() - (time.perf_counter() - end_s)
             done += 1
-        losses = [p[3] for p in self.pending[:done]]
+        losses = [p[4] for p in self.pending[:done]]
         if losses and (wait or not self.marks.cuda):  # one copy for the window's losses, never one per step
             self.losses += [float(f"{v:.6g}") for v in torch.stack(losses).float().tolist()]
         del self.pending[:done]
@@ -161,6 +189,9 @@ class StepClock:
             "first_step_end": self.first_step_end,
             "step_times_s": self.step_times,
             "grads_ready_times_s": self.ready_times,
+            "forward_times_s": self.forward_times,
+            "backward_times_s": self.backward_times,
+            "comm_spans_s": self.comm_spans,  # the first SPAN_BATCHES batches' collectives (the timeline's)
             "allreduce_times_s": self.comm_times,
             "buckets": self.bucket_counts,
             "probe_steps": self.probe_steps,  # optimizer-step indices

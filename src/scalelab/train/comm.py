@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from scalelab.measure.timeline import union_length
 from scalelab.perfmodel.levers import wire_bytes
 
 NO_TIMING_ENV = "SCALELAB_NO_COMM_TIMING"  # "1": no timing hook, DDP's built-in all-reduce (hook on vs off)
@@ -87,6 +88,13 @@ class CommTimer:
     def done(raw: tuple) -> bool:
         """Whether a cut step's GPU events have all completed (readable without waiting for the device)."""
         return all(query(end) for _, end in raw[1])
+
+    @staticmethod
+    def spans(raw: tuple, seconds) -> list:
+        """A cut batch's collectives as (start, end) host seconds, in the order they began: the host clock's own
+        intervals, a GPU's events placed by `seconds` (the step clock's DeviceClock.seconds: its own reference)."""
+        intervals, cuda_events = raw
+        return sorted([*intervals, *((seconds(a), seconds(b)) for a, b in cuda_events)])
 
     @staticmethod
     def resolve(raw: tuple) -> tuple:
@@ -294,21 +302,6 @@ def allreduce_alone_s(bucket_bytes: list, device, passes: int = 3, scratch: Scra
     Median of `passes` (one pass: every bucket once); one pass is too noisy on shared CPU cores.
     """
     return median_allreduce_s((scratch or Scratch()).views(bucket_bytes, device, dtype), device, passes)
-
-
-def union_length(spans) -> float:
-    """Total length covered by possibly overlapping (start, end) intervals."""
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted(spans):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
-    return total
 
 
 def grad_bytes(module) -> int:

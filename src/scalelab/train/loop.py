@@ -84,6 +84,7 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, probe, signals, m
                 probe.start()  # did this rank have its cores while it computed alone? (measure/cpushare.py)
             with fabric.no_backward_sync(model, enabled=probing or not ends_step), seen.watching(plan.step, update):
                 loss = step(batch, i)  # forward, under the run's precision (autocast when --precision is *-mixed)
+                clock.forward_end(loss)  # marks forward's end and, as backward ends, its compute's (the timeline)
                 fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it
             if ends_step:
                 clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average

@@ -1,0 +1,193 @@
+"""The step timeline: the marks of one step laid out as bars (measure/timeline.py), the wait the step table reads from
+the same marks (timing.waited_after_backward), and the picture beside the table (report/step_plot.py)."""
+
+import pytest
+import torch
+
+from helpers import make_result
+from scalelab import results
+from scalelab.measure import timeline, timing
+from scalelab.report import plots, step_plot, tables, trace
+from scalelab.report.cli import build
+from scalelab.train import comm
+from scalelab.train.clock import StepClock
+
+FWD, BWD, WAIT, OPT = 0.1, 0.2, 0.05, 0.01  # one uniform step's phases, seconds
+HIDDEN = 0.03  # of the all-reduce, inside backward
+
+
+def rank_record(rank, steps=12, probes=(6, 11), wait=WAIT, world=2, slow=0.0):
+    """A rank's record of `steps` identical steps (compute `slow` longer on this rank), as the step clock keeps it."""
+    fwd, bwd = FWD + slow, FWD + BWD + slow
+    normal = world > 1
+    ready = [bwd if (i in probes or not normal) else bwd + wait for i in range(steps)]
+    spans = [[] if (i in probes or not normal) else [[bwd - HIDDEN, bwd + wait]] for i in range(steps)]
+    return {"rank": rank, "host": "h", "device": "cpu", "forward_times_s": [fwd] * steps,
+            "backward_times_s": [bwd] * steps, "grads_ready_times_s": ready,
+            "step_times_s": [r + OPT for r in ready], "comm_spans_s": spans,
+            "allreduce_times_s": [timeline.union_length(s) for s in spans], "buckets": [len(s) for s in spans],
+            "probe_steps": list(probes), "epoch_times_s": [1.0], "losses": [1.0] * steps, "grad_bytes": 8_000_000,
+            "first_step_end": None, "process_start": 0.0,
+            "bucket_bytes": [8_000_000] if normal else [], "wire_bytes": []}
+
+
+def uniform_run(run_id, world, **kw):
+    ranks = [rank_record(r, world=world, **kw) for r in range(world)]
+    data = make_result(run_id, world=world, samples_per_s=64 * world / ranks[0]["step_times_s"][2])
+    summary = timing.summarize(ranks, 2, 64 * world, 0)
+    data["timing"].update(step_s=summary["step_s"], comm=summary["comm"], warmup_steps=2)
+    data["ranks"] = ranks
+    return data
+
+
+def test_a_step_is_forward_backward_the_wait_and_the_optimizer_with_its_collectives_beside():
+    bars = timeline.step_bars(rank_record(0), 3)
+    assert [(b.track, b.kind) for b in bars] == [("compute", "forward"), ("compute", "backward"),
+                                                 ("compute", "waiting"), ("compute", "optimizer"),
+                                                 ("comm", "collective")]
+    assert [b.end for b in bars[:4]] == pytest.approx([FWD, FWD + BWD, FWD + BWD + WAIT, FWD + BWD + WAIT + OPT])
+    assert all(a.end == b.start for a, b in zip(bars[:3], bars[1:4]))  # the compute lane has no gap
+    assert (bars[4].start, bars[4].end) == pytest.approx((FWD + BWD - HIDDEN, FWD + BWD + WAIT))
+    totals = timeline.totals(bars)
+    assert totals["waiting"] == pytest.approx(WAIT) and totals["collective"] == pytest.approx(WAIT + HIDDEN)
+    # a step that waited for nothing draws no wait
+    assert [b.kind for b in timeline.step_bars(rank_record(0, world=1), 3)] == ["forward", "backward", "optimizer"]
+
+
+def test_accumulated_batches_are_drawn_one_after_another_with_one_wait_and_one_update():
+    record = rank_record(0, steps=4, probes=())
+    record["step_ends"] = [1, 3]  # two batches per optimizer step
+    for first in (0, 2):  # each step's first batch: no sync, no update
+        record["grads_ready_times_s"][first] = record["step_times_s"][first] = FWD + BWD
+        record["comm_spans_s"][first] = []
+    bars = timeline.step_bars(record, 1)  # batches 2 and 3
+    assert [b.kind for b in bars] == ["forward", "backward", "forward", "backward", "waiting", "optimizer",
+                                      "collective"]
+    first = record["step_times_s"][2]
+    assert bars[2].start == pytest.approx(first) and bars[-1].start == pytest.approx(first + FWD + BWD - HIDDEN)
+
+
+def test_the_step_drawn_is_a_timed_one_nearest_the_median_never_warm_up_or_a_probe():
+    run = uniform_run("r2", 2)
+    for r in run["ranks"]:
+        r["step_times_s"][0] = 9.0  # warm-up: slow, and never drawn
+        r["step_times_s"][4] += 0.2  # timed, the slowest
+        r["step_times_s"][7] += 0.001  # the nearest the median: the others tie at it, the earliest wins
+    steps = timeline.timed_steps(run)
+    assert steps == [2, 3, 4, 5, 7, 8, 9, 10] and timeline.representative(run) == 2
+    for r in run["ranks"]:
+        r["comm_spans_s"] = r["comm_spans_s"][:5]  # spans kept for the first 5 batches only
+    assert timeline.timed_steps(run) == [2, 3, 4]
+    for r in run["ranks"]:
+        del r["backward_times_s"]  # an older result: no timeline at all
+    assert timeline.representative(run) is None and timeline.of_run(run) is None
+
+
+def test_the_wait_is_read_in_the_step_itself_from_the_last_rank_to_end_backward():
+    """waited_s: gradients-ready minus the end of backward, the last rank's each, in the same step. The probes'
+    compute from other steps scatters as much as a small wait: a probe 12 ms slower than the normal steps read a
+    10 ms exposed all-reduce as 0 ms waited and 100 % hidden."""
+    ranks = [rank_record(0), rank_record(1, slow=0.02)]  # rank 1 ends backward 20 ms later: the others wait for it
+    assert timing.waited_after_backward(ranks, [2, 3]) == pytest.approx(WAIT)
+    for r in ranks:
+        for i in (6, 11):
+            r["grads_ready_times_s"][i] += 0.06  # the probes ran slow by chance
+    comm_record = timing.comm_summary(ranks, [2, 3, 4], [6, 11])
+    assert comm_record["waited_s"] == pytest.approx(WAIT)
+    assert comm_record["hidden_s"] == pytest.approx(HIDDEN, abs=1e-9)
+    for r in ranks:
+        del r["backward_times_s"]  # an older result: the probes stand in (and read no wait here)
+    assert timing.comm_summary(ranks, [2, 3, 4], [6, 11])["waited_s"] == 0.0
+
+
+def test_the_timeline_and_the_step_table_say_the_same_figures(tmp_path):
+    for data in (uniform_run("one", 1), uniform_run("two", 2)):
+        results.write(str(tmp_path), data)
+    report = build(str(tmp_path))
+    g = report.scaling
+    rows = step_plot.group_timelines(report.records, report.runs, g)
+    assert [name for name, *_ in rows] == ["1 dev", "2 dev"]
+    _, row, _, line = rows[1]
+    cells = tables.story_cells(row)
+    for bars in line["ranks"].values():
+        totals = timeline.totals(bars)
+        assert f"{totals['waiting'] * 1e3:,.1f}" == cells["waited ms"] == "50.0"
+        assert f"{totals['collective'] * 1e3:,.1f}" == cells["all-reduce ms"]
+        assert f"{bars[-2].end * 1e3:,.1f}" == cells["step ms"]  # the optimizer ends the step
+    assert cells["hidden"] == f"{HIDDEN / (WAIT + HIDDEN) * 100:.0f} %"
+    [(name, fig)] = step_plot.figures(report.records, report.runs, g)
+    text = plots.figure_text(fig)
+    assert name == "step_timeline_A.png"
+    assert (f"2 dev: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms · waited 50.0 ms · "
+            f"hidden {cells['hidden']}") in text
+    assert "rank 0" in text and "rank 1" in text
+
+
+def test_a_large_world_draws_its_first_two_and_last_two_ranks():
+    assert step_plot.shown_ranks([3, 0, 1, 2]) == [0, 1, 2, 3]
+    assert step_plot.shown_ranks(list(range(8))) == [0, 1, 6, 7]
+
+
+def test_the_clock_marks_backwards_end_before_ddp_waits_for_its_last_bucket():
+    """The backward mark is a callback queued as backward starts: it runs when the graph is done and before the
+    callback DDP (or FSDP) queues, from a gradient hook, to wait for its collectives."""
+    timer = comm.CommTimer()
+    clock = StepClock(torch.device("cpu"), 0.0, timer)
+    order = []
+    clock.marks.mark = lambda: order.append("mark") or float(len(order))  # each mark: its place in the order
+    weight = torch.nn.Parameter(torch.ones(3))
+    engine = torch.autograd.Variable._execution_engine
+    weight.register_post_accumulate_grad_hook(lambda p: engine.queue_callback(lambda: order.append("ddp waits")))
+    clock.start()
+    loss = (weight * 2).sum()
+    clock.forward_end(loss)
+    loss.backward()
+    clock.grads_ready()
+    clock.batch_end(loss, True, False)
+    assert order == ["mark", "mark", "ddp waits", "mark", "mark"]  # forward, backward, DDP's wait, ready, end
+    end, ready, (forward, backward), *_ = clock.pending[0]
+    assert (forward, backward, ready, end) == (1.0, 2.0, 4.0, 5.0)
+
+
+def check_trace_event_format(trace: dict) -> None:
+    """The Trace Event Format's rules a viewer relies on (its JSON Object Format): a traceEvents list; metadata events
+    ("M") name a process or a thread; complete events ("X") carry name, category, pid, tid, ts and dur in
+    microseconds, never negative."""
+    assert set(trace) >= {"traceEvents"} and trace.get("displayTimeUnit", "ms") in ("ms", "ns")
+    for e in trace["traceEvents"]:
+        assert e["ph"] in ("M", "X") and isinstance(e["name"], str) and isinstance(e["pid"], int), e
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name") and isinstance(e["args"]["name"], str), e
+            assert e["name"] == "process_name" or isinstance(e["tid"], int), e
+        else:
+            assert isinstance(e["tid"], int) and isinstance(e["cat"], str), e
+            assert isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["ts"] >= 0 and e["dur"] >= 0, e
+
+
+def test_a_trace_has_a_process_per_rank_a_compute_and_a_communication_track_and_names_each_step(tmp_path):
+    import json
+
+    run = uniform_run("two", 2)
+    run["ranks"][1]["host"] = "node2"
+    trace_events = trace.events(run)
+    check_trace_event_format({"traceEvents": trace_events})
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in trace_events if e["ph"] == "M"}
+    assert names == {(0, None): "rank 0 (h, cpu)", (0, 0): "compute", (0, 1): "communication",
+                     (1, None): "rank 1 (node2, cpu)", (1, 0): "compute", (1, 1): "communication"}
+    bars = [e for e in trace_events if e["ph"] == "X" and e["pid"] == 1]
+    compute = [e for e in bars if e["tid"] == 0]
+    assert all(a["ts"] + a["dur"] == pytest.approx(b["ts"]) for a, b in zip(compute, compute[1:]))  # end to end
+    assert compute[-1]["ts"] + compute[-1]["dur"] == pytest.approx(sum(run["ranks"][1]["step_times_s"]) * 1e6)
+    phases = {e["args"]["step"]: e["args"]["phase"] for e in bars}
+    assert [phases[i] for i in range(12)] == ["warm-up"] * 2 + ["timed"] * 4 + ["probe"] + ["timed"] * 4 + ["probe"]
+    comm_bars = [e for e in bars if e["tid"] == 1]
+    assert len(comm_bars) == 10 and {e["name"] for e in comm_bars} == {"collective"}  # none in the 2 probes
+    assert comm_bars[2]["ts"] == pytest.approx((2 * (FWD + BWD + WAIT + OPT) + FWD + BWD - HIDDEN) * 1e6)
+    # the steps whose spans were not kept end the trace
+    for r in run["ranks"]:
+        r["comm_spans_s"] = r["comm_spans_s"][:5]
+    assert max(e["args"]["step"] for e in trace.events(run) if e["ph"] == "X") == 4
+    [path] = trace.write_all(str(tmp_path / "traces"), {"two": uniform_run("two", 2),
+                                                        "failed": {**uniform_run("failed", 2), "status": "failed"}})
+    assert path.endswith("two.trace.json")
+    check_trace_event_format(json.loads(open(path).read()))
