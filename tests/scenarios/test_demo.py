@@ -27,7 +27,8 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     assert "Track record (each multi-device configuration predicted from the other runs, leave one out" in stdout
     assert "1 of 1 inside the band" in stdout or "0 of 1 inside the band" in stdout
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
-        "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "throughput_per_device.png"]
+        "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "step_timeline_A.png",
+        "throughput_per_device.png"]
     assert sorted(p.name for p in (out / "export").iterdir()) == [
         "allreduce.csv", "report.md", "runs.csv", "scaling.csv", "step_breakdown.csv", "summary.json"]
     summary = json.loads((out / "export" / "summary.json").read_text())

@@ -137,10 +137,12 @@ class _Logger:
         self.status = status
 
 
-def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_probes():
-    """--accumulate_grad_batches 2, two ranks: step 1 a probe (compute alone 0.010 s), step 2 waited 0.004 s."""
+def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_in_the_step():
+    """--accumulate_grad_batches 2, two ranks: step 1 a probe, step 2 waited 0.004 s after its backward's compute
+    (the step's last batch: its ready time less its backward mark), step 0 0.001 s."""
     clock = SimpleNamespace(step_times=[0.01, 0.02, 0.01, 0.01, 0.01, 0.02],
-                            ready_times=[0.01, 0.008, 0.01, 0.0, 0.01, 0.004],
+                            ready_times=[0.01, 0.008, 0.01, 0.0, 0.01, 0.014],
+                            backward_times=[0.01, 0.007, 0.01, 0.0, 0.01, 0.010],
                             comm_times=[0, 0.005, 0, 0, 0, 0.006], step_ends=[1, 3, 5], probe_steps=[1],
                             losses=[1.0, 3.0, 2.0, 2.0, 1.0, 1.0])
     logger = _Logger()
@@ -151,9 +153,9 @@ def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_against_the_
     (s0, r0), (s1, r1), (s2, r2) = logger.rows
     assert (s0, s1, s2) == (0, 1, 2)
     assert r0["step_s"] == pytest.approx(0.03) and r0["train_loss"] == 2.0 and r0["timed"] == 0
-    assert r0["allreduce_s"] == pytest.approx(0.005) and "comm_share" not in r0  # no probe yet: unknown
-    assert r1["timed"] == 0 and r2["timed"] == 1  # a probe never enters the figures
-    assert r2["comm_share"] == pytest.approx((0.014 - 0.010) / 0.03)
+    assert r0["allreduce_s"] == pytest.approx(0.005) and r0["comm_share"] == pytest.approx(0.001 / 0.03)
+    assert r1["timed"] == 0 and r2["timed"] == 1 and "comm_share" not in r1  # a probe: no sync, nothing waited
+    assert r2["comm_share"] == pytest.approx(0.004 / 0.03)
     assert r2["elapsed_s"] == pytest.approx(0.08) and r2["samples_per_s"] == pytest.approx(128 / 0.03)
     cb.finish({}, "success")
     assert len(logger.rows) == 3 and logger.status == "success"  # nothing logged twice; the logger's own end

@@ -191,3 +191,20 @@ def test_a_trace_has_a_process_per_rank_a_compute_and_a_communication_track_and_
                                                         "failed": {**uniform_run("failed", 2), "status": "failed"}})
     assert path.endswith("two.trace.json")
     check_trace_event_format(json.loads(open(path).read()))
+
+
+def test_benchmark_py_trace_writes_one_file_per_run_and_refuses_a_file_for_a_folder(tmp_path):
+    from helpers import run_script
+
+    for data in (uniform_run("one", 1), uniform_run("two", 2)):
+        results.write(str(tmp_path / "out"), data)
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--trace", tmp_path / "traces")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["one.trace.json", "two.trace.json"]
+    assert f"written: {tmp_path / 'traces' / 'two.trace.json'}" in proc.stdout
+    (tmp_path / "afile").write_text("")
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--trace", tmp_path / "afile")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--trace" in proc.stderr
+    assert "Scaling" not in proc.stdout  # refused before anything is printed
+    proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--ranks", "--trace", tmp_path / "t2")
+    assert proc.returncode == 2 and "--trace" in proc.stderr and not (tmp_path / "t2").exists()

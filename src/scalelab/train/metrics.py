@@ -6,7 +6,6 @@ operations per step and never a device sync. Rank 0 only; its loss is rank 0's s
 ranks).
 """
 
-import statistics
 from bisect import bisect_left
 
 from scalelab import redaction
@@ -15,9 +14,9 @@ from scalelab import redaction
 class StepMetrics:
     """One row per optimizer step: elapsed_s (sum of the step times so far: the run's training clock, warm-up and
     probes included, validation and start-up not), step_s, samples_per_s (tokens_per_s for a GPT),
-    train_loss, allreduce_s (how long the all-reduce ran), comm_share (what the step waited for communication,
-    over its time: the step's gradients-ready less the compute-only probes' median, 0 on one rank) and timed (1 when
-    the step enters the result's figures: after warm-up, not a probe)."""
+    train_loss, allreduce_s (how long the all-reduce ran), comm_share (what rank 0 waited for communication in the
+    step, over its time: gradients-ready less the end of its backward's compute; 0 on one rank, none in a probe) and
+    timed (1 when the step enters the result's figures: after warm-up, not a probe)."""
 
     def __init__(self, clock, loggers: list, samples_per_step: int, tokens_per_sample, world_size: int,
                  warmup_steps: int):
@@ -26,8 +25,6 @@ class StepMetrics:
         self.batches = 0  # the clock's batches already turned into rows
         self.steps = 0  # its optimizer steps, likewise
         self.elapsed = 0.0
-        self.computes = []  # gradients-ready of the probe steps so far: the step's compute alone
-        self.compute = None  # their median (updated at a probe, not every step)
 
     def log_hyperparams(self, hparams: dict):
         for logger in self.loggers:
@@ -55,14 +52,10 @@ class StepMetrics:
     def row(self, step: int, first: int, last: int) -> dict:
         t = self.clock
         took = sum(t.step_times[first:last + 1])
-        ready = sum(t.step_times[first:last]) + t.ready_times[last]
         self.elapsed += took
         at = bisect_left(t.probe_steps, step)  # probe_steps: ascending
         probe = at < len(t.probe_steps) and t.probe_steps[at] == step
-        if probe:
-            self.computes.append(ready)
-            self.compute = statistics.median(self.computes)
-        waited = max(0.0, ready - self.compute) if self.compute is not None and not probe else None
+        waited = None if probe else max(0.0, t.ready_times[last] - t.backward_times[last])
         row = {"elapsed_s": self.elapsed, "step_s": took, "allreduce_s": sum(t.comm_times[first:last + 1]),
                "comm_share": (0.0 if self.world_size == 1 else None if waited is None else waited / took) if took else
                None, "timed": int(step >= self.warmup_steps and not probe)}
