@@ -7,7 +7,7 @@ import torch
 from helpers import make_result
 from scalelab import results
 from scalelab.measure import timeline, timing
-from scalelab.report import plots, step_plot, tables, trace
+from scalelab.report import explain, plots, step_plot, tables, trace
 from scalelab.report.cli import build
 from scalelab.train import comm
 from scalelab.train.clock import StepClock
@@ -208,3 +208,17 @@ def test_benchmark_py_trace_writes_one_file_per_run_and_refuses_a_file_for_a_fol
     assert "Scaling" not in proc.stdout  # refused before anything is printed
     proc = run_script("benchmark.py", "--output_dir", tmp_path / "out", "--ranks", "--trace", tmp_path / "t2")
     assert proc.returncode == 2 and "--trace" in proc.stderr and not (tmp_path / "t2").exists()
+
+
+def test_a_wait_read_in_the_step_is_never_blanked_for_slow_probes():
+    """The `?` cells guard a wait read against the probes (older results); one read in the step stands."""
+    from types import SimpleNamespace
+
+    row = SimpleNamespace(world_size=2, synced_s=0.09, compute_s=0.1, waited_in_step=0)
+    assert explain.split_within_noise(row)
+    assert not explain.split_within_noise(SimpleNamespace(**{**vars(row), "waited_in_step": 1}))
+    assert uniform_run("two", 2)["timing"]["comm"]["waited_in_step"] == 1
+    ranks = [rank_record(0), rank_record(1)]
+    for r in ranks:
+        del r["backward_times_s"]
+    assert timing.comm_summary(ranks, [2, 3], [6, 11])["waited_in_step"] == 0

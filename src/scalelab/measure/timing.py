@@ -94,9 +94,10 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     alone = statistics.median(min(a[k] for a in alone_runs) for k in range(n_alone)) if n_alone else None
     world = len(per_rank)
     # One process has nothing to communicate: a probe/normal difference there is noise, not network.
-    waited = waited_after_backward(per_rank, normal) if world > 1 else 0.0
-    if waited is None:  # a result from before the backward mark: the probes' compute stands in for it
-        waited = max(0.0, synced - compute) if world > 1 else 0.0
+    in_step = waited_after_backward(per_rank, normal) if world > 1 else 0.0
+    waited = in_step
+    if in_step is None:  # a result from before the backward mark: the probes' compute stands in for it
+        waited = max(0.0, synced - compute)
     grad_bytes = per_rank[0].get("grad_bytes")
     moved = sum(per_rank[0].get("wire_bytes") or []) or grad_bytes  # --comm_hook: the bytes it sent
     measurable = world > 1 and allreduce > 0 and moved
@@ -105,6 +106,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "probe_steps": len(probes),
         "compute_s": compute,
         "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
+        "waited_in_step": int(in_step is not None),  # 1: waited_s read in the step itself, not against the probes
         "waited_s": waited,
         "allreduce_s": allreduce,
         "allreduce_alone_s": alone,

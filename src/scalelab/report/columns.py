@@ -170,6 +170,8 @@ RUNS = (
     *(Column(k, at(f"timing.comm.{k}"), "median", numeric=True) for k in COMM_FIELDS[:-1]),
     Column("bucket_bytes", sizes("timing.comm.bucket_bytes"), "first"),
     Column(COMM_FIELDS[-1], at(f"timing.comm.{COMM_FIELDS[-1]}"), "median", numeric=True),
+    Column("waited_in_step", at("timing.comm.waited_in_step", 0), "min", numeric=True,
+           doc="1 where every run's waited_s was read in its steps (their backward mark), not against the probes"),
     *(Column(k, at(f"timing.{k}"), "median", numeric=True) for k in ("tflops_per_device", "peak_tflops", "mfu")),
     Column("peak_note", at("timing.peak_note"), "first"),
     Column("peak_memory_bytes", at("memory.peak_allocated_bytes"), "max", numeric=True,

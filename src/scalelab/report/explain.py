@@ -337,13 +337,16 @@ def slower_why(r) -> str:
 
 
 def split_within_noise(r) -> bool:
-    """True where normal steps reached gradients-ready clearly sooner than the no-sync probe steps.
+    """True where waited_s was read against the probe steps (a result from before the step's backward mark) and
+    normal steps reached gradients-ready clearly sooner than those no-sync probe steps.
 
     Communication cannot make a step faster: then the few probes were slow by chance, and waited/hidden
-    (clamped at 0 / 100 %) would state a perfect overlap that was never measured.
+    (clamped at 0 / 100 %) would state a perfect overlap that was never measured. Read in the step itself, the wait
+    is measured whatever the probes did.
     """
     synced = getattr(r, "synced_s", None)
-    return r.world_size > 1 and _ok(synced) and _ok(r.compute_s) and synced < 0.95 * r.compute_s
+    return (r.world_size > 1 and getattr(r, "waited_in_step", 0) != 1 and _ok(synced) and _ok(r.compute_s)
+            and synced < 0.95 * r.compute_s)
 
 
 def _ms(seconds: float) -> str:
