@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from PIL import Image
 
 from helpers import ROOT, SRC
 
@@ -31,6 +32,26 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
         "throughput_per_device.png"]
     assert sorted(p.name for p in (out / "export").iterdir()) == [
         "allreduce.csv", "report.md", "runs.csv", "scaling.csv", "step_breakdown.csv", "summary.json"]
+    # one step of each rung, drawn from the marks a real run took: each rank's lane is its whole step, without a gap,
+    # its collectives inside it, the table's cells above it
+    from scalelab.measure import timeline
+    from scalelab.report import step_plot, tables
+    from scalelab.report.cli import build
+
+    report = build(str(out))
+    rows = step_plot.group_timelines(report.records, report.runs, report.scaling)
+    assert [name for name, *_ in rows] == ["1 dev", "2 dev"]
+    for _, row, _, line in rows:
+        for bars in line["ranks"].values():
+            lane = [b for b in bars if b.track == "compute"]
+            assert lane[0].start == 0 and all(a.end == pytest.approx(b.start) for a, b in zip(lane, lane[1:]))
+            assert all(0 <= b.start <= b.end <= lane[-1].end + 1e-6 for b in bars)
+            assert [b.kind for b in lane][:2] == ["forward", "backward"] and lane[-1].kind == "optimizer"
+            assert any(b.track == "comm" for b in bars) == (row["world_size"] > 1)
+    description = Image.open(out / "plots" / "step_timeline_A.png").info["Description"]
+    cells = tables.story_cells(rows[1][1])
+    assert f"2 dev: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms" in description
+    assert timeline.representative(report.records[rows[1][2]]) == rows[1][3]["step"]
     summary = json.loads((out / "export" / "summary.json").read_text())
     assert [(c["world_size"], c["unit"]) for c in summary["configurations"]] == [(1, "samples/s"), (2, "samples/s")]
     assert summary["configurations"][1]["predicted_efficiency_overlap"] is not None  # the benchmark fed it
