@@ -222,3 +222,16 @@ def test_a_wait_read_in_the_step_is_never_blanked_for_slow_probes():
     for r in ranks:
         del r["backward_times_s"]
     assert timing.comm_summary(ranks, [2, 3], [6, 11])["waited_in_step"] == 0
+
+
+def test_an_fsdp_configuration_is_captioned_with_its_busy_collectives_not_an_empty_wait():
+    import pandas as pd
+
+    row = pd.Series({"world_size": 2, "step_s": 0.5669, "allreduce_s": float("nan"), "compute_s": float("nan"),
+                     "waited_s": float("nan"), "comm_share": float("nan"), "hidden_fraction": float("nan"),
+                     "synced_s": float("nan"), "collectives_s": 0.069})
+    assert step_plot.caption(row) == ("step 566.9 ms · collectives busy 69.0 ms (no probe steps: no wait split "
+                                      "from compute)")
+    ddp = row.copy()
+    ddp[["allreduce_s", "waited_s", "comm_share", "hidden_fraction"]] = [0.0116, 0.0121, 0.04, 0.0]
+    assert step_plot.caption(ddp) == "step 566.9 ms · all-reduce 11.6 ms · waited 12.1 ms · hidden 0 %"

@@ -13,6 +13,7 @@ from matplotlib.patches import Patch
 
 from scalelab.measure import timeline
 from scalelab.report import labels
+from scalelab.report.cells import fmt_num
 from scalelab.report.keys import SCALE
 from scalelab.report.tables import story_cells
 
@@ -49,6 +50,17 @@ def group_timelines(records: dict, runs: pd.DataFrame, g: pd.DataFrame) -> list:
     return out
 
 
+def caption(row) -> str:
+    """The step table's cells of a configuration; a run without probe steps (FSDP) has no wait split from its
+    compute: how long its collectives were busy instead."""
+    cells = story_cells(row)
+    if cells["all-reduce ms"] == "—" and pd.notna(row.get("collectives_s")):
+        return (f"step {cells['step ms']} ms · collectives busy {fmt_num(row['collectives_s'] * 1e3)} ms "
+                "(no probe steps: no wait split from compute)")
+    return (f"step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms · waited {cells['waited ms']} ms · "
+            f"hidden {cells['hidden']}")
+
+
 def figure(letter: str, describe: str, rows: list) -> Figure:  # long: the bars, their labels and the legend
     """The group's timelines stacked: a compute lane and a thinner collective lane under it per rank."""
     height = sum(len(shown_ranks(list(line["ranks"]))) for *_, line in rows)
@@ -56,10 +68,8 @@ def figure(letter: str, describe: str, rows: list) -> Figure:  # long: the bars,
     ax = fig.add_subplot()
     y, ticks, names = 0.0, [], []
     for name, row, _, line in rows:
-        cells = story_cells(row)
-        ax.text(0, y - 0.55, f"{name}: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms · "
-                f"waited {cells['waited ms']} ms · hidden {cells['hidden']} (medians; drawn: step {line['step']})",
-                fontsize=8, va="bottom")
+        ax.text(0, y - 0.55, f"{name}: {caption(row)} (medians; drawn: step {line['step']})", fontsize=8,
+                va="bottom")
         for rank in shown_ranks(list(line["ranks"])):
             for bar in line["ranks"][rank]:
                 lane, tall = (y, 0.5) if bar.track == "compute" else (y + 0.32, 0.18)
