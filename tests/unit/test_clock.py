@@ -197,7 +197,8 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
         "comm": {"probe_steps": 1,
                  "compute_s": 0.25,  # the probe's gradients-ready, slowest rank
                  "synced_s": pytest.approx(0.29),  # median of the slowest rank's 0.15, 0.28, 0.3, 0.3
-                 "waited_s": pytest.approx(0.04),
+                 "waited_s": pytest.approx(0.04),  # no backward marks (an older result): against the probe
+                 "waited_in_step": 0,
                  "allreduce_s": pytest.approx(0.055),  # median of the least rank's 0.04, 0.06, 0.05, 0.08
                  "allreduce_alone_s": 0.03,  # only as many alone runs as every rank has: min(0.03, 0.04)
                  "hidden_s": pytest.approx(0.015), "hidden_fraction": pytest.approx(0.015 / 0.055),
