@@ -192,3 +192,13 @@ def test_a_sampler_that_is_off_records_why():
     got.stop()
     assert got.figures(0.0, 1.0) == {"source": None, "interval_s": None, "sampler_cpu_s": 0.0,
                                      "note": "not sampled (SCALELAB_NO_SAMPLER=1)"}
+
+
+def test_a_failing_run_whose_loop_did_not_end_records_up_to_its_last_sample():
+    s = devices.Sampler(devices.CpuSource(), interval_s=0.01).start()
+    time.sleep(0.05)
+    s.stop()
+    got = s.figures(s.samples[0][0], None)
+    assert got["window_s"] == pytest.approx(s.samples[-1][0] - s.samples[0][0], abs=1e-6)
+    assert "did not end" in got["note"]
+    assert s.figures(None, None)["note"].startswith("no timed window")

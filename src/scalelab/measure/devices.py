@@ -157,11 +157,13 @@ class Sampler:
                 "sampler_cpu_s": round(self.busy_s, 6)}
         if self.source is None:
             return {**head, "note": self.note}
+        ended = "" if t1 is not None or not self.samples else "the loop did not end: to the last sample"
+        t1 = self.samples[-1][0] if t1 is None and self.samples else t1  # a failing run: what was sampled
         if t0 is None or t1 is None or t1 <= t0:
             return {**head, "note": "no timed window (the loop did not run past its warm-up)"}
         summary = (cpu_summary(self.samples, t0, t1, self.source.cores) if self.source.name == "cpu"
                    else gpu_summary(self.samples, t0, t1))
-        notes = [n for n in (self.source.note, summary.pop("note", ""),
+        notes = [n for n in (self.source.note, summary.pop("note", ""), ended,
                              f"sampling stopped: {self.error}" if self.error else "") if n]
         return {**head, **({"nvml_uuid": self.source.uuid} if self.source.name == "nvml" else {}), **summary,
                 "note": "; ".join(notes)}
