@@ -133,12 +133,11 @@ TIMING = obj({
 }, rest=ANY_NUMBER, null=False)
 RANK = obj({
     "rank": num(0, _MAX_RANKS, integer=True), "local_rank": COUNT, "node_rank": COUNT, "host": text(),
-    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT,
+    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT, "devices": DEVICES,
     "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
     "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
     "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}),
-    "devices": DEVICES,
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 
