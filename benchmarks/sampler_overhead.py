@@ -54,11 +54,15 @@ def main():
         print(f"  pair {i + 1}: with the sampler {on[-1]:.2f} ms, without {off[-1]:.2f} ms "
               f"({(ratios[-1] - 1) * 100:+.2f} %; its thread {busy[-1] * 1e3:.1f} us of CPU a step)", flush=True)
     ratio = statistics.median(ratios)
+    share = statistics.median(busy) / statistics.median(on)
+    spread = max(ratios) - min(ratios)  # the machine's noise between two runs of one job
     print(f"median step: with the sampler {statistics.median(on):.2f} ms, without {statistics.median(off):.2f} ms; "
           f"median pair ratio {ratio:.4f} ({(ratio - 1) * 100:+.2f} % of the step; range "
           f"{(min(ratios) - 1) * 100:+.2f} to {(max(ratios) - 1) * 100:+.2f} %); the thread's own CPU "
-          f"{statistics.median(busy) * 1e3:.1f} us a step ({statistics.median(busy) / statistics.median(on) * 100:.3f} "
-          f"% of it); target <= +0.5 %: {'met' if ratio <= 1.005 else 'NOT met'}")
+          f"{statistics.median(busy) * 1e3:.1f} us a step ({share * 100:.3f} % of it)")
+    noisy = " (the pairs' noise is larger than the target)" if spread > 0.01 else ""
+    print(f"target <= +0.5 %: the thread's own cost {'met' if share <= 0.005 else 'NOT met'}; end to end "
+          f"{'met' if ratio <= 1.005 else 'NOT met'}{noisy}")
 
 
 if __name__ == "__main__":
