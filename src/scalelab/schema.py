@@ -123,14 +123,17 @@ WORKLOAD = obj({
 BYTES = num(0)
 COMM = obj({"bucket_bytes": seq(BYTES), "wire_bytes": seq(BYTES), "probe_steps": COUNT, "grad_bytes": BYTES},
            rest=ANY_NUMBER)
+# measure/devices.py: a rank's sampled device (ranks[i].devices) and the run's figures from them (timing.devices)
+DEVICES = obj({"source": text(), "note": text(), "energy_method": text(), "nvml_uuid": text()}, rest=ANY_NUMBER)
 TIMING = obj({
     "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0), holes=True),
     "warmup_steps": COUNT, "steps": COUNT, "timed_steps": COUNT, "samples_per_step": COUNT, "peak_note": text(),
     "samples_per_s": num(0), "tokens_per_s": num(0), "train_time_s": num(0), "mfu": num(0), "peak_tflops": num(0),
+    "devices": DEVICES,
 }, rest=ANY_NUMBER, null=False)
 RANK = obj({
     "rank": num(0, _MAX_RANKS, integer=True), "local_rank": COUNT, "node_rank": COUNT, "host": text(),
-    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT,
+    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT, "devices": DEVICES,
     "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
     "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),

@@ -22,6 +22,7 @@ from scalelab.config import LEVER_DEFAULTS
 from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import cores
+from scalelab.selfcheck_devices import device_sampler
 
 CLOCK_TOLERANCE = 0.05  # timed steps may cover the training loop to within 5 %
 BUSBW_FRACTION = 0.8  # an interconnect delivering under 80 % of what the site expects fails
@@ -357,7 +358,7 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
     return [each_rank_own_device(run), cores_per_rank(run), backend(run), nccl_transport(log_text, run),
             precision_ran(both), same_job(single, run), memory_estimate(both), step_clocks_cover_the_loop(run),
             comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw), requeue_checkpoint(run, rate),
-            mfu(run)]
+            mfu(run), Verdict(*device_sampler(run))]
 
 
 def main(argv=None) -> int:

@@ -160,6 +160,9 @@ def _everything():
                              "bucket_bytes": [6_600_000, 6_600_000],
                              "wire_bytes": [3_300_000, 3_300_000]})
     r["metrics"] = {"train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
+    r["timing"]["devices"] = {"source": "nvml", "util_min": 0.93, "util_max": 0.98, "energy_per_step_J": 240.0,
+                              "energy_per_1k_samples_J": 937.5, "note": "", "cores_busy_min": 0.5,
+                              "cores_busy_max": 1.0}
     r["slurm"] = {"job_id": "77", "restart_count": 1, "exclusive": True}
     r["memory"] = {"estimate_bytes": 2.5e9, "peak_allocated_bytes": 2.25e9}
     r["ranks"] = [{"losses": [4.0, 3.0]}, {"losses": [2.0, 1.0, 9.0]}, "not a rank"]
@@ -187,6 +190,8 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "memory_estimate_bytes": 2.5e9, "accumulate_grad_batches": 4, "comm_hook": "bf16",
         "bucket_cap_mb": 50.0, "static_graph": True, "strategy": "ddp", "wire_bytes": (3_300_000, 3_300_000),
         "samples_per_batch": 256,
+        "util_min": 0.93, "util_max": 0.98, "cores_busy_min": 0.5, "cores_busy_max": 1.0, "energy_per_step_J": 240.0,
+        "energy_per_1k_samples_J": 937.5, "energy_note": "",
         "loss_curve": (3.0, 2.0),  # the ranks' losses averaged per batch, as long as the shortest rank's
         "exclusive": True, "wire": (0, 0, 0, 0, 6_600_000, 2), "job_differs": "",  # sharding.Wire's fields
         "fingerprint": '{"matmul_dtypes": ["bfloat16"], "optimizer": "fused", '

@@ -150,7 +150,7 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
                       "same job at 1 and N devices": "PASS", "memory estimate vs peak": "SKIP",
                       "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
                       "all-reduce busbw": "INFO", "requeue checkpoint in SIGUSR1's lead": "PASS",
-                      "model FLOPs utilisation": "SKIP"}
+                      "model FLOPs utilisation": "SKIP", "device sampler": "SKIP"}
     assert lines[-1] == f"self-check: 0 FAIL, 7 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
     assert [v["status"] for v in saved] == [line[:4].strip() for line in lines[:-1]]
@@ -158,7 +158,12 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
     (train,) = [r for r in load_results(tmp_path) if r["kind"] == "training" and r["launch"]["world_size"] == 2]
     for r in train["ranks"]:  # what the claims read: as torch ran it, and the loop on the host clock
         assert r["backend"] == "gloo" and r["gpu_uuid"] is None
+        d = r["devices"]  # each rank's cores busy over the timed window, from the kernel's count of its CPU time
+        assert d["source"] == "cpu" and 0.2 < d["cpu_cores_busy"] <= d["cpu_cores"] * 1.05 and d["samples"] >= 1
+        assert d["energy_J"] is None and "RAPL" in d["note"]
         assert sum(r["step_times_s"]) <= r["loop_wall_s"] <= 1.05 * sum(r["step_times_s"]), r["loop_wall_s"]
+    devices = train["timing"]["devices"]
+    assert devices["cores_busy_min"] <= devices["cores_busy_max"] and devices["energy_per_1k_samples_J"] is None
 
 
 @pytest.mark.parametrize("peak, status", [(10.0e9, "PASS"), (8.8e9, "PASS"), (12.5e9, "FAIL"), (7.0e9, "FAIL")])

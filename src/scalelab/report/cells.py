@@ -49,6 +49,40 @@ def money_cells(r) -> list:
     return cells
 
 
+def device_headers(g: pd.DataFrame) -> list:
+    """The utilization range's header, where the group's runs sampled their devices (measure/devices.py): one narrow
+    column, so the default report stays within a terminal's width; energy is device_lines' (one line per group)."""
+    if g["util_max"].isna().all():
+        return []
+    return ["cores busy" if (g["accelerator"] == "cpu").all() else "busy"]
+
+
+def device_cells(r) -> list:
+    """The range over ranks: "93–98 %" of a GPU's time busy, "0.97–1.00" cores on a CPU ("—": not sampled)."""
+    lo, hi = (r.cores_busy_min, r.cores_busy_max) if r.accelerator == "cpu" else (r.util_min, r.util_max)
+    if pd.isna(lo) or pd.isna(hi):
+        return ["—"]
+    if r.accelerator == "cpu":
+        return [f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"]
+    return [f"{hi * 100:.0f} %" if round(lo * 100) == round(hi * 100) else f"{lo * 100:.0f}–{hi * 100:.0f} %"]
+
+
+def device_lines(g: pd.DataFrame) -> list:
+    """The energy of each configuration (every rank's over the timed window, probe steps included) per step and per
+    1K samples, on one line for the group ("—" where not measured); where any is not measured, why, once."""
+    if g["util_max"].isna().all():
+        return []
+    out = []
+    if g["energy_per_1k_samples_J"].notna().any():
+        out.append("  energy per step, per 1K samples (every rank, the timed window): " + "; ".join(
+            f"{r.world_size:.0f} dev {fmt_num(r.energy_per_step_J, ',.4g')} J, "
+            f"{fmt_num(r.energy_per_1k_samples_J, ',.4g')} J" for r in g.itertuples()))
+    if g["energy_per_1k_samples_J"].isna().any():
+        notes = [n for n in g.loc[g["energy_per_1k_samples_J"].isna(), "energy_note"] if isinstance(n, str) and n]
+        out.append(f"  energy: — ({notes[0] if notes else 'not measured'})")
+    return out
+
+
 def nodes_cell(r) -> str:
     """The nodes column: the count, and the link where it was emulated ("2 (emulated 1 Gbit/s)")."""
     link = getattr(r, "link", "")

@@ -14,7 +14,8 @@ from scalelab import fingerprint, perfmodel, redaction, results
 from scalelab.config import RunConfig
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.cluster import Launch
-from scalelab.measure import timing
+from scalelab.measure import devices, timing
+from scalelab.measure.steps import optimizer_view
 from scalelab.train.clock import StepClock
 from scalelab.train.probe import AloneProbe
 from scalelab.workloads import Workload
@@ -43,6 +44,7 @@ class RunContext:
     pinning: Optional[dict] = None  # a GPU rank: how its cores were chosen, its GPU's NUMA node (cores.pin_gpu)
     grad_bytes: Optional[int] = None  # what DDP all-reduces a step (comm.attach)
     seen: Optional[object] = None  # the StepObserver of the loop (train/observe.py): what the step ran
+    sampler: Optional[devices.Sampler] = None  # what the devices did during the steps (sample_devices)
 
     @property
     def samples_per_step(self) -> int:
@@ -54,11 +56,33 @@ class RunContext:
         """This rank's record: where it ran, what the step clock and the probes measured, what its step ran; also
         what a failed run's partial record holds of its own rank (never waits for the device)."""
         clock, comm = self.clock, self.clock.comm
+        figures = clock.figures()
         return {"rank": self.rank, "local_rank": self.local_rank, "node_rank": self.node_rank,
-                **inventory(clock.device), **clock.figures(), **self.probe.figures(),
+                **inventory(clock.device), **figures, **self.probe.figures(),
                 "grad_bytes": self.grad_bytes, "bucket_bytes": comm.bucket_bytes,
                 "wire_bytes": comm.wire_bytes,  # what --comm_hook put on the wire for those buckets
-                **(self.pinning or {}), "fingerprint": self.seen.record() if self.seen else None}
+                **(self.pinning or {}), "fingerprint": self.seen.record() if self.seen else None,
+                "devices": device_figures(self.sampler, clock, figures, self.cfg.warmup_steps)}
+
+
+def sample_devices(device) -> devices.Sampler:
+    """A sampler of this rank's device, started: its GPU by UUID through NVML, or its process's CPU time; one that
+    samples nothing (and says why) under SCALELAB_NO_SAMPLER=1, on ROCm, or where NVML cannot start."""
+    if os.environ.get(devices.ENV_OFF) == "1":
+        return devices.Sampler(note=f"not sampled ({devices.ENV_OFF}=1)")
+    kind = "cpu" if device.type != "cuda" else "rocm" if torch.version.hip else "cuda"
+    source, why = devices.open_source(kind, device.index or 0, gpu_uuid(device))
+    return devices.Sampler(source, why).start()
+
+
+def device_figures(sampler, clock: StepClock, figures: dict, warmup_steps: int) -> Optional[dict]:
+    """The sampler stopped (a failing run's record stops it here) and read over the timed window: from the end of
+    warm-up, on the step clock, to the loop's end; None where no sampler started (a run that failed before it)."""
+    if sampler is None:
+        return None
+    sampler.stop()
+    times = optimizer_view(figures)["step_times_s"]
+    return sampler.figures(*devices.timed_window(clock._loop_start, clock.loop_wall_s, times, warmup_steps))
 
 
 def inventory(device) -> dict:
@@ -128,7 +152,9 @@ def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
     samples_per_step = ctx.samples_per_step
     tokens = ctx.workload.tokens_per_sample if ctx.workload else 0
-    return timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, tokens)
+    summary = timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, tokens)
+    window = summary["steps"] - summary["warmup_steps"]  # the sampled window's steps, probe steps included
+    return {**summary, "devices": devices.of_run(per_rank, window, samples_per_step)}
 
 
 def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:

@@ -44,7 +44,7 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     from scalelab.train.guard.run_guard import RunGuard
     from scalelab.train.observe import StepObserver
     from scalelab.train.probe import AloneProbe
-    from scalelab.train.record import RunContext, build_payload, gather, hyperparameters, run_summary
+    from scalelab.train.record import RunContext, build_payload, gather, hyperparameters, run_summary, sample_devices
     from scalelab.workloads import data
 
     if not cfg.verbose:  # Lightning sets these to INFO on import ("Initializing distributed: ..." once per rank)
@@ -82,9 +82,11 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
             metrics.log_hyperparams(hyperparameters(ctx))
         # the loop; what the step ran is observed in the last warm-up step (never timed): the result's fingerprint
         ctx.seen = StepObserver(at=plan.step + max(plan.warmup_steps - 1, 0))
+        ctx.sampler = sample_devices(fabric.device)  # what the device did in the steps: a thread, never in the loop
         stop = loop.train(fabric, model, optimizer, guard.loader(loader, plan.accumulate), plan, ctx.clock,
                           ctx.probe, guard.signals, metrics, ctx.seen)
         ctx.clock.loop_end()  # the host's interval around the loop: the self-check's independent clock
+        ctx.sampler.stop()
         guard.save(stop, fabric, model, optimizer, plan)  # a requeue: every rank saves at the agreed step
         val = {}
         if ctx.workload.val_set is not None and not stop:

@@ -1,0 +1,71 @@
+"""What the devices did, from a result to the report: the record's fields pass the schema, the frames carry the
+utilization range and the energy, the scaling table prints the range and a group's energy (or why there is none)
+once, within a terminal's width."""
+
+import pytest
+
+from helpers import _with_comm, make_result
+from scalelab import results
+from scalelab.errors import ResultError
+from scalelab.measure import devices
+from scalelab.report import explain, tables
+from scalelab.report.frames import runs_frame, scaling_frame
+
+
+def sampled(r, util=(0.93, 0.98), energy_J=600.0, source="nvml", note=""):
+    """A result as a run with a sampler records it: each rank's `devices`, the run's `timing.devices`."""
+    world = r["launch"]["world_size"]
+    ranks = [{"rank": k, "step_times_s": [0.1] * 10, "devices": {
+        "source": source, "interval_s": 0.1, "samples": 80, "window_s": 8.0, "util_mean": util[k % len(util)],
+        "util_min": 0.5, "util_max": 1.0, "energy_J": energy_J, "note": note,
+        **({"cpu_cores_busy": util[k % len(util)], "cpu_cores": 1} if source == "cpu" else
+           {"energy_method": "counter", "nvml_uuid": f"GPU-{k}"})}} for k in range(world)]
+    r["ranks"] = ranks
+    r["timing"]["devices"] = devices.of_run(ranks, window_steps=5, samples_per_step=r["workload"]["global_batch"])
+    if source == "nvml":
+        r["launch"].update(accelerator="gpu", device_names=["NVIDIA H100 80GB HBM3"])
+    return _with_comm(r, 0.01, 0.004, 0.004, 0.014)
+
+
+def render(found, **kw):
+    runs = runs_frame(found)
+    return tables.render(runs, explain.annotate(scaling_frame(runs), explain.bench_frame([])), **kw)
+
+
+def test_the_sampled_figures_pass_the_result_schema_and_a_wrong_one_fails_naming_its_field():
+    r = sampled(make_result("g2", 2))
+    results.validate(r)
+    r["ranks"][1]["devices"]["energy_J"] = "600 J"
+    with pytest.raises(ResultError, match=r"ranks\[1\].devices.energy_J"):
+        results.validate(r)
+
+
+def test_a_gpu_group_shows_its_utilization_range_and_energy_per_step_and_per_1k_samples():
+    found = [sampled(make_result("g1", 1), util=(0.97,), energy_J=300.0), sampled(make_result("g2", 2))]
+    scaling = scaling_frame(runs_frame(found)).set_index("world_size")
+    assert (scaling.loc[2, "util_min"], scaling.loc[2, "util_max"]) == (0.93, 0.98)
+    assert scaling.loc[2, "energy_per_step_J"] == pytest.approx(1200 / 5)  # both ranks' energy over 5 steps
+    assert scaling.loc[2, "energy_per_1k_samples_J"] == pytest.approx(1200 / 5 / 128 * 1000)
+    text = render(found, details=False, width=120)
+    assert max(map(len, text.splitlines())) <= 120, text
+    header, rule, one, two = [line for line in text.splitlines() if line.startswith(("world", "---", "1 ", "2 "))]
+    assert header.split()[-1] == "busy" and one.endswith("97 %") and two.endswith("93–98 %")
+    assert "  energy per step, per 1K samples (every rank, the timed window): 1 dev 60 J, 937.5 J; 2 dev 240 J, " \
+           "1,875 J" in text
+    assert "energy: —" not in text
+
+
+def test_a_cpu_group_shows_cores_busy_and_says_once_why_there_is_no_energy():
+    found = [sampled(make_result(f"c{w}", w), util=(0.96, 1.0), energy_J=None, source="cpu", note=devices.NO_RAPL)
+             for w in (1, 2)]
+    text = render(found, details=False, width=120)
+    rows = [line for line in text.splitlines() if line.startswith(("world", "1 ", "2 "))]
+    assert rows[0].split()[-2:] == ["cores", "busy"] and rows[1].endswith("0.96") and rows[2].endswith("0.96–1.00")
+    assert text.count("energy: — (no energy counter (RAPL) readable on this host)") == 1
+    assert "energy per step" not in text
+
+
+def test_results_from_before_the_sampler_show_no_device_column():
+    found = [_with_comm(make_result(f"o{w}", w), 0.01, 0.004, 0.004, 0.014) for w in (1, 2)]
+    text = render(found, details=False)
+    assert "busy" not in text and "energy" not in text
