@@ -82,21 +82,21 @@ class StepClock:
         self.epoch_times = []
         self.first_step_end = None  # wall clock
         self.loop_wall_s = None  # host seconds from the loop's start to its end, each after a device sync
-        self._loop_start = None
+        self.loop_start = None  # perf_counter at the loop's start (after a device sync): the sampled window's origin
         self._last = self._ready = self._forward = self._backward = self._epoch_start = None
 
     def start(self) -> None:
         if self.marks.cuda:  # the peak of training alone
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._last = self._loop_start = self.marks.anchor()
+        self._last = self.loop_start = self.marks.anchor()
 
     def loop_end(self) -> None:
         """The loop is over: the host interval around it, after a device sync at each end. The steps are timed on
         the device's events and chained end to end; this interval is read on the host clock alone, so the
         self-check can hold one against the other (a step clock that missed work shows as a gap)."""
-        if self._loop_start is not None:
+        if self.loop_start is not None:
             comm.sync(self.device)
-            self.loop_wall_s = round(time.perf_counter() - self._loop_start, 6)
+            self.loop_wall_s = round(time.perf_counter() - self.loop_start, 6)
 
     def epoch_start(self) -> None:
         self.read()

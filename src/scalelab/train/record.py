@@ -82,7 +82,7 @@ def device_figures(sampler, clock: StepClock, figures: dict, warmup_steps: int) 
         return None
     sampler.stop()
     times = optimizer_view(figures)["step_times_s"]
-    return sampler.figures(*devices.timed_window(clock._loop_start, clock.loop_wall_s, times, warmup_steps))
+    return sampler.figures(*devices.timed_window(clock.loop_start, clock.loop_wall_s, times, warmup_steps))
 
 
 def inventory(device) -> dict:
