@@ -368,6 +368,8 @@ def test_a_ddp_run_without_probe_steps_keeps_its_buckets_for_the_report():
 
     ranks = [_rank([0.3] * 4, probe_steps=[], rank=k, grad_bytes=8e6, bucket_bytes=[6e6, 2e6],
                    wire_bytes=[3e6, 1e6], buckets=[2] * 4, allreduce_times_s=[0.05] * 4) for k in (0, 1)]
-    assert timing.summarize(ranks, 1, 8, None)["comm"] == {
-        "collectives_s": 0.05, "grad_bytes": 8e6, "collective_calls": 2, "bucket_bytes": [6e6, 2e6],
-        "wire_bytes": [3e6, 1e6], "buckets": 2}
+    expected = {"collectives_s": 0.05, "grad_bytes": 8e6, "collective_calls": 2, "bucket_bytes": [6e6, 2e6],
+                "wire_bytes": [3e6, 1e6], "buckets": 2}
+    assert timing.summarize(ranks, 1, 8, None)["comm"] == expected
+    ranks[1].update(bucket_bytes=[], wire_bytes=[9e6])  # rank 0's buckets are the run's, whatever another rank says
+    assert timing.summarize(ranks, 1, 8, None)["comm"] == expected

@@ -235,3 +235,19 @@ def test_an_fsdp_configuration_is_captioned_with_its_busy_collectives_not_an_emp
     ddp = row.copy()
     ddp[["allreduce_s", "waited_s", "comm_share", "hidden_fraction"]] = [0.0116, 0.0121, 0.04, 0.0]
     assert step_plot.caption(ddp) == "step 566.9 ms · all-reduce 11.6 ms · waited 12.1 ms · hidden 0 %"
+
+
+def test_an_accumulated_steps_marks_are_read_from_the_steps_start_for_its_wait():
+    """optimizer_view: with K batches a step, the last batch's forward and backward marks are placed after the
+    batches before it, as its gradients-ready is; the wait in the step is then its ready less its backward end."""
+    from scalelab.measure.steps import optimizer_view
+
+    record = rank_record(0, steps=4, probes=())
+    record["step_ends"] = [1, 3]
+    view = optimizer_view(record)
+    one = FWD + BWD + WAIT + OPT  # each batch's time in this record
+    assert view["forward_times_s"] == pytest.approx([one + FWD] * 2)
+    assert view["backward_times_s"] == pytest.approx([one + FWD + BWD] * 2)
+    assert timing.waited_after_backward([view], [0, 1]) == pytest.approx(WAIT)
+    del record["forward_times_s"]  # an older result: no marks, none made up
+    assert "forward_times_s" not in optimizer_view(record) and "backward_times_s" in optimizer_view(record)
