@@ -58,7 +58,9 @@ class CommRecord(TypedDict):
     probe_steps: int
     compute_s: float  # gradients-ready in the no-sync probe steps
     synced_s: float  # gradients-ready in normal steps
-    waited_s: float  # what the step waited for communication
+    waited_s: float  # what the step waited for communication, after backward's compute ended
+    waited_in_step: int  # 1: waited_s read in the step itself (the backward mark); 0: against the probes
+    slowed_s: Optional[float]  # how much later backward's compute ended beside the all-reduce; absent before it
     allreduce_s: float  # how long the all-reduce was busy (during backward)
     allreduce_alone_s: Optional[float]  # the same buckets, nothing else running
     hidden_s: float

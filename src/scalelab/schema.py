@@ -139,7 +139,7 @@ RANK = obj({
     "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
     "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}),
     "forward_times_s": seq(SECONDS), "backward_times_s": seq(SECONDS),
-    "comm_spans_s": seq(seq(seq(ANY_NUMBER, length=2))),
+    "comm_spans_s": seq(seq(seq(ANY_NUMBER, length=2))), "step_ends": seq(COUNT), "after_read_steps": seq(COUNT),
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
 
 

@@ -51,7 +51,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     description = Image.open(out / "plots" / "step_timeline_A.png").info["Description"]
     cells = tables.story_cells(rows[1][1])
     assert f"2 dev: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms" in description
-    assert timeline.representative(report.records[rows[1][2]]) == rows[1][3]["step"]
+    assert timeline.representative(next(r for r in report.records if r["run_id"] == rows[1][2])) == rows[1][3]["step"]
     summary = json.loads((out / "export" / "summary.json").read_text())
     assert [(c["world_size"], c["unit"]) for c in summary["configurations"]] == [(1, "samples/s"), (2, "samples/s")]
     assert summary["configurations"][1]["predicted_efficiency_overlap"] is not None  # the benchmark fed it

@@ -169,10 +169,11 @@ def test_batches_become_optimizer_steps_of_k_batches_each():
     assert optimizer_view(record) == {
         **record, "short_steps": [2], "step_times_s": [3, 7, 5],
         "grads_ready_times_s": [1 + 1.5, 3 + 3.5, 4.5],  # the first K-1 batches whole, then the last one's ready time
-        "allreduce_times_s": [0.1, 0.2, 0.3], "buckets": [2, 2, 1]}
+        "allreduce_times_s": [0.1, 0.2, 0.3], "buckets": [2, 2, 1],
+        "forward_times_s": None, "backward_times_s": None}  # no marks in the record: none made up
     assert optimizer_view({"step_times_s": [1]}) == {"step_times_s": [1]}  # every batch a step: as it is
     empty = {"step_ends": [], "step_times_s": [], "grads_ready_times_s": [], "allreduce_times_s": [], "buckets": []}
-    assert optimizer_view(empty) == {**empty, "short_steps": []}
+    assert optimizer_view(empty) == {**empty, "short_steps": [], "forward_times_s": None, "backward_times_s": None}
 
 
 def test_run_figures_from_two_ranks_clocks_by_hand():

@@ -157,6 +157,7 @@ def _everything():
                        comm={"compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01,
                              "waited_s": 0.008, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000,
                              "buckets": 2, "collectives_s": 0.011, "ddp_busbw_GBps": 1.1, "waited_in_step": 1,
+                             "slowed_s": 0.004,
                              "bucket_bytes": [6_600_000, 6_600_000],
                              "wire_bytes": [3_300_000, 3_300_000]})
     r["metrics"] = {"train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4}
@@ -184,7 +185,8 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "unit": "tokens/s", "samples_per_s": 80.0, "tokens_per_s": 10240.0, "first_step_s": 4.5, "whole_run_s": 20.25,
         "train_loss": 2.25, "val_loss": 2.5, "val_acc": 0.4, "job_id": "77", "restart_count": 1,
         "compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01, "waited_s": 0.008,
-        "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2, "collectives_s": 0.011,
+        "slowed_s": 0.004, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2,
+        "collectives_s": 0.011,
         "bucket_bytes": (6_600_000, 6_600_000), "ddp_busbw_GBps": 1.1, "waited_in_step": 1, "tflops_per_device": 11.5,
         "peak_tflops": 989.0, "mfu": 0.0116, "peak_note": None, "peak_memory_bytes": 2.25e9,
         "memory_estimate_bytes": 2.5e9, "accumulate_grad_batches": 4, "comm_hook": "bf16",

@@ -187,8 +187,8 @@ def test_a_trace_has_a_process_per_rank_a_compute_and_a_communication_track_and_
     for r in run["ranks"]:
         r["comm_spans_s"] = r["comm_spans_s"][:5]
     assert max(e["args"]["step"] for e in trace.events(run) if e["ph"] == "X") == 4
-    [path] = trace.write_all(str(tmp_path / "traces"), {"two": uniform_run("two", 2),
-                                                        "failed": {**uniform_run("failed", 2), "status": "failed"}})
+    [path] = trace.write_all(str(tmp_path / "traces"), [uniform_run("two", 2),
+                                                        {**uniform_run("failed", 2), "status": "failed"}])
     assert path.endswith("two.trace.json")
     check_trace_event_format(json.loads(open(path).read()))
 
@@ -250,4 +250,87 @@ def test_an_accumulated_steps_marks_are_read_from_the_steps_start_for_its_wait()
     assert view["backward_times_s"] == pytest.approx([one + FWD + BWD] * 2)
     assert timing.waited_after_backward([view], [0, 1]) == pytest.approx(WAIT)
     del record["forward_times_s"]  # an older result: no marks, none made up
-    assert "forward_times_s" not in optimizer_view(record) and "backward_times_s" in optimizer_view(record)
+    assert optimizer_view(record)["forward_times_s"] is None and optimizer_view(record)["backward_times_s"]
+    record["backward_times_s"].pop()  # one short of the batches (not this program's): none, never an IndexError
+    assert optimizer_view(record)["backward_times_s"] is None
+    assert timing.waited_after_backward([optimizer_view(record)], [0, 1]) is None
+
+
+@pytest.mark.parametrize("spoil", [
+    lambda r: r.update(forward_times_s=r["forward_times_s"][:-1]),  # a list shorter than the steps
+    lambda r: r.update(backward_times_s=[]),
+    lambda r: r.update(grads_ready_times_s=r["grads_ready_times_s"][:3]),
+    lambda r: r.update(comm_spans_s=r["comm_spans_s"] + [[]] * 5),  # more batches of spans than steps
+    lambda r: r.update(step_ends=[1, 1, 3]),  # not in order
+    lambda r: r.update(step_ends=[1, 99]),  # past the batches
+    lambda r: r.update(step_ends=[1.0, 3.0]),
+    lambda r: r.pop("rank"),
+    lambda r: r.update(rank=None),
+])
+def test_a_result_whose_marks_do_not_fit_its_steps_has_no_timeline_and_no_trace_never_a_traceback(spoil, tmp_path):
+    run = uniform_run("two", 2)
+    spoil(run["ranks"][1])
+    assert timeline.timed_steps(run) == [] and timeline.of_run(run) is None
+    assert trace.write_all(str(tmp_path), [run]) == []
+
+
+def test_two_ranks_of_one_number_have_no_timeline():
+    run = uniform_run("two", 2)
+    run["ranks"][1]["rank"] = 0
+    assert timeline.timed_steps(run) == []
+
+
+def test_the_step_drawn_never_paid_a_read_of_the_clock():
+    run = uniform_run("two", 2)
+    steps = timeline.timed_steps(run)
+    run["ranks"][0]["after_read_steps"] = [1, steps[0]]  # the sync point's read is billed to the step after it
+    assert timeline.timed_steps(run) == steps[1:]
+
+
+def test_a_run_whose_table_has_no_wait_draws_none():
+    """FSDP (no probe steps): the table splits no wait from compute, and the picture neither."""
+    run = uniform_run("two", 2)
+    run["timing"]["comm"] = {"collectives_s": 0.08}
+    for bars in timeline.of_run(run)["ranks"].values():
+        assert [b.kind for b in bars if b.track == "compute"] == ["forward", "backward", "optimizer"]
+        assert bars[1].end == pytest.approx(FWD + BWD + WAIT)  # backward runs to gradients-ready
+    one = uniform_run("one", 1)
+    assert [b.kind for b in timeline.of_run(one)["ranks"][0]] == ["forward", "backward", "optimizer"]
+
+
+def test_a_trace_file_is_named_from_its_run_id_inside_the_folder_whatever_the_id(tmp_path):
+    taken = set()
+    assert trace.file_name("../../etc/x", taken) == "_.._etc_x.trace.json"
+    assert trace.file_name("/tmp/y", taken) == "_tmp_y.trace.json"
+    assert trace.file_name("..", taken) == "run.trace.json"
+    assert trace.file_name("/tmp/y", taken) == "_tmp_y-2.trace.json"  # two results of one id: two files
+    runs = [uniform_run("same", 2), uniform_run("same", 2)]
+    runs[0]["run_id"] = runs[1]["run_id"] = "../escape"
+    paths = trace.write_all(str(tmp_path / "t"), runs)
+    assert sorted(p.rsplit("/", 1)[1] for p in paths) == ["_escape-2.trace.json", "_escape.trace.json"]
+    assert all(p.startswith(str(tmp_path / "t") + "/") for p in paths)
+
+
+def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
+    """slowed_s: backward's end in normal steps against probe steps (nothing beside it); the limiting line says it
+    where it matters, since waited_s, read after backward's end, leaves it out."""
+    ranks = [rank_record(0), rank_record(1)]
+    for r in ranks:
+        for i in range(12):
+            if i not in (6, 11):
+                r["backward_times_s"][i] += 0.02  # beside the all-reduce backward ends 20 ms later
+                r["grads_ready_times_s"][i] += 0.02
+                r["step_times_s"][i] += 0.02
+    comm_record = timing.comm_summary(ranks, [2, 3, 4], [6, 11])
+    assert comm_record["slowed_s"] == pytest.approx(0.02) and comm_record["waited_s"] == pytest.approx(WAIT)
+    assert timing.backward_slowed(ranks, [2, 3], []) is None  # no probe: nothing to hold it against
+    from types import SimpleNamespace
+
+    row = SimpleNamespace(allreduce_s=0.08, waited_s=0.05, hidden_fraction=0.375, slowed_s=0.02, accelerator="cpu")
+    assert explain._comm_detail(row) == (
+        "50 ms waited; 38 % of the 80 ms all-reduce hidden behind backward, though backward itself ended 20 ms later "
+        "than with nothing beside it (they share the node's cores)")
+    small = SimpleNamespace(**{**vars(row), "slowed_s": 0.007, "accelerator": "gpu"})  # under a tenth of 80 ms
+    assert explain._comm_detail(small).endswith("hidden behind backward")
+    gpu = SimpleNamespace(**{**vars(row), "accelerator": "gpu"})
+    assert explain._comm_detail(gpu).endswith("(they share the GPU's SMs and memory bandwidth)")

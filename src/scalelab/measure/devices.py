@@ -1,8 +1,9 @@
 """What the devices did during the timed steps: a sampler thread beside the loop, and the arithmetic over its samples.
 
-The sampler never runs inside a step: it is a daemon thread that reads a source every `interval_s` into a list of
-(perf_counter time, {counter: value}); the loop is not changed. The run hands the timed window (the end of warm-up
-to the loop's end, on the same perf_counter clock) to `figures`, which reduces the samples to the rank's record.
+The sampler is not in the loop: a daemon thread, beside the steps, reads a source every `interval_s` into a list
+of (perf_counter time, {counter: value}); the loop is not changed (its cost: benchmarks/sampler_overhead.py). The
+run hands the timed window (the end of warm-up to the loop's end, on the same perf_counter clock) to `figures`, which
+reduces the samples to the rank's record.
 
 Sources, one per rank:
 - `NvmlSource`: the rank's GPU through NVML (pynvml, from nvidia-ml-py), found by its UUID (NVML numbers GPUs in

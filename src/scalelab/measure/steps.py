@@ -5,6 +5,9 @@ reads the same steps, so both count a step alike.
 """
 
 
+MARKS = ("forward_times_s", "backward_times_s")  # per batch, from its start: placed in the step as gradients-ready is
+
+
 def optimizer_view(record: dict) -> dict:
     """A rank's per-batch lists as per-optimizer-step lists (the same record when every batch was a step).
 
@@ -21,8 +24,9 @@ def optimizer_view(record: dict) -> dict:
     return {**record, "short_steps": [i for i, (a, b) in enumerate(spans) if b - a + 1 < full],
             "step_times_s": [sum(times[a:b + 1]) for a, b in spans],
             "grads_ready_times_s": [sum(times[a:b]) + ready[b] for a, b in spans],
-            # the step's last batch's marks, from the step's start (the timeline's own layout reads the batches)
+            # the step's last batch's marks, from the step's start (the timeline's own layout reads the batches); None
+            # where a record has none, or not one per batch (never a per-batch list under a per-step name)
             **{name: [sum(times[a:b]) + record[name][b] for a, b in spans]
-               for name in ("forward_times_s", "backward_times_s") if record.get(name)},
+               if record.get(name) and len(record[name]) == len(times) else None for name in MARKS},
             "allreduce_times_s": [sum(record["allreduce_times_s"][a:b + 1]) for a, b in spans],
             "buckets": [sum(record["buckets"][a:b + 1]) for a, b in spans]}

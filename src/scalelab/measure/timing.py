@@ -71,6 +71,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     compute_s = time to gradients-ready in a probe step (no sync), slowest rank;
     waited_s = what the step waited for the network: gradients-ready minus the end of backward's compute, both
     the last rank's, in the same normal step (waited_after_backward; older results: minus compute_s);
+    slowed_s = how much later backward's compute ended than in the probes: the all-reduce's cost to compute;
     allreduce_s = how long the all-reduce ran (per step, the rank that waited least: the others' extra
     wait is skew, not transfer); hidden_s = allreduce_s - waited_s, the part overlapped with backward
     (hidden_fraction of allreduce_s); allreduce_alone_s = the same buckets all-reduced with nothing else
@@ -98,6 +99,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
     waited = in_step
     if in_step is None:  # a result from before the backward mark: the probes' compute stands in for it
         waited = max(0.0, synced - compute)
+    slowed = backward_slowed(per_rank, normal, probes) if world > 1 else None
     grad_bytes = per_rank[0].get("grad_bytes")
     moved = sum(per_rank[0].get("wire_bytes") or []) or grad_bytes  # --comm_hook: the bytes it sent
     measurable = world > 1 and allreduce > 0 and moved
@@ -108,6 +110,7 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
         "waited_in_step": int(in_step is not None),  # 1: waited_s read in the step itself, not against the probes
         "waited_s": waited,
+        **({"slowed_s": slowed} if slowed is not None else {}),
         "allreduce_s": allreduce,
         "allreduce_alone_s": alone,
         "hidden_s": max(0.0, allreduce - waited),
@@ -130,6 +133,20 @@ def waited_after_backward(per_rank: list, normal: list) -> Optional[float]:
         return None
     return statistics.median(max(0.0, max(r["grads_ready_times_s"][i] for r in per_rank)
                                  - max(r["backward_times_s"][i] for r in per_rank)) for i in normal)
+
+
+def backward_slowed(per_rank: list, normal: list, probes: list) -> Optional[float]:
+    """How much later backward's compute ended in a normal step than in a probe step (no collective beside it), the
+    last rank's each, medians: what running beside the all-reduces cost the compute (they share a CPU node's cores,
+    a GPU's SMs and memory bandwidth). waited_s, read after backward's end, leaves it out; it is a cost of
+    communication all the same. None without the backward mark; 0 where the probes were the slower."""
+    if not probes or not all(r.get("backward_times_s") for r in per_rank):
+        return None
+
+    def ended(i):
+        return max(r["backward_times_s"][i] for r in per_rank)
+
+    return max(0.0, statistics.median(ended(i) for i in normal) - statistics.median(ended(i) for i in probes))
 
 
 def busy_only(per_rank: list, normal: list) -> Optional[dict]:

@@ -31,7 +31,7 @@ class Report:
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
-    records: dict  # run id -> its training result as read: the per-rank marks the step timeline draws
+    records: list  # the training results as read: the per-rank marks the step timeline and --trace draw
 
     @property
     def bench(self) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
         scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
         track = forecast_view.record(runs, benches)
         scaling = forecast_view.with_forecast_error(scaling, track)
-    records = {r["run_id"]: r for r in found if r.get("kind") == "training"}
+    records = [r for r in found if r.get("kind") == "training"]
     return Report(runs, scaling, benches, skipped, track, notes, records)
 
 

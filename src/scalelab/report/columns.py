@@ -22,7 +22,7 @@ from scalelab.perfmodel.network import human_rate
 from scalelab.workloads import throughput_unit
 
 # timing.comm fields carried into the frames under their own names (bucket_bytes apart: a tuple, not a number)
-COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "comm_share",
+COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "waited_s", "slowed_s", "comm_share",
                "hidden_fraction", "grad_bytes", "buckets", "collectives_s", "ddp_busbw_GBps")
 
 

@@ -318,7 +318,17 @@ def _comm_detail(r) -> str:
                 "all-reduce itself took: compute also ran slower while it was in flight")
     hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
     return (f"{_ms(r.waited_s)} ms waited; {hidden * 100:.0f} % "
-            f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward")
+            f"of the {_ms(r.allreduce_s)} ms all-reduce hidden behind backward{_slowed(r)}")
+
+
+def _slowed(r) -> str:
+    """What hiding the all-reduce cost backward (timing.backward_slowed), where it is at least 1 ms and a tenth of the
+    all-reduce: a hidden all-reduce is not free where the two share the hardware."""
+    slowed = getattr(r, "slowed_s", None)
+    if not (_ok(slowed) and slowed >= max(1e-3, 0.1 * r.allreduce_s)):
+        return ""
+    shared = "the node's cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
+    return f", though backward itself ended {_ms(slowed)} ms later than with nothing beside it (they share {shared})"
 
 
 def slower_why(r) -> str:

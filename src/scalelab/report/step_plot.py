@@ -37,14 +37,17 @@ def shown_ranks(ranks: list) -> list:
     return ranks if len(ranks) <= MAX_RANKS else ranks[:2] + ranks[-2:]
 
 
-def group_timelines(records: dict, runs: pd.DataFrame, g: pd.DataFrame) -> list:
+def group_timelines(records: list, runs: pd.DataFrame, g: pd.DataFrame) -> list:
     """[(configuration's name, its scaling row, run id, its timeline)] of a group, in scale order; configurations
     whose run kept no timeline (an older scalelab's result) are left out."""
     g = g.sort_values(SCALE)
+    by_id = {}
+    for r in records:  # a run id two results share (frames.identity_notes): the first one's timeline
+        by_id.setdefault(r["run_id"], r)
     out = []
     for name, (_, row) in zip(labels.names(g), g.iterrows()):
         run_id = chosen_run(runs, row)
-        line = timeline.of_run(records[run_id]) if run_id in records else None
+        line = timeline.of_run(by_id[run_id]) if run_id in by_id else None
         if line:
             out.append((name, row, run_id, line))
     return out
@@ -91,7 +94,7 @@ def figure(letter: str, describe: str, rows: list) -> Figure:  # long: the bars,
     return fig
 
 
-def figures(records: dict, runs: pd.DataFrame, scaling: pd.DataFrame) -> list:
+def figures(records: list, runs: pd.DataFrame, scaling: pd.DataFrame) -> list:
     """[(file name, Figure)] per group that ran on more than one device and kept its steps' marks."""
     out = []
     for _, g in scaling.sort_values("letter").groupby("group", sort=False):

@@ -2,7 +2,7 @@
 
 The Trace Event Format's JSON: one process per rank, two threads in it (compute: forward, backward, waiting,
 optimizer; communication: each collective from its call to its end), a complete event ("X", microseconds) per bar
-of measure/timeline.step_bars. Every step whose collectives the run kept (the first SPAN_BATCHES batches) is laid end
+of measure/timeline.step_bars. Every step whose collectives the run kept (the first SPAN_STEPS steps) is laid end
 to end on the rank's own step clock, warm-up and probe steps included and named so (args.phase): the figures leave
 them out, a timeline viewer shows what ran. The ranks' clocks are each their own: rank r's step i starts where its
 steps before it ended, so the ranks line up step by step, not to the microsecond.
@@ -10,6 +10,7 @@ steps before it ended, so the ranks line up step by step, not to the microsecond
 
 import json
 import os
+import re
 
 from scalelab import results
 from scalelab.errors import UsageError
@@ -31,6 +32,7 @@ def events(result: dict) -> list:
     """The trace events of one training result: metadata naming each rank and track, then every bar."""
     out = []
     kept = min(len(r.get("comm_spans_s") or []) for r in result["ranks"])
+    split = timeline.splits(result)
     for record in result["ranks"]:
         rank = record["rank"]
         out.append({"name": "process_name", "ph": "M", "pid": rank,
@@ -45,21 +47,34 @@ def events(result: dict) -> list:
             out += [{"name": bar.kind, "cat": bar.track, "ph": "X", "pid": rank, "tid": TRACKS[bar.track],
                      "ts": round((start + bar.start) * 1e6, 1), "dur": round((bar.end - bar.start) * 1e6, 1),
                      "args": {"step": step, "phase": phase(result, step)}}
-                    for bar in timeline.step_bars(record, step)]
+                    for bar in timeline.step_bars(record, step, split)]
             start += seconds
     return out
 
 
-def write_all(folder: str, records: dict) -> list:
+def file_name(run_id: str, taken: set) -> str:
+    """<run id>.trace.json, the id's characters outside [A-Za-z0-9_.-] replaced (a result names its own id: never a
+    path out of the folder), with -2, -3, ... where two results share one."""
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", str(run_id)).lstrip(".") or "run"
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}-{k}"
+    taken.add(name)
+    return f"{name}.trace.json"
+
+
+def write_all(folder: str, records: list) -> list:
     """One <run id>.trace.json per training result that kept its steps' marks; the paths written."""
-    written = []
-    for run_id, result in sorted(records.items()):
+    written, taken = [], set()
+    for result in sorted(records, key=lambda r: (str(r.get("run_id")), str(r.get("created")))):
+        run_id = result.get("run_id")
         if result.get("status") != "completed" or not timeline.timed_steps(result):
             continue
         trace = {"traceEvents": events(result), "displayTimeUnit": "ms",
                  "otherData": {"run_id": run_id, "world_size": len(result["ranks"]),
                                "clock": "each rank's own step clock, steps end to end from its first"}}
-        path = os.path.join(folder, f"{run_id}.trace.json")
+        path = os.path.join(folder, file_name(run_id, taken))
         try:
             os.makedirs(folder, exist_ok=True)
             written.append(results.atomic_write_text(path, json.dumps(trace)))

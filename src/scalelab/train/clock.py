@@ -18,7 +18,7 @@ from torch.autograd import Variable
 
 from scalelab.train import comm
 
-SPAN_BATCHES = 200  # batches whose collectives are kept as spans: a timeline's choice of step, and a bounded record
+SPAN_STEPS = 60  # optimizer steps whose collectives are kept as spans: a timeline's choice of step, a bounded record
 
 
 class DeviceClock:
@@ -76,7 +76,8 @@ class StepClock:
         self.step_times, self.ready_times, self.comm_times, self.bucket_counts, self.losses = [], [], [], [], []
         self.forward_times = []  # when each batch's forward ended, from its start (the timeline's first bar)
         self.backward_times = []  # when its backward's compute ended (before DDP's wait for its last bucket)
-        self.comm_spans = []  # each batch's collectives as [start, end] from its start: the first SPAN_BATCHES
+        self.comm_spans = []  # each batch's collectives as [start, end] from its start: the first SPAN_STEPS steps'
+        self.after_read = []  # optimizer steps that began with a read of the clock (a sync point: billed to them)
         self.step_ends = []  # read batches that ended an optimizer step
         self.probe_steps = []  # optimizer steps that were compute-only probes
         self.epoch_times = []
@@ -153,7 +154,7 @@ class StepClock:
             self.ready_times.append(round(ready_s - self._last, 6))
             self.forward_times.append(round(self.marks.seconds(forward) - self._last, 6))
             self.backward_times.append(round(self.marks.seconds(backward) - self._last, 6))
-            if len(self.comm_spans) < SPAN_BATCHES:
+            if len(self.step_ends) < SPAN_STEPS:
                 self.comm_spans.append([[round(a - self._last, 6), round(b - self._last, 6)]
                                         for a, b in comm.CommTimer.spans(reduces, self.marks.seconds)])
             busy, n = comm.CommTimer.resolve(reduces)
@@ -171,6 +172,8 @@ class StepClock:
         del self.pending[:done]
         if wait:
             self.marks.anchor(synced=True)  # the next window's events are read against a fresh reference
+            if self.after_read[-1:] != [self.steps]:
+                self.after_read.append(self.steps)  # the next step pays this read (and the ranks' agreement)
 
     def steps_within(self, seconds: float, most: int) -> int:
         """How many of the latest steps (as read) fit in `seconds`: 1 to `most`."""
@@ -191,7 +194,8 @@ class StepClock:
             "grads_ready_times_s": self.ready_times,
             "forward_times_s": self.forward_times,
             "backward_times_s": self.backward_times,
-            "comm_spans_s": self.comm_spans,  # the first SPAN_BATCHES batches' collectives (the timeline's)
+            "comm_spans_s": self.comm_spans,  # the first SPAN_STEPS steps' batches' collectives (the timeline's)
+            "after_read_steps": self.after_read,  # steps that paid a read of the clock: never the one drawn
             "allreduce_times_s": self.comm_times,
             "buckets": self.bucket_counts,
             "probe_steps": self.probe_steps,  # optimizer-step indices

@@ -9,7 +9,8 @@ torchrun's), formed the process group, wrapped the model in DistributedDataParal
 The same code runs at every world size: the step enters the precision's context (autocast for *-mixed) itself
 (`in_precision`), at 1 device as at N, and the last warm-up step is observed (train/observe.py), so each result says
 what its step ran and the report can hold a baseline against its N-device runs. Nothing else runs between two marks:
-no framework hook, no collective, no host-device sync of scalelab's, so a multi-device run pays what the 1-device
+no framework hook (the clock's backward mark is a timestamp queued from a hook on the loss, at every world size
+alike), no collective, no host-device sync of scalelab's, so a multi-device run pays what the 1-device
 baseline pays plus DDP's gradient all-reduce. (DDP's own runtime statistics sync CUDA events at the start of
 forward in its first synchronised steps: the GPU warm-up covers them, config.for_accelerator and docs/08. A
 compute-only probe step, every 5th after warm-up, also all-reduces its buckets alone, after a barrier: it is timed
