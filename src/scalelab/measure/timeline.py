@@ -106,13 +106,6 @@ def splits(result: dict) -> bool:
     return len(result["ranks"]) > 1 and ((result.get("timing") or {}).get("comm") or {}).get("waited_s") is not None
 
 
-def totals(bars: list) -> dict:
-    """Seconds per kind of bar (the collectives: the union of their spans, as the report's all-reduce ms)."""
-    out = {kind: sum(b.end - b.start for b in bars if b.kind == kind) for kind in COMPUTE}
-    out["collective"] = union_length((b.start, b.end) for b in bars if b.track == "comm")
-    return out
-
-
 def union_length(spans) -> float:
     """Total length covered by possibly overlapping (start, end) intervals: how long a step's collectives were busy
     (DDP's buckets overlap one another on a GPU; each counts once)."""
