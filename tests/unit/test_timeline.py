@@ -336,8 +336,8 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
     row = SimpleNamespace(allreduce_s=0.08, waited_s=0.05, hidden_fraction=0.375, slowed_s=0.02, accelerator="cpu")
     assert explain._comm_detail(row) == (
         "50 ms waited; 38 % of the 80 ms all-reduce hidden behind backward, though backward itself ended 20 ms later "
-        "than with nothing beside it (they share the node's cores)")
+        "than with nothing beside it, sharing the node's cores")
     small = SimpleNamespace(**{**vars(row), "slowed_s": 0.007, "accelerator": "gpu"})  # under a tenth of 80 ms
     assert explain._comm_detail(small).endswith("hidden behind backward")
     gpu = SimpleNamespace(**{**vars(row), "accelerator": "gpu"})
-    assert explain._comm_detail(gpu).endswith("(they share the GPU's SMs and memory bandwidth)")
+    assert explain._comm_detail(gpu).endswith("sharing the GPU's SMs and memory bandwidth")

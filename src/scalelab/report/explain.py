@@ -328,7 +328,7 @@ def _slowed(r) -> str:
     if not (_ok(slowed) and slowed >= max(1e-3, 0.1 * r.allreduce_s)):
         return ""
     shared = "the node's cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
-    return f", though backward itself ended {_ms(slowed)} ms later than with nothing beside it (they share {shared})"
+    return f", though backward itself ended {_ms(slowed)} ms later than with nothing beside it, sharing {shared}"
 
 
 def slower_why(r) -> str:
