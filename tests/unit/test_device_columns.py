@@ -1,6 +1,6 @@
 """What the devices did, from a result to the report: the record's fields pass the schema, the frames carry the
-utilization range and the energy, the scaling table prints the range and a group's energy (or why there is none)
-once, within a terminal's width."""
+utilization range and the energy, the scaling table prints under it the range and a group's energy (or why there is
+none) once, within a terminal's width."""
 
 import pytest
 
@@ -48,8 +48,10 @@ def test_a_gpu_group_shows_its_utilization_range_and_energy_per_step_and_per_1k_
     assert scaling.loc[2, "energy_per_1k_samples_J"] == pytest.approx(1200 / 5 / 128 * 1000)
     text = render(found, details=False, width=120)
     assert max(map(len, text.splitlines())) <= 120, text
-    header, rule, one, two = [line for line in text.splitlines() if line.startswith(("world", "---", "1 ", "2 "))]
-    assert header.split()[-1] == "busy" and one.endswith("97 %") and two.endswith("93–98 %")
+    header = next(line for line in text.splitlines() if line.startswith("world"))
+    assert header.split()[-2:] == ["per", "device"]  # a line under the table, not a column: every chapter's columns
+    assert ("  busy (the share of time a kernel ran, range over ranks, sampled beside the timed steps): 97 % at 1 dev; "
+            "93–98 % at 2 dev") in render(found, details=False, width=0)  # unfolded
     assert "  energy per step, per 1K samples (every rank, the timed window): 1 dev 60 J, 937.5 J; 2 dev 240 J, " \
            "1,875 J" in text
     assert "energy: —" not in text
@@ -58,11 +60,21 @@ def test_a_gpu_group_shows_its_utilization_range_and_energy_per_step_and_per_1k_
 def test_a_cpu_group_shows_cores_busy_and_says_once_why_there_is_no_energy():
     found = [sampled(make_result(f"c{w}", w), util=(0.96, 1.0), energy_J=None, source="cpu", note=devices.NO_RAPL)
              for w in (1, 2)]
-    text = render(found, details=False, width=120)
-    rows = [line for line in text.splitlines() if line.startswith(("world", "1 ", "2 "))]
-    assert rows[0].split()[-2:] == ["cores", "busy"] and rows[1].endswith("0.96") and rows[2].endswith("0.96–1.00")
+    text = render(found, details=False, width=0)
+    assert ("  cores busy (CPU seconds ÷ wall seconds, range over ranks, sampled beside the timed steps): 0.96 at 1 "
+            "dev; 0.96–1.00 at 2 dev") in text
     assert text.count("energy: — (no energy counter (RAPL) readable on this host)") == 1
     assert "energy per step" not in text
+
+
+def test_a_configuration_over_nodes_is_named_by_its_nodes_and_link():
+    from types import SimpleNamespace
+
+    from scalelab.report import cells
+
+    r = SimpleNamespace(world_size=2.0, num_nodes=2.0, link="emulated 2 Gbit/s")
+    assert cells._config(r) == "2 dev, 2 nodes, emulated 2 Gbit/s"
+    assert cells._config(SimpleNamespace(world_size=4.0, num_nodes=1.0, link="")) == "4 dev"
 
 
 def test_results_from_before_the_sampler_show_no_device_column():

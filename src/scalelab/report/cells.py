@@ -49,14 +49,6 @@ def money_cells(r) -> list:
     return cells
 
 
-def device_headers(g: pd.DataFrame) -> list:
-    """The utilization range's header, where the group's runs sampled their devices (measure/devices.py): one narrow
-    column, so the default report stays within a terminal's width; energy is device_lines' (one line per group)."""
-    if g["util_max"].isna().all():
-        return []
-    return ["cores busy" if (g["accelerator"] == "cpu").all() else "busy"]
-
-
 def device_cells(r) -> list:
     """The range over ranks: "93–98 %" of a GPU's time busy, "0.97–1.00" cores on a CPU ("—": not sampled)."""
     lo, hi = (r.cores_busy_min, r.cores_busy_max) if r.accelerator == "cpu" else (r.util_min, r.util_max)
@@ -68,11 +60,15 @@ def device_cells(r) -> list:
 
 
 def device_lines(g: pd.DataFrame) -> list:
-    """The energy of each configuration (every rank's over the timed window, probe steps included) per step and per
-    1K samples, on one line for the group ("—" where not measured); where any is not measured, why, once."""
-    if g["util_max"].isna().all():
+    """Under a group's scaling table: each configuration's utilization range over its ranks (a line, not a column:
+    the table's columns stay what every chapter shows), then its energy (every rank's over the timed window, probe
+    steps included) per step and per 1K samples ("—" where not measured); where any is not measured, why, once."""
+    if g["util_max"].isna().all() and g["cores_busy_max"].isna().all():
         return []
-    out = []
+    cpu = (g["accelerator"] == "cpu").all()
+    what = "cores busy (CPU seconds ÷ wall seconds" if cpu else "busy (the share of time a kernel ran"
+    out = [f"  {what}, range over ranks, sampled beside the timed steps): " + "; ".join(
+        f"{device_cells(r)[0]} at {_config(r)}" for r in g.itertuples())]
     if g["energy_per_1k_samples_J"].notna().any():
         out.append("  energy per step, per 1K samples (every rank, the timed window): " + "; ".join(
             f"{r.world_size:.0f} dev {fmt_num(r.energy_per_step_J, ',.4g')} J, "
@@ -81,6 +77,13 @@ def device_lines(g: pd.DataFrame) -> list:
         notes = [n for n in g.loc[g["energy_per_1k_samples_J"].isna(), "energy_note"] if isinstance(n, str) and n]
         out.append(f"  energy: — ({notes[0] if notes else 'not measured'})")
     return out
+
+
+def _config(r) -> str:
+    """"2 dev", "2 dev, 2 nodes, emulated 2 Gbit/s": one configuration of a group, in words."""
+    link = getattr(r, "link", "")
+    return (f"{r.world_size:.0f} dev" + (f", {r.num_nodes:.0f} nodes" if r.num_nodes > 1 else "")
+            + (f", {link}" if isinstance(link, str) and link else ""))
 
 
 def nodes_cell(r) -> str:

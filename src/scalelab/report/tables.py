@@ -169,11 +169,10 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
              fmt_num(r.throughput, ",.0f") + (f" [{r.throughput_min:,.0f}–{r.throughput_max:,.0f}]"
                                               if r.runs > 1 else ""),
              *speedup_cells(r), predicted_range(r),
-             fmt_num(r.throughput_per_device, ",.0f")] + mfu_cells(g, r)
-            + (cells.device_cells(r) if cells.device_headers(g) else []) + money_cells(r) for r in g.itertuples()]
+             fmt_num(r.throughput_per_device, ",.0f")] + mfu_cells(g, r) + money_cells(r) for r in g.itertuples()]
     out.append(narrow(rows, ["world size", "nodes", "runs", f"{unit} median [min–max]", "speedup", "efficiency",
                              "predicted eff.", "per device"] + ["MFU"] * bool(mfu_cells(g, g.iloc[0]))
-                      + cells.device_headers(g) + money_headers(g), fmt))
+                      + money_headers(g), fmt))
     out += cells.device_lines(g)
     out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
             "(src/emulate.py), not a real network" for nodes, link in
