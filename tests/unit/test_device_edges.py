@@ -167,10 +167,17 @@ class Spinning:
         self.closed = True
 
 
+def until(done, limit_s=10.0):
+    """Wait until done() (a loaded machine may run the sampler thread late), at most limit_s."""
+    end = time.perf_counter() + limit_s
+    while not done() and time.perf_counter() < end:
+        time.sleep(0.005)
+
+
 def test_the_sampler_thread_is_a_named_daemon_and_counts_its_own_cpu_time():
     s = devices.Sampler(Spinning(spin_s=0.003)).start()
     mine = [t for t in threading.enumerate() if t.name == "scalelab-sampler"]
-    time.sleep(0.1)
+    until(lambda: len(s.samples) >= 6)
     s.stop()
     assert len(mine) == 1 and mine[0].daemon  # a daemon: a run that fails before stop() still exits
     in_thread = len(s.samples) - 2  # the first and the last sample are taken by start() and stop()
@@ -179,7 +186,8 @@ def test_the_sampler_thread_is_a_named_daemon_and_counts_its_own_cpu_time():
 
 def test_a_source_that_fails_stops_the_sampling_and_the_record_says_why():
     s = devices.Sampler(Spinning(fail_at=3)).start()
-    time.sleep(0.1)
+    until(lambda: s.error is not None)
+    time.sleep(0.05)  # ten intervals: a thread that went on would read again
     s.stop()
     assert s.source.reads == 3 and len(s.samples) == 2  # not read again once lost, not even by stop()
     assert s.error == "RuntimeError: GPU is lost"
@@ -192,7 +200,7 @@ def test_a_source_that_fails_stops_the_sampling_and_the_record_says_why():
 def test_stop_does_not_wait_for_ever_on_a_read_that_hangs(monkeypatch):
     monkeypatch.setattr(devices, "STOP_WAIT_S", 0.05)
     s = devices.Sampler(Spinning(block_at=2, block_s=1.0)).start()
-    time.sleep(0.02)
+    until(lambda: s.source.reads == 2)  # the thread is in its read
     begun = time.perf_counter()
     s.stop()
     assert time.perf_counter() - begun < 0.8
