@@ -4,7 +4,6 @@ when its source fails or hangs, and RAPL's note. The ordinary cases are in test_
 
 import os
 import sys
-import threading
 import time
 import types
 
@@ -176,10 +175,10 @@ def until(done, limit_s=10.0):
 
 def test_the_sampler_thread_is_a_named_daemon_and_counts_its_own_cpu_time():
     s = devices.Sampler(Spinning(spin_s=0.003)).start()
-    mine = [t for t in threading.enumerate() if t.name == "scalelab-sampler"]
+    thread = s._thread
     until(lambda: len(s.samples) >= 6)
     s.stop()
-    assert len(mine) == 1 and mine[0].daemon  # a daemon: a run that fails before stop() still exits
+    assert thread.name == "scalelab-sampler" and thread.daemon  # a daemon: a run that fails before stop() exits
     in_thread = len(s.samples) - 2  # the first and the last sample are taken by start() and stop()
     assert in_thread >= 3 and s.busy_s >= 0.003 * in_thread and s.source.closed
 
