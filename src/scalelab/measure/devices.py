@@ -28,6 +28,7 @@ import time
 
 GPU_INTERVAL_S = 0.1
 CPU_INTERVAL_S = 0.5
+STOP_WAIT_S = 5.0  # how long stop() waits for a sampler thread stuck in a read (a hung driver) before going on
 ENV_OFF = "SCALELAB_NO_SAMPLER"  # =1: no sampler thread (benchmarks/sampler_overhead.py's "off")
 NO_RAPL = "no energy counter (RAPL) readable on this host"
 RAPL_SHARED = ("a RAPL counter is readable, but it counts a whole socket shared by every rank and process on it: "
@@ -127,10 +128,9 @@ class Sampler:
         return self
 
     def _run(self) -> None:
-        started = time.thread_time()
         while not self._stop.wait(self.interval_s) and self._take():
             pass
-        self.busy_s += time.thread_time() - started
+        self.busy_s = time.thread_time()  # this thread's CPU seconds: its clock starts at 0 with the thread
 
     def _take(self) -> bool:
         try:
@@ -146,7 +146,7 @@ class Sampler:
         if self._thread is None:
             return
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._thread.join(timeout=STOP_WAIT_S)
         self._thread = None
         if self.error is None:
             self._take()
