@@ -341,3 +341,14 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
     assert explain._comm_detail(small).endswith("hidden behind backward")
     gpu = SimpleNamespace(**{**vars(row), "accelerator": "gpu"})
     assert explain._comm_detail(gpu).endswith("sharing the GPU's SMs and memory bandwidth")
+
+
+def test_a_wait_read_in_the_step_longer_than_the_all_reduce_is_not_blamed_on_slower_compute():
+    """Read after backward's end, a wait beyond the all-reduce is DDP's finalize (the copy-out) and skew; compute's
+    slowdown is slowed_s's. Read against the probes (older results), it was compute running slower beside it."""
+    from types import SimpleNamespace
+
+    row = SimpleNamespace(allreduce_s=0.0099, waited_s=0.011, hidden_fraction=0.0, waited_in_step=1)
+    assert explain._comm_detail(row) == "11 ms waited; 0 % of the 9.9 ms all-reduce hidden behind backward"
+    old = SimpleNamespace(**{**vars(row), "waited_in_step": 0})
+    assert explain._comm_detail(old).startswith("11 ms lost, more than the 9.9 ms the all-reduce itself took")

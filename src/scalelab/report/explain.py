@@ -312,8 +312,9 @@ def _comm_detail(r) -> str:
         return f"{_ms(r.waited_s)} ms waited; the all-reduce's own time was not recorded"
     if not _ok(r.waited_s):
         return f"the all-reduce took {_ms(r.allreduce_s)} ms; the time the step waited for it was not recorded"
-    if r.waited_s > 1.1 * r.allreduce_s:
-        # the step lost more than the all-reduce's own duration: compute ran slower beside it
+    if r.waited_s > 1.1 * r.allreduce_s and getattr(r, "waited_in_step", 0) != 1:
+        # read against the probes (an older result), the step lost more than the all-reduce's own duration: compute
+        # ran slower beside it (read in the step, the wait is after backward's end; its slowdown is slowed_s's)
         return (f"{_ms(r.waited_s)} ms lost, more than the {_ms(r.allreduce_s)} ms the "
                 "all-reduce itself took: compute also ran slower while it was in flight")
     hidden = r.hidden_fraction if _ok(r.hidden_fraction) else 0
