@@ -70,6 +70,7 @@ def test_accumulated_batches_are_drawn_one_after_another_with_one_wait_and_one_u
     bars = timeline.step_bars(record, 1)  # batches 2 and 3
     assert [b.kind for b in bars] == ["forward", "backward", "forward", "backward", "waiting", "optimizer",
                                       "collective"]
+    assert bars[1] == timeline.Bar("compute", "backward", FWD, FWD + BWD)  # the first batch: to its end
     first = record["step_times_s"][2]
     assert bars[2].start == pytest.approx(first) and bars[-1].start == pytest.approx(first + FWD + BWD - HIDDEN)
 
@@ -82,6 +83,10 @@ def test_the_step_drawn_is_a_timed_one_nearest_the_median_never_warm_up_or_a_pro
         r["step_times_s"][7] += 0.001  # the nearest the median: the others tie at it, the earliest wins
     steps = timeline.timed_steps(run)
     assert steps == [2, 3, 4, 5, 7, 8, 9, 10] and timeline.representative(run) == 2
+    for r in run["ranks"]:
+        r["step_times_s"][2] += 0.1  # the first timed step is slow now, step 5 the fastest: neither is the median
+        r["step_times_s"][5] -= 0.1
+    assert timeline.representative(run) == 3
     for r in run["ranks"]:
         r["comm_spans_s"] = r["comm_spans_s"][:5]  # spans kept for the first 5 batches only
     assert timeline.timed_steps(run) == [2, 3, 4]
@@ -269,7 +274,9 @@ def test_an_accumulated_steps_marks_are_read_from_the_steps_start_for_its_wait()
     lambda r: r.update(grads_ready_times_s=r["grads_ready_times_s"][:3]),
     lambda r: r.update(comm_spans_s=r["comm_spans_s"] + [[]] * 5),  # more batches of spans than steps
     lambda r: r.update(step_ends=[1, 1, 3]),  # not in order
-    lambda r: r.update(step_ends=[1, 99]),  # past the batches
+    lambda r: r.update(step_ends=[1, 3, 99]),  # past the batches
+    lambda r: r.update(step_ends=[1, 12]),  # one past the last batch
+    lambda r: r.update(step_ends=[-1, 1]),
     lambda r: r.update(step_ends=[1.0, 3.0]),
     lambda r: r.pop("rank"),
     lambda r: r.update(rank=None),
@@ -352,3 +359,47 @@ def test_a_wait_read_in_the_step_longer_than_the_all_reduce_is_not_blamed_on_slo
     assert explain._comm_detail(row) == "11 ms waited; 0 % of the 9.9 ms all-reduce hidden behind backward"
     old = SimpleNamespace(**{**vars(row), "waited_in_step": 0})
     assert explain._comm_detail(old).startswith("11 ms lost, more than the 9.9 ms the all-reduce itself took")
+
+
+def test_which_steps_a_timeline_may_draw_as_the_run_counts_them():
+    """After warm-up (0 where the result names none; a run shorter than its warm-up keeps its last step), not a
+    probe, not an epoch's short last step; a one-step run has one; an accumulated run is drawn."""
+    run = uniform_run("two", 2)
+    del run["timing"]["warmup_steps"]
+    assert timeline.timed_steps(run)[0] == 0
+    run["timing"]["warmup_steps"] = 20  # more than its 12 steps
+    assert timeline.timed_steps(run) == [] and timeline.representative(run) is None  # its last (11) is a probe
+    for r in run["ranks"]:
+        r["probe_steps"] = [6]
+    assert timeline.timed_steps(run) == [11]
+    one = uniform_run("one", 1)
+    for r in one["ranks"]:
+        for name in ("forward_times_s", "backward_times_s", "grads_ready_times_s", "step_times_s", "comm_spans_s"):
+            r[name] = r[name][:1]
+    one["timing"]["warmup_steps"] = 0
+    assert timeline.timed_steps(one) == [0]
+    acc = uniform_run("acc", 2)
+    for r in acc["ranks"]:
+        r["step_ends"], r["probe_steps"] = [1, 3, 5, 7, 9, 10], []  # the last step one batch: short
+    acc["timing"]["warmup_steps"] = 1
+    assert timeline.timed_steps(acc) == [1, 2, 3, 4]
+
+
+def test_an_optimizer_steps_batches():
+    record = {"step_ends": [1, 3, 4]}
+    assert [timeline.batches(record, s) for s in (0, 1, 2)] == [[0, 1], [2, 3], [4]]
+    assert timeline.batches({}, 5) == [5]  # every batch a step
+
+
+def test_one_rank_draws_no_wait_even_where_its_gradients_were_ready_after_backward():
+    """One process has nothing to wait for: the table says 0, the picture draws its backward to gradients-ready."""
+    one = uniform_run("one", 1)
+    for i in range(12):
+        one["ranks"][0]["grads_ready_times_s"][i] += 0.001  # the step's own finalize after backward's mark
+    assert "waiting" not in [b.kind for b in timeline.of_run(one)["ranks"][0]]
+    assert "slowed_s" not in one["timing"]["comm"]  # nor what communication cost backward
+
+
+def test_union_of_spans_counts_each_instant_once():
+    assert timeline.union_length([(1, 2), (3, 4), (5, 7)]) == 4  # three apart, none at 0
+    assert timeline.union_length([(1, 2), (2, 3)]) == 2  # touching
