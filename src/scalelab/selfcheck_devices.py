@@ -2,7 +2,8 @@
 through NVML, often enough, in the right units. Each statement is one a wrong setup fails:
 
 - no NVML samples: pynvml missing or NVML failed (the rank's note says which);
-- samples covering under 80 % of the timed window at the interval: the thread starved or stopped;
+- samples covering under 80 % of the timed window at the interval (less one: a short window may fall between two
+  samples): the thread starved or stopped;
 - the NVML GPU's UUID is not the rank's (torch's): the wrong GPU sampled;
 - the most memory NVML saw used is below what the rank's allocator held at its peak: the wrong GPU sampled;
 - the driver's energy counter and the integral of power more than 15 % apart: a units slip (mW, mJ) or the
@@ -28,7 +29,7 @@ def _problem(r: dict):
     if d.get("source") != "nvml":
         return f"{who}: no NVML samples", d.get("note") or "nothing recorded"
     window, interval, n = d.get("window_s"), d.get("interval_s"), d.get("samples") or 0
-    if window and interval and n < COVERAGE * window / interval:
+    if window and interval and n < COVERAGE * window / interval - 1:  # a sample's slack: a window of one interval
         return (f"{who}: {n} samples in {window:.1f} s at {interval:g} s",
                 f"under {COVERAGE:.0%} of the window covered: the sampler thread was starved or stopped")
     if r.get("gpu_uuid") and d.get("nvml_uuid") and _uuid(r["gpu_uuid"]) != _uuid(d["nvml_uuid"]):
