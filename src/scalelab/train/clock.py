@@ -72,7 +72,7 @@ class StepClock:
         self.marks = DeviceClock(device)
         self.comm = comm_timer  # the all-reduces of each batch, cut at its end
         self.batches = self.steps = 0  # ended on the host
-        self.pending = []  # batches ended, not yet read: (end, ready, forward, all-reduces, loss, ended_a_step)
+        self.pending = []  # ended, not read: (end, ready, (forward, backward), all-reduces, loss, ended_a_step)
         self.step_times, self.ready_times, self.comm_times, self.bucket_counts, self.losses = [], [], [], [], []
         self.forward_times = []  # when each batch's forward ended, from its start (the timeline's first bar)
         self.backward_times = []  # when its backward's compute ended (before DDP's wait for its last bucket)
