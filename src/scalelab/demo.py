@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 from tqdm import tqdm
 
 from scalelab import config
-from scalelab.entry import OneLineParser, positive_float, run_main
+from scalelab.entry import OneLineParser, positive_float, positive_int, run_main
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
@@ -39,6 +39,9 @@ LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps",
 LEVER_PROBES = ["--comm_probe_every", "3"]
 SHARDED_COLLECTIVES = ("all_gather", "reduce_scatter")  # what an FSDP step runs instead of DDP's all-reduce
 # the levers --lever sweeps: those that take a value (--static_graph is a switch, on or off)
+# Each training rung twice: the report's 80 % bands stand on the scatter between repeats (one degree of freedom per
+# configuration, 6 in all here), for ~80 s more on 2 cores; a third pass would add 6 more for another ~80 s.
+REPEATS = 2
 SWEPT_LEVERS = tuple(name for name, default in config.LEVER_DEFAULTS.items() if not isinstance(default, bool))
 
 
@@ -75,12 +78,14 @@ class Rung(NamedTuple):
                 "--", *script]
 
 
-def ladder(models, link_rates, links_ok: bool, precision: str = "32") -> list:
+def ladder(models, link_rates, links_ok: bool, precision: str = "32", repeats: int = 1) -> list:
+    """The rungs in order; with repeats > 1 the training rungs run again, pass after pass (a repeat minutes later,
+    not back to back: the scatter the report's bands are built from is the one between runs)."""
     rungs = [Rung(m, n, precision=precision) for m in models for n in (1, 2)] + [Rung("allreduce", 2)]
     if links_ok:
         rungs += [Rung(m, 1, g, precision=precision) for m in models if m in LINK_MODELS for g in link_rates]
         rungs += [Rung("allreduce", 1, g) for g in link_rates]
-    return rungs
+    return rungs + [r for _ in range(repeats - 1) for r in rungs if r.model != "allreduce"]
 
 
 def lever_rungs(lever: tuple, link_rates, precision: str = "32") -> list:
@@ -97,6 +102,11 @@ def runs_of(rungs: list, training: str) -> str:
     """'9 runs: 6 training (...) and 3 of the all-reduce benchmark': the report then counts the 6 only."""
     bench = sum(r.model == "allreduce" for r in rungs)
     return f"{len(rungs)} runs: {len(rungs) - bench} training ({training}) and {bench} of the all-reduce benchmark"
+
+
+def repeated(repeats: int) -> str:
+    """How often each training rung runs, and why (the report's 80 % bands stand on the scatter between them)."""
+    return "" if repeats == 1 else f"; each {'twice' if repeats == 2 else f'{repeats} times'}: the run-to-run scatter"
 
 
 def parse_lever(text: str) -> tuple:
@@ -142,6 +152,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--precision", choices=("32", "bf16-mixed"), default="32",
                    help="the GPT's precision: bf16-mixed rehearses a GPU's default (autocast at every scale; the "
                         "MLP stays fp32, as on GPUs); 32, the default, gives the same figures on any CPU (docs/10)")
+    p.add_argument("--repeats", type=positive_int, default=REPEATS,
+                   help=f"runs of each training rung of the ladder (default {REPEATS}: the report's 80 %% bands are "
+                        "built from the scatter between repeats; 1 leaves them to an assumed scatter)")
     p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",
                    help="instead of the ladder, sweep one lever at a fixed shape (the GPT at 1 device and 2 nodes "
                         f"over each --link_gbit), e.g. accumulate_grad_batches=1,4,16 or comm_hook=none,bf16; "
@@ -165,9 +178,9 @@ def main(argv=None) -> int:
         print(f"CPU rehearsal of one lever: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
               f"{args.output_dir}/")
     else:
-        rungs = ladder(args.models, args.link_gbit, wants_links and not why_not, args.precision)
+        rungs = ladder(args.models, args.link_gbit, wants_links and not why_not, args.precision, args.repeats)
         what = f"{', '.join(args.models)} at 1 and 2 devices on one node{'; ' + over if over else ''}" + (
-            f"; the GPT in {args.precision}" if args.precision != "32" else "")
+            f"; the GPT in {args.precision}" if args.precision != "32" else "") + repeated(args.repeats)
         print(f"CPU rehearsal of the scaling ladder: {runs_of(rungs, what)}; 1 device = 1 core, gloo; results in "
               f"{args.output_dir}/")
     if why_not:

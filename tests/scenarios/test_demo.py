@@ -20,13 +20,16 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     stdout = proc.stdout
-    assert stdout.startswith("CPU rehearsal of the scaling ladder: 3 runs: 2 training (mlp at 1 and 2 devices on one "
-                             "node) and 1 of the all-reduce benchmark; 1 device = 1 core, gloo; results in ")
-    assert "scalelab report: 2 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
+    assert stdout.startswith("CPU rehearsal of the scaling ladder: 5 runs: 4 training (mlp at 1 and 2 devices on one "
+                             "node; each twice: the run-to-run scatter) and 1 of the all-reduce benchmark; 1 device = "
+                             "1 core, gloo; results in ")
+    assert "scalelab report: 4 run(s)" in stdout and "Group A: mlp 64-32-16" in stdout
     assert "2 devices on 1 node: efficiency" in stdout  # the limiting line
-    # the forecast's track record: the 2-device run predicted without it (only the 1-device run and the benchmark)
-    assert "Track record (each multi-device configuration predicted from the other runs, leave one out" in stdout
-    assert "1 of 1 inside the band" in stdout or "0 of 1 inside the band" in stdout
+    # the forecast's track record: the 2-device configuration predicted without its runs, from the 1-device runs'
+    # scatter (the repeats: 1 degree of freedom)
+    assert "Track record (each multi-device configuration predicted from the other configurations' runs; 80 % band" \
+        in stdout
+    assert "  The bands' run-to-run scatter: A " in stdout and "(repeats, 1 degree(s) of freedom)" in stdout
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "step_timeline_A.png",
         "throughput_per_device.png"]
@@ -57,7 +60,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     assert summary["configurations"][1]["predicted_efficiency_overlap"] is not None  # the benchmark fed it
     for name in ("speedup.png", "efficiency.png"):
         assert f"written: {out / 'plots' / name}" in stdout
-    assert len(list(out.rglob("result.json"))) == 3 and len(list((out / "logs").iterdir())) == 3
+    assert len(list(out.rglob("result.json"))) == 5 and len(list((out / "logs").iterdir())) == 5
     # the demo's own logs (the all-reduce benchmark's table among them) are not nccl-tests logs to warn about
     assert "warning" not in proc.stderr, proc.stderr[-2000:]
 
@@ -79,6 +82,10 @@ def test_the_ladder_climbs_from_one_device_to_two_nodes_over_each_link():
     assert rungs[1].command("out")[-2:] == ["--devices", "2"]
     # where namespaces cannot be made, only the one-node rungs run
     assert [r.link_gbit for r in demo.ladder(["gpt"], [2.0], links_ok=False)] == [None, None, None]
+    # repeats: the training rungs again, a pass after the first (the benchmark once)
+    twice = demo.ladder(["mlp", "gpt"], [2.0, 0.2], links_ok=True, repeats=2)
+    assert twice[:9] == rungs and twice[9:] == [r for r in rungs if r.model != "allreduce"]
+    assert demo.repeated(1) == "" and demo.repeated(3) == "; each 3 times: the run-to-run scatter"
 
 
 def test_a_lever_sweep_runs_the_gpt_per_setting_at_one_device_and_over_each_link():

@@ -34,6 +34,7 @@ class Point:
     seconds: float
     source: str  # a run id
     collective: str = "all_reduce"
+    gbit: Optional[float] = None  # the link's stated rate, where an emulated one said it
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RingFit:
     residual: float  # root mean square of the points' relative errors (0 for one point: unknown, not exact)
     points: int
     sources: tuple
+    capped_from: Optional[float] = None  # the β the points alone gave, where it broke the link's stated rate
 
     def seconds(self, n: int, nbytes: float, calls: int = 1) -> float:
         """The all-reduce alone of nbytes in `calls` calls over n ranks on this link."""
@@ -51,15 +53,19 @@ class RingFit:
 
     def at_rate(self, ratio: float) -> RingFit:
         """The same link run at `ratio` times its rate: β scales, α (per step) stays."""
-        return RingFit(self.alpha_s, self.beta_GBps * ratio, self.residual, self.points, self.sources)
+        return RingFit(self.alpha_s, self.beta_GBps * ratio, self.residual, self.points, self.sources,
+                       self.capped_from and self.capped_from * ratio)
 
 
-def fit_ring(points: Sequence[Point]) -> Optional[RingFit]:
+def fit_ring(points: Sequence[Point], max_beta_GBps: Optional[float] = None) -> Optional[RingFit]:
     """α ≥ 0 and β > 0 minimising the relative error of t = calls·2(n−1)·α + 2(n−1)/n·S/β over the points.
 
     Linear in (α, 1/β): each point divided by its own t, so a 4 KB all-reduce weighs as much as a 64 MB one. Where
-    the points cannot separate the two (one size), or the best α would be negative, α = 0 and β alone is fitted.
-    None without a point of n > 1."""
+    the points cannot separate the two (one size), or the best α would be negative, α = 0 and β alone is fitted;
+    where the best β would be negative (small messages, whose time does not grow with size), β is the fastest bus
+    bandwidth a point reached and α is fitted alone.
+    A β above max_beta_GBps (the link's stated rate: small messages ride a shaper's burst, a large one cannot) is
+    held at it and α refitted alone; the fit keeps the β it gave in capped_from. None without a point of n > 1."""
     pts = [p for p in points if p.n > 1 and p.seconds > 0 and p.nbytes > 0]
     if not pts:
         return None
@@ -74,9 +80,17 @@ def fit_ring(points: Sequence[Point]) -> Optional[RingFit]:
         a, ib = (b1 * a22 - b2 * a12) / det, (a11 * b2 - a12 * b1) / det
         if a >= 0 and ib > 0:
             alpha, inv_beta = a, ib
+        elif ib <= 0:  # no time grows with size (latency alone): β the fastest busbw seen, a bound it cannot beat
+            alpha, inv_beta = None, 1 / max(v for _, v in rows)
+    capped_from = None
+    if max_beta_GBps and 1 / inv_beta > max_beta_GBps:  # α alone on what the rate leaves of each point's time
+        capped_from, inv_beta, alpha = 1 / inv_beta, 1 / max_beta_GBps, None
+    if alpha is None:
+        alpha = max(0.0, sum(u * (1 - v * inv_beta) for u, v in rows) / a11)
     fit = RingFit(alpha, 1 / inv_beta, 0.0, len(pts), tuple(dict.fromkeys(p.source for p in pts)))
     errs = [fit.seconds(p.n, p.nbytes, p.calls) / p.seconds - 1 for p in pts]
-    return RingFit(alpha, 1 / inv_beta, math.sqrt(sum(e * e for e in errs) / len(errs)), len(pts), fit.sources)
+    return RingFit(alpha, 1 / inv_beta, math.sqrt(sum(e * e for e in errs) / len(errs)), len(pts), fit.sources,
+                   capped_from)
 
 
 def blend(parts: Sequence[tuple]) -> Optional[RingFit]:
@@ -90,8 +104,9 @@ def blend(parts: Sequence[tuple]) -> Optional[RingFit]:
     alpha = sum(c * f.alpha_s for _, c, f in parts) / calls
     beta = nbytes / sum(b / f.beta_GBps for b, _, f in parts)
     fits = list({id(f): f for _, _, f in parts}.values())  # two parts on one fit (the all-reduces'): its points once
+    capped = [f.capped_from for f in fits if f.capped_from]
     return RingFit(alpha, beta, max(f.residual for f in fits), sum(f.points for f in fits),
-                   tuple(dict.fromkeys(s for f in fits for s in f.sources)))
+                   tuple(dict.fromkeys(s for f in fits for s in f.sources)), max(capped) if capped else None)
 
 
 def exposed_factor(step_s: float, baseline_step_s: float, allreduce_s: float) -> Optional[float]:
@@ -128,7 +143,7 @@ class Band:
 
 def step_band(baseline: Band, allreduce_s: float, exposure: Band, comm_uncertainty: float) -> Band:
     """step = step_1 + x · t: lowest with the lowest of each, highest with the highest (t ± its uncertainty)."""
-    return Band(baseline.low + max(0.0, exposure.low) * allreduce_s * (1 - comm_uncertainty),
+    return Band(baseline.low + max(0.0, exposure.low) * allreduce_s * max(0.0, 1 - comm_uncertainty),
                 baseline.mid + exposure.mid * allreduce_s,
                 baseline.high + max(0.0, exposure.high) * allreduce_s * (1 + comm_uncertainty))
 

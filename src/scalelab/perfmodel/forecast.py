@@ -9,6 +9,10 @@ predicts every multi-device run from the others (leave one out) and puts the pre
 Where a workload has no multi-device run at a level, x is borrowed from the other workloads there, and since a
 per-step cost of running on several devices may grow with the all-reduce (x · t) or not (DDP's bookkeeping, cores
 shared with other ranks: a fixed U = step_N − step_1 − t), the band spans what both readings give.
+
+Each band is an 80 % band for one new run (perfmodel.noise): the model's ranges (x's readings, the fit's error)
+widened by the run-to-run scatter of the folder's repeats, carried by the new run itself, the baseline's median and
+the runs x was read from. Physics bounds what a fit may say: β no faster than a link's stated rate, x no less than 0.
 """
 
 from __future__ import annotations
@@ -16,17 +20,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from scalelab.numeric import float_or_none
-from scalelab.perfmodel import calibrate, sharding
+from scalelab.perfmodel import calibrate, noise, sharding
 from scalelab.perfmodel.calibrate import Band, Point, RingFit
-from scalelab.perfmodel.network import human_rate
+from scalelab.perfmodel.network import gbit_to_GBps, human_rate
 
 SIZE_WINDOW = 8  # a ring fit uses the all-reduces within this factor of the workload's bucket size (at least 3)
 COMM_UNCERTAINTY = 0.05  # the ring fit's relative error, at least (repeats of one all-reduce scatter this much)
 UNMEASURED_X = 2.0  # the top of x's band where no run measured it (exposure_for)
-EXPOSURE_SPREAD = 0.15  # x of one run, ± this: x of repeats of one configuration scattered 10-15 % here
 DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64)
 GOOD_EFFICIENCY = 0.8  # the one-line answer: up to how many nodes efficiency stays above this
 
@@ -42,6 +45,16 @@ def level_name(key: tuple) -> str:
     return "within a node" if key[0] == "intra" else f"between nodes{f' ({key[1]})' if key[1] else ''}"
 
 
+class Reading(NamedTuple):
+    """One multi-device run's exposed factor, read two ways: x (per second of its all-reduce alone) and U (a fixed
+    cost per step, seconds), with the step and the all-reduce alone (seconds) it was read from."""
+    x: Optional[float]
+    fixed_s: float
+    run_id: str
+    step_s: float = 0.0
+    allreduce_s: float = 0.0
+
+
 @dataclass
 class Calibration:
     """What a folder says about one workload (a report group): enough to forecast any scale of it."""
@@ -55,10 +68,11 @@ class Calibration:
     nbytes: float  # what one step all-reduces (the bytes a --comm_hook sends)
     calls: int  # DDP's buckets: one all-reduce each
     fits: dict  # network key -> RingFit
-    exposures: dict = field(default_factory=dict)  # network key -> [(x, U, run id)] of this workload's runs
-    borrowed: dict = field(default_factory=dict)  # level -> [(x, U, run id)] of the other workloads' runs
+    exposures: dict = field(default_factory=dict)  # network key -> [Reading] of this workload's runs
+    borrowed: dict = field(default_factory=dict)  # level -> [Reading] of the other workloads' runs
     rates: dict = field(default_factory=dict)  # network key -> its stated rate in Gbit/s (emulated links)
     strategy: str = "ddp"  # fsdp: nbytes and calls are its all-gathers' and reduce-scatters' all-reduce terms
+    scatter: noise.Scatter = noise.Scatter(noise.PRIOR_SCATTER, 0)  # run-to-run, pooled over this workload's repeats
 
 
 FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "devices", "link", "link_gbit",
@@ -67,7 +81,8 @@ FIELDS = ("run_id", "group", "describe", "unit", "world_size", "num_nodes", "dev
           "strategy", "wire")
 # What a calibration reads of a run: the report's records (report/forecast_view.records) carry these fields.
 TRACK_COLUMNS = ("group", "run_id", "world_size", "num_nodes", "link", "predicted_step_s", "measured_step_s",
-                 "predicted_eff", "eff_low", "eff_high", "measured_eff", "inside", "exposure_from")
+                 "predicted_eff", "eff_low", "eff_high", "measured_eff", "inside", "exposure_from", "scatter",
+                 "scatter_dof")
 
 
 def bench_points(bench) -> dict:
@@ -82,7 +97,7 @@ def bench_points(bench) -> dict:
         for row in b.rows:
             out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
                                                  times * (row.get("single_op_s") or row["time_s"]), b.run_id,
-                                                 collective))
+                                                 collective, float_or_none(getattr(b, "link_gbit", None))))
     return out
 
 
@@ -97,31 +112,32 @@ def ring_points(recs: list, from_bench: dict) -> dict:
     return out
 
 
-def fit_for_wire(points: list, per_call_bytes: float, wire: Optional[tuple] = None) -> Optional[RingFit]:
+def fit_for_wire(points: list, per_call_bytes: float, wire: Optional[tuple] = None,
+                 max_beta_GBps: Optional[float] = None) -> Optional[RingFit]:
     """The ring fit of a step's communication on one link. DDP's (no wire): its all-reduces' points near its
     bucket size. An FSDP step's (its fingerprint's wire): blended from a fit per collective it ran
     (calibrate.blend), each on that collective's points where a benchmark measured it (gloo's reduce-scatter costs
     a whole all-reduce), else on the all-reduces' (NCCL's ring: half an all-reduce each); None where a part has
-    no points."""
+    no points. max_beta_GBps: the link's stated rate, which no fit's β may exceed (calibrate.fit_ring)."""
     reduces = [p for p in points if p.collective == "all_reduce"]
     if wire is None:
-        return fit_at(reduces, per_call_bytes)
+        return fit_at(reduces, per_call_bytes, max_beta_GBps)
     parts = []
     for collective, nbytes, calls, weight in sharding.cost_terms(sharding.Wire(*wire)):
-        fit = fit_at([p for p in points if p.collective == collective] or reduces, nbytes / calls)
+        fit = fit_at([p for p in points if p.collective == collective] or reduces, nbytes / calls, max_beta_GBps)
         if fit is None:
             return None
         parts.append((weight * nbytes, weight * calls, fit))
     return calibrate.blend(parts)
 
 
-def fit_at(points: list, per_call_bytes: float) -> Optional[RingFit]:
+def fit_at(points: list, per_call_bytes: float, max_beta_GBps: Optional[float] = None) -> Optional[RingFit]:
     """The ring fit of the points near a message size: an all-reduce of 4 KB and one of 64 MB meet different
     limits (latency, a switch's or a token bucket's burst, the link's rate), and a workload sends its buckets."""
     near = [p for p in points if per_call_bytes / SIZE_WINDOW <= p.nbytes / p.calls <= per_call_bytes * SIZE_WINDOW]
     if len({p.nbytes / p.calls for p in near}) < 3:
         near = sorted(points, key=lambda p: abs(math.log(p.nbytes / p.calls / max(per_call_bytes, 1))))[:3]
-    return calibrate.fit_ring(near)
+    return calibrate.fit_ring(near, max_beta_GBps)
 
 
 def link_rates(recs: list) -> dict:
@@ -134,10 +150,12 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
     """group -> Calibration, from every run record (FIELDS) and benchmark point (bench_points()) but the runs
     in `exclude` (run ids)."""
     recs = [r for r in recs if r.run_id not in exclude]
-    points, rates = ring_points(recs, from_bench), link_rates(recs)
-    by_group = {}
+    points = ring_points(recs, from_bench)
+    rates = {**{k: p.gbit for k, ps in from_bench.items() for p in ps if p.gbit}, **link_rates(recs)}
+    by_group, repeats = {}, {}
     for r in recs:
         by_group.setdefault(r.group, []).append(r)
+        repeats.setdefault(configuration(r), []).append(r.step_s)
     cals = {}
     for group, rows in by_group.items():
         base = [r for r in rows if r.world_size == 1]
@@ -147,6 +165,10 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             continue
         steps = sorted(r.step_s for r in base)
         first = base[0]
+        # its own repeats' scatter, else one assumed for its step's length (short steps scatter more)
+        scatter = noise.pooled((v for k, v in repeats.items() if k[0] == group), noise.prior(statistics.median(steps)))
+        fits = ((k, fit_for_wire(p, nbytes / calls, wire, rates.get(k) and gbit_to_GBps(rates[k])))
+                for k, p in points.items())
         cals[group] = Calibration(
             group, first.describe, first.unit,
             per_device_units=first.samples_per_batch * first.accumulate_grad_batches * (
@@ -154,8 +176,8 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
             compute_s=statistics.median(c) if (c := [r.compute_s for r in base if float_or_none(r.compute_s)])
             else None,
-            nbytes=nbytes, calls=calls, rates=rates, strategy=first.strategy or "ddp",
-            fits={k: f for k, f in ((k, fit_for_wire(p, nbytes / calls, wire)) for k, p in points.items()) if f})
+            nbytes=nbytes, calls=calls, rates=rates, strategy=first.strategy or "ddp", scatter=scatter,
+            fits={k: f for k, f in fits if f})
     for r in recs:  # each multi-device run's exposed factor, against its own workload's baseline and fit
         own = cals.get(r.group)
         key = network(r.num_nodes, r.link, r.accelerator, r.device)
@@ -164,12 +186,18 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             continue
         t = fit.seconds(int(r.world_size), own.nbytes, own.calls)
         step = r.step_s  # an optimizer step, as the baseline's (the lever is part of the group)
-        entry = (calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id)
+        entry = Reading(calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id,
+                        step, t)
         own.exposures.setdefault(key, []).append(entry)
         for cal in cals.values():  # a strategy's x says nothing of another's (gloo blocks FSDP's collectives)
             if cal is not own and cal.strategy == own.strategy:
                 cal.borrowed.setdefault(key[0], []).append(entry)
     return cals
+
+
+def configuration(r) -> tuple:
+    """What makes two runs repeats of one configuration: the report's key (report.keys.CONFIGURATION)."""
+    return r.group, int(r.world_size), int(r.num_nodes), r.link or ""
 
 
 def _bytes(rows: list, wire: Optional[tuple]) -> tuple:
@@ -204,27 +232,41 @@ def fit_for(cal: Calibration, key: tuple) -> tuple:
 
 
 def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
-    """(Band of x for this workload at this link, where it came from): its own runs on this link, else its runs on
-    another link of that level; else what there is of the other workloads' runs at that level and of its own runs
-    at the other level, each read both as x and as a fixed cost per step U, the band spanning all of it."""
+    """(Band of x for this workload at this link, where it came from, x's sd): its own runs on this link, else its
+    runs on another link of that level; else what there is of the other workloads' runs at that level and of its
+    own runs at the other level, each read both as x and as a fixed cost per step U, the band spanning all of it
+    (x's sd 0: a range of readings, not a measurement). x is never below 0: an all-reduce cannot make a step shorter
+    (a run faster than the 1-device step is noise, which the sd carries)."""
     same_level = [e for k, es in cal.exposures.items() if k[0] == key[0] for e in es]
-    own = cal.exposures.get(key) or same_level
+    own = [e for e in cal.exposures.get(key) or same_level if e.x is not None]
     if own:
-        xs = [x for x, _, _ in own if x is not None]
+        xs = [max(0.0, e.x) for e in own]
         where = "this workload on this link" if cal.exposures.get(key) else "this workload on another link"
-        return Band(min(xs) * (1 - EXPOSURE_SPREAD), statistics.median(xs), max(xs) * (1 + EXPOSURE_SPREAD)), where
+        return (Band(min(xs), statistics.median(xs), max(xs)), where,
+                reading_sd(cal, own, allreduce_s, across_links=not cal.exposures.get(key)))
     others = cal.borrowed.get(key[0]) or []
-    mine = [e for es in cal.exposures.values() for e in es if e[0] is not None]  # the other level's
+    mine = [e for es in cal.exposures.values() for e in es if e.x is not None]  # the other level's
     if (not others and not mine) or allreduce_s <= 0:
         # nothing to read x from: a band as wide as x is found, from all hidden to twice the all-reduce alone
         # (compute slowed beside it: 1.0-1.4 measured on one CPU node here), not a width of zero
-        return Band(0.0, 1.0, UNMEASURED_X), f"none measured: x from 0 to {UNMEASURED_X:g} (1: no overlap)"
-    readings = [max(0.0, v) for x, u, _ in others + mine for v in ((x,) if x is not None else ()) + (
-        1 + u / allreduce_s,)]
+        return Band(0.0, 1.0, UNMEASURED_X), f"none measured: x from 0 to {UNMEASURED_X:g} (1: no overlap)", 0.0
+    readings = [max(0.0, v) for e in others + mine for v in ((e.x,) if e.x is not None else ()) + (
+        1 + e.fixed_s / allreduce_s,)]
     where = " and ".join(w for w, have in (("the other workloads' runs at this level", others),
                                            ("this workload's at the other level", mine)) if have)
-    mid = statistics.median(readings)
-    return Band(min(readings), mid, max(readings)), f"borrowed from {where}"
+    return Band(min(readings), statistics.median(readings), max(readings)), f"borrowed from {where}", 0.0
+
+
+def reading_sd(cal: Calibration, readings: list, allreduce_s: float, across_links: bool) -> float:
+    """The sd of x's middle, as it moves this step: each reading i predicts b + x_i · t = b (1 − r) + s_i r
+    (r = t / t_i), so the runs' scatter σ reaches it through the baseline's median (of k runs) and its own step;
+    averaged over the m readings. Read on other links, their spread is added (x differs from link to link)."""
+    sigma, b, k = cal.scatter.sigma, cal.baseline.mid, len(cal.baseline_runs)
+    variances = [(sigma * b * (1 - r)) ** 2 / k + (sigma * e.step_s * r) ** 2
+                 for e in readings for r in [allreduce_s / e.allreduce_s if e.allreduce_s > 0 else 1.0]]
+    sd = math.sqrt(sum(variances)) / len(variances) / allreduce_s if allreduce_s > 0 else 0.0
+    spread = statistics.stdev(e.x for e in readings) if across_links and len(readings) > 1 else 0.0
+    return math.hypot(sd, spread)
 
 
 @dataclass
@@ -243,20 +285,30 @@ def forecast(cal: Calibration, intra_key, inter_key, devices: int, num_nodes=DEF
     """([Forecast], notes): the workload at 1 GPU, one node and each node count, on these links. wire_ratio: the
     share of the bytes a compression hook puts on the wire (bf16: 0.5); accumulate: batches per all-reduce. A step
     on several nodes is never shorter than on one full node (its all-reduce spans more GPUs over a slower link):
-    each bound of a multi-node band is at least the one-node step's."""
+    each bound of a multi-node band is at least the one-node step's. Each band: 80 % for one new run (noise)."""
     intra, intra_how = fit_for(cal, intra_key) if devices > 1 else (None, "")
     inter, inter_how = fit_for(cal, inter_key) if inter_key else (None, "")
     out, notes, one_node = [], {}, None
+    base = accumulate * cal.baseline.mid
+    k_base, base_sd = Band(base, base, base), cal.scatter.sigma * base / math.sqrt(len(cal.baseline_runs))
+    sigma = cal.scatter.sigma
     for row in calibrate.model_rows(cal.baseline.mid, cal.nbytes * wire_ratio, cal.calls, devices, num_nodes,
                                     intra, inter):
         key = intra_key if row.num_nodes == 1 else inter_key
         fit = intra if row.num_nodes == 1 else inter
-        exposure, where = exposure_for(cal, key, row.comm_s) if row.world_size > 1 else (Band(0, 0, 0), "")
+        exposure, where, x_sd = exposure_for(cal, key, row.comm_s) if row.world_size > 1 else (k_base, "", 0.0)
         if row.world_size > 1:
             notes[key] = (fit, intra_how if row.num_nodes == 1 else inter_how, exposure, where)
-        k_base = Band(accumulate * cal.baseline.low, accumulate * cal.baseline.mid, accumulate * cal.baseline.high)
         u = max(COMM_UNCERTAINTY, fit.residual) if fit else 0.0
-        step = calibrate.step_band(k_base, row.comm_s, exposure, u) if row.world_size > 1 else k_base
+        if x_sd:  # x measured: the middle, give or take what moves it (the runs' scatter, the fit's error)
+            mid = base + exposure.mid * row.comm_s
+            model, sd = Band(mid, mid, mid), math.hypot(sigma * mid, x_sd * row.comm_s, u * exposure.mid * row.comm_s)
+        elif row.world_size > 1:  # a range of readings, each end moved by the baseline's and the new run's scatter
+            model = calibrate.step_band(k_base, row.comm_s, exposure, u)
+            sd = math.hypot(sigma * model.mid, base_sd)
+        else:
+            model, sd = k_base, math.hypot(sigma * base, base_sd)
+        step = noise.widen(model, cal.scatter, sd / model.mid)
         if row.num_nodes == 1:
             one_node = step
         else:  # the one-node ceiling
@@ -280,17 +332,20 @@ def answer(rows: list, threshold: float = GOOD_EFFICIENCY) -> Optional[int]:
 
 
 def track_record(recs: list, from_bench: dict, only=None) -> list:
-    """[{TRACK_COLUMNS}]: every multi-device run record (of `only`, run ids, where given) predicted from all the
-    others: predicted efficiency band and step beside the measured ones (efficiency here = the 1-device step ÷ this
-    step: per-device work is the same, weak scaling)."""
+    """[{TRACK_COLUMNS}]: every multi-device run record (of `only`, run ids, where given) predicted from the other
+    configurations' runs (leave its configuration out: its repeats would predict it, as a forecast of a scale not
+    run cannot be): predicted efficiency band and step beside the measured ones (efficiency here = the 1-device step
+    ÷ this step: per-device work is the same, weak scaling)."""
     rows = []
     for r in recs:
         if r.world_size < 2 or r.scaling != "weak" or (only is not None and r.run_id not in only):
             continue
-        cal = calibrate_all(recs, from_bench, exclude={r.run_id}).get(r.group)
+        same = {o.run_id for o in recs if configuration(o) == configuration(r)}
+        cal = calibrate_all(recs, from_bench, exclude=same).get(r.group)
         if cal is None:
             continue
         key = network(r.num_nodes, r.link, r.accelerator, r.device)
+        cal.rates.update({k: v for k, v in link_rates([r]).items() if k not in cal.rates})  # its link's stated rate
         intra_key = network(1, "", r.accelerator, r.device)
         gpn = int(r.devices or r.world_size // r.num_nodes)
         predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))
@@ -304,5 +359,6 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
                      "link": r.link, "predicted_step_s": f.step.mid, "measured_step_s": measured_step,
                      "predicted_eff": f.efficiency.mid, "eff_low": f.efficiency.low, "eff_high": f.efficiency.high,
                      "measured_eff": measured_eff, "inside": f.efficiency.contains(measured_eff),
-                     "exposure_from": notes.get(key if r.num_nodes > 1 else intra_key, (0, 0, 0, ""))[3]})
+                     "exposure_from": notes.get(key if r.num_nodes > 1 else intra_key, (0, 0, 0, ""))[3],
+                     "scatter": cal.scatter.sigma, "scatter_dof": cal.scatter.dof})
     return rows

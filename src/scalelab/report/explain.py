@@ -43,10 +43,11 @@ def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFra
                      "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
                      "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"],
                      "link": link_label(launch.get("link")),
+                     "link_gbit": (launch.get("link") or {}).get("gbit") if launch["num_nodes"] > 1 else None,
                      "log": r.get("_path") if source.get("format") == "nccl-tests" else None,
                      "source": source, "summary": r.get("summary") or {}, "collective": collective_of(r)})
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "num_nodes", "accelerator", "backend", "device",
-                                        "created", "busbw_GBps", "dtype", "rows", "link", "log", "source",
+                                        "created", "busbw_GBps", "dtype", "rows", "link", "link_gbit", "log", "source",
                                         "summary", "collective"])
     return frame.sort_values("created", ascending=False)
 

@@ -6,6 +6,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.perfmodel import forecast as fc
+from scalelab.perfmodel import noise
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
@@ -96,17 +97,34 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
              fmt_pct(r.measured_eff), "too wide" if too_wide else "yes" if r.inside else "NO",
              f"{r.predicted_step_s * 1e3:,.1f}", f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]]
             [:None if details else -1] for r, too_wide in zip(track.itertuples(), wide)]
-    inside = int(track.loc[~wide, "inside"].sum())
+    inside, counted = int(track.loc[~wide, "inside"].sum()), int((~wide).sum())
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
-    said = f"  {inside} of {int((~wide).sum())} inside the band"
+    promise = f"{noise.COVERAGE * 100:.0f} %"
+    said = f"  {inside} of {counted} inside the {promise} band" + (
+        f" ({inside / counted * 100:.0f} %; a band promises {promise})" if counted else "")
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
         said += (f" ({int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
                  "too noisy runs to fit the model from)")
-    return ["Track record (each multi-device configuration predicted from the other runs, leave one out; "
-            "efficiency = 1-device step ÷ step)",
+    return ["Track record (each multi-device configuration predicted from the other configurations' runs; "
+            f"{promise} band: where four in five new runs should land; efficiency = 1-device step ÷ step)",
             narrow(rows, ["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
                           "predicted step ms", "measured ms", "exposure from"][:None if details else -1], fmt),
-            f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.", ""]
+            f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.",
+            "  The bands' run-to-run scatter: " + "; ".join(
+                f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)), ""]
+
+
+def scatter_words(rows: pd.DataFrame) -> str:
+    """'2.4 % (repeats, 4 degree(s) of freedom)' or '2.7 % (assumed: no repeats to measure it)': the scatter a
+    group's bands were built from; a range where its predictions differ (each leaves its own configuration's
+    repeats out)."""
+    low, high = rows["scatter"].min() * 100, rows["scatter"].max() * 100
+    said = f"{low:.1f} %" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f} %"
+    dof = rows["scatter_dof"].astype(int)
+    if dof.min() == dof.max():
+        return said + (f" (repeats, {dof.max()} degree(s) of freedom)" if dof.max() else
+                       " (assumed: no repeats to measure it)")
+    return said + f" (0–{dof.max()} degree(s) of freedom: each prediction leaves its configuration's repeats out)"
 
 
 def _nodes(r) -> str:
@@ -211,11 +229,15 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
              + (f"; all-reduced per step: {cal.nbytes / 1e6:.3g} MB in {cal.calls} bucket(s)" if cal.strategy != "fsdp"
                 else f"; all-gathered and reduce-scattered per step: as much as all-reduces of {cal.nbytes / 1e6:.3g} "
                      f"MB in {cal.calls} call(s) cost (perfmodel.sharding)")]
+    lines.append(f"{noise.COVERAGE * 100:.0f} % bands for one run, from the {cal.scatter.describe()}")
     for key, (fit, how, exposure, where) in notes.items():
         if fit is None:
             continue
         rate = cal.rates.get(key)
         of_rate = f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate)" if rate else ""
+        if fit.capped_from and rate:
+            of_rate = (f" (the link's rate: the points alone gave {fit.capped_from:.4g} GB/s, "
+                       f"{fit.capped_from * 8 / rate * 100:.0f} % of it, which no link delivers; α refitted)")
         points = POINTS.get(cal.strategy, "all-reduce(s)")
         lines.append(f"{fc.level_name(key)}: ring fit α = {fit.alpha_s * 1e6:.1f} µs, β = {fit.beta_GBps:.4g} GB/s"
                      f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} {points} of "
