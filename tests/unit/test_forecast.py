@@ -164,7 +164,7 @@ def test_the_track_record_predicts_each_configuration_from_the_others_never_from
         results.write(str(tmp_path), r)
     proc = run_script("benchmark.py", "--output_dir", tmp_path)
     # b (the newest of a and b) paid 1.4 x where c paid 1.0 x: out of a band 2.7 % of scatter wide; c inside
-    assert proc.returncode == 0 and "1 of 2 inside the 80 % band (50 %; a band promises 80 %)" in proc.stdout, \
+    assert proc.returncode == 0 and "1 of 2 inside the 80 % band (50 %); median error" in proc.stdout, \
         proc.stdout[-2000:]
 
 
@@ -392,10 +392,12 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     lines = forecast_view.track_record(runs, track, "simple")
     table = lines[1].splitlines()
     assert [re.search(r"%\s+(too wide|yes|NO)\s", line).group(1) for line in table[2:]] == ["too wide", "yes", "NO"]
-    assert lines[2].startswith("  1 of 2 inside the 80 % band (50 %; a band promises 80 %) (1 band(s) wider than 50 "
-                               "points not counted: too few or too noisy runs to fit the model from); median error ")
+    assert lines[2].startswith("  1 of 2 inside the 80 % band (50 %; 1 band(s) wider than 50 points not counted: "
+                               "too few or too noisy runs to fit the model from); median error ")
     assert forecast_view.track_record(runs, track.iloc[1:], "simple")[2].startswith(
-        "  1 of 2 inside the 80 % band (50 %; a band promises 80 %); ")
+        "  1 of 2 inside the 80 % band (50 %); ")
+    assert forecast_view.track_record(runs, track.iloc[:1], "simple")[2].startswith(
+        "  0 of 0 inside the 80 % band (1 band(s) wider than 50 points")  # nothing counted: no share of nothing
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
 
 

@@ -68,7 +68,7 @@ def device_lines(g: pd.DataFrame) -> list:
     cpu = (g["accelerator"] == "cpu").all()
     what = "cores busy (CPU seconds ÷ wall seconds" if cpu else "busy (the share of time a kernel ran"
     out = [f"  {what}, range over ranks, sampled beside the timed steps): " + "; ".join(
-        f"{device_cells(r)[0]} at {_config(r)}" for r in g.itertuples())]
+        f"{device_cells(r)[0]} at {config_words(r)}" for r in g.itertuples())]
     if g["energy_per_1k_samples_J"].notna().any():
         out.append("  energy per step, per 1K samples (every rank, the timed window): " + "; ".join(
             f"{r.world_size:.0f} dev {fmt_num(r.energy_per_step_J, ',.4g')} J, "
@@ -79,7 +79,7 @@ def device_lines(g: pd.DataFrame) -> list:
     return out
 
 
-def _config(r) -> str:
+def config_words(r) -> str:
     """"2 dev", "2 dev, 2 nodes, emulated 2 Gbit/s": one configuration of a group, in words."""
     link = getattr(r, "link", "")
     return (f"{r.world_size:.0f} dev" + (f", {r.num_nodes:.0f} nodes" if r.num_nodes > 1 else "")

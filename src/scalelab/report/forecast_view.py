@@ -100,11 +100,11 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
     inside, counted = int(track.loc[~wide, "inside"].sum()), int((~wide).sum())
     err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
     promise = f"{noise.COVERAGE * 100:.0f} %"
-    said = f"  {inside} of {counted} inside the {promise} band" + (
-        f" ({inside / counted * 100:.0f} %; a band promises {promise})" if counted else "")
+    notes = [f"{inside / counted * 100:.0f} %"] if counted else []
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
-        said += (f" ({int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
-                 "too noisy runs to fit the model from)")
+        notes.append(f"{int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
+                     "too noisy runs to fit the model from")
+    said = f"  {inside} of {counted} inside the {promise} band" + (f" ({'; '.join(notes)})" if notes else "")
     return ["Track record (each multi-device configuration predicted from the other configurations' runs; "
             f"{promise} band: where four in five new runs should land; efficiency = 1-device step ÷ step)",
             narrow(rows, ["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",

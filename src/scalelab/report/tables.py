@@ -11,7 +11,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.entry import human_count
-from scalelab.report import cells, explain, plausible
+from scalelab.report import cells, explain, plausible, spread
 from scalelab.report import lever_view as levers
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, narrow, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
@@ -43,7 +43,7 @@ def render(runs: pd.DataFrame, scaling: pd.DataFrame, fmt: str = "simple", max_r
         shown = runs_table(members, fmt, max_runs)
         out += shown if details else [line for line in shown[1:] if line.startswith("  !")]  # the warnings stay
         g = scaling[scaling["group"] == group].sort_values(["world_size", "num_nodes"])
-        out += scaling_table(g, fmt)
+        out += scaling_table(g, fmt) + spread.lines(members, g)
         if g["compute_s"].notna().any():
             step = step_table(g, fmt)
             out += step if details else step[3:]  # what limits each configuration, without the wide table

@@ -1,0 +1,50 @@
+"""Noise you can see (report/spread.py): the repeats' scatter under a scaling table, and two configurations whose
+efficiencies lie within it of each other marked, worked by hand."""
+
+import math
+
+import pytest
+
+from helpers import make_result
+from scalelab.report import frames, spread, tables
+
+
+def _run(run_id, world, step_s, nodes=1):
+    r = make_result(run_id, world, nodes, samples_per_s=64 * world / step_s)
+    r["timing"]["step_s"] = {"median": step_s}
+    return r
+
+
+def _report(found):
+    runs = frames.runs_frame(found)
+    return runs, frames.scaling_frame(runs)
+
+
+def test_without_repeats_nothing_is_said():
+    runs, scaling = _report([_run("a", 1, 0.10), _run("b", 2, 0.11)])
+    assert spread.lines(runs, scaling) == [] and spread.scatter(runs).dof == 0
+
+
+def test_the_scatter_of_repeats_and_two_efficiencies_it_can_move_are_said():
+    """1 device: 0.100 and 0.104 s; 2 devices: 0.102 and 0.10608 s (σ = |ln(1.04)| / √2 on each, pooled over 2
+    degrees of freedom: Student's t 1.886). The medians' efficiencies, 100 % and 98 %, lie within
+    1.886 · σ · √(1/2 + 1/2); a third configuration at 0.2 s is far outside it."""
+    found = [_run("a1", 1, 0.100), _run("a2", 1, 0.104), _run("b1", 2, 0.102), _run("b2", 2, 0.10608),
+             _run("c1", 4, 0.200)]
+    runs, scaling = _report(found)
+    sigma = math.log(1.04) / math.sqrt(2)
+    assert spread.scatter(runs).sigma == pytest.approx(sigma) and spread.scatter(runs).dof == 2
+    lines = spread.lines(runs, scaling.sort_values(["world_size", "num_nodes"]))
+    half = (math.exp(1.886 * sigma) - 1) * 100
+    assert lines[0] == (f"  run-to-run: the step scatters {sigma * 100:.1f} % between repeats (2 degree(s) of freedom);"
+                        f" 80 % of one configuration's runs lie within ±{half:.1f} % of its median")
+    reach = (math.exp(1.886 * sigma * math.sqrt(1 / 2 + 1 / 2)) - 1) * 100
+    assert lines[1:] == [f"  within noise: 1 dev (100 %) and 2 dev (98 %) differ by less than their repeats' scatter "
+                         f"can move them (±{reach:.1f} %)"]
+    assert lines[1] in tables.render(runs, scaling).splitlines()  # under the group's scaling table
+
+
+def test_two_efficiencies_just_beyond_the_scatter_are_not_marked():
+    found = [_run("a1", 1, 0.100), _run("a2", 1, 0.101), _run("b1", 2, 0.110), _run("b2", 2, 0.111)]
+    runs, scaling = _report(found)
+    assert len(spread.lines(runs, scaling)) == 1  # the scatter, no pair
