@@ -97,7 +97,7 @@ def test_the_forecast_holds_each_links_fit_below_its_stated_rate_and_says_so():
     line = forecast_view.sources(cal, notes)[-1]
     assert "β = 1 GB/s (the link's rate: the points alone gave 4 GB/s, 400 % of it, which no link delivers" in line
     assert forecast_view.sources(cal, notes)[1] == (
-        "80 % bands for one run, from the run-to-run scatter 2.7 % (assumed: no configuration here has repeats)")
+        "80 % bands for one run, from the run-to-run scatter 2.6 % (assumed: no configuration here has repeats)")
 
 
 def test_an_all_reduce_never_shortens_a_step_a_negative_x_counts_as_zero():

@@ -22,11 +22,12 @@ COVERAGE = 0.8  # the share of new runs a band promises to hold
 T_90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372,
         12: 1.356, 15: 1.341, 20: 1.325, 30: 1.310}
 # The scatter a workload without repeats is assumed to have: the standard deviation of log(step) over the repeats of
-# one configuration, pooled over 5 fresh-clone `make demo` runs on a 2-core VM (docs/appendix-b): the GPT's 4
-# configurations (steps of 0.25-0.8 s) 2.7 % (16 degrees of freedom), the MLP's 2 (steps under 2 ms) 9.8 % (8): a
-# step of a few milliseconds is at the mercy of every scheduler tick, a long one averages them out.
-PRIOR_SCATTER = 0.027
-PRIOR_SCATTER_SHORT = 0.098
+# one configuration, as the report's "run-to-run" line reads it over five fresh-clone `make demo` folders merged
+# into one, on a 2-core VM (docs/appendix-b): the GPT's 4 configurations (steps of 0.25-0.8 s) 2.6 % (16 degrees
+# of freedom), the MLP's 2 (steps under 2 ms) 9.9 % (8): a step of a few milliseconds is at the mercy of every
+# scheduler tick, a long one averages them out.
+PRIOR_SCATTER = 0.026
+PRIOR_SCATTER_SHORT = 0.099
 SHORT_STEP_S = 0.010  # below this a step takes the short steps' prior
 
 
