@@ -1,6 +1,7 @@
 """benchmarks/predictor_validation.py and its data: every published point says where it came from and what was
-assumed, its efficiency is what its throughputs give, and the scoring arithmetic (band, coverage, errors) is right
-on hand-made rows whose answers are worked out here."""
+assumed, its efficiency is what its throughputs give, and the scoring arithmetic (band, coverage, errors) and the
+candidate terms (each priced as its words say, the overhead learned in-sample and held out) are right on hand-made
+rows whose answers are worked out here."""
 
 import importlib.util
 import re
@@ -44,6 +45,19 @@ def test_every_point_names_its_source_and_what_it_assumed(point):
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p["id"])
 def test_the_efficiency_in_the_row_is_what_its_throughputs_give(point):
     assert pv.published_efficiency(point) == pytest.approx(point["efficiency"], abs=5e-5)
+
+
+def test_one_bucket_is_only_where_the_assumptions_say_so():
+    """Directly, or through the row whose assumptions a row takes over ('As <id>', 'Otherwise as <id>')."""
+    by_id = {p["id"]: p for p in POINTS}
+
+    def says(point, depth=0):
+        said = point["assumptions"]
+        named = [by_id[i] for i in re.findall(r"\b[Aa]s ([\w-]+[\w])", said) if i in by_id]
+        return "one bucket" in said or (depth < 3 and any(says(p, depth + 1) for p in named))
+
+    assert [p["id"] for p in POINTS if p.get("one_bucket") and not says(p)] == []
+    assert all(p["system"] == "dgx-a100-80gb" for p in POINTS if p.get("one_bucket"))
 
 
 def test_every_link_figure_has_its_source_and_an_unknown_one_is_never_needed():
@@ -118,3 +132,70 @@ def test_the_benchmark_scores_every_point_and_prints_the_summary(capsys):
     assert pv.main(["--system", "dgx-2h"]) == 0
     out = capsys.readouterr().out
     assert "coverage:" in out and "optimistic" in out and "bert-large" not in out
+    assert "term (cumulative)" in out and "held out" in out and "dgx-2h 0.1" in out
+
+
+# --- the candidate terms on hand-made rows --------------------------------------------------------------------------
+
+
+def test_each_term_prices_the_inputs_as_its_words_say():
+    point = _point(gpus=4, nodes=1)
+    assert pv.inputs(point, SYSTEM, 1, 1).node_overhead == 0  # today's: no term
+    fixed = pv.Terms("fixed", overhead=0.1)
+    assert pv.inputs(point, SYSTEM, 1, 1, fixed).node_overhead == pytest.approx(0.1)
+    per_gpu = pv.Terms("per GPU", overhead=0.01)
+    assert pv.inputs(point, SYSTEM, 1, 1, per_gpu).node_overhead == pytest.approx(0.03)  # 3 GPUs beyond the first
+    rates = pv.inputs(point, SYSTEM, 2, 1, pv.Terms(nvlink_rate=0.8, network_rate=0.9))
+    assert (rates.intra_GBps, rates.inter_GBps) == (pytest.approx(80), pytest.approx(9))  # 100 and 10 GB/s
+    share = pv.inputs(point, SYSTEM, 2, 1, pv.Terms(nic_share=True))
+    assert share.inter_GBps == pytest.approx(10 / 4)  # 2 x 40 Gbit/s shared by 4 GPUs
+    assert pv.inputs(point, SYSTEM, 1, 1).buckets == 96  # 2.5 GB in DDP's 25 MiB: 95.4 -> 96
+    assert pv.inputs({**point, "one_bucket": True}, SYSTEM, 1, 1).buckets == 1
+
+
+def test_the_overhead_lowers_both_edges_of_a_one_gpu_band():
+    # 1 node of 4: 2.5 GB over 100 GB/s = 0.0375 s of all-reduce; 0.5 s a batch, 0.5 / 0.9 on a node that loses 10 %
+    lo, hi, _ = pv.band(_point(gpus=4, nodes=1), SYSTEM, pv.Terms("fixed", overhead=0.1))
+    assert lo == pytest.approx(0.5 / (0.5 / 0.9 + 0.0375)) and hi == pytest.approx(0.9)
+
+
+def test_the_last_bucket_step_by_hand():
+    # 4 batches of 1 s, the last one's backward 2/3 s; 0.4 s of all-reduce in 4 buckets hides but the last, 0.1 s
+    row = type("Row", (), {"compute_s": 4.0, "comm_s": 0.4})
+    assert pv.last_bucket_step(row, 4, 4) == pytest.approx(3 + 1 + 0.1)
+    # 2 s outlasts backward: the first bucket starts a quarter into backward (at 1/3 + 1/6 s), 2 s of all-reduce after
+    row.comm_s = 2.0
+    assert pv.last_bucket_step(row, 4, 4) == pytest.approx(3 + 1 / 3 + 1 / 6 + 2.0)
+    assert pv.last_bucket_step(row, 1, 1) == pytest.approx(4.0 + 2.0)  # one bucket: nothing hides
+    # the band: one bucket, 1 GPU baseline, 2 nodes: full overlap is no overlap
+    lo, hi, _ = pv.band({**_point(), "one_bucket": True}, SYSTEM, pv.Terms(last_bucket=True))
+    assert hi == pytest.approx(lo) == pytest.approx(0.5 / (0.5 + 0.4375))
+
+
+def _hand_data():
+    """Two systems of one 4-GPU node, 1-GPU baselines. On a node that loses f: f = 0 bands [0.930, 1],
+    f = 0.1 [0.843, 0.9], f = 0.2 [0.755, 0.8] (0.5 / (0.5 / (1 - f) + 0.0375) to 1 - f). Published 0.88 and 0.86
+    (system x) sit inside only at 0.1, 0.78 (system y) only at 0.2."""
+    pts = [_point(id=f"p{i}", system=name, gpus=4, nodes=1, throughput=eff * 8)
+           for i, (name, eff) in enumerate((("x", 0.88), ("x", 0.86), ("y", 0.78)))]
+    return {"systems": {"x": SYSTEM, "y": SYSTEM}, "points": pts}
+
+
+def test_the_overhead_is_learned_where_most_points_fall_inside_and_held_out_without_their_system(monkeypatch):
+    monkeypatch.setitem(pv.GRIDS, "fixed", (0.0, 0.1, 0.2))
+    data = _hand_data()
+    assert pv.learn(data, pv.Terms("fixed")) == 0.1  # two inside, against one at 0.2 and none at 0
+    assert pv.learn(data, pv.Terms()) == 0.0  # no overhead term: nothing to learn
+    assert pv.learn(data, pv.Terms("fixed"), leave_out="x") == 0.2  # only y's point left
+    results, values = pv.held_out(data, pv.Terms("fixed"))
+    assert values == {"x": 0.2, "y": 0.1}
+    assert [pv.inside(*t) for t in pv.triples(results)] == [False, False, False]  # each missed when held out
+
+
+def test_the_default_of_predict_py_is_what_the_set_teaches():
+    """src/predict.py's --node_overhead default is the adopted term's in-sample value; held out, every system
+    learns the same."""
+    terms = pv.CANDIDATES[pv.ADOPTED][1]
+    assert pv.learned(DATA, terms).overhead == pytest.approx(0.1)
+    values = list(pv.held_out(DATA, terms)[1].values())
+    assert values == pytest.approx([0.1] * len(SYSTEMS))
