@@ -44,7 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 from scalelab.perfmodel.network import DDP_BUCKET_BYTES, GRAD_DTYPE_BYTES, gbit_to_GBps  # noqa: E402
-from scalelab.perfmodel.scaling import ScalingInputs, predict  # noqa: E402
+from scalelab.perfmodel.scaling import NODE_OVERHEAD, ScalingInputs, predict  # noqa: E402
 
 DATA = os.path.join(ROOT, "benchmarks", "data", "published_scaling.json")
 BASELINES = ("1 GPU", "1 node")
@@ -257,11 +257,11 @@ NVLINK_RATE, NETWORK_RATE = 0.82, 0.96
 CANDIDATES = (  # (the term, its Terms, the verdict): today's, the adopted term, then each rejected one on top of it
     ("today's predictor", TODAY, "before"),
     ("+ one-node overhead, a fixed share of a step", Terms("fixed"), "adopted"),
-    ("  the overhead per GPU beyond the first instead", Terms("per GPU"), "rejected"),
-    (f"  + achievable line rate (NVLink {NVLINK_RATE:g}, network {NETWORK_RATE:g})",
+    ("one-node overhead per GPU beyond the first", Terms("per GPU"), "rejected"),
+    (f"+ achievable line rate (NVLink {NVLINK_RATE:g}, network {NETWORK_RATE:g})",
      Terms("fixed", nvlink_rate=NVLINK_RATE, network_rate=NETWORK_RATE), "rejected"),
-    ("  + slowest hop: one GPU's share of its node's NICs", Terms("fixed", nic_share=True), "rejected"),
-    ("  + full overlap waits for the last bucket", Terms("fixed", last_bucket=True), "rejected"),
+    ("+ slowest hop: one GPU's share of its node's NICs", Terms("fixed", nic_share=True), "rejected"),
+    ("+ full overlap waits for the last bucket", Terms("fixed", last_bucket=True), "rejected"),
 )
 ADOPTED = 1
 
@@ -322,7 +322,9 @@ def report(data, systems=None) -> list:
     headers = ["term (cumulative)", "verdict", "overhead", "inside", "median |err|\nedge (pts)",
                "median |err|\nmiddle (pts)", "misses\nbelow/above", "held out:\noverhead", "held out:\ninside",
                "held out:\nedge (pts)", "held out:\nmiddle (pts)", "held out:\nbelow/above"]
-    return [tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True, stralign="right"),
+    return [tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True,
+                     colalign=("left",) + ("right",) * (len(headers) - 1)),
+            "rejected: each alone in place of the adopted term (per GPU) or on top of it (+); "
             f"in-sample: the overhead learned from all {len(data['points'])} points; held out: each system's points "
             "priced with it "
             "learned without that system (leave one system out): "
@@ -346,7 +348,8 @@ def main(argv=None) -> int:
     print(table(results, evaluate(data, args.system)))
     print()
     print(f"adopted terms: {CANDIDATES[ADOPTED][0][2:]} = {adopted.overhead:g} (learned from all "
-          f"{len(data['points'])} points); inside, errors and the summary below are theirs")
+          f"{len(data['points'])} points; src/predict.py's --node_overhead default: {NODE_OVERHEAD:g}); inside, "
+          "errors and the summary below are theirs")
     print("\n".join(summary_lines(score(triples(results)))))
     print("\n".join(by_system(results)))
     print("error = published - predicted, in percentage points; negative: the cluster did worse than predicted.")

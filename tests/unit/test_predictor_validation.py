@@ -10,6 +10,7 @@ import pytest
 
 from helpers import ROOT
 from scalelab.perfmodel.network import GRAD_DTYPE_BYTES
+from scalelab.perfmodel.scaling import NODE_OVERHEAD
 
 _spec = importlib.util.spec_from_file_location("predictor_validation", ROOT / "benchmarks" / "predictor_validation.py")
 pv = importlib.util.module_from_spec(_spec)
@@ -196,6 +197,6 @@ def test_the_default_of_predict_py_is_what_the_set_teaches():
     """src/predict.py's --node_overhead default is the adopted term's in-sample value; held out, every system
     learns the same."""
     terms = pv.CANDIDATES[pv.ADOPTED][1]
-    assert pv.learned(DATA, terms).overhead == pytest.approx(0.1)
+    assert pv.learned(DATA, terms).overhead == NODE_OVERHEAD == pytest.approx(0.1)
     values = list(pv.held_out(DATA, terms)[1].values())
-    assert values == pytest.approx([0.1] * len(SYSTEMS))
+    assert values == pytest.approx([NODE_OVERHEAD] * len(SYSTEMS))

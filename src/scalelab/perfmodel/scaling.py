@@ -23,6 +23,12 @@ from scalelab.perfmodel.network import (
 
 # Prediction
 
+# The share of each step a node running more than one GPU loses with no network involved (its host, input pipeline
+# and kernel launches shared by its GPUs): src/predict.py's default. Learned by benchmarks/predictor_validation.py
+# from the published runs in benchmarks/data/published_scaling.json: on a 0.01 grid, the value that puts the most
+# of them inside their bands (and the value learned with each system left out in turn).
+NODE_OVERHEAD = 0.1
+
 
 @dataclass(frozen=True)
 class ScalingInputs:
@@ -59,7 +65,7 @@ class ScalingInputs:
     accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches): one all-reduce per `accumulate`
     wire_bytes: Optional[float] = None  # bytes a hook sends per all-reduce (perfmodel.levers); None: S itself
     # 0 leaves a step as it was: right for the calibrated forecast (calibrate.inputs_for), whose measured steps
-    # already hold what a full node loses
+    # already hold what a full node loses; src/predict.py passes NODE_OVERHEAD
     node_overhead: float = 0.0
 
     def __post_init__(self):
