@@ -26,6 +26,7 @@ from scalelab.entry import (
     positive_float,
     positive_int,
     run_piped,
+    unit_fraction,
 )
 from scalelab.errors import UsageError
 from scalelab.perfmodel import levers
@@ -79,6 +80,8 @@ def parse_args(argv):
     p.add_argument("--inter_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
     p.add_argument("--bucket_mb", type=positive_float, default=25.0,
                    help="DDP bucket size in MiB: latency is paid once per bucket (default 25)")
+    p.add_argument("--node_overhead", type=unit_fraction, default=pm.NODE_OVERHEAD, help="share of a step a node of "
+                   "several GPUs loses to its host, network or not (default %(default)g: learned from published runs)")
     p.add_argument("--busbw_GBps", type=positive_float, nargs="+",
                    help="measured all-reduce busbw (GB/s) replacing the link figures for node counts > 1: "
                         "one value for all, or one per node count > 1")
@@ -235,7 +238,7 @@ def build(args):
         nbytes, calls = sharded.allreduce_terms()
         comm_kw = {"grad_bytes": nbytes, "bucket_bytes": math.nextafter(nbytes / math.ceil(calls), math.inf)}
     inputs = pm.ScalingInputs(
-        accumulate=args.accumulate, wire_bytes=wire,
+        accumulate=args.accumulate, wire_bytes=wire, node_overhead=args.node_overhead,
         devices=gpn, num_nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
         intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
         intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
@@ -315,6 +318,9 @@ def forecast_from(args, argv) -> int:
     given = {a.split("=")[0] for a in argv}
     if "--strategy" in given:
         raise UsageError("--from DIR forecasts each strategy its runs used: leave --strategy out")
+    if "--node_overhead" in given:
+        raise UsageError("--from DIR forecasts from measured steps, which hold the node's overhead: leave "
+                         "--node_overhead out")
     report = report_cli.build(args.from_dir)
     report_cli._warn(report.skipped)
     runs, bench = report.runs, report.benches  # every collective: FSDP's step is priced with its own

@@ -23,6 +23,12 @@ from scalelab.perfmodel.network import (
 
 # Prediction
 
+# The share of each step a node running more than one GPU loses with no network involved (its host, input pipeline
+# and kernel launches shared by its GPUs): src/predict.py's default. Learned by benchmarks/predictor_validation.py
+# from the published runs in benchmarks/data/published_scaling.json: on a 0.01 grid, the value that puts the most
+# of them inside their bands (and the value learned with each system left out in turn).
+NODE_OVERHEAD = 0.1
+
 
 @dataclass(frozen=True)
 class ScalingInputs:
@@ -34,7 +40,8 @@ class ScalingInputs:
     grows); "strong" splits it over the GPUs (global batch fixed; assumes all of it splits evenly, which
     DDP's unsplit optimizer step does not). busbw_GBps maps a node count to a measured all-reduce busbw
     that replaces the link figure there. tokens_per_step (tokens of one 1-GPU step), token_budget and
-    gpu_hour_price add time-to-train and cost.
+    gpu_hour_price add time-to-train and cost. node_overhead: the share of each step a node running more than
+    one GPU loses to its host, network or not (compute per GPU there = compute / (1 - node_overhead)).
     """
     devices: int
     num_nodes: Sequence[int] = (1,)
@@ -57,6 +64,9 @@ class ScalingInputs:
     gpu_hour_price: Optional[float] = None
     accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches): one all-reduce per `accumulate`
     wire_bytes: Optional[float] = None  # bytes a hook sends per all-reduce (perfmodel.levers); None: S itself
+    # 0 leaves a step as it was: right for the calibrated forecast (calibrate.inputs_for), whose measured steps
+    # already hold what a full node loses; src/predict.py passes NODE_OVERHEAD
+    node_overhead: float = 0.0
 
     def __post_init__(self):
         _positive(devices=self.devices, intra_GBps=self.intra_GBps, inter_GBps=self.inter_GBps,
@@ -64,6 +74,8 @@ class ScalingInputs:
         if self.wire_bytes is not None:
             _positive(wire_bytes=self.wire_bytes)
         _nonneg(intra_latency_s=self.intra_latency_s, inter_latency_s=self.inter_latency_s)
+        if not 0 <= self.node_overhead < 1:
+            raise ValueError(f"node_overhead is a fraction of a step (0 <= it < 1), got {self.node_overhead}")
         num_nodes = tuple(sorted(set(int(n) for n in self.num_nodes)))
         if not num_nodes or min(num_nodes) < 1:
             raise ValueError(f"num_nodes must be positive integers, got {list(self.num_nodes)}")
@@ -166,6 +178,8 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
             latency_term = inputs.buckets * 2 * (world_size - 1) * ring.latency_s
             comm = allreduce_time_s(S, world_size, bw, ring.latency_s, inputs.buckets)
         compute = c1 if inputs.scaling == "weak" else c1 / world_size  # one batch; an optimizer step is k of them
+        if world_size > num_nodes:  # GPUs share a node: its host costs every step node_overhead of it
+            compute /= 1 - inputs.node_overhead
         serial, overlap = accumulated_step(compute, comm, k)
         work = world_size if inputs.scaling == "weak" else 1  # how many 1-GPU steps of work one step does
         sp_serial, sp_overlap = work * k * c1 / serial, work * k * c1 / overlap
@@ -217,6 +231,10 @@ def formula(inputs: ScalingInputs) -> str:
         "step: no overlap = compute + comm; full overlap (DDP all-reduces buckets during backward) ="
         " max(compute, comm); reality lies between.",
     ]
+    if inputs.node_overhead and inputs.devices > 1:
+        lines.append(f"node overhead: a node running {inputs.devices} GPUs loses {inputs.node_overhead * 100:.3g} % of "
+                     f"each step to its host, network or not: compute per GPU there = compute / (1 - "
+                     f"{inputs.node_overhead:g}) (--node_overhead).")
     if inputs.accumulate > 1:
         lines.append(f"accumulation: an optimizer step computes K = {inputs.accumulate} batches and all-reduces once:"
                      " no overlap = K * compute + comm; full overlap = (K-1) * compute + max(compute, comm).")

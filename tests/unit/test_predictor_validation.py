@@ -1,0 +1,202 @@
+"""benchmarks/predictor_validation.py and its data: every published point says where it came from and what was
+assumed, its efficiency is what its throughputs give, and the scoring arithmetic (band, coverage, errors) and the
+candidate terms (each priced as its words say, the overhead learned in-sample and held out) are right on hand-made
+rows whose answers are worked out here."""
+
+import importlib.util
+import re
+
+import pytest
+
+from helpers import ROOT
+from scalelab.perfmodel.network import GRAD_DTYPE_BYTES
+from scalelab.perfmodel.scaling import NODE_OVERHEAD
+
+_spec = importlib.util.spec_from_file_location("predictor_validation", ROOT / "benchmarks" / "predictor_validation.py")
+pv = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pv)
+
+DATA = pv.load()
+POINTS, SYSTEMS = DATA["points"], DATA["systems"]
+PINNED_GITHUB = re.compile(r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/\S+")
+
+
+def test_the_set_is_big_enough_and_its_ids_unique():
+    ids = [p["id"] for p in POINTS]
+    assert len(ids) >= 12
+    assert len(set(ids)) == len(ids), sorted(i for i in ids if ids.count(i) > 1)
+    assert len({p["system"] for p in POINTS}) >= 4
+    assert any(p["nodes"] > 1 for p in POINTS)
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p["id"])
+def test_every_point_names_its_source_and_what_it_assumed(point):
+    for field in ("section", "hardware_as_stated", "workload", "params_source", "grad_dtype_source", "assumptions"):
+        assert point[field].strip(), field
+    assert point["source"].startswith("https://"), point["source"]
+    if point["source"].startswith("https://github.com/"):
+        assert PINNED_GITHUB.fullmatch(point["source"]), "a GitHub source is pinned to a commit"
+    assert point["system"] in SYSTEMS
+    assert point["grad_dtype"] in GRAD_DTYPE_BYTES
+    assert point["baseline"] in pv.BASELINES
+    assert point["gpus"] % point["nodes"] == 0 and point["gpus"] > pv.baseline_gpus(point)
+    assert point["nodes"] == 1 or point["gpus"] // point["nodes"] == SYSTEMS[point["system"]]["gpus_per_node"]
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p["id"])
+def test_the_efficiency_in_the_row_is_what_its_throughputs_give(point):
+    assert pv.published_efficiency(point) == pytest.approx(point["efficiency"], abs=5e-5)
+
+
+def test_one_bucket_is_only_where_the_assumptions_say_so():
+    """Directly, or through the row whose assumptions a row takes over ('As <id>', 'Otherwise as <id>')."""
+    by_id = {p["id"]: p for p in POINTS}
+
+    def says(point, depth=0):
+        said = point["assumptions"]
+        named = [by_id[i] for i in re.findall(r"\b[Aa]s ([\w-]+[\w])", said) if i in by_id]
+        return "one bucket" in said or (depth < 3 and any(says(p, depth + 1) for p in named))
+
+    assert [p["id"] for p in POINTS if p.get("one_bucket") and not says(p)] == []
+    assert all(p["system"] == "dgx-a100-80gb" for p in POINTS if p.get("one_bucket"))
+
+
+def test_every_link_figure_has_its_source_and_an_unknown_one_is_never_needed():
+    for name, system in SYSTEMS.items():
+        assert system["inter_source"].startswith("http") and system["nics_per_node"] * system["nic_gbit"] > 0, name
+        assert system["intra_source"].startswith("http") and system["assumptions"].strip(), name
+        if system["intra_GBps"] is None:
+            theirs = [p for p in POINTS if p["system"] == name]
+            assert all(p["nodes"] > 1 and p["baseline"] == "1 GPU" for p in theirs), name
+
+
+# --- the scoring arithmetic on hand-made rows ---------------------------------------------------------------------
+
+SYSTEM = {"gpus_per_node": 4, "intra_GBps": 100, "nics_per_node": 2, "nic_gbit": 40}  # 80 Gbit/s = 10 GB/s per node
+
+
+def _point(**kw):
+    # 1.25e9 fp16 gradients = 2.5 GB; one batch of 1 sample at 2 samples/s per GPU = 0.5 s
+    base = dict(id="hand", system="hand", params=1.25e9, grad_dtype="fp16", per_gpu_batch=1, items_per_sample=1,
+                gpus=8, nodes=2, accumulation=1, baseline="1 GPU", baseline_accumulation=1, baseline_throughput=2,
+                throughput=12)
+    return {**base, **kw}
+
+
+def test_a_one_gpu_baseline_band_is_the_predictors_efficiency_at_that_scale():
+    lo, hi, row = pv.band(_point(), SYSTEM)
+    comm = 2 * 7 / 8 * 2.5 / 10  # ring over 8 GPUs at the 10 GB/s inter-node link: 0.4375 s
+    assert row.comm_s == pytest.approx(comm)
+    assert lo == pytest.approx(0.5 / (0.5 + comm)) and hi == pytest.approx(1.0)
+    assert pv.published_efficiency(_point()) == pytest.approx(12 / (2 * 8))
+
+
+def test_a_one_node_baseline_divides_by_the_predicted_node_at_each_runs_own_accumulation():
+    # node throughput 8 over 4 GPUs: still 0.5 s a batch; K = 4 at 2 nodes, K = 8 on the 1-node baseline
+    point = _point(baseline="1 node", baseline_throughput=8, accumulation=4, baseline_accumulation=8, throughput=15)
+    lo, hi, _ = pv.band(point, SYSTEM)
+    comm_n, comm_1 = 2 * 7 / 8 * 2.5 / 10, 2 * 3 / 4 * 2.5 / 100  # 2 nodes at 10 GB/s; 1 node on the 100 GB/s link
+    assert lo == pytest.approx((2.0 / (2.0 + comm_n)) / (4.0 / (4.0 + comm_1)))
+    assert hi == pytest.approx(1.0)  # both hide: the all-reduce is shorter than one batch at either scale
+    assert pv.published_efficiency(point) == pytest.approx(15 / (8 * 2))
+
+
+def test_an_unknown_intra_node_link_is_refused_where_the_band_would_read_it():
+    system = {**SYSTEM, "intra_GBps": None}
+    assert pv.band(_point(), system)[0] > 0  # a multi-node ring against 1 GPU never reads it
+    with pytest.raises(ValueError, match="intra-node link"):
+        pv.band(_point(nodes=1, gpus=4), system)
+
+
+def test_errors_are_signed_published_minus_predicted():
+    assert pv.edge_error(0.85, 0.9, 1.0) == pytest.approx(-0.05)  # below: the predictor was optimistic
+    assert pv.edge_error(0.95, 0.9, 1.0) == 0.0
+    assert pv.edge_error(1.02, 0.9, 1.0) == pytest.approx(0.02)
+    assert pv.mid_error(0.85, 0.9, 1.0) == pytest.approx(-0.1)
+    assert pv.inside(0.9, 0.9, 1.0) and not pv.inside(0.8999, 0.9, 1.0)
+
+
+def test_the_summary_counts_coverage_medians_and_the_side_of_each_miss():
+    s = pv.score([(0.95, 0.9, 1.0), (0.80, 0.9, 1.0), (1.02, 0.9, 1.0)])
+    assert (s.points, s.inside, s.optimistic, s.pessimistic) == (3, 1, 1, 1)
+    assert s.coverage == pytest.approx(1 / 3)
+    assert s.median_abs_edge_error == pytest.approx(0.02)  # of 0, 0.10, 0.02
+    assert s.median_abs_mid_error == pytest.approx(0.07)  # of 0, 0.15, 0.07
+    with pytest.raises(ValueError):
+        pv.score([])
+
+
+def test_the_benchmark_scores_every_point_and_prints_the_summary(capsys):
+    results = pv.evaluate(DATA)
+    assert len(results) == len(POINTS)
+    assert all(0 < r["lo"] <= r["hi"] <= 1 + 1e-12 for r in results)
+    assert pv.main(["--system", "dgx-2h"]) == 0
+    out = capsys.readouterr().out
+    assert "coverage:" in out and "optimistic" in out and "bert-large" not in out
+    assert "term (cumulative)" in out and "held out" in out and "dgx-2h 0.1" in out
+
+
+# --- the candidate terms on hand-made rows --------------------------------------------------------------------------
+
+
+def test_each_term_prices_the_inputs_as_its_words_say():
+    point = _point(gpus=4, nodes=1)
+    assert pv.inputs(point, SYSTEM, 1, 1).node_overhead == 0  # today's: no term
+    fixed = pv.Terms("fixed", overhead=0.1)
+    assert pv.inputs(point, SYSTEM, 1, 1, fixed).node_overhead == pytest.approx(0.1)
+    per_gpu = pv.Terms("per GPU", overhead=0.01)
+    assert pv.inputs(point, SYSTEM, 1, 1, per_gpu).node_overhead == pytest.approx(0.03)  # 3 GPUs beyond the first
+    rates = pv.inputs(point, SYSTEM, 2, 1, pv.Terms(nvlink_rate=0.8, network_rate=0.9))
+    assert (rates.intra_GBps, rates.inter_GBps) == (pytest.approx(80), pytest.approx(9))  # 100 and 10 GB/s
+    share = pv.inputs(point, SYSTEM, 2, 1, pv.Terms(nic_share=True))
+    assert share.inter_GBps == pytest.approx(10 / 4)  # 2 x 40 Gbit/s shared by 4 GPUs
+    assert pv.inputs(point, SYSTEM, 1, 1).buckets == 96  # 2.5 GB in DDP's 25 MiB: 95.4 -> 96
+    assert pv.inputs({**point, "one_bucket": True}, SYSTEM, 1, 1).buckets == 1
+
+
+def test_the_overhead_lowers_both_edges_of_a_one_gpu_band():
+    # 1 node of 4: 2.5 GB over 100 GB/s = 0.0375 s of all-reduce; 0.5 s a batch, 0.5 / 0.9 on a node that loses 10 %
+    lo, hi, _ = pv.band(_point(gpus=4, nodes=1), SYSTEM, pv.Terms("fixed", overhead=0.1))
+    assert lo == pytest.approx(0.5 / (0.5 / 0.9 + 0.0375)) and hi == pytest.approx(0.9)
+
+
+def test_the_last_bucket_step_by_hand():
+    # 4 batches of 1 s, the last one's backward 2/3 s; 0.4 s of all-reduce in 4 buckets hides but the last, 0.1 s
+    row = type("Row", (), {"compute_s": 4.0, "comm_s": 0.4})
+    assert pv.last_bucket_step(row, 4, 4) == pytest.approx(3 + 1 + 0.1)
+    # 2 s outlasts backward: the first bucket starts a quarter into backward (at 1/3 + 1/6 s), 2 s of all-reduce after
+    row.comm_s = 2.0
+    assert pv.last_bucket_step(row, 4, 4) == pytest.approx(3 + 1 / 3 + 1 / 6 + 2.0)
+    assert pv.last_bucket_step(row, 1, 1) == pytest.approx(4.0 + 2.0)  # one bucket: nothing hides
+    # the band: one bucket, 1 GPU baseline, 2 nodes: full overlap is no overlap
+    lo, hi, _ = pv.band({**_point(), "one_bucket": True}, SYSTEM, pv.Terms(last_bucket=True))
+    assert hi == pytest.approx(lo) == pytest.approx(0.5 / (0.5 + 0.4375))
+
+
+def _hand_data():
+    """Two systems of one 4-GPU node, 1-GPU baselines. On a node that loses f: f = 0 bands [0.930, 1],
+    f = 0.1 [0.843, 0.9], f = 0.2 [0.755, 0.8] (0.5 / (0.5 / (1 - f) + 0.0375) to 1 - f). Published 0.88 and 0.86
+    (system x) sit inside only at 0.1, 0.78 (system y) only at 0.2."""
+    pts = [_point(id=f"p{i}", system=name, gpus=4, nodes=1, throughput=eff * 8)
+           for i, (name, eff) in enumerate((("x", 0.88), ("x", 0.86), ("y", 0.78)))]
+    return {"systems": {"x": SYSTEM, "y": SYSTEM}, "points": pts}
+
+
+def test_the_overhead_is_learned_where_most_points_fall_inside_and_held_out_without_their_system(monkeypatch):
+    monkeypatch.setitem(pv.GRIDS, "fixed", (0.0, 0.1, 0.2))
+    data = _hand_data()
+    assert pv.learn(data, pv.Terms("fixed")) == 0.1  # two inside, against one at 0.2 and none at 0
+    assert pv.learn(data, pv.Terms()) == 0.0  # no overhead term: nothing to learn
+    assert pv.learn(data, pv.Terms("fixed"), leave_out="x") == 0.2  # only y's point left
+    results, values = pv.held_out(data, pv.Terms("fixed"))
+    assert values == {"x": 0.2, "y": 0.1}
+    assert [pv.inside(*t) for t in pv.triples(results)] == [False, False, False]  # each missed when held out
+
+
+def test_the_default_of_predict_py_is_what_the_set_teaches():
+    """src/predict.py's --node_overhead default is the adopted term's in-sample value; held out, every system
+    learns the same."""
+    terms = pv.CANDIDATES[pv.ADOPTED][1]
+    assert pv.learned(DATA, terms).overhead == NODE_OVERHEAD == pytest.approx(0.1)
+    values = list(pv.held_out(DATA, terms)[1].values())
+    assert values == pytest.approx([NODE_OVERHEAD] * len(SYSTEMS))
