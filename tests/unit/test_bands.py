@@ -95,7 +95,8 @@ def test_the_forecast_holds_each_links_fit_below_its_stated_rate_and_says_so():
     assert fit.beta_GBps == pytest.approx(1.0) and fit.capped_from == pytest.approx(4.0)
     _, notes = forecast.forecast(cal, ("intra", "cpu", "cpu"), key, 1, (2,))
     line = forecast_view.sources(cal, notes)[-1]
-    assert "β = 1 GB/s (the link's rate: the points alone gave 4 GB/s, 400 % of it, which no link delivers" in line
+    assert ("β = 1 GB/s (100 % of the rate; the points alone gave 4 GB/s, 400 % of it, which no link delivers: held "
+            "at the rate, α refitted)") in line
     assert forecast_view.sources(cal, notes)[1] == (
         "80 % bands for one run, from the run-to-run scatter 2.6 % (assumed: no configuration here has repeats)")
 

@@ -235,9 +235,10 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
             continue
         rate = cal.rates.get(key)
         of_rate = f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate)" if rate else ""
-        if fit.capped_from and rate:
-            of_rate = (f" (the link's rate: the points alone gave {fit.capped_from:.4g} GB/s, "
-                       f"{fit.capped_from * 8 / rate * 100:.0f} % of it, which no link delivers; α refitted)")
+        if fit.capped_from and rate:  # a blend's parts: each held, the blend below the rate
+            of_rate = (f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate; the points alone gave "
+                       f"{fit.capped_from:.4g} GB/s, {fit.capped_from * 8 / rate * 100:.0f} % of it, which no link "
+                       "delivers: held at the rate, α refitted)")
         points = POINTS.get(cal.strategy, "all-reduce(s)")
         lines.append(f"{fc.level_name(key)}: ring fit α = {fit.alpha_s * 1e6:.1f} µs, β = {fit.beta_GBps:.4g} GB/s"
                      f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} {points} of "
