@@ -73,8 +73,8 @@ def test_a_configuration_over_nodes_is_named_by_its_nodes_and_link():
     from scalelab.report import cells
 
     r = SimpleNamespace(world_size=2.0, num_nodes=2.0, link="emulated 2 Gbit/s")
-    assert cells._config(r) == "2 dev, 2 nodes, emulated 2 Gbit/s"
-    assert cells._config(SimpleNamespace(world_size=4.0, num_nodes=1.0, link="")) == "4 dev"
+    assert cells.config_words(r) == "2 dev, 2 nodes, emulated 2 Gbit/s"
+    assert cells.config_words(SimpleNamespace(world_size=4.0, num_nodes=1.0, link="")) == "4 dev"
 
 
 def test_results_from_before_the_sampler_show_no_device_column():
