@@ -85,8 +85,8 @@ def test_with_x_1_the_forecast_is_predicts_no_overlap_step_from_the_same_inputs(
 
 def test_the_exposed_factor_and_its_band_come_from_the_workloads_own_runs():
     """x = 1.2 and 1.4 on this link: the middle x = 1.3, give or take what moves it (perfmodel/noise.py): the new
-    run's scatter, each reading's (b (1 − r) from the baseline's median, s_i r from its own step, r = t_4 / t_2),
-    averaged over the 2 readings, and the fit's error on x · t; an 80 % band at Student's t for 1 degree of
+    run's scatter, the baseline's median (b (1 − r), shared by the readings, r = t_4 / t_2), each reading's own
+    step (s_i r, averaged over the 2), and the fit's error on x · t; an 80 % band at Student's t for 1 degree of
     freedom."""
     found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
              bench()]
@@ -101,9 +101,10 @@ def test_the_exposed_factor_and_its_band_come_from_the_workloads_own_runs():
     assert cal.scatter == noise.Scatter(pytest.approx(sigma), 1)
     t4, u = ring(4), max(forecast.COMM_UNCERTAINTY, cal.fits[("inter", "emulated 8 Gbit/s")].residual)
     r = t4 / ring(2)
-    readings = [(sigma * STEP1 * (1 - r)) ** 2 + (sigma * (STEP1 + x * ring(2)) * r) ** 2 for x in (1.2, 1.4)]
+    shared = sigma * STEP1 * (1 - r)  # the baseline's median, of one run, shared by both readings
+    own = sigma * math.hypot(*((STEP1 + x * ring(2)) * r for x in (1.2, 1.4))) / 2
     mid = STEP1 + 1.3 * t4
-    sd = math.hypot(sigma * mid, math.sqrt(sum(readings)) / 2, u * 1.3 * t4)
+    sd = math.sqrt((sigma * mid) ** 2 + shared ** 2 + own ** 2 + (u * 1.3 * t4) ** 2)
     reach = math.exp(3.078 * sd / mid)  # Student's t at 0.9 for 1 degree of freedom
     four = rows[-1]
     assert four.step.mid == pytest.approx(mid)

@@ -35,9 +35,9 @@ def test_the_scatter_of_repeats_and_two_efficiencies_it_can_move_are_said():
     sigma = math.log(1.04) / math.sqrt(2)
     assert spread.scatter(runs).sigma == pytest.approx(sigma) and spread.scatter(runs).dof == 2
     lines = spread.lines(runs, scaling.sort_values(["world_size", "num_nodes"]))
-    half = (math.exp(1.886 * sigma) - 1) * 100
-    assert lines[0] == (f"  run-to-run: the step scatters {sigma * 100:.1f} % between repeats (2 degree(s) of freedom);"
-                        f" 80 % of one configuration's runs lie within ±{half:.1f} % of its median")
+    assert lines[0] == (f"  run-to-run: the step scatters {sigma * 100:.1f} % between repeats (2 degree(s) of freedom):"
+                        f" 80 % of one configuration's runs lie within a factor of {math.exp(1.886 * sigma):.3f} of its "
+                        "typical step, either way")
     reach = (math.exp(1.886 * sigma * math.sqrt(1 / 2 + 1 / 2)) - 1) * 100
     assert lines[1:] == [f"  within noise: 1 dev (100 %) and 2 dev (98 %) differ by less than their repeats' scatter "
                          f"can move them (±{reach:.1f} %)"]
@@ -48,3 +48,16 @@ def test_two_efficiencies_just_beyond_the_scatter_are_not_marked():
     found = [_run("a1", 1, 0.100), _run("a2", 1, 0.101), _run("b1", 2, 0.110), _run("b2", 2, 0.111)]
     runs, scaling = _report(found)
     assert len(spread.lines(runs, scaling)) == 1  # the scatter, no pair
+
+
+def test_the_track_records_scatter_line_names_the_range_its_predictions_used():
+    import pandas as pd
+
+    from scalelab.report import forecast_view
+
+    rows = pd.DataFrame({"scatter": [0.026, 0.02, 0.021], "scatter_dof": [0, 3, 4]})
+    assert forecast_view.scatter_words(rows) == ("2.0–2.6 % (0–4 degree(s) of freedom, 0: assumed: each prediction "
+                                                 "leaves its configuration's repeats out)")
+    assert forecast_view.scatter_words(rows.iloc[1:]) == ("2.0–2.1 % (3–4 degree(s) of freedom: each prediction "
+                                                          "leaves its configuration's repeats out)")
+    assert forecast_view.scatter_words(rows.iloc[:1]) == "2.6 % (assumed: no repeats to measure it)"

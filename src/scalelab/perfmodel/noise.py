@@ -18,7 +18,8 @@ from scalelab.perfmodel.calibrate import Band
 
 COVERAGE = 0.8  # the share of new runs a band promises to hold
 # Student's t at 0.9 (two-sided 80 %) by degrees of freedom: a scatter measured on few repeats is itself uncertain,
-# so the band widens by more than the normal quantile until many repeats back it (statistics.NormalDist beyond 30)
+# so the band widens by more than the normal quantile until many repeats back it (30's 1.310 beyond 30; the normal
+# 1.282 only for the prior, measured on many)
 T_90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397, 9: 1.383, 10: 1.372,
         12: 1.356, 15: 1.341, 20: 1.325, 30: 1.310}
 # The scatter a workload without repeats is assumed to have: the standard deviation of log(step) over the repeats of
@@ -51,7 +52,7 @@ class Scatter:
         if self.dof:
             return (f"run-to-run scatter {self.sigma * 100:.1f} % (sd of the step over repeats, {self.dof} degree(s) "
                     "of freedom)")
-        return f"run-to-run scatter {self.sigma * 100:.1f} % (assumed: no configuration here has repeats)"
+        return f"run-to-run scatter {self.sigma * 100:.1f} % (assumed: this workload has no repeats here)"
 
 
 def prior(step_s: float) -> Scatter:

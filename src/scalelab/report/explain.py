@@ -15,12 +15,20 @@ import pandas as pd
 from scalelab import perfmodel
 from scalelab.bench.collectives import COLLECTIVES as _KINDS
 from scalelab.bench.collectives import collective_of
+from scalelab.numeric import float_or_none
 from scalelab.numeric import known as _ok
 from scalelab.perfmodel import sharding
 from scalelab.perfmodel.network import bandwidths, busbw_at
 from scalelab.report.columns import link_label
 
 COLLECTIVES = tuple(_KINDS)  # every collective the benchmark measures: bench_frame(found, COLLECTIVES)
+
+
+def link_gbit(launch: dict):
+    """The stated rate of an emulated link between nodes (Gbit/s), else None: a real network states none."""
+    link = launch.get("link")
+    return float_or_none(link.get("gbit")) if isinstance(link, dict) and launch.get("num_nodes", 1) > 1 and \
+        link_label(link) else None
 
 
 def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFrame:
@@ -43,7 +51,7 @@ def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFra
                      "busbw_GBps": (r.get("summary") or {}).get("large_msg_busbw_GBps"),
                      "dtype": (r.get("config") or {}).get("dtype"), "rows": r["rows"],
                      "link": link_label(launch.get("link")),
-                     "link_gbit": (launch.get("link") or {}).get("gbit") if launch["num_nodes"] > 1 else None,
+                     "link_gbit": link_gbit(launch),
                      "log": r.get("_path") if source.get("format") == "nccl-tests" else None,
                      "source": source, "summary": r.get("summary") or {}, "collective": collective_of(r)})
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "num_nodes", "accelerator", "backend", "device",

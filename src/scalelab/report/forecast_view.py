@@ -124,7 +124,8 @@ def scatter_words(rows: pd.DataFrame) -> str:
     if dof.min() == dof.max():
         return said + (f" (repeats, {dof.max()} degree(s) of freedom)" if dof.max() else
                        " (assumed: no repeats to measure it)")
-    return said + f" (0–{dof.max()} degree(s) of freedom: each prediction leaves its configuration's repeats out)"
+    return said + (f" ({dof.min()}–{dof.max()} degree(s) of freedom{', 0: assumed' if not dof.min() else ''}: each "
+                   "prediction leaves its configuration's repeats out)")
 
 
 def _nodes(r) -> str:
@@ -237,8 +238,8 @@ def sources(cal: fc.Calibration, notes: dict) -> list:
         of_rate = f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate)" if rate else ""
         if fit.capped_from and rate:  # a blend's parts: each held, the blend below the rate
             of_rate = (f" ({fit.beta_GBps * 8 / rate * 100:.0f} % of the rate; the points alone gave "
-                       f"{fit.capped_from:.4g} GB/s, {fit.capped_from * 8 / rate * 100:.0f} % of it, which no link "
-                       "delivers: held at the rate, α refitted)")
+                       f"{fit.capped_from:.4g} GB/s, {fit.capped_from * 8 / rate * 100:.0f} % of it: more than a "
+                       "gradient can sustain (small messages ride a shaper's burst), held at the rate, α refitted)")
         points = POINTS.get(cal.strategy, "all-reduce(s)")
         lines.append(f"{fc.level_name(key)}: ring fit α = {fit.alpha_s * 1e6:.1f} µs, β = {fit.beta_GBps:.4g} GB/s"
                      f"{of_rate}, error {fit.residual * 100:.0f} % ({how}: {fit.points} {points} of "

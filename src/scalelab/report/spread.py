@@ -1,9 +1,10 @@
 """Noise you can see: under a scaling table with repeats, the run-to-run scatter they show, and each two
 configurations whose efficiencies differ by less than it can move them.
 
-The same scatter as the forecast's bands (perfmodel/noise.py: sd of log(step) between repeats of one
-configuration, pooled over the group's configurations); two efficiencies of medians of n_a and n_b runs differ by
-noise alone within the band's quantile times σ · √(1/n_a + 1/n_b).
+The forecast's arithmetic (perfmodel/noise.py: sd of log(step) between repeats of one configuration, pooled over the
+group's configurations), on every completed run of the group (the forecast reads the newest five of each); two
+efficiencies of medians of n_a and n_b runs differ by noise alone within the 80 % quantile times σ · √(1/n_a +
+1/n_b).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def lines(members: pd.DataFrame, g: pd.DataFrame) -> list:
     if not s.dof:
         return []
     out = [f"  run-to-run: the step scatters {s.sigma * 100:.1f} % between repeats ({s.dof} degree(s) of "
-           f"freedom); {noise.COVERAGE * 100:.0f} % of one configuration's runs lie within "
-           f"±{(math.exp(s.quantile * s.sigma) - 1) * 100:.1f} % of its median"]
+           f"freedom): {noise.COVERAGE * 100:.0f} % of one configuration's runs lie within a factor of "
+           f"{math.exp(s.quantile * s.sigma):.3f} of its typical step, either way"]
     rows = [r for r in g.itertuples() if isinstance(r.efficiency, float) and r.efficiency > 0]
     for a, b in zip(rows, rows[1:]):
         reach = s.quantile * s.sigma * math.sqrt(1 / a.runs + 1 / b.runs)
