@@ -203,3 +203,105 @@ def test_a_blend_keeps_the_largest_beta_its_capped_parts_gave():
     a = RingFit(1e-5, 1.0, 0.1, 3, ("a",), capped_from=3.0)
     c = RingFit(1e-5, 1.0, 0.1, 3, ("c",), capped_from=5.0)
     assert calibrate.blend([(1e6, 1, a), (1e6, 1, c)]).capped_from == 5.0
+
+
+def _reading(x, fixed_s=0.0, step_s=0.11, allreduce_s=0.01):
+    return forecast.Reading(x, fixed_s, "r", step_s, allreduce_s)
+
+
+KNOWN = dict(scatter=noise.Scatter(0.05, 4), baseline=Band(0.1, 0.1, 0.1), baseline_runs=["b"])
+
+
+def test_this_links_own_readings_win_over_the_levels_other_links():
+    cal = SimpleNamespace(exposures={("inter", "a"): [_reading(1.0)], ("inter", "b"): [_reading(2.0)]}, borrowed={},
+                          **KNOWN)
+    band, where, readings = forecast.exposure_for(cal, ("inter", "a"), 0.01)
+    assert band == Band(1.0, 1.0, 1.0) and where == "this workload on this link" and len(readings) == 1
+    band, where, _ = forecast.exposure_for(cal, ("inter", "c"), 0.01)
+    assert band == Band(1.0, 1.5, 2.0) and where == "this workload on another link"
+
+
+def test_borrowed_readings_below_one_and_without_an_x_are_read_as_they_are():
+    """Another workload paid x = 0.5 (U = −5 ms: 1 + U / t = 0.5 at t = 10 ms), and one of its runs, whose x was not
+    read, a fixed 2 ms (1.2); with this workload's one-node run (x = 0.8, U = 2 ms) both kinds of source are named."""
+    cal = SimpleNamespace(exposures={}, borrowed={"inter": [_reading(0.5, -0.005), _reading(None, 0.002)]}, **KNOWN)
+    band, where, readings = forecast.exposure_for(cal, ("inter", "a"), 0.01)
+    assert (band.low, band.mid, band.high) == pytest.approx((0.5, 0.5, 1.2)) and readings == []
+    assert where == "borrowed from the other workloads' runs at this level"
+    cal.exposures = {("intra", "cpu"): [_reading(0.8, 0.002)]}
+    band, where, _ = forecast.exposure_for(cal, ("inter", "a"), 0.01)
+    assert (band.low, band.high) == pytest.approx((0.5, 1.2)) and where == (
+        "borrowed from the other workloads' runs at this level and this workload's at the other level")
+    assert forecast.exposure_for(cal, ("inter", "a"), 0.0)[1].startswith("none measured")  # no all-reduce to scale
+
+
+def test_x_below_one_is_spread_between_links_as_it_was_read():
+    """Two links' medians 0.2 and 0.6 (never raised to 1): their sd times t; one link's median 0.2: 10 % of it."""
+    cal = SimpleNamespace(**KNOWN)
+    two = [_reading(0.2, allreduce_s=0.01), _reading(0.6, allreduce_s=0.02)]
+    bare = math.sqrt(forecast.prediction_sd(cal, two, 0.01, 1, False) ** 2)
+    assert forecast.prediction_sd(cal, two, 0.01, 1, True) == pytest.approx(
+        math.hypot(bare, statistics.stdev([0.2, 0.6]) * 0.01))
+    one = [_reading(0.2), _reading(0.2)]
+    bare = forecast.prediction_sd(cal, one, 0.01, 1, False)
+    assert forecast.prediction_sd(cal, one, 0.01, 1, True) == pytest.approx(
+        math.hypot(bare, forecast.X_ACROSS_LINKS * 0.2 * 0.01))
+
+
+def test_a_scatter_says_its_percentage_and_where_it_came_from():
+    assert noise.Scatter(0.099, 2).describe() == (
+        "run-to-run scatter 9.9 % (sd of the step over repeats, 2 degree(s) of freedom)")
+
+
+def test_an_fsdp_steps_fit_is_held_at_the_links_rate_too():
+    """All-gathers and reduce-scatters over a 0.5 GB/s link that ran at 2 GB/s (a burst): each collective's fit is
+    held at the rate, so their blend is."""
+    def t(b, beta=2.0):
+        return 2 * 1e-5 + b / (beta * 1e9)
+
+    points = [Point(2, b, 1, t(b), "g", c) for c in ("all_gather", "reduce_scatter") for b in (1e6, 4e6, 16e6)]
+    points += [Point(2, 256e6, 1, 5.0, "far", c) for c in ("all_gather", "reduce_scatter")]  # a stall, far away
+    wire = (8e6, 4, 4e6, 2)  # gathered bytes and calls, scattered bytes and calls: 2 MB a call each
+    free = forecast.fit_for_wire(points, 2e6, wire)
+    held = forecast.fit_for_wire(points, 2e6, wire, max_beta_GBps=0.5)
+    assert free.beta_GBps == pytest.approx(2.0) and free.capped_from is None
+    assert held.beta_GBps == pytest.approx(0.5) and held.capped_from == pytest.approx(2.0)
+
+
+def test_a_latency_a_fast_link_cannot_carry_is_zero_and_beta_alone_is_fitted():
+    """1 MB in 0.2 ms and 8 MB in 2 ms over 2 ranks: jointly β = 3.9 GB/s with α < 0. β alone (α = 0): busbw
+    v = 5 and 4 GB/s, 1/β = Σv / Σv² = 9 / 41, not the latency-only branch (that is for a β below 0)."""
+    fit = calibrate.fit_ring([Point(2, 1e6, 1, 0.0002, "a"), Point(2, 8e6, 1, 0.002, "b")])
+    assert fit.alpha_s == 0 and fit.beta_GBps == pytest.approx(41 / 9)
+
+
+def test_a_beta_exactly_at_the_rate_is_not_said_to_be_held():
+    points = [Point(2, b, 1, 2 * 20e-6 + b / 1e9, "x") for b in (1e5, 1e6, 1e7)]
+    free = calibrate.fit_ring(points)
+    assert calibrate.fit_ring(points, max_beta_GBps=free.beta_GBps).capped_from is None
+
+
+def _ring_points(sizes, beta=1.0, alpha=20e-6, calls=1, source="x"):
+    return [Point(2, b * calls, calls, calls * 2 * alpha + b * calls / (beta * 1e9), source) for b in sizes]
+
+
+def test_a_fit_reads_the_points_within_a_factor_8_of_the_message_both_ways():
+    """Around 16 MB, points from 2 to 128 MB follow β = 1 GB/s; a 1 MB and a 256 MB point (a switch's burst, a
+    buffer's stall) do not and are left out; edges included."""
+    good = _ring_points([2e6, 16e6, 128e6])
+    odd = [Point(2, 1e6, 1, 1e-5, "burst"), Point(2, 256e6, 1, 10.0, "stall")]
+    fit = forecast.fit_at(good + odd, 16e6)
+    assert fit.beta_GBps == pytest.approx(1.0) and fit.alpha_s == pytest.approx(20e-6) and fit.points == 3
+
+
+def test_fewer_than_three_sizes_near_the_message_take_the_three_nearest_points_by_size_per_call():
+    """Within a factor 8 of 1 MB per call: 2 sizes only (0.5 and 2 MB per call, sent in 4 calls: 2 and 8 MB in
+    all); the three points nearest in size per call are those two and 16 MB, not the 64 MB one. Exactly three sizes
+    in the window, each measured twice: all six points, no fallback."""
+    near = _ring_points([0.5e6, 2e6], calls=4) + _ring_points([16e6]) + [Point(2, 64e6, 1, 9.0, "far")]
+    fit = forecast.fit_at(near, 1e6)
+    assert fit.points == 3 and "far" not in fit.sources and fit.beta_GBps == pytest.approx(1.0)
+    twice = _ring_points([1e6, 2e6, 4e6], source="a") + _ring_points([1e6, 2e6, 4e6], beta=0.9, source="b")
+    assert forecast.fit_at(twice, 2e6).points == 6
+    many = _ring_points([1e9, 2e9, 4e9, 8e9])
+    assert forecast.fit_at(many, 1e6).points == 3  # nothing near: the three nearest, not four

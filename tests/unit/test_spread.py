@@ -35,9 +35,10 @@ def test_the_scatter_of_repeats_and_two_efficiencies_it_can_move_are_said():
     sigma = math.log(1.04) / math.sqrt(2)
     assert spread.scatter(runs).sigma == pytest.approx(sigma) and spread.scatter(runs).dof == 2
     lines = spread.lines(runs, scaling.sort_values(["world_size", "num_nodes"]))
+    factor = math.exp(1.886 * sigma)
     assert lines[0] == (f"  run-to-run: the step scatters {sigma * 100:.1f} % between repeats (2 degree(s) of freedom):"
-                        f" 80 % of one configuration's runs lie within a factor of {math.exp(1.886 * sigma):.3f} of its "
-                        "typical step, either way")
+                        f" 80 % of one configuration's runs lie within a factor of {factor:.3f} of its typical step, "
+                        "either way")
     reach = (math.exp(1.886 * sigma * math.sqrt(1 / 2 + 1 / 2)) - 1) * 100
     assert lines[1:] == [f"  within noise: 1 dev (100 %) and 2 dev (98 %) differ by less than their repeats' scatter "
                          f"can move them (±{reach:.1f} %)"]
