@@ -305,3 +305,55 @@ def test_fewer_than_three_sizes_near_the_message_take_the_three_nearest_points_b
     assert forecast.fit_at(twice, 2e6).points == 6
     many = _ring_points([1e9, 2e9, 4e9, 8e9])
     assert forecast.fit_at(many, 1e6).points == 3  # nothing near: the three nearest, not four
+
+
+def _two_level_cal(exposures, rates=None):
+    """One node's link fitted (β = 10 GB/s), the network fitted at 8 Gbit/s (β = 1 GB/s); a 0.1 s baseline of 2
+    runs scattering 2 % (4 degrees of freedom); 16 MB in one bucket."""
+    intra, inter = ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s")
+    fits = {intra: RingFit(0.0, 10.0, 0.0, 3, ("b",)), inter: RingFit(0.0, 1.0, 0.0, 3, ("b",))}
+    return forecast.Calibration("g", "g", "samples/s", 1, Band(0.1, 0.1, 0.1), ["a", "b"], None, 16e6, 1, fits,
+                                exposures=exposures, rates=rates or {inter: 8.0},
+                                scatter=noise.Scatter(0.02, 4)), intra, inter
+
+
+def test_a_scale_nobody_measured_spans_x_from_0_to_2_widened_by_the_baseline_and_the_new_run():
+    cal, intra, _ = _two_level_cal({})
+    rows, notes = forecast.forecast(cal, intra, None, 2, (1,))
+    two = rows[-1]
+    t = 2 * 1 / 2 * 16e6 / 10e9  # 2 ranks on one node's link
+    model = calibrate.step_band(Band(0.1, 0.1, 0.1), t, Band(0.0, 1.0, 2.0), forecast.COMM_UNCERTAINTY)
+    reach = math.exp(1.533 * math.hypot(0.02 * 0.1 / math.sqrt(2), 0.02 * model.mid) / model.mid)
+    assert two.world_size == 2 and two.step.mid == pytest.approx(0.1 + t)
+    assert (two.step.low, two.step.high) == pytest.approx((model.low / reach, model.high * reach))
+    assert notes[intra][3].startswith("none measured")
+
+
+def test_each_level_says_how_its_fit_was_found_and_a_compression_hook_halves_the_bytes():
+    """One node's fit is its own ("fitted"); the network at 4 Gbit/s is the 8 Gbit/s fit scaled by rate."""
+    cal, intra, inter = _two_level_cal({})
+    slow = ("inter", "emulated 4 Gbit/s")
+    cal.rates[slow] = 4.0
+    rows, notes = forecast.forecast(cal, intra, slow, 2, (1, 2))
+    assert notes[intra][1] == "fitted" and notes[slow][1] == "the 8 Gbit/s fit scaled by rate"
+    half, _ = forecast.forecast(cal, intra, slow, 2, (1, 2), wire_ratio=0.5)
+    assert [f.allreduce_s for f in half] == pytest.approx([f.allreduce_s / 2 for f in rows])
+
+
+def test_x_read_on_another_link_carries_how_far_links_differ():
+    """Two runs on 8 Gbit/s (x = 1.1, 1.3) forecast over 4 Gbit/s: the middle x = 1.2, its sd with the links'
+    spread (one link: 10 % of x); on 8 Gbit/s itself, without it."""
+    cal, intra, inter = _two_level_cal({})
+    t8 = 16e6 / 1e9
+    readings = [forecast.Reading(x, (x - 1) * t8, f"r{x}", 0.1 + x * t8, t8) for x in (1.1, 1.3)]
+    cal.exposures = {inter: readings}
+    slow = ("inter", "emulated 4 Gbit/s")
+    cal.rates[slow] = 4.0
+    t4 = 2 * t8
+    for key, t, across in ((slow, t4, True), (inter, t8, False)):
+        row = [f for f in forecast.forecast(cal, intra, key, 1, (2,))[0] if f.num_nodes == 2][0]
+        mid = 0.1 + 1.2 * t
+        sd = math.sqrt(forecast.prediction_sd(cal, readings, t, 1, across) ** 2 + (0.05 * 1.2 * t) ** 2
+                       + (0.02 * mid) ** 2)
+        assert row.step.mid == pytest.approx(mid) and row.step.high == pytest.approx(mid * math.exp(1.533 * sd / mid))
+    assert forecast.prediction_sd(cal, readings, t4, 1, True) > forecast.prediction_sd(cal, readings, t4, 1, False)
