@@ -330,7 +330,8 @@ def test_a_scale_nobody_measured_spans_x_from_0_to_2_widened_by_the_baseline_and
 
 
 def test_each_level_says_how_its_fit_was_found_and_a_compression_hook_halves_the_bytes():
-    """One node's fit is its own ("fitted"); the network at 4 Gbit/s is the 8 Gbit/s fit scaled by rate."""
+    """One node's fit is its own ("fitted"); the network at 4 Gbit/s is the 8 Gbit/s fit scaled by rate; a
+    compression hook halves every all-reduce, accumulation multiplies the samples a step makes."""
     cal, intra, inter = _two_level_cal({})
     slow = ("inter", "emulated 4 Gbit/s")
     cal.rates[slow] = 4.0
@@ -338,6 +339,8 @@ def test_each_level_says_how_its_fit_was_found_and_a_compression_hook_halves_the
     assert notes[intra][1] == "fitted" and notes[slow][1] == "the 8 Gbit/s fit scaled by rate"
     half, _ = forecast.forecast(cal, intra, slow, 2, (1, 2), wire_ratio=0.5)
     assert [f.allreduce_s for f in half] == pytest.approx([f.allreduce_s / 2 for f in rows])
+    four, _ = forecast.forecast(cal, intra, slow, 2, (1, 2), accumulate=4)  # 4 batches of 1 sample per step
+    assert [f.throughput.mid for f in four] == pytest.approx([f.world_size * 4 / f.step.mid for f in four])
 
 
 def test_x_read_on_another_link_carries_how_far_links_differ():
@@ -357,3 +360,16 @@ def test_x_read_on_another_link_carries_how_far_links_differ():
                        + (0.02 * mid) ** 2)
         assert row.step.mid == pytest.approx(mid) and row.step.high == pytest.approx(mid * math.exp(1.533 * sd / mid))
     assert forecast.prediction_sd(cal, readings, t4, 1, True) > forecast.prediction_sd(cal, readings, t4, 1, False)
+
+
+def test_a_baseline_that_took_no_time_calibrates_nothing_rather_than_failing():
+    """A hostile result's 1-device step of 0 s (the fuzz of tests/unit/test_hostile_results.py found it): no
+    workload to forecast, not a ValueError from the model's inputs."""
+    rec = SimpleNamespace(run_id="one", group="g", describe="g", unit="samples/s", world_size=1, num_nodes=1,
+                          devices=1, link="", link_gbit=None, accelerator="cpu", device="cpu", step_s=0.0,
+                          allreduce_alone_s=None, bucket_bytes=[8e6], wire_bytes=None, grad_bytes=8e6,
+                          samples_per_batch=8, accumulate_grad_batches=1, tokens_per_s=None, samples_per_s=80,
+                          scaling="weak", compute_s=None, strategy="ddp", wire=None)
+    two = SimpleNamespace(**{**vars(rec), "run_id": "two", "world_size": 2, "step_s": 0.1})
+    assert forecast.calibrate_all([rec, two], {}) == {}
+    assert forecast.track_record([rec, two], {}) == []

@@ -164,9 +164,9 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
         base = [r for r in rows if r.world_size == 1]
         wire = next((r.wire for r in rows if r.strategy == "fsdp" and isinstance(r.wire, tuple)), None)
         nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows, wire)
-        if not base or not nbytes > 0:  # no gradient size recorded (an older or foreign result): nothing to use
-            continue
         steps = sorted(r.step_s for r in base)
+        if not base or not nbytes > 0 or not statistics.median(steps) > 0:
+            continue  # no gradient size recorded (an older or foreign result), or no time a step took: nothing to use
         first = base[0]
         # its own repeats' scatter, else one assumed for its step's length (short steps scatter more)
         scatter = noise.pooled((v for k, v in repeats.items() if k[0] == group), noise.prior(statistics.median(steps)))
