@@ -373,3 +373,61 @@ def test_a_baseline_that_took_no_time_calibrates_nothing_rather_than_failing():
     two = SimpleNamespace(**{**vars(rec), "run_id": "two", "world_size": 2, "step_s": 0.1})
     assert forecast.calibrate_all([rec, two], {}) == {}
     assert forecast.track_record([rec, two], {}) == []
+
+
+def _rec(run_id, group, world=1, step=0.001, **kw):
+    base = dict(run_id=run_id, group=group, describe=group, unit="samples/s", world_size=world, num_nodes=1,
+                devices=world, link="", link_gbit=None, accelerator="cpu", device="cpu", step_s=step,
+                allreduce_alone_s=None, bucket_bytes=[8e6], wire_bytes=None, grad_bytes=8e6, samples_per_batch=8,
+                accumulate_grad_batches=1, tokens_per_s=None, samples_per_s=80, scaling="weak", compute_s=None,
+                strategy="ddp", wire=None)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_a_calibration_reads_its_workloads_units_compute_and_strategy_and_skips_only_the_workload_it_cannot_use():
+    """A GPT of 100 tokens a sample, 8 samples a batch, 2 batches a step: 1,600 tokens a device per step; its
+    compute the median of its baselines' (0.8 ms); no strategy recorded: DDP; steps of a millisecond and no repeats:
+    the short steps' prior. A workload recorded without a gradient size, first in the folder, is left out, and the
+    next still calibrated."""
+    old = _rec("old", "older", bucket_bytes=None, grad_bytes=None)
+    gpt = [_rec(f"g{i}", "gpt", unit="tokens/s", tokens_per_s=8000.0, samples_per_s=80.0, accumulate_grad_batches=2,
+                compute_s=c, strategy=None, step=0.001 + i * 1e-4) for i, c in enumerate((0.0007, 0.0009))]
+    cals = forecast.calibrate_all([old, *gpt], {})
+    assert list(cals) == ["gpt"]
+    cal = cals["gpt"]
+    assert cal.per_device_units == 8 * 2 * 100 and cal.compute_s == pytest.approx(0.0008)
+    assert cal.strategy == "ddp" and cal.unit == "tokens/s"
+    assert cal.scatter == noise.Scatter(pytest.approx(abs(math.log(1.1)) / math.sqrt(2)), 1)  # g0, g1 are repeats
+    alone = forecast.calibrate_all([_rec("m", "mlp")], {})["mlp"]
+    assert alone.scatter == noise.prior(0.001) and alone.per_device_units == 8
+
+
+def test_a_fits_window_takes_its_edges_and_sizes_per_call():
+    """Around 16 MB: the sizes at exactly 2 and 128 MB are in (here off the model, so the fit shows it: 5 points);
+    a point of 4 calls of 12.5 MB (50 MB in all) is read per call, in the window."""
+    good = _ring_points([4e6, 16e6, 64e6])
+    edges = [Point(2, 2e6, 1, 0.01, "low edge"), Point(2, 128e6, 1, 1.0, "high edge")]
+    fit = forecast.fit_at(good + edges, 16e6)
+    assert fit.points == 5 and {"low edge", "high edge"} <= set(fit.sources)
+    per_call = _ring_points([4e6, 16e6, 12.5e6], calls=4) + [Point(2, 20e6, 1, 0.05, "odd")]
+    assert forecast.fit_at(per_call, 16e6).points == 4  # all four per call in the window, the odd one too
+
+
+def test_the_fallback_ranks_points_by_their_size_per_call_against_the_message():
+    """Around 1 GB a call, only two sizes per call in the window (4 GB: 8 GB in 2 calls; 200 MB): the three
+    nearest are those and 120 MB (ln 8.3 = 2.12 away), not 100 MB (2.30) nor 1 MB."""
+    points = [Point(2, 8e9, 2, 2 * (2e-5 * 2 + 4e9 / 1e9), "two calls"), *_ring_points([2e8], source="200M"),
+              *_ring_points([1.2e8], source="120M"), *_ring_points([1e8], source="100M"),
+              *_ring_points([1e6], source="tiny")]
+    fit = forecast.fit_at(points, 1e9)
+    assert set(fit.sources) == {"two calls", "200M", "120M"}
+
+
+def test_a_one_device_run_is_no_reading_of_what_an_all_reduce_costs():
+    """Two workloads, each run on 1 device only, and the benchmark on one node: neither has anything to read x from
+    (a 1-device step pays no all-reduce), so each forecast at 2 devices spans x from 0 to 2."""
+    points = {("intra", "cpu", "cpu"): _ring_points([4e6, 8e6, 16e6], beta=2.0)}
+    cals = forecast.calibrate_all([_rec("a", "a", step=0.1), _rec("b", "b", step=0.2)], points)
+    assert all(not cal.exposures and not cal.borrowed for cal in cals.values())
+    _, where, _ = forecast.exposure_for(cals["b"], ("intra", "cpu", "cpu"), 0.01)
+    assert where.startswith("none measured")
