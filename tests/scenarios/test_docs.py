@@ -381,4 +381,4 @@ def test_the_folder_to_show_when_the_queue_stalls_reports():
         assert rung in out.stdout
     assert "had a core" not in out.stdout  # a quiet machine's runs
     # the MLP's band (6-95 %) says nothing: not counted; the GPT's three are inside
-    assert "3 of 3 inside the band (1 band(s) wider than 50 points not counted" in out.stdout
+    assert "3 of 3 inside the 80 % band (100 %; 1 band(s) wider than 50 points not counted" in out.stdout

@@ -90,9 +90,9 @@ def test_demo_rungs_and_report_run_from_the_installed_package(installed):
     results = [json.loads(p.read_text()) for p in (work / "out").glob("*/result.json")]
     trained = sorted(r["launch"]["world_size"] for r in results if r["kind"] == "training"
                      and r.get("workload", {}).get("model") == "mlp")
-    assert trained == [1, 2]
+    assert trained == [1, 1, 2, 2]  # each training rung twice (the demo's --repeats default)
     report = _run(bin_dir, work, "report", "--output_dir", "out")
-    assert report.returncode == 0 and "scalelab report: 2 run(s) in out/" in report.stdout, report.stdout[-2000:]
+    assert report.returncode == 0 and "scalelab report: 4 run(s) in out/" in report.stdout, report.stdout[-2000:]
     assert "(all-reduce benchmark: " in report.stdout  # the installed benchmark's rows feed the explanation
 
 
