@@ -7,6 +7,7 @@ function takes `environ` (default: this process's) so a test can hand it the var
 """
 
 import os
+import re
 from typing import Optional
 
 
@@ -98,6 +99,14 @@ def job_record(environ=None) -> dict:
         "restart_count": restart_count(environ),
         "exclusive": nodes_exclusive(environ),
     }
+
+
+def rendezvous_port(job_id: str) -> int:
+    """The main rank's port, the same in every task of a job: Fabric's SLURM convention, 15000 + the job id's last
+    four digits (the port the sbatch scripts' runs use). Below Linux's ephemeral range (32768-60999), where gloo's and
+    slurmd's own connections take ports: submitit's draw from 20000-60000 can land on one and fail EADDRINUSE."""
+    digits = re.sub(r"\D", "", job_id)[-4:]
+    return 15000 + int(digits or 0)
 
 
 def nodes_exclusive(environ=None) -> Optional[bool]:

@@ -32,8 +32,11 @@ class TrainTask:
     def __call__(self):
         import submitit
 
-        # Keep every GPU visible: Lightning picks cuda:LOCAL_RANK itself (submitit's binding would fight it).
-        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        # The rendezvous port below the ephemeral range (slurm_env.rendezvous_port), unless the user set one; the
+        # job's ranks and sizes overwrite any a submitting shell passed on. Every GPU stays visible: Lightning picks
+        # cuda:LOCAL_RANK itself (submitit's binding would fight it).
+        os.environ.setdefault("MASTER_PORT", str(slurm_env.rendezvous_port(submitit.JobEnvironment().job_id)))
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         if not slurm_env.in_job() or os.environ.get("SUBMITIT_EXECUTOR") == "local":
             os.environ["SCALELAB_LAUNCHER"] = "submitit-local"
         from scalelab.train.run import main
@@ -220,8 +223,9 @@ class Submitter:
             mem_per_gpu=site.get("SBATCH_MEM_PER_GPU"),  # site.sh's SCALELAB_MEM_PER_GPU (None: the site default)
             setup=[f"cd {shlex.quote(os.getcwd())}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    f"source {shlex.quote(self.site_file)}"],
-            # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank)
-            srun_args=[f"--cpus-per-task={args.cpus_per_task}"],
+            # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank);
+            # a rank that fails ends its peers at once, as in the sbatch scripts (else they wait out the rendezvous)
+            srun_args=[f"--cpus-per-task={args.cpus_per_task}", "--kill-on-bad-exit=1"],
             gres=gres_request(gpus, gres_type),
         )
         return executor

@@ -1,0 +1,65 @@
+"""What a submitit task sets up before train.py runs (launch/sweep.py: TrainTask), and what its jobs ask of srun."""
+
+import argparse
+import os
+
+import pytest
+
+from scalelab.launch import slurm_env, sweep
+
+SLURM_TASK = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "61", "SLURM_JOB_NODELIST": "node[1-2]",
+              "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2",
+              "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "node[1-2]"}
+
+
+DISTRIBUTED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _run_task(monkeypatch, environ):
+    """TrainTask's set-up in a task with these variables; train.py's main replaced by a look at what it would read."""
+    seen = {}
+    for name in DISTRIBUTED:  # the task exports these straight into os.environ: put back as they were afterwards
+        monkeypatch.setenv(name, "stale")
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("scalelab.train.run.main", lambda argv: seen.update(
+        {name: os.environ.get(name) for name in DISTRIBUTED}) or 0)
+    sweep.TrainTask(["--max_steps", "1"], "cpu")()
+    return seen
+
+
+def test_every_task_of_a_job_rendezvous_on_one_port_below_the_ephemeral_range(monkeypatch):
+    # CI met it: submitit drew 52330 for job 61, inside 32768-60999, and a connection of the machine held it
+    seen = _run_task(monkeypatch, SLURM_TASK)
+    assert seen == {"MASTER_ADDR": "node1", "MASTER_PORT": "15061", "RANK": "1", "WORLD_SIZE": "2",
+                    "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    other_rank = _run_task(monkeypatch, {**SLURM_TASK, "SLURM_PROCID": "0", "SLURM_NODEID": "0"})
+    assert (other_rank["MASTER_PORT"], other_rank["RANK"]) == ("15061", "0")
+
+
+def test_a_port_the_user_set_is_kept_and_a_submitting_shells_ranks_are_not(monkeypatch):
+    # sbatch passes the submitting shell's environment on: a torchrun shell's RANK=3 must not reach the job
+    seen = _run_task(monkeypatch, {**SLURM_TASK, "MASTER_PORT": "29400", "RANK": "3", "WORLD_SIZE": "8"})
+    assert (seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("29400", "1", "2")
+
+
+@pytest.mark.parametrize("job_id, port", [("61", 15061), ("1234567", 19567), ("60_1", 15601), ("9999", 24999),
+                                          ("", 15000)])
+def test_the_port_is_fabrics_slurm_convention(monkeypatch, job_id, port):
+    assert slurm_env.rendezvous_port(job_id) == port
+    assert port < 32768  # Linux's ephemeral ports start there
+    if job_id.isdigit():  # the port the sbatch scripts' runs take (Fabric's SLURMEnvironment)
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        monkeypatch.setenv("SLURM_JOB_ID", job_id)
+        monkeypatch.setenv("SLURM_NTASKS", "1")
+        assert SLURMEnvironment().main_port == port
+
+
+def test_a_failed_rank_ends_its_peers_at_once(tmp_path):
+    args = argparse.Namespace(cluster="slurm", gres_type=None, time_min=10, cpus_per_task=2, partition=None,
+                              account=None, constraint=None, profile="auto", output_dir=str(tmp_path))
+    executor = sweep.Submitter(args, {}, str(tmp_path), "cpu", []).executor(2, 1)
+    assert executor.parameters["srun_args"] == ["--cpus-per-task=2", "--kill-on-bad-exit=1"]
