@@ -8,7 +8,9 @@ import argparse
 import copy
 import difflib
 import logging
+import math
 import os
+import re
 import sys
 
 from scalelab.errors import RunFailed, UsageError
@@ -169,6 +171,17 @@ nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
 positive_float = number_type(float, lambda v: 0 < v and finite_real(v), "a positive number")
 nonneg_float = number_type(float, lambda v: 0 <= v and finite_real(v), "a number >= 0")
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
+fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
+_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def count(text) -> float:
+    """'2e9', '2B', '1.3B', '350M', '100k' -> a positive number (argparse type)."""
+    match = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(text))
+    value = float(match.group(1)) * _SUFFIX[match.group(2).upper()] if match else math.nan
+    if not 1 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a count such as 2e9, 2B, 1.3B or 350M, got {text!r}")
+    return value
 
 
 def bounded(convert, low, high, why: str):
@@ -188,3 +201,15 @@ WORKERS = bounded(int, 0, 64, "DataLoader processes each rank starts")
 TIMEOUT_S = bounded(float, 0.001, 86400, "seconds; a longer wait is a hang, the job's time limit ends it first")
 STEPS = bounded(int, 1, 10**9, "steps")
 PORT = bounded(int, 1024, 65535, "an unprivileged TCP port")
+
+
+def glue_negative(argv: list, flags) -> list:
+    """'--params -2B' -> '--params=-2B' for these flags: argparse would read '-2B' as an unknown flag, not as the
+    bad count it is (which the flag's type then refuses in its own words)."""
+    out = []
+    for arg in argv:
+        if out and out[-1] in flags and re.match(r"-[0-9.]", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out

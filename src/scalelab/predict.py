@@ -9,7 +9,6 @@ import torch, so the prediction is instant on a laptop.
 import argparse
 import dataclasses
 import math
-import re
 import sys
 
 from tabulate import tabulate
@@ -20,33 +19,21 @@ from scalelab.entry import (
     DEVICES,
     FORECAST_NODES,
     OneLineParser,
+    count,
+    fraction,
+    glue_negative,
     human_count,
     nonneg_float,
-    number_type,
     positive_float,
     positive_int,
     run_piped,
     unit_fraction,
 )
 from scalelab.errors import UsageError
-from scalelab.perfmodel import levers
+from scalelab.perfmodel import levers, noise
 from scalelab.workloads.presets import PRESETS
 
 PROG = "predict.py"
-_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-
-
-def count(text) -> float:
-    """'2e9', '2B', '1.3B', '350M', '100k' -> a positive number (argparse type)."""
-    match = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(text))
-    value = float(match.group(1)) * _SUFFIX[match.group(2).upper()] if match else math.nan
-    if not 1 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a count such as 2e9, 2B, 1.3B or 350M, got {text!r}")
-    return value
-
-
-fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
-
 
 # Old flag: (its new name's dest, nargs): the names before one name per quantity (docs/appendix-a-columns.md)
 OLD_FLAGS = (("--gpus_per_node", "devices", None), ("--nodes", "num_nodes", "+"))
@@ -80,8 +67,10 @@ def parse_args(argv):
     p.add_argument("--inter_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
     p.add_argument("--bucket_mb", type=positive_float, default=25.0,
                    help="DDP bucket size in MiB: latency is paid once per bucket (default 25)")
-    p.add_argument("--node_overhead", type=unit_fraction, default=pm.NODE_OVERHEAD, help="share of a step a node of "
-                   "several GPUs loses to its host, network or not (default %(default)g: learned from published runs)")
+    for flag, default, what in (("--node_overhead", pm.NODE_OVERHEAD, "a node of several GPUs loses to its host"),
+                                ("--node_doubling", pm.NODE_DOUBLING, "each doubling of the node count costs")):
+        p.add_argument(flag, type=unit_fraction, default=default, help=f"share of a step {what}, network or not "
+                       "(default %(default)g: learned from published runs, docs/12)")
     p.add_argument("--busbw_GBps", type=positive_float, nargs="+",
                    help="measured all-reduce busbw (GB/s) replacing the link figures for node counts > 1: "
                         "one value for all, or one per node count > 1")
@@ -100,6 +89,12 @@ def parse_args(argv):
                    help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")
     p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
     p.add_argument("--gpu_hour_price", type=nonneg_float, help="price per GPU-hour, for the cost columns")
+    _lever_flags(p)
+    return p.parse_args(argv)
+
+
+def _lever_flags(p):
+    """train.py's levers, priced: strategy, accumulation, comm hook, and the sweep of them all."""
     lv = p.add_argument_group("the levers (train.py's flags of the same names; docs/11)")
     lv.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
                     help="ddp: every GPU all-reduces the gradient; fsdp: sharded (needs --preset: its blocks are the "
@@ -111,7 +106,6 @@ def parse_args(argv):
     lv.add_argument("--levers", action="store_true",
                     help="also tabulate, at the largest node count, every hook against accumulation 1-64, and say "
                          "which makes the run compute-bound")
-    return p.parse_args(argv)
 
 
 def _t(x) -> str:
@@ -238,7 +232,7 @@ def build(args):
         nbytes, calls = sharded.allreduce_terms()
         comm_kw = {"grad_bytes": nbytes, "bucket_bytes": math.nextafter(nbytes / math.ceil(calls), math.inf)}
     inputs = pm.ScalingInputs(
-        accumulate=args.accumulate, wire_bytes=wire, node_overhead=args.node_overhead,
+        accumulate=args.accumulate, wire_bytes=wire, node_overhead=args.node_overhead, node_doubling=args.node_doubling,
         devices=gpn, num_nodes=node_counts, n_params=n_params, grad_dtype_bytes=pm.GRAD_DTYPE_BYTES[args.grad_dtype],
         intra_GBps=args.intra_GBps, inter_GBps=pm.gbit_to_GBps(args.inter_gbit),
         intra_latency_s=args.intra_latency_us * 1e-6, inter_latency_s=args.inter_latency_us * 1e-6,
@@ -299,15 +293,14 @@ def table(inputs, rows) -> str:
     return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True, stralign="right")
 
 
-def _glue_negative_counts(argv):
-    """'--params -2B' -> '--params=-2B': argparse would read '-2B' as an unknown flag, not as a bad count."""
-    out = []
-    for arg in argv:
-        if out and out[-1] in ("--params", "--token_budget") and re.match(r"-[0-9.]", arg):
-            out[-1] = f"{out[-1]}={arg}"
-        else:
-            out.append(arg)
-    return out
+def band_line(rows) -> str:
+    """The 80 % band a run's efficiency should land in at each scale (perfmodel.noise.one_run_band)."""
+    bands = [(r.label, noise.one_run_band(r.efficiency_no_overlap, r.efficiency_overlap, r.step_s_no_overlap))
+             for r in rows if r.world_size > 1]
+    return ("80 % band for one run's efficiency against one 1-GPU run: " + ", ".join(
+        f"{label} {b.low:.1%}–{b.high:.1%}" for label, b in bands) + " (no to full overlap, widened by each run's "
+        f"scatter, {noise.prior(rows[0].step_s_no_overlap).sigma:.1%} assumed; docs/12 measures how often such "
+        "bands hold)") if bands else ""
 
 
 def forecast_from(args, argv) -> int:
@@ -318,9 +311,10 @@ def forecast_from(args, argv) -> int:
     given = {a.split("=")[0] for a in argv}
     if "--strategy" in given:
         raise UsageError("--from DIR forecasts each strategy its runs used: leave --strategy out")
-    if "--node_overhead" in given:
-        raise UsageError("--from DIR forecasts from measured steps, which hold the node's overhead: leave "
-                         "--node_overhead out")
+    for flag in ("--node_overhead", "--node_doubling"):
+        if flag in given:
+            raise UsageError(f"--from DIR forecasts from measured steps, which hold what a node and the nodes cost: "
+                             f"leave {flag} out")
     report = report_cli.build(args.from_dir)
     report_cli._warn(report.skipped)
     runs, bench = report.runs, report.benches  # every collective: FSDP's step is priced with its own
@@ -338,7 +332,7 @@ def forecast_from(args, argv) -> int:
 
 
 def main(argv=None) -> int:
-    argv = _glue_negative_counts(sys.argv[1:] if argv is None else list(argv))
+    argv = glue_negative(sys.argv[1:] if argv is None else list(argv), ("--params", "--token_budget"))
     args = parse_args(argv)
     if args.from_dir:
         return forecast_from(args, argv)
@@ -350,6 +344,7 @@ def main(argv=None) -> int:
     print("\n".join(notes))
     print()
     print(table(inputs, rows))
+    print(band_line(rows))
     print()
     print(pm.formula(inputs))
     if args.strategy == "fsdp":

@@ -47,6 +47,15 @@ def test_widening_moves_each_end_out_by_the_quantile_times_the_relative_sd_and_k
     assert noise.Scatter(0.061, 0).describe() == "run-to-run scatter 6.1 % (assumed: this workload has no repeats here)"
 
 
+def test_an_a_priori_band_widens_the_overlap_range_by_two_runs_scatter_by_the_length_of_their_step():
+    """predict.py's band: a run and its baseline each scatter (√2 σ), σ the prior for the step's length."""
+    reach = math.exp(1.2815516 * math.sqrt(2) * 0.026)  # 1.0482
+    band = noise.one_run_band(0.8, 0.9, step_s=0.5)
+    assert (band.low, band.mid, band.high) == pytest.approx((0.8 / reach, 0.85, 0.9 * reach))
+    short = noise.one_run_band(0.8, 0.9, step_s=0.005)  # a step of a few ms: the short steps' 9.9 %
+    assert short.high == pytest.approx(0.9 * math.exp(1.2815516 * math.sqrt(2) * 0.099))
+
+
 def test_a_beta_faster_than_the_links_rate_is_held_at_it_and_alpha_refitted():
     """Points of a 1 GB/s ring with α = 20 µs, over a link stated at 0.5 GB/s (a shaper's burst let them through
     faster): β = 0.5, and α alone on what that β leaves of each point's time, which is less than nothing for the

@@ -66,3 +66,30 @@ def test_the_model_in_words_names_it_only_where_a_node_shares_its_host():
     assert line in scaling.formula(pm.ScalingInputs(devices=4, **base)).splitlines()
     assert "node overhead" not in scaling.formula(pm.ScalingInputs(devices=1, **base))
     assert "node overhead" not in scaling.formula(pm.ScalingInputs(devices=4, **{**base, "node_overhead": 0.0}))
+
+
+def test_each_doubling_of_the_nodes_costs_its_share_and_one_node_none():
+    one, node, two, four = cluster(num_nodes=(1, 2, 4), node_doubling=0.05)
+    assert one.compute_s == pytest.approx(0.9) and node.compute_s == pytest.approx(1.0)  # no doubling on one node
+    assert two.compute_s == pytest.approx(1.0 * 1.05) and four.compute_s == pytest.approx(1.0 * 1.10)
+    assert four.comm_s == pytest.approx(2 * 15 / 16 * 1 / 10)  # the all-reduce is left alone
+    assert four.efficiency_overlap == pytest.approx(0.9 / 1.10)
+    assert four.efficiency_no_overlap == pytest.approx(0.9 / (1.10 + 0.1875))
+    (two_of_one,) = [r for r in cluster(devices=1, num_nodes=(2,), node_doubling=0.05) if r.num_nodes == 2]
+    assert two_of_one.compute_s == pytest.approx(0.9 * 1.05)  # a node of one GPU: the doubling, not the host's share
+    assert pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1).node_doubling == 0  # the forecast's: none
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.0])
+def test_the_doubling_is_a_share_of_a_step(bad):
+    with pytest.raises(ValueError, match="node_doubling is a fraction of a step"):
+        pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1, node_doubling=bad)
+
+
+def test_the_model_in_words_names_the_doubling_only_where_there_are_several_nodes():
+    line = ("node doubling: each doubling of the node count costs 1 % of a step more (the slowest of more nodes, a "
+            "fuller fabric): compute x (1 + 0.01 * log2(nodes)) (--node_doubling).")
+    base = dict(devices=4, grad_bytes=GB, compute_s=1, node_doubling=0.01)
+    assert line in scaling.formula(pm.ScalingInputs(num_nodes=(1, 2), **base)).splitlines()
+    assert "node doubling" not in scaling.formula(pm.ScalingInputs(num_nodes=(1,), **base))
+    assert "node doubling" not in scaling.formula(pm.ScalingInputs(num_nodes=(2,), **{**base, "node_doubling": 0}))

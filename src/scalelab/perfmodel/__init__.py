@@ -58,6 +58,7 @@ from scalelab.perfmodel.peaks import (
     precision_dtype,
 )
 from scalelab.perfmodel.scaling import (
+    NODE_DOUBLING,
     NODE_OVERHEAD,
     MeasuredPrediction,
     ScaleRow,

@@ -82,3 +82,11 @@ def widen(band: Band, scatter: Scatter, relative_sd: float) -> Band:
     quadrature). The middle stays."""
     reach = math.exp(scatter.quantile * relative_sd)
     return Band(band.low / reach, band.mid, band.high * reach)
+
+
+def one_run_band(no_overlap: float, overlap: float, step_s: float) -> Band:
+    """An a-priori prediction's 80 % band for one run's efficiency against one baseline run (src/predict.py): the
+    model's range (no overlap to full overlap) widened by the prior scatter of the two runs, each its own (√2 σ).
+    benchmarks/predictor_validation.py measures how often such bands hold published runs."""
+    scatter = prior(step_s)
+    return widen(Band(no_overlap, (no_overlap + overlap) / 2, overlap), scatter, math.sqrt(2) * scatter.sigma)

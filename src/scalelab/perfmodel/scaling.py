@@ -24,10 +24,13 @@ from scalelab.perfmodel.network import (
 # Prediction
 
 # The share of each step a node running more than one GPU loses with no network involved (its host, input pipeline
-# and kernel launches shared by its GPUs): src/predict.py's default. Learned by benchmarks/predictor_validation.py
-# from the published runs in benchmarks/data/published_scaling.json: on a 0.01 grid, the value that puts the most
-# of them inside their bands (and the value learned with each system left out in turn).
+# and kernel launches shared by its GPUs), and the further share each doubling of the node count costs (a step waits
+# for the slowest of more nodes; a fuller fabric): src/predict.py's defaults. Learned together by
+# benchmarks/predictor_validation.py from the published runs in benchmarks/data/published_scaling.json as the pair
+# whose bands' middles miss them by the least (median), to the nearest 0.05 and 0.005 of a step: 18 runs tell no
+# finer (on a 0.01 grid, 0.11); the same pair with each system left out in turn.
 NODE_OVERHEAD = 0.1
+NODE_DOUBLING = 0.01
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,9 @@ class ScalingInputs:
     accumulate: int = 1  # batches per optimizer step (--accumulate_grad_batches): one all-reduce per `accumulate`
     wire_bytes: Optional[float] = None  # bytes a hook sends per all-reduce (perfmodel.levers); None: S itself
     # 0 leaves a step as it was: right for the calibrated forecast (calibrate.inputs_for), whose measured steps
-    # already hold what a full node loses; src/predict.py passes NODE_OVERHEAD
+    # already hold what a full node loses; src/predict.py passes NODE_OVERHEAD and NODE_DOUBLING
     node_overhead: float = 0.0
+    node_doubling: float = 0.0  # the share of a step each doubling of the node count costs (1 node: none)
 
     def __post_init__(self):
         _positive(devices=self.devices, intra_GBps=self.intra_GBps, inter_GBps=self.inter_GBps,
@@ -74,8 +78,9 @@ class ScalingInputs:
         if self.wire_bytes is not None:
             _positive(wire_bytes=self.wire_bytes)
         _nonneg(intra_latency_s=self.intra_latency_s, inter_latency_s=self.inter_latency_s)
-        if not 0 <= self.node_overhead < 1:
-            raise ValueError(f"node_overhead is a fraction of a step (0 <= it < 1), got {self.node_overhead}")
+        for name in ("node_overhead", "node_doubling"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} is a fraction of a step (0 <= it < 1), got {getattr(self, name)}")
         num_nodes = tuple(sorted(set(int(n) for n in self.num_nodes)))
         if not num_nodes or min(num_nodes) < 1:
             raise ValueError(f"num_nodes must be positive integers, got {list(self.num_nodes)}")
@@ -180,6 +185,7 @@ def predict(inputs: ScalingInputs) -> list[ScaleRow]:
         compute = c1 if inputs.scaling == "weak" else c1 / world_size  # one batch; an optimizer step is k of them
         if world_size > num_nodes:  # GPUs share a node: its host costs every step node_overhead of it
             compute /= 1 - inputs.node_overhead
+        compute *= 1 + inputs.node_doubling * math.log2(num_nodes)
         serial, overlap = accumulated_step(compute, comm, k)
         work = world_size if inputs.scaling == "weak" else 1  # how many 1-GPU steps of work one step does
         sp_serial, sp_overlap = work * k * c1 / serial, work * k * c1 / overlap
@@ -235,6 +241,10 @@ def formula(inputs: ScalingInputs) -> str:
         lines.append(f"node overhead: a node running {inputs.devices} GPUs loses {inputs.node_overhead * 100:.3g} % of "
                      f"each step to its host, network or not: compute per GPU there = compute / (1 - "
                      f"{inputs.node_overhead:g}) (--node_overhead).")
+    if inputs.node_doubling and max(inputs.num_nodes) > 1:
+        lines.append(f"node doubling: each doubling of the node count costs {inputs.node_doubling * 100:.3g} % of a "
+                     f"step more (the slowest of more nodes, a fuller fabric): compute x (1 + {inputs.node_doubling:g}"
+                     " * log2(nodes)) (--node_doubling).")
     if inputs.accumulate > 1:
         lines.append(f"accumulation: an optimizer step computes K = {inputs.accumulate} batches and all-reduces once:"
                      " no overlap = K * compute + comm; full overlap = (K-1) * compute + max(compute, comm).")
