@@ -112,7 +112,7 @@ def test_the_forecast_holds_each_links_fit_below_its_stated_rate_and_says_so():
 def test_an_all_reduce_never_shortens_a_step_a_negative_x_counts_as_zero():
     """A 2-node run faster than the 1-device step (noise) reads x < 0: the band's floor is x = 0."""
     def reading(x):
-        return forecast.Reading(x, 0.0, "r", 0.1 + x * 0.01, 0.01)
+        return forecast.Reading(x, 0.0, 0.1 + x * 0.01, 0.01)
 
     known = dict(borrowed={}, scatter=noise.Scatter(0.05, 4), baseline=Band(0.1, 0.1, 0.1), baseline_runs=["b"])
     cal = SimpleNamespace(exposures={("inter", ""): [reading(-0.4), reading(0.6)]}, **known)
@@ -144,9 +144,9 @@ def _simulated_coverage(trials: int, sigma: float, repeats: int, seed: int, rate
         bases = [draw(base) for _ in range(repeats)]
         steps = [draw(base + t) for _ in range(repeats)]
         b = statistics.median(bases)
-        readings = [forecast.Reading((s - b) / t, s - b - t, "r", s, t) for s in steps]
+        readings = [forecast.Reading((s - b) / t, s - b - t, s, t) for s in steps]
         same = rate == 1.0
-        cal = forecast.Calibration("g", "g", "samples/s", 1, Band(min(bases), b, max(bases)), ["b"] * repeats, None,
+        cal = forecast.Calibration("g", "samples/s", 1, Band(min(bases), b, max(bases)), ["b"] * repeats, None,
                                    t * 1e9, 1, {key: fit} if same else {other: fit.at_rate(rate)},
                                    exposures={key: readings}, scatter=noise.pooled([bases, steps]))
         target = key if same else other
@@ -171,15 +171,15 @@ def test_the_middles_sd_carries_the_shared_baseline_each_readings_step_and_the_l
     r = 3, 3, 1.5, mean 2.5: the baseline's share σ · b · (K − 2.5) / √k = 0.05 · 0.1 · −0.5 / 2; each reading's
     σ · s_i · r_i, summed in quadrature over m = 3; the links' medians 1.5 and 1.5: spread 0."""
     cal = SimpleNamespace(scatter=noise.Scatter(0.05, 6), baseline=Band(0.1, 0.1, 0.1), baseline_runs=["b"] * 4)
-    readings = [forecast.Reading(1.0, 0.0, "a", 0.11, 0.01), forecast.Reading(2.0, 0.01, "b", 0.12, 0.01),
-                forecast.Reading(1.5, 0.0, "c", 0.13, 0.02)]
+    readings = [forecast.Reading(1.0, 0.0, 0.11, 0.01), forecast.Reading(2.0, 0.01, 0.12, 0.01),
+                forecast.Reading(1.5, 0.0, 0.13, 0.02)]
     shared = 0.05 * 0.1 * (2 - 2.5) / 2
     own = 0.05 * math.sqrt((0.11 * 3) ** 2 + (0.12 * 3) ** 2 + (0.13 * 1.5) ** 2) / 3
     sd = forecast.prediction_sd(cal, readings, 0.03, 2, across_links=True)
     assert sd == pytest.approx(math.hypot(shared, own))
     assert forecast.prediction_sd(cal, readings, 0.03, 2, across_links=False) == pytest.approx(sd)  # spread 0 here
     # the links' medians apart (x = 1.5 and 3): their sd, times t, on top
-    apart = readings[:2] + [forecast.Reading(3.0, 0.0, "c", 0.13, 0.02)]
+    apart = readings[:2] + [forecast.Reading(3.0, 0.0, 0.13, 0.02)]
     own = 0.05 * math.sqrt((0.11 * 3) ** 2 + (0.12 * 3) ** 2 + (0.13 * 1.5) ** 2) / 3
     spread = statistics.stdev([1.5, 3.0]) * 0.03
     assert forecast.prediction_sd(cal, apart, 0.03, 2, True) == pytest.approx(math.sqrt(shared ** 2 + own ** 2 +
@@ -198,8 +198,8 @@ def test_the_expected_efficiency_leaves_out_one_runs_own_scatter_and_the_one_lin
     scale's expected efficiency does not; 1 device is 100 % by definition."""
     key = ("inter", "l")
     fit = RingFit(0.0, 1e6, 0.0, 5, ("bench",))
-    readings = [forecast.Reading(0.0, -1e-9, "r", 0.1, 1e-9), forecast.Reading(0.0, -1e-9, "s", 0.1, 1e-9)]
-    cal = forecast.Calibration("g", "g", "samples/s", 1, Band(0.1, 0.1, 0.1), ["b", "c"], None, 1.0, 1,
+    readings = [forecast.Reading(0.0, -1e-9, 0.1, 1e-9), forecast.Reading(0.0, -1e-9, 0.1, 1e-9)]
+    cal = forecast.Calibration("g", "samples/s", 1, Band(0.1, 0.1, 0.1), ["b", "c"], None, 1.0, 1,
                                {key: fit}, exposures={key: readings}, scatter=noise.Scatter(0.099, 2))
     rows, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), key, 1, (1, 2))
     one, two = rows
@@ -215,7 +215,7 @@ def test_a_blend_keeps_the_largest_beta_its_capped_parts_gave():
 
 
 def _reading(x, fixed_s=0.0, step_s=0.11, allreduce_s=0.01):
-    return forecast.Reading(x, fixed_s, "r", step_s, allreduce_s)
+    return forecast.Reading(x, fixed_s, step_s, allreduce_s)
 
 
 KNOWN = dict(scatter=noise.Scatter(0.05, 4), baseline=Band(0.1, 0.1, 0.1), baseline_runs=["b"])
@@ -321,7 +321,7 @@ def _two_level_cal(exposures, rates=None):
     runs scattering 2 % (4 degrees of freedom); 16 MB in one bucket."""
     intra, inter = ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s")
     fits = {intra: RingFit(0.0, 10.0, 0.0, 3, ("b",)), inter: RingFit(0.0, 1.0, 0.0, 3, ("b",))}
-    return forecast.Calibration("g", "g", "samples/s", 1, Band(0.1, 0.1, 0.1), ["a", "b"], None, 16e6, 1, fits,
+    return forecast.Calibration("g", "samples/s", 1, Band(0.1, 0.1, 0.1), ["a", "b"], None, 16e6, 1, fits,
                                 exposures=exposures, rates=rates or {inter: 8.0},
                                 scatter=noise.Scatter(0.02, 4)), intra, inter
 
@@ -357,7 +357,7 @@ def test_x_read_on_another_link_carries_how_far_links_differ():
     spread (one link: 10 % of x); on 8 Gbit/s itself, without it."""
     cal, intra, inter = _two_level_cal({})
     t8 = 16e6 / 1e9
-    readings = [forecast.Reading(x, (x - 1) * t8, f"r{x}", 0.1 + x * t8, t8) for x in (1.1, 1.3)]
+    readings = [forecast.Reading(x, (x - 1) * t8, 0.1 + x * t8, t8) for x in (1.1, 1.3)]
     cal.exposures = {inter: readings}
     slow = ("inter", "emulated 4 Gbit/s")
     cal.rates[slow] = 4.0

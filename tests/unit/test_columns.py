@@ -3,9 +3,9 @@
 import pandas as pd
 
 from helpers import ROWS, _bench, _with_comm, make_result
+from scalelab.keys import CONFIGURATION
 from scalelab.report import columns, explain, export
 from scalelab.report.frames import runs_frame, scaling_frame
-from scalelab.report.keys import CONFIGURATION
 
 
 def _found():
@@ -77,3 +77,17 @@ def test_each_file_exports_its_own_columns():
     scaling, step = columns.exported("scaling"), columns.exported("step")
     assert "efficiency" in scaling and "compute_s" not in scaling and "compute_s" in step and "efficiency" not in step
     assert columns.exported() == list(columns.EXPORTED) and "letter" in scaling and "letter" in step
+
+
+def test_a_configuration_is_its_group_sizes_as_integers_and_its_link_or_nothing():
+    """keys.configuration: what makes two runs repeats (the forecast) and joins the track record to the table (the
+    report); a frame's float sizes and a missing link name the same configuration as a record's."""
+    from types import SimpleNamespace
+
+    from scalelab.keys import configuration
+
+    record = SimpleNamespace(group="g", world_size=2, num_nodes=2, link="emulated 2 Gbit/s")
+    assert configuration(record) == ("g", 2, 2, "emulated 2 Gbit/s")
+    row = SimpleNamespace(group="g", world_size=2.0, num_nodes=1.0, link=None)
+    assert configuration(row) == ("g", 2, 1, "") and isinstance(configuration(row)[1], int)
+    assert configuration(SimpleNamespace(group="h", world_size=4, num_nodes=2, link="")) == ("h", 4, 2, "")

@@ -413,7 +413,7 @@ def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_abo
 
     fits = {key(2): calibrate.RingFit(ALPHA, 0.25, 0.0, 5, ("slow",)),
             key(8): calibrate.RingFit(ALPHA, 0.5, 0.0, 5, ("fast",))}
-    cal = forecast.Calibration("g", "gpt", "tokens/s", 64, Band(STEP1, STEP1, STEP1), ["one"], None, S, 1, fits,
+    cal = forecast.Calibration("gpt", "tokens/s", 64, Band(STEP1, STEP1, STEP1), ["one"], None, S, 1, fits,
                                rates={key(2): 2.0, key(8): 8.0, key(1): 1.0, key(3): 3.0, key(16): 16.0})
     for gbit, beta, source in ((1, 0.125, 2), (3, 0.375, 2), (16, 1.0, 8), (8, 0.5, None)):
         fit, how = forecast.fit_for(cal, key(gbit))

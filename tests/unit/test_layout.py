@@ -286,10 +286,10 @@ def test_entry_scripts_are_thin_and_run_the_module_they_are_named_after():
 
 
 def test_each_concept_has_one_home():
-    """The levers are config.py's, a configuration's key is report/keys.py's, "is this a number" is numeric.py's:
+    """The levers are config.py's, a configuration's key is keys.py's, "is this a number" is numeric.py's:
     a second definition elsewhere drifts from the first (three LEVERS once meant three different things)."""
-    homes = {"LEVERS": "scalelab.config", "LEVER_DEFAULTS": "scalelab.config", "SCALE": "scalelab.report.keys",
-             "CONFIGURATION": "scalelab.report.keys"}
+    homes = {"LEVERS": "scalelab.config", "LEVER_DEFAULTS": "scalelab.config", "SCALE": "scalelab.keys",
+             "CONFIGURATION": "scalelab.keys"}
     found = []
     for path in MODULES:
         for node in ast.parse(path.read_text()).body:
@@ -300,6 +300,6 @@ def test_each_concept_has_one_home():
                 found.append((node.name, module_name(path)))
     strays = [(name, where) for name, where in found if homes.get(name, "scalelab.numeric") != where]
     assert not strays, f"defined away from its home: {strays}"
-    spelled = [module_name(p) for p in MODULES if module_name(p) != "scalelab.report.keys"
+    spelled = [module_name(p) for p in MODULES if module_name(p) != "scalelab.keys"
                and re.search(r"""\[\s*["']world_size["'],\s*["']num_nodes["'],\s*["']link["']\s*\]""", p.read_text())]
-    assert not spelled, f"a configuration's key spelled out instead of report/keys.py's SCALE: {spelled}"
+    assert not spelled, f"a configuration's key spelled out instead of keys.py's SCALE: {spelled}"

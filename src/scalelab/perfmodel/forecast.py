@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+from scalelab.keys import configuration
 from scalelab.numeric import float_or_none
 from scalelab.perfmodel import calibrate, noise, sharding
 from scalelab.perfmodel.calibrate import Band, Point, RingFit
@@ -53,15 +54,14 @@ class Reading(NamedTuple):
     cost per step, seconds), with the step and the all-reduce alone (seconds) it was read from."""
     x: Optional[float]
     fixed_s: float
-    run_id: str
     step_s: float
     allreduce_s: float
 
 
 @dataclass
 class Calibration:
-    """What a folder says about one workload (a report group): enough to forecast any scale of it."""
-    group: str
+    """What a folder says about one workload (a report group, the key calibrate_all files it under): enough to
+    forecast any scale of it."""
     describe: str
     unit: str
     per_device_units: float  # samples (tokens for a GPT) one device processes per step
@@ -151,10 +151,11 @@ def link_rates(recs: list) -> dict:
 
 def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
     """group -> Calibration, from every run record (FIELDS) and benchmark point (bench_points()) but the runs
-    in `exclude` (run ids)."""
+    in `exclude` (run ids). A link's stated rate is read from every record, excluded or not: it is the link's, not
+    a measurement (a forecast of a new rate is told the rate)."""
+    rates = {**{k: p.gbit for k, ps in from_bench.items() for p in ps if p.gbit}, **link_rates(recs)}
     recs = [r for r in recs if r.run_id not in exclude]
     points = ring_points(recs, from_bench)
-    rates = {**{k: p.gbit for k, ps in from_bench.items() for p in ps if p.gbit}, **link_rates(recs)}
     by_group, repeats = {}, {}
     for r in recs:
         by_group.setdefault(r.group, []).append(r)
@@ -165,18 +166,19 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
         wire = next((r.wire for r in rows if r.strategy == "fsdp" and isinstance(r.wire, tuple)), None)
         nbytes, calls = _bytes([r for r in rows if r.world_size > 1] + rows, wire)
         steps = sorted(r.step_s for r in base)
-        if not base or not nbytes > 0 or not statistics.median(steps) > 0:
+        mid = statistics.median(steps) if steps else 0.0
+        if not nbytes > 0 or not mid > 0:
             continue  # no gradient size recorded (an older or foreign result), or no time a step took: nothing to use
         first = base[0]
         # its own repeats' scatter, else one assumed for its step's length (short steps scatter more)
-        scatter = noise.pooled((v for k, v in repeats.items() if k[0] == group), noise.prior(statistics.median(steps)))
+        scatter = noise.pooled((v for k, v in repeats.items() if k[0] == group), noise.prior(mid))
         fits = ((k, fit_for_wire(p, nbytes / calls, wire, rates.get(k) and gbit_to_GBps(rates[k])))
                 for k, p in points.items())
         cals[group] = Calibration(
-            group, first.describe, first.unit,
+            first.describe, first.unit,
             per_device_units=first.samples_per_batch * first.accumulate_grad_batches * (
                 (first.tokens_per_s / first.samples_per_s) if first.unit == "tokens/s" else 1),
-            baseline=Band(steps[0], statistics.median(steps), steps[-1]), baseline_runs=[r.run_id for r in base],
+            baseline=Band(steps[0], mid, steps[-1]), baseline_runs=[r.run_id for r in base],
             compute_s=statistics.median(c) if (c := [r.compute_s for r in base if float_or_none(r.compute_s)])
             else None,
             nbytes=nbytes, calls=calls, rates=rates, strategy=first.strategy or "ddp", scatter=scatter,
@@ -189,18 +191,12 @@ def calibrate_all(recs: list, from_bench: dict, exclude=()) -> dict:
             continue
         t = fit.seconds(int(r.world_size), own.nbytes, own.calls)
         step = r.step_s  # an optimizer step, as the baseline's (the lever is part of the group)
-        entry = Reading(calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, r.run_id,
-                        step, t)
+        entry = Reading(calibrate.exposed_factor(step, own.baseline.mid, t), step - own.baseline.mid - t, step, t)
         own.exposures.setdefault(key, []).append(entry)
         for cal in cals.values():  # a strategy's x says nothing of another's (gloo blocks FSDP's collectives)
             if cal is not own and cal.strategy == own.strategy:
                 cal.borrowed.setdefault(key[0], []).append(entry)
     return cals
-
-
-def configuration(r) -> tuple:
-    """What makes two runs repeats of one configuration: the report's key (report.keys.CONFIGURATION)."""
-    return r.group, int(r.world_size), int(r.num_nodes), r.link or ""
 
 
 def _bytes(rows: list, wire: Optional[tuple]) -> tuple:
@@ -364,7 +360,6 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
         if cal is None:
             continue
         key = network(r.num_nodes, r.link, r.accelerator, r.device)
-        cal.rates.update({k: v for k, v in link_rates([r]).items() if k not in cal.rates})  # its link's stated rate
         intra_key = network(1, "", r.accelerator, r.device)
         gpn = int(r.devices or r.world_size // r.num_nodes)
         predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))

@@ -14,8 +14,8 @@ from tabulate import tabulate
 
 from scalelab import redaction, results
 from scalelab.errors import UsageError
+from scalelab.keys import SCALE
 from scalelab.report.cells import fmt_num, fmt_pct
-from scalelab.report.keys import SCALE
 
 KEY = ["workload_key", *SCALE]  # the workload across hardware, and where it ran
 

@@ -11,8 +11,8 @@ import os
 import pandas as pd
 from matplotlib.figure import Figure
 
+from scalelab.keys import SCALE
 from scalelab.report import labels, plots
-from scalelab.report.keys import SCALE
 from scalelab.results import METRICS_FILE
 
 SMOOTH = 10  # steps in the running mean drawn over the raw loss

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
+from scalelab.keys import CONFIGURATION, configuration
 from scalelab.perfmodel import forecast as fc
 from scalelab.perfmodel import noise
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.frames import group_letters
-from scalelab.report.keys import CONFIGURATION
 
 MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
 PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
@@ -76,10 +76,8 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
     in points, from the track record (a nightly --reference check can bound it)."""
     if scaling.empty:
         return scaling
-    err = {(r.group, r.world_size, r.num_nodes, r.link or ""): abs(r.predicted_eff - r.measured_eff) * 100
-           for r in track.itertuples()}
-    return scaling.assign(forecast_error=[err.get((r.group, r.world_size, r.num_nodes, r.link or ""))
-                                          for r in scaling.itertuples()])
+    err = {configuration(r): abs(r.predicted_eff - r.measured_eff) * 100 for r in track.itertuples()}
+    return scaling.assign(forecast_error=[err.get(configuration(r)) for r in scaling.itertuples()])
 
 
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing

@@ -11,9 +11,9 @@ the result schema's field names.
 import pandas as pd
 
 from scalelab import results
+from scalelab.keys import CONFIGURATION, SCALE
 from scalelab.report import plausible
 from scalelab.report.columns import NAMES, NUMERIC, RUNS, aggregations
-from scalelab.report.keys import CONFIGURATION, SCALE
 
 # the throughput a unit is read from: tables, plots and exports pick the column by the frame's `unit`
 THROUGHPUT_COLUMN = {"tokens/s": "tokens_per_s", "samples/s": "samples_per_s"}

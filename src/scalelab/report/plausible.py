@@ -20,8 +20,8 @@ import json
 import pandas as pd
 
 from scalelab import fingerprint
+from scalelab.keys import SCALE
 from scalelab.numeric import known as _ok
-from scalelab.report.keys import SCALE
 
 NOISE_FLOOR = 0.05  # one run against one baseline run: any pair of 5 tiny GPT repeats fell within 4.3 points of the
 # pairs' median efficiency here (docs/06)

@@ -19,9 +19,9 @@ from matplotlib.ticker import FuncFormatter
 
 from scalelab import perfmodel, results
 from scalelab.errors import UsageError
+from scalelab.keys import SCALE
 from scalelab.perfmodel.network import human_bytes, human_rate
 from scalelab.report import labels, lever_view, marks, plausible
-from scalelab.report.keys import SCALE
 
 DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too

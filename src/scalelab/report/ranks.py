@@ -13,12 +13,12 @@ import statistics
 import pandas as pd
 from tabulate import tabulate
 
+from scalelab.keys import CONFIGURATION
 from scalelab.measure import cpushare, timing
 from scalelab.measure.cpushare import span
 from scalelab.measure.steps import optimizer_view
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
-from scalelab.report.keys import CONFIGURATION
 
 DEFAULT_PCT = 10.0
 HEADERS = ["host", "rank", "device", "cores", "had a core", "compute ms", "vs median", "step ms", "flag"]

@@ -13,9 +13,9 @@ import math
 
 import pandas as pd
 
+from scalelab.keys import SCALE
 from scalelab.perfmodel import noise
 from scalelab.report.cells import config_words
-from scalelab.report.keys import SCALE
 
 
 def scatter(members: pd.DataFrame) -> noise.Scatter:

@@ -11,10 +11,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from scalelab.keys import SCALE
 from scalelab.measure import timeline
 from scalelab.report import labels
 from scalelab.report.cells import fmt_num
-from scalelab.report.keys import SCALE
 from scalelab.report.tables import story_cells
 
 COLORS = {"forward": "#4C72B0", "backward": "#55A868", "waiting": "#C44E52", "optimizer": "#8C8C8C",

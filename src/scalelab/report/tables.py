@@ -11,11 +11,11 @@ import pandas as pd
 from tabulate import tabulate
 
 from scalelab.entry import human_count
+from scalelab.keys import SCALE
 from scalelab.report import cells, explain, plausible, spread
 from scalelab.report import lever_view as levers
 from scalelab.report.cells import fmt_num, fmt_pct, money_cells, money_headers, narrow, nodes_cell, predicted_range
 from scalelab.report.frames import THROUGHPUT_COLUMN, group_letters
-from scalelab.report.keys import SCALE
 
 STEP_HEADERS = ["world size", "nodes", "step ms", "compute ms", "all-reduce ms", "alone ms", "predicted ms",
                 "waited ms",
