@@ -28,8 +28,8 @@ demo: $(VENV)/.installed  ## CPU rehearsal: 1 device, 2 on a node, 2 emulated no
 lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 	$(PY) -m ruff check --output-format concise .
 
-test: lint  ## lint, then the whole test suite (what CI runs)
-	$(PY) -m pytest
+test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest tests named at the end
+	$(PY) -m pytest --durations=25
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
 	$(PY) -m pytest $(QUICK)

@@ -154,17 +154,17 @@ def band(point, system, terms: Terms = TODAY) -> tuple:
     if point["baseline"] == "1 node":
         base_lo, base_hi, _ = scale_edges(point, system, 1, point["baseline_accumulation"], terms)
         lo, hi = lo / base_lo, hi / base_hi
-    if terms.scatter:
-        widened = noise.one_run_band(lo, hi, row.step_s_no_overlap)
+    if terms.scatter:  # the run's step and its baseline's, each its own scatter
+        widened = noise.one_run_band(lo, hi, row.step_s_no_overlap, compute_s(point) * point["baseline_accumulation"])
         lo, hi = widened.low, widened.high
     return lo, hi, row
 
 
-def inside(published, lo, hi) -> bool:
+def inside(published, lo, hi, mid=None) -> bool:
     return lo <= published <= hi
 
 
-def edge_error(published, lo, hi) -> float:
+def edge_error(published, lo, hi, mid=None) -> float:
     """published - the nearest edge of [lo, hi]; 0 inside. Negative: the predictor was optimistic."""
     if published < lo:
         return published - lo
@@ -173,9 +173,10 @@ def edge_error(published, lo, hi) -> float:
     return 0.0
 
 
-def mid_error(published, lo, hi) -> float:
-    """published - the middle of the band."""
-    return published - (lo + hi) / 2
+def mid_error(published, lo, hi, mid=None) -> float:
+    """published - the model's middle: `mid` where given (the range's, before a scatter widened it: widening is
+    multiplicative, it would move the arithmetic middle up), else the band's."""
+    return published - ((lo + hi) / 2 if mid is None else mid)
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class Summary:
 
 
 def score(triples) -> Summary:
-    """Coverage and errors over (published, lo, hi) triples."""
+    """Coverage and errors over (published, lo, hi[, the model's middle]) tuples."""
     triples = list(triples)
     if not triples:
         raise ValueError("no points to score")
@@ -198,22 +199,26 @@ def score(triples) -> Summary:
     return Summary(points=len(triples), inside=n_in, coverage=n_in / len(triples),
                    median_abs_edge_error=statistics.median(abs(edge_error(*t)) for t in triples),
                    median_abs_mid_error=statistics.median(abs(mid_error(*t)) for t in triples),
-                   optimistic=sum(p < lo for p, lo, _ in triples), pessimistic=sum(p > hi for p, _, hi in triples))
+                   optimistic=sum(t[0] < t[1] for t in triples), pessimistic=sum(t[0] > t[2] for t in triples))
 
 
 def evaluate(data, systems=None, terms: Terms = TODAY) -> list:
-    """One dict per point (of `systems`, or all): the published efficiency, the band and the row it came from."""
+    """One dict per point (of `systems`, or all where None): the published efficiency, the band, the model's middle
+    (of the range before the scatter widened it) and the row it came from."""
     out = []
     for point in data["points"]:
-        if systems and point["system"] not in systems:
+        if systems is not None and point["system"] not in systems:
             continue
-        lo, hi, row = band(point, data["systems"][point["system"]], terms)
-        out.append(dict(point=point, published=published_efficiency(point), lo=lo, hi=hi, row=row))
+        system = data["systems"][point["system"]]
+        lo, hi, row = band(point, system, terms)
+        range_lo, range_hi, _ = band(point, system, replace(terms, scatter=False)) if terms.scatter else (lo, hi, row)
+        out.append(dict(point=point, published=published_efficiency(point), lo=lo, hi=hi,
+                        mid=(range_lo + range_hi) / 2, row=row))
     return out
 
 
 def triples(results) -> list:
-    return [(r["published"], r["lo"], r["hi"]) for r in results]
+    return [(r["published"], r["lo"], r["hi"], r["mid"]) for r in results]
 
 
 def _pts(x) -> str:
@@ -224,7 +229,7 @@ def table(results, today=None) -> str:
     """One line per point; `today`: the same points as today's predictor bands them, shown beside."""
     body = []
     for i, r in enumerate(results):
-        p, row, t = r["point"], r["row"], (r["published"], r["lo"], r["hi"])
+        p, row, t = r["point"], r["row"], (r["published"], r["lo"], r["hi"], r["mid"])
         then = [f"{today[i]['lo']:.1%}–{today[i]['hi']:.1%}"] if today else []
         body.append([p["id"], p["system"], f"{p['gpus']}/{p['nodes']}", p["baseline"], p["accumulation"],
                      f"{compute_s(p):.4g}", f"{row.comm_s:.3g}", f"{r['published']:.1%}", *then,
@@ -292,8 +297,8 @@ def learn(data, terms: Terms, leave_out=None) -> Terms:
     doublings = GRIDS["doubling"] if terms.by_doubling else (0.0,)
     systems = [name for name in data["systems"] if name != leave_out]
 
-    def rank(candidate):  # the model's own middle: the scatter widens a band, it does not move it
-        misses = [abs(mid_error(*t)) for t in triples(evaluate(data, systems, replace(candidate, scatter=False)))]
+    def rank(candidate):  # the model's own middle (triples carry it): the scatter widens a band, it places nothing
+        misses = [abs(mid_error(*t)) for t in triples(evaluate(data, systems, candidate))]
         return statistics.median(misses), statistics.fmean(misses), candidate.overhead, candidate.doubling
 
     return min((dataclasses.replace(terms, overhead=o, doubling=d) for o in overheads for d in doublings), key=rank)

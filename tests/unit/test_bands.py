@@ -47,13 +47,16 @@ def test_widening_moves_each_end_out_by_the_quantile_times_the_relative_sd_and_k
     assert noise.Scatter(0.061, 0).describe() == "run-to-run scatter 6.1 % (assumed: this workload has no repeats here)"
 
 
-def test_an_a_priori_band_widens_the_overlap_range_by_two_runs_scatter_by_the_length_of_their_step():
-    """predict.py's band: a run and its baseline each scatter (√2 σ), σ the prior for the step's length."""
+def test_an_a_priori_band_widens_the_overlap_range_by_two_runs_scatter_each_by_the_length_of_its_step():
+    """predict.py's band: a run and its baseline each scatter, σ the prior for each one's step, in quadrature."""
     reach = math.exp(1.2815516 * math.sqrt(2) * 0.026)  # 1.0482
-    band = noise.one_run_band(0.8, 0.9, step_s=0.5)
+    band = noise.one_run_band(0.8, 0.9, step_s=0.5, baseline_step_s=0.4)
     assert (band.low, band.mid, band.high) == pytest.approx((0.8 / reach, 0.85, 0.9 * reach))
-    short = noise.one_run_band(0.8, 0.9, step_s=0.005)  # a step of a few ms: the short steps' 9.9 %
+    short = noise.one_run_band(0.8, 0.9, step_s=0.005, baseline_step_s=0.004)  # both a few ms: 9.9 % each
     assert short.high == pytest.approx(0.9 * math.exp(1.2815516 * math.sqrt(2) * 0.099))
+    mixed = noise.one_run_band(0.8, 0.9, step_s=0.005, baseline_step_s=0.05)  # a short step against a long one
+    assert mixed.high == pytest.approx(0.9 * math.exp(1.2815516 * math.hypot(0.099, 0.026)))
+    assert noise.one_run_band(0.8, 0.9, step_s=0.05, baseline_step_s=0.005).high == pytest.approx(mixed.high)
 
 
 def test_a_beta_faster_than_the_links_rate_is_held_at_it_and_alpha_refitted():

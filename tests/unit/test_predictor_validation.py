@@ -207,6 +207,19 @@ def test_the_middle_is_learned_not_the_coverage_and_the_scatter_moves_no_middle(
     assert pv.learn(data, pv.Terms("fixed", scatter=True)).overhead == 0.1
 
 
+def test_the_middle_scored_is_the_models_not_the_widened_bands():
+    """Widening is multiplicative: the widened band's arithmetic middle sits above the range's. The error to the
+    middle, and the learning, read the range's (the model's point)."""
+    terms = pv.Terms("fixed", overhead=0.1)
+    (plain,) = pv.evaluate(_hand_data(), ["y"], terms)
+    (wide,) = pv.evaluate(_hand_data(), ["y"], pv.replace(terms, scatter=True))
+    assert wide["lo"] < plain["lo"] and wide["hi"] > plain["hi"]
+    assert wide["mid"] == pytest.approx((plain["lo"] + plain["hi"]) / 2) != pytest.approx((wide["lo"] + wide["hi"]) / 2)
+    published, lo, hi, mid = pv.triples([wide])[0]
+    assert pv.mid_error(published, lo, hi, mid) == pytest.approx(published - mid)
+    assert pv.evaluate(_hand_data(), [], terms) == []  # no system asked for: none scored, not all
+
+
 def test_the_doubling_is_learned_beside_the_overhead_from_points_on_several_nodes(monkeypatch):
     """Two-node points of 4 GPUs a node whose published efficiency is the middle at f = 0.1 and 4 % a doubling:
     the pair learned is (0.1, 0.04), not (0.1, 0) nor a larger overhead standing in for it."""

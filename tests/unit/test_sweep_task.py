@@ -44,11 +44,21 @@ def test_a_port_the_user_set_is_kept_and_a_submitting_shells_ranks_are_not(monke
     assert (seen["MASTER_PORT"], seen["RANK"], seen["WORLD_SIZE"]) == ("29400", "1", "2")
 
 
+def test_an_array_task_takes_its_own_job_ids_port_as_fabric_would(monkeypatch):
+    # submit.py's repeats are one array: task 1 of array 60 is job 63 to SLURM (SLURM_JOB_ID), "60_1" to submitit
+    array_task = {**SLURM_TASK, "SLURM_JOB_ID": "63", "SLURM_ARRAY_JOB_ID": "60", "SLURM_ARRAY_TASK_ID": "1"}
+    assert _run_task(monkeypatch, array_task)["MASTER_PORT"] == "15063"
+
+
+def test_every_job_id_gives_a_port_below_the_ephemeral_range():
+    ports = {slurm_env.rendezvous_port(str(job_id)) for job_id in range(0, 200_000, 7)}
+    assert min(ports) == 15000 and max(ports) == 24999  # 32768 and up: Linux's ephemeral ports
+
+
 @pytest.mark.parametrize("job_id, port", [("61", 15061), ("1234567", 19567), ("60_1", 15601), ("9999", 24999),
                                           ("", 15000)])
 def test_the_port_is_fabrics_slurm_convention(monkeypatch, job_id, port):
     assert slurm_env.rendezvous_port(job_id) == port
-    assert port < 32768  # Linux's ephemeral ports start there
     if job_id.isdigit():  # the port the sbatch scripts' runs take (Fabric's SLURMEnvironment)
         from lightning.fabric.plugins.environments import SLURMEnvironment
 

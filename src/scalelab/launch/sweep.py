@@ -32,10 +32,11 @@ class TrainTask:
     def __call__(self):
         import submitit
 
-        # The rendezvous port below the ephemeral range (slurm_env.rendezvous_port), unless the user set one; the
-        # job's ranks and sizes overwrite any a submitting shell passed on. Every GPU stays visible: Lightning picks
-        # cuda:LOCAL_RANK itself (submitit's binding would fight it).
-        os.environ.setdefault("MASTER_PORT", str(slurm_env.rendezvous_port(submitit.JobEnvironment().job_id)))
+        # The rendezvous port below the ephemeral range (slurm_env.rendezvous_port) from the job's own id (an array
+        # task's SLURM_JOB_ID, as Fabric reads it), unless the user set one (`MASTER_PORT=... submit.py`: the one
+        # variable of the submitting shell kept); its ranks and sizes are the job's. Every GPU stays visible:
+        # Lightning picks cuda:LOCAL_RANK itself (submitit's binding would fight it).
+        os.environ.setdefault("MASTER_PORT", str(slurm_env.rendezvous_port(submitit.JobEnvironment().raw_job_id)))
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         if not slurm_env.in_job() or os.environ.get("SUBMITIT_EXECUTOR") == "local":
             os.environ["SCALELAB_LAUNCHER"] = "submitit-local"

@@ -84,9 +84,9 @@ def widen(band: Band, scatter: Scatter, relative_sd: float) -> Band:
     return Band(band.low / reach, band.mid, band.high * reach)
 
 
-def one_run_band(no_overlap: float, overlap: float, step_s: float) -> Band:
+def one_run_band(no_overlap: float, overlap: float, step_s: float, baseline_step_s: float) -> Band:
     """An a-priori prediction's 80 % band for one run's efficiency against one baseline run (src/predict.py): the
-    model's range (no overlap to full overlap) widened by the prior scatter of the two runs, each its own (√2 σ).
-    benchmarks/predictor_validation.py measures how often such bands hold published runs."""
-    scatter = prior(step_s)
-    return widen(Band(no_overlap, (no_overlap + overlap) / 2, overlap), scatter, math.sqrt(2) * scatter.sigma)
+    model's range (no overlap to full overlap) widened by the two runs' prior scatter, each by its own step's
+    length, in quadrature. benchmarks/predictor_validation.py measures how often such bands hold published runs."""
+    run, base = prior(step_s), prior(baseline_step_s)
+    return widen(Band(no_overlap, (no_overlap + overlap) / 2, overlap), run, math.hypot(run.sigma, base.sigma))
