@@ -53,10 +53,11 @@ def test_no_overhead_is_the_model_as_it_was():
     assert calibrate.inputs_for(1.0, GB, 1, 8, (1,), fit, None).node_overhead == 0  # measured steps hold it
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5])
-def test_the_overhead_is_a_share_of_a_step(bad):
-    with pytest.raises(ValueError, match="node_overhead is a fraction of a step"):
-        pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1, node_overhead=bad)
+@pytest.mark.parametrize("name, bad", [("node_overhead", -0.1), ("node_overhead", 1.0), ("node_overhead", 1.5),
+                                       ("node_doubling", -0.01), ("node_doubling", 1.0)])
+def test_each_term_is_a_share_of_a_step(name, bad):
+    with pytest.raises(ValueError, match=f"{name} is a fraction of a step"):
+        pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1, **{name: bad})
 
 
 def test_the_model_in_words_names_it_only_where_a_node_shares_its_host():
@@ -78,12 +79,6 @@ def test_each_doubling_of_the_nodes_costs_its_share_and_one_node_none():
     (two_of_one,) = [r for r in cluster(devices=1, num_nodes=(2,), node_doubling=0.05) if r.num_nodes == 2]
     assert two_of_one.compute_s == pytest.approx(0.9 * 1.05)  # a node of one GPU: the doubling, not the host's share
     assert pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1).node_doubling == 0  # the forecast's: none
-
-
-@pytest.mark.parametrize("bad", [-0.01, 1.0])
-def test_the_doubling_is_a_share_of_a_step(bad):
-    with pytest.raises(ValueError, match="node_doubling is a fraction of a step"):
-        pm.ScalingInputs(devices=8, grad_bytes=GB, compute_s=1, node_doubling=bad)
 
 
 def test_the_model_in_words_names_the_doubling_only_where_there_are_several_nodes():
