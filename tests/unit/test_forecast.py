@@ -161,12 +161,46 @@ def test_the_track_record_predicts_each_configuration_from_the_others_never_from
     assert record.loc["b", "predicted_step_s"] == pytest.approx(STEP1 + ring(2))
     assert record.loc["c", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring_at(2, 0.5), rel=1e-6)
     assert list(record["exposure_from"]) == ["this workload on another link"] * 3
-    for r in found:
+    assert record.loc["b", "measured_eff"] == pytest.approx(STEP1 / (STEP1 + 1.4 * ring(2)))
+    only_b = forecast.track_record(forecast_view.records(runs), forecast_view.bench_points(bench_rows), only={"b"})
+    assert [row["run_id"] for row in only_b] == ["b"]  # the report's newest run of each configuration alone
+
+
+def test_the_report_counts_the_track_record_of_the_newest_runs(tmp_path):
+    """b (the newest of a and b) paid 1.4 x where c paid 1.0 x: out of a band 2.6 % of scatter wide; c inside."""
+    found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
+             bench()]
+    c = run("c", 2, 2, STEP1 + 1.0 * (2 * ALPHA + S / 0.5e9))
+    c["launch"]["link"] = {**LINK, "gbit": 4.0}
+    for r in [*found, c]:
         results.write(str(tmp_path), r)
     proc = run_script("benchmark.py", "--output_dir", tmp_path)
-    # b (the newest of a and b) paid 1.4 x where c paid 1.0 x: out of a band 2.6 % of scatter wide; c inside
     assert proc.returncode == 0 and "1 of 2 inside the 80 % band (50 %); median error" in proc.stdout, \
         proc.stdout[-2000:]
+
+
+def test_the_track_record_prices_one_nodes_runs_on_its_own_link_and_skips_what_it_cannot_calibrate():
+    """A 2-device run on one node is predicted on the one-node fit (bench at 1 node: the same α and β) with the x
+    of the 2-node runs (1.2 and 1.4: median 1.3), never from its own; the 1-device run is no row, and a workload
+    without a 1-device run (calibrates nothing) is passed over, not the end of the record."""
+    strong = [run("s1", 1, 1, STEP1), run("s2", 2, 2, STEP1 / 2 + ring(2))]  # strong scaling: no weak efficiency
+    for r in strong:
+        r["workload"]["scaling"] = "strong"
+    unfit = run("real", 2, 2, STEP1 + ring(2))  # a real network no benchmark measured: no fit, no prediction
+    unfit["launch"]["link"] = None
+    found = [run("lone", 2, 2, STEP1, model="mlp"), run("one", 1, 1, STEP1), *strong, unfit,
+             run("n1", 2, 1, STEP1 + 1.1 * ring(2)), run("a", 2, 2, STEP1 + 1.2 * ring(2)),
+             run("b", 2, 2, STEP1 + 1.4 * ring(2)), bench(), bench(num_nodes=1)]
+    found[-3]["launch"]["devices"] = None  # an older result: GPUs per node from the world size and the nodes
+    _, runs, bench_rows = calibrated(found)
+    recs = forecast_view.records(runs)
+    assert [r.run_id for r in recs].index("real") < [r.run_id for r in recs].index("a")  # passed over first
+    record = pd.DataFrame(forecast.track_record(recs, forecast_view.bench_points(bench_rows))).set_index("run_id")
+    assert sorted(record.index) == ["a", "b", "n1"]
+    runs.loc[runs["num_nodes"] > 1, "devices"] = None  # the shape the report forecasts, launch.devices or not
+    assert forecast_view.devices_per_node(runs, runs.loc[runs["run_id"] == "a", "group"].iloc[0]) == 1
+    assert record.loc["n1", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring(2), rel=1e-6)
+    assert record.loc["n1", "measured_eff"] == pytest.approx(STEP1 / (STEP1 + 1.1 * ring(2)))
 
 
 def test_forecast_from_the_command_line(tmp_path):

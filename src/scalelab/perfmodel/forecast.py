@@ -361,7 +361,7 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
             continue
         key = network(r.num_nodes, r.link, r.accelerator, r.device)
         intra_key = network(1, "", r.accelerator, r.device)
-        gpn = int(r.devices or r.world_size // r.num_nodes)
+        gpn = int(r.world_size // r.num_nodes)  # not r.devices: a result may leave it null (schema-valid)
         predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))
         mine = [f for f in predicted if f.world_size == r.world_size]
         if not mine:

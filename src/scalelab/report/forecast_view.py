@@ -134,8 +134,8 @@ def devices_per_node(runs: pd.DataFrame, group: str) -> int:
     """The shape to forecast: the group's multi-node runs' processes per node, else its largest one-node run."""
     ok = completed(runs[runs["group"] == group])
     multi = ok[ok["num_nodes"] > 1]
-    if not multi.empty:
-        return int(multi["devices"].max())
+    if not multi.empty:  # from the sizes, not launch.devices: a result may leave that null (schema-valid)
+        return int((multi["world_size"] // multi["num_nodes"]).max())
     return int(ok["world_size"].max())
 
 
