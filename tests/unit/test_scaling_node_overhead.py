@@ -65,6 +65,7 @@ def test_the_model_in_words_names_it_only_where_a_node_shares_its_host():
             "GPU there = compute / (1 - 0.1) (--node_overhead).")
     base = dict(num_nodes=(1,), grad_bytes=GB, compute_s=1, node_overhead=0.1)
     assert line in scaling.formula(pm.ScalingInputs(devices=4, **base)).splitlines()
+    assert "node running 2 GPUs loses 10 %" in scaling.formula(pm.ScalingInputs(devices=2, **base))
     assert "node overhead" not in scaling.formula(pm.ScalingInputs(devices=1, **base))
     assert "node overhead" not in scaling.formula(pm.ScalingInputs(devices=4, **{**base, "node_overhead": 0.0}))
 

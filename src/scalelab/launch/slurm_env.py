@@ -7,7 +7,6 @@ function takes `environ` (default: this process's) so a test can hand it the var
 """
 
 import os
-import re
 from typing import Optional
 
 
@@ -102,11 +101,11 @@ def job_record(environ=None) -> dict:
 
 
 def rendezvous_port(job_id: str) -> int:
-    """The main rank's port, the same in every task of a job: Fabric's SLURM convention, 15000 + the job id's last
-    four digits (the port the sbatch scripts' runs use). Below Linux's ephemeral range (32768-60999), where gloo's and
-    slurmd's own connections take ports: submitit's draw from 20000-60000 can land on one and fail EADDRINUSE."""
-    digits = re.sub(r"\D", "", job_id)[-4:]
-    return 15000 + int(digits or 0)
+    """The main rank's port, the same in every task of a job: Fabric's SLURM convention, 15000 + the last four
+    digits of SLURM_JOB_ID (the port the sbatch scripts' runs use). Below Linux's ephemeral range (32768-60999),
+    where gloo's and slurmd's own connections take ports: submitit's draw from 20000-60000 can land on one and fail
+    EADDRINUSE."""
+    return 15000 + int(job_id[-4:])
 
 
 def nodes_exclusive(environ=None) -> Optional[bool]:
