@@ -75,6 +75,24 @@ def test_a_configuration_over_nodes_is_named_by_its_nodes_and_link():
     r = SimpleNamespace(world_size=2.0, num_nodes=2.0, link="emulated 2 Gbit/s")
     assert cells.config_words(r) == "2 dev, 2 nodes, emulated 2 Gbit/s"
     assert cells.config_words(SimpleNamespace(world_size=4.0, num_nodes=1.0, link="")) == "4 dev"
+    assert cells.config_words(SimpleNamespace(world_size=4.0, num_nodes=1.0)) == "4 dev"  # a row with no link field
+
+
+def test_a_cpu_reads_its_cores_busy_a_gpu_its_utilization_and_half_a_range_is_not_sampled():
+    from types import SimpleNamespace
+
+    from scalelab.report import cells
+
+    nan = float("nan")
+
+    def row(accelerator, cores=(nan, nan), util=(nan, nan)):
+        return SimpleNamespace(accelerator=accelerator, cores_busy_min=cores[0], cores_busy_max=cores[1],
+                               util_min=util[0], util_max=util[1])
+
+    assert cells.device_cells(row("cpu", cores=(0.97, 1.0), util=(0.5, 0.6))) == ["0.97–1.00"]
+    assert cells.device_cells(row("gpu", cores=(0.97, 1.0), util=(0.93, 0.98))) == ["93–98 %"]
+    assert cells.device_cells(row("cpu", cores=(nan, 1.0))) == ["—"]  # one end not sampled: no range
+    assert cells.device_cells(row("gpu", util=(0.93, nan))) == ["—"]
 
 
 def test_results_from_before_the_sampler_show_no_device_column():

@@ -809,6 +809,12 @@ def test_a_collectives_rows_read_as_an_all_reduces_double_their_time_with_the_ba
     doubled = explain.as_allreduce(rows, "all_gather", 2)
     assert [r["time_s"] for r in doubled] == [0.004, 0.02] and explain.as_allreduce(rows, "all_reduce", 2) is rows
     assert [r["busbw_GBps"] for r in doubled] == pytest.approx([0.25, 0.5])  # n = 2: busbw = algbw = S / 2t
+    # every field a benchmark row carries, as the all-reduce's: at n = 4 busbw = algbw x 1.5; the time one op took
+    # alone doubled too where the row has it, and no such field invented where it has not
+    (timed,) = explain.as_allreduce([{"bytes": 1_000_000, "time_s": 0.002, "single_op_s": 0.0015}], "all_gather", 4)
+    assert timed == pytest.approx({"bytes": 1_000_000, "time_s": 0.004, "algbw_GBps": 0.25, "busbw_GBps": 0.375,
+                                   "single_op_s": 0.003})
+    assert "single_op_s" not in explain.as_allreduce(rows, "reduce_scatter", 4)[0]
     between = explain.bench_allreduce_time_s(doubled, 4_000_000, 2)
     assert between == pytest.approx(2 * explain.bench_allreduce_time_s(
         [{**r, "busbw_GBps": r["busbw_GBps"] * 2} for r in rows], 4_000_000, 2))
