@@ -380,6 +380,11 @@ def test_the_memory_note_predict_py_prints_for_both_strategies():
         "5.3, optimizer 10.5, activations 19.7, loss 3.3, overhead 2.0, accumulated 5.3 GB) under DDP; A100 40GB: no "
         "(--batch_size 1 fits); A100 80GB: fits; H100 80GB: fits; H200 141GB: fits; under FSDP: A100 40GB from 2 "
         "GPUs (≈ 35.7 GB at 2); A100 80GB, H100 80GB, H200 141GB from 1 GPU (≈ 43.6 GB)")
+    # the batch that fits, counted in the precision the note is for: small at 64 sequences, bf16's activations let
+    # 36 fit an A100 40GB where fp32's would let 28
+    small = pm.memory_note(PRESETS["small"], 64, "bf16")
+    assert "A100 40GB: no (--batch_size 36 fits)" in small
+    assert memory.advice(PRESETS["small"], 64, "32", 40e9) == "--batch_size 28 fits"
 
 
 def test_fsdp_defaults_to_one_rank_and_counts_only_the_trainable_parameters_and_the_accumulation():
