@@ -36,7 +36,7 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tabulate import tabulate
 
@@ -147,17 +147,27 @@ def scale_edges(point, system, nodes, accumulate, terms: Terms = TODAY) -> tuple
     return row.efficiency_no_overlap, full, row
 
 
-def band(point, system, terms: Terms = TODAY) -> tuple:
-    """(low, high) efficiency against the row's baseline, and the row at its scale: no overlap to full overlap,
-    or with `terms.scatter` that range's 80 % band for one run against one baseline run."""
+def model_range(point, system, terms: Terms = TODAY) -> tuple:
+    """(no overlap, full overlap) efficiency against the row's baseline, and the row at its scale."""
     lo, hi, row = scale_edges(point, system, point["nodes"], point["accumulation"], terms)
     if point["baseline"] == "1 node":
         base_lo, base_hi, _ = scale_edges(point, system, 1, point["baseline_accumulation"], terms)
         lo, hi = lo / base_lo, hi / base_hi
-    if terms.scatter:  # the run's step and its baseline's, each its own scatter
-        widened = noise.one_run_band(lo, hi, row.step_s_no_overlap, compute_s(point) * point["baseline_accumulation"])
-        lo, hi = widened.low, widened.high
     return lo, hi, row
+
+
+def widened(point, lo: float, hi: float, row) -> tuple:
+    """A range's 80 % band for one run against one baseline run: the run's step and its baseline's, each its own
+    scatter (perfmodel.noise.one_run_band)."""
+    wide = noise.one_run_band(lo, hi, row.step_s_no_overlap, compute_s(point) * point["baseline_accumulation"])
+    return wide.low, wide.high
+
+
+def band(point, system, terms: Terms = TODAY) -> tuple:
+    """(low, high) efficiency against the row's baseline, and the row at its scale: no overlap to full overlap,
+    or with `terms.scatter` that range's 80 % band."""
+    lo, hi, row = model_range(point, system, terms)
+    return (*widened(point, lo, hi, row), row) if terms.scatter else (lo, hi, row)
 
 
 def inside(published, lo, hi, mid=None) -> bool:
@@ -209,11 +219,10 @@ def evaluate(data, systems=None, terms: Terms = TODAY) -> list:
     for point in data["points"]:
         if systems is not None and point["system"] not in systems:
             continue
-        system = data["systems"][point["system"]]
-        lo, hi, row = band(point, system, terms)
-        range_lo, range_hi, _ = band(point, system, replace(terms, scatter=False)) if terms.scatter else (lo, hi, row)
-        out.append(dict(point=point, published=published_efficiency(point), lo=lo, hi=hi,
-                        mid=(range_lo + range_hi) / 2, row=row))
+        lo, hi, row = model_range(point, data["systems"][point["system"]], terms)
+        low, high = widened(point, lo, hi, row) if terms.scatter else (lo, hi)
+        out.append(dict(point=point, published=published_efficiency(point), lo=low, hi=high, mid=(lo + hi) / 2,
+                        row=row))
     return out
 
 

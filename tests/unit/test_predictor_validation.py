@@ -3,6 +3,7 @@ assumed, its efficiency is what its throughputs give, and the scoring arithmetic
 candidate terms (each priced as its words say, the overhead learned in-sample and held out) are right on hand-made
 rows whose answers are worked out here."""
 
+import dataclasses
 import importlib.util
 import re
 
@@ -212,7 +213,7 @@ def test_the_middle_scored_is_the_models_not_the_widened_bands():
     middle, and the learning, read the range's (the model's point)."""
     terms = pv.Terms("fixed", overhead=0.1)
     (plain,) = pv.evaluate(_hand_data(), ["y"], terms)
-    (wide,) = pv.evaluate(_hand_data(), ["y"], pv.replace(terms, scatter=True))
+    (wide,) = pv.evaluate(_hand_data(), ["y"], dataclasses.replace(terms, scatter=True))
     assert wide["lo"] < plain["lo"] and wide["hi"] > plain["hi"]
     assert wide["mid"] == pytest.approx((plain["lo"] + plain["hi"]) / 2) != pytest.approx((wide["lo"] + wide["hi"]) / 2)
     published, lo, hi, mid = pv.triples([wide])[0]
