@@ -346,7 +346,8 @@ def main(argv=None) -> int:
     print("\n".join(notes))
     print()
     print(table(inputs, rows))
-    print(band_line(rows))
+    if band := band_line(rows):  # none for 1 GPU alone
+        print(band)
     print()
     print(pm.formula(inputs))
     if args.strategy == "fsdp":

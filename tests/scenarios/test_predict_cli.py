@@ -182,3 +182,11 @@ def test_the_band_widens_each_run_by_the_scatter_of_its_own_steps_length():
     assert "8 nodes 53.5%–99.6%" in line and "2.6% or 9.9% assumed by its step's length" in line
     eight = table_row(out, "8 nodes")
     assert float(eight[-1].rstrip("%")) * 1.1402 == pytest.approx(99.6, abs=0.06)
+
+
+def test_one_gpu_alone_has_no_band_and_no_empty_line_for_it():
+    out = run_script("predict.py", "--params", "1M", "--devices", "1", "--num_nodes", "1", "--compute_s", "1",
+                     timeout=60).stdout
+    lines = out.splitlines()
+    end = next(i for i, ln in enumerate(lines) if ln.strip().startswith("1 GPU"))
+    assert "80 % band" not in out and lines[end + 1] == "" and lines[end + 2].startswith("all-reduce (ring")
