@@ -66,7 +66,12 @@ def test_the_port_is_fabrics_slurm_convention(monkeypatch, job_id, port):
     assert SLURMEnvironment().main_port == port
 
 
-def test_a_failed_rank_ends_its_peers_at_once(tmp_path):
+def test_a_failed_rank_ends_its_peers_at_once(tmp_path, monkeypatch):
+    import submitit
+
+    # submitit's executor refuses to be built where no srun is on PATH (a fresh machine before the test cluster is
+    # installed): the job's parameters are what this test reads; tests/scenarios/test_slurm_sweep.py submits them
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
     args = argparse.Namespace(cluster="slurm", gres_type=None, time_min=10, cpus_per_task=2, partition=None,
                               account=None, constraint=None, profile="auto", output_dir=str(tmp_path))
     executor = sweep.Submitter(args, {}, str(tmp_path), "cpu", []).executor(2, 1)
