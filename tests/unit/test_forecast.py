@@ -128,9 +128,33 @@ def test_a_workload_never_run_on_several_devices_borrows_both_readings():
     assert where == "borrowed from the other workloads' runs at this level"
 
 
+def test_each_forecast_band_by_hand_from_the_baseline_alone():
+    """No multi-device run: one baseline run (scatter: the 2.6 % prior, its 80 % quantile q) and the benchmark. A
+    step's band is the model widened by q x (the prediction's sd and the new run's own, in quadrature) / middle; the
+    expected band by the prediction's sd alone; throughput is the units over each end; 1 device is 1 by definition."""
+    cals, _, _ = calibrated([run("one", 1, 1, STEP1), bench()])
+    (cal,) = cals.values()
+    one, two = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 1, (2,))[0]
+    q, sigma = 1.2815515655446008, 0.026
+    assert (cal.scatter.quantile, cal.scatter.sigma) == (pytest.approx(q), sigma)
+    # 1 device: the baseline's sd (sigma x the step over one run) and the run's own: sqrt(2) sigma
+    assert one.step == pytest.approx(Band(STEP1 / math.exp(q * math.sqrt(2) * sigma), STEP1,
+                                          STEP1 * math.exp(q * math.sqrt(2) * sigma)))
+    assert one.efficiency == one.expected == Band(1.0, 1.0, 1.0)
+    assert one.throughput == pytest.approx(Band(64 / one.step.high, 64 / STEP1, 64 / one.step.low))
+    # 2 nodes: the middle is x = 1 of the ring; the expected step's top lies below the step's by the run's own sd
+    mid = STEP1 + ring(2)
+    assert two.step.mid == pytest.approx(mid)
+    expected_top = STEP1 / two.expected.low
+    assert two.step.high / expected_top == pytest.approx(
+        math.exp(q * sigma * (math.hypot(STEP1, mid) - STEP1) / mid))
+    assert two.throughput == pytest.approx(Band(128 / two.step.high, 128 / mid, 128 / two.step.low))
+    assert two.efficiency == pytest.approx(Band(STEP1 / two.step.high, STEP1 / mid, STEP1 / two.step.low))
+
+
 def test_the_one_line_answer_reads_the_whole_band():
     def f(num_nodes, world_size, low):
-        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
+        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1))
 
     assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.9), f(4, 4, 0.81), f(8, 8, 0.79), f(16, 16, 0.9)]) == 4
     assert forecast.answer([f(1, 1, 1.0), f(2, 2, 0.7)]) == 1  # one GPU per node: one node is all that holds
@@ -162,6 +186,20 @@ def test_the_track_record_predicts_each_configuration_from_the_others_never_from
     assert record.loc["c", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring_at(2, 0.5), rel=1e-6)
     assert list(record["exposure_from"]) == ["this workload on another link"] * 3
     assert record.loc["b", "measured_eff"] == pytest.approx(STEP1 / (STEP1 + 1.4 * ring(2)))
+    assert [list(row) for row in rows] == [list(forecast.TRACK_COLUMNS)] * 3  # what the report's frame reads
+    a = record.loc["a"]
+    assert (a["group"], a["world_size"], a["num_nodes"], a["link"]) == (runs["group"][0], 2, 2, "emulated 8 Gbit/s")
+    assert a["measured_step_s"] == pytest.approx(STEP1 + 1.2 * ring(2))
+    assert a["predicted_eff"] == pytest.approx(STEP1 / (STEP1 + ring(2)))
+    reach = a["eff_high"] / a["predicted_eff"]  # an 80 % band: each end out by the same factor
+    assert reach > 1.01 and a["predicted_eff"] / a["eff_low"] == pytest.approx(reach)
+    # b's 1.4 x lies below the band a and b share (b: 0.817, its bottom 0.823); a's 1.2 x inside
+    assert list(record["inside"]) == [True, False, True] and record.loc["b", "eff_low"] == a["eff_low"]
+    # a and b are each predicted from c alone (one run: the 2.6 % prior, no degree of freedom); c from a and b:
+    # the sample standard deviation of their two log steps, one degree of freedom
+    spread = abs(math.log((STEP1 + 1.4 * ring(2)) / (STEP1 + 1.2 * ring(2)))) / math.sqrt(2)
+    assert list(record["scatter"]) == pytest.approx([0.026, 0.026, spread])
+    assert list(record["scatter_dof"]) == [0, 0, 1]
     only_b = forecast.track_record(forecast_view.records(runs), forecast_view.bench_points(bench_rows), only={"b"})
     assert [row["run_id"] for row in only_b] == ["b"]  # the report's newest run of each configuration alone
 
@@ -201,6 +239,30 @@ def test_the_track_record_prices_one_nodes_runs_on_its_own_link_and_skips_what_i
     assert forecast_view.devices_per_node(runs, runs.loc[runs["run_id"] == "a", "group"].iloc[0]) == 1
     assert record.loc["n1", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring(2), rel=1e-6)
     assert record.loc["n1", "measured_eff"] == pytest.approx(STEP1 / (STEP1 + 1.1 * ring(2)))
+
+
+def test_the_track_record_reads_a_gpu_nodes_own_link_by_its_device_and_any_node_count():
+    """On GPUs one node's link is the device's (an H100's NVLink is not an A100's): the one-node run n1 is priced on
+    the H100 one-node benchmark with the 2-node runs' x (1.2, 1.4: 1.3). A 3-node run (no default node count) is
+    priced at 3 nodes, with an x between its peers'."""
+    def gpu(r):
+        r["launch"].update(accelerator="gpu", device_names=["NVIDIA H100 80GB HBM3"], backend="nccl")
+        return r
+
+    def record(found):
+        _, runs, bench_rows = calibrated([gpu(r) for r in found])
+        return pd.DataFrame(forecast.track_record(forecast_view.records(runs),
+                                                  forecast_view.bench_points(bench_rows))).set_index("run_id")
+
+    found = [run("one", 1, 1, STEP1), run("n1", 2, 1, STEP1 + 1.1 * ring(2)), run("a", 2, 2, STEP1 + 1.2 * ring(2)),
+             run("b", 2, 2, STEP1 + 1.4 * ring(2)), bench(), bench(num_nodes=1)]
+    one_node = record(found)
+    assert sorted(one_node.index) == ["a", "b", "n1"]
+    assert one_node.loc["n1", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring(2), rel=1e-6)
+    assert one_node.loc["n1", "exposure_from"] == "borrowed from this workload's at the other level"
+    three = record([*found[:1], *found[2:4], run("t", 3, 3, STEP1 + 1.3 * ring(3)), bench()]).loc["t"]
+    assert (three["world_size"], three["num_nodes"]) == (3, 3)
+    assert STEP1 + 1.2 * ring(3) < three["predicted_step_s"] < STEP1 + 1.4 * ring(3)
 
 
 def test_forecast_from_the_command_line(tmp_path):
@@ -607,7 +669,7 @@ def test_the_one_line_answer_reads_multi_device_scales_only_and_the_threshold_as
     """A 1-device row's wide band (its repeats scattered) says nothing of scaling; 2 devices on one node below the
     threshold is 'not even one full node'; efficiency exactly at the threshold holds."""
     def f(num_nodes, world_size, low):
-        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1), None)
+        return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1))
 
     assert forecast.answer([f(1, 1, 0.5), f(1, 2, 0.9), f(2, 4, 0.85)]) == 2
     assert forecast.answer([f(1, 1, 1.0), f(1, 2, 0.5), f(2, 4, 0.9)]) is None

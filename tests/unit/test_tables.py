@@ -351,3 +351,30 @@ def test_the_default_report_fits_a_terminal_and_keeps_every_warning():
     assert tables.render(runs, scaling, details=False) == tables.render(runs, scaling, details=False, width=0)
     assert max(map(len, tables.render(runs, scaling, details=False).splitlines())) > 120  # a pipe: whole lines
     assert tables.wrap("  " + "word " * 40, 50).splitlines()[1].startswith("    word")  # under the first word
+
+
+def test_the_report_folds_at_the_terminals_width_at_most_120_and_never_in_a_pipe(monkeypatch):
+    """A terminal of 80 columns folds at 80, a wide one at 120; a pipe (a job's log, grep) keeps lines whole; a
+    terminal whose size cannot be read folds at 120."""
+    import io
+    import os
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setenv("COLUMNS", "80")
+    assert tables.terminal_width() == 0
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    assert tables.terminal_width() == 80
+    monkeypatch.setenv("COLUMNS", "200")
+    assert tables.terminal_width() == 120
+
+    def unreadable(fd=None):
+        raise OSError("not a terminal")
+
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr(os, "get_terminal_size", unreadable)
+    assert tables.terminal_width() == 120

@@ -346,6 +346,9 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
         "than with nothing beside it, sharing the node's cores")
     small = SimpleNamespace(**{**vars(row), "slowed_s": 0.007, "accelerator": "gpu"})  # under a tenth of 80 ms
     assert explain._comm_detail(small).endswith("hidden behind backward")
+    edge = SimpleNamespace(**{**vars(row), "allreduce_s": 0.005, "waited_s": 0.004, "slowed_s": 1e-3})  # 1 ms: said
+    assert explain._comm_detail(edge).endswith("ended 1.0 ms later than with nothing beside it, sharing the node's "
+                                               "cores")
     gpu = SimpleNamespace(**{**vars(row), "accelerator": "gpu"})
     assert explain._comm_detail(gpu).endswith("sharing the GPU's SMs and memory bandwidth")
 

@@ -283,7 +283,6 @@ class Forecast:
     step: Band  # seconds, per optimizer step: 80 % of new runs
     efficiency: Band  # of one new run
     throughput: Band
-    row: object  # perfmodel's ScaleRow: the same scale with x = 1
     expected: Optional[Band] = None  # the efficiency's expected value: the band without one run's own scatter
 
 
@@ -325,7 +324,7 @@ def forecast(cal: Calibration, intra_key, inter_key, devices: int, num_nodes=DEF
                                    max(band.high, ceiling.high)) for band, ceiling in zip((step, expected), one_node))
         units = cal.per_device_units * row.world_size * accumulate
         out.append(Forecast(row.num_nodes, row.world_size, row.comm_s, step, efficiency(base, step, row.world_size),
-                            Band(units / step.high, units / step.mid, units / step.low), row,
+                            Band(units / step.high, units / step.mid, units / step.low),
                             efficiency(base, expected, row.world_size)))
     return out, notes
 
@@ -359,7 +358,7 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
         cal = calibrate_all(recs, from_bench, exclude=same).get(r.group)
         if cal is None:
             continue
-        key = network(r.num_nodes, r.link, r.accelerator, r.device)
+        key = network(r.num_nodes, r.link, r.accelerator, r.device)  # one node's: intra_key's own
         intra_key = network(1, "", r.accelerator, r.device)
         gpn = int(r.world_size // r.num_nodes)  # not r.devices: a result may leave it null (schema-valid)
         predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))
@@ -373,6 +372,6 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
                      "link": r.link, "predicted_step_s": f.step.mid, "measured_step_s": measured_step,
                      "predicted_eff": f.efficiency.mid, "eff_low": f.efficiency.low, "eff_high": f.efficiency.high,
                      "measured_eff": measured_eff, "inside": f.efficiency.contains(measured_eff),
-                     "exposure_from": notes.get(key if r.num_nodes > 1 else intra_key, (0, 0, 0, ""))[3],
+                     "exposure_from": notes[key][3],
                      "scatter": cal.scatter.sigma, "scatter_dof": cal.scatter.dof})
     return rows
