@@ -818,3 +818,15 @@ def test_a_collectives_rows_read_as_an_all_reduces_double_their_time_with_the_ba
     between = explain.bench_allreduce_time_s(doubled, 4_000_000, 2)
     assert between == pytest.approx(2 * explain.bench_allreduce_time_s(
         [{**r, "busbw_GBps": r["busbw_GBps"] * 2} for r in rows], 4_000_000, 2))
+
+
+def test_a_link_states_its_rate_only_between_nodes():
+    """A stated link is one between nodes: a one-node run's (or an older result without num_nodes) states none, as
+    does a launch without a link or with one of no rate."""
+    link = {"gbit": 8.0, "emulated": True, "latency_ms": None}
+    assert explain.link_gbit({"num_nodes": 2, "link": link}) == 8.0
+    assert explain.link_gbit({"num_nodes": 2, "link": {**link, "emulated": False}}) == 8.0  # a stated real rate
+    assert explain.link_gbit({"num_nodes": 1, "link": link}) is None
+    assert explain.link_gbit({"link": link}) is None
+    assert explain.link_gbit({"num_nodes": 2, "link": None}) is None
+    assert explain.link_gbit({"num_nodes": 2, "link": {"gbit": None}}) is None

@@ -152,6 +152,59 @@ def test_each_forecast_band_by_hand_from_the_baseline_alone():
     assert two.efficiency == pytest.approx(Band(STEP1 / two.step.high, STEP1 / mid, STEP1 / two.step.low))
 
 
+def test_which_link_a_key_names_and_which_points_each_link_gets():
+    """One node's link is per hardware (a GPU's by its device; every CPU's local transport alike), the network's per
+    link; a run adds its buckets all-reduced alone (of 2 devices and more, a time measured) to its link's points, a
+    benchmark its rows (single_op_s where it has one), and only links between nodes state a rate."""
+    assert forecast.network(1, "x", "cpu", "AMD EPYC") == forecast.network(1, "", "cpu", "Intel Xeon") == (
+        "intra", "cpu", "cpu")
+    assert forecast.network(1, "", "gpu", "NVIDIA H100") == ("intra", "gpu", "NVIDIA H100")
+    assert forecast.network(2, "emulated 8 Gbit/s", "gpu", "NVIDIA H100") == ("inter", "emulated 8 Gbit/s")
+    assert forecast.network(4, None, "cpu", "cpu") == ("inter", "")
+    alone = {"one": (1, 1), "two": (2, 2), "gpus": (2, 1), "slow": (2, 2), "none": (2, 2)}
+    found = []
+    for run_id, (world, nodes) in alone.items():
+        r = run(run_id, world, nodes, STEP1, alone=0.0 if run_id == "none" else 0.5)
+        r["timing"]["comm"]["bucket_bytes"] = [S / 2, S / 2]
+        found.append(r)
+    found[2]["launch"].update(accelerator="gpu", device_names=["NVIDIA H100"])
+    found[3]["launch"]["link"] = None  # a real network: no name, no rate
+    b = bench()
+    b["rows"][0]["single_op_s"] = 0.25  # a timed single call, preferred to the loop's average
+    del b["rows"][1]["single_op_s"]
+    _, runs, bench_rows = calibrated([*found, b])
+    recs, from_bench = forecast_view.records(runs), forecast_view.bench_points(bench_rows)
+    inter = ("inter", "emulated 8 Gbit/s")
+    assert [(p.nbytes, p.seconds, p.gbit) for p in from_bench[inter][:2]] == [(2e6, 0.25, 8.0),
+                                                                              (4e6, ring(2, 4e6), 8.0)]
+    points = forecast.ring_points(recs, from_bench)
+    assert sorted(points) == [("inter", ""), inter, ("intra", "gpu", "NVIDIA H100")]
+    assert points[inter][-1] == Point(2, S, 2, 0.5, "two") and len(points[inter]) == 6
+    assert points[("inter", "")] == [Point(2, S, 2, 0.5, "slow")]
+    assert points[("intra", "gpu", "NVIDIA H100")] == [Point(2, S, 2, 0.5, "gpus")]
+    assert forecast.link_rates(recs) == {inter: 8.0}  # the one-node run's launch names no link
+
+
+def test_a_calibration_sends_the_multi_device_runs_buckets_and_fits_the_benchmark_near_one_bucket():
+    """The 1-device run lists one bucket of S, the 2-node run DDP's two of S/2 that went on the wire: a step
+    all-reduces S in 2 calls, and the fit reads the benchmark's sizes within 8 x of S/2 (1, 2 and 4 MB at 1 GB/s),
+    not the large ones (32 to 128 MB, at 2 GB/s)."""
+    one, two = run("one", 1, 1, STEP1), run("two", 2, 2, STEP1 + ring(2))
+    one["timing"]["comm"]["bucket_bytes"] = [S]
+    two["timing"]["comm"]["bucket_bytes"] = [S / 2, S / 2]
+    b = bench()
+    b["rows"] = [{"bytes": n, "time_s": 2 * ALPHA + n / (beta * 1e9), "single_op_s": 2 * ALPHA + n / (beta * 1e9),
+                  "busbw_GBps": beta} for n, beta in ((1e6, 1), (2e6, 1), (4e6, 1), (32e6, 2), (64e6, 2), (128e6, 2))]
+    cals, _, _ = calibrated([one, two, b])
+    (cal,) = cals.values()
+    assert (cal.nbytes, cal.calls) == (S, 2)
+    assert cal.fits[("inter", "emulated 8 Gbit/s")].beta_GBps == pytest.approx(1.0, rel=1e-6)
+    for r in (one, two):  # an older result without its buckets: the gradient, in one call
+        r["timing"]["comm"]["bucket_bytes"] = None
+    (cal,) = calibrated([one, two, b])[0].values()
+    assert (cal.nbytes, cal.calls) == (S, 1)
+
+
 def test_the_one_line_answer_reads_the_whole_band():
     def f(num_nodes, world_size, low):
         return forecast.Forecast(num_nodes, world_size, 0.0, Band(1, 1, 1), Band(low, low, low), Band(1, 1, 1))

@@ -100,6 +100,8 @@ def test_a_wrongly_typed_field_skips_its_file_naming_the_field_and_reports_the_r
     ('"samples_per_s": NaN', "not strict JSON: NaN is not a number"),
     ('"samples_per_s": Infinity', "not strict JSON: Infinity is not a number"),
     ('"samples_per_s": 1e400', "not strict JSON: 1e400 is beyond a float's range"),
+    ('"samples_per_s": 123456789012345678901234e400',  # a long one: its first 20 characters
+     "not strict JSON: 12345678901234567890 is beyond a float's range"),
 ])
 def test_a_non_finite_number_skips_its_file(tmp_path, text, reason):
     """Before: NaN and Infinity timings validated and the report printed `inf %`."""

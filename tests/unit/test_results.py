@@ -661,6 +661,7 @@ def test_requeue_supersede_looks_past_results_outside_slurm():
     ("https://h/x?access_token=zz&page=2", "https://h/x?access_token=<redacted>&page=2"),
     ("train.py --comet_api_key K123 --max_steps 3", "train.py --comet_api_key <redacted> --max_steps 3"),
     ("curl -H 'Authorization: Bearer eyJ.abc'", "curl -H 'Authorization: Bearer <redacted>'"),
+    ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic <redacted>"),
     # ordinary values stay as they are
     ("tokens_per_s: 5", "tokens_per_s: 5"), ("http://proxy:3128", "http://proxy:3128"),
     ("user@host:/scratch/run", "user@host:/scratch/run"), ("the key word", "the key word"),

@@ -26,6 +26,11 @@ def test_gathers_and_scatters_cost_half_an_all_reduce_each_in_bytes_and_in_calls
     early = sharding.observed({"broadcast_": {"dtype": "int32", "bytes": 216, "calls": 2},
                                "allreduce_": {"dtype": "float32", "bytes": GRAD, "calls": 1}}, 2)
     assert early.allreduce_terms() == (GRAD + 108, 2)
+    # two ops of one kind add up, bytes and calls; an entry without bytes or calls adds nothing of it
+    both = sharding.observed({"_allgather_base_": {"bytes": 1000, "calls": 3}, "allgather_": {"bytes": 24},
+                              "_reduce_scatter_base_": {"bytes": 100, "calls": 2},
+                              "reduce_scatter_": {"calls": 1}}, 4)
+    assert both == sharding.Wire(gather_bytes=1024, gather_calls=3, scatter_bytes=400, scatter_calls=3)
 
 
 def test_a_step_without_collectives_or_with_one_not_modelled_has_no_terms():

@@ -378,3 +378,34 @@ def test_the_report_folds_at_the_terminals_width_at_most_120_and_never_in_a_pipe
     monkeypatch.delenv("COLUMNS")
     monkeypatch.setattr(os, "get_terminal_size", unreadable)
     assert tables.terminal_width() == 120
+
+
+def test_groups_print_in_the_order_their_runs_came_each_alike_pair_told_apart_and_fsdp_in_words():
+    """An FSDP group first (its caption like no other), then two MLP groups alike but for two settings: every
+    group where its first run stands, the alike ones each with both settings; the FSDP group, without a probe
+    step, says what limits each configuration in words (details or not)."""
+    f1, f2 = make_result("f1", 1, model="gpt"), make_result("f2", 2, samples_per_s=180, model="gpt")
+    for r in (f1, f2):
+        r["workload"]["strategy"] = "fsdp"
+    alike = [make_result("a1", 1), make_result("a2", 2)]
+    for r in alike:
+        r["workload"].update(max_steps=200, seq_len=64)
+    runs, scaling = _scaling([f1, f2, make_result("m1", 1), make_result("m2", 2, samples_per_s=150), *alike])
+    assert list(runs["group"].drop_duplicates()) != sorted(runs["group"].unique())  # not the keys' own order
+    for details in (True, False):
+        lines = tables.render(runs, scaling, details=details).splitlines()
+        titles = [line for line in lines if line.startswith("Group ")]
+        assert [t.split(" · ")[0] for t in titles] == ["Group A: gpt (1K params)", "Group B: mlp (1K params)",
+                                                       "Group C: mlp (1K params)"]
+        assert "max_steps" not in titles[0]
+        assert titles[1].endswith(" · max_steps none, seq_len none") and titles[2].endswith(
+            " · max_steps 200, seq_len 64")
+        words = [line for line in lines if line.startswith("  2 devices on 1 node")]
+        assert len(words) == 1 and "FSDP's compute alone is not isolated" in words[0]
+
+
+def test_a_plain_line_folds_at_words_never_inside_one_and_a_line_that_fits_stays_as_it_is():
+    assert tables.wrap("a  b  ", 6) == "a  b  "  # exactly the width, a table row's padding kept
+    assert tables.wrap("  aaaa bbbb-cccc dd", 12) == "  aaaa\n    bbbb-cccc\n    dd"  # under its first word, +2
+    assert tables.wrap("x /scratch/a/very/long/path", 10) == "x\n  /scratch/a/very/long/path"  # a path whole
+    assert tables.wrap("x " * 40, 0) == "x " * 40 and tables.wrap("a\nb c d", 3) == "a\nb c d"

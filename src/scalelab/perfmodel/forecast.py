@@ -95,12 +95,11 @@ def bench_points(bench) -> dict:
     out = {}
     for b in bench:
         key = network(b.num_nodes, b.link, b.accelerator, b.device)
-        collective = getattr(b, "collective", "all_reduce")
-        times = 1 if collective == "all_reduce" else 1 / sharding.HALF
+        times = 1 if b.collective == "all_reduce" else 1 / sharding.HALF
         for row in b.rows:
             out.setdefault(key, []).append(Point(int(b.world_size), row["bytes"], 1,
                                                  times * (row.get("single_op_s") or row["time_s"]), b.run_id,
-                                                 collective, float_or_none(getattr(b, "link_gbit", None))))
+                                                 b.collective, float_or_none(b.link_gbit)))
     return out
 
 

@@ -271,7 +271,7 @@ def limiting_line(r) -> Optional[str]:
     causes = []
     expected = (r.baseline_compute_s if r.scaling != "strong" else
                 r.baseline_compute_s * r.baseline_world_size / r.world_size)
-    slower = r.compute_s - expected if _ok(expected) else 0.0
+    slower = r.compute_s - expected
     if _ok(expected) and slower > 0.1 * expected:
         why = slower_why(r)
         base = f"{r.baseline_world_size} device{'s' if r.baseline_world_size > 1 else ''}"
@@ -279,7 +279,6 @@ def limiting_line(r) -> Optional[str]:
             f"the compute at {base} × {r.baseline_world_size}/{r.world_size} (strong scaling: each device has "
             f"{r.baseline_world_size}/{r.world_size} of the batch)")
         causes.append((slower, f"slower compute per device: {_ms(slower)} ms more per step than {base}{why}"))
-    share = r.comm_share if _ok(r.comm_share) else 0.0
     noisy = split_within_noise(r)
     if noisy:
         comm = (f"communication: not separable from compute in these runs (the no-sync probe steps were "
@@ -289,7 +288,7 @@ def limiting_line(r) -> Optional[str]:
         comm = "communication: not recorded in these runs (the result's comm record has no waited or all-reduce time)"
     else:
         detail = _comm_detail(r)
-        comm = (f"communication: {share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
+        comm = (f"communication: {r.comm_share * 100:.0f} % of the step ({detail})" if _ok(r.comm_share)
                 else f"communication: {detail}")  # no share recorded: none printed, not a 0 %
     inter = f"the {r.link} inter-node link" if r.link else "the inter-node link"
     link = inter if r.num_nodes > 1 else ("NVLink/PCIe within the node" if r.accelerator == "gpu"
@@ -309,7 +308,7 @@ def limiting_line(r) -> Optional[str]:
     texts = [text for _, text in causes]
     if not _ok(r.waited_s) and len(causes) == 1:  # no wait measured: nothing says communication limits it
         return f"{head} {comm[0].upper()}{comm[1:]}."
-    if share < 0.05 and len(causes) == 1 and not noisy and _ok(r.comm_share):
+    if _ok(r.comm_share) and r.comm_share < 0.05 and len(causes) == 1 and not noisy:
         texts[0] = "nothing large: " + texts[0]
     return f"{head} Limited by {texts[0]}." + "".join(f" {t[0].upper()}{t[1:]}." for t in texts[1:])
 

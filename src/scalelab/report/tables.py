@@ -196,9 +196,9 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     rows = []
     for r in g.itertuples():
         cells = story_cells(r)
-        rows.append([r.world_size, nodes_cell(r), cells["step ms"], fmt_num(r.compute_s * 1e3, ",.1f"),
-                     cells["all-reduce ms"], fmt_num(r.allreduce_alone_s * 1e3, ",.1f"),
-                     fmt_num(r.predicted_allreduce_s * 1e3, ",.1f"), cells["waited ms"], cells["comm share"],
+        rows.append([r.world_size, nodes_cell(r), cells["step ms"], fmt_num(r.compute_s * 1e3),
+                     cells["all-reduce ms"], fmt_num(r.allreduce_alone_s * 1e3),
+                     fmt_num(r.predicted_allreduce_s * 1e3), cells["waited ms"], cells["comm share"],
                      cells["hidden"], fmt_num(r.grad_bytes / 1e6, ".3g"), fmt_num(r.ddp_busbw_GBps, ".3g"),
                      fmt_num(r.bench_busbw_GBps, ".3g"), fmt_num(r.tflops_per_device, ".3g"), fmt_pct(r.mfu, ".1f")])
     out.append(tabulate(rows, headers=STEP_HEADERS, tablefmt=fmt, disable_numparse=True))
@@ -224,9 +224,9 @@ def story_cells(r) -> dict:
     """The cells of "Where the step goes" that the step timeline (report/step_plot.py) prints beside its bars: one
     source, so the picture and the table say the same figures."""
     split = ["?"] * 3 if explain.split_within_noise(r) else [
-        fmt_num(r.waited_s * 1e3, ",.1f"), fmt_pct(r.comm_share), fmt_pct(r.hidden_fraction)]
+        fmt_num(r.waited_s * 1e3), fmt_pct(r.comm_share), fmt_pct(r.hidden_fraction)]
     return dict(zip(("step ms", "all-reduce ms", "waited ms", "comm share", "hidden"),
-                    (fmt_num(r.step_s * 1e3, ",.1f"), fmt_num(r.allreduce_s * 1e3, ",.1f"), *split)))
+                    (fmt_num(r.step_s * 1e3), fmt_num(r.allreduce_s * 1e3), *split)))
 
 
 def _bench_hint(g: pd.DataFrame) -> str:
