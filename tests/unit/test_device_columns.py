@@ -99,3 +99,14 @@ def test_results_from_before_the_sampler_show_no_device_column():
     found = [_with_comm(make_result(f"o{w}", w), 0.01, 0.004, 0.004, 0.014) for w in (1, 2)]
     text = render(found, details=False)
     assert "busy" not in text and "energy" not in text
+
+
+def test_energy_in_four_significant_digits_and_the_first_reason_a_configuration_gave_for_none():
+    big = [sampled(make_result(f"b{w}", w), energy_J=2e6) for w in (1, 2)]
+    text = render(big, details=False, width=0)
+    assert "1 dev 4e+05 J, 6.25e+06 J; 2 dev 8e+05 J, 6.25e+06 J" in text  # 2 MJ a rank over 5 steps of 64, 128
+    none = [sampled(make_result(f"n{w}", w), energy_J=None, source="cpu", note=note)
+            for w, note in ((1, ""), (2, "first reason"), (4, "second reason"))]
+    assert "  energy: — (first reason)" in render(none, details=False, width=0).splitlines()
+    quiet = [sampled(make_result(f"q{w}", w), energy_J=None, source="cpu") for w in (1, 2)]
+    assert "  energy: — (not measured)" in render(quiet, details=False, width=0).splitlines()

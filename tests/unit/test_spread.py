@@ -62,3 +62,26 @@ def test_the_track_records_scatter_line_names_the_range_its_predictions_used():
     assert forecast_view.scatter_words(rows.iloc[1:]) == ("2.0–2.1 % (3–4 degree(s) of freedom: each prediction "
                                                           "leaves its configuration's repeats out)")
     assert forecast_view.scatter_words(rows.iloc[:1]) == "2.6 % (assumed: no repeats to measure it)"
+
+
+def test_the_scatter_pools_each_configurations_repeats_and_a_pair_is_judged_by_both_run_counts():
+    """Repeats of 2, 3 and 2 runs (4 degrees of freedom, Student's t 1.533); a failed run's step is no repeat. 2 and
+    4 devices (83 % and 80 %: neither is the baseline) lie within 1.533 · σ · √(1/3 + 1/2); 1 and 2 devices do not."""
+    steps = {1: (0.100, 0.116), 2: (0.120, 0.130, 0.140), 4: (0.125, 0.145)}
+    found = [_run(f"r{world}-{i}", world, s) for world, repeats in steps.items() for i, s in enumerate(repeats)]
+    failed = _run("failed", 2, 0.5)
+    failed["status"] = "failed"
+    runs, scaling = _report([*found, failed])
+    squares = sum((math.log(s) - sum(map(math.log, r)) / len(r)) ** 2 for r in steps.values() for s in r)
+    sigma = math.sqrt(squares / 4)
+    assert (spread.scatter(runs).sigma, spread.scatter(runs).dof) == (pytest.approx(sigma), 4)
+    g = scaling.sort_values(["world_size", "num_nodes"])
+    assert list(g["efficiency"]) == pytest.approx([1.0, 0.8262108, 0.8], rel=1e-6)
+    reach = 1.533 * sigma * math.sqrt(1 / 3 + 1 / 2)
+    assert math.log(0.8262108 / 0.8) < reach < math.log(1 / 0.8262108)
+    assert spread.lines(runs, g) == [
+        f"  run-to-run: the step scatters {sigma * 100:.1f} % between repeats (4 degree(s) of freedom): 80 % of one "
+        f"configuration's runs lie within a factor of {math.exp(1.533 * sigma):.3f} of its typical step, either way",
+        f"  within noise: 2 dev (83 %) and 4 dev (80 %) differ by less than their repeats' scatter can move them "
+        f"(±{(math.exp(reach) - 1) * 100:.1f} %)"]
+    assert f"{sigma * 100:.1f}" == "9.2" and f"{(math.exp(reach) - 1) * 100:.1f}" == "13.8"  # what the lines print

@@ -409,3 +409,10 @@ def test_a_plain_line_folds_at_words_never_inside_one_and_a_line_that_fits_stays
     assert tables.wrap("  aaaa bbbb-cccc dd", 12) == "  aaaa\n    bbbb-cccc\n    dd"  # under its first word, +2
     assert tables.wrap("x /scratch/a/very/long/path", 10) == "x\n  /scratch/a/very/long/path"  # a path whole
     assert tables.wrap("x " * 40, 0) == "x " * 40 and tables.wrap("a\nb c d", 3) == "a\nb c d"
+
+
+def test_the_scaling_table_has_an_mfu_column_where_a_configuration_has_one():
+    runs, scaling = _scaling([make_result("m1", 1), make_result("m2", 2, samples_per_s=150)])
+    table = _pipe(tables.scaling_table(scaling.assign(mfu=[0.1234, float("nan")]), "pipe")[2])
+    assert table[0][-1] == "MFU" and [row[-1] for row in table[1:]] == ["12.3 %", "—"]
+    assert "MFU" not in _pipe(tables.scaling_table(scaling.assign(mfu=float("nan")), "pipe")[2])[0]
