@@ -85,3 +85,14 @@ def test_the_scatter_pools_each_configurations_repeats_and_a_pair_is_judged_by_b
         f"  within noise: 2 dev (83 %) and 4 dev (80 %) differ by less than their repeats' scatter can move them "
         f"(±{(math.exp(reach) - 1) * 100:.1f} %)"]
     assert f"{sigma * 100:.1f}" == "9.2" and f"{(math.exp(reach) - 1) * 100:.1f}" == "13.8"  # what the lines print
+
+
+def test_a_configuration_without_throughput_is_compared_with_nothing_and_its_neighbours_with_each_other():
+    """2 devices recorded 0 samples/s (efficiency 0: no ratio to take); 1 and 4 devices are then neighbours."""
+    found = [_run("a1", 1, 0.100), _run("a2", 1, 0.116), _run("b1", 2, 0.120), _run("b2", 2, 0.130),
+             _run("c1", 4, 0.104), _run("c2", 4, 0.114)]
+    for r in found[2:4]:
+        r["timing"]["samples_per_s"] = 0.0
+    runs, scaling = _report(found)
+    lines = spread.lines(runs, scaling.sort_values(["world_size", "num_nodes"]))
+    assert len(lines) == 2 and lines[1].startswith("  within noise: 1 dev (100 %) and 4 dev (99 %) differ")
