@@ -176,7 +176,7 @@ def scaling_table(g: pd.DataFrame, fmt: str) -> list:
     out += cells.device_lines(g)
     out += [f"  {nodes} nodes joined by an {link} link: network namespaces on this machine, shaped with tc "
             "(src/emulate.py), not a real network" for nodes, link in
-            sorted({(r.num_nodes, r.link) for r in g.itertuples()}) if link]
+            sorted({(r.num_nodes, getattr(r, "link", "")) for r in g.itertuples()}) if link]
     return out + plausible.lines(g)
 
 
