@@ -73,7 +73,7 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     if bench.empty:
         return None
     match = bench[(bench["world_size"] == world_size) & (bench["num_nodes"] == nodes)
-                  & (bench["accelerator"] == accelerator) & (bench["link"].fillna("") == (link or ""))
+                  & (bench["accelerator"] == accelerator) & (bench["link"] == (link or ""))
                   & (bench["collective"] == collective)]
     if accelerator == "gpu":
         match = match[match["device"] == device]
