@@ -22,16 +22,18 @@ def _fail(path: str, expected: str, value):
     raise ResultError(f"field {path}: expected {expected}, got {_short(value)}")
 
 
-def num(lo=0, hi=1e30, integer=False, null=True):
-    """A finite number (never a bool) in [lo, hi]; an integer where `integer`."""
-    what = ("an integer" if integer else "a number") + (f" from {lo:g} to {hi:g}" if lo is not None else "")
+def num(lo=0, hi=1e30, integer=False, null=True, above=False):
+    """A finite number (never a bool) in [lo, hi] ((lo, hi] where `above`: a time a clock read is never 0); an
+    integer where `integer`."""
+    what = ("an integer" if integer else "a number") + (
+        "" if lo is None else f" above {lo:g} to {hi:g}" if above else f" from {lo:g} to {hi:g}")
 
     def check(value, path):
         if value is None and null:
             return
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
             (isinstance(value, int) or (math.isfinite(value) and not integer)) and \
-            (lo is None or lo <= value) and abs(value) <= hi  # an int of 400 digits compares, never converts
+            (lo is None or (lo < value if above else lo <= value)) and abs(value) <= hi  # ints compare, never convert
         if not ok:
             _fail(path, what + (" or null" if null else ""), value)
     return check
@@ -158,8 +160,8 @@ COMMON = {"run_id": text(null=False, limit=255), "created": text(limit=64), "run
 TRAINING = obj({**COMMON, "workload": WORKLOAD, "timing": TIMING, "ranks": seq(RANK), "fingerprint": FINGERPRINT,
                 "metrics": obj({}, rest=ANY_NUMBER), "memory": obj({}, rest=num(0))}, null=False)
 ROW = obj({"bytes": num(1, 2**50, null=False), "count": num(0), "dtype": text(),
-           "time_s": num(0, null=False), "algbw_GBps": SECONDS, "busbw_GBps": num(0, null=False),
-           "single_op_s": SECONDS, "wrong": COUNT}, null=False, required=("bytes", "time_s", "busbw_GBps"))
+           "time_s": num(0, null=False, above=True), "algbw_GBps": SECONDS, "busbw_GBps": num(0, null=False),
+           "single_op_s": num(0, above=True), "wrong": COUNT}, null=False, required=("bytes", "time_s", "busbw_GBps"))
 ALLREDUCE = obj({**COMMON, "rows": seq(ROW, null=False), "summary": obj({}, rest=num(0)),
                  "source": obj({}, rest=SCALAR), "config": obj({"dtype": text()})}, null=False)
 BY_KIND = {"training": TRAINING, "allreduce": ALLREDUCE}

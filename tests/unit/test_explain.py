@@ -830,3 +830,4 @@ def test_a_link_states_its_rate_only_between_nodes():
     assert explain.link_gbit({"link": link}) is None
     assert explain.link_gbit({"num_nodes": 2, "link": None}) is None
     assert explain.link_gbit({"num_nodes": 2, "link": {"gbit": None}}) is None
+

@@ -96,6 +96,20 @@ def test_a_wrongly_typed_field_skips_its_file_naming_the_field_and_reports_the_r
                            "launch.device_names: expected a list, got 7")
 
 
+def test_a_benchmark_row_timed_at_zero_seconds_skips_its_file(tmp_path):
+    """Before: an all-reduce row of 0 s (no clock reads 0 for a collective) passed the schema, and the report ended
+    in a ZeroDivisionError dividing its bytes by its time."""
+    bench = next(n for n in REAL if REAL[n]["kind"] == "allreduce")
+    for field in ("time_s", "single_op_s"):
+        raw = copy.deepcopy(REAL[bench])
+        raw["rows"][1][field] = 0.0
+        code, out, err = _report(_folder(str(tmp_path / field), {bench: json.dumps(raw)}), "--forecast")
+        assert code == 0 and "gpt" in out, err
+        assert err.strip() == (f"benchmark.py: warning: skipped {tmp_path}/{field}/{bench}/result.json: field "
+                               f"rows[1].{field}: expected a number above 0 to 1e+30{' or null' * (field != 'time_s')}"
+                               ", got 0.0")
+
+
 @pytest.mark.parametrize("text, reason", [
     ('"samples_per_s": NaN', "not strict JSON: NaN is not a number"),
     ('"samples_per_s": Infinity', "not strict JSON: Infinity is not a number"),

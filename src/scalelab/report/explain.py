@@ -218,7 +218,7 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
                                                  busbw, r.scaling or "weak")
                 eff_lo, eff_hi = p.efficiency_no_overlap, p.efficiency_overlap
         elif r.world_size == 1:
-            eff_lo = eff_hi = 1.0 if r.baseline_world_size == 1 else None
+            eff_lo = eff_hi = 1.0  # the baseline itself: a group's fewest devices (frames.scaling_frame)
         new["bench_busbw_GBps"].append(busbw)
         new["bench_runs"].append(bench_row["runs"] if bench_row is not None else None)
         new["predicted_allreduce_s"].append(pred)
