@@ -671,6 +671,14 @@ def test_the_report_prices_each_fsdp_collective_by_its_own_benchmark_else_as_hal
     own = predicted(found + [scatter_as_slow_as_all_reduce()])
     assert own["fsdp"] == pytest.approx(0.5 * 9 * t(rows, 2 * S / 9) + 5 * t(rows, S / 5))  # a whole all-reduce
     assert own["fsdp"] > half["fsdp"] and own["ddp"] == half["ddp"]  # DDP's all-reduce is not the scatter's
+    # the row a configuration names is its first collective's (the gathers, priced by the all-reduce benchmark,
+    # here run twice: 2 runs, not the reduce-scatter's 1); its busbw moves the bytes as all-reduced, 1.5 S
+    twice = {**bench(), "run_id": "ar-again"}
+    more = found + [twice, scatter_as_slow_as_all_reduce()]
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(more)), explain.bench_frame(more, explain.COLLECTIVES))
+    fsdp = scaling[(scaling["world_size"] == 2) & (scaling["strategy"] == "fsdp")].iloc[0]
+    assert fsdp["bench_runs"] == 2
+    assert fsdp["bench_busbw_GBps"] == pytest.approx(pm.busbw_from_time(1.5 * S, fsdp["predicted_allreduce_s"], 2))
 
 
 def scatter_as_slow_as_all_reduce(num_nodes=2):
