@@ -91,3 +91,12 @@ def test_a_configuration_is_its_group_sizes_as_integers_and_its_link_or_nothing(
     row = SimpleNamespace(group="g", world_size=2.0, num_nodes=1.0, link=None)
     assert configuration(row) == ("g", 2, 1, "") and isinstance(configuration(row)[1], int)
     assert configuration(SimpleNamespace(group="h", world_size=4, num_nodes=2, link="")) == ("h", 4, 2, "")
+
+
+def test_the_scaling_frames_combined_columns_keep_the_order_older_files_had():
+    """--save_csv writes the scaling frame whole: its combined columns in SCALING_ORDER (the older files' order),
+    not the declaration's nor the alphabet's."""
+    scaling = scaling_frame(runs_frame([make_result("a", 1), make_result("b", 2)]))
+    combined = [c for c in scaling.columns if c in columns.SCALING_ORDER]
+    assert combined == [c for c in columns.SCALING_ORDER if c in scaling.columns] and len(combined) > 40
+    assert combined[:4] == ["runs", "throughput", "throughput_min", "throughput_max"]
