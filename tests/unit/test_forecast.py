@@ -675,7 +675,8 @@ def test_the_report_prices_each_fsdp_collective_by_its_own_benchmark_else_as_hal
     # here run twice: 2 runs, not the reduce-scatter's 1); its busbw moves the bytes as all-reduced, 1.5 S
     twice = {**bench(), "run_id": "ar-again"}
     more = found + [twice, scatter_as_slow_as_all_reduce()]
-    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(more)), explain.bench_frame(more, explain.COLLECTIVES))
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(more)),
+                               explain.bench_frame(more, explain.COLLECTIVES))
     fsdp = scaling[(scaling["world_size"] == 2) & (scaling["strategy"] == "fsdp")].iloc[0]
     assert fsdp["bench_runs"] == 2
     assert fsdp["bench_busbw_GBps"] == pytest.approx(pm.busbw_from_time(1.5 * S, fsdp["predicted_allreduce_s"], 2))
