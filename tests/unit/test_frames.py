@@ -323,3 +323,13 @@ def test_the_identity_notes_name_each_superseded_attempt_and_each_repeated_id():
     assert identity_notes([plain], [(bench, cut)]) == []  # a benchmark's attempts: no run row to name
     assert identity_notes([plain, job("p2", "5", 0, "2026-01-01T09", cluster=None)], [])[0].startswith(
         "job 5 stands for 2 different runs here")  # no cluster recorded (an older scalelab): none named
+    # two superseded attempts, each named; two benchmarks of one job id are no repeated run; an undated result of
+    # a repeated id ran first (written before dates were recorded)
+    cut2, again2 = job("cut2", "8", 0, "2026-01-01T10", "preempted"), job("again2", "8", 1, "2026-01-01T12")
+    assert identity_notes([again, again2], [(cut, again), (cut2, again2)]) == [
+        "2 result(s) superseded by a later attempt of the same SLURM job (one row each): job 7 on cluster alps "
+        "attempt 0 (cut) by attempt 2 (again); job 8 on cluster alps attempt 0 (cut2) by attempt 1 (again2)"]
+    benches = [job(f"b{i}", "6", 0, f"2026-01-01T0{i}", kind="allreduce") for i in (1, 2)]
+    assert identity_notes(benches, []) == []
+    undated = job("undated", "5", 0, None, cluster=None)
+    assert identity_notes([plain, undated], [])[0].endswith("each is kept: undated, plain")
