@@ -187,18 +187,21 @@ def test_which_link_a_key_names_and_which_points_each_link_gets():
 
 def test_a_calibration_sends_the_multi_device_runs_buckets_and_fits_the_benchmark_near_one_bucket():
     """The 1-device run lists one bucket of S, the 2-node run DDP's two of S/2 that went on the wire: a step
-    all-reduces S in 2 calls, and the fit reads the benchmark's sizes within 8 x of S/2 (1, 2 and 4 MB at 1 GB/s),
-    not the large ones (32 to 128 MB, at 2 GB/s)."""
+    all-reduces S in 2 calls, and the fit reads the benchmark's sizes within 8 x of S/2 (1, 2 and 8 MB at 1 GB/s),
+    not the large ones (128 and 256 MB, at 2 GB/s); the link's stated 32 Gbit/s caps neither."""
+    fast = {**LINK, "gbit": 32.0}
     one, two = run("one", 1, 1, STEP1), run("two", 2, 2, STEP1 + ring(2))
     one["timing"]["comm"]["bucket_bytes"] = [S]
     two["timing"]["comm"]["bucket_bytes"] = [S / 2, S / 2]
+    two["launch"]["link"] = fast
     b = bench()
+    b["launch"]["link"] = fast
     b["rows"] = [{"bytes": n, "time_s": 2 * ALPHA + n / (beta * 1e9), "single_op_s": 2 * ALPHA + n / (beta * 1e9),
-                  "busbw_GBps": beta} for n, beta in ((1e6, 1), (2e6, 1), (4e6, 1), (32e6, 2), (64e6, 2), (128e6, 2))]
+                  "busbw_GBps": beta} for n, beta in ((1e6, 1), (2e6, 1), (8e6, 1), (128e6, 2), (256e6, 2))]
     cals, _, _ = calibrated([one, two, b])
     (cal,) = cals.values()
     assert (cal.nbytes, cal.calls) == (S, 2)
-    assert cal.fits[("inter", "emulated 8 Gbit/s")].beta_GBps == pytest.approx(1.0, rel=1e-6)
+    assert cal.fits[("inter", "emulated 32 Gbit/s")].beta_GBps == pytest.approx(1.0, rel=1e-6)
     for r in (one, two):  # an older result without its buckets: the gradient, in one call
         r["timing"]["comm"]["bucket_bytes"] = None
     (cal,) = calibrated([one, two, b])[0].values()
@@ -313,6 +316,8 @@ def test_the_track_record_reads_a_gpu_nodes_own_link_by_its_device_and_any_node_
     assert sorted(one_node.index) == ["a", "b", "n1"]
     assert one_node.loc["n1", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring(2), rel=1e-6)
     assert one_node.loc["n1", "exposure_from"] == "borrowed from this workload's at the other level"
+    # and the 2-node runs, whose own configuration is left out, with n1's x read on the H100's own fit: 1.1
+    assert one_node.loc["a", "predicted_step_s"] == pytest.approx(STEP1 + 1.1 * ring(2), rel=1e-6)
     three = record([*found[:1], *found[2:4], run("t", 3, 3, STEP1 + 1.3 * ring(3)), bench()]).loc["t"]
     assert (three["world_size"], three["num_nodes"]) == (3, 3)
     assert STEP1 + 1.2 * ring(3) < three["predicted_step_s"] < STEP1 + 1.4 * ring(3)
