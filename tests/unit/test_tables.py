@@ -416,3 +416,4 @@ def test_the_scaling_table_has_an_mfu_column_where_a_configuration_has_one():
     table = _pipe(tables.scaling_table(scaling.assign(mfu=[0.1234, float("nan")]), "pipe")[2])
     assert table[0][-1] == "MFU" and [row[-1] for row in table[1:]] == ["12.3 %", "—"]
     assert "MFU" not in _pipe(tables.scaling_table(scaling.assign(mfu=float("nan")), "pipe")[2])[0]
+    assert _pipe(tables.scaling_table(scaling.assign(mfu=float("inf")), "pipe")[2])[1][-1] == "inf %"  # as numbers
