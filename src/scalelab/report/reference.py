@@ -148,7 +148,7 @@ def _bench_runs(bench: pd.DataFrame, entry: dict) -> pd.DataFrame:
         return bench
     hw = entry["hardware"]
     match = bench[(bench["world_size"] == entry["world_size"]) & (bench["num_nodes"] == entry["num_nodes"])
-                  & (bench["accelerator"] == hw["accelerator"]) & (bench["link"].fillna("") == entry.get("link", ""))
+                  & (bench["accelerator"] == hw["accelerator"]) & (bench["link"] == entry.get("link", ""))
                   & (bench["dtype"].fillna("float32") == entry.get("dtype", "float32"))]
     if hw["accelerator"] == "gpu" and hw.get("device"):
         match = match[match["device"] == hw["device"]]
@@ -280,7 +280,7 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
                        "hardware": hw, "world_size": int(r.world_size), "num_nodes": int(r.num_nodes),
                        "link": r.link or "", "baseline_world_size": int(r.baseline_world_size), "reference": ref})
     if not bench.empty:
-        bench = bench.assign(dtype=bench["dtype"].fillna("float32"), link=bench["link"].fillna(""))
+        bench = bench.assign(dtype=bench["dtype"].fillna("float32"))  # link: link_label's text, never NaN
         for (world, nodes, acc, device, link, dtype), runs in bench.groupby(
                 ["world_size", "num_nodes", "accelerator", "device", "link", "dtype"], sort=True):
             busbw = runs["busbw_GBps"].median()
