@@ -26,7 +26,7 @@ def num(lo=0, hi=1e30, integer=False, null=True, above=False):
     """A finite number (never a bool) in [lo, hi] ((lo, hi] where `above`: a time a clock read is never 0); an
     integer where `integer`."""
     what = ("an integer" if integer else "a number") + (
-        "" if lo is None else f" above {lo:g} to {hi:g}" if above else f" from {lo:g} to {hi:g}")
+        "" if lo is None else f" above {lo:g}, at most {hi:g}" if above else f" from {lo:g} to {hi:g}")
 
     def check(value, path):
         if value is None and null:

@@ -357,7 +357,7 @@ def track_record(recs: list, from_bench: dict, only=None) -> list:
         cal = calibrate_all(recs, from_bench, exclude=same).get(r.group)
         if cal is None:
             continue
-        key = network(r.num_nodes, r.link, r.accelerator, r.device)  # one node's: intra_key's own
+        key = network(r.num_nodes, r.link, r.accelerator, r.device)  # on one node: the same key as intra_key
         intra_key = network(1, "", r.accelerator, r.device)
         gpn = int(r.world_size // r.num_nodes)  # not r.devices: a result may leave it null (schema-valid)
         predicted, notes = forecast(cal, intra_key, key if r.num_nodes > 1 else None, gpn, (int(r.num_nodes),))
