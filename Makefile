@@ -45,6 +45,8 @@ $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report, perfmodel, results, bench, timing
 	rm -rf mutants
 	env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run || true
+	names="$$($(PY) tests/mutation/score.py --killed-equivalents)"; [ -z "$$names" ] || \
+	  env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run $$names >/dev/null || true
 	$(PY) tests/mutation/score.py
 
 clean:  ## remove the virtualenv and caches
