@@ -13,10 +13,10 @@ _spec.loader.exec_module(score)
 CODES = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": 0, "m.x_f__mutmut_4": 1}
 
 
-def _mutants(tmp_path, codes=CODES):
+def _mutants(tmp_path):
     meta = tmp_path / "mutants" / "src" / "m.py.meta"
     meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    meta.write_text(json.dumps({"exit_code_by_key": CODES}))
     return tmp_path / "mutants"
 
 
