@@ -6,9 +6,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
-# A quick subset while editing: make test-quick, the unit tests of tests/unit (no multi-process training, no SLURM
-# cluster, no chapters: those are tests/scenarios), less the few slow-marked ones.
-QUICK  ?= -m "not slow and not slurm" tests/unit
+# The tests that may share the cores (conftest.py marks them `parallel`: tests/unit less slow, slurm and alone) run
+# first on WORKERS processes (pytest-xdist); then the rest one at a time: no training run, SLURM job or reading of
+# the cores has a neighbour. make test-quick: tests/unit less slow and slurm (no training, no cluster, no chapters).
+WORKERS ?= 2
 
 .PHONY: help demo test test-quick mutation lint install clean
 
@@ -29,10 +30,12 @@ lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 	$(PY) -m ruff check --output-format concise .
 
 test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest tests named at the end
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit
+	$(PY) -m pytest --durations=25 -m "not parallel"
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
-	$(PY) -m pytest $(QUICK)
+	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit
+	$(PY) -m pytest -m "alone and not slow and not slurm" tests/unit
 
 $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 	$(PY) -m pip install -q -e '.[test,reframe,mutation]'

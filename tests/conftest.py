@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import helpers
 from helpers import SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running
 
 
@@ -27,6 +28,18 @@ def _unit_tests_only_under_mutation(monkeypatch):
     catches is a missing unit test (pyproject.toml's [tool.mutmut])."""
     if os.environ.get("SCALELAB_MUTATION") == "1":
         monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+
+
+SERIAL = ("slow", "slurm", "alone")
+
+
+def pytest_collection_modifyitems(items):
+    """tests/unit's tests that are neither slow, slurm nor alone (no training run, no cluster, no reading of the
+    cores) are marked `parallel`: make test and make test-quick run them on 2 workers (pytest-xdist), then the rest
+    one at a time, so that no training run or contention check ever shares the cores with another test."""
+    for item in items:
+        if item.path.parent.name == "unit" and not any(item.get_closest_marker(m) for m in SERIAL):
+            item.add_marker(pytest.mark.parallel)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -59,3 +72,25 @@ def slurm_env():
     if not already_up:
         subprocess.run(["bash", str(SLURM_CLUSTER / "stop.sh"), SLURM_STATE_DIR], capture_output=True, text=True,
                        timeout=120)
+
+
+@pytest.fixture(scope="session")
+def chapter_run(tmp_path_factory):
+    """chapter_run(chapter, mark, **env) -> (folder, env, [(index, line, text, CompletedProcess)]): the chapter's blocks
+    of that mark, run once a session in a participant's checkout of their own (helpers.run_chapter). test_docs.py
+    compares what they print; test_reframe.py reads what chapter 14's nightly run left, instead of running it again.
+    A SLURM chapter (env SLURM_CONF=...) is followed by waiting for the queue to empty."""
+    done = {}
+
+    def run(chapter, mark, **extra):
+        if (chapter, mark) not in done:
+            folder = tmp_path_factory.mktemp(chapter.stem)
+            env = {**helpers.workshop(folder), **extra}
+            try:
+                done[chapter, mark] = folder, env, helpers.run_chapter(chapter, mark, folder, env)
+            finally:
+                if "SLURM_CONF" in extra:
+                    helpers.drained(env)
+        return done[chapter, mark]
+
+    return run

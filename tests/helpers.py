@@ -4,6 +4,8 @@ only pytest's part (fixtures and hooks)."""
 
 import json
 import os
+import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -15,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 SLURM_CLUSTER = ROOT / "tests" / "slurm_cluster"
 SLURM_STATE_DIR = os.environ.get("SCALELAB_SLURM_DIR", "/tmp/scalelab-slurm")
+DOCS = ROOT / "docs"
 sys.path.insert(0, str(SRC))
 
 FAKE_SECRETS = {
@@ -201,3 +204,76 @@ def _wait_for(what, check, timeout):
             return value
         time.sleep(1)
     raise AssertionError(f"{what}: not within {timeout} s")
+
+
+# --- the chapters of docs/, run as a participant runs them (test_docs.py compares what they print; test_reframe.py
+# reads what chapter 14's nightly ReFrame run left: one run for both, through conftest's `chapter_run`) ---
+RUN_MARK = "<!-- docs-test: run -->"
+SLURM_MARK = "<!-- docs-test: slurm -->"
+LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "reframe", "Makefile", "setup.cfg", "pyproject.toml")
+# Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
+LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
+                          r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")
+
+
+def bash_blocks(path):
+    """[(index, mark, first line number, text)] for every ```bash block of a chapter; mark is RUN_MARK,
+    SLURM_MARK or None."""
+    lines = path.read_text().splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```bash":
+            prev = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
+            assert end is not None, f"{path.name}:{i + 1}: ```bash block never closed"
+            mark = prev if prev in (RUN_MARK, SLURM_MARK) else None
+            blocks.append((len(blocks) + 1, mark, i + 1, "\n".join(lines[i + 1:end])))
+            i = end
+        i += 1
+    return blocks
+
+
+def workshop(folder) -> dict:
+    """Make `folder` a participant's checkout after `make`: the repository's code, an empty outputs/, and this
+    interpreter as `python` and as `.venv/bin/python`; returns the environment of a plain shell there."""
+    for name in LINKED:
+        (folder / name).symlink_to(ROOT / name)
+    (folder / "outputs").mkdir()  # in git (its README): the job headers write slurm-<id>.out there
+    venv_python = folder / ".venv" / "bin" / "python"  # as after `make`: site.sh and the jobs run it
+    venv_python.parent.mkdir(parents=True)
+    # A script, not a symlink: Python finds its venv from the path it is started by, and a link in a folder
+    # without pyvenv.cfg would start the bare base interpreter (no torch) in every SLURM job.
+    venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    venv_python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
+    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_chapter(chapter, mark, folder, env) -> list:
+    """Run the chapter's blocks with that mark, in order, in one folder (a later block may read what an earlier one
+    wrote), with `bash -euo pipefail`; [(index, first line number, text, CompletedProcess with stdout and stderr
+    together)], up to the first block that exits non-zero."""
+    ran = []
+    for n, block_mark, line, text in bash_blocks(chapter):
+        if block_mark != mark:
+            continue
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=folder, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=420)
+        ran.append((n, line, text, proc))
+        if proc.returncode:
+            break
+    return ran
+
+
+def squeue(env):
+    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, capture_output=True, text=True).stdout
+
+
+def drained(env, timeout=120) -> str:
+    """Wait until the cluster's queue is empty (a block that left a job behind must not hand it to the next test);
+    what is still queued after `timeout` s."""
+    deadline = time.time() + timeout
+    while squeue(env) and time.time() < deadline:
+        time.sleep(2)
+    return squeue(env)

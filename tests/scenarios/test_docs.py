@@ -28,25 +28,19 @@
 """
 
 import functools
-import os
 import re
 import shlex
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import ROOT
+from helpers import DOCS, ROOT, RUN_MARK, SLURM_MARK, bash_blocks, squeue
 
-DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
-RUN_MARK = "<!-- docs-test: run -->"
-SLURM_MARK = "<!-- docs-test: slurm -->"
 EXCERPT_MARK = re.compile(r"^<!-- docs-test: excerpt (\S+) -->$")
 IMAGE_MARK = re.compile(r"^<!-- docs-test: image (\S+) -->$")
 IMAGE = re.compile(r"^!\[([^\]]*)\]\((img/[\w.-]+\.png)\)$")
-LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "reframe", "Makefile", "setup.cfg", "pyproject.toml")
 # Repository paths a chapter may name (in code or prose); each must exist.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:src|slurm_jobs|benchmarks|tests|docs|reframe)/[\w./-]*\.(?:py|sh|md))")
 SCRIPT = re.compile(r"^(src|benchmarks)/[\w-]+\.py$")
@@ -55,28 +49,6 @@ JOB_SCRIPTS = {"slurm_jobs/single_gpu.sh": "src/train.py", "slurm_jobs/single_no
                "slurm_jobs/multi_node_multi_gpu.sh": "src/train.py",
                "slurm_jobs/allreduce_bench.sh": "src/allreduce_bench.py",
                "slurm_jobs/sweep.sh": "slurm_jobs/sweep.sh"}  # its own options, then train.py's after `--`
-# Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
-LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
-                          r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")
-
-
-def bash_blocks(path):
-    """[(index, mark, first line number, text)] for every ```bash block of a chapter; mark is RUN_MARK,
-    SLURM_MARK or None."""
-    lines = path.read_text().splitlines()
-    blocks, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() == "```bash":
-            prev = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
-            assert end is not None, f"{path.name}:{i + 1}: ```bash block never closed"
-            mark = prev if prev in (RUN_MARK, SLURM_MARK) else None
-            blocks.append((len(blocks) + 1, mark, i + 1, "\n".join(lines[i + 1:end])))
-            i = end
-        i += 1
-    return blocks
-
-
 def documented_outputs(path):
     """{bash block index: lines of the plain ``` fence that follows it (before the next ```bash block)}: what
     the chapter says the block prints."""
@@ -209,24 +181,6 @@ def test_relative_links_resolve(page):
     assert not broken, f"{page.name}: broken links {broken}"
 
 
-@pytest.fixture
-def workshop(tmp_path):
-    """A participant's checkout after `make`: the repository's code, an empty outputs/, and this interpreter as
-    `python` and as `.venv/bin/python`."""
-    for name in LINKED:
-        (tmp_path / name).symlink_to(ROOT / name)
-    (tmp_path / "outputs").mkdir()  # in git (its README): the job headers write slurm-<id>.out there
-    venv_python = tmp_path / ".venv" / "bin" / "python"  # as after `make`: site.sh and the jobs run it
-    venv_python.parent.mkdir(parents=True)
-    # A script, not a symlink: Python finds its venv from the path it is started by, and a link in a folder
-    # without pyvenv.cfg would start the bare base interpreter (no torch) in every SLURM job.
-    venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    venv_python.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not LAUNCHER_ENV.search(k)}
-    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), PYTHONUNBUFFERED="1")
-    return tmp_path, env
-
-
 NUMBER = re.compile(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?")
 
 
@@ -254,16 +208,11 @@ def test_a_chapter_line_matches_on_another_cpu_but_not_with_another_figure_name(
     assert shape(rank) != shape(rank.replace(" vm ", " node2 "))  # the host is still compared
 
 
-def run_blocks(chapter, mark, folder, env):
-    """Run the chapter's blocks with that mark, in order, in one folder; compare each with the output the chapter
-    shows for it."""
+def compare_blocks(chapter, ran):
+    """Each block that ran exits 0 without a traceback and prints every line the chapter shows for it."""
     outputs = documented_outputs(chapter)
     stale = []  # every block's mismatch, not only the first: a chapter is refreshed in one go
-    for n, block_mark, line, text in bash_blocks(chapter):
-        if block_mark != mark:
-            continue
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=folder, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=420)
+    for n, line, text, proc in ran:
         where = f"{chapter.name}, bash block {n} (line {line}: {text.splitlines()[0]!r})"
         tail = proc.stdout[-3000:]
         assert proc.returncode == 0, f"{where} exited {proc.returncode}; last output:\n{tail}"
@@ -287,9 +236,9 @@ def chapters_with(mark):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
-def test_run_blocks_run(chapter, workshop):
-    run_blocks(chapter, RUN_MARK, *workshop)
-    folder = workshop[0]
+def test_run_blocks_run(chapter, chapter_run):
+    folder, _, ran = chapter_run(chapter, RUN_MARK)
+    compare_blocks(chapter, ran)
     for drawn, image, _ in images(chapter):
         shown, now = drawn_texts(DOCS / image), drawn_texts(folder / drawn)
         assert shown == now, (f"{chapter.name}: {image} is no longer what {drawn} draws; regenerate it (and its "
@@ -346,23 +295,14 @@ def test_captions_quote_their_image(chapter):
         assert not missing, f"{chapter.name}: the caption of {image} quotes what the image does not show: {missing}"
 
 
-def squeue(env):
-    return subprocess.run(["squeue", "-h", "-o", "%i %j %T"], env=env, capture_output=True, text=True).stdout
-
-
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(SLURM_MARK), ids=lambda p: p.stem)
-def test_slurm_blocks_run(chapter, workshop, slurm_env):
-    folder, env = workshop
-    env["SLURM_CONF"] = slurm_env["SLURM_CONF"]  # the profile and every other setting as on a login node
-    try:
-        run_blocks(chapter, SLURM_MARK, folder, env)
-    finally:  # a block that leaves a job behind must not hand it to the next test
-        deadline = time.time() + 120
-        while squeue(env) and time.time() < deadline:
-            time.sleep(2)
+def test_slurm_blocks_run(chapter, chapter_run, slurm_env):
+    # SLURM_CONF: the profile and every other setting as on a login node; the queue is drained after the blocks
+    _, env, ran = chapter_run(chapter, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
     assert not squeue(env), f"{chapter.name}: jobs still queued after its blocks ended:\n{squeue(env)}"
+    compare_blocks(chapter, ran)
 
 
 def test_published_figures_name_their_source_and_hardware():

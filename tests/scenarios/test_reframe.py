@@ -2,7 +2,10 @@
 the local 2-node SLURM cluster with its site configuration (reframe/local_cluster.py, the CPU profile): the ladder,
 the report over it, the all-reduce benchmark and the self-check pass; the perflog carries, for each figure, the
 number the report prints for the same results and the reference scalelab's reference file gives it; and an
-impossible reference fails in ReFrame as it fails `benchmark.py --reference`. About a minute of jobs, then seconds.
+impossible reference fails in ReFrame as it fails `benchmark.py --reference`.
+
+The runs are chapter 14's (docs/14-a-nightly-reframe-run.md: the nightly run and the impossible reference), run
+once in a participant's checkout for test_docs.py and for these (conftest's `chapter_run`): about a minute of jobs.
 """
 
 import json
@@ -15,13 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ROOT, run_script
+from helpers import DOCS, ROOT, SLURM_MARK, run_script
 from scalelab.report import reference
 
 LOCAL = ROOT / "reframe" / "local_cluster.py"
 CHECKS = ROOT / "reframe" / "scalelab_checks.py"
 REFERENCES = ROOT / "reframe" / "references" / "local-cluster.yaml"
 PART = Path("scalelab-local") / "debug"  # the system and partition of reframe/local_cluster.py
+CHAPTER = DOCS / "14-a-nightly-reframe-run.md"
 COLUMNS = ["time", "result", "test", "jobid", "var", "value", "unit", "ref", "lower", "upper"]  # its perflog format
 
 
@@ -45,20 +49,29 @@ def perflog(prefix, test) -> list:
     return [dict(zip(COLUMNS, line.split("|"))) for line in lines[1:]]
 
 
+def chapter_block(ran, command):
+    """The CompletedProcess of chapter 14's block that runs `command` (its lines joined, spacing collapsed)."""
+    found = [proc for _, _, text, proc in ran if command in " ".join(text.replace("\\\n", " ").split())]
+    assert found, (f"no block of {CHAPTER.name} ran `{command}`: the chapter dropped it (this file reads what its run "
+                   "left), or an earlier block failed (test_docs.py says which)")
+    return found[0]
+
+
 @pytest.fixture(scope="module")
-def nightly(slurm_env, tmp_path_factory):
-    """One nightly run of every check, as a site runs it."""
-    prefix = tmp_path_factory.mktemp("reframe")
-    env = {**slurm_env, "PATH": f"{Path(sys.executable).parent}:{slurm_env.get('PATH', '')}"}
-    proc = reframe(env, prefix, "-r")
+def nightly(slurm_env, chapter_run):
+    """One nightly run of every check, as a site runs it: chapter 14's first block."""
+    folder, env, ran = chapter_run(CHAPTER, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
+    proc = chapter_block(ran, f"reframe -C {LOCAL.relative_to(ROOT)} -c {CHECKS.relative_to(ROOT)} --prefix "
+                              "outputs/reframe --report-file outputs/reframe/report.json --nocolor -r")
     print(proc.stdout[-3000:])
-    return prefix, env, proc
+    return folder, ran, proc
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_every_check_passes_on_the_local_cluster(nightly):
-    prefix, _, proc = nightly
+    folder, _, proc = nightly
+    prefix = folder / "outputs" / "reframe"
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "[  PASSED  ] Ran 6/6 test case(s) from 6 check(s) (0 failure(s)" in re.sub(r"\x1b\[\d*m", "", proc.stdout)
     out = prefix / "output" / PART / "scalelab-cpu"
@@ -72,7 +85,8 @@ def test_every_check_passes_on_the_local_cluster(nightly):
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_the_perflog_carries_the_reports_figures_and_the_reference_files_bounds(nightly):
-    prefix, _, proc = nightly
+    folder, _, proc = nightly
+    prefix = folder / "outputs" / "reframe"
     assert proc.returncode == 0, proc.stdout[-6000:]
     report = (prefix / "output" / PART / "scalelab-cpu" / "ScalelabReport" / "rfm_job.out").read_text().splitlines()
     printed = reference.perf_values(report)
@@ -100,21 +114,24 @@ def test_the_perflog_carries_the_reports_figures_and_the_reference_files_bounds(
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_an_impossible_reference_fails_in_reframe_and_in_the_report(nightly, tmp_path):
-    """1000 GB/s of all-reduce busbw between two CPU 'nodes' of one machine: ReFrame fails the benchmark's test at
-    its performance stage, and `benchmark.py --reference` fails the same figure against the same bound."""
-    _, env, _ = nightly
-    checks = [c for c in yaml.safe_load(REFERENCES.read_text())["checks"] if c["kind"] == "allreduce"]
-    checks[0]["reference"]["busbw"] = [1000, -0.1, None, "GB/s"]
-    impossible = tmp_path / "impossible.yaml"
-    impossible.write_text(yaml.safe_dump({"checks": checks}))
-    prefix = tmp_path / "reframe"
-    proc = reframe(env, prefix, "-n", "^ScalelabAllreduce$", "-S", f"reference_file={impossible}", "-r")
+def test_an_impossible_reference_fails_in_reframe_and_in_the_report(nightly):
+    """1000 GB/s of all-reduce busbw between two CPU 'nodes' of one machine (chapter 14's outputs/impossible.yaml):
+    ReFrame fails the benchmark's test at its performance stage, and `benchmark.py --reference` fails the same figure
+    against the same bound."""
+    folder, ran, _ = nightly
+    impossible = folder / "outputs" / "impossible.yaml"
+    (check,) = yaml.safe_load(impossible.read_text())["checks"]
+    assert check["kind"] == "allreduce" and check["reference"]["busbw"] == [1000, -0.1, None, "GB/s"], check
+    # the name and the shape are those of the benchmark's check in the reference file the nightly run reads
+    assert any(c["name"] == check["name"] and c["world_size"] == check["world_size"] for c in reference.load(
+        str(REFERENCES)) if c["kind"] == "allreduce"), check
+    proc = chapter_block(ran, "--prefix outputs/reframe-impossible")
     out = re.sub(r"\x1b\[\d*m", "", proc.stdout)
-    assert proc.returncode != 0, out[-4000:]
+    assert re.search(r"^reframe: exit code [1-9]", out, re.M), out[-4000:]
     assert "Ran 1/1 test case(s) from 1 check(s) (1 failure(s)" in out and "Failing phase: performance" in out
     failed = re.search(r"busbw=(\S+) GB/s, expected 1000 \(l=900\.0, u=inf\)", out)
     assert failed, out[-4000:]
+    prefix = folder / "outputs" / "reframe-impossible"
     (row,) = perflog(prefix, "ScalelabAllreduce")
     assert (row["result"], row["ref"], row["lower"]) == ("fail", "1000", "-0.1")
     results = prefix / "stage" / PART / "scalelab-cpu" / "ScalelabAllreduce" / "results"  # a failed test's stays

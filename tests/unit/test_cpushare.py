@@ -45,6 +45,7 @@ def _span(threads, work):
     return [last[0] - first[0], last[1] - first[1]]
 
 
+@pytest.mark.alone  # a test beside it on the other worker would be one more neighbour on its core
 def test_a_spinning_neighbour_halves_the_share_a_sleeping_one_does_not(one_core):
     threads = cpushare.Threads()
     assert threads.sample() is not None, "this kernel exposes no /proc/self/task/*/schedstat"
