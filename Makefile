@@ -7,8 +7,9 @@ PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
 # The tests that may share the cores (conftest.py marks them `parallel`: tests/unit less slow, slurm and alone) run
-# first on WORKERS processes (pytest-xdist); then the rest one at a time: no training run, SLURM job or reading of
-# the cores has a neighbour. make test-quick: tests/unit less slow and slurm (no training, no cluster, no chapters).
+# first on WORKERS processes (pytest-xdist); then the rest one at a time: no train.py run, SLURM job, chapter or
+# reading of the cores has a neighbour. make test runs both passes (a failure in the first does not hide the
+# second's) and fails if either did. make test-quick: tests/unit less slow and slurm (no cluster, no chapters).
 WORKERS ?= 2
 
 .PHONY: help demo test test-quick mutation lint install clean
@@ -29,9 +30,9 @@ demo: $(VENV)/.installed  ## CPU rehearsal: 1 device, 2 on a node, 2 emulated no
 lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 	$(PY) -m ruff check --output-format concise .
 
-test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest tests named at the end
-	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit
-	$(PY) -m pytest --durations=25 -m "not parallel"
+test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest of the one-at-a-time pass named at the end
+	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit; first=$$?; \
+	  $(PY) -m pytest --durations=25 -m "not parallel" && exit $$first
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
 	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit

@@ -4,8 +4,8 @@ slurmctld and two slurmd, node1 and node2, on one machine), with scalelab's CPU 
     export SLURM_CONF=/tmp/scalelab-slurm/slurm.conf     # what start.sh prints
     reframe -C reframe/local_cluster.py -c reframe/scalelab_checks.py -r
 
-tests/scenarios/test_reframe.py runs it; docs/14-a-nightly-reframe-run.md reads its output. A GPU site's file:
-reframe/gpu_site_example.py.
+docs/14-a-nightly-reframe-run.md runs it; make test runs that chapter's blocks on the local cluster, and
+tests/scenarios/test_reframe.py reads what they left. A GPU site's file: reframe/gpu_site_example.py.
 """
 
 site_configuration = {

@@ -34,9 +34,10 @@ SERIAL = ("slow", "slurm", "alone")
 
 
 def pytest_collection_modifyitems(items):
-    """tests/unit's tests that are neither slow, slurm nor alone (no training run, no cluster, no reading of the
-    cores) are marked `parallel`: make test and make test-quick run them on 2 workers (pytest-xdist), then the rest
-    one at a time, so that no training run or contention check ever shares the cores with another test."""
+    """tests/unit's tests that are neither slow, slurm nor alone are marked `parallel`: make test and make test-quick
+    run them on 2 workers (pytest-xdist), then the rest one at a time, so that no train.py run, SLURM job, chapter or
+    contention check shares the cores with another test. A parallel test reads no timing of its own: at most it
+    starts two gloo ranks to check a collective's values or a rule of the step, or bounds a wait loosely."""
     for item in items:
         if item.path.parent.name == "unit" and not any(item.get_closest_marker(m) for m in SERIAL):
             item.add_marker(pytest.mark.parallel)
@@ -76,10 +77,11 @@ def slurm_env():
 
 @pytest.fixture(scope="session")
 def chapter_run(tmp_path_factory):
-    """chapter_run(chapter, mark, **env) -> (folder, env, [(index, line, text, CompletedProcess)]): the chapter's blocks
-    of that mark, run once a session in a participant's checkout of their own (helpers.run_chapter). test_docs.py
-    compares what they print; test_reframe.py reads what chapter 14's nightly run left, instead of running it again.
-    A SLURM chapter (env SLURM_CONF=...) is followed by waiting for the queue to empty."""
+    """chapter_run(chapter, mark, **env) -> (folder, env, [(index, line, text, CompletedProcess)], left): the
+    chapter's blocks of that mark, run once a session in a participant's checkout of their own (helpers.run_chapter).
+    test_docs.py compares what they print; test_reframe.py reads what chapter 14's nightly run left, instead of
+    running it again. After a SLURM chapter's blocks (env SLURM_CONF=...) the queue is drained; `left`: the jobs
+    still queued 120 s after them."""
     done = {}
 
     def run(chapter, mark, **extra):
@@ -87,10 +89,10 @@ def chapter_run(tmp_path_factory):
             folder = tmp_path_factory.mktemp(chapter.stem)
             env = {**helpers.workshop(folder), **extra}
             try:
-                done[chapter, mark] = folder, env, helpers.run_chapter(chapter, mark, folder, env)
-            finally:
-                if "SLURM_CONF" in extra:
-                    helpers.drained(env)
+                ran = helpers.run_chapter(chapter, mark, folder, env)
+            finally:  # a job a block left behind must not reach the next test
+                left = helpers.drained(env) if "SLURM_CONF" in extra else ""
+            done[chapter, mark] = folder, env, ran, left
         return done[chapter, mark]
 
     return run

@@ -35,7 +35,7 @@ import sys
 
 import pytest
 
-from helpers import DOCS, ROOT, RUN_MARK, SLURM_MARK, bash_blocks, squeue
+from helpers import DOCS, ROOT, RUN_MARK, SLURM_MARK, bash_blocks
 
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]-*.md"))
 EXCERPT_MARK = re.compile(r"^<!-- docs-test: excerpt (\S+) -->$")
@@ -237,7 +237,7 @@ def chapters_with(mark):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
 def test_run_blocks_run(chapter, chapter_run):
-    folder, _, ran = chapter_run(chapter, RUN_MARK)
+    folder, _, ran, _ = chapter_run(chapter, RUN_MARK)
     compare_blocks(chapter, ran)
     for drawn, image, _ in images(chapter):
         shown, now = drawn_texts(DOCS / image), drawn_texts(folder / drawn)
@@ -300,9 +300,9 @@ def test_captions_quote_their_image(chapter):
 @pytest.mark.parametrize("chapter", chapters_with(SLURM_MARK), ids=lambda p: p.stem)
 def test_slurm_blocks_run(chapter, chapter_run, slurm_env):
     # SLURM_CONF: the profile and every other setting as on a login node; the queue is drained after the blocks
-    _, env, ran = chapter_run(chapter, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
-    assert not squeue(env), f"{chapter.name}: jobs still queued after its blocks ended:\n{squeue(env)}"
+    _, _, ran, left = chapter_run(chapter, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
     compare_blocks(chapter, ran)
+    assert not left, f"{chapter.name}: jobs still queued after its blocks ended:\n{left}"
 
 
 def test_published_figures_name_their_source_and_hardware():

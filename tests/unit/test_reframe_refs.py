@@ -1,6 +1,7 @@
 """What the ReFrame checks read of scalelab (report/reframe_refs.py), on constructed result folders: the figures of a
 test's folder as the report computes them, their references from a reference file, the sanity problems, and the
-report's PERF lines as performance variables. ReFrame itself runs them in tests/scenarios/test_reframe.py."""
+report's PERF lines as performance variables. ReFrame itself runs them in chapter 14's blocks (make test runs them;
+tests/scenarios/test_reframe.py reads what they left)."""
 
 import json
 
