@@ -77,7 +77,7 @@ def slurm_env():
 
 @pytest.fixture(scope="session")
 def chapter_run(tmp_path_factory):
-    """chapter_run(chapter, mark, **env) -> (folder, env, [(index, line, text, CompletedProcess)], left): the
+    """chapter_run(chapter, mark, **env) -> (folder, [(index, line, text, CompletedProcess)], left): the
     chapter's blocks of that mark, run once a session in a participant's checkout of their own (helpers.run_chapter).
     test_docs.py compares what they print; test_reframe.py reads what chapter 14's nightly run left, instead of
     running it again. After a SLURM chapter's blocks (env SLURM_CONF=...) the queue is drained; `left`: the jobs
@@ -92,7 +92,7 @@ def chapter_run(tmp_path_factory):
                 ran = helpers.run_chapter(chapter, mark, folder, env)
             finally:  # a job a block left behind must not reach the next test
                 left = helpers.drained(env) if "SLURM_CONF" in extra else ""
-            done[chapter, mark] = folder, env, ran, left
+            done[chapter, mark] = folder, ran, left
         return done[chapter, mark]
 
     return run

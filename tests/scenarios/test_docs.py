@@ -237,7 +237,7 @@ def chapters_with(mark):
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
 def test_run_blocks_run(chapter, chapter_run):
-    folder, _, ran, _ = chapter_run(chapter, RUN_MARK)
+    folder, ran, _ = chapter_run(chapter, RUN_MARK)
     compare_blocks(chapter, ran)
     for drawn, image, _ in images(chapter):
         shown, now = drawn_texts(DOCS / image), drawn_texts(folder / drawn)
@@ -300,7 +300,7 @@ def test_captions_quote_their_image(chapter):
 @pytest.mark.parametrize("chapter", chapters_with(SLURM_MARK), ids=lambda p: p.stem)
 def test_slurm_blocks_run(chapter, chapter_run, slurm_env):
     # SLURM_CONF: the profile and every other setting as on a login node; the queue is drained after the blocks
-    _, _, ran, left = chapter_run(chapter, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
+    _, ran, left = chapter_run(chapter, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
     compare_blocks(chapter, ran)
     assert not left, f"{chapter.name}: jobs still queued after its blocks ended:\n{left}"
 

@@ -60,7 +60,7 @@ def chapter_block(ran, command):
 @pytest.fixture(scope="module")
 def nightly(slurm_env, chapter_run):
     """One nightly run of every check, as a site runs it: chapter 14's first block."""
-    folder, _, ran, _ = chapter_run(CHAPTER, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
+    folder, ran, _ = chapter_run(CHAPTER, SLURM_MARK, SLURM_CONF=slurm_env["SLURM_CONF"])
     proc = chapter_block(ran, f"reframe -C {LOCAL.relative_to(ROOT)} -c {CHECKS.relative_to(ROOT)} --prefix "
                               "outputs/reframe --report-file outputs/reframe/report.json --nocolor -r")
     print(proc.stdout[-3000:])
