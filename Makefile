@@ -31,10 +31,13 @@ lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 	$(PY) -m ruff check --output-format concise .
 
 test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest of the one-at-a-time pass named at the end
+	@echo "make test: pass 1 of 2, tests/unit's parallel tests on $(WORKERS) workers; pass 2, the rest one at a time"
 	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit; first=$$?; \
+	  echo "make test: pass 2 of 2 (its 'deselected' are pass 1's tests)"; \
 	  $(PY) -m pytest --durations=25 -m "not parallel" && exit $$first
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
+	@echo "make test-quick: pass 1 of 2, tests/unit's parallel tests on $(WORKERS) workers; pass 2, the alone one"
 	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit
 	$(PY) -m pytest -m "alone and not slow and not slurm" tests/unit
 
