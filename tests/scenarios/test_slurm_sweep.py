@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, load_results
+from helpers import ROOT, drained, load_results, squeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 WORKLOAD = ("--threads", "1", "--num_samples", "4096", "--max_epochs", "1")  # the MLP, a few steps
@@ -96,6 +96,8 @@ def test_report_still_runs_and_names_the_failed_and_the_cancelled_job(slurm_env,
 def test_a_job_that_waits_for_a_drained_node_is_said_why(slurm_env, tmp_path):
     """The dry run: node2 drained, `sweep.sh --wait` waited silently for good (only squeue showed why). The job
     that waits is named with SLURM's reason; once the node is back the sweep ends as usual."""
+    # a job of the test before, still ending on node2, would make it `drng` (draining), not `drain`
+    assert not drained(slurm_env), f"jobs still queued from the tests before: {squeue(slurm_env)}"
     subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"],
                    env=slurm_env, check=True)
     try:
