@@ -35,8 +35,8 @@ def pytest_collection_modifyitems(items):
     """`make test` runs the tests on 2 pytest-xdist workers (--dist loadgroup), then the `alone` ones one at a time.
     The `slurm` tests go to one worker, in order: the local cluster is one (a session fixture a worker starts and
     stops; two workers would share it), and its two nodes run one test's jobs at a time. A test beside another may
-    find its runs slower, never wrong: what a test asserts about timing it bounds loosely; a test that reads the
-    cores themselves (a spinning neighbour's share) is `alone`."""
+    find its runs slower, never wrong: what a test asserts about time it bounds with room for that; a test that
+    reads timing a neighbour would skew (a core's share, two runs' efficiency, the loop's wall) is `alone`."""
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
