@@ -6,10 +6,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
-# make test runs the tests on WORKERS processes (pytest-xdist), the SLURM ones in order on one of them (conftest.py:
-# one local cluster), then the `alone` ones (they read this machine's cores) one at a time; it runs both passes (a
-# failure in the first does not hide the second's) and fails if either did. make test-quick: tests/unit less slow and
-# slurm (no training run, no cluster, no chapter), the same two passes.
+# make test runs the tests on WORKERS processes (pytest-xdist), a module's tests on one of them and the SLURM ones in
+# order on one (conftest.py: one local cluster), then the `alone` ones (a loaded machine would change their verdict)
+# one at a time; it runs both passes (a failure in the first does not hide the second's) and fails if either did.
+# make test-quick: tests/unit less slow and slurm (no training run, no cluster, no chapter), the same two passes.
 WORKERS ?= 2
 
 .PHONY: help demo test test-quick mutation lint install clean
@@ -38,8 +38,9 @@ test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest te
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
 	@echo "make test-quick: pass 1 of 2, tests/unit less slow, slurm and alone, on $(WORKERS) workers"
-	$(PY) -m pytest -n $(WORKERS) -m "not slow and not slurm and not alone" tests/unit
-	$(PY) -m pytest -m "alone and not slow and not slurm" tests/unit
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "not slow and not slurm and not alone" tests/unit; first=$$?; \
+	  echo "make test-quick: pass 2 of 2, the alone ones (its 'deselected' are pass 1's tests)"; \
+	  $(PY) -m pytest -m "alone and not slow and not slurm" tests/unit && exit $$first
 
 $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 	$(PY) -m pip install -q -e '.[test,reframe,mutation]'
