@@ -6,10 +6,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # CPU installs pin torch: an unpinned torch pulls a multi-GB CUDA build. GPU clusters: see docs/.
 TORCH  ?= torch==2.13.0
-# make test runs the tests on WORKERS processes (pytest-xdist), a module's tests on one of them and the SLURM ones in
-# order on one (conftest.py: one local cluster), then the `alone` ones (a loaded machine would change their verdict)
-# one at a time; it runs both passes (a failure in the first does not hide the second's) and fails if either did.
-# make test-quick: tests/unit less slow and slurm (no training run, no cluster, no chapter), the same two passes.
+# The tests that may share the cores (conftest.py marks them `parallel`: tests/unit less slow, slurm and alone) run
+# first on WORKERS processes (pytest-xdist); then the rest one at a time: no train.py run, SLURM job, chapter or
+# reading of the cores has a neighbour. make test runs both passes (a failure in the first does not hide the
+# second's) and fails if either did. make test-quick: tests/unit less slow and slurm (no cluster, no chapters).
 WORKERS ?= 2
 
 .PHONY: help demo test test-quick mutation lint install clean
@@ -30,17 +30,16 @@ demo: $(VENV)/.installed  ## CPU rehearsal: 1 device, 2 on a node, 2 emulated no
 lint: $(VENV)/.installed  ## ruff (rules and line length in pyproject.toml)
 	$(PY) -m ruff check --output-format concise .
 
-test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest tests named at the end of pass 1
-	@echo "make test: pass 1 of 2, every test but the alone ones, on $(WORKERS) workers"
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=25 -m "not alone"; first=$$?; \
-	  echo "make test: pass 2 of 2, the alone ones, one at a time (its 'deselected' are pass 1's tests)"; \
-	  $(PY) -m pytest -m alone && exit $$first
+test: lint  ## lint, then the whole test suite (what CI runs); the 25 slowest of the one-at-a-time pass named at the end
+	@echo "make test: pass 1 of 2, tests/unit's parallel tests on $(WORKERS) workers; pass 2, the rest one at a time"
+	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit; first=$$?; \
+	  echo "make test: pass 2 of 2 (its 'deselected' are pass 1's tests)"; \
+	  $(PY) -m pytest --durations=25 -m "not parallel" && exit $$first
 
 test-quick: $(VENV)/.installed  ## the unit tests (tests/unit), under 3 minutes
-	@echo "make test-quick: pass 1 of 2, tests/unit less slow, slurm and alone, on $(WORKERS) workers"
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "not slow and not slurm and not alone" tests/unit; first=$$?; \
-	  echo "make test-quick: pass 2 of 2, the alone ones (its 'deselected' are pass 1's tests)"; \
-	  $(PY) -m pytest -m "alone and not slow and not slurm" tests/unit && exit $$first
+	@echo "make test-quick: pass 1 of 2, tests/unit's parallel tests on $(WORKERS) workers; pass 2, the alone one"
+	$(PY) -m pytest -n $(WORKERS) -m parallel tests/unit
+	$(PY) -m pytest -m "alone and not slow and not slurm" tests/unit
 
 $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 	$(PY) -m pip install -q -e '.[test,reframe,mutation]'

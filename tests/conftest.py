@@ -8,7 +8,7 @@ import time
 import pytest
 
 import helpers
-from helpers import ROOT, SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running
+from helpers import SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running
 
 
 @pytest.fixture
@@ -30,30 +30,17 @@ def _unit_tests_only_under_mutation(monkeypatch):
         monkeypatch.setattr(subprocess, "Popen", _NoProcess)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads xdist_group into the test's node id
+SERIAL = ("slow", "slurm", "alone")
+
+
 def pytest_collection_modifyitems(items):
-    """`make test` runs the tests on 2 pytest-xdist workers (--dist loadgroup), then the `alone` ones one at a time.
-    The `slurm` tests go to one worker, in order: the local cluster is one (a session fixture a worker starts and
-    stops; two workers would share it), and its two nodes run one test's jobs at a time. Every other module's tests
-    go to one worker too, so a module's fixture (a wheel built, a pair of training runs) is made once, not on each.
-    A test beside another finds its runs slower: what it asserts about time it bounds with room for that; a test
-    whose verdict a loaded machine changes (a core's share, two runs' efficiency, which rank is slow, a chapter's
-    tables) is `alone`."""
+    """tests/unit's tests that are neither slow, slurm nor alone are marked `parallel`: make test and make test-quick
+    run them on 2 workers (pytest-xdist), then the rest one at a time, so that no train.py run, SLURM job, chapter or
+    contention check shares the cores with another test. A parallel test reads no timing of its own: at most it
+    starts two gloo ranks to check a collective's values or a rule of the step, or bounds a wait loosely."""
     for item in items:
-        group = "slurm" if item.get_closest_marker("slurm") else item.path.relative_to(ROOT).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-def pytest_runtest_setup(item):
-    """Under pytest-xdist the slurm tests must share one worker: xdist's --dist loadgroup names a grouped test's group
-    in its id ("...@slurm") and sends the group to one worker. Without loadgroup, or where the grouping no longer
-    takes (pytest 9.2 with xdist 3.8), they would spread over the workers, two sessions starting, sharing and stopping
-    one cluster: each fails here, saying so, not as flakes."""
-    workers = getattr(item.config, "workerinput", {}).get("workercount", 1)
-    if workers > 1 and item.get_closest_marker("slurm") and not item.nodeid.endswith("@slurm"):
-        pytest.fail("pytest-xdist did not keep the slurm tests on one worker: run them with --dist loadgroup (make "
-                    "test does), under a pytest below 9.2 (setup.cfg: 9.2 no longer reads the id xdist writes)",
-                    pytrace=False)
+        if item.path.parent.name == "unit" and not any(item.get_closest_marker(m) for m in SERIAL):
+            item.add_marker(pytest.mark.parallel)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -234,9 +234,6 @@ def chapters_with(mark):
     return [p for p in CHAPTERS if any(m == mark for _, m, _, _ in bash_blocks(p))]
 
 
-# alone: a chapter shows scaling tables of runs made one after the other; a neighbour slowing only the baseline shows
-# (measured) "117 % !", a superlinear efficiency the chapter rightly does not print
-@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(RUN_MARK), ids=lambda p: p.stem)
 def test_run_blocks_run(chapter, chapter_run):
@@ -298,7 +295,6 @@ def test_captions_quote_their_image(chapter):
         assert not missing, f"{chapter.name}: the caption of {image} quotes what the image does not show: {missing}"
 
 
-@pytest.mark.alone  # as test_run_blocks_run
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", chapters_with(SLURM_MARK), ids=lambda p: p.stem)

@@ -486,9 +486,6 @@ def test_emulate_killed_leaves_no_rank_behind_and_a_record(link_ok, tmp_path):
     assert not leftovers(proc.pid)
 
 
-# alone: beside a neighbour the record once said only gloo's "Timed out waiting 15000ms" (a fresh-clone make test;
-# alone it names the link every time so far): how a loaded machine hides the cut is not yet found
-@pytest.mark.alone
 @pytest.mark.slow
 def test_a_cut_link_is_named_in_the_record(link_ok, tmp_path):
     """The link between the two emulated nodes goes down mid-training (issue 37's ninth cause: before, the record

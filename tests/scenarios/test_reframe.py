@@ -67,7 +67,6 @@ def nightly(slurm_env, chapter_run):
     return folder, ran, proc
 
 
-@pytest.mark.alone  # reads chapter 14's run: in its session (test_docs.py)
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_every_check_passes_on_the_local_cluster(nightly):
@@ -83,7 +82,6 @@ def test_every_check_passes_on_the_local_cluster(nightly):
     assert len(list((out / "ScalelabReport" / "results").rglob("result.json"))) == 4  # 3 rungs and the benchmark
 
 
-@pytest.mark.alone  # reads chapter 14's run: in its session (test_docs.py)
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_the_perflog_carries_the_reports_figures_and_the_reference_files_bounds(nightly):
@@ -114,7 +112,6 @@ def test_the_perflog_carries_the_reports_figures_and_the_reference_files_bounds(
     assert f"{round(printed['mlp-cpu-4x2.throughput_per_device'][0]):,}" in table
 
 
-@pytest.mark.alone  # reads chapter 14's run: in its session (test_docs.py)
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_an_impossible_reference_fails_in_reframe_and_in_the_report(nightly):

@@ -9,9 +9,7 @@ import pytest
 
 from helpers import load_results, run_script
 
-# alone: efficiency compares two runs made one after the other; a neighbour slowing only the 1-device run would
-# give weak scaling above 100 % (a finding) that the job did not make
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+pytestmark = pytest.mark.slow
 GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "30", "--precision", "bf16-mixed"]
 
 

@@ -183,7 +183,6 @@ def _find_pid(output_dir, **want):
     return None
 
 
-@pytest.mark.alone  # which rank is slow: a neighbour slows the other rank too (see the next test)
 @pytest.mark.slow
 def test_local_run_names_the_throttled_rank(tmp_path):
     # Batch 512: a probe's compute spans several stop/run cycles (with the default batch it fit in one run window,
@@ -217,8 +216,6 @@ def _cores(pid: int, log: Path) -> str:
     return re.search(r"^Cpus_allowed_list:\s*(\S+)", status, re.M).group(1)
 
 
-# alone: beside a neighbour node1's rank had its core 52 % of the time too, and the throttled one was +5 %, unnamed
-@pytest.mark.alone
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_slurm_view_names_the_slow_node(slurm_env, tmp_path):

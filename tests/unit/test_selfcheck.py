@@ -135,7 +135,6 @@ def test_no_training_result_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # its claims bound the loop's wall to its steps' sum within 5 %: a neighbour widens the gaps
 def test_selfcheck_on_real_cpu_runs(tmp_path):
     mlp = ["train.py", "--model", "mlp", "--num_samples", "4096", "--max_epochs", "2"]
     for cmd in ([*mlp, "--devices", 1], [*mlp, "--devices", 2],
