@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, drained, load_results, squeue
+from helpers import ROOT, drained, load_results
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 WORKLOAD = ("--threads", "1", "--num_samples", "4096", "--max_epochs", "1")  # the MLP, a few steps
@@ -97,7 +97,8 @@ def test_a_job_that_waits_for_a_drained_node_is_said_why(slurm_env, tmp_path):
     """The dry run: node2 drained, `sweep.sh --wait` waited silently for good (only squeue showed why). The job
     that waits is named with SLURM's reason; once the node is back the sweep ends as usual."""
     # a job of the test before, still ending on node2, would make it `drng` (draining), not `drain`
-    assert not drained(slurm_env), f"jobs still queued from the tests before: {squeue(slurm_env)}"
+    left = drained(slurm_env)
+    assert not left, f"jobs still queued from the tests before: {left}"
     subprocess.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=workshop dry run"],
                    env=slurm_env, check=True)
     try:
