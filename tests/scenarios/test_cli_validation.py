@@ -55,6 +55,8 @@ CASES = [
     # the CPU rehearsal's ranks against the host's memory (xl: 2 x 150 GB, more than a CI machine has)
     ("train.py", ["--config", "gpt-xl", "--devices", "2", "--oversubscribe"], "2 rank(s) on this node need 2 x "),
     ("train.py", ["--devcies", "2"], "unrecognized arguments: --devcies 2 (did you mean --devices?)"),
+    # refused by rank 0 after it started rank 1 (launch/local.py), which must end without saying it a second time
+    ("train.py", ["--devices", "2", "--precision", "16-mixed"], "--precision 16-mixed needs a GPU (float16 autocast)"),
     ("benchmark.py", ["--output-dir", "x"], "unrecognized arguments: --output-dir x (did you mean --output_dir?)"),
     ("submit.py", ["--cluster", "local", "--shapes", "1x0"], "--shapes: '1x0' is not NODESxGPUS_PER_NODE"),
     ("submit.py", ["--cluster", "local", "--shapes", "2x1"], "--cluster local runs on this machine only"),

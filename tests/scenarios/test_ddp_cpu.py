@@ -1,4 +1,4 @@
-"""Real DDP on CPU: the entry script in real processes (Lightning's launcher and torchrun), checked via its files."""
+"""Real DDP on CPU: the entry script in real processes (rank 0 starting rank 1, and torchrun), checked via its files."""
 
 import os
 import shutil

@@ -39,7 +39,7 @@ def alive(pid) -> bool:
 
 
 def launched_rank(parent_pid, local_rank=1, limit=60) -> int:
-    """The pid of the rank Lightning launched from `parent_pid` (its environment has LOCAL_RANK=<local_rank>)."""
+    """The pid of the rank that rank 0 (`parent_pid`) started (its environment has LOCAL_RANK=<local_rank>)."""
     deadline = time.time() + limit
     while time.time() < deadline:
         for name in filter(str.isdigit, os.listdir("/proc")):

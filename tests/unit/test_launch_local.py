@@ -10,6 +10,8 @@ import pytest
 
 from helpers import SRC
 from scalelab.errors import RunFailed
+from scalelab.launch import local
+from scalelab.launch.cluster import Launch
 from scalelab.launch.local import spawn_local
 
 RANK_SCRIPT = """
@@ -65,3 +67,89 @@ def test_a_sigterm_whose_exit_a_hook_swallowed_still_stops_the_launcher_and_its_
     assert "supervising" in proc.stdout
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
     assert time.monotonic() - start < 30  # not the rank's 60 s
+
+
+# A training script as launch/local.py starts it: rank 0 starts ranks 1 and 2 (start_early), which import
+# "lightning" (a stand-in that says so) and wait for rank 0's go.
+TRAINING = """
+import os, sys, time
+from scalelab.launch import local
+local.wait_for_go()
+rank = os.environ.get("LOCAL_RANK")
+if rank not in (None, "0"):
+    print("rank", rank, "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"], flush=True)
+    sys.exit(0)
+ranks = local.start_early(3, None, 1)
+print("rank", os.environ["LOCAL_RANK"], "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"], flush=True)
+time.sleep(1.5)  # the ranks started, imported and wait
+print("go", flush=True)
+if sys.argv[1:] == ["go"]:
+    ranks.go()
+    print("codes", [p.wait() for p in ranks.procs], flush=True)
+"""
+
+
+def training(tmp_path, *argv):
+    (tmp_path / "train_like.py").write_text(TRAINING)
+    (tmp_path / "lightning" / "fabric").mkdir(parents=True)
+    (tmp_path / "lightning" / "__init__.py").write_text("print('imported', flush=True)\n")
+    (tmp_path / "lightning" / "fabric" / "__init__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in local._LAUNCHER_VARIABLES}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]), SCALELAB_NODE_CORES="0,1,2")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(tmp_path / "train_like.py"), *argv], capture_output=True, text=True,
+                          env=env, timeout=30)  # returns once every rank closed its stdout: none is left
+    return proc, proc.stdout.splitlines(), time.monotonic() - start
+
+
+def test_the_started_ranks_import_first_then_wait_for_rank_0s_go(tmp_path):
+    proc, lines, _ = training(tmp_path, "go")
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    go = lines.index("go")
+    assert lines[:go].count("imported") == 2  # both imported before rank 0 went on: beside its own imports
+    port = lines[0].split()[-1]
+    assert lines[0] == f"rank 0 of 3 port {port}"  # rank 0 becomes LOCAL_RANK 0 of the same world
+    assert sorted(lines[go + 1:-1]) == [f"rank 1 of 3 port {port}", f"rank 2 of 3 port {port}"]  # only after go
+    assert lines[-1] == "codes [0, 0]"
+
+
+def test_a_rank_0_that_ends_before_its_go_leaves_no_rank_and_no_word(tmp_path):
+    proc, lines, took = training(tmp_path)  # a refused flag: rank 0 ends, says why (here: nothing)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert lines[-1] == "go" and not [line for line in lines if line.startswith(("rank 1", "rank 2"))]
+    assert took < 15
+
+
+@pytest.mark.parametrize("devices, nodes, threads, env, why", [
+    (2, None, None, {}, None),  # 2 local devices on 4 cores, no launcher: rank 0 starts rank 1 now
+    (1, None, None, {}, "one device: nothing to start"),
+    (2, 2, None, {}, "several nodes: a launcher starts them"),
+    (2, None, 2, {}, None),
+    (3, None, 2, {}, "3 x 2 cores on 4: cores.place refuses, or --oversubscribe runs it, after its check"),
+    (2, None, None, {"SLURM_NTASKS": "1"}, "a batch script or salloc: Lightning decides what it is"),
+    (2, None, None, {"LOCAL_RANK": "1"}, "a rank someone started"),
+    (2, None, None, {"RANK": "0"}, "torchrun or another launcher"),
+])
+def test_ranks_start_early_only_where_torch_has_nothing_to_decide(monkeypatch, devices, nodes, threads, env, why):
+    for name in local._LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SCALELAB_NODE_CORES", "0,1,2,3")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(local, "start_ranks", lambda n: f"started {n}")  # no process started from pytest
+    assert local.start_early(devices, nodes, threads) == (f"started {devices}" if why is None else None), why
+
+
+@pytest.mark.parametrize("launch, env, started", [
+    (Launch("local", 3, 1, "cpu"), {}, "started 3"),  # a salloc shell, --oversubscribe: after the checks
+    (Launch("local", 1, 1, "cpu"), {}, None),
+    (Launch("slurm", 2, 1, "cpu"), {}, None),
+    (Launch("torchrun", 2, 1, "cpu"), {}, None),
+    (Launch("local", 2, 1, "cpu"), {"LOCAL_RANK": "0"}, None),  # rank 0 started them early already, or a started rank
+])
+def test_ranks_start_late_only_for_a_local_launch_that_has_not_started_them(monkeypatch, launch, env, started):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(local, "start_ranks", lambda n: f"started {n}")
+    assert local.start_late(launch) == started

@@ -190,7 +190,7 @@ def test_local_run_names_the_throttled_rank(tmp_path):
     proc = start(tmp_path, "--model", "mlp", "--devices", "2", "--batch_size", "512")  # 3 epochs: about 11 probes
     try:
         wait_for_banner(proc)
-        pid = _wait_for("rank 1", lambda: _find_pid(tmp_path, LOCAL_RANK="1"), 120)  # Lightning's relaunch of train.py
+        pid = _wait_for("rank 1", lambda: _find_pid(tmp_path, LOCAL_RANK="1"), 120)  # rank 0 started it
         with throttled(pid):
             out, err = proc.communicate(timeout=300)
     finally:

@@ -1,12 +1,16 @@
-"""Start N ranks of a torch.distributed tool on this machine, and read a started rank's place in the group.
+"""Start the ranks of a job on this machine, and read a started rank's place in the group.
 
-spawn_local runs `python -m MODULE argv` once per rank with the rendezvous environment that cluster.detect
-reads as an external launch (SCALELAB_LAUNCHER=local, RANK/LOCAL_RANK/WORLD_SIZE, MASTER_ADDR/PORT), waits,
-stops the others when one fails and says why in one line (RunFailed).
+Two kinds of job, two ways to start them:
 
-Training does not use it: Lightning's DDP strategy relaunches the training script itself, and training's
-failure path supervises those children. So there are two local launchers, each for its own kind of job:
-Lightning's for training, this one for tools that use torch.distributed alone (the all-reduce benchmark).
+* Training (`python src/train.py --devices N`): rank 0 is the process the user started, and it starts ranks
+  1..N-1 itself (start_early, start_late), as Lightning's launcher would, but before torch is imported where it
+  can: each rank's imports (seconds) run while rank 0's do, not after them. The ranks it started wait at their
+  start (wait_for_go) until rank 0 has passed every check and launches, so nothing is said twice. Rank 0 is their
+  parent: train/guard/watch.py knows which one ended and how. Fabric sees LOCAL_RANK and launches nothing.
+* Tools that use torch.distributed alone (the all-reduce benchmark): spawn_local runs `python -m MODULE argv` once
+  per rank with the rendezvous environment that cluster.detect reads as an external launch
+  (SCALELAB_LAUNCHER=local, RANK/LOCAL_RANK/WORLD_SIZE, MASTER_ADDR/PORT), waits, stops the others when one fails
+  and says why in one line (RunFailed).
 """
 
 import ctypes
@@ -19,8 +23,97 @@ import threading
 import time
 
 from scalelab.errors import RunFailed, UsageError
+from scalelab.launch import cores
 
 _STARTED_ENV = ("SCALELAB_LAUNCHER", "LOCAL_RANK", "WORLD_SIZE", "RANK")
+
+
+GO_FD_ENV = "_SCALELAB_GO_FD"  # no SCALELAB_ prefix: results never record it
+# Variables of launchers and schedulers (torchrun, SLURM, LSF, MPI, Kubeflow): where one is set, whether this process
+# launches the others is Lightning's decision (cluster.detect, torch imported), and the ranks start after it
+_LAUNCHER_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS",
+                       "SLURM_JOB_ID", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "KUBERNETES_PORT")
+
+
+class LocalRanks:
+    """Ranks 1..N-1 of a training run on this machine, started by rank 0 (their parent) and waiting for its go."""
+
+    def __init__(self, procs: list, go_fd: int):
+        self.procs, self._go_fd = procs, go_fd
+
+    def go(self) -> None:
+        """Rank 0 launches (fabric.launch()): each waiting rank reads its byte and runs. A rank that already ended
+        reads nothing; the watch names it."""
+        if self._go_fd is None:
+            return
+        try:
+            os.write(self._go_fd, b"g" * len(self.procs))
+        except OSError:  # every waiting rank ended (EPIPE): the rendezvous fails and the watch says which
+            pass
+        os.close(self._go_fd)
+        self._go_fd = None
+
+
+def start_early(devices, num_nodes, threads) -> "LocalRanks | None":
+    """Rank 0 of `--devices N` on this machine, right after the flags are read and before torch is imported: start
+    ranks 1..N-1 now. None where that cannot be decided without torch: a launcher's variables are set, or N
+    devices of `threads` cores do not fit the cores here (cores.place refuses that in one line; --oversubscribe
+    runs it), and start_late decides."""
+    if (devices or 1) < 2 or (num_nodes or 1) > 1 or any(name in os.environ for name in _LAUNCHER_VARIABLES):
+        return None
+    if devices * (threads or cores.DEFAULT_THREADS) > len(cores.visible()):
+        return None
+    return start_ranks(devices)
+
+
+def start_late(launch) -> "LocalRanks | None":
+    """Rank 0 of a local launch that start_early left to cluster.detect (a salloc shell, --oversubscribe): start
+    ranks 1..N-1 once every check passed. None for a rank someone started (LOCAL_RANK) and for one device."""
+    if launch.launcher != "local" or launch.world_size < 2 or "LOCAL_RANK" in os.environ:
+        return None
+    return start_ranks(launch.devices)
+
+
+def start_ranks(devices: int) -> LocalRanks:
+    """Ranks 1..devices-1 run this process's command with LOCAL_RANK=k and the rendezvous variables that
+    Lightning's launcher sets (this process becomes LOCAL_RANK=0); each waits on a pipe for rank 0's go."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), NODE_RANK="0",
+                      WORLD_SIZE=str(devices), LOCAL_RANK="0")
+    read, write = os.pipe()
+    try:
+        procs = [subprocess.Popen(rank_command(), env={**os.environ, "LOCAL_RANK": str(k), GO_FD_ENV: str(read)},
+                                  pass_fds=(read,), preexec_fn=die_with_parent) for k in range(1, devices)]
+    finally:
+        os.close(read)
+    return LocalRanks(procs, write)
+
+
+def rank_command() -> list:
+    """This process's command line, as Lightning's launcher rebuilds it: `python script.py ...` or `python -m ...`."""
+    import __main__
+
+    spec = getattr(__main__, "__spec__", None)
+    if spec is None:
+        return [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+    return [sys.executable, "-m", spec.name, *sys.argv[1:]]
+
+
+def wait_for_go() -> None:
+    """In a rank that start_ranks started, first thing: import what every rank imports (torch, Lightning: seconds)
+    while rank 0 does the same, then wait for rank 0's go. Rank 0 ended before it launched: it said why (a refused
+    flag, Ctrl-C), so this rank ends without a word."""
+    fd = os.environ.pop(GO_FD_ENV, None)
+    if fd is None:
+        return
+    try:
+        import lightning.fabric  # noqa: F401 - torch with it
+
+        go = os.read(int(fd), 1)
+    except KeyboardInterrupt:  # Ctrl-C reached the whole process group: rank 0 says "interrupted"
+        os._exit(130)
+    os.close(int(fd))
+    if not go:
+        os._exit(0)
 
 
 def free_port() -> int:

@@ -1,7 +1,8 @@
 """The training loop scalelab times. Every line a step runs is in `train` below: read it top to bottom.
 
-Lightning Fabric did the rest before the loop starts (train/run.py): it launched the ranks (or read srun's or
-torchrun's), formed the process group, wrapped the model in DistributedDataParallel and set the precision. A step:
+Lightning Fabric did the rest before the loop starts (train/run.py): it read the ranks' places (local ranks
+started by rank 0, or srun's, or torchrun's), formed the process group, wrapped the model in
+DistributedDataParallel and set the precision. A step:
 
     fetch this rank's batch → forward under the run's precision → backward, during which DDP all-reduces the
     gradients → optimizer step → a mark on the step clock

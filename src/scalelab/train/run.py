@@ -1,8 +1,8 @@
 """Train and time one run, then write its result: configure -> launch -> workload -> the loop -> result.json ->
 teardown, in `main`, top to bottom.
 
-The same code runs as a single process, as N local CPU processes (Fabric re-runs this script for ranks 1..N-1),
-under srun, torchrun or submitit. The step is train/loop.py; DDP's gradient all-reduce, timed, is train/comm.py.
+The same code runs as a single process, as N local processes (rank 0 starts ranks 1..N-1: launch/local.py), under
+srun, torchrun or submitit. The step is train/loop.py; DDP's gradient all-reduce, timed, is train/comm.py.
 What keeps the run alive and recorded when something fails is train/guard/ (one object, `RunGuard`).
 """
 
@@ -14,16 +14,19 @@ from datetime import timedelta
 from scalelab import config, results
 from scalelab.entry import fast_exit, run_main
 from scalelab.errors import RunFailed
-from scalelab.launch import cluster, cores
+from scalelab.launch import cluster, cores, local
 from scalelab.train import loggers, prepare, say
 
 
 def main(argv=None, process_start=None) -> int:  # long: the whole run in one place, read top to bottom
     # configure: the flags, the launcher's sizes, what can be refused before any process starts
     process_start = process_start or cluster.process_start_time()
+    local.wait_for_go()  # a rank that rank 0 started (below): its imports run beside rank 0's, then rank 0's go
     cfg = config.parse_config(argv)
-    if argv is None:  # Fabric starts the other local ranks with sys.argv: a --comet_api_key reaches them in the env
+    if argv is None:  # the other local ranks run sys.argv again: a --comet_api_key reaches them in the env
         sys.argv[1:] = loggers.without_key(sys.argv[1:])
+    # launch, part 1: `--devices N` here: rank 0 starts ranks 1..N-1 before torch is imported where it can tell
+    ranks = local.start_early(cfg.devices, cfg.num_nodes, cfg.threads)
     launch = cluster.detect(cfg.devices, cfg.num_nodes, cfg.accelerator)
     if launch.accelerator == "gpu":
         prepare.nccl_errors_reach_python()
@@ -32,7 +35,8 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     prepare.preflight(cfg, launch, batch)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
     device = cores.place(launch, cfg.threads, cfg.oversubscribe)
-    if device.threads:  # the ranks Fabric launches inherit it (else Fabric sets cores // local ranks)
+    ranks = ranks or local.start_late(launch)  # every check passed: a salloc shell, --oversubscribe
+    if device.threads:  # the ranks' torch threads (else Fabric sets cores // local ranks)
         os.environ["OMP_NUM_THREADS"] = str(device.threads)
 
     # torch, and all that imports it, only now: its threads start on the cores just placed
@@ -58,14 +62,15 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     ctx = RunContext(cfg, launch, batch, process_start, StepClock(fabric.device, process_start, timer),
                      AloneProbe(fabric.device, launch.world_size, timer), rank=cluster.env_rank(),
                      core_warning=device.warning)
-    with RunGuard(ctx, slurm=launch.launcher == "slurm") as guard:  # every way the run ends is recorded
+    with RunGuard(ctx, slurm=launch.launcher == "slurm", ranks=ranks) as guard:  # every way the run ends is recorded
         # the workload: seeded alike on every rank
         prepare.build_workload(fabric, ctx)
         metrics = prepare.step_metrics(ctx, prepare.run_logger(ctx))
         guard.arm(metrics)
         if ctx.rank == 0:
             say.started(cfg, launch, ctx.workload, batch, device)
-        # launch: rank 0 starts the other local ranks here (they re-run this script); the process group forms
+        # launch, part 2: the ranks rank 0 started go on from their start; the process group forms
+        guard.launch()
         fabric.launch()
         guard.joined(fabric)
         prepare.pin(fabric, ctx, device)

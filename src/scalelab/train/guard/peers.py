@@ -95,7 +95,7 @@ def share_run(rank: int, run_id: str | None, folder: str | None) -> tuple[str | 
 
 
 def store_answers(timeout_s: float = 5.0) -> bool:
-    """Whether the group's store answers within timeout_s. Rank 0's process serves it (Lightning's launch, srun):
+    """Whether the group's store answers within timeout_s. Rank 0's process serves it (a local launch, srun):
     no answer means rank 0 is gone, stopped or behind a cut link. Asked from a daemon thread: a store client
     waiting on a peer that never answers does not honour its own timeout, and would hold this rank for good."""
     store, answered = _store(), []

@@ -1,8 +1,9 @@
 """One object keeps a run alive and recorded; train/run.py opens it around everything that can fail.
 
-    with RunGuard(ctx, slurm=...) as guard:      # signals acted on from here on; the launched ranks watched
+    with RunGuard(ctx, slurm=..., ranks=...) as guard:  # signals acted on from here on; rank 0's ranks watched
         guard.arm(metrics)                       # the stall deadline, before the ranks first meet
-        fabric.launch(); guard.joined(fabric)    # ... rank 1 learns where rank 0 records
+        guard.launch(); fabric.launch()          # the ranks rank 0 started go on; the process group forms
+        guard.joined(fabric)                     # ... rank 1 learns where rank 0 records
         guard.resume(...) / guard.save(...)      # SLURM's requeue: the checkpoint
         guard.before_record(stop)                # ask SLURM for the requeue; why SLURM ended the job
         ... result.json ...
@@ -25,10 +26,12 @@ from scalelab.train.guard.watch import RankWatch
 
 
 class RunGuard:
-    def __init__(self, ctx, *, slurm: bool):
+    def __init__(self, ctx, *, slurm: bool, ranks=None):
         self.ctx = ctx
+        self.ranks = ranks  # launch/local.py's LocalRanks: the ranks this process started, waiting for its go
         # signals: acted on from here on (SIGUSR1, SLURM's time-limit warning, noted since train.py began)
-        self.watch = RankWatch(ctx.cfg.timeout, requeue_on_sigusr1=slurm, no_requeue=requeue.refusal())
+        self.watch = RankWatch(ctx.cfg.timeout, requeue_on_sigusr1=slurm, no_requeue=requeue.refusal(),
+                               children=ranks.procs if ranks else ())
         self.signals = self.watch.signals  # what the loop asks at each sync point
         self.metrics = self.stall = None
         self.faults = faults.Faults([])
@@ -58,6 +61,11 @@ class RunGuard:
         self.metrics = metrics
         self.stall = stall_deadline(self.ctx, self.watch, self.faults.blocks_like_nccl or faults.wedge_anywhere())
         self.stall.arm()
+
+    def launch(self) -> None:
+        """Rank 0 passed every check and claimed the run folder: the ranks it started go on from their start."""
+        if self.ranks:
+            self.ranks.go()
 
     def joined(self, fabric) -> None:
         """The process group formed: the watch knows the world; rank 1 knows rank 0's run folder, where it records

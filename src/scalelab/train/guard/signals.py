@@ -15,7 +15,7 @@ different point on each rank. So:
 * Before the loop (start-up) a SIGTERM ends the process at once, with a record (`Terminated`); a SIGUSR1 is noted
   and acted on at the loop's first sync point (SLURM sends it 90 s ahead). After the loop (the final gather and
   the record) a signal is noted and the run finishes what it was writing.
-* A rank that the launcher started from rank 0 dies with rank 0 (PR_SET_PDEATHSIG): no orphans.
+* A rank that rank 0 started dies with rank 0 (launch/local.py: PR_SET_PDEATHSIG): no orphans.
 
 Handlers are installed only where nobody else handles the signal: submitit, for one, handles its own.
 """
@@ -25,14 +25,11 @@ from __future__ import annotations
 import os
 import select
 import signal
-import sys
 import threading
 from typing import Optional
 
-from scalelab.launch.local import die_with_parent
 from scalelab.perfmodel.network import human_bytes
 
-PARENT_ENV = "_SCALELAB_LAUNCHER_PID"  # no SCALELAB_ prefix: results never record it
 SIGNALS = ("SIGTERM", "SIGUSR1")
 
 
@@ -186,30 +183,3 @@ def note_early() -> None:
 
 def _note_early(signum, frame):
     _EARLY.append(signal.Signals(signum).name)
-
-
-def die_with_launcher() -> None:
-    """A rank that Lightning launched from rank 0 ends with rank 0 (Linux: prctl PR_SET_PDEATHSIG = SIGTERM).
-
-    However rank 0 ends (SIGKILL, the OOM killer, SIGTERM while it was still spawning this rank), no orphan is left
-    holding a core, the terminal and the port until its own timeout; SIGTERM, not SIGKILL, so that rank 1 first records
-    the run rank 0 can no longer record (failure.py; a rank blocked for good: deadline.py). Rank 0 puts its pid in the
-    environment only while Lightning spawns its ranks (set here, removed by forget_launcher), so the variable exists
-    exactly in the ranks it launched: a rank that has it and whose parent is another pid is an orphan already.
-    """
-    if "LOCAL_RANK" not in os.environ:  # may become the launching rank 0
-        os.environ[PARENT_ENV] = str(os.getpid())
-        return
-    parent = os.environ.pop(PARENT_ENV, None)
-    if parent is None or parent == str(os.getpid()):
-        return
-    die_with_parent()
-    if str(os.getppid()) != parent:  # rank 0 is gone already: nobody to train with
-        print(f"scalelab: rank {os.environ['LOCAL_RANK']}: the rank 0 that launched it (pid {parent}) is gone; "
-              "stopping", file=sys.stderr, flush=True)
-        os._exit(1)
-
-
-def forget_launcher() -> None:
-    """Rank 0 has launched its ranks (or launches none): later child processes are not ranks."""
-    os.environ.pop(PARENT_ENV, None)

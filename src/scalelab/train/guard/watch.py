@@ -1,15 +1,14 @@
 """Rank 0's view of the other ranks: which one failed first and how, and no rank left running.
 
-`RankWatch` exists in every rank from start-up on (run.main creates it before Fabric launches anything and hands
-it to failure.classify). It answers rank 0's question "why did my collective fail?" from what rank 0 can *know*
+`RankWatch` exists in every rank from start-up on (run.main creates it before the ranks launch and hands it to
+failure.classify). It answers rank 0's question "why did my collective fail?" from what rank 0 can *know*
 (gloo's "Connection closed by peer [127.0.0.1]:port" names a gloo pair's port, not a rank):
 
-* Ranks Fabric launched from this process (`python src/train.py --devices N`): rank 0 is their parent and
-  holds their `Popen` objects, so it knows which child ended, with which exit code or signal. Lightning's own
-  child observer would SIGKILL rank 0 within 5 s of a child's death, before rank 0 could write anything
-  (measured: exit -9, no record, nothing on stderr); RankWatch takes its place (same polling; the one private
-  Lightning name scalelab replaces, `_launch_process_observer`), lets rank 0 record the failure first, and kills
-  everything itself only if rank 0 has not ended `--timeout` + 30 s after the death.
+* Ranks started from this process (`python src/train.py --devices N`, launch/local.py): rank 0 is their parent
+  and holds their `Popen` objects, so it knows which child ended, with which exit code or signal. It lets rank 0
+  record the failure first (Lightning's own child observer, when Lightning launched the ranks, SIGKILLed rank 0
+  within 5 s of a child's death: exit -9, no record, nothing on stderr) and kills everything itself only if rank 0
+  has not ended `--timeout` + 30 s after the death.
 * Other ranks, under any launcher: what they posted in the process group's store, and ranks gone from this
   host (peers.py).
 * A collective that timed out (`--timeout`) names the launched ranks that are alive but silent, with their
@@ -31,16 +30,18 @@ import time
 
 from scalelab.train.guard import peers
 from scalelab.train.guard.peers import describe_dead, is_peer_failure
-from scalelab.train.guard.signals import RunSignals, die_with_launcher, forget_launcher
+from scalelab.train.guard.signals import RunSignals
 
 PEER_WAIT_S = 3.0  # how long rank 0 waits for a failed peer to be seen dead (or to post its error)
 LAST_RESORT_GRACE_S = 30.0
 
 
 class RankWatch:
-    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None):
+    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None,
+                 children=()):
         self.timeout_s = timeout_s
-        self.children: list[tuple[int, subprocess.Popen]] = []  # (global rank, Popen) launched from this process
+        # (global rank, Popen) started from this process: local ranks 1..N-1 of node 0
+        self.children: list[tuple[int, subprocess.Popen]] = [(k + 1, proc) for k, proc in enumerate(children)]
         self.world_size = 1
         self.rank = 0
         self.signals = RunSignals(requeue_on_sigusr1, no_requeue)
@@ -48,24 +49,11 @@ class RankWatch:
         self.rank0_where: tuple[str, int] | None = None  # rank 1: where rank 0 runs (host, pid), to tell it lost
         self.records_for_rank0 = False  # rank 1, once rank 0 was found lost: it writes the run's record
         self.run_folder: str | None = None  # rank 0's run folder (peers.share_run): where its record lands
-        self._take_over_lightning_observer()
-        die_with_launcher()
         self.signals.install()
+        if self.children:
+            threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
 
     # --- launched children --------------------------------------------------------------------------
-    def _take_over_lightning_observer(self):
-        try:
-            from lightning.fabric.strategies.launchers import subprocess_script
-        except ImportError:
-            return
-        if hasattr(subprocess_script, "_launch_process_observer"):  # else: Lightning's behaviour stays
-            subprocess_script._launch_process_observer = self._watch_children
-
-    def _watch_children(self, procs: list[subprocess.Popen]):
-        forget_launcher()  # only the ranks just launched carry it
-        node_rank, per_node = int(os.environ.get("NODE_RANK", "0")), len(procs) + 1
-        self.children = [(node_rank * per_node + i + 1, proc) for i, proc in enumerate(procs)]
-        threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
 
     def _poll(self):
         first_death = None
@@ -114,7 +102,6 @@ class RankWatch:
 
     def joined(self, world_size: int, rank: int):
         """The process group exists: this rank's place in it, and (several ranks) where it runs, for rank 0."""
-        forget_launcher()  # launched nothing (torchrun, srun, one process): nothing to mark
         self.world_size, self.rank = world_size, rank
         if world_size > 1:
             peers.post_where(rank)
@@ -150,7 +137,6 @@ class RankWatch:
     # --- when the run fails -----------------------------------------------------------------------------
     def begin_failure(self):
         self.signals.ending = True
-        forget_launcher()
 
     def culprit(self, exc: BaseException | None, steps_done: int, wait_s: float = PEER_WAIT_S,
                 silent: bool = True, stalled: bool = True) -> str | None:
