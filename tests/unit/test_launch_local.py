@@ -71,28 +71,34 @@ def test_a_sigterm_whose_exit_a_hook_swallowed_still_stops_the_launcher_and_its_
 
 # A training script as launch/local.py starts it: rank 0 starts ranks 1 and 2 (start_early), which import
 # "lightning" (a stand-in that says so) and wait for rank 0's go.
+# Every line is one write (atomic on a pipe): print under PYTHONUNBUFFERED writes a line and its end apart, and
+# two ranks' lines interleaved ("importedimported").
 TRAINING = """
 import os, sys, time
 from scalelab.launch import local
+
+def say(*words):
+    os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+
 local.wait_for_go()
 rank = os.environ.get("LOCAL_RANK")
 if rank not in (None, "0"):
-    print("rank", rank, "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"], flush=True)
+    say("rank", rank, "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"])
     sys.exit(0)
 ranks = local.start_early(3, None, 1)
-print("rank", os.environ["LOCAL_RANK"], "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"], flush=True)
+say("rank", os.environ["LOCAL_RANK"], "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"])
 time.sleep(1.5)  # the ranks started, imported and wait
-print("go", flush=True)
+say("go")
 if sys.argv[1:] == ["go"]:
     ranks.go()
-    print("codes", [p.wait() for p in ranks.procs], flush=True)
+    say("codes", [p.wait() for p in ranks.procs])
 """
 
 
 def training(tmp_path, *argv):
     (tmp_path / "train_like.py").write_text(TRAINING)
     (tmp_path / "lightning" / "fabric").mkdir(parents=True)
-    (tmp_path / "lightning" / "__init__.py").write_text("print('imported', flush=True)\n")
+    (tmp_path / "lightning" / "__init__.py").write_text("import os\nos.write(1, b'imported\\n')\n")
     (tmp_path / "lightning" / "fabric" / "__init__.py").write_text("")
     env = {k: v for k, v in os.environ.items() if k not in local._LAUNCHER_VARIABLES}
     env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]), SCALELAB_NODE_CORES="0,1,2")
