@@ -449,6 +449,14 @@ def _processes_naming(text: str) -> list:
     return found
 
 
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return b"\0" + fh.read()
+    except OSError:
+        return b""
+
+
 def _training_over_a_link(out, timeout_s: int) -> subprocess.Popen:
     """emulate.py training the MLP for good over a 1 Gbit/s link, a few seconds into training."""
     proc = subprocess.Popen([sys.executable, str(SRC / "emulate.py"), "--link_gbit", "1", "--", "src/train.py",
@@ -490,12 +498,19 @@ def test_emulate_killed_leaves_no_rank_behind_and_a_record(link_ok, tmp_path):
 def test_a_cut_link_is_named_in_the_record(link_ok, tmp_path):
     """The link between the two emulated nodes goes down mid-training (issue 37's ninth cause: before, the record
     said only gloo's "Timed out waiting 15000ms for recv operation"). The rank that records names the other side
-    and the link, within --timeout and a margin, and no process is left behind."""
+    and the link, within --timeout and a margin, and no process is left behind. Rank 0 is first stopped for 2.5 s, as
+    on a busy machine: rank 1, waiting for it, posts its progress when it stops and when it resumes, words from
+    before the cut (a fresh-clone make test beside a neighbour recorded only gloo's line)."""
     if os.geteuid() != 0:
         pytest.skip("cuts the link with `ip netns exec`: root's named namespaces")
     out = tmp_path / "out"
     proc = _training_over_a_link(out, timeout_s=15)
     try:
+        (rank0,) = [pid for pid in _processes_naming(str(out)) if b"\0RANK=0\0" in _environ(pid)]
+        os.kill(rank0, signal.SIGSTOP)
+        time.sleep(2.5)
+        os.kill(rank0, signal.SIGCONT)
+        time.sleep(2)
         ip = netns.tool("ip")
         subprocess.run([ip, "netns", "exec", f"{netns.NS_PREFIX}{proc.pid}-n2", ip, "link", "set",
                         f"sl{proc.pid}n2", "down"], check=True, timeout=30)

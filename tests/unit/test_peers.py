@@ -58,3 +58,21 @@ def test_rank_1_on_another_host_asks_the_store_not_a_pid_whether_rank_0_is_alive
     # on this host the pid is read: a free pid is a rank 0 gone, and rank 1 records the run for it
     here = _rank1((socket.gethostname(), free_pid()))
     assert here.rank0_lost().startswith("rank 0 died without a word") and here.records_for_rank0
+
+
+def test_a_rank_behind_a_cut_link_is_silent_though_it_posted_progress_before_the_wait(store, monkeypatch):
+    """A fresh-clone make test beside a busy neighbour: rank 1 (node 2) paused and resumed, posting its progress
+    both times, then the link was cut; rank 0's record said only gloo's "Timed out waiting 15000ms for recv"."""
+    monkeypatch.setattr(peers, "node_rank", lambda: 0)
+    store.set(f"{peers.NODE_PREFIX}1", "1")
+    store.set(f"{peers.NODE_PREFIX}2", "1")
+    monkeypatch.setattr(peers.time, "time", lambda: 1000.0)
+    peers.post_progress(1, (7, 7, 21))  # before the collective that timed out began
+    monkeypatch.setattr(peers.time, "time", lambda: 1030.0)
+    peers.post_progress(2, (7, 7, 21))  # during it: rank 2 answers, its node and link are up
+    assert peers.progress_posts(3) == {1: (7, 7, 21), 2: (7, 7, 21)}  # what hung_line reads: no time in it
+    assert peers.silent_elsewhere(3, spoke_since=1030.0 - 20) == [(1, 1)]
+    assert peers.silent_elsewhere(3, spoke_since=1000.0) == []  # a post at the wait's start is a word
+    assert peers.silent_elsewhere(3) == [(1, 1), (2, 1)]  # a closed connection: only an error is a word
+    peers.post_error(1, "RuntimeError: boom")
+    assert peers.silent_elsewhere(3, spoke_since=1010.0) == [] and peers.silent_elsewhere(3) == [(2, 1)]

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -52,14 +53,18 @@ def node_rank() -> int:
     return 0
 
 
-def silent_elsewhere(world_size: int, progress_speaks: bool = True) -> list[tuple[int, int]]:
-    """[(rank, node)] of ranks on another node than this one that posted nothing since start-up (no error, no
-    progress): where the collective timed out, what stands between them and us is their node or the link.
-    progress_speaks=False: no error posted is enough (a connection they closed without a word, mid-run)."""
+def silent_elsewhere(world_size: int, spoke_since: float | None = None) -> list[tuple[int, int]]:
+    """[(rank, node)] of ranks on another node than this one that posted no error, nor (with `spoke_since`, a
+    time.time()) progress at or after `spoke_since`: where a collective timed out, what stands between them and
+    us is their node or the link. A post from before the collective began is no word from behind a link cut since
+    (a rank that paused on a busy machine posts when it stops and when it resumes). Without `spoke_since`, no
+    error posted is enough (a connection they closed without a word, mid-run)."""
     store, here, out = _store(), node_rank(), []
     if store is None:
         return out
-    said = set(posts(world_size)) | (set(progress_posts(world_size)) if progress_speaks else set())
+    said = set(posts(world_size))
+    if spoke_since is not None:
+        said |= {rank for rank, (*_, at) in _progress_fields(world_size).items() if at >= spoke_since}
     for rank in range(1, world_size):
         try:
             node = int(store.get(f"{NODE_PREFIX}{rank}").decode()) if store.check([f"{NODE_PREFIX}{rank}"]) else here
@@ -135,7 +140,7 @@ def post_progress(rank: int, progress: tuple) -> None:
     store = _store()
     if store is not None:
         try:
-            store.set(f"{PROGRESS_PREFIX}{rank}", " ".join(str(int(n)) for n in progress))
+            store.set(f"{PROGRESS_PREFIX}{rank}", " ".join([*(str(int(n)) for n in progress), f"{time.time():.3f}"]))
         except Exception:  # noqa: BLE001 - best effort, as post_error
             pass
 
@@ -148,6 +153,11 @@ def post_stall(rank: int, progress: tuple, line: str) -> None:
 
 def progress_posts(world_size: int) -> dict[int, tuple]:
     """{rank: (steps, batches, all-reduces issued)} of the ranks that posted theirs."""
+    return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()}
+
+
+def _progress_fields(world_size: int) -> dict[int, tuple]:
+    """{rank: (steps, batches, all-reduces issued, time.time() of the post)} as posted."""
     store = _store()
     out = {}
     if store is None:
@@ -156,7 +166,7 @@ def progress_posts(world_size: int) -> dict[int, tuple]:
         key = f"{PROGRESS_PREFIX}{rank}"
         try:
             if store.check([key]):
-                out[rank] = tuple(int(n) for n in store.get(key).decode().split())
+                out[rank] = tuple(float(n) for n in store.get(key).decode().split())
         except Exception:  # noqa: BLE001 - store unusable or a garbled post: what we have
             return out
     return out

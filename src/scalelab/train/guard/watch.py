@@ -181,12 +181,13 @@ class RankWatch:
         if timed_out and silent:
             return "; ".join(f"rank {rank} did not answer within {self.timeout_s:g} s (--timeout){where}; its "
                              f"process is alive ({state})" for rank, state in silent)
-        remote = timed_out and peers.silent_elsewhere(self.world_size)
+        # silent during the wait that timed out: a progress post from before it is no word from behind the link
+        remote = timed_out and peers.silent_elsewhere(self.world_size, spoke_since=time.time() - self.timeout_s)
         if remote:  # a cut link, a node gone or stopped: they could not even post (the store is on this side)
             who = ", ".join(f"rank {rank} (node {node + 1})" for rank, node in remote)
             return (f"no word from {who} within {self.timeout_s:g} s (--timeout){where}: that node, or the link to "
                     "it, is down or stopped")
-        closed = exc is not None and not timed_out and peers.silent_elsewhere(self.world_size, progress_speaks=False)
+        closed = exc is not None and not timed_out and peers.silent_elsewhere(self.world_size)
         if closed:  # a node lost mid-run: its ranks went without a word (gloo says "Connection reset by peer")
             who = ", ".join(f"rank {rank} (node {node + 1})" for rank, node in closed)
             return (f"lost {who}{where}: its connection closed and it posted no error within {wait_s:g} s, so that "
