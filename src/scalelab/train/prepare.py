@@ -15,8 +15,8 @@ NCCL_ERROR_HANDLING = "2"  # torch's CleanUpOnly: abort the communicators on an 
 
 
 def nccl_errors_reach_python(environ=None) -> None:
-    """TORCH_NCCL_ASYNC_ERROR_HANDLING=2 unless the user chose a value (set before any process group forms; the
-    ranks Fabric launches inherit it).
+    """TORCH_NCCL_ASYNC_ERROR_HANDLING=2 unless the user chose a value (set by every rank, before any process group
+    forms).
 
     What torch's NCCL watchdog does when a collective fails or passes --timeout (ProcessGroupNCCL.hpp's
     ErrorHandlingMode): 0 nothing (the main thread stays blocked in its device sync for good); 1 abort the
