@@ -74,7 +74,7 @@ def test_a_sigterm_whose_exit_a_hook_swallowed_still_stops_the_launcher_and_its_
 # Every line is one write (atomic on a pipe): print under PYTHONUNBUFFERED writes a line and its end apart, and
 # two ranks' lines interleaved ("importedimported").
 TRAINING = """
-import os, sys, time
+import os, signal, sys, time
 from scalelab.launch import local
 
 def say(*words):
@@ -83,14 +83,22 @@ def say(*words):
 local.wait_for_go()
 rank = os.environ.get("LOCAL_RANK")
 if rank not in (None, "0"):
-    say("rank", rank, "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"])
+    ctrl_c = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    say("rank", rank, "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"], "ctrl-c", ctrl_c)
     sys.exit(0)
 ranks = local.start_early(3, None, 1)
 say("rank", os.environ["LOCAL_RANK"], "of", os.environ["WORLD_SIZE"], "port", os.environ["MASTER_PORT"])
 time.sleep(1.5)  # the ranks started, imported and wait
+if sys.argv[1:] == ["ctrl-c"]:  # what a terminal's Ctrl-C sends each process of the group
+    for p in ranks.procs:
+        os.kill(p.pid, signal.SIGINT)
+    time.sleep(0.5)
+if sys.argv[1:] == ["killed"]:
+    ranks.procs[1].kill()
+    ranks.procs[1].wait()
 say("go")
-if sys.argv[1:] == ["go"]:
-    ranks.go()
+if sys.argv[1:]:
+    say("ended before the go", ranks.go())
     say("codes", [p.wait() for p in ranks.procs])
 """
 
@@ -115,8 +123,20 @@ def test_the_started_ranks_import_first_then_wait_for_rank_0s_go(tmp_path):
     assert lines[:go].count("imported") == 2  # both imported before rank 0 went on: beside its own imports
     port = lines[0].split()[-1]
     assert lines[0] == f"rank 0 of 3 port {port}"  # rank 0 becomes LOCAL_RANK 0 of the same world
-    assert sorted(lines[go + 1:-1]) == [f"rank 1 of 3 port {port}", f"rank 2 of 3 port {port}"]  # only after go
+    assert sorted(lines[go + 1:-1]) == ["ended before the go []", f"rank 1 of 3 port {port} ctrl-c True",
+                                        f"rank 2 of 3 port {port} ctrl-c True"]  # only after go; Ctrl-C acts again
     assert lines[-1] == "codes [0, 0]"
+
+
+def test_a_waiting_rank_leaves_ctrl_c_to_rank_0(tmp_path):
+    proc, lines, _ = training(tmp_path, "ctrl-c")  # rank 0 went on (an import swallowed its interrupt)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr  # no KeyboardInterrupt from a waiting rank
+    assert lines[-1] == "codes [0, 0]" and "ended before the go []" in lines
+
+
+def test_a_rank_that_ended_before_the_go_is_said_at_the_go(tmp_path):
+    proc, lines, _ = training(tmp_path, "killed")
+    assert "ended before the go [(2, -9)]" in lines and lines[-1] == "codes [0, -9]", lines
 
 
 def test_a_rank_0_that_ends_before_its_go_leaves_no_rank_and_no_word(tmp_path):

@@ -29,10 +29,10 @@ _STARTED_ENV = ("SCALELAB_LAUNCHER", "LOCAL_RANK", "WORLD_SIZE", "RANK")
 
 
 GO_FD_ENV = "_SCALELAB_GO_FD"  # no SCALELAB_ prefix: results never record it
-# Variables of launchers and schedulers (torchrun, SLURM, LSF, MPI, Kubeflow): where one is set, whether this process
+# Variables of launchers and schedulers (torchrun, SLURM, LSF, MPI): where one is set, whether this process
 # launches the others is Lightning's decision (cluster.detect, torch imported), and the ranks start after it
 _LAUNCHER_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "SLURM_NTASKS",
-                       "SLURM_JOB_ID", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "KUBERNETES_PORT")
+                       "SLURM_JOB_ID", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
 
 
 class LocalRanks:
@@ -41,17 +41,18 @@ class LocalRanks:
     def __init__(self, procs: list, go_fd: int):
         self.procs, self._go_fd = procs, go_fd
 
-    def go(self) -> None:
-        """Rank 0 launches (fabric.launch()): each waiting rank reads its byte and runs. A rank that already ended
-        reads nothing; the watch names it."""
-        if self._go_fd is None:
-            return
-        try:
-            os.write(self._go_fd, b"g" * len(self.procs))
-        except OSError:  # every waiting rank ended (EPIPE): the rendezvous fails and the watch says which
-            pass
-        os.close(self._go_fd)
-        self._go_fd = None
+    def go(self) -> list:
+        """Rank 0 launches (fabric.launch()): each waiting rank reads its byte and runs. Returns [(rank, exit code)]
+        of the ranks that ended before it (killed, crashed in their imports): rank 0 says so now, not after
+        --timeout at the rendezvous."""
+        if self._go_fd is not None:
+            try:
+                os.write(self._go_fd, b"g" * len(self.procs))
+            except OSError:  # every waiting rank ended (EPIPE)
+                pass
+            os.close(self._go_fd)
+            self._go_fd = None
+        return [(k + 1, proc.returncode) for k, proc in enumerate(self.procs) if proc.poll() is not None]
 
 
 def start_early(devices, num_nodes, threads) -> "LocalRanks | None":
@@ -68,7 +69,8 @@ def start_early(devices, num_nodes, threads) -> "LocalRanks | None":
 
 def start_late(launch) -> "LocalRanks | None":
     """Rank 0 of a local launch that start_early left to cluster.detect (a salloc shell, --oversubscribe): start
-    ranks 1..N-1 once every check passed. None for a rank someone started (LOCAL_RANK) and for one device."""
+    ranks 1..N-1 at launch, once Fabric and the workload are built (their refusals start no process). None for a
+    rank someone started (LOCAL_RANK) and for one device."""
     if launch.launcher != "local" or launch.world_size < 2 or "LOCAL_RANK" in os.environ:
         return None
     return start_ranks(launch.devices)
@@ -77,12 +79,15 @@ def start_late(launch) -> "LocalRanks | None":
 def start_ranks(devices: int) -> LocalRanks:
     """Ranks 1..devices-1 run this process's command with LOCAL_RANK=k and the rendezvous variables that
     Lightning's launcher sets (this process becomes LOCAL_RANK=0); each waits on a pipe for rank 0's go."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), NODE_RANK="0",
-                      WORLD_SIZE=str(devices), LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # the user's, as Lightning honours them
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    os.environ.update(NODE_RANK="0", WORLD_SIZE=str(devices), LOCAL_RANK="0")
     read, write = os.pipe()
+    interruptible = int(signal.getsignal(signal.SIGINT) is signal.default_int_handler)  # not a background `&` job
     try:
-        procs = [subprocess.Popen(rank_command(), env={**os.environ, "LOCAL_RANK": str(k), GO_FD_ENV: str(read)},
-                                  pass_fds=(read,), preexec_fn=die_with_parent) for k in range(1, devices)]
+        procs = [subprocess.Popen(rank_command(), env={**os.environ, "LOCAL_RANK": str(k),
+                                                       GO_FD_ENV: f"{read},{interruptible}"},
+                                  pass_fds=(read,), preexec_fn=_waiting_rank) for k in range(1, devices)]
     finally:
         os.close(read)
     return LocalRanks(procs, write)
@@ -98,22 +103,36 @@ def rank_command() -> list:
     return [sys.executable, "-m", spec.name, *sys.argv[1:]]
 
 
+def _waiting_rank():
+    """In a started rank, before it runs: it dies with rank 0 (die_with_parent), and until rank 0's go it ignores
+    Ctrl-C, which reaches the whole process group: rank 0 alone decides (it may end and say "interrupted", or an
+    import may swallow the interrupt and the run go on), never a waiting rank on its own (an ignored SIGINT stays
+    ignored across exec, and Python keeps it so at start-up)."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def wait_for_go() -> None:
     """In a rank that start_ranks started, first thing: import what every rank imports (torch, Lightning: seconds)
     while rank 0 does the same, then wait for rank 0's go. Rank 0 ended before it launched: it said why (a refused
-    flag, Ctrl-C), so this rank ends without a word."""
-    fd = os.environ.pop(GO_FD_ENV, None)
-    if fd is None:
+    flag, Ctrl-C), so this rank ends without a word. Ctrl-C counts again from the go on."""
+    given = os.environ.pop(GO_FD_ENV, None)
+    if given is None:
         return
+    fd, interruptible = (int(n) for n in given.split(","))
+    failed = None
     try:
         import lightning.fabric  # noqa: F401 - torch with it
-
-        go = os.read(int(fd), 1)
-    except KeyboardInterrupt:  # Ctrl-C reached the whole process group: rank 0 says "interrupted"
-        os._exit(130)
-    os.close(int(fd))
+    except BaseException as exc:  # noqa: BLE001 - said after the go only: rank 0 may have ended, saying why
+        failed = exc
+    go = os.read(fd, 1)
+    os.close(fd)
     if not go:
         os._exit(0)
+    if interruptible:  # as rank 0 (a background job's ranks keep ignoring it, as rank 0 does)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if failed is not None:
+        raise failed
 
 
 def free_port() -> int:

@@ -35,11 +35,10 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     prepare.preflight(cfg, launch, batch)
     # cores.py: on CPU one device = --threads cores (default 1), pinned; before torch starts its thread pool
     device = cores.place(launch, cfg.threads, cfg.oversubscribe)
-    ranks = ranks or local.start_late(launch)  # every check passed: a salloc shell, --oversubscribe
     if device.threads:  # the ranks' torch threads (else Fabric sets cores // local ranks)
         os.environ["OMP_NUM_THREADS"] = str(device.threads)
 
-    # torch, and all that imports it, only now: its threads start on the cores just placed
+    # torch's threads start on the cores just placed (their pool starts at the first op, after set_num_threads)
     import torch
     from lightning.fabric import Fabric
 
@@ -69,8 +68,9 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
         guard.arm(metrics)
         if ctx.rank == 0:
             say.started(cfg, launch, ctx.workload, batch, device)
-        # launch, part 2: the ranks rank 0 started go on from their start; the process group forms
-        guard.launch()
+        # launch, part 2: the ranks rank 0 started go on (else, a salloc shell or --oversubscribe: start now); the
+        # process group forms
+        guard.launch(ranks or local.start_late(launch))
         fabric.launch()
         guard.joined(fabric)
         prepare.pin(fabric, ctx, device)

@@ -2,7 +2,7 @@
 
     with RunGuard(ctx, slurm=..., ranks=...) as guard:  # signals acted on from here on; rank 0's ranks watched
         guard.arm(metrics)                       # the stall deadline, before the ranks first meet
-        guard.launch(); fabric.launch()          # the ranks rank 0 started go on; the process group forms
+        guard.launch(ranks); fabric.launch()     # the ranks rank 0 started go on; the process group forms
         guard.joined(fabric)                     # ... rank 1 learns where rank 0 records
         guard.resume(...) / guard.save(...)      # SLURM's requeue: the checkpoint
         guard.before_record(stop)                # ask SLURM for the requeue; why SLURM ended the job
@@ -22,13 +22,13 @@ from scalelab.errors import RunFailed, UsageError, error_line
 from scalelab.testing import faults
 from scalelab.train.guard import failure, peers, requeue
 from scalelab.train.guard.deadline import StallDeadline, first_batch_seconds, sigterm_grace, stall_seconds
+from scalelab.train.guard.peers import describe_dead
 from scalelab.train.guard.watch import RankWatch
 
 
 class RunGuard:
     def __init__(self, ctx, *, slurm: bool, ranks=None):
         self.ctx = ctx
-        self.ranks = ranks  # launch/local.py's LocalRanks: the ranks this process started, waiting for its go
         # signals: acted on from here on (SIGUSR1, SLURM's time-limit warning, noted since train.py began)
         self.watch = RankWatch(ctx.cfg.timeout, requeue_on_sigusr1=slurm, no_requeue=requeue.refusal(),
                                children=ranks.procs if ranks else ())
@@ -62,10 +62,16 @@ class RunGuard:
         self.stall = stall_deadline(self.ctx, self.watch, self.faults.blocks_like_nccl or faults.wedge_anywhere())
         self.stall.arm()
 
-    def launch(self) -> None:
-        """Rank 0 passed every check and claimed the run folder: the ranks it started go on from their start."""
-        if self.ranks:
-            self.ranks.go()
+    def launch(self, ranks) -> None:
+        """Rank 0 built all it builds before the ranks meet: the local ranks it started (launch/local.py's
+        LocalRanks, early or just now; None where a launcher started them) go on from their start, and the watch
+        follows them. One that ended before the go is said now, not after --timeout at the rendezvous."""
+        if ranks is None:
+            return
+        dead = ranks.go()
+        self.watch.follow(ranks.procs)
+        if dead:
+            raise RunFailed(f"{describe_dead(dead)} before the ranks met")
 
     def joined(self, fabric) -> None:
         """The process group formed: the watch knows the world; rank 1 knows rank 0's run folder, where it records

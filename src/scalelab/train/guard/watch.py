@@ -1,6 +1,6 @@
 """Rank 0's view of the other ranks: which one failed first and how, and no rank left running.
 
-`RankWatch` exists in every rank from start-up on (run.main creates it before the ranks launch and hands it to
+`RankWatch` exists in every rank before the ranks meet (run.main creates it before Fabric launches and hands it to
 failure.classify). It answers rank 0's question "why did my collective fail?" from what rank 0 can *know*
 (gloo's "Connection closed by peer [127.0.0.1]:port" names a gloo pair's port, not a rank):
 
@@ -8,14 +8,14 @@ failure.classify). It answers rank 0's question "why did my collective fail?" fr
   and holds their `Popen` objects, so it knows which child ended, with which exit code or signal. It lets rank 0
   record the failure first (Lightning's own child observer, when Lightning launched the ranks, SIGKILLed rank 0
   within 5 s of a child's death: exit -9, no record, nothing on stderr) and kills everything itself only if rank 0
-  has not ended `--timeout` + 30 s after the death.
+  has not ended `--timeout` + 30 s after a death (counted from rank 0's go: its start-up is not held against it).
 * Other ranks, under any launcher: what they posted in the process group's store, and ranks gone from this
   host (peers.py).
 * A collective that timed out (`--timeout`) names the launched ranks that are alive but silent, with their
   process state (stopped, running, waiting on I/O).
 * A rendezvous that timed out (torch's "1/2 clients joined") says how many ranks arrived of how many.
 
-Signals (signals.py) are set up here too, because the watch is what exists in every rank from start-up on.
+Signals (signals.py) are set up here too, because the watch is what exists in every rank from then on.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class RankWatch:
     def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None,
                  children=()):
         self.timeout_s = timeout_s
-        # (global rank, Popen) started from this process: local ranks 1..N-1 of node 0
+        # (global rank, Popen) started from this process (launch/local.py): local ranks 1..N-1 of node 0
         self.children: list[tuple[int, subprocess.Popen]] = [(k + 1, proc) for k, proc in enumerate(children)]
+        self._polling = False
         self.world_size = 1
         self.rank = 0
         self.signals = RunSignals(requeue_on_sigusr1, no_requeue)
@@ -50,10 +51,15 @@ class RankWatch:
         self.records_for_rank0 = False  # rank 1, once rank 0 was found lost: it writes the run's record
         self.run_folder: str | None = None  # rank 0's run folder (peers.share_run): where its record lands
         self.signals.install()
-        if self.children:
-            threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
 
     # --- launched children --------------------------------------------------------------------------
+    def follow(self, procs) -> None:
+        """The ranks started from this process have gone on (rank 0's go): watch them from now on. A rank that
+        died before the go is not counted against rank 0's start-up, however long that took."""
+        self.children = [(k + 1, proc) for k, proc in enumerate(procs)]
+        if not self._polling:
+            self._polling = True
+            threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
 
     def _poll(self):
         first_death = None
