@@ -57,8 +57,9 @@ def silent_elsewhere(world_size: int, spoke_since: float | None = None) -> list[
     """[(rank, node)] of ranks on another node than this one that posted no error, nor (with `spoke_since`, a
     time.time()) progress at or after `spoke_since`: where a collective timed out, what stands between them and
     us is their node or the link. A post from before the collective began is no word from behind a link cut since
-    (a rank that paused on a busy machine posts when it stops and when it resumes). Without `spoke_since`, no
-    error posted is enough (a connection they closed without a word, mid-run)."""
+    (a rank that paused on a busy machine posts when it stops and when it resumes). Each post carries its rank's
+    time.time(): the nodes' clocks are taken to agree within about a second (NTP; emulated nodes share one).
+    Without `spoke_since`, no error posted is enough (a connection they closed without a word, mid-run)."""
     store, here, out = _store(), node_rank(), []
     if store is None:
         return out
