@@ -111,8 +111,11 @@ def training(tmp_path, *argv):
     env = {k: v for k, v in os.environ.items() if k not in local._LAUNCHER_VARIABLES}
     env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]), SCALELAB_NODE_CORES="0,1,2")
     start = time.monotonic()
+    # SIGINT as in a terminal: a test run in the background (`make test &`) inherits it ignored, and so would the
+    # ranks (they take rank 0's Ctrl-C handling after the go)
     proc = subprocess.run([sys.executable, str(tmp_path / "train_like.py"), *argv], capture_output=True, text=True,
-                          env=env, timeout=30)  # returns once every rank closed its stdout: none is left
+                          env=env, timeout=30, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # run returned once every rank closed its stdout: none is left
     return proc, proc.stdout.splitlines(), time.monotonic() - start
 
 
