@@ -61,7 +61,7 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     ctx = RunContext(cfg, launch, batch, process_start, StepClock(fabric.device, process_start, timer),
                      AloneProbe(fabric.device, launch.world_size, timer), rank=cluster.env_rank(),
                      core_warning=device.warning)
-    with RunGuard(ctx, slurm=launch.launcher == "slurm", ranks=ranks) as guard:  # every way the run ends is recorded
+    with RunGuard(ctx, slurm=launch.launcher == "slurm") as guard:  # every way the run ends is recorded
         # the workload: seeded alike on every rank
         prepare.build_workload(fabric, ctx)
         metrics = prepare.step_metrics(ctx, prepare.run_logger(ctx))

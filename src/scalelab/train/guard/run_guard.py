@@ -1,8 +1,8 @@
 """One object keeps a run alive and recorded; train/run.py opens it around everything that can fail.
 
-    with RunGuard(ctx, slurm=..., ranks=...) as guard:  # signals acted on from here on; rank 0's ranks watched
+    with RunGuard(ctx, slurm=...) as guard:      # signals acted on from here on
         guard.arm(metrics)                       # the stall deadline, before the ranks first meet
-        guard.launch(ranks); fabric.launch()     # the ranks rank 0 started go on; the process group forms
+        guard.launch(ranks); fabric.launch()     # the ranks rank 0 started go on, watched; the group forms
         guard.joined(fabric)                     # ... rank 1 learns where rank 0 records
         guard.resume(...) / guard.save(...)      # SLURM's requeue: the checkpoint
         guard.before_record(stop)                # ask SLURM for the requeue; why SLURM ended the job
@@ -27,11 +27,10 @@ from scalelab.train.guard.watch import RankWatch
 
 
 class RunGuard:
-    def __init__(self, ctx, *, slurm: bool, ranks=None):
+    def __init__(self, ctx, *, slurm: bool):
         self.ctx = ctx
         # signals: acted on from here on (SIGUSR1, SLURM's time-limit warning, noted since train.py began)
-        self.watch = RankWatch(ctx.cfg.timeout, requeue_on_sigusr1=slurm, no_requeue=requeue.refusal(),
-                               children=ranks.procs if ranks else ())
+        self.watch = RankWatch(ctx.cfg.timeout, requeue_on_sigusr1=slurm, no_requeue=requeue.refusal())
         self.signals = self.watch.signals  # what the loop asks at each sync point
         self.metrics = self.stall = None
         self.faults = faults.Faults([])

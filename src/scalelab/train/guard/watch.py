@@ -37,12 +37,10 @@ LAST_RESORT_GRACE_S = 30.0
 
 
 class RankWatch:
-    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None,
-                 children=()):
+    def __init__(self, timeout_s: float, requeue_on_sigusr1: bool = False, no_requeue: str | None = None):
         self.timeout_s = timeout_s
-        # (global rank, Popen) started from this process (launch/local.py): local ranks 1..N-1 of node 0
-        self.children: list[tuple[int, subprocess.Popen]] = [(k + 1, proc) for k, proc in enumerate(children)]
-        self._polling = False
+        # (global rank, Popen) started from this process (launch/local.py), from rank 0's go: local ranks 1..N-1
+        self.children: list[tuple[int, subprocess.Popen]] = []
         self.world_size = 1
         self.rank = 0
         self.signals = RunSignals(requeue_on_sigusr1, no_requeue)
@@ -57,9 +55,7 @@ class RankWatch:
         """The ranks started from this process have gone on (rank 0's go): watch them from now on. A rank that
         died before the go is not counted against rank 0's start-up, however long that took."""
         self.children = [(k + 1, proc) for k, proc in enumerate(procs)]
-        if not self._polling:
-            self._polling = True
-            threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
+        threading.Thread(target=self._poll, name="scalelab-rank-watch", daemon=True).start()
 
     def _poll(self):
         first_death = None
