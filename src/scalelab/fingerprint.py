@@ -13,7 +13,11 @@ result.json's `fingerprint` (rank 0's observation; `same_on_ranks`: every rank s
   optimizer        "fused", "foreach" or "for-loop": torch's three update paths, by the kernels that ran
   compiled_graphs  graphs torch.compile made (0: eager). DDP's optimizer splits a compiled graph at its buckets,
                    so only compiled or not is compared
-  wire             per collective of the step: dtype, bytes, calls (DDP's gradient all-reduce); {} at one device:
+  compiled_steps   of the steps after warm-up (steps_after_warmup), those that ran a compiled graph, counted
+                   around each step (train/compiled.py): compared as "on" (all), "off" (none) or "M of N steps";
+                   a run that asked --compile and ran eager is another job (`asked_differences`)
+  wire             per collective of the step: dtype, bytes, calls and, for a reduction, its op ("SUM": what
+                   the benchmark measures, train/comm.py's REDUCE_OP) (DDP's gradient all-reduce); {} at one device:
                    recorded, not compared (communication is what differs between world sizes)
 Torch-free: the report and the self-check read it.
 """
@@ -39,10 +43,33 @@ def comparable(fp) -> Optional[dict]:
     """The fields two runs of one job share, whatever their world size (None: no fingerprint recorded)."""
     if not isinstance(fp, dict):
         return None
-    out = {k: fp.get(k) for k in COMPARED}  # "compiled" is no recorded field: set from the graph count below
-    graphs = fp.get("compiled_graphs")
-    out["compiled"] = None if graphs is None else graphs > 0
+    out = {k: fp.get(k) for k in COMPARED}  # "compiled" is no recorded field: set from what ran, below
+    out["compiled"] = ran_compiled(fp)
     return out
+
+
+def ran_compiled(fp: dict):
+    """True where every step after warm-up ran a compiled graph, False where none did, "M of N steps" between;
+    a result from before the steps were counted: whether Dynamo made a graph (None: not known)."""
+    ran, of = fp.get("compiled_steps"), fp.get("steps_after_warmup")
+    if isinstance(ran, int) and isinstance(of, int) and of > 0:
+        return True if ran == of else False if ran == 0 else f"{ran} of {of} steps"
+    graphs = fp.get("compiled_graphs")
+    return None if graphs is None else graphs > 0
+
+
+def asked_differences(fp, compile_asked) -> list:
+    """What a run ran differently from what its own flags asked, in words: --compile whose steps after warm-up ran
+    no compiled graph (Dynamo fell back to eager: the run measured another job); [] where it agrees or is unknown."""
+    if compile_asked is not True or not isinstance(fp, dict):
+        return []
+    ran = ran_compiled(fp)
+    if ran is True or ran is None:
+        return []
+    of = fp.get("steps_after_warmup")
+    if not isinstance(of, int) or of <= 0:  # an older result: Dynamo's graph count alone
+        return ["torch.compile asked, no graph compiled"]
+    return [f"torch.compile asked, {of - fp['compiled_steps']} of {of} steps after warm-up ran eager"]
 
 
 def differences(base, other) -> list:

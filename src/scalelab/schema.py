@@ -150,9 +150,10 @@ SLURM = obj({"cluster": text(), "job_id": either(text(), COUNT, what="a job id")
              "array_job_id": either(text(), COUNT, what="a job id"), "array_task_id": either(text(), COUNT,
                                                                                                what="an index"),
              "step_id": either(text(), COUNT, what="a step id")})
-WIRE = obj({}, rest=obj({"dtype": text(), "bytes": COUNT, "calls": COUNT}))
+WIRE = obj({}, rest=obj({"dtype": text(), "bytes": COUNT, "calls": COUNT, "op": text()}))
 FINGERPRINT = obj({"step": COUNT, "matmul_dtypes": NAMES, "attention": NAMES, "param_dtypes": NAMES,
-                   "grad_dtypes": NAMES, "optimizer": text(), "compiled_graphs": COUNT, "wire": WIRE,
+                   "grad_dtypes": NAMES, "optimizer": text(), "compiled_graphs": COUNT, "compiled_steps": COUNT,
+                   "steps_after_warmup": COUNT, "wire": WIRE,
                    "same_on_ranks": flag()})
 COMMON = {"run_id": text(null=False, limit=255), "created": text(limit=64), "run_name": text(), "error": text(),
           "slurm": SLURM, "launch": LAUNCH}

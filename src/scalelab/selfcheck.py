@@ -202,7 +202,9 @@ def same_job(single, multi) -> Verdict:
     a, b = single.get("fingerprint"), multi.get("fingerprint")
     if not a or not b:
         return Verdict(claim, "FAIL", "not recorded", "a result from an older scalelab: run the check again")
-    diff = fingerprint.differences(a, b)
+    diff = fingerprint.differences(a, b) + [f"{_devices(r)}: {said}" for r in (single, multi)
+                                             for said in fingerprint.asked_differences(r.get("fingerprint"),
+                                                                                       r["workload"].get("compile"))]
     if diff or not (a.get("same_on_ranks") and b.get("same_on_ranks")):
         said = "; ".join(diff) or "the ranks of one run saw different steps"
         return Verdict(claim, "FAIL", f"{_devices(multi)} against 1: {said}",

@@ -33,6 +33,33 @@ def test_compile_is_compared_as_on_or_off_whatever_the_graph_count():
     assert fingerprint.differences(BF16, {**BF16, "compiled_graphs": None}) == ["torch.compile unknown, baseline off"]
 
 
+def test_compiled_is_what_the_steps_after_warm_up_ran_not_the_graphs_dynamo_made():
+    """A graph made in warm-up says nothing of the timed steps: Dynamo may fall back to eager after it."""
+    ran = {**BF16, "compiled_graphs": 3, "compiled_steps": 12, "steps_after_warmup": 12}
+    eager = {**ran, "compiled_steps": 0}
+    partly = {**ran, "compiled_steps": 9}
+    assert fingerprint.ran_compiled(ran) is True and fingerprint.ran_compiled(eager) is False
+    assert fingerprint.ran_compiled(partly) == "9 of 12 steps"
+    assert fingerprint.differences(ran, eager) == ["torch.compile off, baseline on"]
+    assert fingerprint.differences(ran, partly) == ["torch.compile 9 of 12 steps, baseline on"]
+    assert fingerprint.differences(ran, {**ran, "compiled_graphs": 1, "steps_after_warmup": 30,
+                                         "compiled_steps": 30}) == []  # another length, the same job
+    # a run that ended in its warm-up counted no step: the graph count is all there is
+    assert fingerprint.ran_compiled({**ran, "steps_after_warmup": 0, "compiled_steps": 0}) is True
+
+
+def test_a_run_that_asked_compile_and_ran_eager_is_named_against_its_own_flags():
+    ran = {**BF16, "compiled_graphs": 3, "compiled_steps": 12, "steps_after_warmup": 12}
+    assert fingerprint.asked_differences(ran, True) == []
+    assert fingerprint.asked_differences({**ran, "compiled_steps": 0}, True) == [
+        "torch.compile asked, 12 of 12 steps after warm-up ran eager"]
+    assert fingerprint.asked_differences({**ran, "compiled_steps": 10}, True) == [
+        "torch.compile asked, 2 of 12 steps after warm-up ran eager"]
+    assert fingerprint.asked_differences(BF16, True) == ["torch.compile asked, no graph compiled"]  # older record
+    assert fingerprint.asked_differences({**ran, "compiled_steps": 0}, False) == []  # not asked: nothing to hold
+    assert fingerprint.asked_differences(None, True) == [] and fingerprint.asked_differences({}, True) == []
+
+
 def test_nothing_is_said_where_either_run_recorded_no_fingerprint():
     assert fingerprint.differences(None, BF16) == [] and fingerprint.differences(BF16, None) == []
     assert fingerprint.differences(BF16, "garbage") == [] and fingerprint.comparable(None) is None

@@ -147,7 +147,8 @@ def _everything():
     """One 2-node GPT result with every field the runs frame reads set to a value of its own."""
     r = make_result("full", 4, nodes=2, samples_per_s=80.0, model="gpt", tokens_per_sample=128,
                     accumulate_grad_batches=4, comm_hook="bf16", bucket_cap_mb=50.0, static_graph=True)
-    r["workload"].update(describe="gpt tiny", params=3_300_000, global_batch=256, precision="bf16-mixed")
+    r["workload"].update(describe="gpt tiny", params=3_300_000, global_batch=256, precision="bf16-mixed",
+                         compile=True)
     r["launch"].update(launcher="slurm", devices=2, accelerator="gpu", device_names=["NVIDIA H100", "x"],
                        backend="nccl", threads=8, oversubscribed="4 ranks on 2 cores",
                        link={"gbit": 0.2, "emulated": True, "latency_ms": 5})
@@ -175,7 +176,8 @@ def _everything():
 def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
     (row,) = runs_frame([_everything()]).to_dict("records")
     assert {k: row[k] for k in row if k not in ("group", "created")} == {
-        "run_id": "full", "model": "gpt", "describe": "gpt tiny", "params": 3_300_000, "scaling": "weak",
+        "run_id": "full", "model": "gpt", "describe": "gpt tiny", "compile": True, "params": 3_300_000,
+        "scaling": "weak",
         "batch_per_device": 64, "global_batch": 256, "precision": "bf16-mixed", "world_size": 4, "num_nodes": 2,
         "devices": 2, "launcher": "slurm", "accelerator": "gpu", "device": "NVIDIA H100", "backend": "nccl",
         "link": "emulated 200 Mbit/s +5 ms", "link_gbit": 0.2, "threads": 8, "oversubscribed": "4 ranks on 2 cores",

@@ -69,3 +69,80 @@ def test_a_collective_records_its_dtype_bytes_and_calls():
     seen.op(fake, (tensors, None), None)
     seen.op(fake, ([torch.zeros(4)], None), None)
     assert seen.wire == {"allreduce_": {"dtype": "bfloat16,float32", "bytes": 30 + 16, "calls": 2}}
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The run's compile backend with a light inner compiler (the graph as Dynamo traced it: no Inductor build), its
+    count fresh; Dynamo's caches cleared after (a frame Dynamo gave up on stays given up in this process)."""
+    import torch._dynamo
+
+    from scalelab.train import compiled
+
+    backend = compiled.Counted(inner=lambda gm, example_inputs: gm.forward)
+    monkeypatch.setattr(compiled, "BACKEND", backend)
+    torch._dynamo.reset()
+    yield backend
+    torch._dynamo.reset()
+
+
+class Stepped(torch.nn.Module):
+    """A workload's module as --compile sees it: a training_step that calls its network (`step` calls the module)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def training_step(self, x):
+        return self.net(x)
+
+    def forward(self, x):
+        return self.training_step(x)
+
+
+def test_a_compiled_model_still_runs_its_graph_after_the_observed_step(counted):
+    """The observer's mode must leave compiled regions alone: a mode Dynamo must respect makes it give up the model's
+    frame while it is active, for good (torch 2.13), and every timed step after the observed one ran eager."""
+    from scalelab.train import compiled
+
+    holder = Stepped(torch.nn.Linear(8, 4))
+    compiled.apply(holder)
+    optimizer = torch.optim.SGD(holder.parameters(), lr=0.1)
+    seen = observe.StepObserver(at=1)
+    for at in range(4):
+        before = counted.runs
+        step(seen, holder, optimizer, at=at)
+        assert counted.runs > before, f"step {at} ran no compiled graph"
+    got = seen.record()
+    assert got["compiled_steps"] == got["steps_after_warmup"] == 2
+    assert got["matmul_dtypes"] == ["float32"]  # the compiled graph's matmul, seen as it ran
+
+
+def test_an_eager_step_after_warm_up_is_counted_as_eager(counted):
+    """A step that ran no compiled graph (Dynamo fell back, or nothing was compiled) is not a compiled step."""
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = observe.StepObserver(at=0)
+    for at in range(3):
+        step(seen, model, optimizer, at=at)
+    got = seen.record()
+    assert got["compiled_steps"] == 0 and got["steps_after_warmup"] == 2
+
+
+def test_a_compiled_graphs_forward_matmuls_are_told_from_its_backwards(counted):
+    """Inside an AOT-compiled graph the forward runs with grad mode off (its autograd.Function): the forward is
+    told by the autograd engine, not by grad mode; bf16 autocast shows as bfloat16 matmuls."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    from scalelab.train import compiled
+
+    counted.inner = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward))
+    holder = Stepped(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)))
+    compiled.apply(holder)
+    optimizer = torch.optim.SGD(holder.parameters(), lr=0.1)
+    seen = observe.StepObserver(at=1)
+    for at in range(3):
+        step(seen, holder, optimizer, at=at, autocast=True)
+    got = seen.record()
+    assert got["matmul_dtypes"] == ["bfloat16"] and got["compiled_steps"] == 1

@@ -34,6 +34,22 @@ def row(scaling, world, nodes=1):
     return scaling[(scaling["world_size"] == world) & (scaling["num_nodes"] == nodes)].iloc[0]
 
 
+def test_a_compiled_group_whose_run_ran_eager_gets_no_speedup_against_it():
+    """--compile asked, its steps after warm-up ran eager (Dynamo fell back): another job than the group names,
+    though its fingerprint matches an equally eager baseline's."""
+    ran = {**BF16, "compiled_graphs": 2, "compiled_steps": 10, "steps_after_warmup": 10}
+    found = [run("c1", 1, 100, fp=ran, compile=True), run("c2", 2, 190, fp={**ran, "compiled_steps": 0}, compile=True)]
+    runs, scaling, text = report(found)
+    assert list(runs.set_index("run_id")["job_differs"]) == [
+        "", "torch.compile off, baseline on; torch.compile asked, 10 of 10 steps after warm-up ran eager"]
+    assert pd.isna(row(scaling, 2)["efficiency"]) and "not the same job" in text
+    found = [run("c1", 1, 100, fp={**ran, "compiled_steps": 0}, compile=True),
+             run("c2", 2, 190, fp={**ran, "compiled_steps": 0}, compile=True)]
+    runs, scaling, _ = report(found)  # both ran eager alike: each named, neither a compiled figure
+    assert all(t == "torch.compile asked, 10 of 10 steps after warm-up ran eager" for t in runs["job_differs"])
+    assert pd.isna(row(scaling, 2)["efficiency"])
+
+
 def test_the_pair_left_by_a_1_device_step_without_autocast_is_named_impossible():
     found, skipped = results.scan(str(ROOT / "tests" / "data" / "fp32-baseline-bf16-pair"))
     assert not skipped and len(found) == 2

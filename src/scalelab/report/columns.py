@@ -198,6 +198,7 @@ RUNS = (
     Column("exclusive", at("slurm.exclusive"), lambda s, rows: all_or_none(s),
            doc="had its nodes alone (SLURM --exclusive); None: not known"),
     Column("wire", seen_wire, "first", doc="what the step's collectives moved (perfmodel.sharding.Wire's fields)"),
+    Column("compile", lambda r: r["workload"].get("compile") is True, "first", doc="--compile asked"),
     Column("fingerprint", fingerprint_text, {"fingerprinted": lambda s, rows: bool((s != "").all())}),
     Column("job_differs", None, lambda s, rows: next((t for t in s if t), ""),
            doc="how the step differs from its group baseline's: plausible.job_differences, from the whole frame"),

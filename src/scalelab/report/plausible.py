@@ -29,10 +29,11 @@ LINK_MARGIN = 0.05  # a busbw this far above a shaped link's rate is no rounding
 
 
 def job_differences(runs: pd.DataFrame) -> pd.Series:
-    """Per run, how its step differs from its group baseline's ("" where it does not, or where either recorded no
-    fingerprint). The baseline is the group's configuration frames.scaling_frame divides by: the fewest devices,
-    then the fewest nodes, a real network before an emulated link; its reference fingerprint the one most of its
-    runs recorded (the newest among equals)."""
+    """Per run, how its step differs from its group baseline's, and from what its own flags asked (--compile
+    that ran eager: fingerprint.asked_differences); "" where it does not, or where no fingerprint was recorded. The
+    baseline is the group's configuration frames.scaling_frame divides by: the fewest devices, then the fewest
+    nodes, a real network before an emulated link; its reference fingerprint the one most of its runs recorded (the
+    newest among equals)."""
     out = pd.Series("", index=runs.index)
     for _, members in runs[runs["status"] == "completed"].groupby("group"):
         config = members.sort_values(SCALE).iloc[0]
@@ -46,6 +47,10 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
         for index, text in members["fingerprint"].items():
             if text:
                 out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
+    for index, text in runs.loc[runs["status"] == "completed", "fingerprint"].items():  # what each run's flags asked
+        asked = (fingerprint.asked_differences(json.loads(text), bool(runs.at[index, "compile"] == True))  # noqa: E712
+                 if text else [])
+        out[index] = "; ".join(filter(None, [out[index], *asked]))
     return out
 
 

@@ -54,6 +54,10 @@ def build_workload(fabric, ctx):
                          f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
+    if cfg.compile:  # every workload alike, before DDP or FSDP wraps it; its graphs' runs counted (train/compiled.py)
+        from scalelab.train import compiled
+
+        compiled.apply(ctx.workload.module)
 
 
 def check_powersgd(cfg: config.RunConfig, launch: cluster.Launch, module):

@@ -63,7 +63,7 @@ def build(cfg, batch_per_device: int, world_size: int) -> Workload:
     from scalelab.workloads.nets.transformer import GPTModule
 
     shape = shape_of(cfg)
-    module = GPTModule(shape, cfg.learning_rate, compile=cfg.compile, lora_rank=cfg.lora_rank)
+    module = GPTModule(shape, cfg.learning_rate, lora_rank=cfg.lora_rank)
     # Enough sequences for every rank to reach max_steps inside one epoch (no epoch-boundary stalls).
     steps = (cfg.max_steps or 1000) * cfg.accumulate_grad_batches  # batches: K per optimizer step
     num_samples = cfg.num_samples or steps * batch_per_device * world_size

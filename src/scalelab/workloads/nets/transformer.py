@@ -104,12 +104,10 @@ class GPT(nn.Module):
 
 
 class GPTModule(pl.LightningModule):
-    def __init__(self, shape: TransformerShape, learning_rate: float, compile: bool = False, lora_rank: int = 0):
+    def __init__(self, shape: TransformerShape, learning_rate: float, lora_rank: int = 0):
         super().__init__()
-        self.model = GPT(shape, lora_rank)
+        self.model = GPT(shape, lora_rank)  # --compile compiles it in place (train/compiled.py), as any workload's
         self.learning_rate = learning_rate
-        if compile:
-            self.model = torch.compile(self.model)
 
     def training_step(self, batch, batch_idx):
         idx, targets = batch
