@@ -1,11 +1,12 @@
 """Speed target: what the timing comm hook costs a step, within 1 % of it.
 
 scalelab times DDP's gradient all-reduce through a comm hook (train/comm.py). Any registered hook turns off DDP's
-divide-while-copying into its buckets; the hook averages inside the collective (ReduceOp.AVG) to give that pass
-back, and works out each bucket's bytes on the wire once. This runs the same job with the hook (scalelab's default)
-and without it (SCALELAB_NO_COMM_TIMING=1: DDP's built-in all-reduce, untimed) as interleaved pairs, hook first in
-one pair and second in the next (slow phases of a shared machine hit both alike), and prints the median step of
-each and the median of the pairs' ratios (with / without; target <= 1.01).
+divide-while-copying into its buckets; the hook sums (ReduceOp.SUM, the benchmark's op) gradients whose loss the
+loop divided by the ranks (one scalar operation instead of that pass), and works out each bucket's bytes on the
+wire once. This runs the same job with the hook (scalelab's default) and without it (SCALELAB_NO_COMM_TIMING=1:
+DDP's built-in all-reduce, untimed) as interleaved pairs, hook first in one pair and second in the next (slow phases
+of a shared machine hit both alike), and prints the median step of each and the median of the pairs' ratios (with
+/ without; target <= 1.01), and the reduce op each side's step recorded.
 
     python benchmarks/hook_overhead.py --repeats 7                      # the tiny GPT at 2 CPU devices
     python benchmarks/hook_overhead.py --repeats 7 --args --model mlp --num_samples 200000 --max_steps 1000
@@ -24,14 +25,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "60"]
 
 
-def step_ms(args, devices, hook, out) -> float:
-    """The median step of one run (train.py's own figure), in ms."""
+def step_ms(args, devices, hook, out) -> tuple:
+    """(the median step of one run, train.py's own figure, in ms; the reduce op its step's gradient collective
+    recorded: the hook's SUM, or none recorded without the hook: DDP's own all-reduce runs in C++, unseen)."""
     env = {**os.environ, "SCALELAB_NO_COMM_TIMING": "0" if hook else "1"}
     before = set(glob.glob(os.path.join(out, "*", "result.json")))
     subprocess.run([sys.executable, os.path.join(ROOT, "src", "train.py"), *args, "--devices", str(devices),
                     "--output_dir", out], check=True, capture_output=True, env=env)
     (path,) = set(glob.glob(os.path.join(out, "*", "result.json"))) - before
-    return json.load(open(path))["timing"]["step_s"]["median"] * 1e3
+    result = json.load(open(path))
+    ops = {w.get("op") for w in ((result.get("fingerprint") or {}).get("wire") or {}).values()} - {None}
+    return result["timing"]["step_s"]["median"] * 1e3, "+".join(sorted(ops)) or "not seen"
 
 
 def main():
@@ -46,11 +50,12 @@ def main():
     for i in range(a.repeats):
         order = (True, False) if i % 2 == 0 else (False, True)
         got = {hook: step_ms(a.args, a.devices, hook, out) for hook in order}
-        on.append(got[True])
-        off.append(got[False])
-        ratios.append(got[True] / got[False])
-        print(f"  pair {i + 1}: with the hook {got[True]:.2f} ms, without {got[False]:.2f} ms "
-              f"({(ratios[-1] - 1) * 100:+.1f} %)", flush=True)
+        (with_ms, with_op), (without_ms, without_op) = got[True], got[False]
+        on.append(with_ms)
+        off.append(without_ms)
+        ratios.append(with_ms / without_ms)
+        print(f"  pair {i + 1}: with the hook {with_ms:.2f} ms (op {with_op}), without {without_ms:.2f} ms "
+              f"(op {without_op}) ({(ratios[-1] - 1) * 100:+.1f} %)", flush=True)
     ratio = statistics.median(ratios)
     print(f"median step: with the hook {statistics.median(on):.2f} ms, without {statistics.median(off):.2f} ms; "
           f"median pair ratio {ratio:.4f} ({(ratio - 1) * 100:+.1f} % of the step; range "

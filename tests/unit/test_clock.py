@@ -295,7 +295,7 @@ def test_the_share_of_a_core_is_read_around_each_probes_compute():
     one [on-core, waiting] span per probe step, and none for a step that was not a probe."""
     readings = iter([(1.0, 0.5), (1.75, 0.75), (9.0, 9.0)])
     c = SimpleNamespace(threads=SimpleNamespace(sample=lambda: next(readings)), cpu=[], _cpu_start=None,
-                        world_size=1, comm=SimpleNamespace(bucket_bytes=[]))
+                        world_size=1, comm=SimpleNamespace(bucket_bytes=[]), device=torch.device("cpu"))
     probe.AloneProbe.start(c)
     probe.AloneProbe.allreduce_alone(c)
     assert c.cpu == [[0.75, 0.25]] and c._cpu_start is None  # 75 % of its ready time on a core
@@ -335,13 +335,30 @@ def test_the_all_reduce_alone_is_timed_on_the_gpus_work_not_its_launch(gpu, monk
     sync before and after each pass; 2 buffers of 20 ms of GPU work each are 40 ms, not the host's 2 ms."""
     monkeypatch.setattr(comm, "time", SimpleNamespace(perf_counter=gpu.perf_counter))
     monkeypatch.setattr(comm, "barrier", lambda device: None)
-    monkeypatch.setattr(comm, "dist", SimpleNamespace(all_reduce=lambda buf: gpu.queue(20.0)))
+    monkeypatch.setattr(comm, "dist", SimpleNamespace(all_reduce=lambda buf, op: gpu.queue(20.0)))
     gpu.queue(500.0)  # work queued before the probe (the step's own): not the all-reduce's
     once = comm.median_allreduce_s([object(), object()], torch.device("cuda", 0), passes=1)
     assert once == pytest.approx(0.040, abs=0.003)  # one pass: the work queued before it is waited out first
     gpu.queue(500.0)
     assert comm.median_allreduce_s([object(), object()], torch.device("cuda", 0), passes=3) == pytest.approx(0.040,
                                                                                                               abs=0.003)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_probe_step_ends_with_the_device_drained_at_every_world_size(gpu, monkeypatch, world):
+    """At N devices the probe's all-reduce alone syncs the device; at 1 there is none, and the step after a probe
+    must still start on an idle device, or the 1-device baseline's next step starts with the probe's compute queued
+    where the N-device one's does not."""
+    monkeypatch.setattr(comm, "barrier", lambda device: None)
+    monkeypatch.setattr(comm, "dist", SimpleNamespace(all_reduce=lambda buf, op: gpu.queue(1.0)))
+    monkeypatch.setattr(comm, "Scratch", lambda: SimpleNamespace(views=lambda sizes, device, dtype: [object()]))
+    timer = comm.CommTimer()
+    timer.bucket_bytes = [4096] if world > 1 else []
+    alone = probe.AloneProbe(torch.device("cuda", 0), world, timer)
+    alone.scratch = comm.Scratch()
+    gpu.queue(500.0)  # the probe's forward and backward, queued
+    alone.allreduce_alone()
+    assert gpu.now_ms == gpu.queued_ms  # nothing of the probe left for the next step to wait behind
 
 
 def test_a_run_without_probe_steps_records_how_long_its_collectives_were_busy():

@@ -182,3 +182,24 @@ def test_ranks_start_late_only_for_a_local_launch_that_has_not_started_them(monk
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(local, "start_ranks", lambda n: f"started {n}")
     assert local.start_late(launch) == started
+
+
+def test_each_started_rank_knows_itself_before_the_group_forms_under_a_schedulers_rank_0(monkeypatch):
+    """A salloc shell's srun step (SLURM_PROCID=0 inherited by every process it starts): the ranks rank 0 starts
+    must not each read themselves as rank 0 (N run folders, N loggers, N banners: seen with --devices 2)."""
+    from scalelab.entry import env_rank
+
+    for name in (*local._LAUNCHER_VARIABLES, "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    envs = []
+
+    class Started:
+        def __init__(self, cmd, env, **kw):
+            envs.append(env)
+
+    monkeypatch.setattr(local.subprocess, "Popen", Started)
+    ranks = local.start_ranks(3)
+    os.close(ranks._go_fd)
+    assert [env_rank(env) for env in envs] == [1, 2] and env_rank() == 0
+    assert all(env["WORLD_SIZE"] == "3" and env["SLURM_PROCID"] == "0" for env in envs)

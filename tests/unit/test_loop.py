@@ -39,8 +39,9 @@ class Signalled:
             yield batch
 
 
-def run(plan, batches=40, signal_at=None):
-    """(what train returned, the clock, the signals) for the MLP over `batches` batches of 8."""
+def run(plan, batches=40, signal_at=None, average_over=1):
+    """(what train returned, the clock, the signals) for the MLP over `batches` batches of 8; `average_over`: the
+    ranks comm.attach would have the loss divided by."""
     torch.manual_seed(0)
     fabric = Fabric(accelerator="cpu", devices=1, precision="32")
     module = SpiralMLP([8], 0.0, 1e-3)
@@ -49,6 +50,7 @@ def run(plan, batches=40, signal_at=None):
     loader = data.train_loader(data.spiral(batches * 8, 0.2, 0), 8, rank=0, world_size=1, seed=0)
     signals = RunSignals()
     clock = StepClock(torch.device("cpu"), 0.0, CommTimer())
+    clock.comm.average_over = average_over
     if signal_at is not None:
         loader = Signalled(loader, signals, signal_at)
     return loop.train(fabric, model, optimizer, loader, plan, clock, probe(), signals), clock, signals
@@ -68,6 +70,20 @@ def test_accumulated_steps_end_on_every_kth_batch_and_the_epochs_short_last_one(
     stop, clock, _ = run(plan, batches=10)  # per epoch: batches 3, 6, 9 end a step, and the 10th, a short one
     assert stop is None and plan.step == 8 and clock.steps == 8 and clock.batches == 20
     assert clock.step_ends == [2, 5, 8, 9, 12, 15, 18, 19] and len(clock.epoch_times) == 2
+
+
+@pytest.mark.parametrize("accumulate,ranks", [(1, 1), (1, 4), (3, 1), (3, 2)])
+def test_backward_gets_the_loss_divided_by_the_batches_and_the_ranks_it_is_summed_over(accumulate, ranks,
+                                                                                       monkeypatch):
+    """The collectives sum (comm.REDUCE_OP): a step's gradient is their mean only if every backward saw its loss
+    divided by K batches and N ranks (N from comm.attach; Adam would hide an N-fold gradient)."""
+    seen = []
+    monkeypatch.setattr(Fabric, "backward", lambda self, loss, *a, **k: seen.append(loss.item()) or loss.backward())
+    losses = []
+    monkeypatch.setattr(StepClock, "batch_end", lambda self, loss, *a: losses.append(loss.item()))
+    run(loop.Plan(max_steps=2, max_epochs=None, accumulate=accumulate, probe_every=0), average_over=ranks)
+    assert len(seen) == len(losses) == 2 * accumulate
+    assert seen == pytest.approx([loss / (accumulate * ranks) for loss in losses], rel=1e-6)
 
 
 def test_sync_points_come_sooner_when_steps_are_long():

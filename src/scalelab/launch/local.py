@@ -77,15 +77,19 @@ def start_late(launch) -> "LocalRanks | None":
 
 
 def start_ranks(devices: int) -> LocalRanks:
-    """Ranks 1..devices-1 run this process's command with LOCAL_RANK=k and the rendezvous variables that
-    Lightning's launcher sets (this process becomes LOCAL_RANK=0); each waits on a pipe for rank 0's go."""
+    """Ranks 1..devices-1 run this process's command with LOCAL_RANK=RANK=k and the rendezvous variables that
+    Lightning's launcher sets (this process becomes rank 0); each waits on a pipe for rank 0's go.
+
+    RANK too: before the group forms a rank knows itself by entry.env_rank, which reads RANK before a scheduler's
+    SLURM_PROCID; in a salloc shell's srun step every started rank inherits SLURM_PROCID=0, and without RANK each
+    would take itself for rank 0 (its own run folder, logger and banner)."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # the user's, as Lightning honours them
     os.environ.setdefault("MASTER_PORT", str(free_port()))
-    os.environ.update(NODE_RANK="0", WORLD_SIZE=str(devices), LOCAL_RANK="0")
+    os.environ.update(NODE_RANK="0", WORLD_SIZE=str(devices), LOCAL_RANK="0", RANK="0")
     read, write = os.pipe()
     interruptible = int(signal.getsignal(signal.SIGINT) is signal.default_int_handler)  # not a background `&` job
     try:
-        procs = [subprocess.Popen(rank_command(), env={**os.environ, "LOCAL_RANK": str(k),
+        procs = [subprocess.Popen(rank_command(), env={**os.environ, "LOCAL_RANK": str(k), "RANK": str(k),
                                                        GO_FD_ENV: f"{read},{interruptible}"},
                                   pass_fds=(read,), preexec_fn=_waiting_rank) for k in range(1, devices)]
     finally:

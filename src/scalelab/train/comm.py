@@ -29,6 +29,12 @@ from scalelab.measure.timeline import union_length
 from scalelab.perfmodel.levers import wire_bytes
 
 NO_TIMING_ENV = "SCALELAB_NO_COMM_TIMING"  # "1": no timing hook, DDP's built-in all-reduce (hook on vs off)
+# The one reduction every gradient collective of a step runs, and the all-reduce alone and the benchmark too
+# (bench/collectives.py: "sum"): a plain sum. NCCL runs AVG on floats as a pre-multiplied sum, which its NVLS
+# algorithms (NVSwitch H100/H200) do not take for fp32, so an AVG step would be measured on a slower algorithm than
+# the benchmark and PyTorch's own DDP. The average is the loss's: divided by the ranks before backward
+# (`average_over`), each rank's gradients arrive pre-divided and their sum is the mean.
+REDUCE_OP = dist.ReduceOp.SUM
 
 
 class CommTimer:
@@ -47,6 +53,7 @@ class CommTimer:
         self.bucket_bytes = []  # the bucket sizes of the latest step that communicated
         self.issued = 0  # bucket all-reduces issued in the run: progress finer than a step (failure.record_stall)
         self.wire_of = {}  # (bucket index, compressing) -> bytes on the wire: worked out once, not every step
+        self.average_over = 1  # ranks the loss is divided by before backward (attach): the collectives only sum
 
     @property
     def wire_dtype(self):
@@ -115,19 +122,32 @@ def attach(model, timer: CommTimer) -> int:
     FSDP's all-gathers and reduce-scatters through its custom-collective API (`set_custom_all_gather`,
     `set_custom_reduce_scatter`: torch's own collectives, timed); the bytes of gradient a step reduces. `model` is
     what Fabric set up: the DDP module sits inside it when there are ranks, the FSDP units are in it at every size.
-    SCALELAB_NO_COMM_TIMING=1 leaves the collectives untimed (benchmarks/hook_overhead.py: what the hook costs)."""
+    SCALELAB_NO_COMM_TIMING=1 leaves the collectives untimed (benchmarks/hook_overhead.py: what the hook costs).
+
+    Every gradient collective sums (REDUCE_OP); where the sum is scalelab's own (the default hook, FSDP's
+    reduce-scatter), `timer.average_over` is the world size: the loop divides the loss by it before backward. The
+    compression hooks and PowerSGD divide by the world size themselves (and sum); DDP without a hook divides as it
+    copies into its buckets: theirs stays 1."""
     ddp = next((m for m in model.modules() if isinstance(m, DistributedDataParallel)), None)
+    world = dist.get_world_size() if dist.is_initialized() else 1
     if ddp is not None:
         rare_runtime_stats(ddp)
     timed = os.environ.get(NO_TIMING_ENV) != "1"
     if ddp is not None and timed:
         ddp.register_comm_hook(timer, timed_allreduce_hook)
-    if timed and dist.is_initialized() and dist.get_world_size() > 1:  # one rank: FSDP runs no collective
+        timer.average_over = world if timer.hook is allreduce_sum_hook else 1
+    if world > 1:  # one rank: FSDP runs no collective
         from torch.distributed.fsdp import FSDPModule
 
-        for unit in (m for m in model.modules() if isinstance(m, FSDPModule)):
-            unit.set_custom_all_gather(TimedAllGather(timer))
-            unit.set_custom_reduce_scatter(TimedReduceScatter(timer))
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        for unit in units:  # FSDP2 would average (AVG) unless told: a plain sum, and no division of its own
+            unit.set_force_sum_reduction_for_comms(True)
+            unit.set_gradient_divide_factor(1.0)
+            if timed:
+                unit.set_custom_all_gather(TimedAllGather(timer))
+                unit.set_custom_reduce_scatter(TimedReduceScatter(timer))
+        if units:
+            timer.average_over = world
     return grad_bytes(model)
 
 
@@ -184,7 +204,7 @@ def inner_hook(name: str, process_group=None) -> tuple:
         state = powerSGD_hook.PowerSGDState(process_group=process_group, start_powerSGD_iter=2,
                                             matrix_approximation_rank=int(name.partition(":")[2] or 1))
         return powerSGD_hook.powerSGD_hook, state
-    return allreduce_avg_hook, process_group
+    return allreduce_sum_hook, process_group
 
 
 def rare_runtime_stats(ddp) -> None:
@@ -197,19 +217,22 @@ def rare_runtime_stats(ddp) -> None:
         setter(2**31 - 1)
 
 
-def allreduce_avg_hook(process_group, bucket):
-    """DDP's default all-reduce, the average taken inside the collective (ReduceOp.AVG: NCCL divides in its kernel).
+def allreduce_sum_hook(process_group, bucket):
+    """DDP's default all-reduce as a plain sum (REDUCE_OP) of gradients the loss already divided by the ranks
+    (`attach`: CommTimer.average_over).
 
     Without a hook DDP divides each gradient as it copies it into the bucket (reducer.cpp: "divides while copying
     ... to save one scan over all the input parameters"); any registered hook turns that off, the copy becomes plain,
     and PyTorch's allreduce_hook then divides the bucket before its all-reduce: one more pass over every gradient per
-    step, inside the timed window, paid by multi-device runs only. Here the division is the collective's own."""
-    fut = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.AVG, group=process_group, async_op=True).get_future()
+    step, inside the timed window, paid by multi-device runs only. Dividing the loss costs one scalar operation;
+    asking the collective for the average (ReduceOp.AVG) would cost none here but keeps NCCL off its NVLS
+    algorithms for fp32 (REDUCE_OP)."""
+    fut = dist.all_reduce(bucket.buffer(), op=REDUCE_OP, group=process_group, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
 
 
 def timed_allreduce_hook(state: CommTimer, bucket):
-    """--comm_hook's all-reduce (by default DDP's own average: allreduce_avg_hook), with its start and end
+    """--comm_hook's all-reduce (by default a sum of pre-divided gradients: allreduce_sum_hook), with its start and end
     recorded, and the bytes it put on the wire.
 
     On CPU (gloo) the future's callback runs when the all-reduce has finished. On GPU (NCCL) the
@@ -269,7 +292,7 @@ def median_allreduce_s(bufs: list, device, passes: int) -> float:
         sync(device)
         t0 = time.perf_counter()
         for buf in bufs:  # one after another, as DDP's buckets go through one communicator
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, op=REDUCE_OP)
         sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)

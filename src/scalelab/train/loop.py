@@ -4,8 +4,8 @@ Lightning Fabric did the rest before the loop starts (train/run.py): it read the
 started by rank 0, or srun's, or torchrun's), formed the process group, wrapped the model in
 DistributedDataParallel and set the precision. A step:
 
-    fetch this rank's batch → forward under the run's precision → backward, during which DDP all-reduces the
-    gradients → optimizer step → a mark on the step clock
+    fetch this rank's batch → forward under the run's precision → backward of the loss divided by the ranks,
+    during which DDP all-reduces (sums) the gradients → optimizer step → a mark on the step clock
 
 The same code runs at every world size: the step enters the precision's context (autocast for *-mixed) itself
 (`in_precision`), at 1 device as at N, and the last warm-up step is observed (train/observe.py), so each result says
@@ -69,6 +69,8 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, probe, signals, m
     step clock (train/clock.py); `probe`: the probe steps' measurements (train/probe.py); `seen`: the StepObserver
     of the step it watches (train/observe.py; none: no step is observed)."""
     k = plan.accumulate
+    # K batches' gradients add up and the ranks' are summed (comm.attach sets how many): their mean is the step's
+    divide = k * clock.comm.average_over
     seen = seen or StepObserver(at=None)
     step = in_precision(fabric, model.training_step)
     update = getattr(optimizer, "optimizer", optimizer)  # the torch optimizer inside Fabric's wrapper: its hooks
@@ -87,7 +89,7 @@ def train(fabric, model, optimizer, loader, plan: Plan, clock, probe, signals, m
             with fabric.no_backward_sync(model, enabled=probing or not ends_step), seen.watching(plan.step, update):
                 loss = step(batch, i)  # forward, under the run's precision (autocast when --precision is *-mixed)
                 clock.forward_end(loss)  # marks forward's end and, as backward ends, its compute's (the timeline)
-                fabric.backward(loss / k if k > 1 else loss)  # DDP all-reduces each bucket as backward fills it
+                fabric.backward(loss / divide if divide > 1 else loss)  # DDP sums each bucket as backward fills it
             if ends_step:
                 clock.grads_ready()  # DDP has waited for its last bucket: the gradients are the ranks' average
                 if probing:

@@ -30,7 +30,9 @@ class AloneProbe:
 
     def allreduce_alone(self) -> None:
         """The probe's compute is done: the scheduler's figures again (it ran with no communication beside it), then
-        all ranks all-reduce what the last communicating step put on the wire, together, with nothing else running."""
+        all ranks all-reduce what the last communicating step put on the wire, together, with nothing else running.
+        Either way the device ends drained (the all-reduce alone syncs it; a 1-device run syncs it here): the step
+        after a probe starts on an idle device at every world size."""
         now = self.threads.sample()
         if now and self._cpu_start:
             self.cpu.append([round(now[0] - self._cpu_start[0], 6), round(now[1] - self._cpu_start[1], 6)])
@@ -39,6 +41,8 @@ class AloneProbe:
             sent = self.comm.wire_bytes or self.comm.bucket_bytes
             self.alone.append(round(comm.allreduce_alone_s(sent, self.device, scratch=self.scratch,
                                                            dtype=self.comm.wire_dtype), 6))
+        else:
+            comm.sync(self.device)
 
     def figures(self) -> dict:
         """What the probes measured, as the rank's record names it."""
