@@ -126,7 +126,8 @@ BYTES = num(0)
 COMM = obj({"bucket_bytes": seq(BYTES), "wire_bytes": seq(BYTES), "probe_steps": COUNT, "grad_bytes": BYTES},
            rest=ANY_NUMBER)
 # measure/devices.py: a rank's sampled device (ranks[i].devices) and the run's figures from them (timing.devices)
-DEVICES = obj({"source": text(), "note": text(), "energy_method": text(), "nvml_uuid": text()}, rest=ANY_NUMBER)
+DEVICES = obj({"source": text(), "note": text(), "energy_method": text(), "nvml_uuid": text(),
+               "power_reading": text(choices=("instant", "average"))}, rest=ANY_NUMBER)
 TIMING = obj({
     "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0), holes=True),
     "warmup_steps": COUNT, "steps": COUNT, "timed_steps": COUNT, "samples_per_step": COUNT, "peak_note": text(),

@@ -103,6 +103,7 @@ class Source:
 
     def __init__(self, name="cpu", note="no energy counter (RAPL) readable on this host"):
         self.name, self.note, self.interval_s, self.cores, self.uuid = name, note, 0.5, 3, "GPU-abc"
+        self.power_reading = "instant"
 
 
 def sampler(samples, source, error=None):
@@ -121,7 +122,7 @@ def test_a_cpu_rank_s_record_from_its_samples():
 def test_a_gpu_rank_s_record_names_its_gpu_and_joins_its_notes():
     got = sampler(gpu_stream(), Source("nvml", "GPU GPU-abc found by UUID")).figures(10.2, 11.7000004)
     assert got == {"source": "nvml", "interval_s": 0.5, "sampler_cpu_s": 0.012346, "nvml_uuid": "GPU-abc",
-                   **GPU_FIGURES, "note": "GPU GPU-abc found by UUID"}
+                   "power_reading": "instant", **GPU_FIGURES, "note": "GPU GPU-abc found by UUID"}
     lost = sampler(gpu_stream()[:3], Source("nvml", "GPU GPU-abc found by UUID"), error="NVMLError: GPU is lost")
     assert lost.figures(10.2, 11.7)["note"] == ("GPU GPU-abc found by UUID; no energy: the power samples do not "
                                                 "span the timed window; sampling stopped: NVMLError: GPU is lost")

@@ -154,6 +154,35 @@ def test_the_nvml_source_finds_the_gpu_by_torch_s_uuid_and_reads_nvml_units():
     assert nvml.calls[-1] == "shutdown"
 
 
+def test_power_is_the_instantaneous_field_where_nvml_has_it_else_the_average_said_so():
+    """nvmlDeviceGetPowerUsage is a 1-s average on Ampere and newer: the instant field (186) where it reads."""
+    nvml = fake_pynvml()
+    field = types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=450_000))
+    nvml.NVML_FI_DEV_POWER_INSTANT = 186
+    nvml.nvmlDeviceGetFieldValues = lambda h, ids: [field] if ids == [186] else []
+    src = devices.NvmlSource(0, "1234", nvml)
+    assert src.power_reading == "instant" and src.read()["power_mW"] == 450_000
+    field.nvmlReturn = 3  # NVML_ERROR_NOT_SUPPORTED, for this field alone
+    nvml.NVMLError = type("NVMLError", (Exception,), {})
+    src = devices.NvmlSource(0, "1234", nvml)
+    assert src.power_reading == "average" and src.read()["power_mW"] == 312_500
+    assert devices.NvmlSource(0, "1234", fake_pynvml()).power_reading == "average"  # an nvidia-ml-py without it
+
+
+def test_a_bare_uuid_is_found_as_a_mig_slice_where_no_whole_gpu_has_it():
+    nvml = fake_pynvml(uuid="MIG-5678")
+    whole = nvml.nvmlDeviceGetHandleByUUID
+
+    def by_uuid(u):
+        if u.startswith("GPU-"):
+            raise nvml.NVMLError("Not Found")
+        return whole(u)
+
+    nvml.nvmlDeviceGetHandleByUUID = by_uuid
+    src = devices.NvmlSource(0, "5678", nvml)  # torch's name for the slice has no prefix
+    assert ("uuid", "MIG-5678") in nvml.calls and src.uuid == "MIG-5678"
+
+
 def test_an_energy_counter_the_gpu_does_not_support_is_left_out_and_said():
     nvml = fake_pynvml(energy=False)
     src = devices.NvmlSource(3, None, nvml)

@@ -18,7 +18,7 @@ def gpu_run(**devices):
 def test_a_gpu_run_that_sampled_its_own_gpus_in_the_right_units_passes():
     assert device_sampler(gpu_run()) == (
         "device sampler", "PASS", "2 GPU(s) sampled by UUID: busy 90–95 %; energy counter within 1.7 % of the "
-        "power integral")
+        "power integral", "")
 
 
 def test_no_nvml_samples_fail_and_say_why():
@@ -71,3 +71,53 @@ def test_cpu_runs_and_older_results_skip_and_a_run_that_never_sampled_fails():
     never = gpu_run()
     never["ranks"][0]["devices"] = None
     assert device_sampler(never)[1] == "FAIL"
+
+
+def nvml_window(window_s: float, averaged: bool, start_s: float = 3.0) -> dict:
+    """A rank's devices record from gpu_summary over a run whose power steps from 100 W (idle, before the loop) to
+    600 W as the timed window starts at `start_s`: the energy counter is the exact integral; the power samples
+    (every 0.1 s) NVML's 1-second trailing average where `averaged` (Ampere and newer's nvmlDeviceGetPowerUsage),
+    else the instantaneous reading."""
+    from scalelab.measure import devices
+
+    def watts(t):
+        return 600.0 if t >= start_s else 100.0
+
+    def energy_J(t):
+        return 100.0 * min(t, start_s) + 600.0 * max(0.0, t - start_s)
+
+    def reading(t):
+        return (energy_J(t) - energy_J(t - 1.0)) / 1.0 if averaged else watts(t)
+
+    samples = [(t / 10, {"power_mW": reading(t / 10) * 1e3, "energy_mJ": energy_J(t / 10) * 1e3, "util": 99,
+                         "memory_used": 40e9}) for t in range(10, int((start_s + window_s) * 10) + 6)]
+    got = devices.gpu_summary(samples, start_s, start_s + window_s)
+    return {**got, "power_reading": "average" if averaged else "instant", "interval_s": 0.1}
+
+
+def test_a_one_second_averaged_power_over_a_one_second_window_does_not_fail_a_correct_run():
+    """NVML's power reading is a 1-s average on Hopper: over the self-check's ~1 s window its integral trails the
+    energy counter by far more than 15 % on a correct GPU. The claim holds the two within a factor of 2 there (a
+    units slip, 1000x, still fails) and says why; an instantaneous reading, or a long window, gets 15 %."""
+    short = nvml_window(1.0, averaged=True)
+    apart = short["energy_counter_J"] / short["energy_power_J"] - 1
+    assert apart > 0.15  # what the old claim failed: a correct run
+    status, figure, note = device_sampler(gpu_run(**short))[1:]
+    assert status == "PASS" and "NVML's 1-s average and the window 1.0 s" in note, (figure, note)
+    slipped = gpu_run(**{**short, "energy_counter_J": short["energy_counter_J"] / 1000})  # mJ read as J
+    assert device_sampler(slipped)[1] == "FAIL"
+    assert device_sampler(gpu_run(**{**short, "power_reading": "instant"}))[1] == "FAIL"  # no lag to excuse
+    instant = nvml_window(1.0, averaged=False)
+    assert abs(instant["energy_counter_J"] / instant["energy_power_J"] - 1) < 0.02
+    assert device_sampler(gpu_run(**instant))[1:] == ("PASS", device_sampler(gpu_run(**instant))[2], "")
+    long = nvml_window(8.0, averaged=True)
+    assert device_sampler(gpu_run(**long))[1:] == ("PASS", device_sampler(gpu_run(**long))[2], "")
+    wrong = gpu_run(**{**long, "energy_power_J": long["energy_power_J"] * 1.3})  # another GPU's power, say
+    assert device_sampler(wrong)[1] == "FAIL"
+
+
+def test_a_mig_slices_uuid_matches_nvmls_mig_name():
+    r = gpu_run()
+    for k, rank in enumerate(r["ranks"]):
+        rank["devices"]["nvml_uuid"] = f"MIG-{k}a2f0c1e-0000"
+    assert device_sampler(r)[1] == "PASS"

@@ -7,10 +7,14 @@ reduces the samples to the rank's record.
 
 Sources, one per rank:
 - `NvmlSource`: the rank's GPU through NVML (pynvml, from nvidia-ml-py), found by its UUID (NVML numbers GPUs in
-  PCI order and ignores CUDA_VISIBLE_DEVICES, so an index is the wrong GPU under binding): utilization (% of the
-  driver's last period with a kernel running), memory used (bytes, every process on the GPU), power (mW) and the
-  driver's energy counter (mJ since the driver loaded; Volta and newer). Every 0.1 s: utilization is a sampled
-  percentage, not a counter, so its range needs many samples.
+  PCI order and ignores CUDA_VISIBLE_DEVICES, so an index is the wrong GPU under binding; a MIG slice's UUID is
+  NVML's "MIG-..." where a whole GPU's is "GPU-..."): utilization (% of the driver's last period with a kernel
+  running), memory used (bytes, every process on the GPU), power (mW) and the driver's energy counter (mJ since the
+  driver loaded; Volta and newer). Power is the instantaneous reading where NVML has one
+  (NVML_FI_DEV_POWER_INSTANT, field 186), else nvmlDeviceGetPowerUsage, which on Ampere (but GA100) and newer is a
+  1-second average: its integral over a window of a few seconds lags the energy counter (`power_reading` says
+  which was read). Every 0.1 s: utilization is a sampled percentage, not a counter, so its range needs many
+  samples.
 - `CpuSource`: the process's CPU seconds (all its threads; the kernel's accounting through CLOCK_PROCESS_CPUTIME_ID,
   ns resolution). Every 0.5 s: a cumulative counter loses nothing between samples, the window's edges are
   interpolated, and each wake-up takes a core from the rank's compute. No energy: a RAPL counter, where one is
@@ -67,16 +71,17 @@ class NvmlSource:
     def __init__(self, index: int = 0, uuid=None, nvml=None):
         self.nvml = nvml or importlib.import_module("pynvml")
         self.nvml.nvmlInit()
-        if uuid:  # torch writes a GPU's UUID without NVML's "GPU-" prefix
-            uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-            self.handle, self.found = self.nvml.nvmlDeviceGetHandleByUUID(uuid), "by UUID"
+        if uuid:
+            self.handle, self.found = self._by_uuid(uuid), "by UUID"
         else:
             self.handle, self.found = self.nvml.nvmlDeviceGetHandleByIndex(index), f"by index {index} (no UUID known)"
         self.uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
         n = self.nvml
+        self.power_reading = "instant" if self._readable(self._instant_power) else "average"
         counters = {"util": lambda h: n.nvmlDeviceGetUtilizationRates(h).gpu,  # percent
                     "memory_used": lambda h: n.nvmlDeviceGetMemoryInfo(h).used,  # bytes
-                    "power_mW": n.nvmlDeviceGetPowerUsage,  # milliwatts
+                    "power_mW": self._instant_power if self.power_reading == "instant"  # milliwatts
+                    else n.nvmlDeviceGetPowerUsage,
                     "energy_mJ": n.nvmlDeviceGetTotalEnergyConsumption}  # millijoules since the driver loaded
         self.counters, missing = {}, []
         for name, read in counters.items():
@@ -86,6 +91,30 @@ class NvmlSource:
             except n.NVMLError as exc:
                 missing.append(f"{name}: {exc}")
         self.note = f"GPU {self.uuid} found {self.found}" + (f"; not read: {', '.join(missing)}" if missing else "")
+
+    def _by_uuid(self, uuid: str):
+        """NVML's handle of the GPU torch names by `uuid`. torch writes it without NVML's prefix, which is "GPU-" for
+        a whole GPU and "MIG-" for a MIG slice: a bare UUID is tried as each."""
+        if uuid.startswith(("GPU-", "MIG-")):
+            return self.nvml.nvmlDeviceGetHandleByUUID(uuid)
+        try:
+            return self.nvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except self.nvml.NVMLError:
+            return self.nvml.nvmlDeviceGetHandleByUUID(f"MIG-{uuid}")
+
+    def _instant_power(self, handle) -> int:
+        """Milliwatts now (NVML_FI_DEV_POWER_INSTANT), not the driver's 1-second average."""
+        (field,) = self.nvml.nvmlDeviceGetFieldValues(handle, [self.nvml.NVML_FI_DEV_POWER_INSTANT])
+        if field.nvmlReturn != 0:  # NVML_SUCCESS: a field the GPU or driver does not have reports why per field
+            raise self.nvml.NVMLError(field.nvmlReturn)
+        return int(field.value.uiVal)
+
+    def _readable(self, read) -> bool:
+        try:
+            read(self.handle)
+            return True
+        except (self.nvml.NVMLError, AttributeError):  # no such field here, or an nvidia-ml-py without it
+            return False
 
     def read(self) -> dict:
         return {name: read(self.handle) for name, read in self.counters.items()}
@@ -166,8 +195,9 @@ class Sampler:
                    else gpu_summary(self.samples, t0, t1))
         notes = [n for n in (self.source.note, summary.pop("note", ""), ended,
                              f"sampling stopped: {self.error}" if self.error else "") if n]
-        return {**head, **({"nvml_uuid": self.source.uuid} if self.source.name == "nvml" else {}), **summary,
-                "note": "; ".join(notes)}
+        nvml = ({"nvml_uuid": self.source.uuid, "power_reading": self.source.power_reading}
+                if self.source.name == "nvml" else {})
+        return {**head, **nvml, **summary, "note": "; ".join(notes)}
 
 
 def timed_window(loop_start, loop_wall_s, step_times: list, warmup_steps: int) -> tuple:
