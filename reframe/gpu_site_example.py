@@ -48,8 +48,11 @@ site_configuration = {
         # Python (SCALELAB_VENV) and its modules (SCALELAB_MODULES, loaded inside each job after `module purge`).
         "env_vars": [["SCALELAB_PROFILE", "a100"]],
         # Modules ReFrame loads before the job's first line: only for a profile that names none (site.sh purges
-        # and loads its own SCALELAB_MODULES after these); keep them in one place.
-        "modules": ["cuda/12.4"],
+        # and loads its own SCALELAB_MODULES after these); keep them in one place. No CUDA module for a torch from
+        # pip: its wheel brings its own CUDA, cuDNN and NCCL libraries, and a site's CUDA module put first on
+        # LD_LIBRARY_PATH can shadow them (another NCCL than the one torch was built and tested with). A Python
+        # module, where the venv's Python comes from one, is what belongs here (e.g. "python/3.11").
+        "modules": [],
     }],
     "logging": [{
         "handlers": [

@@ -139,6 +139,11 @@ class ScalelabTest(rfm.RunOnlyRegressionTest):
         self.reference = {"*": refs}
 
 
+# site.sh's srun placement (each rank's cores in order, beside its GPU), as the job scripts pass it: expanded by the
+# job's shell, after its prerun sourced site.sh
+SRUN_BIND = ["$SCALELAB_SRUN_BIND"]
+
+
 @rfm.simple_test
 class ScalelabRung(ScalelabTest):
     """One rung of the scaling ladder: src/train.py on one device, on one node's devices, or on N nodes'."""
@@ -152,7 +157,7 @@ class ScalelabRung(ScalelabTest):
         per_node = 1 if self.shape == "one_device" else self.per_node()
         self.ask(per_node, self.rung_nodes)
         self.descr = f"scalelab training, {per_node} device(s) x {self.rung_nodes} node(s)"
-        self.job.launcher.options = ["--kill-on-bad-exit=1"]
+        self.job.launcher.options = ["--kill-on-bad-exit=1", *SRUN_BIND]
         self.executable_opts = [*self.workload(), "--devices", str(per_node), "--num_nodes", str(self.rung_nodes),
                                 "--accelerator", '"${SCALELAB_ACCELERATOR:-auto}"', "--output_dir", self.results_dir,
                                 *map(shlex.quote, self.knob("train_args", []))]
@@ -173,7 +178,7 @@ class ScalelabAllreduce(ScalelabTest):
         self.bench_nodes = int(self.knob("nodes", 2))
         self.ask(self.per_node(), self.bench_nodes)
         self.descr = f"scalelab all-reduce benchmark, {self.per_node()} device(s) x {self.bench_nodes} node(s)"
-        self.job.launcher.options = ["--kill-on-bad-exit=1"]
+        self.job.launcher.options = ["--kill-on-bad-exit=1", *SRUN_BIND]
         self.executable_opts = ["--devices", str(self.per_node()), "--num_nodes", str(self.bench_nodes),
                                 "--accelerator", '"${SCALELAB_ACCELERATOR:-auto}"', "--output_dir", self.results_dir,
                                 *map(shlex.quote, self.knob("allreduce_args", []))]

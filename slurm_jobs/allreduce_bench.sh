@@ -31,6 +31,6 @@ fi
 
 # --devices is the header's tasks per node: allreduce_bench.py checks it against SLURM's and fails fast on a
 # mismatch. The node count follows the allocation, so `sbatch --nodes=1` needs no other edit.
-srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/allreduce_bench.py \
+srun --kill-on-bad-exit=1 "${SRUN_BIND[@]}" "$SCALELAB_PYTHON" src/allreduce_bench.py \
     --devices "$GPUS_PER_NODE" --num_nodes "${SLURM_NNODES:-1}" --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
     --output_dir "${OUTPUT_DIR:-outputs}" "$@"

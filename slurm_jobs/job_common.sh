@@ -50,13 +50,13 @@ fi
 
 # Train with the sizes this script asks for: train.py checks them against SLURM's and fails fast on a mismatch.
 run_train() {
-  srun --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/train.py "${WORKLOAD[@]}" \
+  srun --kill-on-bad-exit=1 "${SRUN_BIND[@]}" "$SCALELAB_PYTHON" src/train.py "${WORKLOAD[@]}" \
       --devices "$GPUS_PER_NODE" --num_nodes "$1" --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
       --output_dir "${OUTPUT_DIR:-outputs}" "${@:2}"
 }
 # The same job on one GPU inside a bigger allocation (gpu_selfcheck.sh's baseline): one task, one GPU, one node.
 run_train_one() {
-  srun --kill-on-bad-exit=1 --nodes=1 --ntasks=1 --ntasks-per-node=1 --gres=gpu:1 "$SCALELAB_PYTHON" src/train.py \
+  srun --kill-on-bad-exit=1 "${SRUN_BIND[@]}" --nodes=1 --ntasks=1 --ntasks-per-node=1 --gres=gpu:1 "$SCALELAB_PYTHON" src/train.py \
       "${WORKLOAD[@]}" --devices 1 --num_nodes 1 --accelerator "${SCALELAB_ACCELERATOR:-auto}" \
       --output_dir "${OUTPUT_DIR:-outputs}" "$@"
 }

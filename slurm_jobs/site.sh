@@ -40,6 +40,21 @@ gpus_visible() {  # the GPUs this node shows, by name: empty on a CPU node or a 
   fi
 }
 
+# How srun places each task (rank) on its node's cores: in order, one block of --cpus-per-task cores per task
+# (--distribution=block:block), each task bound to its own (--cpu-bind=cores), so local rank k sits on the socket
+# of GPU k (GPUs are numbered along the sockets). srun's default deals a node's tasks round its sockets
+# (block:cyclic): at a site that binds tasks, rank 1 lands across the socket link from GPU 1, and the self-check
+# fails it ("cores per rank"). Every job script and submit.py pass these to srun where the cluster binds tasks at
+# all (TaskPlugin other than task/none: there srun would say "cluster configuration lacks support for cpu binding"
+# and bind nothing); SCALELAB_SRUN_BIND="" passes none (the site's own binding), or give your own flags.
+srun_bind_default() {
+  local plugin
+  plugin=$(scontrol show config 2>/dev/null | sed -n 's/^TaskPlugin *= *//p') || plugin=""
+  case "$plugin" in ""|task/none) ;; *) echo "--cpu-bind=cores --distribution=block:block" ;; esac
+}
+site_export SCALELAB_SRUN_BIND "${SCALELAB_SRUN_BIND-$(srun_bind_default)}"
+read -r -a SRUN_BIND <<< "$SCALELAB_SRUN_BIND"
+
 # Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a
 # header, because what a node has and what a site allows differ (some sites refuse --mem). A GPU profile asks a
 # floor (auto: 32G, a100: 64G): a site's default can be a few GB a node, too little for a rank's torch and CUDA
@@ -67,7 +82,8 @@ case "${SCALELAB_PROFILE:-auto}" in
     # site_export SBATCH_EXCLUSIVE user         # where whole nodes queue too long: share them with your own jobs
     #                                           # only ('oversubscribe': with anyone; results say the node was shared)
     site_mem_per_gpu 64G                       # host memory per GPU (data loading, checkpoints)
-    # site_export SCALELAB_MODULES "python/3.11 cuda/12.4"   # modules your site needs (`module avail`): loaded below
+    # site_export SCALELAB_MODULES "python/3.11"   # modules your site needs (`module avail`): loaded below; no CUDA
+    #                                              # module for pip's torch (its wheel brings CUDA and NCCL)
     # site_export SCALELAB_VENV "/project/my_project/$USER/scalelab-venv"  # the venv setup_cluster.sh made (default .venv)
     site_export NCCL_DEBUG "${NCCL_DEBUG:-WARN}"     # INFO prints rings/transports: proof that IB is used
     # site_export NCCL_IB_HCA mlx5                   # the InfiniBand adapters NCCL may use

@@ -23,6 +23,7 @@ from scalelab.entry import OneLineParser, positive_float, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.selfcheck_devices import device_sampler
+from scalelab.selfcheck_nccl import nccl_algorithm
 
 CLOCK_TOLERANCE = 0.05  # timed steps may cover the training loop to within 5 %
 BUSBW_FRACTION = 0.8  # an interconnect delivering under 80 % of what the site expects fails
@@ -359,7 +360,8 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
         rate = exc.strerror or str(exc)
     return [each_rank_own_device(run), cores_per_rank(run), backend(run), nccl_transport(log_text, run),
             precision_ran(both), same_job(single, run), memory_estimate(both), step_clocks_cover_the_loop(run),
-            comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw), requeue_checkpoint(run, rate),
+            comm_on_one_clock(run), busbw(newest(found, "allreduce"), expect_busbw),
+            Verdict(*nccl_algorithm(log_text, run, newest(found, "allreduce"))), requeue_checkpoint(run, rate),
             mfu(run), Verdict(*device_sampler(run))]
 
 

@@ -11,6 +11,7 @@ once in a participant's checkout for test_docs.py and for these (conftest's `cha
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -178,7 +179,10 @@ site_configuration["systems"][0]["modules_system"] = "nomod"
         assert "#SBATCH --partition=gpu\n#SBATCH --account=my_project\n" in text and "--mem-per-gpu=64G" in text
         assert "export SCALELAB_PROFILE=a100\n" in text and "source slurm_jobs/site.sh" in text
     train = scripts["ScalelabRung %shape=n_nodes"].read_text().splitlines()[-1]
-    assert train.startswith('srun --cpus-per-task=4 --kill-on-bad-exit=1 "$SCALELAB_PYTHON" src/train.py --config '
-                            "gpt-small --devices 4 --num_nodes 2 "), train
+    assert train.startswith('srun --cpus-per-task=4 --kill-on-bad-exit=1 $SCALELAB_SRUN_BIND "$SCALELAB_PYTHON" '
+                            "src/train.py --config gpt-small --devices 4 --num_nodes 2 "), train
+    # pip's torch brings its own CUDA and NCCL: no CUDA module loaded beside it
+    assert not any("cuda" in m.lower() for env in runpy.run_path(str(ROOT / "reframe" / "gpu_site_example.py"))[
+        "site_configuration"]["environments"] for m in env.get("modules", []))
     assert scripts["ScalelabSelfcheck"].read_text().endswith("\nbash slurm_jobs/gpu_selfcheck.sh\n")
     assert "export EXPECT_BUSBW=20\n" in scripts["ScalelabSelfcheck"].read_text()

@@ -149,7 +149,8 @@ def test_selfcheck_on_real_cpu_runs(tmp_path):
                       "NCCL transport between nodes": "SKIP", "precision as asked": "PASS",
                       "same job at 1 and N devices": "PASS", "memory estimate vs peak": "SKIP",
                       "step clocks cover the loop": "PASS", "all-reduce time within its step": "PASS",
-                      "all-reduce busbw": "INFO", "requeue checkpoint in SIGUSR1's lead": "PASS",
+                      "all-reduce busbw": "INFO", "one all-reduce algorithm": "SKIP",
+                      "requeue checkpoint in SIGUSR1's lead": "PASS",
                       "model FLOPs utilisation": "SKIP", "device sampler": "SKIP"}
     assert lines[-1] == f"self-check: 0 FAIL, 7 PASS ({tmp_path})"
     saved = json.loads((tmp_path / "selfcheck.json").read_text())
@@ -296,6 +297,10 @@ def _fake_tools(tmp_path, srun_rc):
     for name, rc in (("srun", srun_rc), ("python", 0), ("scontrol", 0)):
         (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\nexit {rc}\n')
         (bin_dir / name).chmod(0o755)
+    # a cluster that binds tasks (scontrol show config's line; the local cluster's is task/none)
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "scontrol $*" >> {calls}\n[ "$1 $2" = "show config" ] && '
+                                      'echo "TaskPlugin              = ${FAKE_TASK_PLUGIN:-task/affinity,task/cgroup}"'
+                                      '\nexit 0\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALELAB_"))}
     env.update(PATH=f"{bin_dir}:/usr/bin:/bin", SLURM_SUBMIT_DIR=str(ROOT), SCALELAB_PYTHON=str(bin_dir / "python"),
                VIRTUAL_ENV=str(tmp_path), SCALELAB_PROFILE="cpu", OUTPUT_DIR=str(tmp_path), SLURM_JOB_ID="77")
@@ -313,12 +318,45 @@ def test_gpu_selfcheck_job_runs_the_benchmark_first_and_every_step_after_a_failu
                    ["python", "src/selfcheck.py"]]
     one, every = [line.split() for line in calls.read_text().splitlines() if "src/train.py" in line]
     assert "--ntasks=1" in one and one[one.index("--devices") + 1] == "1" and "--ntasks=1" not in every
+    # each rank's cores in order, beside its GPU: srun's default (block:cyclic) deals a node's tasks round its sockets
+    # and, where the site binds tasks, the self-check's cores claim fails the shipped scripts
+    for line in calls.read_text().splitlines():
+        if line.startswith("srun"):
+            assert {"--cpu-bind=cores", "--distribution=block:block"} <= set(line.split()), line
+    calls.write_text("")  # a cluster that binds no task (task/none): srun would only complain, so nothing is asked
+    subprocess.run(["bash", "slurm_jobs/gpu_selfcheck.sh"], cwd=ROOT, env={**env, "FAKE_TASK_PLUGIN": "task/none"},
+                   capture_output=True, timeout=60)
+    sruns = [line for line in calls.read_text().splitlines() if line.startswith("srun")]
+    assert len(sruns) == 3 and not any("--cpu-bind" in line or "--distribution" in line for line in sruns)
     if srun_rc:
         assert proc.returncode == 1
         assert proc.stderr.strip().splitlines()[-1] == (
             "gpu_selfcheck: 3 step(s) failed: allreduce_bench (exit 1), train_1gpu (exit 1), train (exit 1)")
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+def test_on_gpus_the_self_checks_runs_are_long_enough_for_its_energy_claim_and_a_users_length_wins(tmp_path):
+    """NVML's power is a 1-s average on Ampere and newer: the GPU runs get SELFCHECK_STEPS (400) steps, seconds on
+    an H100, before the user's flags (argparse: the last --max_steps wins); a CPU rehearsal keeps its config's."""
+    env, calls = _fake_tools(tmp_path, 0)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text('#!/bin/bash\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"\nexit 0\n')
+    smi.chmod(0o755)
+    env.update(SCALELAB_PROFILE="auto")
+    for args, want in (([], "400"), (["--max_steps", "90"], "90")):
+        calls.write_text("")
+        proc = subprocess.run(["bash", "slurm_jobs/gpu_selfcheck.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=60)
+        trains = [line.split() for line in calls.read_text().splitlines() if "src/train.py" in line]
+        assert proc.returncode == 0 and len(trains) == 2, proc.stderr
+        for words in trains:
+            last = len(words) - 1 - words[::-1].index("--max_steps")  # the one train.py keeps
+            assert words[last + 1] == want, words
+    env.update(SCALELAB_PROFILE="cpu")  # a CPU rehearsal: the config's own length
+    calls.write_text("")
+    subprocess.run(["bash", "slurm_jobs/gpu_selfcheck.sh"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert "--max_steps" not in calls.read_text()
 
 
 def test_the_requeue_checkpoint_against_what_sigusr1s_lead_leaves(tmp_path):

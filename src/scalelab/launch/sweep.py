@@ -225,8 +225,10 @@ class Submitter:
             setup=[f"cd {shlex.quote(os.getcwd())}", f"export SCALELAB_PROFILE={shlex.quote(args.profile)}",
                    f"source {shlex.quote(self.site_file)}"],
             # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation (one core per rank);
-            # a rank that fails ends its peers at once, as in the sbatch scripts (else they wait out the rendezvous)
-            srun_args=[f"--cpus-per-task={args.cpus_per_task}", "--kill-on-bad-exit=1"],
+            # a rank that fails ends its peers at once, as in the sbatch scripts (else they wait out the rendezvous);
+            # each rank's cores in order, beside its GPU (site.sh's SCALELAB_SRUN_BIND, as the sbatch scripts)
+            srun_args=[f"--cpus-per-task={args.cpus_per_task}", "--kill-on-bad-exit=1",
+                       *shlex.split(site.get("SCALELAB_SRUN_BIND", ""))],
             gres=gres_request(gpus, gres_type),
         )
         return executor
