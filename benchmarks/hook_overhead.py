@@ -27,11 +27,14 @@ DEFAULT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "60"]
 
 def step_ms(args, devices, hook, out) -> tuple:
     """(the median step of one run, train.py's own figure, in ms; the reduce op its step's gradient collective
-    recorded: the hook's SUM, or none recorded without the hook: DDP's own all-reduce runs in C++, unseen)."""
+    recorded: SUM both ways, the hook's after a divided loss, DDP's own after dividing as it copies)."""
     env = {**os.environ, "SCALELAB_NO_COMM_TIMING": "0" if hook else "1"}
     before = set(glob.glob(os.path.join(out, "*", "result.json")))
-    subprocess.run([sys.executable, os.path.join(ROOT, "src", "train.py"), *args, "--devices", str(devices),
-                    "--output_dir", out], check=True, capture_output=True, env=env)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "src", "train.py"), *args, "--devices", str(devices),
+                           "--output_dir", out], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"hook_overhead.py: train.py {'with' if hook else 'without'} the hook failed "
+                 f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     (path,) = set(glob.glob(os.path.join(out, "*", "result.json"))) - before
     result = json.load(open(path))
     ops = {w.get("op") for w in ((result.get("fingerprint") or {}).get("wire") or {}).values()} - {None}

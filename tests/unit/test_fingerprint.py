@@ -73,3 +73,19 @@ def test_several_dtypes_of_one_field_are_joined_and_compared_as_a_whole():
     assert fingerprint.comparable(mixed)["matmul_dtypes"] == ["bfloat16", "float32"]
     assert fingerprint.comparable({}) == {"matmul_dtypes": None, "attention": None, "param_dtypes": None,
                                           "grad_dtypes": None, "optimizer": None, "compiled": None}
+
+
+def test_a_run_that_asked_compile_and_ran_eager_says_so_as_it_ends(capsys):
+    from types import SimpleNamespace
+
+    from scalelab.train import say
+
+    eager = {**BF16, "compiled_graphs": 1, "compiled_steps": 0, "steps_after_warmup": 12}
+    ctx = SimpleNamespace(cfg=SimpleNamespace(compile=True, max_steps=20, max_epochs=None), resumed_from=None)
+    payload = {"timing": {"whole_run_s": 30.0, "steps": 20}, "fingerprint": eager}
+    say.done(ctx, payload, "out/r/result.json", [{}])
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "scalelab: ! torch.compile asked, 12 of 12 steps after warm-up ran eager (Dynamo fell back): these are not "
+        "a compiled step's times, and the report gives the run no speedup")
+    say.done(ctx, {**payload, "fingerprint": {**eager, "compiled_steps": 12}}, "out/r/result.json", [{}])
+    assert len(capsys.readouterr().out.splitlines()) == 1  # it ran compiled: the summary line alone

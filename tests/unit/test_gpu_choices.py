@@ -204,3 +204,19 @@ def test_the_hosts_memory_is_what_the_kernel_or_the_cgroup_leaves(tmp_path):
     (task / "memory.max").write_text("3000000000\n")  # the tightest of them counts
     assert room() == (3e9 - 100, "its cgroup's memory.max")
     assert memcheck.host_memory(str(tmp_path / "none"))[0] == float("inf")
+
+
+def test_the_torch_a_gpu_cluster_may_bring_is_no_older_than_the_one_the_tests_run():
+    """setup.cfg's torch floor is what a site's own CUDA build must reach: the version the Makefile pins and every
+    test runs. A lower floor promised APIs that version lacks (FSDP2's custom collectives and sum-only
+    reductions, the *_single collectives, Dynamo's ignore_compile_internals): a traceback on the first GPU run."""
+    import configparser
+    import re
+
+    from helpers import ROOT
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    (floor,) = re.findall(r"^torch>=([\d.]+)$", cfg["options"]["install_requires"], re.M)
+    (pin,) = re.findall(r"^TORCH\s*\?=\s*torch==([\d.]+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert floor.split(".")[:2] == pin.split(".")[:2], (floor, pin)
