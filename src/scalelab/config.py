@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from scalelab import config_flags, upgrades, workloads
-from scalelab.entry import STEPS, WORKERS, OneLineParser, bounded, env_rank, positive_float, prog_name
+from scalelab.entry import LEARNING_RATE, STEPS, WORKERS, OneLineParser, bounded, env_rank, prog_name
 from scalelab.errors import UsageError
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -140,7 +140,7 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
                         f"({_per_workload('batch_size')})")
     o.add_argument("--scaling", choices=("weak", "strong"),
                    help="weak: batch per device fixed, global batch grows; strong: global batch fixed and split")
-    o.add_argument("--learning_rate", type=positive_float, help=f"({_per_workload('learning_rate')})")
+    o.add_argument("--learning_rate", type=LEARNING_RATE, help=f"({_per_workload('learning_rate')})")
     o.add_argument("--max_epochs", type=bounded(int, 1, 10**6, "epochs"), help=f"({_per_workload('max_epochs')})")
     o.add_argument("--max_steps", type=STEPS,
                    help=f"stop after this many optimizer steps ({_per_workload('max_steps')})")
@@ -216,13 +216,16 @@ def _new_model_names(argv: list, prog: str) -> list:
 def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str) -> dict:
     import yaml
 
-    from scalelab import results
+    from scalelab import files, results
+    from scalelab.errors import ResultError
 
     path = _config_path(given)
+    kind = "result" if os.path.basename(path) == "result.json" else "config"  # a run's settings: its result
     try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)  # a result.json too: JSON is YAML
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(files.read_text(path, kind))  # a result.json too: JSON is YAML
+    except ResultError as exc:
+        raise UsageError(f"--config {path}: {exc}") from None
+    except yaml.YAMLError as exc:
         raise UsageError(f"--config {path}: not readable YAML ({str(exc).splitlines()[0]})") from None
     if data is None:
         return {}

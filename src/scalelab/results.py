@@ -18,8 +18,9 @@ import secrets
 import tempfile
 from typing import List, Optional, TypedDict
 
-from scalelab import __version__, schema, upgrades
+from scalelab import __version__, files, schema, upgrades
 from scalelab.errors import ResultError, UsageError
+from scalelab.files import atomic_write_bytes, atomic_write_json, atomic_write_text, nan_to_none  # noqa: F401
 from scalelab.redaction import as_read, scrub
 
 SCHEMA = "scalelab.result"
@@ -115,49 +116,6 @@ def envelope(kind: str, run_id: str) -> dict:
     """The fields every result starts with."""
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "kind": kind, "run_id": run_id,
             "created": now_iso()}
-
-
-def atomic_write_text(path: str, text: str) -> str:
-    return atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_bytes(path: str, data: bytes) -> str:
-    """Write to a temporary file in the same folder, fsync, then rename over the target."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
-    # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.errno and not exc.filename:  # a full disk names the file it hit
-            raise OSError(exc.errno, exc.strerror, path) from None
-        raise
-    return path
-
-
-def atomic_write_json(path: str, obj) -> str:
-    """Strict JSON (RFC 8259), as any reader takes it: a non-finite number (a diverged loss, a zero-time rate) is
-    written as null, "not measured", never as NaN or Infinity."""
-    return atomic_write_text(path, json.dumps(nan_to_none(obj), indent=1, default=str, allow_nan=False) + "\n")
-
-
-def nan_to_none(obj):
-    """obj with every NaN or infinite float, at any depth, as None (strict JSON has neither)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [nan_to_none(v) for v in obj]
-    return obj
 
 
 def ensure_output_dir(path: str, flag: str = "--output_dir"):
@@ -276,12 +234,8 @@ def validate(data) -> dict:
     return data
 
 
-def _read_json(path: str):
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise ResultError(f"unreadable ({exc.strerror})") from None
+def _read_json(path: str, kind: str = "result", root=None):
+    raw = files.read_bytes(path, kind, root)  # a regular file within its size, or files.Refused saying why
     if not raw.strip():
         raise ResultError("empty file")
     try:
@@ -304,10 +258,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def load(path: str) -> dict:
+def load(path: str, root=None) -> dict:
     """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
-    the report prints and exports comes from here."""
-    return validate(as_read(_read_json(path)))
+    the report prints and exports comes from here. root: the folder being read (a symlink out of it is refused)."""
+    return validate(as_read(_read_json(path, "result", root)))
 
 
 def attempt_key(result: dict):
@@ -354,27 +308,26 @@ def restarts(result: dict) -> int:
 
 
 def scan(root: str):
-    """Every result.json below root -> (results, [(path, reason)] for files that were skipped)."""
+    """Every result.json below root -> (results, [(path, reason)] for files that were skipped, and for folders that
+    could not be listed)."""
     results, skipped = [], []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            if name != "result.json":
-                continue
-            path = os.path.join(folder, name)
-            try:
-                data = load(path)
-            except ResultError as exc:
-                skipped.append((path, str(exc)))
-                continue
-            data["_path"] = path
-            results.append(data)
+    for folder, _, names in files.walk(root, skipped):
+        if "result.json" not in names:
+            continue
+        path = os.path.join(folder, "result.json")
+        try:
+            data = load(path, root)
+        except ResultError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        data["_path"] = path
+        results.append(data)
     return results, skipped
 
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    data = as_read(_read_json(path))
+    data = as_read(_read_json(path, "summary"))
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

@@ -16,10 +16,10 @@ import re
 import sys
 from typing import NamedTuple, Optional
 
-from scalelab import fingerprint, results
+from scalelab import files, fingerprint, results
 from scalelab.bench.collectives import collective_of
 from scalelab.config import LEVER_DEFAULTS
-from scalelab.entry import OneLineParser, positive_float, run_main
+from scalelab.entry import GBPS, OneLineParser, run_main
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.selfcheck_devices import device_sampler
@@ -368,17 +368,16 @@ def check(output_dir: str, expect_busbw=None, log_text=None) -> list:
 def main(argv=None) -> int:
     p = OneLineParser(prog="selfcheck.py", description=__doc__.splitlines()[0])
     p.add_argument("--output_dir", default="outputs/selfcheck")
-    p.add_argument("--expect_busbw", type=positive_float, help="GB/s the site's interconnect should give (nccl-tests "
+    p.add_argument("--expect_busbw", type=GBPS, help="GB/s the site's interconnect should give (nccl-tests "
                    "busbw at large messages); without it busbw is only shown")
     p.add_argument("--log", help="the job's log, to read NCCL's transport from (run with NCCL_DEBUG=INFO)")
     args = p.parse_args(argv)
     log_text = None
     if args.log:
         try:
-            with open(args.log, errors="replace") as fh:
-                log_text = fh.read()
-        except OSError as exc:
-            raise UsageError(f"--log {args.log}: {exc.strerror}") from None
+            log_text = files.read_text(args.log, "log")
+        except results.ResultError as exc:
+            raise UsageError(f"--log {args.log}: {exc}") from None
     verdicts = check(args.output_dir, args.expect_busbw, log_text)
     width = max(len(v.claim) for v in verdicts)
     for v in verdicts:

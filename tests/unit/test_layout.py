@@ -303,3 +303,48 @@ def test_each_concept_has_one_home():
     spelled = [module_name(p) for p in MODULES if module_name(p) != "scalelab.keys"
                and re.search(r"""\[\s*["']world_size["'],\s*["']num_nodes["'],\s*["']link["']\s*\]""", p.read_text())]
     assert not spelled, f"a configuration's key spelled out instead of keys.py's SCALE: {spelled}"
+
+
+def test_every_numeric_flag_of_every_entry_point_is_bounded():
+    """A number from a flag reaches arithmetic: unbounded, --bucket_mb 1e-320 or --tflops 1e308 ended in a traceback
+    and tiny values printed `nan %`. Every numeric flag's type is entry.bounded (or one of entry's named bounds built
+    with it), never a bare int or float, nor a converter that checks one side only."""
+    bare = re.compile(r"(?<!\w)type\s*=\s*(int|float)\b|\b(positive|nonneg)_(int|float)\b")
+    for path in (ROOT / "src").rglob("*.py"):
+        text = path.read_text()
+        assert not bare.search(text), f"{path.relative_to(ROOT)}: an unbounded numeric flag: {bare.search(text)[0]}"
+        if path.name != "entry.py":
+            for call in re.findall(r"number_type\((.*)", text):
+                assert "<" in call, f"{path.relative_to(ROOT)}: number_type({call} has no upper bound"
+
+
+# The only opens outside scalelab/files.py: the kernel's own files (/proc, /sys, cgroup), the package's own data, and
+# files the process itself writes and reads back (each with why). Everything a user or a run left behind is read
+# through files.read_bytes / read_text / walk: a regular file, in its folder, of its kind's size.
+OWN_FILES = {
+    "config.py": "the package's own configs/default-workload.txt",
+    "entry.py": "/dev/null, for a closed stdout at exit",
+    "selfcheck.py": "the write-rate probe's own new file",
+    "demo.py": "/proc/cpuinfo, and the demo's own log of its runs",
+    "train/guard/peers.py": "/proc/<pid>/stat",
+    "train/memcheck.py": "/proc/meminfo and the cgroup's memory files",
+    "testing/faults.py": "a test hook's own marker file",
+    "measure/cpushare.py": "/proc/self/task/*/schedstat",
+    "launch/cluster.py": "/proc/cpuinfo, /proc/self/stat",
+    "launch/cores.py": "sysfs (cpulists, NUMA nodes) and /proc's boot id",
+    "launch/netns.py": "/proc/<pid> of an emulated node",
+}
+
+
+def test_every_file_a_user_or_a_run_left_is_read_through_the_one_reader():
+    """A reader that opens a path itself trusts what it is: a FIFO named result.json hung the report for good, a
+    result linked to /dev/zero was read until memory ran out. Outside files.py only OWN_FILES open paths."""
+    opening = re.compile(r"(?<![\w.])open\(|os\.open\(|pd\.read_csv\(|pd\.read_json\(|os\.walk\(|os\.scandir\(|"
+                         r"os\.listdir\(|\.read_text\(|\.read_bytes\(")
+    for path in PACKAGE.rglob("*.py"):
+        name = str(path.relative_to(PACKAGE))
+        if name == "files.py" or name in OWN_FILES:
+            continue
+        found = [line.strip() for line in path.read_text().splitlines()
+                 if opening.search(line) and "files." not in line and not line.lstrip().startswith("#")]
+        assert not found, f"{name} opens a path itself (files.read_bytes / read_text / walk): {found[0]}"

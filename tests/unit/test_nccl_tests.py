@@ -6,7 +6,7 @@ import os
 import pytest
 
 from helpers import ROOT, _with_comm, make_result, run_script
-from scalelab import results
+from scalelab import files, results
 from scalelab.bench import allreduce, nccl_format, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
 from scalelab.perfmodel.network import bandwidths, plateau_busbw
@@ -785,18 +785,18 @@ def test_a_folder_scan_reads_the_logs_by_their_suffix_and_content(tmp_path, monk
     (tmp_path / "train.txt").write_text("epoch 1 loss 0.3\n")  # a log, not nccl-tests': passed over in silence
     (tmp_path / "cut.log").write_text(NEW.split("# Out of bounds")[0])  # nccl-tests', unfinished
     (tmp_path / "big.log").write_text(NEW + "#" * 64)
-    monkeypatch.setattr(nccl_tests, "MAX_BYTES", len(NEW) + 32)  # larger files are training logs
+    monkeypatch.setitem(files.LIMITS, "log", len(NEW) + 32)  # larger than a log holds: named, not read
     os.utime(tmp_path / "a.log", (0, 86400))
     found, skipped = nccl_tests.scan(str(tmp_path))
     assert [(r["run_id"], r["_path"]) for r in found] == [
         ("nccl-tests-a.log", str(tmp_path / "a.log")), ("nccl-tests-b/alps.out", str(tmp_path / "b" / "alps.out"))]
     assert found[0]["created"] == datetime.datetime(1970, 1, 2, tzinfo=datetime.timezone.utc).isoformat()
-    assert skipped == [(str(tmp_path / "cut.log"),
+    assert skipped == [(str(tmp_path / "big.log"), "0.0 MiB, more than a log file holds (0 MiB)"),
+                       (str(tmp_path / "cut.log"),
                         "truncated: 13 row(s) and no 'Avg bus bandwidth' line (the run did not finish)")]
     assert nccl_tests.load(str(tmp_path / "a.log"))[0]["run_id"] == "nccl-tests-a.log"
-    with pytest.raises(NcclTestsError, match=r"^unreadable \(No such file or directory\)$"):
+    with pytest.raises(results.ResultError, match=r"^unreadable \(No such file or directory\)$"):
         nccl_tests.load(str(tmp_path / "none.log"))
-    assert nccl_tests._too_big(str(tmp_path / "none.log"))  # gone meanwhile: not read
 
 
 def test_a_log_with_bytes_that_are_not_utf_8_is_still_read(tmp_path):
@@ -809,28 +809,31 @@ def test_a_log_with_bytes_that_are_not_utf_8_is_still_read(tmp_path):
     assert loaded["rows"] == nccl_tests.parse(NEW)[0]["rows"]
 
 
-def test_a_scan_passes_over_what_it_cannot_use_and_reads_on(tmp_path, monkeypatch):
-    """In name order: a training log, a log whose header comes after its first MiB (not sniffed, so not read),
-    a file that cannot be opened (permissions): each passed over in silence, the log after them still read. A
-    file of exactly MAX_BYTES is read; the limit is for larger ones."""
+def test_a_scan_passes_over_what_is_no_log_names_what_it_cannot_read_and_reads_on(tmp_path, monkeypatch):
+    """In name order: a training log, a log whose header comes after its first MiB (not sniffed, so not read), a
+    file that cannot be opened (permissions: named), a FIFO named like a SLURM log (named, never opened: opening it
+    would wait for a writer for ever): the log after them still read. A file of exactly the limit is read."""
     (tmp_path / "0-train.log").write_text("epoch 1: loss 0.5\n")
     (tmp_path / "1-late.log").write_text("step 1\n" * (MiB // 7 + 1) + NEW)  # 7 B a line: just over 1 MiB
     (tmp_path / "2-locked.log").write_text(NEW)
+    os.mkfifo(tmp_path / "2-slurm-1234.out")
     (tmp_path / "3-a100.log").write_text(NEW)
-    real_open = open
+    real_open = os.open
 
     def refusing(path, *args, **kwargs):
         if str(path).endswith("2-locked.log"):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(nccl_tests, "open", refusing, raising=False)
+    monkeypatch.setattr(files.os, "open", refusing)
     found, skipped = nccl_tests.scan(str(tmp_path))
-    assert [(r["run_id"], len(r["rows"])) for r in found] == [("nccl-tests-3-a100.log", 13)] and skipped == []
+    assert [(r["run_id"], len(r["rows"])) for r in found] == [("nccl-tests-3-a100.log", 13)]
+    assert skipped == [(str(tmp_path / "2-locked.log"), "unreadable (Permission denied)"),
+                       (str(tmp_path / "2-slurm-1234.out"), "a FIFO, not a file")]
     exact = tmp_path / "exact"
     exact.mkdir()
     (exact / "a.log").write_text(NEW)
-    monkeypatch.setattr(nccl_tests, "MAX_BYTES", len(NEW.encode()))
+    monkeypatch.setitem(files.LIMITS, "log", len(NEW.encode()))
     assert [r["run_id"] for r in nccl_tests.scan(str(exact))[0]] == ["nccl-tests-a.log"]
 
 

@@ -161,7 +161,7 @@ def test_a_malformed_reference_file_is_one_line(tmp_path, capsys, text, words):
 def test_cli_end_to_end_one_line_errors_and_exit_codes(tmp_path, good_ref):
     """As a nightly job sees it: a real subprocess, a missing file is one line, a failing folder exits 1."""
     proc = run_script("benchmark.py", "--output_dir", tmp_path / "good", "--reference", tmp_path / "nope.yaml")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read it" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unreadable" in proc.stderr
     assert "Traceback" not in proc.stderr
     slow = folder(tmp_path / "slow", two=100.0)
     proc = run_script("benchmark.py", "--output_dir", slow, "--reference", good_ref)
@@ -270,7 +270,7 @@ def test_a_good_reference_entry_loads_with_its_edges(tmp_path):
     assert reference.load(str(path)) == ok
     with pytest.raises(UsageError) as err:
         reference.load(str(tmp_path / "none.yaml"))
-    assert str(err.value) == f"--reference {tmp_path / 'none.yaml'}: cannot read it (No such file or directory)"
+    assert str(err.value) == f"--reference {tmp_path / 'none.yaml'}: unreadable (No such file or directory)"
     path.write_text("checks:\n  - name: [\n")
     with pytest.raises(UsageError) as err:
         reference.load(str(path))

@@ -14,7 +14,7 @@ import os
 import re
 import statistics
 
-from scalelab import redaction, results
+from scalelab import files, redaction, results
 from scalelab.bench.nccl_format import TYPE_NAMES
 from scalelab.numeric import spells_float
 from scalelab.perfmodel.network import GB, bench_summary, busbw_from_algbw
@@ -24,7 +24,6 @@ ITEMSIZE = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4,
             "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 SUFFIXES = (".log", ".txt", ".out")  # files under an outputs folder that may hold a log (SLURM's slurm-*.out)
 SNIFF_BYTES = 1 << 20  # a log's header is at its top: a file whose first MiB shows none is not read on
-MAX_BYTES = 64 << 20  # larger text files under an outputs folder are training logs, never all_reduce_perf's
 
 _RANK = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
                    r"\[([^\]]*)\]\s*(.*?)\s*$")
@@ -62,39 +61,25 @@ def scan(root: str):
     training and SLURM logs too.
     """
     found, skipped = [], []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
+    for folder, _, names in files.walk(root, []):  # results.scan names the folders it could not list
+        for name in names:
             path = os.path.join(folder, name)
-            if not name.endswith(SUFFIXES) or _too_big(path):
+            if not name.endswith(SUFFIXES):
                 continue
-            try:
-                with open(path, "rb") as fh:
-                    head = fh.read(SNIFF_BYTES).decode("utf-8", "replace")
-            except OSError:
-                continue
-            if not looks_like(head):
-                continue
-            try:
-                found += load(path, os.path.relpath(path, root))  # the folder in the name: logs of one name apart
+            try:  # a FIFO or a device named *.log is named, never opened; a big training log is sniffed only
+                head = files.read_text(path, "log", root, head=SNIFF_BYTES)
+                if looks_like(head):
+                    found += load(path, os.path.relpath(path, root), root)  # the folder in the name: one name apart
             except results.ResultError as exc:
                 skipped.append((path, str(exc)))
     return found, skipped
 
 
-def _too_big(path: str) -> bool:
-    try:
-        return os.path.getsize(path) > MAX_BYTES
-    except OSError:
-        return True
-
-
-def load(path: str, name: str = None) -> list:
+def load(path: str, name: str = None, root=None) -> list:
     """One all_reduce_perf log -> results (one per data type it measured, run_id "nccl-tests-" + name, the file's
-    name by default), or NcclTestsError saying why not."""
+    name by default), or NcclTestsError saying why not (files.Refused: not a regular file, too big for a log)."""
+    text = files.read_text(path, "log", root)
     try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8", "replace")
         created = _dt.datetime.fromtimestamp(os.path.getmtime(path), _dt.timezone.utc).isoformat(timespec="seconds")
     except OSError as exc:
         raise NcclTestsError(f"unreadable ({exc.strerror})") from None

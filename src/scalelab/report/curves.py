@@ -6,11 +6,14 @@ The time axis is the run's own training clock (elapsed_s: the sum of its step ti
 not in it); the loss is rank 0's, per optimizer step, drawn faintly, with its running mean over SMOOTH steps on top.
 """
 
+import io
 import os
 
 import pandas as pd
 from matplotlib.figure import Figure
 
+from scalelab import files
+from scalelab.errors import ResultError
 from scalelab.keys import SCALE
 from scalelab.report import labels, plots
 from scalelab.results import METRICS_FILE
@@ -22,18 +25,18 @@ COLUMNS = ("elapsed_s", "train_loss")
 def metrics_files(output_dir: str) -> dict:
     """Run folder name (= its run id, results.write) -> its metrics.csv, anywhere below output_dir."""
     found = {}
-    for folder, dirs, files in os.walk(output_dir):
-        dirs.sort()
-        if METRICS_FILE in files:
+    for folder, _, names in files.walk(output_dir, []):  # the report names what it could not list (results.scan)
+        if METRICS_FILE in names:
             found.setdefault(os.path.basename(folder), os.path.join(folder, METRICS_FILE))
     return found
 
 
-def read_curve(path: str):
-    """(elapsed_s, train_loss) rows of one run's metrics.csv, in step order; None when it has none."""
+def read_curve(path: str, root=None):
+    """(elapsed_s, train_loss) rows of one run's metrics.csv, in step order; None when it has none (or it is no
+    regular file of a metrics file's size: files.read_bytes)."""
     try:
-        frame = pd.read_csv(path)
-    except (OSError, ValueError):
+        frame = pd.read_csv(io.BytesIO(files.read_bytes(path, "metrics", root)))
+    except (ResultError, ValueError):
         return None
     if not set(COLUMNS) <= set(frame.columns):
         return None
@@ -60,7 +63,7 @@ def loss_figure(label: str, curves: list, scaling: pd.DataFrame) -> Figure:
 
 def figures(output_dir: str, runs: pd.DataFrame, scaling: pd.DataFrame) -> tuple:
     """([(file name, Figure)] for every group with a curve, the note line on runs left out (None if none))."""
-    files = metrics_files(output_dir)
+    found = metrics_files(output_dir)
     ok = runs[runs["status"] == "completed"].sort_values("created")
     out, missing = [], 0
     for group, g in scaling.groupby("group", sort=False):
@@ -68,7 +71,7 @@ def figures(output_dir: str, runs: pd.DataFrame, scaling: pd.DataFrame) -> tuple
         configs = ok[ok["group"] == group].groupby(SCALE, sort=True)
         names = labels.names(pd.DataFrame([key for key, _ in configs], columns=SCALE))
         for name, (_, c) in zip(names, configs):
-            newest = [read_curve(files[r]) if r in files else None for r in c["run_id"]][::-1]
+            newest = [read_curve(found[r], output_dir) if r in found else None for r in c["run_id"]][::-1]
             frame = next((f for f in newest if f is not None), None)
             missing += len(c) - sum(f is not None for f in newest)
             if frame is not None:

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from scalelab import results, upgrades
-from scalelab.errors import UsageError
+from scalelab import files, results, upgrades
+from scalelab.errors import ResultError, UsageError
 from scalelab.numeric import finite, finite_real, known
 from scalelab.report import plausible
 
@@ -42,11 +42,11 @@ def load(path: str) -> list:
     """The checks of a reference file, validated: any problem is a UsageError naming the file and entry."""
     import yaml
 
-    try:
-        with open(path, encoding="utf-8") as fh:  # UTF-8 whatever the locale: the file travels
-            data = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 10x faster
-    except OSError as exc:
-        raise UsageError(f"--reference {path}: cannot read it ({exc.strerror})") from None
+    try:  # UTF-8 whatever the locale: the file travels; a regular file of a reference file's size
+        text = files.read_bytes(path, "reference").decode("utf-8")
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's: 10x faster
+    except ResultError as exc:
+        raise UsageError(f"--reference {path}: {exc}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not UTF-8 (a Latin-1 editor): no line, the byte
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

@@ -1,0 +1,192 @@
+"""The one way scalelab reads a file a user or a run left behind, and the one way it writes one.
+
+Reading (`read_bytes`, `read_text`, `walk`): a regular file only (a FIFO would block forever, a device such as
+/dev/zero never ends, a socket or a folder is no file); a symlink only where it stays inside the folder being read
+(`root`); opened without blocking and checked again once open (the name may have changed in between); at most
+LIMITS[kind] bytes (a file above it is refused, not read until memory runs out); within READ_DEADLINE_S (a hung
+network filesystem). What is refused raises Refused, one line naming why; `walk` names every folder it cannot list
+instead of passing it by.
+
+Writing (`atomic_write_bytes`, `atomic_write_text`, `atomic_write_json`): into a temporary file beside the target,
+flushed to disk, then renamed over it, so no reader ever sees half a file; never over something that is not a
+regular file (a FIFO, a device, a symlink: the rename would replace the link, or the write would go where it
+points); a failure (a full disk) names the file in one line. Torch-free: every reader and writer of the package
+imports it.
+"""
+
+import concurrent.futures
+import json
+import math
+import os
+import secrets
+import stat
+import threading
+
+from scalelab.errors import ResultError
+
+MiB = 2**20
+# The most a file of each kind may hold (bytes). A result: make demo's GPT at 2 ranks is about 110 KB; 8 ranks of a
+# 100,000-step run about 60 MB. A log: a week of NCCL_DEBUG=INFO. A run's metrics.csv: a row per step.
+LIMITS = {"result": 128 * MiB, "summary": 16 * MiB, "log": 256 * MiB, "metrics": 64 * MiB, "reference": 4 * MiB,
+          "config": 4 * MiB}
+READ_DEADLINE_S = 30.0  # one file's read, start to end
+
+
+class Refused(ResultError):
+    """A file scalelab will not read (or write): its kind, its size, where it leads; the message says which."""
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: str, root=None) -> os.stat_result:
+    """The file's own stat where `path` is a regular file (or a symlink to one inside `root`), else Refused."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise Refused(f"unreadable ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        target = os.path.realpath(path)
+        if root is not None and os.path.commonpath([target, os.path.realpath(root)]) != os.path.realpath(root):
+            raise Refused(f"a symlink out of the folder (to {target})")
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise Refused(f"a broken symlink ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{_kind_of(st.st_mode)}, not a file")
+    return st
+
+
+def read_bytes(path: str, kind: str, root=None, head=None) -> bytes:
+    """The whole of a regular file of `kind` (LIMITS), or Refused saying why not (see the module's docstring);
+    head: only its first `head` bytes (a sniff of what it is), whatever its size."""
+    limit = LIMITS[kind]
+    st = check_regular(path, root)
+    if st.st_size > limit and head is None:
+        raise Refused(f"{st.st_size / MiB:.1f} MiB, more than a {kind} file holds ({limit / MiB:.0f} MiB)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise Refused(f"unreadable ({exc.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the check and the open
+            raise Refused("not a regular file once opened")
+        if head is not None:
+            return _read_within(fd, head, READ_DEADLINE_S, exact=False)
+        return _read_within(fd, limit, READ_DEADLINE_S)
+    finally:
+        os.close(fd)
+
+
+def _read_within(fd: int, limit: int, seconds: float, exact: bool = True) -> bytes:
+    """Up to limit + 1 bytes of fd (exact: more than `limit` is Refused; else the first `limit`), read by the reader
+    thread, waited for at most `seconds`. A read that does not return (a hung network filesystem) is left to its
+    thread, and the next file gets a thread of its own."""
+    global _reader
+    with _reader_lock:
+        if _reader is None:
+            _reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scalelab-read")
+        pending = _reader.submit(_read_fd, fd, limit)
+    try:
+        data = pending.result(timeout=seconds)
+    except concurrent.futures.TimeoutError:
+        with _reader_lock:
+            _reader.shutdown(wait=False)
+            _reader = None
+        raise Refused(f"not read within {seconds:g} s (a hung filesystem?)") from None
+    except OSError as exc:
+        raise Refused(f"unreadable ({exc.strerror})") from None
+    if len(data) > limit:
+        if not exact:
+            return data[:limit]
+        raise Refused(f"grew past what a file of its kind holds ({limit / MiB:.0f} MiB) while it was read")
+    return data
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 8 * MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+_reader, _reader_lock = None, threading.Lock()
+
+
+def read_text(path: str, kind: str, root=None, head=None) -> str:
+    """read_bytes as text: UTF-8, a byte that is not UTF-8 shown as U+FFFD (a log's stray bytes stay readable)."""
+    return read_bytes(path, kind, root, head).decode("utf-8", "replace")
+
+
+def walk(root: str, unlisted: list):
+    """os.walk(root) in sorted order, never into a symlinked folder; each folder it cannot list is appended to
+    `unlisted` as (path, why), never passed by in silence."""
+    def listed_not(exc):
+        unlisted.append((exc.filename or root, f"cannot be listed ({exc.strerror})"))
+
+    for folder, dirs, files in os.walk(root, onerror=listed_not):
+        dirs.sort()
+        yield folder, dirs, sorted(files)
+
+
+# --- writing -----------------------------------------------------------------------------------------------------
+
+def atomic_write_text(path: str, text: str) -> str:
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str, data: bytes) -> str:
+    """Write to a temporary file in the same folder, fsync, then rename over the target (a regular file or nothing:
+    a FIFO, a device or a symlink there is Refused, and stays as it was)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else _kind_of(st.st_mode)
+        raise Refused(f"not written: {path} is {what}, not a file scalelab replaces")
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+    # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and not exc.filename:  # a full disk names the file it hit
+            raise OSError(exc.errno, exc.strerror, path) from None
+        raise
+    return path
+
+
+def atomic_write_json(path: str, obj) -> str:
+    """Strict JSON (RFC 8259), as any reader takes it: a non-finite number (a diverged loss, a zero-time rate) is
+    written as null, "not measured", never as NaN or Infinity."""
+    return atomic_write_text(path, json.dumps(nan_to_none(obj), indent=1, default=str, allow_nan=False) + "\n")
+
+
+def nan_to_none(obj):
+    """obj with every NaN or infinite float, at any depth, as None (strict JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [nan_to_none(v) for v in obj]
+    return obj

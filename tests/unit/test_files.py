@@ -1,0 +1,136 @@
+"""The one reader and the one writer (scalelab/files.py), on real files of every kind a folder can hold: each is read
+or refused in one line, never waited on, never read without end, never written through."""
+
+import os
+import stat
+import threading
+
+import pytest
+
+from helpers import make_result
+from scalelab import files, results
+from scalelab.errors import ResultError
+
+
+def write_result(folder, run_id="r1"):
+    folder.mkdir(parents=True, exist_ok=True)
+    results.atomic_write_json(str(folder / "result.json"), make_result(run_id, 1))
+    return folder / "result.json"
+
+
+def scan_within(root, seconds=20):
+    """results.scan on another thread, waited for at most `seconds`: a reader that blocks fails here, not hangs."""
+    got = []
+    worker = threading.Thread(target=lambda: got.append(results.scan(str(root))), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "the scan blocked"
+    return got[0]
+
+
+def test_a_fifo_named_result_json_is_named_and_never_opened(tmp_path):
+    """Opening a FIFO for reading waits for a writer: the report hung for good, with no output."""
+    write_result(tmp_path / "good")
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "result.json")
+    found, skipped = scan_within(tmp_path)
+    assert [r["run_id"] for r in found] == ["r1"]
+    assert skipped == [(str(tmp_path / "fifo" / "result.json"), "a FIFO, not a file")]
+
+
+def test_a_result_linked_to_a_device_or_out_of_the_folder_is_refused(tmp_path):
+    """/dev/zero never ends (read until memory ran out, then a MemoryError traceback); a link out of the folder
+    reads what the folder's owner did not put there."""
+    outside = write_result(tmp_path / "elsewhere")
+    root = tmp_path / "outputs"
+    write_result(root / "good")
+    for name, target in (("zero", "/dev/zero"), ("out", str(outside))):
+        (root / name).mkdir()
+        os.symlink(target, root / name / "result.json")
+    (root / "in").mkdir()
+    os.symlink(root / "good" / "result.json", root / "in" / "result.json")  # inside the folder: read
+    found, skipped = scan_within(root)
+    assert sorted(r["_path"] for r in found) == [str(root / "good" / "result.json"), str(root / "in" / "result.json")]
+    assert dict(skipped) == {str(root / "out" / "result.json"): f"a symlink out of the folder (to {outside})",
+                             str(root / "zero" / "result.json"): "a symlink out of the folder (to /dev/zero)"}
+    with pytest.raises(files.Refused, match="^a character device, not a file$"):
+        files.read_bytes("/dev/zero", "result")  # named directly: still no device
+
+
+def test_a_folder_named_result_json_and_a_broken_link_are_named(tmp_path):
+    (tmp_path / "a" / "result.json").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    os.symlink(tmp_path / "gone", tmp_path / "b" / "result.json")
+    _, skipped = scan_within(tmp_path)
+    assert dict(skipped)[str(tmp_path / "b" / "result.json")].startswith("a broken symlink")
+    with pytest.raises(files.Refused, match="^a folder, not a file$"):
+        files.read_bytes(str(tmp_path / "a" / "result.json"), "result")
+
+
+def test_a_file_larger_than_its_kind_holds_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = write_result(tmp_path / "big")
+    monkeypatch.setitem(files.LIMITS, "result", os.path.getsize(path) - 1)
+    _, skipped = scan_within(tmp_path)
+    assert len(skipped) == 1 and "more than a result file holds" in skipped[0][1]
+    monkeypatch.setitem(files.LIMITS, "result", os.path.getsize(path))  # exactly the limit: read
+    assert len(scan_within(tmp_path)[0]) == 1
+    assert files.read_bytes(str(path), "result", head=10) == path.read_bytes()[:10]  # a sniff reads its head only
+
+
+def test_a_folder_that_cannot_be_listed_is_named_not_passed_by(tmp_path, monkeypatch):
+    """As root every folder reads; a listing error (permissions on a shared filesystem, a vanished mount) is made
+    here the way os.walk meets it."""
+    write_result(tmp_path / "good")
+    (tmp_path / "locked").mkdir()
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    found, skipped = scan_within(tmp_path)
+    assert len(found) == 1 and skipped == [(str(tmp_path / "locked"), "cannot be listed (Permission denied)")]
+
+
+def test_a_read_that_does_not_return_is_given_up_after_the_deadline(tmp_path, monkeypatch):
+    """A hung network filesystem: the read never returns; the reader gives up in one line and the next file reads."""
+    path = write_result(tmp_path / "a")
+    release = threading.Event()
+    real = files._read_fd
+
+    def hung(fd, limit):
+        release.wait(30)
+        return real(fd, limit)
+
+    monkeypatch.setattr(files, "_read_fd", hung)
+    monkeypatch.setattr(files, "READ_DEADLINE_S", 0.3)
+    with pytest.raises(files.Refused, match=r"^not read within 0.3 s \(a hung filesystem\?\)$"):
+        files.read_bytes(str(path), "result")
+    monkeypatch.setattr(files, "_read_fd", real)
+    assert files.read_bytes(str(path), "result") == path.read_bytes()  # a fresh reader thread
+    release.set()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder"])
+def test_a_write_never_goes_through_what_is_not_a_regular_file(tmp_path, kind):
+    """The rename would replace a symlink (or the write go where it points), a FIFO would be replaced under its
+    reader: refused, and what was there stays."""
+    target, elsewhere = tmp_path / "result.json", tmp_path / "elsewhere.txt"
+    elsewhere.write_text("keep")
+    {"fifo": lambda: os.mkfifo(target), "symlink": lambda: os.symlink(elsewhere, target),
+     "folder": lambda: target.mkdir()}[kind]()
+    before = os.lstat(target).st_mode
+    with pytest.raises(files.Refused, match=r"^not written: .* is (a FIFO|a symlink|a folder), not a file"):
+        files.atomic_write_text(str(target), "{}")
+    assert os.lstat(target).st_mode == before and elsewhere.read_text() == "keep"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_write_replaces_a_regular_file_whole_and_a_refusal_is_a_result_error(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("old")
+    files.atomic_write_text(str(path), "new")
+    assert path.read_text() == "new" and stat.S_ISREG(os.lstat(path).st_mode)
+    assert issubclass(files.Refused, ResultError)  # every reader already says a ResultError in one line
