@@ -16,16 +16,28 @@ ENV_NAMES = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"
 # the test hooks of scalelab/testing/faults.py: never part of a result
 ENV_NOT_RECORDED = {"SCALELAB_FAULT", "SCALELAB_FAULT_WEDGED"}
 # A name looks secret when one of its parts (split at _ - . or camelCase) is, or ends in, one of these.
-_SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential",
-                 "credentials", "auth", "cookie", "private", "signature", "session", "sessionid", "pat",
-                 "authorization")
+_SECRET_PARTS = ("key", "keys", "token", "secret", "secrets", "password", "passwd", "passphrase", "pwd", "pass",
+                 "credential", "credentials", "cred", "creds", "auth", "cookie", "private", "signature", "sig",
+                 "session", "sessionid", "pat", "jwt", "authorization")
+# An environment variable's value is kept only where its name is on the allow-list and holds none of these stems
+# anywhere in it (NCCL_IB_PKEY, SLURM_JOB_PASSWORDS, SCALELAB_X_CREDS: recorded as set, without the value): for the
+# environment the spelling does not decide, the allow-list does, and a near miss costs a value, never a secret.
+_ENV_SECRET_STEMS = ("KEY", "TOKEN", "SECRET", "PASS", "PWD", "CRED", "AUTH", "COOKIE", "PRIVATE", "SIG", "JWT",
+                     "SESSION", "CERT", "BEARER")
 REDACTED = "<redacted>"
+PRESENT = "<set>"  # an allowed variable whose name holds a secret's stem: it was set, its value is not recorded
 # A secret inside a value: a URL's user:password@ (git, S3, proxies, MLflow/W&B hosts), `Bearer <token>`, and
-# NAME=value / NAME: value / --NAME value where NAME looks secret (a job comment, a logged command line).
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_VALUE = r"""(?P<value>"[^"]*"|'[^']*'|[^\s&;,'"]+)"""
-_NAMED_VALUES = (re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s*(?:=|:(?!//))\s*)" + _VALUE),
+# NAME=value / NAME: value / "NAME": value / --NAME value where NAME looks secret (a job comment, a logged command
+# line, a JSON text, a URL's query). Each pattern starts only where a name starts (a look-behind), and a quoted
+# value with no closing quote runs to the end of the text: every pattern is linear in the text's length (the old
+# ones backtracked from every character of a long word: 11 s for 20,000 characters).
+_URL_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_AUTH_SCHEMES = ("bearer", "basic", "token", "digest", "negotiate")  # HTTP Authorization's (RFC 9110)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+(?!<redacted>)[A-Za-z0-9._~+/=-]+")
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization\s*:\s*[A-Za-z]+)\s+(?!<redacted>)[^\s,;]+")
+_VALUE = r"""(?P<value>"[^"]*(?:"|$)|'[^']*(?:'|$)|[^\s&;,'"]+)"""
+_NAMED_VALUES = (re.compile(r"(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>[\"']?\s*(?:=|:(?!//))\s*)"
+                            + _VALUE),
                  re.compile(r"(?<![\w-])(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>\s+)" + _VALUE))  # --token abc
 
 
@@ -46,11 +58,14 @@ def redact(text: str) -> str:
         return text
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)  # `Authorization: token X`: X
 
     def named(m):
-        if not looks_secret(m.group("name")) or m.group("value") in (REDACTED, "Bearer", "Basic"):
-            return m.group(0)
-        return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+        value = m.group("value").strip("\"'")
+        if not looks_secret(m.group("name")) or value == REDACTED or value.lower() in _AUTH_SCHEMES:
+            return m.group(0)  # `Authorization: token <redacted>`: the scheme stays, its credentials went above
+        quote = m.group("value")[:1] if m.group("value")[:1] in "\"'" else ""
+        return f"{m.group('name')}{m.group('sep')}{quote}{REDACTED}{quote}"
 
     for pattern in _NAMED_VALUES:
         text = pattern.sub(named, text)
@@ -58,12 +73,17 @@ def redact(text: str) -> str:
 
 
 def capture_environment(environ=None) -> dict:
-    """The allowed variables (ENV_PREFIXES, ENV_NAMES), none with a secret-looking name, each value redacted."""
+    """The allowed variables (ENV_PREFIXES, ENV_NAMES), each value redacted; one whose name holds a secret's stem
+    anywhere (_ENV_SECRET_STEMS) is recorded as set (PRESENT), its value not. Nothing else is recorded."""
     environ = os.environ if environ is None else environ
-    return {
-        k: redact(v) for k, v in sorted(environ.items())
-        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and k not in ENV_NOT_RECORDED and not looks_secret(k)
-    }
+    return {k: PRESENT if env_name_secret(k) else redact(v) for k, v in sorted(environ.items())
+            if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and k not in ENV_NOT_RECORDED}
+
+
+def env_name_secret(name: str) -> bool:
+    """Whether an environment variable's name holds a secret's stem anywhere (not only as a whole part)."""
+    upper = str(name).upper()
+    return looks_secret(name) or any(stem in upper for stem in _ENV_SECRET_STEMS)
 
 
 def scrub(obj):

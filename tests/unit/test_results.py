@@ -27,7 +27,8 @@ def test_environment_capture_is_an_allow_list_without_secrets():
     env = {"NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "4",
            "HOME": "/root", "WANDB_API_KEY": "x", "NCCL_SECRET_TOKEN": "y", "PATH": "/bin"}
     assert redaction.capture_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO",
-                                                 "OMP_NUM_THREADS": "4", "SLURM_JOB_ID": "42"}
+                                                 "NCCL_SECRET_TOKEN": "<set>", "OMP_NUM_THREADS": "4",
+                                                 "SLURM_JOB_ID": "42"}
 
 
 @pytest.mark.parametrize("name, secret", [
@@ -51,10 +52,14 @@ def test_every_allowed_prefix_and_name_is_kept_and_nothing_else():
                "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "GROUP_RANK": "0",
                # AMD GPUs: SLURM sets ROCR_VISIBLE_DEVICES; HIP_*, HSA_* and RCCL_* steer the runtime and RCCL
                "ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "0", "HSA_A": "1", "RCCL_A": "1"}
-    dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x",
-               "SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k"}
-    captured = redaction.capture_environment({**dropped, **allowed})
-    assert captured == allowed and list(captured) == sorted(allowed)  # sorted: equal environments, equal files
+    dropped = {"SCALELAB_FAULT": "exit@step=1", "XNCCL_A": "1", "nccl_a": "1", "RANKS": "2", "PYTHONPATH": "/x"}
+    # allowed names that hold a secret's stem anywhere: recorded as set, never their value (a spelling the old
+    # deny-list lacked, a plural, an abbreviation, a stem inside a part)
+    present = {"SLURM_JOB_PASSWORD": "p", "CUDA_TOKEN": "t", "GLOO_SOCKET_KEY": "k", "SCALELAB_X_SECRETS": "s",
+               "NCCL_API_KEYS": "k", "SLURM_DB_PASS": "p", "TORCH_JWT": "j", "SUBMITIT_CREDS": "c", "NCCL_IB_PKEY": "1"}
+    captured = redaction.capture_environment({**dropped, **present, **allowed})
+    assert captured == {**allowed, **dict.fromkeys(present, "<set>")}
+    assert list(captured) == sorted(captured)  # sorted: equal environments, equal files
 
 
 def test_scrub_drops_secret_keys_inside_lists_and_tuples_and_keeps_every_value_else():
@@ -189,7 +194,8 @@ def test_version_1_results_are_read_under_the_current_names(tmp_path):
                              "comm_busy_s": 0.008, "comm_alone_s": 0.005, "hidden_comm_s": 0.004, "overlap": 0.5,
                              "comm_share": 0.04, "step_s": 0.104, "grad_bytes": 8_000_000, "bucket_bytes": [8_000_000],
                              "buckets": 1, "train_busbw_GBps": 1.0}
-    old["ranks"] = [{"rank": 0, "comm_busy_s": [0.008], "comm_alone_s": [0.005], "step_times_s": [0.104]}]
+    old["ranks"] = [{"rank": k, "comm_busy_s": [0.008], "comm_alone_s": [0.005], "step_times_s": [0.104]}
+                    for k in range(2)]
     path = tmp_path / "v1" / "result.json"
     path.parent.mkdir()
     path.write_text(json.dumps(old))
@@ -200,8 +206,8 @@ def test_version_1_results_are_read_under_the_current_names(tmp_path):
                                       "hidden_fraction": 0.5, "comm_share": 0.04,
                                       "grad_bytes": 8_000_000, "bucket_bytes": [8_000_000], "buckets": 1,
                                       "ddp_busbw_GBps": 1.0}
-    assert data["ranks"] == [{"rank": 0, "allreduce_times_s": [0.008], "allreduce_alone_times_s": [0.005],
-                              "step_times_s": [0.104]}]
+    assert data["ranks"] == [{"rank": k, "allreduce_times_s": [0.008], "allreduce_alone_times_s": [0.005],
+                              "step_times_s": [0.104]} for k in range(2)]
     new = make_result("v2", 2, model="gpt")
     new["timing"]["comm"] = data["timing"]["comm"]
     reports = []
@@ -228,8 +234,8 @@ def _version_2(run_id):
                        "whole_run_s": 5.0,
                        "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002, "step_s": 0.01}},
             "metrics": {"final_train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9},
-            "ranks": [{"rank": 0, "step_times_s": [0.01], "grads_ready_s": [0.008], "allreduce_s": [0.003],
-                       "allreduce_alone_s": [0.002]}]}
+            "ranks": [{"rank": k, "step_times_s": [0.01], "grads_ready_s": [0.008], "allreduce_s": [0.003],
+                       "allreduce_alone_s": [0.002]} for k in range(2)]}
 
 
 def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
@@ -246,15 +252,16 @@ def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
                              "whole_run_s": 5.0,  # comm's step_s was step_s.median again: dropped
                              "comm": {"compute_s": 0.008, "allreduce_s": 0.003, "waited_s": 0.002}}
     assert new["metrics"] == {"train_loss": 0.5, "val_loss": 0.6, "val_acc": 0.9}
-    assert new["ranks"] == [{"rank": 0, "step_times_s": [0.01], "grads_ready_times_s": [0.008],
-                             "allreduce_times_s": [0.003], "allreduce_alone_times_s": [0.002]}]
+    assert new["ranks"] == [{"rank": k, "step_times_s": [0.01], "grads_ready_times_s": [0.008],
+                             "allreduce_times_s": [0.003], "allreduce_alone_times_s": [0.002]} for k in range(2)]
     assert results.validate(dict(old, workload=dict(old["workload"], model="mlp", describe="transformer x")))[
         "workload"]["describe"] == "transformer x"  # only the GPT's own name is renamed
 
 
 def test_a_version_2_folder_reports_exactly_as_the_same_runs_written_now():
-    old = [_version_2("r1"), dict(_version_2("r2"), launch=dict(_version_2("r2")["launch"], world_size=4,
-                                                                 procs_per_node=4))]
+    four = _version_2("r2")
+    four["ranks"] = [dict(four["ranks"][0], rank=k) for k in range(4)]
+    old = [_version_2("r1"), dict(four, launch=dict(four["launch"], world_size=4, procs_per_node=4))]
     new = [make_result("r1", 2, model="gpt"), make_result("r2", 4, model="gpt")]
     for r in new:
         r["workload"]["global_batch"] = 128
@@ -469,11 +476,11 @@ def test_a_version_1_file_gets_the_current_names_in_comm_and_in_each_rank():
     old = make_result("v1")
     old["schema_version"] = 1
     old["timing"]["comm"] = {"exposed_comm_s": 1, "comm_busy_s": 2, "comm_alone_s": 3, "hidden_comm_s": 4,
-                             "overlap": 5, "train_busbw_GBps": 6, "compute_s": 7}
+                             "overlap": 0.5, "train_busbw_GBps": 6, "compute_s": 7}
     old["ranks"] = [{"comm_busy_s": [1], "comm_alone_s": [2], "rank": 0}]
     new = results.validate(old)
     assert new["schema_version"] == 3 and new["timing"]["comm"] == {
-        "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 5,
+        "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 0.5,
         "ddp_busbw_GBps": 6, "compute_s": 7}
     assert new["ranks"] == [{"allreduce_times_s": [1], "allreduce_alone_times_s": [2], "rank": 0}]
     assert old["schema_version"] == 1 and "exposed_comm_s" in old["timing"]["comm"]  # the caller's dict untouched
@@ -659,7 +666,7 @@ def test_requeue_supersede_looks_past_results_outside_slurm():
     ("git+https://ghp_abc123@github.com/a/b", "git+https://<redacted>@github.com/a/b"),
     ("sweep token=abc123 on gpu", "sweep token=<redacted> on gpu"),
     ("PASSWORD: hunter2", "PASSWORD: <redacted>"),
-    ('db_password="two words"', "db_password=<redacted>"),
+    ('db_password="two words"', 'db_password="<redacted>"'),  # the quotes kept: JSON and shell stay valid
     ("https://h/x?access_token=zz&page=2", "https://h/x?access_token=<redacted>&page=2"),
     ("train.py --comet_api_key K123 --max_steps 3", "train.py --comet_api_key <redacted> --max_steps 3"),
     ("curl -H 'Authorization: Bearer eyJ.abc'", "curl -H 'Authorization: Bearer <redacted>'"),
