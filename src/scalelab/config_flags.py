@@ -9,7 +9,7 @@ and train/loggers.without_key drops it from every command line scalelab hands on
 import argparse
 import os
 
-from scalelab.entry import DEVICES, NODES, THREADS, TIMEOUT_S, bounded
+from scalelab.entry import ACCUMULATE, BUCKET_MB, DEVICES, NODES, THREADS, TIMEOUT_S
 
 LOGGERS = ("csv", "tensorboard", "wandb", "comet", "none")  # --logger: Lightning's loggers (train/loggers.py)
 PROJECT = "scalelab"  # the wandb / comet project runs land in
@@ -35,13 +35,13 @@ def levers(g):
                    help="ddp: a full replica per device, gradients all-reduced (default); fsdp: parameters, gradients "
                         "and optimizer state sharded over the devices (PyTorch FSDP2), each block all-gathered as it "
                         "runs and its gradients reduce-scattered")
-    g.add_argument("--accumulate_grad_batches", type=bounded(int, 1, 10**4, "batches a step"),
+    g.add_argument("--accumulate_grad_batches", type=ACCUMULATE,
                    help="K batches per optimizer step: one all-reduce per K (DDP's no_sync for the others); the "
                         "global batch grows K-fold")
     g.add_argument("--comm_hook", type=comm_hook_type,
                    help="compress the gradients on the wire: none, fp16 or bf16 (half the bytes), powersgd[:RANK] "
                         "(low-rank, (m+n)*RANK per m x n matrix); changes the optimisation too")
-    g.add_argument("--bucket_cap_mb", type=bounded(float, 0.001, 10**5, "MB"), help="DDP's gradient bucket size (MB)")
+    g.add_argument("--bucket_cap_mb", type=BUCKET_MB, help="DDP's gradient bucket size (MB)")
     g.add_argument("--static_graph", action="store_true", default=None,
                    help="tell DDP the set of used parameters never changes (skips per-step bookkeeping); not with "
                         "--accumulate_grad_batches > 1")

@@ -18,8 +18,8 @@ from typing import NamedTuple, Optional
 
 from tqdm import tqdm
 
-from scalelab import config
-from scalelab.entry import OneLineParser, positive_float, positive_int, run_main
+from scalelab import config, entry
+from scalelab.entry import GBIT, OneLineParser, run_main
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
@@ -147,12 +147,12 @@ def build_parser() -> OneLineParser:
     p = OneLineParser(prog="scalelab.demo", description=__doc__.splitlines()[0])
     p.add_argument("--output_dir", default="outputs/demo")
     p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "gpt"])
-    p.add_argument("--link_gbit", type=positive_float, nargs="*", default=list(LINK_RATES),
+    p.add_argument("--link_gbit", type=GBIT, nargs="*", default=list(LINK_RATES),
                    help="rates of the emulated link between 2 nodes (none: skip the 2-node rungs)")
     p.add_argument("--precision", choices=("32", "bf16-mixed"), default="32",
                    help="the GPT's precision: bf16-mixed rehearses a GPU's default (autocast at every scale; the "
                         "MLP stays fp32, as on GPUs); 32, the default, gives the same figures on any CPU (docs/10)")
-    p.add_argument("--repeats", type=positive_int, default=REPEATS,
+    p.add_argument("--repeats", type=entry.REPEATS, default=REPEATS,
                    help=f"runs of each training rung of the ladder (default {REPEATS}: the report's 80 %% bands are "
                         "built from the scatter between repeats; 1 leaves them to an assumed scatter)")
     p.add_argument("--lever", type=parse_lever, metavar="NAME=V1,V2,...",

@@ -14,7 +14,6 @@ import re
 import sys
 
 from scalelab.errors import RunFailed, UsageError
-from scalelab.numeric import finite_real
 
 # The variables a launcher announces a process's global rank in, in the order they are trusted: torchrun's (and
 # Lightning's), srun's (launch/slurm_env.procid), a local launcher's. Read here, below config and launch/, so that
@@ -166,10 +165,6 @@ def number_type(convert, ok, expected: str):
     return parse
 
 
-positive_int = number_type(int, lambda v: v > 0, "a positive integer")
-nonneg_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = number_type(float, lambda v: 0 < v and finite_real(v), "a positive number")
-nonneg_float = number_type(float, lambda v: 0 <= v and finite_real(v), "a number >= 0")
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
 fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
@@ -201,6 +196,23 @@ WORKERS = bounded(int, 0, 64, "DataLoader processes each rank starts")
 TIMEOUT_S = bounded(float, 0.001, 86400, "seconds; a longer wait is a hang, the job's time limit ends it first")
 STEPS = bounded(int, 1, 10**9, "steps")
 PORT = bounded(int, 1024, 65535, "an unprivileged TCP port")
+# Quantities several entry points take, each bounded where a value stops being a measurement and starts breaking the
+# arithmetic (1e-320 MB buckets, a 1e308 TFLOP/s device: tracebacks and `nan %` before these bounds). Every numeric
+# flag of every entry point is one of these or a `bounded` of its own (tests/unit/test_layout.py checks it).
+LEARNING_RATE = bounded(float, 1e-12, 10.0, "a learning rate; larger diverges in its first step")
+GBIT = bounded(float, 1e-4, 1e5, "Gbit/s of a link, each direction")
+GBPS = bounded(float, 1e-6, 1e5, "GB/s")
+TFLOPS = bounded(float, 1e-6, 1e6, "TFLOP/s of one device")
+PRICE = bounded(float, 0.0, 1e6, "a price per GPU-hour")
+PERCENT = bounded(float, 1e-3, 1e3, "percent")
+STEP_SECONDS = bounded(float, 1e-7, 1e5, "seconds one step computes")
+LATENCY_US = bounded(float, 0.0, 1e7, "microseconds a ring step waits")
+BUCKET_MB = bounded(float, 0.001, 1e5, "MB a gradient bucket holds")
+BATCH = bounded(int, 1, 2**20, "samples in one step")
+GLOBAL_BATCH = bounded(int, 1, 2**30, "samples in one step over every device")
+SEQ_LEN = bounded(int, 1, 2**20, "tokens")
+ACCUMULATE = bounded(int, 1, 10**4, "batches a step")
+REPEATS = bounded(int, 1, 100, "runs a configuration")
 
 
 def glue_negative(argv: list, flags) -> list:

@@ -13,6 +13,7 @@ import sys
 
 from tabulate import tabulate
 
+from scalelab import entry
 from scalelab import perfmodel as pm
 from scalelab.config_flags import comm_hook_type
 from scalelab.entry import (
@@ -23,9 +24,6 @@ from scalelab.entry import (
     fraction,
     glue_negative,
     human_count,
-    nonneg_float,
-    positive_float,
-    positive_int,
     run_piped,
     unit_fraction,
 )
@@ -59,36 +57,36 @@ def parse_args(argv):
     for old, new, nargs in OLD_FLAGS:  # the names before one name per quantity: still read, not shown
         p.add_argument(old, dest=new, type=FORECAST_NODES if new == "num_nodes" else DEVICES, nargs=nargs,
                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    p.add_argument("--intra_GBps", type=positive_float, default=300.0,
+    p.add_argument("--intra_GBps", type=entry.GBPS, default=300.0,
                    help="intra-node GB/s per GPU, unidirectional (default 300: NVLink 3; NVLink 4 450, PCIe 4 31)")
-    p.add_argument("--inter_gbit", type=positive_float, default=200.0,
+    p.add_argument("--inter_gbit", type=entry.GBIT, default=200.0,
                    help="inter-node Gbit/s per node, unidirectional (default 200: HDR; NDR 400)")
-    p.add_argument("--intra_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
-    p.add_argument("--inter_latency_us", type=nonneg_float, default=0.0, help="per ring step (default 0)")
-    p.add_argument("--bucket_mb", type=positive_float, default=25.0,
+    p.add_argument("--intra_latency_us", type=entry.LATENCY_US, default=0.0, help="per ring step (default 0)")
+    p.add_argument("--inter_latency_us", type=entry.LATENCY_US, default=0.0, help="per ring step (default 0)")
+    p.add_argument("--bucket_mb", type=entry.BUCKET_MB, default=25.0,
                    help="DDP bucket size in MiB: latency is paid once per bucket (default 25)")
     for flag, default, what in (("--node_overhead", pm.NODE_OVERHEAD, "a node of several GPUs loses to its host"),
                                 ("--node_doubling", pm.NODE_DOUBLING, "each doubling of the node count costs")):
         p.add_argument(flag, type=unit_fraction, default=default, help=f"share of a step {what}, network or not "
                        "(default %(default)g: learned from published runs, docs/12)")
-    p.add_argument("--busbw_GBps", type=positive_float, nargs="+",
+    p.add_argument("--busbw_GBps", type=entry.GBPS, nargs="+",
                    help="measured all-reduce busbw (GB/s) replacing the link figures for node counts > 1: "
                         "one value for all, or one per node count > 1")
-    p.add_argument("--compute_s", type=positive_float, help="measured compute time of one step on 1 GPU")
-    p.add_argument("--seq_len", type=positive_int, help="tokens per sequence (default: the preset's)")
+    p.add_argument("--compute_s", type=entry.STEP_SECONDS, help="measured compute time of one step on 1 GPU")
+    p.add_argument("--seq_len", type=entry.SEQ_LEN, help="tokens per sequence (default: the preset's)")
     batch = p.add_mutually_exclusive_group()
-    batch.add_argument("--global_batch", type=positive_int,
+    batch.add_argument("--global_batch", type=entry.GLOBAL_BATCH,
                        help="sequences per step across one full node (16 on 8 GPUs = 2 per GPU)")
-    batch.add_argument("--batch_per_device", type=positive_int,
+    batch.add_argument("--batch_per_device", type=entry.BATCH,
                        help="sequences per GPU per step at one node (a result's batch_per_device)")
-    batch.add_argument("--batch_per_gpu", dest="batch_per_device", type=positive_int, help=argparse.SUPPRESS)
+    batch.add_argument("--batch_per_gpu", dest="batch_per_device", type=entry.BATCH, help=argparse.SUPPRESS)
     p.add_argument("--recompute", action="store_true", help="activation recomputation: k = 4 instead of 3")
-    p.add_argument("--tflops", type=positive_float, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989.5)")
+    p.add_argument("--tflops", type=entry.TFLOPS, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989.5)")
     p.add_argument("--mfu", type=fraction, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")
     p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
-    p.add_argument("--gpu_hour_price", type=nonneg_float, help="price per GPU-hour, for the cost columns")
+    p.add_argument("--gpu_hour_price", type=entry.PRICE, help="price per GPU-hour, for the cost columns")
     _lever_flags(p)
     return p.parse_args(argv)
 
@@ -99,7 +97,7 @@ def _lever_flags(p):
     lv.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp",
                     help="ddp: every GPU all-reduces the gradient; fsdp: sharded (needs --preset: its blocks are the "
                          "units gathered and scattered; docs/15)")
-    lv.add_argument("--accumulate", type=positive_int, default=1,
+    lv.add_argument("--accumulate", type=entry.ACCUMULATE, default=1,
                     help="batches per optimizer step (--accumulate_grad_batches): one all-reduce per K")
     lv.add_argument("--comm_hook", type=comm_hook_type, default="none",
                     help="none, fp16, bf16 (2 bytes an element on the wire) or powersgd[:RANK] (needs --preset)")

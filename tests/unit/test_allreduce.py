@@ -115,7 +115,7 @@ def no_process_group(monkeypatch):
     (["--min_bytes", "1M", "--max_bytes", "32K"], "--min_bytes 1 MiB is larger than --max_bytes 32 KiB"),
     (["--min_bytes", "128M"], "larger than --max_bytes 64 MiB"),  # the CPU default maximum
     (["--num_nodes", "2"], "--num_nodes 2 needs a launcher"),
-    (["--devices", "2", "--factor", "1"], "argument --factor: expected an integer >= 2, got '1'"),
+    (["--devices", "2", "--factor", "1"], "argument --factor: expected an integer from 2 to 1,024"),
     (["--max_bytes", "1.5G"], "argument --max_bytes: expected a size in bytes like 32K"),
     (["--dtype", "int8"], "argument --dtype: invalid choice"),
     (["--iters", "0"], "argument --iters: expected an integer from 1 to 1,000,000"),

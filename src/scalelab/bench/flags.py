@@ -18,7 +18,7 @@ DEFAULTS = {"max_bytes": ("4G", "64M"), "iters": (20, 20), "warmup_iters": (5, 5
 
 size_type = number_type(parse_size, lambda v: 0 < v <= 64 * 2**30,
                         "a size in bytes like 32K, 64M or 4G (1K = 1024), at most 64G (a buffer of this size is made)")
-factor_type = number_type(int, lambda v: v >= 2, "an integer >= 2")
+factor_type = bounded(int, 2, 1024, "the ratio of one size to the next")
 
 
 # --- flags ----------------------------------------------------------------------------------------

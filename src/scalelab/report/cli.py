@@ -13,7 +13,7 @@ import pandas as pd
 
 from scalelab import redaction, results
 from scalelab.bench import nccl_tests
-from scalelab.entry import FORECAST_NODES, OneLineParser, number_type, positive_float, run_piped
+from scalelab.entry import FORECAST_NODES, GBIT, PERCENT, PRICE, TFLOPS, OneLineParser, count, number_type, run_piped
 from scalelab.errors import UsageError
 from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference, trace
 from scalelab.report.frames import read_runs, scaling_frame
@@ -103,7 +103,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--ranks", action="store_true",
                    help="instead of the report: each rank of each multi-rank run, by host, with the slow ones flagged "
                         "and the sbatch --exclude= list to try next")
-    p.add_argument("--straggler_pct", type=positive_float, metavar="PCT",
+    p.add_argument("--straggler_pct", type=PERCENT, metavar="PCT",
                    help=f"with --ranks: flag a rank whose compute is more than PCT %% above the median rank's "
                         f"(default {ranks.DEFAULT_PCT:g})")
     p.add_argument("--forecast", action="store_true",
@@ -111,13 +111,13 @@ def build_parser() -> OneLineParser:
                         "on this folder's runs and all-reduce benchmarks, each with a band (chapter 13)")
     p.add_argument("--forecast_nodes", type=FORECAST_NODES, nargs="+", metavar="N",
                    help="with --forecast: these node counts instead of 1 2 4 8 16 32 64")
-    p.add_argument("--link_gbit", type=positive_float, metavar="GBIT",
+    p.add_argument("--link_gbit", type=GBIT, metavar="GBIT",
                    help="with --forecast: between nodes at this rate (Gbit/s per node), scaled from an emulated "
                         "link measured at another rate")
-    p.add_argument("--peak_tflops", type=positive_float, help="peak TFLOP/s per device for MFU (default: known GPUs)")
-    p.add_argument("--gpu_hour_price", type=positive_float, metavar="PRICE",
+    p.add_argument("--peak_tflops", type=TFLOPS, help="peak TFLOP/s per device for MFU (default: known GPUs)")
+    p.add_argument("--gpu_hour_price", type=PRICE, metavar="PRICE",
                    help="price of one device-hour: adds cost per 1K samples (and per token budget)")
-    p.add_argument("--token_budget", type=positive_float, metavar="TOKENS",
+    p.add_argument("--token_budget", type=count, metavar="TOKENS",
                    help="tokens to train (e.g. 2e9): adds time (and cost) to train them, per configuration")
     p.add_argument("--reference", metavar="FILE", help="check the folder against a reference file (YAML, ReFrame's "
                                                     "[value, lower, upper, unit] per quantity): PASS/FAIL and PERF "

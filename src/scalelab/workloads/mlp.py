@@ -5,7 +5,7 @@ data.spiral.
 """
 
 from scalelab import perfmodel
-from scalelab.entry import bounded, nonneg_float, unit_fraction
+from scalelab.entry import bounded, unit_fraction
 from scalelab.workloads.spec import Option, Workload, WorkloadSpec
 
 
@@ -39,7 +39,7 @@ SPEC = WorkloadSpec(
     # the run length `--model mlp` and `--config mlp` (the demo, the CPU jobs, submit.py) share
     defaults={"batch_size": 64, "learning_rate": 1e-3, "max_epochs": 3, "max_steps": None, "num_samples": 20000},
     options=(
-        Option("noise", 0.2, {"type": nonneg_float, "help": "spiral noise (mlp)"}),
+        Option("noise", 0.2, {"type": bounded(float, 0.0, 100.0, "spiral noise"), "help": "spiral noise (mlp)"}),
         Option("hidden_dims", [64, 32, 16], {"type": bounded(int, 1, 2**16, "units a layer"),
                                              "nargs": "+", "help": "hidden layer widths (mlp)"}),
         Option("dropout", 0.1, {"type": unit_fraction, "help": "dropout probability (mlp)"}),
