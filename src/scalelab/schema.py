@@ -11,6 +11,8 @@ import math
 from scalelab.errors import ResultError
 
 _MAX_RANKS = 10**6  # the bound of a world size or an index; a bigger one is a corrupt or hostile file
+MAX_STEPS = 10**6  # the most steps (batches) a rank's lists hold: a week of 1 s steps; a report stays linear in them
+MAX_SPAN_STEPS = 1000  # steps whose collectives a rank keeps as spans (train/clock.py keeps 60): the timeline's
 
 
 def _short(value) -> str:
@@ -104,6 +106,7 @@ def obj(fields: dict, rest=None, null=True, required=()):
 COUNT = num(0, integer=True)
 POSITIVE = num(1, _MAX_RANKS, integer=True)
 SECONDS = num(0)
+SHARE = num(0, 1)  # a fraction of a whole: a comm share, a hidden fraction, a share of a core
 ANY_NUMBER = num(None)
 SCALAR = either(text(), ANY_NUMBER, flag(), what="a string, a number, true/false or null")
 NAMES = seq(text())
@@ -123,27 +126,36 @@ WORKLOAD = obj({
     "bucket_cap_mb": num(0), "static_graph": flag(), "compile": flag(), "warmup_steps": COUNT, "max_steps": COUNT,
 }, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)  # group_key: all
 BYTES = num(0)
-COMM = obj({"bucket_bytes": seq(BYTES), "wire_bytes": seq(BYTES), "probe_steps": COUNT, "grad_bytes": BYTES},
-           rest=ANY_NUMBER)
+COMM = obj({"bucket_bytes": seq(BYTES, limit=MAX_STEPS), "wire_bytes": seq(BYTES, limit=MAX_STEPS),
+            "probe_steps": COUNT, "grad_bytes": BYTES, "comm_share": SHARE, "hidden_fraction": SHARE,
+            "waited_in_step": num(0, 1, integer=True), "slowed_s": ANY_NUMBER},
+           rest=SECONDS)  # every other field a time (compute_s, waited_s, ...) or a count or rate, never below 0
 # measure/devices.py: a rank's sampled device (ranks[i].devices) and the run's figures from them (timing.devices)
 DEVICES = obj({"source": text(), "note": text(), "energy_method": text(), "nvml_uuid": text(),
                "power_reading": text(choices=("instant", "average"))}, rest=ANY_NUMBER)
 TIMING = obj({
-    "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(num(0), holes=True),
+    "step_s": obj({}, rest=SECONDS), "epoch_times_s": seq(SECONDS), "comm": COMM, "had_cpu": seq(SHARE, holes=True),
     "warmup_steps": COUNT, "steps": COUNT, "timed_steps": COUNT, "samples_per_step": COUNT, "peak_note": text(),
     "samples_per_s": num(0), "tokens_per_s": num(0), "train_time_s": num(0), "mfu": num(0), "peak_tflops": num(0),
     "devices": DEVICES,
 }, rest=ANY_NUMBER, null=False)
+
+def steps(item, holes=False):
+    """A rank's per-step (per-batch) list: at most MAX_STEPS items."""
+    return seq(item, limit=MAX_STEPS, holes=holes)
+
+
 RANK = obj({
     "rank": num(0, _MAX_RANKS, integer=True), "local_rank": COUNT, "node_rank": COUNT, "host": text(),
-    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT), "threads": COUNT, "devices": DEVICES,
-    "step_times_s": seq(SECONDS), "grads_ready_times_s": seq(SECONDS), "allreduce_times_s": seq(SECONDS),
-    "allreduce_alone_times_s": seq(SECONDS), "epoch_times_s": seq(SECONDS), "losses": seq(ANY_NUMBER, holes=True),
-    "probe_steps": seq(COUNT), "short_steps": seq(COUNT), "buckets": seq(COUNT), "bucket_bytes": seq(BYTES),
-    "wire_bytes": seq(BYTES), "probe_cpu_s": seq(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}),
-    "forward_times_s": seq(SECONDS), "backward_times_s": seq(SECONDS),
-    "comm_spans_s": seq(seq(seq(ANY_NUMBER, length=2))), "step_ends": seq(COUNT), "after_read_steps": seq(COUNT),
-}, rest=either(SCALAR, seq(SCALAR, holes=True), what="a value or a list of values"), null=False)
+    "device": text(), "device_name": text(), "cpu_affinity": seq(COUNT, limit=2**20), "threads": COUNT,
+    "devices": DEVICES, "step_times_s": steps(SECONDS), "grads_ready_times_s": steps(SECONDS),
+    "allreduce_times_s": steps(SECONDS), "allreduce_alone_times_s": steps(SECONDS), "epoch_times_s": steps(SECONDS),
+    "losses": steps(ANY_NUMBER, holes=True), "probe_steps": steps(COUNT), "short_steps": steps(COUNT),
+    "buckets": steps(COUNT), "bucket_bytes": steps(BYTES), "wire_bytes": steps(BYTES),
+    "probe_cpu_s": steps(seq(ANY_NUMBER, length=2)), "fingerprint": obj({}), "forward_times_s": steps(SECONDS),
+    "backward_times_s": steps(SECONDS), "step_ends": steps(COUNT), "after_read_steps": steps(COUNT),
+    "comm_spans_s": seq(seq(seq(ANY_NUMBER, length=2), limit=10**4), limit=MAX_SPAN_STEPS),
+}, rest=either(SCALAR, seq(SCALAR, holes=True, limit=MAX_STEPS), what="a value or a list of values"), null=False)
 
 
 SLURM = obj({"cluster": text(), "job_id": either(text(), COUNT, what="a job id"), "restart_count": COUNT,
@@ -170,5 +182,33 @@ BY_KIND = {"training": TRAINING, "allreduce": ALLREDUCE}
 
 
 def check(data: dict) -> None:
-    """Raise ResultError naming the first field of a result (kind already known) that no reader could take."""
+    """Raise ResultError naming the first field of a result (kind already known) that no reader could take, or the
+    first way its fields disagree with one another (`consistent`)."""
     BY_KIND[data["kind"]](data, "")
+    consistent(data)
+
+
+def consistent(data: dict) -> None:
+    """A record checked as a whole: each field may be fine alone and the file still impossible. Its ranks are its
+    world (a completed run has every rank's record, a failed one at most that many, each rank once), its nodes
+    times devices are its world size, and each rank's per-step lists agree in length."""
+    launch = data["launch"]
+    world, nodes, devices = launch["world_size"], launch["num_nodes"], launch.get("devices")
+    if devices is not None and devices * nodes != world:
+        raise ResultError(f"launch: {nodes} node(s) x {devices} device(s) is not its world size {world}")
+    ranks = data.get("ranks")
+    if data["kind"] != "training" or ranks is None:
+        return
+    if not isinstance(ranks, list) or len(ranks) > world or (data["status"] == "completed" and len(ranks) != world):
+        raise ResultError(f"ranks: {len(ranks) if isinstance(ranks, list) else 'no'} rank record(s) for a "
+                          f"{data['status']} run of world size {world}")
+    seen = [r.get("rank") for r in ranks if isinstance(r, dict)]
+    if len(set(seen)) != len(seen) or any(isinstance(k, int) and k >= world for k in seen):
+        raise ResultError(f"ranks: rank numbers {sorted(set(seen), key=str)[:8]} are not ranks of a world of {world}")
+    for i, r in enumerate(ranks):
+        lengths = {name: len(r[name]) for name in PER_BATCH if isinstance(r.get(name), list)}
+        if len(set(lengths.values())) > 1:
+            raise ResultError(f"ranks[{i}]: per-batch lists of different lengths ({_short(lengths)})")
+
+
+PER_BATCH = ("step_times_s", "grads_ready_times_s", "allreduce_times_s", "buckets")  # one entry per batch, each

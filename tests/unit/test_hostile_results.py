@@ -187,3 +187,55 @@ def test_a_file_name_with_an_escape_sequence_is_shown_escaped(tmp_path):
     (folder / "result.json").write_text("{")
     code, _, err = _report(tmp_path / "out")
     assert "\x1b" not in err and "\\x1b[2Jrun" in err
+
+
+def _two_ranks(**timing_comm):
+    r = copy.deepcopy(REAL[next(n for n in REAL if "gpt-2x" in n)])
+    r["timing"]["comm"].update(timing_comm)
+    return r
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda r: r["launch"].update(world_size=5, num_nodes=5),
+     "ranks: 2 rank record(s) for a completed run of world size 5"),
+    (lambda r: r["launch"].update(devices=3), "launch: 2 node(s) x 3 device(s) is not its world size 2"),
+    (lambda r: r["ranks"].append(copy.deepcopy(r["ranks"][0])), "ranks: 3 rank record(s) for a completed run"),
+    (lambda r: r["ranks"][1].update(rank=0), "ranks: rank numbers [0] are not ranks of a world of 2"),
+    (lambda r: r["ranks"][1].update(rank=7), "ranks: rank numbers [0, 7] are not ranks of a world of 2"),
+    (lambda r: r["ranks"][0]["step_times_s"].pop(), "ranks[0]: per-batch lists of different lengths"),
+    (lambda r: r["timing"]["comm"].update(waited_s=-0.491), "field timing.comm.waited_s: expected a number from 0"),
+    (lambda r: r["timing"]["comm"].update(comm_share=3.0),
+     "field timing.comm.comm_share: expected a number from 0 to 1"),
+    (lambda r: r["timing"].update(had_cpu=[1.4]), "field timing.had_cpu[0]: expected a number from 0 to 1"),
+    (lambda r: r["ranks"][0].update(comm_spans_s=[[]] * 1001), "field ranks[0].comm_spans_s: expected a list"),
+    (lambda r: r["ranks"][0].update(probe_steps=[0] * (10**6 + 1)), "field ranks[0].probe_steps: expected a list"),
+])
+def test_a_record_whose_fields_disagree_is_skipped_in_one_line_naming_how(tmp_path, change, said):
+    """Each field alone fine, the file impossible: a 5-device row at 34 % from 2 ranks' records, "waited ms -491.0",
+    "152 % of the step" without a mark, 10^6 rank records listed for minutes. The whole record is checked."""
+    data = _two_ranks()
+    change(data)
+    folder = _folder(str(tmp_path / "out"), {})
+    name = next(n for n in REAL if "gpt-2x" in n)
+    with open(os.path.join(folder, name, "result.json"), "w") as fh:
+        json.dump(data, fh)
+    found, skipped = results.scan(folder)
+    assert len(found) == len(REAL) - 1 and len(skipped) == 1 and said in skipped[0][1], skipped
+    code, out, err = _report(folder, "--details")
+    assert code == 0 and "-491" not in out and "152 %" not in out
+
+
+@settings(max_examples=60, deadline=None)
+@given(world=st.integers(1, 6), kept=st.integers(0, 8), completed=st.booleans())
+def test_any_world_holds_as_many_rank_records_as_ranks_and_no_more(world, kept, completed):
+    """The rule, not the cases: a completed run has one record per rank, a failed one at most that many."""
+    r = copy.deepcopy(REAL[next(n for n in REAL if "gpt-2x" in n)])
+    r["launch"].update(world_size=world, devices=world, num_nodes=1)
+    r["status"] = "completed" if completed else "failed"
+    r["ranks"] = [dict(copy.deepcopy(r["ranks"][0]), rank=k) for k in range(kept)]
+    ok = kept == world if completed else kept <= world
+    try:
+        results.validate(r)
+        assert ok
+    except results.ResultError as exc:
+        assert not ok and "rank record(s)" in str(exc)

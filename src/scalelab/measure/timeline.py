@@ -41,8 +41,14 @@ def timed_steps(result: dict) -> list:
     warmup = min((result.get("timing") or {}).get("warmup_steps") or 0, steps - 1)
     skip = {*(ranks[0].get("probe_steps") or []), *(per_rank[0].get("short_steps") or []),
             *(ranks[0].get("after_read_steps") or [])}
-    kept = min(len(r["comm_spans_s"]) for r in ranks)
-    return [i for i in range(max(warmup, 0), steps) if i not in skip and batches(ranks[0], i)[-1] < kept]
+    kept = min(len(r["comm_spans_s"]) for r in ranks)  # at most schema.MAX_SPAN_STEPS: the steps looked at below
+    out = []
+    for i in range(max(warmup, 0), steps):
+        if batches(ranks[0], i)[-1] >= kept:
+            break  # the batches only grow with the step: none after this kept its spans
+        if i not in skip:
+            out.append(i)
+    return out
 
 
 def marked(record: dict) -> bool:

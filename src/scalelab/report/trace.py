@@ -21,18 +21,21 @@ TRACKS = {"compute": 0, "comm": 1}
 TRACK_NAMES = {"compute": "compute", "comm": "communication"}
 
 
-def phase(result: dict, step: int) -> str:
-    """What a step was: "warm-up", "probe" (compute only, no sync: train/probe.py) or "timed"."""
+def phase(result: dict, step: int, probes=None) -> str:
+    """What a step was: "warm-up", "probe" (compute only, no sync: train/probe.py) or "timed". probes: the run's
+    probe steps as a set, made once (a membership test per step in the list was quadratic in them)."""
     if step < ((result.get("timing") or {}).get("warmup_steps") or 0):
         return "warm-up"
-    return "probe" if step in (result["ranks"][0].get("probe_steps") or []) else "timed"
+    probes = set(result["ranks"][0].get("probe_steps") or []) if probes is None else probes
+    return "probe" if step in probes else "timed"
 
 
 def events(result: dict) -> list:
     """The trace events of one training result: metadata naming each rank and track, then every bar."""
     out = []
-    kept = min(len(r.get("comm_spans_s") or []) for r in result["ranks"])
+    kept = min(len(r.get("comm_spans_s") or []) for r in result["ranks"])  # schema: MAX_SPAN_STEPS at most
     split = timeline.splits(result)
+    probes = set(result["ranks"][0].get("probe_steps") or [])
     for record in result["ranks"]:
         rank = record["rank"]
         out.append({"name": "process_name", "ph": "M", "pid": rank,
@@ -46,7 +49,7 @@ def events(result: dict) -> list:
                 break
             out += [{"name": bar.kind, "cat": bar.track, "ph": "X", "pid": rank, "tid": TRACKS[bar.track],
                      "ts": round((start + bar.start) * 1e6, 1), "dur": round((bar.end - bar.start) * 1e6, 1),
-                     "args": {"step": step, "phase": phase(result, step)}}
+                     "args": {"step": step, "phase": phase(result, step, probes)}}
                     for bar in timeline.step_bars(record, step, split)]
             start += seconds
     return out

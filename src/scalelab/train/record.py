@@ -45,6 +45,7 @@ class RunContext:
     grad_bytes: Optional[int] = None  # what DDP all-reduces a step (comm.attach)
     seen: Optional[object] = None  # the StepObserver of the loop (train/observe.py): what the step ran
     sampler: Optional[devices.Sampler] = None  # what the devices did during the steps (sample_devices)
+    written: Optional[str] = None  # rank 0: its own result.json, once on disk (a later failure does not rewrite it)
 
     @property
     def samples_per_step(self) -> int:

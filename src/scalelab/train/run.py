@@ -107,12 +107,12 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
             payload = build_payload(ctx, per_rank, run_summary(ctx, per_rank), val)
             if stop:
                 payload.update(status=stop.status(), error=stop.line())
-            path = results.write(cfg.output_dir, payload, folder=ctx.folder)
+            if metrics:  # the logger's files first: a record says "completed" only beside the files it names
+                metrics.finish(val, "success" if not stop else "failed")
+            path = ctx.written = results.write(cfg.output_dir, payload, folder=ctx.folder)
             if not stop:
                 say.done(ctx, payload, path, per_rank)
             guard.recorded(stop)
-            if metrics:
-                metrics.finish(val, "success" if not stop else "failed")
         fabric.barrier()
         if ctx.unpinned:
             cores.restore(ctx.unpinned)

@@ -87,6 +87,8 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
     """
     if ctx.rank != 0 and not for_rank0:
         return ""
+    if ctx.written:  # this rank's own record, written before the failure: it stands, and says what ran
+        return f" (after its result was written: {ctx.written})"
     kept = os.path.join(ctx.folder, "result.json") if ctx.folder else None
     if kept and os.path.exists(kept):  # the other side recorded it first: its record stands
         return f" (rank {1 if ctx.rank == 0 else 0} recorded the run: {kept})"
