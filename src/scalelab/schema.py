@@ -169,6 +169,7 @@ FINGERPRINT = obj({"step": COUNT, "matmul_dtypes": NAMES, "attention": NAMES, "p
                    "steps_after_warmup": COUNT, "wire": WIRE,
                    "same_on_ranks": flag()})
 COMMON = {"run_id": text(null=False, limit=255), "created": text(limit=64), "run_name": text(), "error": text(),
+          "provisional": flag(),
           "slurm": SLURM, "launch": LAUNCH}
 
 TRAINING = obj({**COMMON, "workload": WORKLOAD, "timing": TIMING, "ranks": seq(RANK), "fingerprint": FINGERPRINT,

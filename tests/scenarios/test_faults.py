@@ -467,3 +467,21 @@ def test_the_benchmarks_launcher_killed_leaves_no_rank_and_a_record(tmp_path):
     assert not any(map(alive, ranks)), "a rank outlived its launcher"
     (r,) = load_results(tmp_path)
     assert r["kind"] == "allreduce" and r["status"] == "timeout" and r["error"].startswith("received SIGTERM")
+
+
+@pytest.mark.parametrize("delay_s", [0.8, 1.6, 2.4, 3.2, 4.5, 6.0])
+def test_rank_0_killed_at_any_moment_leaves_a_record_or_nothing(tmp_path, delay_s):
+    """kill -9 of rank 0 at moments spread from start-up to the final write, not only the named ones (its run folder
+    just made, the ranks not yet met: an empty folder was left, no record, no word from rank 1). Each leaves its
+    folder with a record that reads (the provisional one of a rank 0 killed before anyone could record, or rank 1's,
+    or the result) or no folder at all; and rank 1 never outlives it."""
+    proc = start(tmp_path, "--model", "mlp", "--num_samples", "8192", "--max_steps", "300", "--warmup_steps", "2",
+                 "--devices", 2, "--timeout", TIMEOUT)
+    time.sleep(delay_s)
+    proc.kill()
+    finish(proc, 2 * TIMEOUT)  # its pipes close only when rank 1, which shares them, is gone too
+    for folder in [p for p in tmp_path.iterdir() if p.is_dir()]:
+        assert (folder / "result.json").exists(), f"killed at {delay_s} s: {folder.name} holds {os.listdir(folder)}"
+        (record,) = load_results(folder)
+        assert record["status"] in ("failed", "completed"), record["status"]
+        assert record["status"] == "completed" or "rank 0" in record["error"], record["error"]

@@ -187,6 +187,23 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
     return payload
 
 
+PROVISIONAL = ("did not end: rank 0 stopped without a word (SIGKILL, the OOM killer, its node lost) before any rank "
+               "recorded how the run ended")
+
+
+def provisional_payload(ctx: RunContext) -> dict:
+    """The record rank 0 writes as it claims its run folder, before anything can have been measured: what ran and
+    where, status failed, why, `provisional`. Every way the run ends replaces it (the result, a failure's record,
+    rank 1's for a lost rank 0); a rank 0 killed at any moment in between leaves it, never an empty folder."""
+    cfg, launch = ctx.cfg, ctx.launch
+    payload = results.envelope("training", ctx.run_id)
+    payload.update(status="failed", error=PROVISIONAL, provisional=True, run_name=cfg.run_name,
+                   workload=workload_record(ctx), config=cfg.to_dict(), launch=launch.record([], []),
+                   timing={"steps": 0, "timed_steps": 0}, metrics={}, versions=results.versions(),
+                   slurm=slurm_env.job_record(), ranks=[])
+    return payload
+
+
 def workload_record(ctx: RunContext) -> dict:
     """What the run computed: the config's workload fields and what the build derived from them."""
     cfg, wl = ctx.cfg, ctx.workload

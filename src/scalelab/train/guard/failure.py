@@ -27,8 +27,8 @@ from scalelab.errors import error_line
 from scalelab.train.guard import peers
 from scalelab.train.guard.peers import is_peer_failure
 from scalelab.train.guard.signals import Terminated
-from scalelab.train.guard.watch import PEER_WAIT_S
-from scalelab.train.record import RunContext, build_payload, run_summary
+from scalelab.train.guard.watch import PEER_WAIT_S, recorded
+from scalelab.train.record import RunContext, build_payload, provisional_payload, run_summary
 
 SIGTERM_PEER_WAIT_S = 1.0  # after a SIGTERM, how long rank 0 waits for the others' progress (KillWait is >= 5 s)
 
@@ -75,6 +75,13 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
     return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
 
 
+def record_provisional(ctx: RunContext) -> None:
+    """Rank 0, its run folder claimed: the provisional record (record.provisional_payload) that any end replaces. A
+    disk that refuses it now refuses the run's result later: the run fails now, in one line, before it trains."""
+    if ctx.rank == 0 and ctx.folder:
+        results.write(ctx.cfg.output_dir, provisional_payload(ctx), folder=ctx.folder)
+
+
 def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException | None,
                    trace: str | None = None, for_rank0: bool = False) -> str:
     """Rank 0 writes what it has (its own timings: the other ranks may be gone) plus the traceback (or `trace`);
@@ -90,7 +97,7 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
     if ctx.written:  # this rank's own record, written before the failure: it stands, and says what ran
         return f" (after its result was written: {ctx.written})"
     kept = os.path.join(ctx.folder, "result.json") if ctx.folder else None
-    if kept and os.path.exists(kept):  # the other side recorded it first: its record stands
+    if kept and recorded(kept):  # the other side recorded it first: its record stands
         return f" (rank {1 if ctx.rank == 0 else 0} recorded the run: {kept})"
     try:
         own = [ctx.rank_record()]

@@ -20,6 +20,7 @@ Signals (signals.py) are set up here too, because the watch is what exists in ev
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -28,6 +29,8 @@ import sys
 import threading
 import time
 
+from scalelab import files
+from scalelab.errors import ResultError
 from scalelab.train.guard import peers
 from scalelab.train.guard.peers import describe_dead, is_peer_failure
 from scalelab.train.guard.signals import RunSignals
@@ -131,7 +134,7 @@ class RankWatch:
             return None
         # Looked at after rank 0 was found gone: a rank 0 that recorded its own failure (or the others' hang) and
         # ended is gone too, and its record, on disk before it exited, stands
-        if self.run_folder and os.path.exists(os.path.join(self.run_folder, "result.json")):
+        if self.run_folder and recorded(os.path.join(self.run_folder, "result.json")):
             return None
         self.records_for_rank0 = True
         return lost
@@ -267,3 +270,13 @@ _STATES = {"R": "running", "S": "sleeping", "D": "waiting on I/O", "T": "stopped
 def _state(pid: int) -> str:
     code = peers.state_code(pid)
     return "state unknown" if code is None else _STATES.get(code, f"state {code}")
+
+
+def recorded(path: str) -> bool:
+    """Whether a run's folder holds how it ended: a result.json that is not rank 0's provisional one (written as it
+    claimed the folder, record.provisional_payload)."""
+    try:
+        data = json.loads(files.read_bytes(path, "result"))
+    except (ResultError, ValueError):  # none there, or none a reader takes: nothing recorded
+        return False
+    return isinstance(data, dict) and data.get("provisional") is not True
