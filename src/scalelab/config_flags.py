@@ -9,7 +9,7 @@ and train/loggers.without_key drops it from every command line scalelab hands on
 import argparse
 import os
 
-from scalelab.entry import ACCUMULATE, BUCKET_MB, DEVICES, NODES, THREADS, TIMEOUT_S
+from scalelab.entry import ACCUMULATE, BUCKET_MB, DEVICES, NODES, THREADS, TIMEOUT_S, label
 
 LOGGERS = ("csv", "tensorboard", "wandb", "comet", "none")  # --logger: Lightning's loggers (train/loggers.py)
 PROJECT = "scalelab"  # the wandb / comet project runs land in
@@ -62,7 +62,7 @@ def launch(lg):
     lg.add_argument("--timeout", type=TIMEOUT_S,
                     help="seconds a rank waits for the others (start-up and collectives) before the run fails")
     lg.add_argument("--output_dir", help="results land in OUTPUT_DIR/<run_id>/result.json")
-    lg.add_argument("--run_name", help="a label stored in the result and its run id")
+    lg.add_argument("--run_name", type=label("a run name"), help="a label stored in the result and its run id")
     lg.add_argument("--logger", choices=LOGGERS,
                     help="Lightning's logger for the per-step curves (rank 0): csv writes OUTPUT_DIR/<run_id>/"
                          "metrics.csv; tensorboard, wandb and comet need their package, wandb and comet their API key "
@@ -71,9 +71,11 @@ def launch(lg):
 
 
 def comet(g):
-    g.add_argument("--comet_project", help=f"the Comet project (default: {PROJECT})")
-    g.add_argument("--comet_workspace", help="the Comet workspace (default: your default workspace)")
-    g.add_argument("--experiment_name", help="the Comet experiment's name (default: the run id)")
+    g.add_argument("--comet_project", type=label("a Comet project"), help=f"the Comet project (default: {PROJECT})")
+    g.add_argument("--comet_workspace", type=label("a Comet workspace"),
+                   help="the Comet workspace (default: your default workspace)")
+    g.add_argument("--experiment_name", type=label("a Comet experiment name"),
+                   help="the Comet experiment's name (default: the run id)")
     g.add_argument("--comet_api_key", metavar="KEY", help="accepted with a warning: the environment variable "
                    "COMET_API_KEY is safer; never written anywhere")
 

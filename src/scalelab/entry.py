@@ -102,6 +102,12 @@ def run_main(prog: str, main, argv=None) -> int:
     except RunFailed as exc:  # one line here; the traceback is in the run's error.log
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 1
+    except BrokenPipeError:
+        raise  # run_piped's: the reader left
+    except OSError as exc:  # a file a flag named that could not be written (a full disk, a folder, a FIFO there)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr, flush=True)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         return 130
@@ -183,8 +189,29 @@ def bounded(convert, low, high, why: str):
     """A number from `low` to `high`: an absurd value (100,000 DataLoader workers, a timeout of a year) is refused
     in one line that says the bound and why, before it can fork, allocate or wait."""
     kind, shown = ("an integer", "{:,}") if convert is int else ("a number", "{:g}")
-    return number_type(convert, lambda v: low <= v <= high,
-                       f"{kind} from {shown.format(low)} to {shown.format(high)} ({why})")
+    parse = number_type(convert, lambda v: low <= v <= high,
+                        f"{kind} from {shown.format(low)} to {shown.format(high)} ({why})")
+    parse.low, parse.high, parse.convert = low, high, convert  # its bounds, for whoever checks values against them
+    return parse
+
+
+def label(what: str, limit: int = 200):
+    """An argparse `type=` for a name a user gives that becomes an id, a folder, a logger's name and a console line
+    (--run_name, the Comet names): at most `limit` characters, no control character, and nothing a secret-scrubber
+    would redact (`api_key=X` in a run name was scrubbed in its own field and travelled everywhere else)."""
+    from scalelab.redaction import redact
+
+    def parse(text):
+        if len(text) > limit:
+            raise argparse.ArgumentTypeError(f"expected {what} of at most {limit} characters, got {len(text):,}")
+        if any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in text):
+            raise argparse.ArgumentTypeError(f"expected {what} without control characters")
+        if redact(text) != text:
+            raise argparse.ArgumentTypeError(f"{what} {redact(text)!r} looks like it holds a secret: name it without "
+                                             "one (an API key travels in the environment, never in a name)")
+        return text
+
+    return parse
 
 
 # The bounds every entry point shares (one home: a flag's bound is the same in train.py, the benchmark, emulate.py).

@@ -9,12 +9,13 @@ instead of passing it by.
 
 Writing (`atomic_write_bytes`, `atomic_write_text`, `atomic_write_json`): into a temporary file beside the target,
 flushed to disk, then renamed over it, so no reader ever sees half a file; never over something that is not a
-regular file (a FIFO, a device, a symlink: the rename would replace the link, or the write would go where it
-points); a failure (a full disk) names the file in one line. Torch-free: every reader and writer of the package
+regular file (a FIFO, a device, a symlink, a folder: NotAFile, an OSError); a failure (a full disk) names the file
+in one line. Torch-free: every reader and writer of the package
 imports it.
 """
 
 import concurrent.futures
+import errno
 import json
 import math
 import os
@@ -33,7 +34,12 @@ READ_DEADLINE_S = 30.0  # one file's read, start to end
 
 
 class Refused(ResultError):
-    """A file scalelab will not read (or write): its kind, its size, where it leads; the message says which."""
+    """A file scalelab will not read: its kind, its size, where it leads; the message says which."""
+
+
+class NotAFile(OSError):
+    """A path scalelab will not write over (a FIFO, a device, a symlink, a folder): an OSError naming the path, as
+    a full disk is, so every writer's caller says it in one line."""
 
 
 def _kind_of(mode: int) -> str:
@@ -147,7 +153,7 @@ def atomic_write_text(path: str, text: str) -> str:
 
 def atomic_write_bytes(path: str, data: bytes) -> str:
     """Write to a temporary file in the same folder, fsync, then rename over the target (a regular file or nothing:
-    a FIFO, a device or a symlink there is Refused, and stays as it was)."""
+    a FIFO, a device, a symlink or a folder there is NotAFile, and stays as it was)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     try:
@@ -156,7 +162,7 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = "a symlink" if stat.S_ISLNK(st.st_mode) else _kind_of(st.st_mode)
-        raise Refused(f"not written: {path} is {what}, not a file scalelab replaces")
+        raise NotAFile(errno.EEXIST, f"not written: {what} is there, not a file scalelab replaces", path)
     tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
     # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)

@@ -40,7 +40,7 @@ def _v1_to_v2(data: dict) -> dict:
 
 def _gpt(record):
     """A workload or config record with the GPT's old model name `transformer` (and its description) renamed."""
-    if not isinstance(record, dict) or record.get("model") not in MODEL_NAMES:
+    if not isinstance(record, dict) or not _old_model(record.get("model")):
         return record
     old, new = record["model"], MODEL_NAMES[record["model"]]
     out = dict(record, model=new)
@@ -78,7 +78,7 @@ def summary_v1(configuration):
     if not isinstance(configuration, dict):
         return configuration
     out = _renamed(configuration, SUMMARY_V1)
-    if isinstance(out.get("workload"), dict) and out["workload"].get("model") in MODEL_NAMES:
+    if isinstance(out.get("workload"), dict) and _old_model(out["workload"].get("model")):
         old = out["workload"]["model"]
         out["workload"] = _gpt(out["workload"])
         if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
@@ -98,8 +98,13 @@ def reference_checks(checks: list) -> tuple:
                     entry[new] = entry.pop(old)
                     found[old] = new
             workload = entry.get("workload")
-            if isinstance(workload, dict) and workload.get("model") in MODEL_NAMES:
+            if isinstance(workload, dict) and _old_model(workload.get("model")):
                 found[f"model: {workload['model']}"] = f"model: {MODEL_NAMES[workload['model']]}"
                 entry["workload"] = dict(workload, model=MODEL_NAMES[workload["model"]])
         out.append(entry)
     return out, list(found.items())
+
+
+def _old_model(model) -> bool:
+    """Whether a model name is one that was renamed (a file's value may be any JSON: a list is no name)."""
+    return isinstance(model, str) and model in MODEL_NAMES

@@ -228,6 +228,9 @@ def test_cost_and_token_budget_columns(tmp_path):
     assert "25.0 %" in with_peak.stdout and "MFU: —" not in with_peak.stdout
     bad = run_script("benchmark.py", "--output_dir", tmp_path, "--peak_tflops", "0")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    # a peak below what a device did: the finding names the peak the MFU was computed against (it said nan)
+    low = run_script("benchmark.py", "--output_dir", tmp_path, "--peak_tflops", "40")
+    assert "MFU 125 % cannot be: no device runs above its peak (40 TFLOP/s)" in low.stdout, low.stdout
 
 
 def test_prediction_uses_the_real_bucket_sizes_when_recorded():

@@ -122,13 +122,14 @@ def test_a_write_never_goes_through_what_is_not_a_regular_file(tmp_path, kind):
     {"fifo": lambda: os.mkfifo(target), "symlink": lambda: os.symlink(elsewhere, target),
      "folder": lambda: target.mkdir()}[kind]()
     before = os.lstat(target).st_mode
-    with pytest.raises(files.Refused, match=r"^not written: .* is (a FIFO|a symlink|a folder), not a file"):
+    with pytest.raises(files.NotAFile, match=r"not written: (a FIFO|a symlink|a folder) is there") as err:
         files.atomic_write_text(str(target), "{}")
+    assert err.value.filename == str(target) and isinstance(err.value, OSError)  # said as a full disk is
     assert os.lstat(target).st_mode == before and elsewhere.read_text() == "keep"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_a_write_replaces_a_regular_file_whole_and_a_refusal_is_a_result_error(tmp_path):
+def test_a_write_replaces_a_regular_file_whole_and_a_read_refusal_is_a_result_error(tmp_path):
     path = tmp_path / "x.json"
     path.write_text("old")
     files.atomic_write_text(str(path), "new")

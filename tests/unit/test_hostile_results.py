@@ -239,3 +239,56 @@ def test_any_world_holds_as_many_rank_records_as_ranks_and_no_more(world, kept, 
         assert ok
     except results.ResultError as exc:
         assert not ok and "rank record(s)" in str(exc)
+
+
+def _script(folder, *args) -> tuple[int, str, str]:
+    """benchmark.py as its script runs it (entry.run_piped: a UsageError is one line and exit 2)."""
+    from scalelab.entry import run_piped
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_piped("benchmark.py", cli.main, ["--output_dir", str(folder), *map(str, args)])
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A reference file and a summary.json the report writes from the demo's results: the shapes to break."""
+    root = tmp_path_factory.mktemp("made")
+    folder = _folder(str(root / "out"), {})
+    assert _report(folder, "--write_reference", root / "ref.yaml")[0] == 0
+    assert _report(folder, "--export", root / "export")[0] == 0
+    import yaml
+
+    return folder, yaml.safe_load((root / "ref.yaml").read_text()), json.loads(
+        (root / "export" / "summary.json").read_text())
+
+
+@settings(max_examples=int(os.environ.get("SCALELAB_FUZZ_EXAMPLES", "80")), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), value=json_values)
+def test_any_value_anywhere_in_a_reference_file_is_checked_or_one_line(tmp_path, made, data, value):
+    """--reference files are data too (a site's, edited by hand): an unexpected type anywhere ended in a traceback."""
+    import yaml
+
+    folder, ref, _ = made
+    place = data.draw(st.sampled_from(list(_paths(ref)) or [("checks",)]))
+    path = tmp_path / f"ref-{abs(hash((place, repr(value))))}.yaml"
+    path.write_text(yaml.safe_dump(_put(ref, place, value)))
+    code, out, err = _script(folder, "--reference", path)
+    assert code in (0, 1, 2) and "Traceback" not in err, (place, value, err)
+    assert code != 2 or (len(err.strip().splitlines()) == 1 and err.startswith("benchmark.py: error:")), err
+
+
+@settings(max_examples=int(os.environ.get("SCALELAB_FUZZ_EXAMPLES", "80")), deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data(), value=json_values)
+def test_any_value_anywhere_in_a_compared_summary_is_a_table_or_one_line(tmp_path, made, data, value):
+    """--compare reads summaries other sites mail: an unexpected type anywhere ended in a traceback."""
+    folder, _, summary = made
+    place = data.draw(st.sampled_from(list(_paths(summary))))
+    path = tmp_path / f"s-{abs(hash((place, repr(value))))}.json"
+    path.write_text(json.dumps(_put(summary, place, value)))
+    code, out, err = _script(folder, "--compare", folder, path)
+    assert code in (0, 2) and "Traceback" not in err, (place, value, err)
+    assert code == 0 or (len(err.strip().splitlines()) == 1 and err.startswith("benchmark.py: error:")), err

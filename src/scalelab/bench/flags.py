@@ -4,7 +4,7 @@ the accelerator, and the refusals made before any rank starts (the configure ste
 import argparse
 
 from scalelab.bench import collectives
-from scalelab.entry import DEVICES, NODES, TIMEOUT_S, OneLineParser, bounded, number_type
+from scalelab.entry import DEVICES, NODES, TIMEOUT_S, OneLineParser, bounded, label, number_type
 from scalelab.errors import UsageError
 from scalelab.launch import cores
 from scalelab.perfmodel.network import human_bytes, parse_size
@@ -50,7 +50,7 @@ def build_parser() -> OneLineParser:
                    help="the table printed: scalelab's, or all_reduce_perf's (adds out-of-place columns; "
                         "benchmark.py reads such a log back)")
     p.add_argument("--output_dir", default="outputs")
-    p.add_argument("--run_name", default=None)
+    p.add_argument("--run_name", type=label("a run name"), default=None)
     p.add_argument("--timeout", type=TIMEOUT_S, default=120.0,
                    help="seconds a collective may wait for the other ranks before the run fails (default 120)")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,

@@ -200,10 +200,11 @@ def predicted_comm(bench: pd.DataFrame, r) -> tuple:
 
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
-    """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given."""
+    """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given, and
+    `peak_tflops` with it."""
     out = scaling.copy()
     new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "predicted_allreduce_s",
-                           "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu",
+                           "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu", "peak_tflops",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}
     for r in out.itertuples():
         bench_row, pred, moved = predicted_comm(bench, r)
@@ -224,10 +225,11 @@ def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[f
         new["predicted_allreduce_s"].append(pred)
         new["predicted_efficiency_no_overlap"].append(eff_lo)
         new["predicted_efficiency_overlap"].append(eff_hi)
-        mfu = r.mfu
-        if peak_tflops and _ok(r.tflops_per_device):
-            mfu = perfmodel.mfu(r.tflops_per_device, peak_tflops)
+        mfu, peak = r.mfu, getattr(r, "peak_tflops", None)
+        if peak_tflops and _ok(r.tflops_per_device):  # the peak the MFU is against goes with it (a finding names it)
+            mfu, peak = perfmodel.mfu(r.tflops_per_device, peak_tflops), peak_tflops
         new["mfu"].append(mfu)
+        new["peak_tflops"].append(peak)
         samples_per_s = r.samples_per_s if _ok(r.samples_per_s) else None
         new["cost_per_1k_samples"].append(gpu_hour_price * r.world_size / 3600 / samples_per_s * 1000
                                           if gpu_hour_price and samples_per_s else None)
