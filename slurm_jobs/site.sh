@@ -52,7 +52,7 @@ srun_bind_default() {
   plugin=$(scontrol show config 2>/dev/null | sed -n 's/^TaskPlugin *= *//p') || plugin=""
   case "$plugin" in ""|task/none) ;; *) echo "--cpu-bind=cores --distribution=block:block" ;; esac
 }
-site_export SCALELAB_SRUN_BIND "${SCALELAB_SRUN_BIND-$(srun_bind_default)}"
+export SCALELAB_SRUN_BIND="${SCALELAB_SRUN_BIND-$(srun_bind_default)}"  # no profile's: what this cluster takes
 read -r -a SRUN_BIND <<< "$SCALELAB_SRUN_BIND"
 
 # Host memory per GPU, as sbatch --mem-per-gpu (sbatch reads SBATCH_MEM_PER_GPU): a site variable rather than a

@@ -366,7 +366,9 @@ def _refusing_slurm(tmp_path, out):
     log, env = _fake_slurm(tmp_path)
     (tmp_path / "bin" / "scontrol").write_text(
         "#!/bin/sh\n"
-        f'echo "$1 $2 records=$(find {out} -name result.json 2>/dev/null | wc -l)" >> {log}\n'
+        # the records that say how the run ended (the provisional one, written at the start, says it did not)
+        f'echo "$1 $2 records=$(find {out} -name result.json -exec grep -L \'"provisional": true\' {{}} + '
+        f'2>/dev/null | wc -l)" >> {log}\n'
         'if [ "$1" = requeue ]; then\n'
         '  echo "scontrol: error: Requested operation is presently disabled" >&2; exit 1\n'
         'fi\n'
@@ -482,6 +484,6 @@ def test_rank_0_killed_at_any_moment_leaves_a_record_or_nothing(tmp_path, delay_
     finish(proc, 2 * TIMEOUT)  # its pipes close only when rank 1, which shares them, is gone too
     for folder in [p for p in tmp_path.iterdir() if p.is_dir()]:
         assert (folder / "result.json").exists(), f"killed at {delay_s} s: {folder.name} holds {os.listdir(folder)}"
-        (record,) = load_results(folder)
+        (record,) = load_results(folder, provisional=True)
         assert record["status"] in ("failed", "completed"), record["status"]
         assert record["status"] == "completed" or "rank 0" in record["error"], record["error"]

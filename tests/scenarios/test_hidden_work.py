@@ -69,6 +69,8 @@ def expected(k: int, world: int, buckets: int, probe_every: int, passes: int) ->
         want[BARRIER] += passes
         want[DDP] += passes * buckets  # the buckets alone, not DDP's
         want[SYNC] += 2 * passes
+    elif is_probe(k, WARMUP, probe_every):  # one device: the probe drains the device as the all-reduce alone does
+        want[SYNC] += 1
     elif world > 1:
         want[DDP] += buckets
     return want

@@ -97,7 +97,7 @@ def test_measured_compute_busbw_strong_scaling_budget_and_cost():
     (["--preset", "huge", "--compute_s", "1"], "argument --preset: invalid choice: 'huge'"),
     (["--params", "2B"], "missing compute inputs"),
     (["--params", "2B", "--seq_len", "2048", "--global_batch", "16", "--tflops", "312"], "(missing --mfu)"),
-    (["--params", "2B", "--compute_s", "0"], "argument --compute_s: expected a positive number"),
+    (["--params", "2B", "--compute_s", "0"], "argument --compute_s: expected a number from 1e-07 to 100000"),
     (["--params", "2B", "--compute_s", "1", "--devices", "-8"], "argument --devices"),
     (["--params", "2B", "--compute_s", "1", "--num_nodes", "0"], "argument --num_nodes"),
     (["--params", "2B", "--compute_s", "1", "--intra_GBps", "0"], "argument --intra_GBps"),

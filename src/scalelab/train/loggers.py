@@ -14,6 +14,7 @@ submitted jobs get (without_key): it is never a setting of the run, so no result
 
 import importlib.util
 import os
+import warnings
 
 from scalelab.config_flags import COMET_SETTINGS, KEY_FLAG, PROJECT
 from scalelab.errors import UsageError
@@ -66,6 +67,9 @@ def build(name: str, folder: str, run_id: str, comet=None):
     from lightning.pytorch import loggers
 
     if name == "csv":  # name="" and version="": folder/metrics.csv and folder/hparams.yaml, no version_N level
+        # the run's folder already holds its provisional result.json (train/record.py): Lightning warns of a folder
+        # that is not empty, and removes nothing but an old metrics.csv of its own
+        warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
         return loggers.CSVLogger(folder, name="", version="")
     if name == "tensorboard":
         return loggers.TensorBoardLogger(folder, name="", version="", default_hp_metric=False)

@@ -187,8 +187,8 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
     return payload
 
 
-PROVISIONAL = ("did not end: rank 0 stopped without a word (SIGKILL, the OOM killer, its node lost) before any rank "
-               "recorded how the run ended")
+PROVISIONAL = ("did not end, or is still running: no rank recorded how the run ended (if it is not running, rank 0 "
+               "stopped without a word: SIGKILL, the OOM killer, its node lost)")
 
 
 def provisional_payload(ctx: RunContext) -> dict:

@@ -104,11 +104,20 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
         summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "train_loss": None}
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
-        path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
-        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), redaction.redact(trace or "".join(
-            traceback.format_exception(type(exc), exc, exc.__traceback__))))
+        try:
+            path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
+        except OSError:  # a full disk: the provisional record's room, and its claim ("without a word") untrue now
+            if not (kept and os.path.exists(kept)):
+                raise
+            os.unlink(kept)
+            path = results.write(ctx.cfg.output_dir, payload, folder=ctx.folder)
     except Exception as err:  # noqa: BLE001 - a second failure must not hide the first behind a traceback
         return f" (and no result could be written: {error_line(err)})"
+    try:
+        results.atomic_write_text(os.path.join(os.path.dirname(path), "error.log"), redaction.redact(trace or "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__))))
+    except OSError as err:  # the record stands; the traceback beside it could not be written
+        return f" (partial result: {path}; its error.log could not be written: {error_line(err)})"
     return f" (partial result: {path})"
 
 
