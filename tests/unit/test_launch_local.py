@@ -189,8 +189,9 @@ def test_each_started_rank_knows_itself_before_the_group_forms_under_a_scheduler
     must not each read themselves as rank 0 (N run folders, N loggers, N banners: seen with --devices 2)."""
     from scalelab.entry import env_rank
 
-    for name in (*local._LAUNCHER_VARIABLES, "MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
-        monkeypatch.delenv(name, raising=False)
+    # start_ranks sets rank 0's own variables: a copy of the environment takes them, and goes with the test
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in (
+        *local._LAUNCHER_VARIABLES, "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")})
     monkeypatch.setenv("SLURM_PROCID", "0")
     envs = []
 
