@@ -1,5 +1,7 @@
 """What a step ran, observed inside it (train/observe.py): the ops a TorchDispatchMode sees, on real tensors."""
 
+import sys
+
 import pytest
 import torch
 
@@ -18,6 +20,8 @@ def step(seen, model, optimizer, at=0, autocast=False, x=None):
 
 @pytest.mark.parametrize("kind,kwargs", [("for-loop", {"foreach": False}), ("foreach", {"foreach": True})])
 def test_the_update_path_is_read_from_the_kernels_that_ran(kind, kwargs):
+    if "torch._dynamo.utils" in sys.modules:  # a graph another test of this process compiled is counted process-wide
+        sys.modules["torch._dynamo.utils"].counters.clear()
     model = torch.nn.Linear(8, 4)
     optimizer = torch.optim.AdamW(model.parameters(), **kwargs)
     seen = observe.StepObserver(at=0)
@@ -84,6 +88,7 @@ def counted(monkeypatch):
     torch._dynamo.reset()
     yield backend
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # its count of graphs is the process's: the next test starts at none
 
 
 class Stepped(torch.nn.Module):
