@@ -292,16 +292,17 @@ def table(inputs, rows) -> str:
 
 
 def band_line(rows) -> str:
-    """The 80 % band a run's efficiency should land in at each scale (perfmodel.noise.one_run_band), and the
+    """The 80 % band a run's efficiency should land in at each scale (perfmodel.noise.a_priori_band), and the
     scatter each run was assumed (by its step's length)."""
     base = rows[0].step_s_no_overlap
-    bands = [(r.label, noise.one_run_band(r.efficiency_no_overlap, r.efficiency_overlap, r.step_s_no_overlap, base))
+    bands = [(r.label, noise.a_priori_band(r.efficiency_no_overlap, r.efficiency_overlap, r.step_s_no_overlap, base))
              for r in rows if r.world_size > 1]
     sigmas = sorted({f"{noise.prior(r.step_s_no_overlap).sigma:.1%}" for r in rows})
     return ("80 % band for one run's efficiency against one 1-GPU run: " + ", ".join(
         f"{label} {b.low:.1%}–{b.high:.1%}" for label, b in bands) + " (no to full overlap, widened by each run's "
-        f"scatter, {' or '.join(sigmas)} assumed by its step's length; docs/12 measures how often such bands "
-        "hold)") if bands else ""
+        f"scatter, {' or '.join(sigmas)} assumed by its step's length, and by the model's own error on clusters "
+        f"it never saw, {math.expm1(noise.MODEL_REACH[0]):.1%} down, {math.expm1(noise.MODEL_REACH[1]):.1%} up; "
+        "docs/12 measures how often such bands hold)") if bands else ""
 
 def forecast_from(args, argv) -> int:
     """`--from DIR`: the forecast calibrated on a results folder (perfmodel/forecast.py), as benchmark.py prints it."""

@@ -30,6 +30,10 @@ T_90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8:
 PRIOR_SCATTER = 0.026
 PRIOR_SCATTER_SHORT = 0.099
 SHORT_STEP_S = 0.010  # below this a step takes the short steps' prior
+# How far (log) an a-priori band reaches below and above its range and a run's scatter: the model's own error on
+# clusters it was not fitted on, on each side the 90 % conformal quantile of how far published runs fell beyond
+# that end when their publisher was held out (benchmarks/predictor_validation.py, its training part; docs/12).
+MODEL_REACH = (0.049, 0.0)
 
 
 @dataclass(frozen=True)
@@ -90,3 +94,10 @@ def one_run_band(no_overlap: float, overlap: float, step_s: float, baseline_step
     length, in quadrature. benchmarks/predictor_validation.py measures how often such bands hold published runs."""
     run, base = prior(step_s), prior(baseline_step_s)
     return widen(Band(no_overlap, (no_overlap + overlap) / 2, overlap), run, math.hypot(run.sigma, base.sigma))
+
+
+def a_priori_band(no_overlap: float, overlap: float, step_s: float, baseline_step_s: float) -> Band:
+    """What src/predict.py prints: one run's band (`one_run_band`) widened by the model's own error on each side,
+    MODEL_REACH, so that it holds 80 % of runs on clusters the model never saw."""
+    band = one_run_band(no_overlap, overlap, step_s, baseline_step_s)
+    return Band(band.low / math.exp(MODEL_REACH[0]), band.mid, band.high * math.exp(MODEL_REACH[1]))
