@@ -84,32 +84,58 @@ def test_with_x_1_the_forecast_is_predicts_no_overlap_step_from_the_same_inputs(
 
 
 def test_the_exposed_factor_and_its_band_come_from_the_workloads_own_runs():
-    """x = 1.2 and 1.4 on this link: the middle x = 1.3, give or take what moves it (perfmodel/noise.py): the new
-    run's scatter, the baseline's median (b (1 − r), shared by the readings, r = t_4 / t_2), each reading's own
-    step (s_i r, averaged over the 2), and the fit's error on x · t; an 80 % band at Student's t for 1 degree of
-    freedom."""
+    """x = 1.2 and 1.4 on this link: at the runs' own all-reduce (2 nodes), the middle x = 1.3, give or take what
+    moves it (perfmodel/noise.py): the new run's scatter, the baseline's median (b (1 − r), shared by the readings,
+    r = 1 here), each reading's own step (s_i r, averaged over the 2), and the fit's error on x · t; an 80 % band
+    at Student's t for 1 degree of freedom."""
     found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
              bench()]
     cals, _, _ = calibrated(found)
     (cal,) = cals.values()
-    rows, notes = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 1, (4,))
+    rows, notes = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 1, (2,))
     _, _, exposure, where = notes[("inter", "emulated 8 Gbit/s")]
     assert (exposure.low, exposure.mid, exposure.high) == pytest.approx((1.2, 1.3, 1.4))
     assert where == "this workload on this link"
     # a and b are repeats of one configuration: log(step) scatters about their mean, 1 degree of freedom
     sigma = abs(math.log((STEP1 + 1.4 * ring(2)) / (STEP1 + 1.2 * ring(2)))) / math.sqrt(2)
     assert cal.scatter == noise.Scatter(pytest.approx(sigma), 1)
-    t4, u = ring(4), max(forecast.COMM_UNCERTAINTY, cal.fits[("inter", "emulated 8 Gbit/s")].residual)
-    r = t4 / ring(2)
-    shared = sigma * STEP1 * (1 - r)  # the baseline's median, of one run, shared by both readings
-    own = sigma * math.hypot(*((STEP1 + x * ring(2)) * r for x in (1.2, 1.4))) / 2
-    mid = STEP1 + 1.3 * t4
-    sd = math.sqrt((sigma * mid) ** 2 + shared ** 2 + own ** 2 + (u * 1.3 * t4) ** 2)
+    t2, u = ring(2), max(forecast.COMM_UNCERTAINTY, cal.fits[("inter", "emulated 8 Gbit/s")].residual)
+    shared = 0.0  # the baseline's median, shared by both readings: b (K − r) with r = 1 and K = 1
+    own = sigma * math.hypot(*((STEP1 + x * t2) for x in (1.2, 1.4))) / 2
+    mid = STEP1 + 1.3 * t2
+    sd = math.sqrt((sigma * mid) ** 2 + shared ** 2 + own ** 2 + (u * 1.3 * t2) ** 2)
     reach = math.exp(3.078 * sd / mid)  # Student's t at 0.9 for 1 degree of freedom
+    two = rows[-1]
+    assert two.step.mid == pytest.approx(mid)
+    assert two.step.low == pytest.approx(mid / reach) and two.step.high == pytest.approx(mid * reach)
+    assert two.efficiency.low == pytest.approx(STEP1 / two.step.high)
+
+
+def test_at_another_all_reduce_time_each_reading_is_read_as_x_and_as_a_fixed_cost():
+    """The same two runs forecast at 4 nodes, where the all-reduce takes r = t4 / t2 times as long: what they paid
+    beyond the 1-device step (0.2 t2 and 0.4 t2 more than their all-reduce) may grow with it (x = 1.2, 1.4) or stay
+    (1 + U / t4: 1 + 0.2 / r, 1 + 0.4 / r); 2-node runs cannot tell which, so the band spans all four, the middle
+    their median, and it is a range: the baseline's scatter and the new run's widen it, no reading's."""
+    found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), run("b", 2, 2, STEP1 + 1.4 * ring(2)),
+             bench()]
+    cals, _, _ = calibrated(found)
+    (cal,) = cals.values()
+    key = ("inter", "emulated 8 Gbit/s")
+    rows, notes = forecast.forecast(cal, ("intra", "cpu", "cpu"), key, 1, (4,))
+    _, _, exposure, where = notes[key]
+    t2, t4 = ring(2), ring(4)
+    fixed = sorted(1 + extra * t2 / t4 for extra in (0.2, 0.4))
+    readings = sorted([1.2, 1.4, *fixed])
+    assert (exposure.low, exposure.mid, exposure.high) == pytest.approx(
+        (readings[0], (readings[1] + readings[2]) / 2, readings[-1]))
+    assert where == "this workload on this link (read as x and as a fixed cost per step)"
+    u = max(forecast.COMM_UNCERTAINTY, cal.fits[key].residual)
+    model = Band(STEP1 + readings[0] * t4 * (1 - u), STEP1 + exposure.mid * t4, STEP1 + 1.4 * t4 * (1 + u))
+    sd = math.hypot(cal.scatter.sigma * STEP1, cal.scatter.sigma * model.mid)  # the baseline's median of 1 run
+    reach = math.exp(3.078 * sd / model.mid)
     four = rows[-1]
-    assert four.step.mid == pytest.approx(mid)
-    assert four.step.low == pytest.approx(mid / reach) and four.step.high == pytest.approx(mid * reach)
-    assert four.efficiency.low == pytest.approx(STEP1 / four.step.high)
+    assert (four.step.low, four.step.mid, four.step.high) == pytest.approx(
+        (model.low / reach, model.mid, model.high * reach))
 
 
 def test_a_workload_never_run_on_several_devices_borrows_both_readings():
@@ -236,20 +262,30 @@ def test_the_track_record_predicts_each_configuration_from_the_others_never_from
     _, runs, bench_rows = calibrated(found)
     rows = forecast.track_record(forecast_view.records(runs), forecast_view.bench_points(bench_rows))
     record = pd.DataFrame(rows).set_index("run_id")
-    # a and b: x = 1.0 of c, on the 8 Gbit/s fit; c: x = 1.3 of a and b, on the 8 Gbit/s fit scaled to 4
+    # a and b: x = 1.0 of c (and U = 0: both readings 1), on the 8 Gbit/s fit; c: a's and b's x = 1.2, 1.4 and,
+    # read as fixed costs of 0.2 and 0.4 t2, 1 + 0.2 t2 / tc and 1 + 0.4 t2 / tc; the middle is their median, on
+    # the 8 Gbit/s fit scaled to 4
+    t2, tc = ring(2), ring_at(2, 0.5)
+    readings = sorted([1.2, 1.4, 1 + 0.2 * t2 / tc, 1 + 0.4 * t2 / tc])
     assert record.loc["a", "predicted_step_s"] == pytest.approx(STEP1 + ring(2))
     assert record.loc["b", "predicted_step_s"] == pytest.approx(STEP1 + ring(2))
-    assert record.loc["c", "predicted_step_s"] == pytest.approx(STEP1 + 1.3 * ring_at(2, 0.5), rel=1e-6)
-    assert list(record["exposure_from"]) == ["this workload on another link"] * 3
+    assert record.loc["c", "predicted_step_s"] == pytest.approx(STEP1 + (readings[1] + readings[2]) / 2 * tc,
+                                                                rel=1e-6)
+    assert list(record["exposure_from"]) == ["this workload on another link (read as x and as a fixed cost per "
+                                             "step)"] * 3
     assert record.loc["b", "measured_eff"] == pytest.approx(STEP1 / (STEP1 + 1.4 * ring(2)))
     assert [list(row) for row in rows] == [list(forecast.TRACK_COLUMNS)] * 3  # what the report's frame reads
     a = record.loc["a"]
     assert (a["group"], a["world_size"], a["num_nodes"], a["link"]) == (runs["group"][0], 2, 2, "emulated 8 Gbit/s")
     assert a["measured_step_s"] == pytest.approx(STEP1 + 1.2 * ring(2))
     assert a["predicted_eff"] == pytest.approx(STEP1 / (STEP1 + ring(2)))
-    reach = a["eff_high"] / a["predicted_eff"]  # an 80 % band: each end out by the same factor
-    assert reach > 1.01 and a["predicted_eff"] / a["eff_low"] == pytest.approx(reach)
-    # b's 1.4 x lies below the band a and b share (b: 0.817, its bottom 0.823); a's 1.2 x inside
+    # a range (read on another link): x 1 ± the fit's 5 %, then the 2.6 % prior scatter of the new run and of the
+    # baseline's one run, in quadrature, at the normal 80 % quantile
+    mid = STEP1 + t2
+    reach = math.exp(noise.Scatter(0.026, 0).quantile * 0.026 * math.hypot(STEP1, mid) / mid)  # 1.2816
+    assert (a["eff_low"], a["eff_high"]) == pytest.approx(
+        (STEP1 / ((STEP1 + 1.05 * t2) * reach), STEP1 * reach / (STEP1 + 0.95 * t2)))
+    # b's 1.4 x lies below the band a and b share (b: 0.817, its bottom 0.819); a's 1.2 x inside
     assert list(record["inside"]) == [True, False, True] and record.loc["b", "eff_low"] == a["eff_low"]
     # a and b are each predicted from c alone (one run: the 2.6 % prior, no degree of freedom); c from a and b:
     # the sample standard deviation of their two log steps, one degree of freedom
@@ -332,8 +368,10 @@ def test_forecast_from_the_command_line(tmp_path):
     table = forecast_view.render(frames.runs_frame(results.scan(str(tmp_path))[0]),
                                  explain.bench_frame(results.scan(str(tmp_path))[0]), (2, 4))
     assert "\n".join(table) in report.stdout and predicted.stdout.strip() == "\n".join(table).strip()
-    four = STEP1 + 1.2 * ring(4)
-    assert f"{four * 1e3:,.1f} (" in report.stdout  # the 4-node step, by hand: 100 + 1.2 x (6 α + 1.5 S / β)
+    # the 4-node step, by hand: 100 + x (6 α + 1.5 S / β), x between 1.2 (all a paid beyond its all-reduce grows
+    # with it) and 1 + 0.2 t2 / t4 (it stays): their mean, the median of two
+    four = STEP1 + (1.2 + 1 + 0.2 * ring(2) / ring(4)) / 2 * ring(4)
+    assert f"{four * 1e3:,.1f} (" in report.stdout
     assert "between nodes (emulated 8 Gbit/s): ring fit α = 20.0 µs, β = 1 GB/s (100 % of the rate)" in report.stdout
 
 
@@ -548,12 +586,39 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     table = lines[1].splitlines()
     assert [re.search(r"%\s+(too wide|yes|NO)\s", line).group(1) for line in table[2:]] == ["too wide", "yes", "NO"]
     assert lines[2].startswith("  1 of 2 inside the 80 % band (50 %; 1 band(s) wider than 50 points not counted: "
-                               "too few or too noisy runs to fit the model from); median error ")
+                               "too few or too noisy runs to fit the model from; more repeats of each configuration "
+                               "narrow them (the demo's --repeats 3)); median error ")
     assert forecast_view.track_record(runs, track.iloc[1:], "simple")[2].startswith(
         "  1 of 2 inside the 80 % band (50 %); ")
     assert forecast_view.track_record(runs, track.iloc[:1], "simple")[2].startswith(
         "  0 of 0 inside the 80 % band (1 band(s) wider than 50 points")  # nothing counted: no share of nothing
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
+
+
+def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_said_so():
+    """c (4 Gbit/s) paid 3 x its all-reduce while a neighbour took half a core from rank 1: the report's starved
+    column names it, no calibration reads it (x stays 1.2 from a), the track record does not judge it, and one
+    line says so; without the flag it is fitted and scored like any run."""
+    slow = {**LINK, "gbit": 4.0}
+    c = run("c", 2, 2, STEP1 + 3.0 * (2 * ALPHA + S / 0.5e9))
+    c["launch"]["link"] = slow
+    found = [run("one", 1, 1, STEP1), run("a", 2, 2, STEP1 + 1.2 * ring(2)), c, bench()]
+    quiet = forecast_view.record(frames.runs_frame(found), explain.bench_frame(found, explain.COLLECTIVES))
+    assert sorted(quiet["run_id"]) == ["a", "c"]
+    c["timing"]["had_cpu"] = [1.0, 0.5]
+    runs = frames.runs_frame(found)
+    assert runs.set_index("run_id").loc["c", "starved"].startswith("rank 1 had a core 50 %")
+    assert list(forecast_view.contended(runs)) == [False, False, True]
+    assert set(forecast_view.completed(runs)["run_id"]) == {"one", "a"}
+    track = forecast_view.record(runs, explain.bench_frame(found, explain.COLLECTIVES))
+    assert list(track["run_id"]) == ["a"]  # c not judged; a, with c left out of its fit, has no x to read
+    assert track["exposure_from"].iloc[0].startswith("none measured")
+    lines = forecast_view.track_record(runs, quiet, "simple")
+    assert ("  Left out of every fit and of this score: 1 run(s) flagged for contention (starved: rank 1 had a core "
+            "50 % of the time it was ready to run: other work shared its cores); rerun them on a quiet "
+            "machine.") in lines
+    assert not any("Left out" in line for line in forecast_view.track_record(frames.runs_frame(
+        [f for f in found if f is not c]), quiet, "simple"))
 
 
 def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_above_or_below():
@@ -607,7 +672,8 @@ def test_the_forecast_learns_from_fsdp_runs_as_their_own_group_in_all_reduce_ter
     assert [e[0] for e in fsdp.exposures[key]] == [pytest.approx(1.3)]
     rows, _ = forecast.forecast(fsdp, ("intra", "cpu", "cpu"), key, 1, (2, 4))
     assert rows[-1].allreduce_s == pytest.approx(ring(4, 1.5 * S, 7))
-    assert rows[-1].step.mid == pytest.approx(STEP1 * 1.1 + 1.3 * ring(4, 1.5 * S, 7))
+    t4 = ring(4, 1.5 * S, 7)  # x 1.3 at 2 nodes, read at 4 both as x and as a fixed 0.3 t_fsdp: their mean
+    assert rows[-1].step.mid == pytest.approx(STEP1 * 1.1 + (1.3 + 1 + 0.3 * t_fsdp / t4) / 2 * t4)
     lines = forecast_view.render(runs, bench_rows, (1, 2, 4))
     heads = [line for line in lines if line.startswith("Forecast, group")]
     assert len(heads) == 2 and sum("FSDP (sharded)" in h for h in heads) == 1
@@ -619,7 +685,7 @@ def test_the_forecast_learns_from_fsdp_runs_as_their_own_group_in_all_reduce_ter
 
 def test_the_track_record_covers_fsdp_runs_leaving_each_configuration_out():
     """fa over 8 Gbit/s paid 1.2 x its gathers and scatters, fb over 4 Gbit/s (the 8 Gbit/s fit at half β) 1.4 x:
-    each is predicted with the other's x."""
+    each is predicted from the other's run, read as x and as a fixed cost (the middle: their mean)."""
     t_fsdp, t_slow = ring(2, 1.5 * S, 7), 7 * 2 * ALPHA + 1.5 * S / 0.5e9
     slow = fsdp_run("fb", 2, 2, STEP1 + 1.4 * t_slow)
     slow["launch"]["link"] = {**LINK, "gbit": 4.0}
@@ -627,8 +693,10 @@ def test_the_track_record_covers_fsdp_runs_leaving_each_configuration_out():
     _, runs, bench_rows = calibrated(found)
     record = pd.DataFrame(forecast.track_record(forecast_view.records(runs),
                                                 forecast_view.bench_points(bench_rows))).set_index("run_id")
-    assert record.loc["fa", "predicted_step_s"] == pytest.approx(STEP1 + 1.4 * t_fsdp, rel=1e-6)
-    assert record.loc["fb", "predicted_step_s"] == pytest.approx(STEP1 + 1.2 * t_slow, rel=1e-6)
+    assert record.loc["fa", "predicted_step_s"] == pytest.approx(
+        STEP1 + (1.4 + 1 + 0.4 * t_slow / t_fsdp) / 2 * t_fsdp, rel=1e-6)
+    assert record.loc["fb", "predicted_step_s"] == pytest.approx(
+        STEP1 + (1.2 + 1 + 0.2 * t_fsdp / t_slow) / 2 * t_slow, rel=1e-6)
 
 
 def test_with_x_1_an_fsdp_forecast_is_what_the_model_predicts_for_its_units():

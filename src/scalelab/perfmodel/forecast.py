@@ -34,6 +34,8 @@ UNMEASURED_X = 2.0  # the top of x's band where no run measured it (exposure_for
 # x read on one other link of the level, as a share of itself: how far it may differ on this one (the demo's GPT paid
 # medians of 1.21 and 1.05 times its all-reduce over its 2 Gbit/s and 200 Mbit/s links: sd 0.11 on 1.13)
 X_ACROSS_LINKS = 0.10
+# Readings taken within this share of an all-reduce time are read at it (a leave-one-out refit moves t a little)
+SAME_ALLREDUCE = 0.05
 DEFAULT_NODES = (1, 2, 4, 8, 16, 32, 64)
 GOOD_EFFICIENCY = 0.8  # the one-line answer: up to how many nodes efficiency stays above this
 
@@ -230,17 +232,27 @@ def fit_for(cal: Calibration, key: tuple) -> tuple:
 
 
 def exposure_for(cal: Calibration, key: tuple, allreduce_s: float) -> tuple:
-    """(Band of x for this workload at this link, where it came from, the readings it measured): its own runs on
-    this link, else its runs on another link of that level; else what there is of the other workloads' runs at that
-    level and of its own runs at the other level, each read both as x and as a fixed cost per step U, the band
-    spanning all of it (no readings: a range, not a measurement). x is never below 0: an all-reduce cannot make a
-    step shorter (a run faster than the 1-device step is noise, which the band's scatter carries)."""
+    """(Band of x for this workload at this link and all-reduce time, where it came from, the readings the middle's
+    sd is read from): its own runs on this link, else its runs on another link of that level; else what there is
+    of the other workloads' runs at that level and of its own runs at the other level. x is never below 0: an
+    all-reduce cannot make a step shorter (a run faster than the 1-device step is noise, which the band's scatter
+    carries).
+
+    A reading taken at another all-reduce time than this one (another link's rate, another node count) is read
+    two ways: as x (all that a step pays beyond the 1-device step grows with the all-reduce) and as a fixed cost
+    per step U, 1 + U / t (only the all-reduce grows: compute slowed by ranks sharing a machine, DDP's bookkeeping
+    stay). Runs at one all-reduce time cannot tell the two apart, so the band spans both readings and is a range
+    (no readings returned: not a measurement of this point); at this all-reduce time the two agree."""
     same_level = [e for k, es in cal.exposures.items() if k[0] == key[0] for e in es]
     own = [e for e in cal.exposures.get(key) or same_level if e.x is not None]
     if own:
-        xs = [max(0.0, e.x) for e in own]
         where = "this workload on this link" if cal.exposures.get(key) else "this workload on another link"
-        return Band(min(xs), statistics.median(xs), max(xs)), where, own
+        if allreduce_s <= 0 or all(math.isclose(e.allreduce_s, allreduce_s, rel_tol=SAME_ALLREDUCE) for e in own):
+            xs = [max(0.0, e.x) for e in own]
+            return Band(min(xs), statistics.median(xs), max(xs)), where, own
+        both = [max(0.0, v) for e in own for v in (e.x, 1 + e.fixed_s / allreduce_s)]
+        return (Band(min(both), statistics.median(both), max(both)),
+                f"{where} (read as x and as a fixed cost per step)", [])
     others = cal.borrowed.get(key[0]) or []
     mine = [e for es in cal.exposures.values() for e in es if e.x is not None]  # the other level's
     if (not others and not mine) or allreduce_s <= 0:

@@ -18,12 +18,20 @@ PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the n
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs a forecast learns from: completed, timed, and the same job as their group's baseline (a run that
-    ran another step than its baseline, plausible.job_differences, would fit an exposure to that difference).
-    DDP and FSDP alike: FSDP's all-gathers and reduce-scatters enter as the all-reduces they cost
-    (perfmodel.sharding), and a strategy is its own group."""
+    """The runs a forecast learns from and the track record judges: completed, timed, the same job as their
+    group's baseline (a run that ran another step than its baseline, plausible.job_differences, would fit an
+    exposure to that difference) and not starved (a rank that had a core under cpushare.QUIET of its ready time
+    measured other work beside it, not scaling: contended()). DDP and FSDP alike: FSDP's all-gathers and
+    reduce-scatters enter as the all-reduces they cost (perfmodel.sharding), and a strategy is its own group."""
     same = runs["job_differs"] == "" if "job_differs" in runs else True
-    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same]
+    return runs[(runs["status"] == "completed") & runs["step_s"].notna() & same & ~contended(runs)]
+
+
+def contended(runs: pd.DataFrame) -> pd.Series:
+    """The completed runs the report flags for contention (the starved column): left out of every fit and score."""
+    if "starved" not in runs:
+        return pd.Series(False, index=runs.index)
+    return (runs["status"] == "completed") & (runs["starved"].fillna("") != "")
 
 
 def records(runs: pd.DataFrame) -> list:
@@ -101,15 +109,26 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
     notes = [f"{inside / counted * 100:.0f} %"] if counted else []
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
         notes.append(f"{int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
-                     "too noisy runs to fit the model from")
+                     "too noisy runs to fit the model from; more repeats of each configuration narrow them "
+                     "(the demo's --repeats 3)")
     said = f"  {inside} of {counted} inside the {promise} band" + (f" ({'; '.join(notes)})" if notes else "")
     return ["Track record (each multi-device configuration predicted from the other configurations' runs; "
             f"{promise} band: where four in five new runs should land; efficiency = 1-device step ÷ step)",
             narrow(rows, ["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
                           "predicted step ms", "measured ms", "exposure from"][:None if details else -1], fmt),
             f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.",
+            *left_out(runs),
             "  The bands' run-to-run scatter: " + "; ".join(
                 f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)), ""]
+
+
+def left_out(runs: pd.DataFrame) -> list:
+    """The one line that says which runs no fit or score read because other work shared their cores, or none."""
+    flagged = runs[contended(runs)]
+    if flagged.empty:
+        return []
+    return [f"  Left out of every fit and of this score: {len(flagged)} run(s) flagged for contention (starved: "
+            f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine."]
 
 
 def scatter_words(rows: pd.DataFrame) -> str:
