@@ -619,6 +619,9 @@ def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_s
             "machine.") in lines
     assert not any("Left out" in line for line in forecast_view.track_record(frames.runs_frame(
         [f for f in found if f is not c]), quiet, "simple"))
+    # every run flagged: nothing judged, and the line still says why
+    assert forecast_view.track_record(runs, track.iloc[:0], "simple")[0].startswith("  Left out of every fit")
+    assert forecast_view.track_record(frames.runs_frame([f for f in found if f is not c]), track.iloc[:0]) == []
 
 
 def test_a_link_rate_not_measured_is_forecast_from_the_nearest_measured_rate_above_or_below():

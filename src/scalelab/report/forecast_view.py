@@ -94,8 +94,8 @@ WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any 
 def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", details: bool = True) -> list:
     """The track record as the report prints it: the model's record on this cluster, per workload (details: with
     where each prediction's exposure came from, a long column)."""
-    if track.empty:
-        return []
+    if track.empty:  # nothing judged: say so where the runs that would have been were left out
+        return [*left_out(runs), ""] if contended(runs).any() else []
     letters = report_letters(runs)
     wide = (track["eff_high"] - track["eff_low"]) > WIDE_BAND
     rows = [[letters.get(r.group, "?"), r.world_size, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
