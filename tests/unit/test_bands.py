@@ -240,6 +240,24 @@ def test_this_links_own_readings_win_over_the_levels_other_links():
     assert band == Band(1.0, 1.5, 2.0) and where == "this workload on another link"
 
 
+def test_own_readings_at_another_all_reduce_are_read_both_ways_never_below_zero():
+    """This workload's runs on this link paid x = 0.5 (the all-reduce half hidden: U = -5 ms at t = 10 ms) and 1.5
+    (U = +5 ms). At t = 20 ms the fixed-cost readings are 1 - 5/20 = 0.75 and 1 + 5/20 = 1.25: the band spans 0.5-1.5
+    around the median of the four, 1.0. A run that paid less than nothing (x = -0.2, U = -12 ms) reads 0, never
+    below; with no all-reduce to scale (t = 0) the readings are their x alone."""
+    cal = SimpleNamespace(exposures={("inter", "a"): [_reading(0.5, -0.005), _reading(1.5, 0.005)]}, borrowed={},
+                          **KNOWN)
+    band, where, readings = forecast.exposure_for(cal, ("inter", "a"), 0.02)
+    assert (band.low, band.mid, band.high) == pytest.approx((0.5, 1.0, 1.5)) and readings == []
+    assert where == "this workload on this link (read as x and as a fixed cost per step)"
+    band, where, readings = forecast.exposure_for(cal, ("inter", "a"), 0.0102)  # within 5 % of t: x alone
+    assert (band.low, band.mid, band.high) == pytest.approx((0.5, 1.0, 1.5)) and len(readings) == 2
+    assert where == "this workload on this link"
+    cal.exposures = {("inter", "a"): [_reading(-0.2, -0.012)]}
+    assert forecast.exposure_for(cal, ("inter", "a"), 0.02)[0] == Band(0.0, 0.2, 0.4)  # 0 and 1 - 12/20 = 0.4
+    assert forecast.exposure_for(cal, ("inter", "a"), 0.0)[0] == Band(0.0, 0.0, 0.0)
+
+
 def test_borrowed_readings_below_one_and_without_an_x_are_read_as_they_are():
     """Another workload paid x = 0.5 (U = −5 ms: 1 + U / t = 0.5 at t = 10 ms), and one of its runs, whose x was not
     read, a fixed 2 ms (1.2); with this workload's one-node run (x = 0.8, U = 2 ms) both kinds of source are named."""
