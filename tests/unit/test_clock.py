@@ -293,8 +293,8 @@ def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measur
 def test_the_share_of_a_core_is_read_around_each_probes_compute():
     """The clock reads the scheduler's figures at probe_start and again before the probe's all-reduce alone:
     one [on-core, waiting] span per probe step, and none for a step that was not a probe."""
-    readings = iter([(1.0, 0.5), (1.75, 0.75), (9.0, 9.0)])
-    c = SimpleNamespace(threads=SimpleNamespace(sample=lambda: next(readings)), cpu=[], _cpu_start=None,
+    readings = iter([[(1.0, 0.5)], [(1.75, 0.75)], [(9.0, 9.0)]])  # one thread's figures (Threads.read)
+    c = SimpleNamespace(threads=SimpleNamespace(read=lambda: next(readings)), cpu=[], _cpu_start=None,
                         world_size=1, comm=SimpleNamespace(bucket_bytes=[]), device=torch.device("cpu"))
     probe.AloneProbe.start(c)
     probe.AloneProbe.allreduce_alone(c)

@@ -92,6 +92,23 @@ def test_a_sample_sums_every_threads_figures_in_seconds(tmp_path, monkeypatch):
     assert threads.sample() is None  # closed for good: the files are not opened again behind the caller's back
 
 
+def test_only_the_threads_that_computed_count_a_helper_that_woke_does_not():
+    """The compute thread ran 2 ms and waited 0.05 ms; the device sampler woke, waited 0.4 ms for the core the compute
+    thread held and ran 0.02 ms (under COMPUTING of 2 ms): a quiet rank, 97.6 %, not 83 %. An intra-op thread that
+    ran 1 ms counts; under a neighbour the compute thread itself waits, and that counts; a thread that ended, and a
+    window where nothing ran, give nothing."""
+    before = [(1.0, 0.1), (5.0, 1.0), (0.5, 0.0), (3.0, 0.0)]
+    after = [(1.002, 0.10005), (5.00002, 1.0004), (0.501, 0.0), None]
+    assert cpushare.computing(before, after) == [pytest.approx(0.003), pytest.approx(0.00005)]
+    assert cpushare.had_cpu([cpushare.computing(before, after)]) == pytest.approx(0.003 / 0.00305)
+    every = [sum(b[0] - a[0] for a, b in zip(before[:3], after[:3])), sum(b[1] - a[1] for a, b in zip(before[:3],
+                                                                                                    after[:3]))]
+    assert cpushare.had_cpu([every]) < cpushare.QUIET  # summed over every thread: flagged for nothing
+    neighbour = [(1.002, 0.102), (5.00002, 1.0004)]  # the compute thread waited as long as it ran
+    assert cpushare.had_cpu([cpushare.computing(before[:2], neighbour)]) == pytest.approx(0.5)
+    assert cpushare.computing(before, before) is None and cpushare.computing([], []) is None
+
+
 def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(cpushare, "TASKS", str(tmp_path / "absent"))
     assert cpushare.Threads().sample() is None

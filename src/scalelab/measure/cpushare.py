@@ -6,7 +6,9 @@ step (train/clock.py), where the rank computes alone: no all-reduce runs beside 
 communication threads compete for nothing, and a rank waiting for a peer sleeps (counted in neither figure).
 There, on-core / (on-core + waiting) below 1 means other work on the rank's cores: another job, a login node's
 users, a compile, ranks that share cores. CPU time against wall time could not tell that from waiting for the
-network, and a whole step's figures would count the rank's own gloo threads running beside backward.
+network, and a whole step's figures would count the rank's own gloo threads running beside backward. Only the
+threads that computed in the window count (computing()): a helper that woke for microseconds waited for the core
+the compute thread held, which is the rank's own business.
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ class Threads:
 
     def sample(self) -> Optional[tuple[float, float]]:
         """(seconds on a core, seconds ready but waiting), summed over the threads open."""
+        figures = [f for f in self.read() if f]
+        on, waiting = sum(f[0] for f in figures), sum(f[1] for f in figures)
+        return (on, waiting) if on else None
+
+    def read(self) -> list:
+        """Each open thread's (seconds on a core, seconds ready but waiting), None for one that ended."""
         if self.fds is None:
             self.fds = self._open()
-        on = waiting = 0
+        out = []
         for fd in self.fds:
             try:
                 fields = os.pread(fd, 128, 0).split()
-                on, waiting = on + int(fields[0]), waiting + int(fields[1])
+                out.append((int(fields[0]) / 1e9, int(fields[1]) / 1e9))
             except (OSError, ValueError, IndexError):
-                continue
-        return (on / 1e9, waiting / 1e9) if on else None
+                out.append(None)
+        return out
 
     @staticmethod
     def _open() -> list:
@@ -56,6 +64,22 @@ class Threads:
         for fd in self.fds or []:
             os.close(fd)
         self.fds = []
+
+
+COMPUTING = 0.1  # a thread computed in a window when it ran at least this share of the busiest thread's time
+
+
+def computing(before: list, after: list) -> Optional[list]:
+    """[on-core s, waiting s] over a window (two Threads.read()s), summed over the threads that computed in it:
+    those that ran at least COMPUTING of the busiest one's time (the compute thread and its intra-op pool). A helper
+    that woke for microseconds (the device sampler, the rank watch) waits for the core the compute thread holds:
+    its waiting is the rank's own, not other work's, and would flag a quiet rank whose steps last a millisecond."""
+    spans = [(b2[0] - b1[0], b2[1] - b1[1]) for b1, b2 in zip(before, after) if b1 and b2]
+    busiest = max((on for on, _ in spans), default=0.0)
+    if busiest <= 0:
+        return None
+    kept = [(on, waiting) for on, waiting in spans if on >= COMPUTING * busiest]
+    return [round(sum(on for on, _ in kept), 6), round(sum(waiting for _, waiting in kept), 6)]
 
 
 def had_cpu(spans) -> Optional[float]:

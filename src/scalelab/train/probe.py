@@ -26,16 +26,16 @@ class AloneProbe:
 
     def start(self) -> None:
         """A probe step begins: the scheduler's figures of this rank's threads."""
-        self._cpu_start = self.threads.sample()
+        self._cpu_start = self.threads.read()
 
     def allreduce_alone(self) -> None:
         """The probe's compute is done: the scheduler's figures again (it ran with no communication beside it), then
         all ranks all-reduce what the last communicating step put on the wire, together, with nothing else running.
         Either way the device ends drained (the all-reduce alone syncs it; a 1-device run syncs it here): the step
         after a probe starts on an idle device at every world size."""
-        now = self.threads.sample()
-        if now and self._cpu_start:
-            self.cpu.append([round(now[0] - self._cpu_start[0], 6), round(now[1] - self._cpu_start[1], 6)])
+        span = cpushare.computing(self._cpu_start, self.threads.read()) if self._cpu_start else None
+        if span:
+            self.cpu.append(span)
         self._cpu_start = None
         if self.world_size > 1 and self.comm.bucket_bytes:
             sent = self.comm.wire_bytes or self.comm.bucket_bytes
