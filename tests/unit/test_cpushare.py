@@ -107,6 +107,10 @@ def test_only_the_threads_that_computed_count_a_helper_that_woke_does_not():
     neighbour = [(1.002, 0.102), (5.00002, 1.0004)]  # the compute thread waited as long as it ran
     assert cpushare.had_cpu([cpushare.computing(before[:2], neighbour)]) == pytest.approx(0.5)
     assert cpushare.computing(before, before) is None and cpushare.computing([], []) is None
+    # a thread that ran exactly COMPUTING of the busiest one's time computed; figures kept to the microsecond
+    edge = cpushare.computing([(0.0, 0.0), (0.0, 0.0)], [(1.0, 0.0), (cpushare.COMPUTING, 0.25)])
+    assert edge == [1.0 + cpushare.COMPUTING, 0.25]
+    assert cpushare.computing([(0.0, 0.0)], [(0.0012345678, 0.0000012345678)]) == [0.001235, 0.000001]
 
 
 def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):

@@ -42,6 +42,11 @@ class Started(Exception):
     """Where an entry point would start processes (a run, ranks, a job): every check before it passed."""
 
 
+def start(*args, **kwargs):
+    """Stands in for what would start processes: raises Started."""
+    raise Started()
+
+
 def parser_of(entry, *prefix) -> OneLineParser:
     """The parser an entry point builds, caught as it parses (its flags read off it, not listed here)."""
     caught = []
@@ -191,9 +196,6 @@ def test_train_py_up_to_its_launch(folder, data, monkeypatch):
 def test_allreduce_bench_py_up_to_its_ranks(folder, data, monkeypatch):
     from scalelab.bench import allreduce
 
-    def start(*args, **kwargs):
-        raise Started()
-
     monkeypatch.setattr(allreduce, "spawn_local", start)
     monkeypatch.setattr(allreduce, "run", start)
     tmp = folder()
@@ -219,9 +221,6 @@ def test_selfcheck_py(folder, data, monkeypatch):
 def test_emulate_py_up_to_its_nodes(folder, data, monkeypatch):
     from scalelab.launch import emulate, netns
 
-    def start(*args, **kwargs):
-        raise Started()
-
     monkeypatch.setattr(netns, "emulated_nodes", start)
     tmp = folder()
     argv = [*flag_values(emulate.build_parser(), tmp, data.draw), "--", "python", "src/train.py"]
@@ -232,9 +231,6 @@ def test_emulate_py_up_to_its_nodes(folder, data, monkeypatch):
 @given(data=st.data())
 def test_submit_py_up_to_its_jobs(folder, data, monkeypatch):
     from scalelab.launch import sweep
-
-    def start(*args, **kwargs):
-        raise Started()
 
     monkeypatch.setattr(sweep.Submitter, "submit", start)
     monkeypatch.chdir(ROOT)  # where site.sh is, as a user stands
