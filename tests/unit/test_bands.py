@@ -59,6 +59,15 @@ def test_an_a_priori_band_widens_the_overlap_range_by_two_runs_scatter_each_by_t
     assert noise.one_run_band(0.8, 0.9, step_s=0.05, baseline_step_s=0.005).high == pytest.approx(mixed.high)
 
 
+def test_the_printed_band_widens_each_end_by_its_own_reach_and_keeps_the_middle(monkeypatch):
+    """predict.py's band: one run's band, its low end divided by exp(MODEL_REACH[0]), its high end multiplied by
+    exp(MODEL_REACH[1]) (each side its own: the published runs' misses fell below), the middle where it was."""
+    monkeypatch.setattr(noise, "MODEL_REACH", (0.1, 0.2))
+    plain, wide = noise.one_run_band(0.8, 0.9, 0.5, 0.4), noise.a_priori_band(0.8, 0.9, 0.5, 0.4)
+    assert (wide.low, wide.mid, wide.high) == pytest.approx(
+        (plain.low / math.exp(0.1), plain.mid, plain.high * math.exp(0.2)))
+
+
 def test_a_beta_faster_than_the_links_rate_is_held_at_it_and_alpha_refitted():
     """Points of a 1 GB/s ring with α = 20 µs, over a link stated at 0.5 GB/s (a shaper's burst let them through
     faster): β = 0.5, and α alone on what that β leaves of each point's time, which is less than nothing for the
