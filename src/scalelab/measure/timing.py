@@ -115,7 +115,9 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRec
         "allreduce_alone_s": alone,
         "hidden_s": max(0.0, allreduce - waited),
         "hidden_fraction": min(1.0, max(0.0, allreduce - waited) / allreduce) if allreduce > 0 else None,
-        "comm_share": waited / step if step > 0 else None,  # step: the run's step_s.median, as summarize's
+        # step: the run's step_s.median, as summarize's; the waits' median over another step than the steps' median
+        # may pass it under a loaded machine (1.016 seen: a share check then failed the whole run), a share cannot
+        "comm_share": min(1.0, waited / step) if step > 0 else None,
         "grad_bytes": grad_bytes,
         "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
         "wire_bytes": per_rank[0].get("wire_bytes") or None,  # fewer than bucket_bytes with --comm_hook
