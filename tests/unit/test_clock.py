@@ -288,6 +288,10 @@ def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measur
     assert timing.comm_summary(idle, [2], [1])["ddp_busbw_GBps"] is None
     zero = [dict(r, step_times_s=[0.0] * 3) for r in two]
     assert timing.comm_summary(zero, [2], [1])["comm_share"] is None
+    # the waits' median past the steps' (other steps, a loaded machine): a share of a step is at most all of it
+    skewed = [dict(r, step_times_s=[0.1] * 3, grads_ready_times_s=[0.1, 0.05, 0.3]) for r in two]
+    assert timing.comm_summary(skewed, [2], [1])["waited_s"] == pytest.approx(0.25)
+    assert timing.comm_summary(skewed, [2], [1])["comm_share"] == 1.0
 
 
 def test_the_share_of_a_core_is_read_around_each_probes_compute():
