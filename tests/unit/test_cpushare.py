@@ -39,16 +39,15 @@ def one_core():
 
 
 def _span(threads, work):
-    first = threads.sample()
+    first = threads.read()
     work()
-    last = threads.sample()
-    return [last[0] - first[0], last[1] - first[1]]
+    return cpushare.computing(first, threads.read())  # as the probe reads a window
 
 
 @pytest.mark.alone  # a test beside it on the other worker would be one more neighbour on its core
 def test_a_spinning_neighbour_halves_the_share_a_sleeping_one_does_not(one_core):
     threads = cpushare.Threads()
-    assert threads.sample() is not None, "this kernel exposes no /proc/self/task/*/schedstat"
+    assert any(threads.read()), "this kernel exposes no /proc/self/task/*/schedstat"
     assert cpushare.had_cpu([_span(threads, lambda: _busy(0.5))]) > 0.8  # alone (other tests may still nibble)
     spinners = _spinners([one_core])
     try:
@@ -60,7 +59,7 @@ def test_a_spinning_neighbour_halves_the_share_a_sleeping_one_does_not(one_core)
     # waiting, not runnable (as a rank waiting for a peer): counts in neither figure
     assert cpushare.had_cpu([_span(threads, lambda: (time.sleep(0.5), _busy(0.2)))]) > 0.8
     threads.close()
-    assert threads.sample() is None  # closed: nothing to read
+    assert threads.read() == []  # closed: nothing to read
 
 
 def test_contended_names_the_most_starved_rank():
@@ -78,18 +77,19 @@ def _schedstat(folder, **threads):
     return str(folder)
 
 
-def test_a_sample_sums_every_threads_figures_in_seconds(tmp_path, monkeypatch):
-    # 1.5 s + 0.25 s on a core, 0.5 s + 0.125 s waiting; a thread whose file cannot be opened and one with a torn
-    # line are skipped
+def test_a_read_gives_each_threads_figures_in_seconds(tmp_path, monkeypatch):
+    # 1.5 s and 0.25 s on a core, 0.5 s and 0.125 s waiting; a thread whose file cannot be opened is not read, one
+    # with a torn line reads None
     monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t101="1500000000 500000000 9\n",
                                                       t102="250000000 125000000 3\n", t103="garbage\n"))
     (tmp_path / "104").mkdir()
     threads = cpushare.Threads()
-    assert threads.sample() == (1.75, 0.625)
+    first = threads.read()
+    assert sorted(f for f in first if f) == [(0.25, 0.125), (1.5, 0.5)] and first.count(None) == 1
     (tmp_path / "102" / "schedstat").write_text("750000000 125000000 4\n")  # read again: the same files, new figures
-    assert threads.sample() == (2.25, 0.625)
+    assert sorted(f for f in threads.read() if f) == [(0.75, 0.125), (1.5, 0.5)]
     threads.close()
-    assert threads.sample() is None  # closed for good: the files are not opened again behind the caller's back
+    assert threads.read() == []  # closed for good: the files are not opened again behind the caller's back
 
 
 def test_only_the_threads_that_computed_count_a_helper_that_woke_does_not():
@@ -113,11 +113,13 @@ def test_only_the_threads_that_computed_count_a_helper_that_woke_does_not():
     assert cpushare.computing([(0.0, 0.0)], [(0.0012345678, 0.0000012345678)]) == [0.001235, 0.000001]
 
 
-def test_a_sample_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):
+def test_a_window_is_none_where_the_kernel_shows_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(cpushare, "TASKS", str(tmp_path / "absent"))
-    assert cpushare.Threads().sample() is None
+    threads = cpushare.Threads()
+    assert threads.read() == [] and cpushare.computing(threads.read(), threads.read()) is None
     monkeypatch.setattr(cpushare, "TASKS", _schedstat(tmp_path, t7="0 0 0\n"))  # schedstats off: nothing ran
-    assert cpushare.Threads().sample() is None
+    threads = cpushare.Threads()
+    assert cpushare.computing(threads.read(), threads.read()) is None
 
 
 def test_the_share_is_on_core_time_over_ready_time_summed_over_spans():

@@ -22,16 +22,10 @@ QUIET = 0.9  # below this share, the report names contention before any other ca
 
 class Threads:
     """This process's threads' scheduler files, opened once and read with pread (0.5 us a thread, cheap enough
-    inside a step); a thread that ended is skipped. None from sample() where the kernel does not expose them."""
+    inside a step); a thread that ended reads None, and read() is empty where the kernel does not expose them."""
 
     def __init__(self):
         self.fds = None
-
-    def sample(self) -> Optional[tuple[float, float]]:
-        """(seconds on a core, seconds ready but waiting), summed over the threads open."""
-        figures = [f for f in self.read() if f]
-        on, waiting = sum(f[0] for f in figures), sum(f[1] for f in figures)
-        return (on, waiting) if on else None
 
     def read(self) -> list:
         """Each open thread's (seconds on a core, seconds ready but waiting), None for one that ended."""
