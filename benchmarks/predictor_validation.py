@@ -478,10 +478,11 @@ def verdict(held, adopted_held) -> str:
 def report(data, train) -> tuple:
     """(lines, {term: verdict}): the terms table on the training part, each band in-sample and held out by
     publisher, each tried term's verdict against the adopted band (`verdict`)."""
-    body, verdicts, adopted_held = [], {}, held_out(data, CANDIDATES[ADOPTED][1], train)[0]
+    held = {what: held_out(data, terms, train) for what, terms, _ in CANDIDATES}  # each once, the adopted's too
+    body, verdicts, adopted_held = [], {}, held[CANDIDATES[ADOPTED][0]][0]
     for what, terms, role in CANDIDATES:
         mine = fit(data, terms, train)
-        out, fitted_by = held_out(data, terms, train)
+        out, fitted_by = held[what]
         verdicts[what] = verdict(out, adopted_held) if role == "tried" else role
         body.append([what, verdicts[what], figures(mine), *_cells(score(triples(evaluate(data, mine, train)))),
                      _spread(fitted_by), *_cells(score(triples(out)))])
