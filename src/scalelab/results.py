@@ -1,11 +1,11 @@
-"""The result schema: the one place that knows what a result.json holds and which version it is.
+"""result.json read and written in one place: its fields are record/'s (declared once), its versions upgrades.py's.
 
 Writers call `write()` (atomic: no reader ever sees half a file); readers call `load()`/`scan()`,
-which validate, upgrade older versions, and explain in one line why a file is skipped.
+which validate against the declaration, upgrade older versions, and explain in one line why a file is skipped.
 What must never reach a result file is a property of the file format, not of whoever writes it: `write` passes
 everything through redaction.scrub, `load` through redaction.as_read (a file written elsewhere).
-Bump SCHEMA_VERSION for any change a reader of the old version would misread, and teach
-`_upgrade()` the old layout.
+Bump record.SCHEMA_VERSION for any change a reader of the old version would misread, and teach upgrades.py the
+old layout.
 """
 
 import datetime as _dt
@@ -16,15 +16,14 @@ import platform
 import re
 import secrets
 import tempfile
-from typing import List, Optional, TypedDict
+from typing import Optional
 
-from scalelab import __version__, files, schema, upgrades
+from scalelab import __version__, files, record, upgrades
 from scalelab.errors import ResultError, UsageError
 from scalelab.files import atomic_write_bytes, atomic_write_json, atomic_write_text, nan_to_none  # noqa: F401
 from scalelab.redaction import as_read, scrub
 
-SCHEMA = "scalelab.result"
-SCHEMA_VERSION = 3  # 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity (upgrades.py)
+SCHEMA, SCHEMA_VERSION = record.SCHEMA, record.SCHEMA_VERSION  # what a result.json holds: record.py declares it
 # The report's own summary (`benchmark.py --export`): what one outputs folder showed, small enough to mail
 # to another site and `--compare` against. Versioned like a result.
 SUMMARY_SCHEMA = "scalelab.report_summary"
@@ -32,47 +31,6 @@ SUMMARY_VERSION = 2  # 2: the result's version 3 names (upgrades.SUMMARY_V1: wor
 KINDS = ("training", "allreduce")
 STATUSES = ("completed", "failed", "timeout", "preempted")
 METRICS_FILE = "metrics.csv"  # --logger csv's per-step curves in the run folder (CSVLogger's; the loss plots read it)
-
-class LinkRecord(TypedDict):
-    """result["launch"]["link"]: the link between the nodes where it is known (src/emulate.py's), else None."""
-    gbit: float  # rate, each direction (+ shaped_gbit, only under emulate.py --degrade_gbit: what tc gave)
-    emulated: bool  # network namespaces on one machine, shaped with tc: not a real network
-    latency_ms: Optional[float]  # one-way delay applied (None: none, or it could not be applied)
-    latency_requested_ms: Optional[float]  # what --latency_ms asked for
-
-
-class LaunchRecord(TypedDict):
-    """result["launch"]: where and how big the run was (one builder: launch.cluster.Launch.record)."""
-    launcher: str  # slurm, torchrun, submitit-local, local, ...
-    world_size: int  # devices x num_nodes: every rank
-    num_nodes: int
-    devices: int  # per node, as --devices and Lightning's `devices`: one process each
-    accelerator: str  # gpu or cpu
-    backend: Optional[str]  # nccl or gloo; None where no process group ran (training on one rank)
-    device_names: List[str]
-    hostnames: List[str]
-    link: Optional[LinkRecord]  # additive (no version bump): files written before it lack it, read as None
-
-
-class CommRecord(TypedDict):
-    """result["timing"]["comm"]: compute vs gradient all-reduce of a step, medians (measure.timing.comm_summary)."""
-    probe_steps: int
-    compute_s: float  # gradients-ready in the no-sync probe steps
-    synced_s: float  # gradients-ready in normal steps
-    waited_s: float  # what the step waited for communication, after backward's compute ended
-    waited_in_step: int  # 1: waited_s read in the step itself (the backward mark); 0: against the probes
-    slowed_s: Optional[float]  # how much later backward's compute ended beside the all-reduce; absent before it
-    allreduce_s: float  # how long the all-reduce was busy (during backward)
-    allreduce_alone_s: Optional[float]  # the same buckets, nothing else running
-    hidden_s: float
-    hidden_fraction: Optional[float]
-    comm_share: Optional[float]  # waited_s / timing.step_s.median
-    grad_bytes: Optional[int]
-    bucket_bytes: Optional[List[int]]
-    wire_bytes: Optional[List[int]]  # what --comm_hook sent for those buckets; additive, absent before it
-    buckets: float
-    ddp_busbw_GBps: Optional[float]
-
 
 def versions() -> dict:
     out = {"python": platform.python_version()}
@@ -230,7 +188,7 @@ def validate(data) -> dict:
                 raise ResultError(f"timing.{key} is not a number >= 0")
         if not isinstance(data["workload"].get("model"), str):
             raise ResultError("workload.model missing")
-    schema.check(data)  # every field a reader takes: its type, range, finiteness
+    record.check(data)  # every field against its declaration: its type, range, finiteness
     return data
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from scalelab.train import clock, comm, loop, probe
-from scalelab.train import record as record_module
+from scalelab.train import payload as record_module
 
 
 class Gpu:
@@ -80,7 +80,7 @@ def _steps(steps, gpu, n, step_ms=50.0, read_every=None):
 
 
 def _record(steps):
-    """The rank's record as train/record.py assembles it from the host inventory and the clock's figures."""
+    """The rank's record as train/payload.py assembles it from the host inventory and the clock's figures."""
     return {**record_module.inventory(steps.device), **steps.figures()}
 
 
@@ -122,7 +122,7 @@ def test_after_a_sticky_cuda_error_the_record_keeps_the_read_steps_and_never_rai
     from scalelab import config
     from scalelab.launch.cluster import Launch
     from scalelab.train.guard import failure
-    from scalelab.train.record import RunContext
+    from scalelab.train.payload import RunContext
 
     """An illegal address, an ECC or Xid error: from then on every CUDA call raises, event.query() too. The failing
     run's record must still be written, with the steps read before it (a raise there left no record at all)."""

@@ -1,4 +1,4 @@
-"""train/record.py's sampler of a rank's device: started before the loop, read over the timed window the step
+"""train/payload.py's sampler of a rank's device: started before the loop, read over the timed window the step
 clock gives (the end of warm-up to the loop's end), off under SCALELAB_NO_SAMPLER=1."""
 
 import time
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from scalelab.measure import devices
-from scalelab.train.record import device_figures, sample_devices
+from scalelab.train.payload import device_figures, sample_devices
 
 
 def test_a_cpu_rank_samples_its_process_and_reads_the_window_after_warm_up(monkeypatch):

@@ -134,7 +134,7 @@ def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
     8 A100s at 40,000 samples/s of a 1.2 GFLOP sample: 48 TFLOP/s over 8 = 6 TFLOP/s each; bf16 peak 312."""
     from types import SimpleNamespace
 
-    from scalelab.train.record import throughput
+    from scalelab.train.payload import throughput
 
     ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9), cfg=SimpleNamespace(precision="bf16-mixed"),
                           launch=SimpleNamespace(world_size=8, accelerator="gpu"))

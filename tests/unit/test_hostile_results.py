@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalelab import results
+from scalelab import record, results
 from scalelab.report import cli
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo-results")
@@ -36,7 +36,21 @@ def _paths(obj, path=()):
             yield from _paths(v, path + (i,))
 
 
-PLACES = [(name, p) for name, data in REAL.items() for p in _paths(data) if p[0] not in ("environment", "versions")]
+def _declared(data):
+    """Every field result.json declares for this kind (scalelab/record), where it can go in this result: the
+    fields the demo never writes too (a link, a SLURM job, a peak note); a list of blocks by its first item."""
+    for path, _ in record.leaves(data["kind"]):
+        place = tuple(int(k) if k == "0" else k for k in path.replace("[]", ".0").split("."))
+        where = data
+        for key in place[:-1]:  # a list of blocks must be there; a block may be absent (_put makes it)
+            where = where[key] if isinstance(key, int) and isinstance(where, list) and where else (
+                where.get(key) if isinstance(where, dict) else None) or {}
+        if not isinstance(place[-2] if len(place) > 1 else None, int) or where:
+            yield place
+
+
+PLACES = sorted({(name, p) for name, data in REAL.items() for p in (*_paths(data), *_declared(data))
+                 if p[0] not in ("environment", "versions")}, key=str)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30) | st.floats(allow_nan=False,
                                                                                            allow_infinity=False)
@@ -62,9 +76,12 @@ def _folder(root, changed: dict):
 
 
 def _put(data, path, value):
+    """A copy of the result with the value at path (a block the path needs and the result lacks, made)."""
     data = copy.deepcopy(data)
     where = data
     for key in path[:-1]:
+        if isinstance(where, dict) and not isinstance(where.get(key), (dict, list)):
+            where[key] = {}
         where = where[key]
     where[path[-1]] = value
     return data
@@ -87,6 +104,16 @@ def test_any_value_anywhere_in_a_result_is_a_report_row_or_a_one_line_skip(tmp_p
             assert out.count("gpt") >= 2
     for root, _, files in os.walk(tmp_path):  # nothing written outside the folders the report was given
         assert root.startswith((str(tmp_path / "out"), str(tmp_path / "export"))) or not files
+
+
+def test_the_fuzz_reaches_every_field_result_json_declares():
+    """The places above are the declaration's fields, not only those a demo run happened to write."""
+    for kind in record.KINDS:
+        reached = {".".join(map(str, p)).replace(".0.", "[].").replace(".0", "[]") for n, p in PLACES
+                   if REAL[n]["kind"] == kind}
+        missed = [path for path, _ in record.leaves(kind) if path not in reached
+                  and path.split(".")[0] not in ("environment", "versions")]
+        assert not missed, (kind, missed)
 
 
 def test_a_wrongly_typed_field_skips_its_file_naming_the_field_and_reports_the_rest(tmp_path):

@@ -127,7 +127,7 @@ def test_the_step_clock_only_times():
 
 def test_the_loop_and_the_clock_know_no_guard_but_its_signals():
     """What keeps the run alive is train/guard/, behind one object: the loop asks only its signals (a Stop)."""
-    for name in ("loop.py", "clock.py", "comm.py", "probe.py", "record.py"):
+    for name in ("loop.py", "clock.py", "comm.py", "probe.py", "payload.py"):
         guard = {m for m in imports_of(PACKAGE / "train" / name) if m.startswith("scalelab.train.guard")}
         assert guard <= {"scalelab.train.guard.signals", "scalelab.train.guard.signals.Stop"}, (name, guard)
 

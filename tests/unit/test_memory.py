@@ -310,7 +310,7 @@ def test_the_run_asks_fsdp_its_sharded_estimate():
     from types import SimpleNamespace
 
     from scalelab import config
-    from scalelab.train.record import memory_record
+    from scalelab.train.payload import memory_record
     from scalelab.workloads.gpt import memory_estimate, shape_of
 
     cfg = config.parse_config(["--config", "gpt-small", "--precision", "bf16-mixed", "--strategy", "fsdp",

@@ -24,7 +24,6 @@ from typing import Optional
 from scalelab.entry import env_rank  # noqa: F401 (train/run.py and testing/faults.py read it here)
 from scalelab.errors import UsageError
 from scalelab.launch import link_env, slurm_env
-from scalelab.results import LaunchRecord
 
 
 @dataclass
@@ -42,7 +41,7 @@ class Launch:
     def backend(self) -> str:
         return "nccl" if self.accelerator == "gpu" else "gloo"
 
-    def record(self, device_names, hostnames, **extra) -> LaunchRecord:
+    def record(self, device_names, hostnames, **extra) -> dict:  # launch: record.Launch
         """The `launch` block of a result.json. One builder for every writer (training, benchmarks), so the
         report reads the same fields from each; `backend` is None where no process group ran (one rank)."""
         return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,

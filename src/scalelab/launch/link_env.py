@@ -4,8 +4,6 @@ reads back into its result's `launch.link` (`link_record`), in one module the wr
 import os
 from typing import Optional
 
-from scalelab.results import LinkRecord
-
 ENV_LINK, ENV_GBIT = "SCALELAB_LINK", "SCALELAB_LINK_GBIT"
 ENV_LATENCY, ENV_LATENCY_APPLIED = "SCALELAB_LINK_LATENCY_MS", "SCALELAB_LINK_LATENCY_APPLIED"
 ENV_SHAPED = "SCALELAB_LINK_SHAPED_GBIT"  # only for a degraded link: the rate tc really applies
@@ -32,7 +30,7 @@ def _float(environ, name) -> Optional[float]:
         return None
 
 
-def link_record(environ=None) -> Optional[LinkRecord]:
+def link_record(environ=None) -> Optional[dict]:  # launch.link: record.Link
     """The emulated link between the nodes, as src/emulate.py announced it to the ranks; None otherwise (a real
     network, whose rate nobody told us)."""
     environ = os.environ if environ is None else environ

@@ -41,7 +41,7 @@ def timed_steps(result: dict) -> list:
     warmup = min((result.get("timing") or {}).get("warmup_steps") or 0, steps - 1)
     skip = {*(ranks[0].get("probe_steps") or []), *(per_rank[0].get("short_steps") or []),
             *(ranks[0].get("after_read_steps") or [])}
-    kept = min(len(r["comm_spans_s"]) for r in ranks)  # at most schema.MAX_SPAN_STEPS: the steps looked at below
+    kept = min(len(r["comm_spans_s"]) for r in ranks)  # at most record.MAX_SPAN_STEPS: the steps looked at below
     out = []
     for i in range(max(warmup, 0), steps):
         if batches(ranks[0], i)[-1] >= kept:

@@ -15,7 +15,6 @@ from typing import Optional
 from scalelab import perfmodel
 from scalelab.measure import cpushare
 from scalelab.measure.steps import optimizer_view
-from scalelab.results import CommRecord
 
 
 def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> dict:
@@ -65,7 +64,7 @@ def step_time(per_rank: list, i: int) -> float:
     return statistics.fmean(r["step_times_s"][i] for r in per_rank)
 
 
-def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[CommRecord]:
+def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[dict]:  # timing.comm: record.Comm
     """Compute vs communication of a step, from the probe steps and the timed all-reduce hook.
 
     compute_s = time to gradients-ready in a probe step (no sync), slowest rank;

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from scalelab import results
+from scalelab import record, results
 from scalelab.config import LEVER_DEFAULTS
 from scalelab.measure import cpushare
 from scalelab.perfmodel import sharding
@@ -28,7 +28,10 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
 
 def at(path: str, default=None) -> Callable[[dict], Any]:
     """A reader of one field of a result, by its dotted path ("timing.comm.waited_s"): a missing or null section
-    reads as empty, a missing last field as `default` (a null one stays None)."""
+    reads as empty, a missing last field as `default` (a null one stays None). A path that names no field
+    result.json declares (scalelab/record.py) fails here, at import, not as an empty column."""
+    if not record.declared(path):
+        raise LookupError(f"{path} is not a field of result.json (scalelab/record.py declares them)")
     *sections, last = path.split(".")
 
     def read(result: dict):

@@ -61,7 +61,7 @@ class DeviceClock:
 class StepClock:
     """What the loop marks, per batch: its end, when its gradients were ready, the gradient all-reduces inside it
     (the comm hook's timer, comm.CommTimer), its loss; read into lists (one entry per batch) that `figures` hands
-    to the rank's record (train/record.py).
+    to the rank's record (train/payload.py).
 
     With --accumulate_grad_batches K an optimizer step is K batches: `step_ends` says which batch ended one, and
     timing.summarize adds them up. `batches` and `steps` count what ended on the host, read or not: the stall

@@ -67,7 +67,7 @@ def build(name: str, folder: str, run_id: str, comet=None):
     from lightning.pytorch import loggers
 
     if name == "csv":  # name="" and version="": folder/metrics.csv and folder/hparams.yaml, no version_N level
-        # the run's folder already holds its provisional result.json (train/record.py): Lightning warns of a folder
+        # the run's folder already holds its provisional result.json (train/payload.py): Lightning warns of a folder
         # that is not empty, and removes nothing but an old metrics.csv of its own
         warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty")
         return loggers.CSVLogger(folder, name="", version="")

@@ -46,8 +46,8 @@ def main(argv=None, process_start=None) -> int:  # long: the whole run in one pl
     from scalelab.train.clock import StepClock
     from scalelab.train.guard.run_guard import RunGuard
     from scalelab.train.observe import StepObserver
+    from scalelab.train.payload import RunContext, build_payload, gather, hyperparameters, run_summary, sample_devices
     from scalelab.train.probe import AloneProbe
-    from scalelab.train.record import RunContext, build_payload, gather, hyperparameters, run_summary, sample_devices
     from scalelab.workloads import data
 
     if not cfg.verbose:  # Lightning sets these to INFO on import ("Initializing distributed: ..." once per rank)

@@ -28,7 +28,7 @@ from scalelab.train.guard import peers
 from scalelab.train.guard.peers import is_peer_failure
 from scalelab.train.guard.signals import Terminated
 from scalelab.train.guard.watch import PEER_WAIT_S, recorded
-from scalelab.train.record import RunContext, build_payload, provisional_payload, run_summary
+from scalelab.train.payload import RunContext, build_payload, provisional_payload, run_summary
 
 SIGTERM_PEER_WAIT_S = 1.0  # after a SIGTERM, how long rank 0 waits for the others' progress (KillWait is >= 5 s)
 

@@ -1,0 +1,206 @@
+"""A result checked against its declaration: one line naming the first field that does not fit it."""
+
+import re
+import typing
+
+import msgspec
+
+from scalelab.errors import ResultError
+from scalelab.record.blocks import ANY, KINDS
+from scalelab.record.kinds import PER_BATCH, Block
+
+
+def check(data: dict) -> None:
+    """Raise ResultError naming the first field of a result (kind known, upgraded) that does not fit its
+    declaration, or the first way its fields disagree with one another (`consistent`)."""
+    try:
+        msgspec.convert(data, KINDS[data["kind"]])
+    except msgspec.ValidationError as exc:
+        raise ResultError(_say(str(exc), data, typ=KINDS[data["kind"]])) from None
+    _rest(KINDS[data["kind"]], data, "")
+    consistent(data)
+
+
+def _rest(typ, value, path: str) -> None:
+    """The fields of a block that it does not declare, checked against its `rest` (msgspec ignores them): all of
+    a block's at once, through a decoder made once per block (msgspec.convert would hash the typing each time)."""
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _rest(typ, v, f"{path}[{i}]")
+        return
+    if not isinstance(value, dict):
+        return
+    declared, below, decoder = _layout(typ)
+    extra = {}
+    for key, v in value.items():
+        if key in below:
+            _rest(below[key], v, f"{path}.{key}" if path else key)
+        elif decoder is not None and key not in declared:
+            extra[key] = v
+    if extra:
+        try:
+            try:
+                decoder.decode(msgspec.json.encode(extra))
+            except (TypeError, msgspec.EncodeError):  # a writer's value JSON has no word for: convert says which
+                msgspec.convert(extra, dict[str, typ.rest])
+        except msgspec.ValidationError as exc:
+            raise ResultError(_say(str(exc), extra, path, dict[str, typ.rest])) from None
+
+
+_LAYOUTS = {}
+
+
+def _layout(typ) -> tuple:
+    """(the fields a block declares, field -> the Block it holds directly or in a list, a decoder of the fields
+    it does not declare): once per block."""
+    if typ not in _LAYOUTS:
+        hints = typing.get_type_hints(typ, include_extras=True)
+        _LAYOUTS[typ] = ({f.encode_name for f in msgspec.inspect.type_info(typ).fields},
+                         {name: b for name, hint in hints.items() if (b := _block_in(hint)) is not None},
+                         None if typ.rest is None else msgspec.json.Decoder(dict[str, typ.rest]))
+    return _LAYOUTS[typ]
+
+
+def _block_in(hint):
+    if isinstance(hint, type) and issubclass(hint, Block):
+        return hint
+    if typing.get_origin(hint) is dict:
+        return None  # a mapping of blocks (fingerprint.wire): no block below has a rest
+    for arg in typing.get_args(hint):
+        found = _block_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_PATH = re.compile(r" - at `\$(.*)`$")
+
+
+def _say(message: str, data, base: str = "", typ=None) -> str:
+    """msgspec's message as scalelab says it: 'field PATH: expected WHAT, got VALUE' (or 'field PATH missing'),
+    WHAT read from the declaration of the field at PATH."""
+    found = _PATH.search(message)
+    where = found.group(1) if found else ""
+    path = (base + where).lstrip(".")
+    missing = re.match(r"Object missing required field `([^`]+)`", message)
+    if missing:
+        return f"field {path + '.' if path else ''}{missing.group(1)} missing"
+    info = _info_at(typ if typ is not None else msgspec.inspect.type_info(ANY), where)
+    value = _value_at(data, where)
+    what = _what(info) if info is not None else message.split(" - at ")[0]
+    return f"field {path}: expected {what}, got {_short(value)}"
+
+
+def _short(value) -> str:
+    text_ = repr(value)
+    return text_ if len(text_) <= 40 else text_[:37] + "..."
+
+
+def _steps(where: str) -> list:
+    return [int(p[1:-1]) if p.startswith("[") else p[1:] for p in re.findall(r"\.[^.\[]+|\[\d+\]", where)]
+
+
+def _value_at(data, where: str):
+    for step in _steps(where):
+        try:
+            data = data[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _info_at(info, where: str):
+    """The msgspec type info of the field at a msgspec path ($.a[0].b), or None."""
+    if not isinstance(info, msgspec.inspect.Type):
+        info = msgspec.inspect.type_info(info)
+    for step in _steps(where):
+        info = _inside(info, step)
+        if info is None:
+            return None
+    return info
+
+
+def _inside(info, step):
+    ins = msgspec.inspect
+    if isinstance(info, ins.Metadata):
+        return _inside(info.type, step)
+    if isinstance(info, ins.UnionType):
+        for t in info.types:
+            found = _inside(t, step)
+            if found is not None:
+                return found
+        return None
+    if isinstance(step, int):
+        return info.item_type if isinstance(info, (ins.ListType, ins.TupleType)) else None
+    if isinstance(info, ins.StructType):
+        return next((f.type for f in info.fields if f.encode_name == step), None)
+    if isinstance(info, ins.DictType):
+        return info.value_type
+    return None
+
+
+def _what(info) -> str:
+    """A field's declared type in words, as the hand validators said it."""
+    ins = msgspec.inspect
+    if isinstance(info, ins.Metadata):
+        return _what(info.type)
+    if isinstance(info, ins.UnionType):
+        kinds = [t for t in info.types if not isinstance(t, ins.NoneType)]
+        null = " or null" if len(kinds) < len(info.types) else ""
+        if len(kinds) == 1:
+            return _what(kinds[0]) + ("" if isinstance(_bare(kinds[0]), ins.ListType) else null)
+        return ", ".join(_what(k) for k in kinds) + null
+    if isinstance(info, (ins.FloatType, ins.IntType)):
+        name = "an integer" if isinstance(info, ins.IntType) else "a number"
+        hi = info.le
+        if info.ge is not None and hi is not None and info.ge == -hi:
+            return name
+        if info.gt is not None:
+            return f"{name} above {info.gt:g}, at most {hi:g}"
+        return f"{name} from {info.ge:g} to {hi:g}" if info.ge is not None else name
+    if isinstance(info, ins.ListType):
+        return f"a list of {info.min_length}" if info.min_length and info.min_length == info.max_length else "a list"
+    if isinstance(info, ins.LiteralType):
+        return "one of " + ", ".join(map(str, info.values))
+    return {ins.StrType: "a string", ins.BoolType: "true or false", ins.StructType: "an object",
+            ins.DictType: "an object", ins.NoneType: "null"}.get(type(info), "a value")
+
+
+def _bare(info):
+    return info.type if isinstance(info, msgspec.inspect.Metadata) else info
+
+
+def consistent(data: dict) -> None:
+    """A record checked as a whole: each field may be fine alone and the file still impossible. Its ranks are its
+    world (a completed run has every rank's record, a failed one at most that many, each rank once), its nodes
+    times devices are its world size, and each rank's per-step lists agree in length."""
+    launch = data["launch"]
+    world, nodes, devices = launch["world_size"], launch["num_nodes"], launch.get("devices")
+    if devices is not None and devices * nodes != world:
+        raise ResultError(f"launch: {nodes} node(s) x {devices} device(s) is not its world size {world}")
+    ranks = data.get("ranks")
+    if data["kind"] != "training" or ranks is None:
+        return
+    if not isinstance(ranks, list) or len(ranks) > world or (data["status"] == "completed" and len(ranks) != world):
+        raise ResultError(f"ranks: {len(ranks) if isinstance(ranks, list) else 'no'} rank record(s) for a "
+                          f"{data['status']} run of world size {world}")
+    seen = [r.get("rank") for r in ranks if isinstance(r, dict)]
+    if len(set(seen)) != len(seen) or any(isinstance(k, int) and k >= world for k in seen):
+        raise ResultError(f"ranks: rank numbers {sorted(set(seen), key=str)[:8]} are not ranks of a world of {world}")
+    for i, r in enumerate(ranks):
+        lengths = {name: len(r[name]) for name in PER_BATCH if isinstance(r.get(name), list)}
+        if len(set(lengths.values())) > 1:
+            raise ResultError(f"ranks[{i}]: per-batch lists of different lengths ({_short(lengths)})")
+
+
+def declared(path: str, kind: str = "training") -> bool:
+    """Whether a dotted path ("timing.comm.waited_s") names a declared field of a result of this kind (any key of
+    a mapping: timing.step_s.median, metrics.train_loss)."""
+    info = msgspec.inspect.type_info(KINDS[kind])
+    for step in path.split("."):
+        info = _inside(info, step)
+        if info is None:
+            return False
+    return True
+
+
