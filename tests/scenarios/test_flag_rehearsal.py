@@ -126,3 +126,16 @@ def test_the_report_finds_each_combination_the_same_job_at_both_scales(rehearsal
     twos = [c for c in summary["configurations"] if c["world_size"] == 2]
     assert len(twos) == len(ROWS) and all(c["job_differs"] == "" for c in twos), [c["job_differs"] for c in twos]
     assert "≠ job" not in proc.stdout
+
+
+def test_every_fresh_result_fits_the_published_schema(rehearsal):
+    """What train.py writes now, under every combination of the flags that change a step, is a result the published
+    JSON Schema (python -m scalelab.record) accepts, checked by an independent validator."""
+    import jsonschema
+
+    from scalelab import record
+
+    validator = jsonschema.Draft202012Validator(record.json_schema())
+    for (i, n), result in rehearsal.items():
+        errors = list(validator.iter_errors(result))
+        assert not errors, (ROWS[i], n, ".".join(map(str, errors[0].absolute_path)), errors[0].message[:200])
