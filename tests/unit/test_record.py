@@ -107,7 +107,8 @@ def test_the_declaration_and_its_published_schema_agree_on_any_value_anywhere(ba
     assert ok == schema_ok, f"{path}={value!r}: record says {said or 'fine'}, schema {'fine' if schema_ok else 'no'}"
     if not ok:
         named, where = said.split(":")[0].removeprefix("field ").removesuffix(" missing"), path.replace("[]", "[0]")
-        assert "\n" not in said and (named.startswith(where) or where.startswith(named.split("[")[0])), said
+        assert "\n" not in said and "[...]" not in said, said  # one line, the field's own name (not msgspec's [...])
+        assert named.startswith(where) or where.startswith(named.split("[")[0]), said
 
 
 def _whole(value):
@@ -140,4 +141,27 @@ def test_a_refusal_says_the_declared_bounds():
     data = copy.deepcopy(next(b for b in _BASES if b["kind"] == "allreduce"))
     del data["rows"][0]["time_s"]
     with pytest.raises(ResultError, match=r"^field rows\[0\]\.time_s missing$"):
+        record.check(data)
+
+
+def test_a_field_a_block_does_not_declare_is_held_to_its_rest_and_named():
+    """timing.comm's other fields are times, counts or rates; a rank's, values or lists of values."""
+    data = copy.deepcopy(next(b for b in _BASES if b["kind"] == "training"))
+    data["timing"]["comm"]["made_up_s"] = -1
+    with pytest.raises(ResultError, match=r"^field timing\.comm\.made_up_s: expected a number from 0 to 1e\+30 or "
+                                          r"null, got -1$"):
+        record.check(data)
+    del data["timing"]["comm"]["made_up_s"]
+    data["ranks"][0]["made_up"] = [1, {"a": 1}]
+    with pytest.raises(ResultError, match=r"^field ranks\[0\]\.made_up\[1\]: expected a string, a number, true or "
+                                          r"false or null, got \{'a': 1\}$"):
+        record.check(data)
+
+
+def test_a_writers_value_json_cannot_hold_is_refused_in_one_line_too():
+    """results.write checks the payload before it is JSON: an undeclared field holding what JSON has no word for
+    (an object) is a refusal naming the field, not an encoder's TypeError."""
+    data = copy.deepcopy(next(b for b in _BASES if b["kind"] == "training"))
+    data["ranks"][0]["cores_seen"] = object()
+    with pytest.raises(ResultError, match=r"^field ranks\[0\]\.cores_seen: expected "):
         record.check(data)

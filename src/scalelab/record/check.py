@@ -22,8 +22,8 @@ def check(data: dict) -> None:
 
 
 def _rest(typ, value, path: str) -> None:
-    """The fields of a block that it does not declare, checked against its `rest` (msgspec ignores them): all of
-    a block's at once, through a decoder made once per block (msgspec.convert would hash the typing each time)."""
+    """The fields of a block that it does not declare, checked against its `rest` (msgspec ignores them): each
+    through a decoder made once per block (msgspec.convert would hash the typing each time)."""
     if isinstance(value, list):
         for i, v in enumerate(value):
             _rest(typ, v, f"{path}[{i}]")
@@ -31,20 +31,18 @@ def _rest(typ, value, path: str) -> None:
     if not isinstance(value, dict):
         return
     declared, below, decoder = _layout(typ)
-    extra = {}
     for key, v in value.items():
+        where = f"{path}.{key}" if path else key
         if key in below:
-            _rest(below[key], v, f"{path}.{key}" if path else key)
+            _rest(below[key], v, where)
         elif decoder is not None and key not in declared:
-            extra[key] = v
-    if extra:
-        try:
             try:
-                decoder.decode(msgspec.json.encode(extra))
-            except (TypeError, msgspec.EncodeError):  # a writer's value JSON has no word for: convert says which
-                msgspec.convert(extra, dict[str, typ.rest])
-        except msgspec.ValidationError as exc:
-            raise ResultError(_say(str(exc), extra, path, dict[str, typ.rest])) from None
+                try:
+                    decoder.decode(msgspec.json.encode(v))
+                except (TypeError, msgspec.EncodeError):  # a writer's value JSON has no word for: convert says so
+                    msgspec.convert(v, typ.rest)
+            except msgspec.ValidationError as exc:
+                raise ResultError(_say(str(exc), v, where, typ.rest)) from None
 
 
 _LAYOUTS = {}
@@ -57,7 +55,7 @@ def _layout(typ) -> tuple:
         hints = typing.get_type_hints(typ, include_extras=True)
         _LAYOUTS[typ] = ({f.encode_name for f in msgspec.inspect.type_info(typ).fields},
                          {name: b for name, hint in hints.items() if (b := _block_in(hint)) is not None},
-                         None if typ.rest is None else msgspec.json.Decoder(dict[str, typ.rest]))
+                         None if typ.rest is None else msgspec.json.Decoder(typ.rest))
     return _LAYOUTS[typ]
 
 
@@ -81,6 +79,8 @@ def _say(message: str, data, base: str = "", typ=None) -> str:
     WHAT read from the declaration of the field at PATH."""
     found = _PATH.search(message)
     where = found.group(1) if found else ""
+    if "[...]" in where:  # msgspec's word for a mapping's key: find which
+        where = _keyed(where, data, typ)
     path = (base + where).lstrip(".")
     missing = re.match(r"Object missing required field `([^`]+)`", message)
     if missing:
@@ -94,6 +94,55 @@ def _say(message: str, data, base: str = "", typ=None) -> str:
 def _short(value) -> str:
     text_ = repr(value)
     return text_ if len(text_) <= 40 else text_[:37] + "..."
+
+
+def _keyed(where: str, data, typ) -> str:
+    """A msgspec path with each `[...]` (some key of a mapping) as the key whose value does not fit: msgspec checks
+    a mapping's values in order, so the first that fails is the one it meant."""
+    ann, out = typ, ""
+    for token in re.findall(r"\.[^.\[]+|\[\d+\]|\[\.\.\.\]", where):
+        ann = _member(ann, data)
+        if token == "[...]":
+            value_type = typing.get_args(ann)[1] if typing.get_origin(ann) is dict else typing.Any
+            key = next((k for k, v in data.items() if not _fits(v, value_type)), None) if isinstance(data, dict) \
+                else None
+            if key is None:
+                return out + where[where.index("[...]"):]
+            out, data, ann = f"{out}.{key}", data[key], value_type
+            continue
+        step = int(token[1:-1]) if token.startswith("[") else token[1:]
+        try:
+            data = data[step]
+        except (KeyError, IndexError, TypeError):
+            return out + token
+        out += token
+        ann = (typing.get_type_hints(ann, include_extras=True).get(step) if isinstance(ann, type) and issubclass(
+            ann, Block) else (typing.get_args(ann) or (typing.Any,))[-1])
+    return out
+
+
+def _member(ann, value):
+    """The annotation without Annotated, and of a union the member shaped like the value (a block, a mapping, a
+    list)."""
+    while typing.get_origin(ann) is typing.Annotated:
+        ann = typing.get_args(ann)[0]
+    if typing.get_origin(ann) is typing.Union:
+        for member in typing.get_args(ann):
+            bare = _member(member, value)
+            origin = typing.get_origin(bare) or bare
+            if isinstance(value, dict) and (origin is dict or (isinstance(bare, type) and issubclass(bare, Block))):
+                return bare
+            if isinstance(value, list) and origin is list:
+                return bare
+    return ann
+
+
+def _fits(value, ann) -> bool:
+    try:
+        msgspec.convert(value, ann)
+        return True
+    except msgspec.ValidationError:
+        return False
 
 
 def _steps(where: str) -> list:
