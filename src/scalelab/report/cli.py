@@ -15,7 +15,7 @@ from scalelab import redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, GBIT, PERCENT, PRICE, TFLOPS, OneLineParser, count, number_type, run_piped
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, nccl_logs, ranks, reference, trace
+from scalelab.report import compare, explain, export, forecast_view, history, nccl_logs, ranks, reference, trace
 from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
@@ -106,6 +106,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--straggler_pct", type=PERCENT, metavar="PCT",
                    help=f"with --ranks: flag a rank whose compute is more than PCT %% above the median rank's "
                         f"(default {ranks.DEFAULT_PCT:g})")
+    p.add_argument("--history", action="store_true",
+                   help="also follow each configuration's runs by date: the latest against its own scatter, and the "
+                        "date and size of each lasting change (a site's nightly results; with --plot: history_*.png)")
     p.add_argument("--forecast", action="store_true",
                    help="also forecast the scales not run (1 to 64 nodes at the measured devices per node), calibrated "
                         "on this folder's runs and all-reduce benchmarks, each with a band (chapter 13)")
@@ -162,6 +165,8 @@ def main(argv=None) -> int:
     print("\n".join(wrap(line, width) for line in forecast_view.track_record(
         runs, report.track_record, fmt, details=args.details or args.all_runs)))
     print("\n".join(nccl_logs.render(bench, fmt)))
+    if args.history:
+        print("\n".join(wrap(line, width) for line in history.render(runs, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
     if args.forecast:
         print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget,
@@ -175,20 +180,29 @@ def main(argv=None) -> int:
     if args.trace:
         written += trace.write_all(args.trace, report.records)
     if args.plot:
-        from scalelab.report import curves, plots, step_plot  # matplotlib takes a while to import: only when asked
-
-        written += plots.write_all(args.plot, scaling, bench)
-        if not scaling.empty:
-            written += plots.save(args.plot, step_plot.figures(report.records, runs, scaling))
-        if args.forecast:
-            written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
-        figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
-        written += plots.save(args.plot, figures)
-        if note:
-            print(f"benchmark.py: note: {note}", file=sys.stderr)
+        written += _draw(args, report, nodes)
     for path in written:
         print(f"written: {path}")
     return 0
+
+
+def _draw(args, report: Report, nodes: tuple) -> list:
+    """--plot: every figure there is data for (and --forecast's, --history's where asked); the paths written."""
+    from scalelab.report import curves, plots, step_plot  # matplotlib takes a while to import: only when asked
+
+    runs, scaling = report.runs, report.scaling
+    written = plots.write_all(args.plot, scaling, report.bench)
+    if not scaling.empty:
+        written += plots.save(args.plot, step_plot.figures(report.records, runs, scaling))
+    if args.forecast:
+        written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
+    if args.history:
+        written += plots.save(args.plot, history.figures(runs))
+    figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
+    written += plots.save(args.plot, figures)
+    if note:
+        print(f"benchmark.py: note: {note}", file=sys.stderr)
+    return written
 
 
 def _reference(args, checks, report: Report) -> int:

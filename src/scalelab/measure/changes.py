@@ -1,0 +1,107 @@
+"""Where a series of runs changed level: binary segmentation on log(value), each split tested by permutation.
+
+A site's nightly series of one configuration (throughput, busbw, compute) scatters from night to night; a change is
+a lasting step in its level (a link lost, a driver updated), not one bad night. The statistic of a split at k is
+Welch's two-sample t of log(value) before and after it; the best split of a segment is named a change only where (1)
+no more than ALPHA of the segment's shuffles reach so large a best statistic (shuffled, the series has no change:
+the test is calibrated on the series itself, whatever its scatter, with the same multiple looks), (2) each side
+holds MIN_SEGMENT runs, and (3) the step is at least STEP_SCATTERS runs' own scatter (a significant 0.5 % is not
+"got slower", nor is a step most single nights reach). Each side is then searched again. On change-free series the
+first two rules alone name a change in about ALPHA of them; with the third, none of 600 (3 % scatter, 30 to 400
+runs; tests/unit/test_history.py holds it to at most 2.5 %). Shuffles assume the nights are exchangeable without a
+change: a slow drift is not a step and may be cut into several. Deterministic: the shuffles come from a seeded
+generator.
+Torch- and pandas-free: report/history.py feeds it each configuration's series.
+"""
+
+import math
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+
+MIN_SEGMENT = 5  # runs on each side of a change: fewer is a bad night or two, not a lasting step
+ALPHA = 0.01  # the share of a change-free segment's shuffles allowed to reach the statistic (a false alarm)
+SHUFFLES = 199  # the shuffles a split is tested against: p = (1 + reached) / 200
+SEED = 20261202
+STEP_SCATTERS = 2.0  # the least step named, in the segments' own run-to-run scatter (sd of log value)
+
+
+class Change(NamedTuple):
+    """A lasting step: the first run after it (its index in the series), the level before and after (medians of
+    the segments either side), and the step as after ÷ before − 1."""
+    index: int
+    before: float
+    after: float
+
+    @property
+    def size(self) -> float:
+        return self.after / self.before - 1
+
+
+def statistics_of_splits(logs: np.ndarray) -> np.ndarray:
+    """Welch's t of each split k (before: logs[:k], after: logs[k:]) for k in [MIN_SEGMENT, n − MIN_SEGMENT]; NaN
+    where both sides are flat (no scatter to scale by)."""
+    n = len(logs)
+    k = np.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
+    total, squares = np.cumsum(logs), np.cumsum(logs ** 2)
+    s1, q1 = total[k - 1], squares[k - 1]
+    s2, q2 = total[-1] - s1, squares[-1] - q1
+    m1, m2 = s1 / k, s2 / (n - k)
+    v1 = np.maximum(q1 - k * m1 ** 2, 0) / (k - 1)
+    v2 = np.maximum(q2 - (n - k) * m2 ** 2, 0) / (n - k - 1)
+    spread = np.sqrt(v1 / k + v2 / (n - k))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread > 0, np.abs(m1 - m2) / spread, np.nan)
+
+
+def _best(logs: np.ndarray) -> tuple:
+    """(the best split's index, its statistic), or (None, 0) where no split can be scaled."""
+    stats = statistics_of_splits(logs)
+    if not np.isfinite(stats).any():
+        return None, 0.0
+    i = int(np.nanargmax(stats))
+    return i + MIN_SEGMENT, float(stats[i])
+
+
+def scatter(logs: np.ndarray) -> float:
+    """One run's scatter in a segment: the sd of log(value) (≈ relative sd), 0 for fewer than two runs."""
+    return float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
+
+
+def find(values: Sequence[float], rng: Optional[np.random.Generator] = None) -> list:
+    """[Change] in the series (each value > 0, in time order), earliest first."""
+    logs = np.log(np.asarray(values, dtype=float))
+    rng = rng or np.random.default_rng(SEED)
+    found = []
+    _segment(logs, 0, rng, found)
+    found.sort()
+    return [Change(i, _level(logs, found, i, -1), _level(logs, found, i, +1)) for i in found]
+
+
+def _segment(logs: np.ndarray, offset: int, rng: np.random.Generator, found: list) -> None:
+    if len(logs) < 2 * MIN_SEGMENT:
+        return
+    k, stat = _best(logs)
+    if k is None:
+        return
+    reached = sum(_best(rng.permutation(logs))[1] >= stat for _ in range(SHUFFLES))
+    step = abs(float(np.median(logs[k:]) - np.median(logs[:k])))
+    within = math.sqrt((scatter(logs[:k]) ** 2 + scatter(logs[k:]) ** 2) / 2)
+    if (1 + reached) / (SHUFFLES + 1) > ALPHA or step < STEP_SCATTERS * within:
+        return
+    found.append(offset + k)
+    _segment(logs[:k], offset, rng, found)
+    _segment(logs[k:], offset + k, rng, found)
+
+
+def _level(logs: np.ndarray, found: list, i: int, side: int) -> float:
+    """The median value of the segment before (side −1) or after (+1) change i, between its neighbours."""
+    edges = [0, *found, len(logs)]
+    j = edges.index(i)
+    lo, hi = (edges[j - 1], i) if side < 0 else (i, edges[j + 1])
+    return float(np.exp(np.median(logs[lo:hi])))
+
+
+def regime(values: Sequence[float], changes: list) -> list:
+    """The values since the last change (the series' current level)."""
+    return list(values[changes[-1].index:]) if changes else list(values)

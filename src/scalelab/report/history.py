@@ -1,0 +1,152 @@
+"""`benchmark.py --history`: each configuration's runs over time, the latest against its own scatter, its changes.
+
+A site that runs scalelab nightly (chapter 14) keeps every result; this view follows one configuration through
+them: throughput, efficiency (against the baseline run nearest in time: the same night's), DDP's busbw and the step
+split (compute, waited) by date. The latest run is judged against an 80 % band for one run made from the series'
+own run-to-run scatter since its last change (perfmodel/noise.py's Scatter, as the report's other bands); a
+change is a lasting step in a series' level, found by measure/changes.py (its rule and its false-alarm rate there),
+named with its date (the first run after it) and its size.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from scalelab.keys import CONFIGURATION, SCALE
+from scalelab.measure import changes
+from scalelab.perfmodel.noise import Scatter
+from scalelab.report.cells import fmt_num, narrow
+from scalelab.report.forecast_view import report_letters
+from scalelab.report.frames import THROUGHPUT_COLUMN
+
+# what a series follows: (column, its name in a line, its unit in a line); throughput's unit is the run's own
+METRICS = (("throughput", "throughput", None), ("efficiency", "efficiency", "%"), ("ddp_busbw_GBps", "busbw", "GB/s"),
+           ("compute_s", "compute", "ms"), ("waited_s", "waited", "ms"))
+MIN_BAND_RUNS = 3  # runs since the last change a band for the latest needs (2 degrees of freedom)
+
+
+def series(runs: pd.DataFrame) -> pd.DataFrame:
+    """The completed runs with a date, in time order: `when` (UTC), `throughput` in the run's unit and
+    `efficiency` against the group's baseline configuration's run nearest in time."""
+    ok = runs[(runs["status"] == "completed")].copy()
+    ok["when"] = pd.to_datetime(ok["created"], utc=True, errors="coerce", format="ISO8601")
+    ok = ok[ok["when"].notna()].sort_values("when", kind="stable")
+    ok["throughput"] = float("nan")
+    for unit, column in THROUGHPUT_COLUMN.items():
+        ok.loc[ok["unit"] == unit, "throughput"] = ok[column]
+    ok["efficiency"] = float("nan")
+    for _, g in ok.groupby("group", sort=False):
+        base_key = g.sort_values(SCALE).iloc[0][SCALE].tolist()
+        base = g[(g[SCALE] == base_key).all(axis=1)]
+        nearest = np.abs(base["when"].to_numpy()[None, :] - g["when"].to_numpy()[:, None]).argmin(axis=1)
+        scale = g["world_size"] / base_key[0]
+        ok.loc[g.index, "efficiency"] = g["throughput"].to_numpy() / (
+            base["throughput"].to_numpy()[nearest] * scale.to_numpy())
+    return ok
+
+
+def follow(runs: pd.DataFrame) -> list:
+    """One dict per configuration: its series, the latest run against its band, its changes per metric."""
+    rows, letters = [], report_letters(runs)
+    for key, g in series(runs).groupby(CONFIGURATION, sort=False):
+        out = dict(zip(CONFIGURATION, key), letter=letters.get(key[0], "?"), unit=g["unit"].iloc[-1],
+                   runs=len(g), first=g["when"].iloc[0], last=g["when"].iloc[-1], changes={})
+        for column, _, _ in METRICS:
+            values = g[column].to_numpy(dtype=float)
+            keep = np.isfinite(values) & (values > 0)
+            found = changes.find(values[keep]) if keep.sum() >= 2 * changes.MIN_SEGMENT else []
+            dates = g["when"].to_numpy()[keep]
+            out["changes"][column] = [(pd.Timestamp(dates[c.index]), c) for c in found]
+            if column == "throughput":
+                out["latest"], out["band"] = values[-1], band(changes.regime(values[keep], found)[:-1])
+        rows.append(out)
+    return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
+
+
+def band(values: list):
+    """(low, high) of an 80 % band for one new run from these runs' own scatter (geometric mean × e^(±t·sd·√(1 +
+    1/n))), or None for fewer than MIN_BAND_RUNS."""
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < MIN_BAND_RUNS:
+        return None
+    mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
+    reach = Scatter(sd, len(logs) - 1).quantile * sd * math.sqrt(1 + 1 / len(logs))
+    return math.exp(mean - reach), math.exp(mean + reach)
+
+
+def _cell(value: float, column: str, unit) -> str:
+    if column == "efficiency":
+        return f"{value * 100:.0f} %"
+    if unit == "ms":
+        return f"{fmt_num(value * 1e3)} ms"
+    return f"{fmt_num(value, ',.0f' if value >= 100 else ',.3g')} {unit}"
+
+
+def change_lines(row: dict) -> list:
+    """'2026-11-20: throughput −18 % (5,396 → 4,425 tokens/s), busbw −35 % (...)': one line per date."""
+    by_date = {}
+    for column, name, unit in METRICS:
+        for when, c in row["changes"][column]:
+            said = f"{name} {c.size * 100:+.0f} % ({_cell(c.before, column, unit or row['unit'])} → " \
+                   f"{_cell(c.after, column, unit or row['unit'])})"
+            by_date.setdefault(when.strftime("%Y-%m-%d"), []).append(said)
+    return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
+
+
+def render(runs: pd.DataFrame, fmt: str = "simple") -> list:
+    """The history table and each configuration's changes, as the report prints them."""
+    rows = follow(runs)
+    if not rows:
+        return ["History: no completed run with a date (`created`) to follow.", ""]
+    table = []
+    for r in rows:
+        low_high = r["band"]
+        inside = "—" if low_high is None else "yes" if low_high[0] <= r["latest"] <= low_high[1] else "NO"
+        table.append([r["letter"], r["world_size"], _nodes(r), r["runs"], r["first"].strftime("%Y-%m-%d"),
+                      r["last"].strftime("%Y-%m-%d"), _cell(r["latest"], "throughput", r["unit"]),
+                      "too few runs" if low_high is None else
+                      f"{fmt_num(low_high[0], ',.0f')}–{fmt_num(low_high[1], ',.0f')}", inside,
+                      len(change_lines(r))])
+    lines = ["History (each configuration's runs by date; the latest against an 80 % band for one run from the "
+             "series' own scatter since its last change; a change: a lasting step in a series' level, named by "
+             "the first run after it)",
+             narrow(table, ["group", "world size", "nodes", "runs", "from", "to", "latest", "80 % band",
+                            "inside", "changes"], fmt)]
+    for r in rows:
+        said = change_lines(r)
+        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in said]
+    if not any(change_lines(r) for r in rows):
+        lines.append("  No change in any series: every level held within its own scatter.")
+    return [*lines, ""]
+
+
+def _nodes(r: dict) -> str:
+    return f"{r['num_nodes']} ({r['link']})" if r["link"] and r["num_nodes"] > 1 else str(r["num_nodes"])
+
+
+def figures(runs: pd.DataFrame) -> list:
+    """[(history_<letter>.png, Figure)]: each group's throughput per configuration by date, changes marked."""
+    from matplotlib.figure import Figure
+
+    out = []
+    rows = follow(runs)
+    ok = series(runs)
+    for letter in sorted({r["letter"] for r in rows}):
+        fig = Figure(figsize=(9, 4.5))
+        ax = fig.subplots()
+        for r in (r for r in rows if r["letter"] == letter):
+            g = ok[(ok[CONFIGURATION] == pd.Series({k: r[k] for k in CONFIGURATION})).all(axis=1)]
+            line, = ax.plot(g["when"], g["throughput"], marker=".", linewidth=0.8,
+                            label=f"{r['world_size']} device(s), {_nodes(r)} node(s)")
+            for when, c in r["changes"]["throughput"]:
+                ax.axvline(when, color=line.get_color(), linestyle="--", linewidth=0.8)
+                ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97), xycoords=("data", "axes fraction"),
+                            color=line.get_color(), fontsize=8, ha="left", va="top", xytext=(3, 0),
+                            textcoords="offset points", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.set_title(f"Group {letter}: throughput by date (dashed: a change in its level)")
+        ax.set_ylabel(rows[0]["unit"] if rows else "")
+        ax.legend(fontsize=8)
+        fig.autofmt_xdate()
+        out.append((f"history_{letter}.png", fig))
+    return out

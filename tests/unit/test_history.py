@@ -1,0 +1,112 @@
+"""`benchmark.py --history`: a site's nightly series, the latest run against the series' own scatter, and the date and
+size of a lasting change (measure/changes.py's rule, held to its false-alarm rate on series no one planted)."""
+
+import contextlib
+import io
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scalelab.measure import changes
+from scalelab.report import cli, history
+from scalelab.testing import nightly
+
+_night, _site = nightly.night, nightly.site
+
+
+def _report(folder, *args) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["--output_dir", str(folder), "--history", *map(str, args)]) == 0
+    return out.getvalue()
+
+
+def test_a_planted_step_is_named_with_its_date_and_size(tmp_path):
+    """Busbw on the 2-device runs fell 18 % on night 50 (2026-07-21) of 80: the history says that date and size for
+    throughput, efficiency and busbw, and nothing for the 1-device runs."""
+    _site(tmp_path, 80, planted=(50, -0.18))
+    out = _report(tmp_path)
+    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s)")]
+    assert lines and all("2026-07-21" in line for line in lines), out
+    said = lines[0]
+    for name in ("throughput", "efficiency", "busbw"):
+        size = int(said.split(f"{name} ")[1].split(" %")[0])
+        assert -22 <= size <= -14, said
+    assert not any(line.startswith("  A 1 device(s)") for line in out.splitlines()), out
+
+
+def test_a_series_without_a_step_names_none(tmp_path):
+    _site(tmp_path, 60)
+    out = _report(tmp_path)
+    assert "No change in any series" in out and " 60 " in out.split("History")[1], out
+
+
+def test_the_band_holds_about_four_latest_runs_in_five():
+    """The band is made from the runs before the latest (never from it): over 1,000 series of 5 to 200 runs at 1 to
+    10 % scatter, the latest lands inside 80 % of the time, within the sampling error (76–84 %)."""
+    rng = np.random.default_rng(5)
+    inside = 0
+    for _ in range(1000):
+        values = np.exp(rng.normal(0, rng.uniform(0.01, 0.1), int(rng.integers(5, 200)))) * 1000
+        low, high = history.band(list(values[:-1]))
+        inside += low <= values[-1] <= high
+    assert 760 <= inside <= 840, inside
+
+
+def test_the_latest_run_outside_its_band_says_no(tmp_path):
+    _site(tmp_path, 30)
+    _night(tmp_path, 30, 2, 6400 * 0.7, busbw=0.8)  # one bad night: not a change (one run), but outside
+    out = _report(tmp_path).split("History")[1]
+    row = next(line for line in out.splitlines() if line.strip().startswith("A") and " 2 " in line)
+    assert " NO " in f"{row} " and "No change in any series" in out, out
+
+
+def test_history_draws_each_group_with_its_changes(tmp_path):
+    _site(tmp_path, 40, planted=(20, -0.3))
+    plots = tmp_path / "plots"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["--output_dir", str(tmp_path), "--history", "--plot", str(plots)]) == 0
+    assert (plots / "history_A.png").stat().st_size > 10_000
+
+
+# --- the rule, on series no one planted a step in, and on steps of any size and place ---------------------------
+
+def test_the_false_alarm_rate_is_what_the_rule_says():
+    """Of 400 change-free series (30 to 400 nights, 1 to 10 % scatter), at most ALPHA name a change (the step floor
+    makes it rarer still): at most 2.5 %, the sampling error's reach above 1 %."""
+    rng = np.random.default_rng(11)
+    alarms = sum(bool(changes.find(np.exp(rng.normal(0, rng.uniform(0.01, 0.1), int(rng.integers(30, 400))))))
+                 for _ in range(400))
+    assert alarms <= 0.025 * 400, alarms
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(30, 300), where=st.floats(0.2, 0.8), sigma=st.floats(0.005, 0.08),
+       sigmas=st.floats(4, 12), down=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_a_step_of_four_scatters_or_more_is_found_where_it_is(n, where, sigma, sigmas, down, seed):
+    """A lasting step of ≥ 4 run scatters, with ≥ 6 runs on each side, is named: within one run of its place from 8
+    scatters on, within four at 4 (noise moves the best split by a few runs then), its size within two scatters."""
+    k = min(max(int(n * where), 6), n - 6)
+    logs = np.random.default_rng(seed).normal(0, sigma, n)
+    step = (-1 if down else 1) * sigmas * sigma
+    logs[k:] += step
+    found = changes.find(np.exp(logs))
+    assert len(found) >= 1 and min(abs(c.index - k) for c in found) <= (1 if sigmas >= 8 else 4), (k, found)
+    best = min(found, key=lambda c: abs(c.index - k))
+    assert abs(math.log1p(best.size) - step) <= 2 * sigma, (best, step)
+
+
+def test_a_bad_night_or_a_series_too_short_is_no_change():
+    values = [100.0] * 20 + [60.0] + [100.0] * 20
+    noisy = [v * math.exp(0.01 * math.sin(i)) for i, v in enumerate(values)]
+    assert changes.find(noisy) == []
+    assert changes.find([100.0, 50.0] * 4) == []  # fewer than MIN_SEGMENT runs on a side
+
+
+@pytest.mark.parametrize("values, expected", [([], None), ([5.0, 5.0], None), ([1.0, 1.0, 1.0], (1.0, 1.0))])
+def test_a_band_needs_three_runs(values, expected):
+    assert history.band(values) == (pytest.approx(expected) if expected else None)
