@@ -1,13 +1,22 @@
-"""Speed target 3: `benchmark.py` over 10,000 result files in under 3 s.
+"""Speed target 3: `benchmark.py` over 10,000 result files in under 3 s; and a site's scale, real-size.
 
-Writes N synthetic results (realistic size: 2 ranks x 50 step times each) and times the CLI end to end.
+Writes N synthetic results (2 ranks x 50 step times each) and times the CLI end to end:
 
     python benchmarks/report_speed.py --files 10000
+
+--real DIR: DIR's results (a make demo output: 4-110 KB each) replicated N times instead, each with its own run id
+and date (one an hour), as a site's nightly folder grows; the report is timed twice (the second reads what the
+first left) with its peak memory (the child's max RSS), and --add then writes one more result and times a third:
+
+    python benchmarks/report_speed.py --files 100000 --real outputs --add
 """
 
 import argparse
+import datetime
+import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,10 +53,60 @@ def synthetic(i: int, rng: random.Random) -> dict:
     return data
 
 
+def replicate(real: str, folder: str, n: int) -> int:
+    """n results in folder: real's, in turn, each with its own run id and created time; their bytes in all."""
+    found, _ = results.scan(real)
+    templates = [{k: v for k, v in r.items() if k != "_path"} for r in found]
+    start, written = datetime.datetime(2021, 1, 1, tzinfo=datetime.timezone.utc), 0
+    for i in range(n):
+        data = dict(templates[i % len(templates)])
+        data["run_id"] = f"{data['run_id'][:60]}-r{i:06d}"
+        data["created"] = (start + datetime.timedelta(hours=i)).isoformat(timespec="seconds")
+        os.makedirs(os.path.join(folder, data["run_id"]))
+        text = json.dumps(data, indent=1)
+        with open(os.path.join(folder, data["run_id"], "result.json"), "w") as fh:
+            fh.write(text)
+        written += len(text)
+    return written
+
+
+def timed_report(folder: str) -> tuple:
+    """(seconds, the child's peak RSS in MB, exit code) of benchmark.py over folder."""
+    code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+            f"p = subprocess.run([sys.executable, {os.path.join(ROOT, 'src', 'benchmark.py')!r}, '--output_dir', "
+            f"{folder!r}], capture_output=True); took = time.perf_counter() - t; "
+            "print(took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode)")
+    took, rss, rc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                   check=True).stdout.split()
+    return float(took), float(rss), int(rc)
+
+
+def at_scale(a) -> None:
+    folder = tempfile.mkdtemp(prefix="scalelab-report-scale-")
+    start = time.perf_counter()
+    size = replicate(a.real, folder, a.files)
+    print(f"{a.files:,} results of {a.real} replicated ({size / 1e6:,.0f} MB) in {time.perf_counter() - start:.0f} s")
+    for what in ("first report", "second report"):
+        took, rss, rc = timed_report(folder)
+        print(f"  {what}: {took:.1f} s ({took / a.files * 1e3:.2f} ms per file), peak RSS {rss:,.0f} MB, exit {rc}")
+    if a.add:
+        replicate(a.real, os.path.join(folder, "added"), 1)
+        took, rss, rc = timed_report(folder)
+        print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MB, exit {rc}")
+    print(f"(left in {folder})" if a.keep else "")
+    if not a.keep:
+        shutil.rmtree(folder)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--files", type=int, default=10000)
+    p.add_argument("--real", metavar="DIR", help="replicate this folder's results (real size) instead")
+    p.add_argument("--add", action="store_true", help="with --real: then add one result and report again")
+    p.add_argument("--keep", action="store_true", help="with --real: keep the folder")
     a = p.parse_args()
+    if a.real:
+        return at_scale(a)
     folder = tempfile.mkdtemp(prefix="scalelab-report-speed-")
     rng = random.Random(0)
     for i in range(a.files):

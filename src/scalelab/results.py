@@ -124,6 +124,8 @@ def group_key(result: dict, defaults=None) -> str:
     """Runs with equal keys did the identical job on the same kind of hardware: one scaling group. A workload field
     equal to its entry in `defaults` is left out: a result written before that field existed ran at its default
     (the report passes config.LEVER_DEFAULTS: a result from before --strategy ran DDP)."""
+    if defaults is None and "_group_key" in result:  # as report/index.py computed it from the whole result
+        return result["_group_key"]
     defaults = defaults or {}
     workload = {k: v for k, v in result["workload"].items()
                 if k not in DERIVED_WORKLOAD_FIELDS and not (k in defaults and v == defaults[k])}
@@ -193,7 +195,10 @@ def validate(data) -> dict:
 
 
 def _read_json(path: str, kind: str = "result", root=None):
-    raw = files.read_bytes(path, kind, root)  # a regular file within its size, or files.Refused saying why
+    return _json(files.read_bytes(path, kind, root))  # a regular file within its size, or files.Refused saying why
+
+
+def _json(raw: bytes):
     if not raw.strip():
         raise ResultError("empty file")
     try:
@@ -220,6 +225,11 @@ def load(path: str, root=None) -> dict:
     """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
     the report prints and exports comes from here. root: the folder being read (a symlink out of it is refused)."""
     return validate(as_read(_read_json(path, "result", root)))
+
+
+def parse(raw: bytes) -> dict:
+    """A result from its bytes, as `load` reads it from its file (report/index.py reads each file once)."""
+    return validate(as_read(_json(raw)))
 
 
 def attempt_key(result: dict):

@@ -333,6 +333,7 @@ OWN_FILES = {
     "launch/cluster.py": "/proc/cpuinfo, /proc/self/stat",
     "launch/cores.py": "sysfs (cpulists, NUMA nodes) and /proc's boot id",
     "launch/netns.py": "/proc/<pid> of an emulated node",
+    "report/index.py": "the package's own source (the index's code version); results through files.read_bytes",
 }
 
 

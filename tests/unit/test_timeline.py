@@ -117,7 +117,7 @@ def test_the_timeline_and_the_step_table_say_the_same_figures(tmp_path):
         results.write(str(tmp_path), data)
     report = build(str(tmp_path))
     g = report.scaling
-    rows = step_plot.group_timelines(report.records, report.runs, g)
+    rows = step_plot.group_timelines(report.full_records(), report.runs, g)
     assert [name for name, *_ in rows] == ["1 dev", "2 dev"]
     _, row, _, line = rows[1]
     cells = tables.story_cells(row)
@@ -127,7 +127,7 @@ def test_the_timeline_and_the_step_table_say_the_same_figures(tmp_path):
         assert f"{seconds['collective'] * 1e3:,.1f}" == cells["all-reduce ms"]
         assert f"{bars[-2].end * 1e3:,.1f}" == cells["step ms"]  # the optimizer ends the step
     assert cells["hidden"] == f"{HIDDEN / (WAIT + HIDDEN) * 100:.0f} %"
-    [(name, fig)] = step_plot.figures(report.records, report.runs, g)
+    [(name, fig)] = step_plot.figures(report.full_records(), report.runs, g)
     text = plots.figure_text(fig)
     assert name == "step_timeline_A.png"
     assert (f"2 dev: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms · waited 50.0 ms · "

@@ -15,7 +15,7 @@ from scalelab import redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, GBIT, PERCENT, PRICE, TFLOPS, OneLineParser, count, number_type, run_piped
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, history, nccl_logs, ranks, reference, trace
+from scalelab.report import compare, explain, export, forecast_view, history, index, nccl_logs, ranks, reference, trace
 from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
@@ -31,7 +31,12 @@ class Report:
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
-    records: list  # the training results as read: the per-rank marks the step timeline and --trace draw
+    records: list  # the training results as read (through the index: light, without their ranks' lists)
+
+    def full_records(self) -> list:
+        """The training results whole, per-rank marks and all (what the step timelines and --trace draw): read
+        again from their files where the index gave them light."""
+        return index.full(self.records)
 
     @property
     def bench(self) -> pd.DataFrame:
@@ -40,13 +45,15 @@ class Report:
         return self.benches[self.benches["collective"] == "all_reduce"]
 
 
-def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=()) -> Report:
+def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budget=None, nccl_logs=(),
+          use_index: bool = True) -> Report:
     """Folder -> Report. All-reduce benchmarks come from result.json files and from nccl-tests logs: those in the
-    folder (*.log, *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs.
+    folder (*.log, *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs. use_index: read the
+    results through the folder's index (report/index.py), else every file whole.
     """
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
-    found, skipped = results.scan(output_dir)
+    found, skipped = (index.scan if use_index else results.scan)(output_dir)
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
     runs, notes = read_runs(found)
     benches = explain.bench_frame(found, explain.COLLECTIVES)
@@ -106,6 +113,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--straggler_pct", type=PERCENT, metavar="PCT",
                    help=f"with --ranks: flag a rank whose compute is more than PCT %% above the median rank's "
                         f"(default {ranks.DEFAULT_PCT:g})")
+    p.add_argument("--no_index", action="store_true",
+                   help="read every result.json whole, not through the folder's index (.scalelab-index.sqlite, "
+                        "updated by each report: only new or changed files are read)")
     p.add_argument("--history", action="store_true",
                    help="also follow each configuration's runs by date: the latest against its own scatter, and the "
                         "date and size of each lasting change (a site's nightly results; with --plot: history_*.png)")
@@ -145,7 +155,7 @@ def main(argv=None) -> int:
     if args.ranks:
         return _ranks(args)
     try:
-        report = build(args.output_dir, **money, nccl_logs=args.nccl_tests)
+        report = build(args.output_dir, **money, nccl_logs=args.nccl_tests, use_index=not args.no_index)
     except UsageError as exc:
         raise UsageError(f"--output_dir {exc}") from None
     _warn(report.skipped)
@@ -178,7 +188,7 @@ def main(argv=None) -> int:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
                                     args.output_dir)
     if args.trace:
-        written += trace.write_all(args.trace, report.records)
+        written += trace.write_all(args.trace, report.full_records())
     if args.plot:
         written += _draw(args, report, nodes)
     for path in written:
@@ -193,7 +203,7 @@ def _draw(args, report: Report, nodes: tuple) -> list:
     runs, scaling = report.runs, report.scaling
     written = plots.write_all(args.plot, scaling, report.bench)
     if not scaling.empty:
-        written += plots.save(args.plot, step_plot.figures(report.records, runs, scaling))
+        written += plots.save(args.plot, step_plot.figures(report.full_records(), runs, scaling))
     if args.forecast:
         written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
     if args.history:

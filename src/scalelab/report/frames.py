@@ -28,7 +28,7 @@ def read_runs(found: list) -> tuple:
     """(runs frame, identity notes): the results counted as runs (a requeued job's newest attempt, one row), and
     what the report says of those it did not count as runs of their own."""
     kept, superseded = results.latest_attempts(found)
-    rows = [run_row(r) for r in kept if r["kind"] == "training"]
+    rows = [r["_row"] if "_row" in r else run_row(r) for r in kept if r["kind"] == "training"]  # _row: index.py's
     frame = pd.DataFrame(rows, columns=NAMES)
     for col in NUMERIC:
         frame[col] = pd.to_numeric(frame[col], errors="coerce")

@@ -1,0 +1,176 @@
+"""An index of a folder's results: each file parsed once, then only new or changed ones; the JSON stays the truth.
+
+`<output_dir>/.scalelab-index.sqlite` holds, per result.json, what the report reads of it: a training result's
+runs-frame row (report/columns.py, computed from the whole file) and the few fields that tell a requeued job's
+attempts apart; an all-reduce result whole (it is small); a file that was skipped, with its one line. A file is read
+again when its size, mtime, ctime or inode changed (its content's hash is kept beside, for what was read); a file
+gone is dropped. The per-step lists and rank records stay in the JSON, read only by what draws them (--plot's step
+timelines, --trace: `full`).
+
+SQLite (the standard library's): a file updated in place, a row per result, one transaction per report; a second
+report at once waits for the first's transaction (busy timeout) and never sees half of one; a full disk or a
+read-only folder rolls the update back and the report goes on from what it read. An index that is missing, not a
+database, or from another scalelab (the digest of its code: any change to what a row is computed from) is rebuilt
+from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
+"""
+
+import functools
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+
+from scalelab import files, results
+from scalelab.errors import ResultError
+from scalelab.report.frames import run_row
+
+FILE_NAME = ".scalelab-index.sqlite"
+FORMAT = 1  # the layout of the tables below
+BUSY_TIMEOUT_S = 30  # another report's update, waited for
+ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
+                                    ino INTEGER, digest TEXT, skipped TEXT, body TEXT);
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The index's format and a digest of scalelab's own source: another scalelab's index is rebuilt, never read."""
+    digest = hashlib.blake2b(f"{FORMAT}".encode(), digest_size=16)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, dirs, names in os.walk(package):
+        dirs.sort()
+        for name in sorted(n for n in names if n.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as fh:
+                digest.update(name.encode() + fh.read())
+    return digest.hexdigest()
+
+
+def light(result: dict) -> dict:
+    """What the report keeps of a result: a training run's envelope, its row and its job's identity; an all-reduce
+    result whole."""
+    if result.get("kind") != "training":
+        return result
+    return {**{k: result[k] for k in ENVELOPE if k in result}, "launch": {"world_size": result["launch"]["world_size"]},
+            "_row": run_row(result), "_group_key": results.group_key(result), "_path": result["_path"]}
+
+
+def _encode(body: dict) -> str:
+    return json.dumps(body, allow_nan=True, default=str)
+
+
+def _decode(text: str) -> dict:
+    """A stored body; a row's tuples (bucket sizes, the loss curve) come back as the tuples run_row made."""
+    body = json.loads(text)
+    if "_row" in body:
+        body["_row"] = {k: tuple(v) if isinstance(v, list) else v for k, v in body["_row"].items()}
+    return body
+
+
+def scan(root: str) -> tuple:
+    """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
+    parsed only if it is new or changed since the last report. Any trouble with the index reads the files."""
+    found, skipped, listed = [], [], []
+    for folder, _, names in files.walk(root, skipped):
+        if "result.json" in names:
+            path = os.path.join(folder, "result.json")
+            try:
+                listed.append((path, os.stat(path)))
+            except OSError as exc:
+                skipped.append((path, f"cannot be read ({exc.strerror})"))
+    try:
+        db = _open(os.path.join(root, FILE_NAME))
+    except (sqlite3.Error, OSError):
+        db = None
+    known = _known(db) if db is not None else {}
+    fresh = []
+    for path, st in listed:
+        key = os.path.relpath(path, root)
+        was = known.get(key)
+        if was is not None and was[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            body, reason = was[4], was[5]
+        else:
+            body, reason, digest = _parse(path, root)
+            fresh.append((key, st, digest, reason, body))
+        if reason is not None:
+            skipped.append((path, reason))
+        else:
+            found.append(dict(body if isinstance(body, dict) else _decode(body), _path=path))
+    if db is not None:
+        _update(db, fresh, set(known) - {os.path.relpath(p, root) for p, _ in listed})
+        db.close()
+    return found, skipped
+
+
+def _parse(path: str, root: str) -> tuple:
+    """(light body, None, digest) of a file that reads, or (None, its one line, None) of one that does not."""
+    try:
+        raw = files.read_bytes(path, "result", root)
+        data = results.parse(raw)
+    except ResultError as exc:
+        return None, str(exc), None
+    data["_path"] = path
+    return light(data), None, hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _open(path: str) -> sqlite3.Connection:
+    """The index, or a new one where it is missing, not a database, or another scalelab's."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OSError(f"{path} is not a regular file")  # a symlink or a folder there: not ours to replace
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        db.executescript(_SCHEMA)
+        row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+        if row is None or row[0] != code_version():
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM results")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (code_version(),))
+            db.execute("COMMIT")
+        return db
+    except sqlite3.DatabaseError:
+        db.close()
+        os.remove(path)  # not a database (a torn copy, a hand edit): the files rebuild it
+        return _open(path)
+
+
+def _known(db: sqlite3.Connection) -> dict:
+    try:
+        return {r[0]: r[1:] for r in db.execute(
+            "SELECT path, size, mtime_ns, ctime_ns, ino, body, skipped FROM results")}
+    except sqlite3.Error:
+        return {}
+
+
+def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
+    """The new and changed files' rows in, the vanished files' out: all or nothing (a full disk, a read-only folder,
+    another report's lock held past the timeout: the old index stays as it was)."""
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(key, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest, reason,
+                         None if body is None else _encode(body)) for key, st, digest, reason, body in fresh])
+        db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
+        db.execute("COMMIT")
+    except sqlite3.Error:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+
+def full(records: list) -> list:
+    """The whole results of these (light) training records, from their files: what the step timelines and --trace
+    draw; a file that no longer reads is left out."""
+    out = []
+    for r in records:
+        if "_row" not in r:
+            out.append(r)
+            continue
+        try:
+            data = results.load(r["_path"])
+        except ResultError:
+            continue
+        data["_path"] = r["_path"]
+        out.append(data)
+    return out

@@ -1,0 +1,162 @@
+"""The folder's index (report/index.py): the report reads the same through it as from the files, re-reads what
+changed, rebuilds what is not its own, survives two reports at once and a full disk, and never hides a result."""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT, SRC
+from scalelab import results
+from scalelab.report import cli, index
+
+FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
+           ROOT / "docs" / "results" / "cpu-rehearsal"]
+
+
+def _report(folder, *args) -> tuple:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["--output_dir", str(folder), *map(str, args)])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _copy(folder, tmp_path):
+    shutil.copytree(folder, tmp_path / "out", ignore=shutil.ignore_patterns(index.FILE_NAME + "*"))
+    return tmp_path / "out"
+
+
+def _exports(folder) -> dict:
+    """The export files, summary.json's creation time aside."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        text = (folder / name).read_text()
+        if name == "summary.json":
+            data = json.loads(text)
+            data.pop("created", None)
+            text = json.dumps(data, sort_keys=True)
+        out[name] = text
+    return out
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_the_report_reads_the_same_through_the_index_as_from_the_files(folder, tmp_path):
+    """Tables, track record, forecast, history, exports and traces: from the files, then through a new index, then
+    through the index as the first report left it. (These folders' runs predate the marks a trace draws;
+    test_timeline.py draws a run's marks read back whole through the index.)"""
+    out = _copy(folder, tmp_path)
+    said = []
+    for i, args in enumerate((["--no_index"], [], [])):
+        code, printed, err = _report(out, "--details", "--forecast", "--history", "--export", tmp_path / f"e{i}",
+                                     "--trace", tmp_path / f"t{i}", *args)
+        printed = printed.replace(str(tmp_path / f"e{i}"), "EXPORT").replace(str(tmp_path / f"t{i}"), "TRACE")
+        said.append((code, printed, err, _exports(tmp_path / f"e{i}"), _exports(tmp_path / f"t{i}")))
+    assert said[0][0] == 0 and said[0] == said[1] == said[2]
+    assert (out / index.FILE_NAME).is_file()
+
+
+def test_only_new_or_changed_files_are_read_again(tmp_path, monkeypatch):
+    out = _copy(FOLDERS[0], tmp_path)
+    first, _ = index.scan(str(out))
+    parsed = []
+    real = index._parse
+    monkeypatch.setattr(index, "_parse", lambda path, root: parsed.append(path) or real(path, root))
+    again, _ = index.scan(str(out))
+    assert parsed == [] and [r["run_id"] for r in again] == [r["run_id"] for r in first]
+    path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
+    data = json.loads(path.read_text())
+    data["timing"]["tokens_per_s"] *= 2  # rewritten in place: a new mtime, and here a new size too
+    path.write_text(json.dumps(data, indent=2))
+    changed, _ = index.scan(str(out))
+    assert parsed == [str(path)]
+    row = next(r for r in changed if r["_path"] == str(path))["_row"]
+    assert row["tokens_per_s"] == data["timing"]["tokens_per_s"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a folder", "removed", "not json"])
+def test_a_file_that_changes_under_the_index_is_read_again_or_skipped_in_one_line(tmp_path, damage):
+    out = _copy(FOLDERS[0], tmp_path)
+    index.scan(str(out))
+    path = next(p for p in out.rglob("result.json") if "gpt-1x" in str(p))
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "a folder":
+        path.unlink()
+        path.mkdir()
+    elif damage == "removed":
+        path.unlink()
+    else:
+        path.write_text("{ no")
+    found, skipped = index.scan(str(out))
+    full, full_skipped = results.scan(str(out))
+    assert sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in full)
+    assert skipped == full_skipped  # the same one line a full read says, never a stale row
+    assert all("gpt-1x" not in r["run_id"] for r in found)
+
+
+@pytest.mark.parametrize("bad", [b"not a database at all", b"", "another scalelab"])
+def test_an_index_that_is_not_ours_is_rebuilt_from_the_files(tmp_path, bad):
+    out = _copy(FOLDERS[0], tmp_path)
+    if bad == "another scalelab":
+        index.scan(str(out))
+        with sqlite3.connect(out / index.FILE_NAME) as db:
+            db.execute("UPDATE meta SET value = 'old' WHERE key = 'version'")
+            db.execute("UPDATE results SET body = '{\"kind\": \"training\", \"_row\": {}}' WHERE skipped IS NULL")
+    else:
+        (out / index.FILE_NAME).write_bytes(bad)
+    found, skipped = index.scan(str(out))
+    assert sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in results.scan(str(out))[0])
+    assert all(r["_row"] for r in found if r["kind"] == "training") and not skipped
+
+
+def test_a_full_disk_leaves_the_old_index_and_the_report_right(tmp_path, monkeypatch):
+    """The update fails as SQLite fails on a full disk (SQLITE_FULL, forced with max_page_count): the index keeps
+    what it held, the report what it read."""
+    out = _copy(FOLDERS[0], tmp_path)
+    index.scan(str(out))
+    new = out / "new-run"
+    shutil.copytree(next(p for p in out.iterdir() if "gpt-2x" in p.name), new)
+    data = json.loads((new / "result.json").read_text())
+    data["run_id"] = "new-run"
+    (new / "result.json").write_text(json.dumps(data))
+    real = index._open
+
+    def full_disk(path):
+        db = real(path)
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")
+        return db
+    monkeypatch.setattr(index, "_open", full_disk)
+    found, _ = index.scan(str(out))
+    assert "new-run" in {r["run_id"] for r in found}
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert not db.execute("SELECT 1 FROM results WHERE path LIKE 'new-run%'").fetchall()
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_two_reports_at_once_leave_one_sound_index(tmp_path):
+    """Two report processes over one folder at the same moment, twice: both print the same, the index stays whole."""
+    out = _copy(FOLDERS[2], tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    for _ in range(2):
+        procs = [subprocess.Popen([sys.executable, str(SRC / "benchmark.py"), "--output_dir", str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for _ in range(2)]
+        said = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs) and said[0][0] == said[1][0], said
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM results").fetchone()[0] == len(list(out.rglob("result.json")))
+
+
+def test_a_folder_the_report_cannot_write_is_read_whole(tmp_path):
+    out = _copy(FOLDERS[0], tmp_path)
+    (out / index.FILE_NAME).mkdir()  # not a file the index may replace
+    found, skipped = index.scan(str(out))
+    assert len(found) == len(results.scan(str(out))[0]) and not skipped and (out / index.FILE_NAME).is_dir()
