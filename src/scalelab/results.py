@@ -168,6 +168,8 @@ def validate(data) -> dict:
     except (TypeError, AttributeError, KeyError, ValueError):
         raise ResultError(f"a schema_version {version} layout this scalelab cannot read (a field of the wrong type)") \
             from None
+    for key in [k for k in data if isinstance(k, str) and k.startswith("_")]:
+        del data[key]  # a reader's own marks (_path; report/index.py's _row, _group_key): never taken from a file
     kind = data.get("kind")
     if kind not in KINDS:
         raise ResultError(f"unknown result kind {kind!r}")

@@ -3,6 +3,7 @@ size of a lasting change (measure/changes.py's rule, held to its false-alarm rat
 
 import contextlib
 import io
+import json
 import math
 
 import numpy as np
@@ -110,3 +111,20 @@ def test_a_bad_night_or_a_series_too_short_is_no_change():
 @pytest.mark.parametrize("values, expected", [([], None), ([5.0, 5.0], None), ([1.0, 1.0, 1.0], (1.0, 1.0))])
 def test_a_band_needs_three_runs(values, expected):
     assert history.band(values) == (pytest.approx(expected) if expected else None)
+
+
+def test_two_flat_levels_change_where_they_meet():
+    """No scatter on either side: the split between them is the change, not one beside it."""
+    assert [c.index for c in changes.find([0.1] * 10 + [0.3] * 10)] == [10]
+
+
+def test_a_newest_run_without_a_throughput_is_not_judged(tmp_path):
+    _site(tmp_path, 20)
+    path = nightly.night(str(tmp_path), 20, 2, 6400.0)
+    data = json.loads(open(path).read())
+    data["timing"]["tokens_per_s"] = data["timing"]["samples_per_s"] = None
+    with open(path, "w") as fh:
+        json.dump(data, fh)
+    out = _report(tmp_path).split("History")[1]
+    row = next(line for line in out.splitlines() if line.strip().startswith("A") and " 2 " in line)
+    assert " NO " not in f"{row} ", out

@@ -160,3 +160,58 @@ def test_a_folder_the_report_cannot_write_is_read_whole(tmp_path):
     (out / index.FILE_NAME).mkdir()  # not a file the index may replace
     found, skipped = index.scan(str(out))
     assert len(found) == len(results.scan(str(out))[0]) and not skipped and (out / index.FILE_NAME).is_dir()
+
+
+def test_a_stored_row_not_as_the_index_writes_it_is_read_again_from_its_file(tmp_path):
+    """A hand edit, a torn write or another tool's row: the file says again, never a traceback or a wrong row."""
+    out = _copy(FOLDERS[0], tmp_path)
+    first, _ = index.scan(str(out))
+    for body in ("{", None, "[]", '{"kind": "training", "run_id": "x"}', '{"kind": "training", "_row": 5}'):
+        with sqlite3.connect(out / index.FILE_NAME) as db:
+            db.execute("UPDATE results SET body = ? WHERE skipped IS NULL", (body,))
+        found, skipped = index.scan(str(out))
+        assert not skipped and sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in first), body
+
+
+def test_a_journal_the_index_cannot_make_leaves_the_report_reading_the_files(tmp_path):
+    out = _copy(FOLDERS[0], tmp_path)
+    (out / (index.FILE_NAME + "-journal")).mkdir()  # SQLite cannot write its journal: every update fails
+    for _ in range(2):
+        found, skipped = index.scan(str(out))
+        assert len(found) == len(results.scan(str(out))[0]) and not skipped
+
+
+def test_a_read_that_failed_by_chance_is_tried_again(tmp_path, monkeypatch):
+    """A deadline or an I/O error is not the file's content: the next report reads it (a bad content is kept)."""
+    out = _copy(FOLDERS[0], tmp_path)
+    real = index.files.read_bytes
+    monkeypatch.setattr(index.files, "read_bytes", lambda *a, **k: (_ for _ in ()).throw(
+        index.files.Refused("unreadable (Input/output error)")))
+    found, skipped = index.scan(str(out))
+    assert not found and len(skipped) == 3
+    monkeypatch.setattr(index.files, "read_bytes", real)
+    found, skipped = index.scan(str(out))
+    assert len(found) == 3 and not skipped
+
+
+def test_an_inode_past_int64_is_kept(tmp_path):
+    """overlayfs (xino) numbers inodes past SQLite's int64: the row is kept, not an OverflowError."""
+    from types import SimpleNamespace
+
+    db = index._open(str(tmp_path / index.FILE_NAME))
+    st = SimpleNamespace(st_size=1, st_mtime_ns=2, st_ctime_ns=3, st_ino=2**64 + 5)
+    index._update(db, [("a/result.json", st, "d", "bad", None)], set())
+    assert index._known(db)["a/result.json"][:4] == index._identity(st)
+
+
+def test_a_field_a_reader_marks_for_itself_is_never_taken_from_a_file(tmp_path):
+    """A result.json holding "_row" or "_group_key" (the index's own marks) is read as its fields say."""
+    out = _copy(FOLDERS[0], tmp_path)
+    path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
+    data = json.loads(path.read_text())
+    data.update(_row="x", _group_key="forged", _path="/etc/passwd")
+    path.write_text(json.dumps(data))
+    for args in (["--no_index"], []):
+        code, printed, err = _report(out, *args)
+        assert code == 0 and "skipped" not in err and "/etc/passwd" not in printed, err
+    assert all(r["_path"] != "/etc/passwd" for r in results.scan(str(out))[0])

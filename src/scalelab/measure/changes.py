@@ -39,8 +39,8 @@ class Change(NamedTuple):
 
 
 def statistics_of_splits(logs: np.ndarray) -> np.ndarray:
-    """Welch's t of each split k (before: logs[:k], after: logs[k:]) for k in [MIN_SEGMENT, n − MIN_SEGMENT]; NaN
-    where both sides are flat (no scatter to scale by)."""
+    """Welch's t of each split k (before: logs[:k], after: logs[k:]) for k in [MIN_SEGMENT, n − MIN_SEGMENT]; where
+    both sides are flat, infinite if they differ (NaN if not: nothing to split)."""
     n = len(logs)
     k = np.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
     total, squares = np.cumsum(logs), np.cumsum(logs ** 2)
@@ -49,9 +49,9 @@ def statistics_of_splits(logs: np.ndarray) -> np.ndarray:
     m1, m2 = s1 / k, s2 / (n - k)
     v1 = np.maximum(q1 - k * m1 ** 2, 0) / (k - 1)
     v2 = np.maximum(q2 - (n - k) * m2 ** 2, 0) / (n - k - 1)
-    spread = np.sqrt(v1 / k + v2 / (n - k))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(spread > 0, np.abs(m1 - m2) / spread, np.nan)
+    spread, gap = np.sqrt(v1 / k + v2 / (n - k)), np.abs(m1 - m2)
+    with np.errstate(divide="ignore", invalid="ignore"):  # both sides flat: apart is as far as a split goes
+        return np.where(spread > 0, gap / spread, np.where(gap > 1e-12, np.inf, np.nan))
 
 
 def _best(logs: np.ndarray) -> tuple:

@@ -59,7 +59,9 @@ def follow(runs: pd.DataFrame) -> list:
             dates = g["when"].to_numpy()[keep]
             out["changes"][column] = [(pd.Timestamp(dates[c.index]), c) for c in found]
             if column == "throughput":
-                out["latest"], out["band"] = values[-1], band(changes.regime(values[keep], found)[:-1])
+                kept = values[keep]  # the newest run with a throughput is the latest judged
+                out["latest"] = kept[-1] if len(kept) else float("nan")
+                out["band"] = band(changes.regime(kept, found)[:-1])
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
 
@@ -102,7 +104,8 @@ def render(runs: pd.DataFrame, fmt: str = "simple") -> list:
     table = []
     for r in rows:
         low_high = r["band"]
-        inside = "—" if low_high is None else "yes" if low_high[0] <= r["latest"] <= low_high[1] else "NO"
+        inside = "—" if low_high is None or not math.isfinite(r["latest"]) else \
+            "yes" if low_high[0] <= r["latest"] <= low_high[1] else "NO"
         table.append([r["letter"], r["world_size"], _nodes(r), r["runs"], r["first"].strftime("%Y-%m-%d"),
                       r["last"].strftime("%Y-%m-%d"), _cell(r["latest"], "throughput", r["unit"]),
                       "too few runs" if low_high is None else

@@ -21,25 +21,26 @@ import os
 import sqlite3
 import stat
 
-from scalelab import files, results
+from scalelab import __version__, files, results
 from scalelab.errors import ResultError
+from scalelab.redaction import as_read
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
-FORMAT = 1  # the layout of the tables below
+FORMAT = 2  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
-                                    ino INTEGER, digest TEXT, skipped TEXT, body TEXT);
+                                    ino TEXT, digest TEXT, skipped TEXT, body TEXT);
 """
 
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """The index's format and a digest of scalelab's own source: another scalelab's index is rebuilt, never read."""
-    digest = hashlib.blake2b(f"{FORMAT}".encode(), digest_size=16)
+    digest = hashlib.blake2b(f"{FORMAT} {__version__}".encode(), digest_size=16)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for folder, dirs, names in os.walk(package):
         dirs.sort()
@@ -62,12 +63,25 @@ def _encode(body: dict) -> str:
     return json.dumps(body, allow_nan=True, default=str)
 
 
-def _decode(text: str) -> dict:
-    """A stored body; a row's tuples (bucket sizes, the loss curve) come back as the tuples run_row made."""
-    body = json.loads(text)
+def _decode(text) -> dict:
+    """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
+    row's tuples (bucket sizes, the loss curve) come back as the tuples run_row made. ValueError where it is not
+    a body this module wrote (the file is read again)."""
+    try:
+        body = as_read(json.loads(text))
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError("not a stored body") from None
+    if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
+            "training", "allreduce") or (body["kind"] == "training" and not isinstance(body.get("_row"), dict)):
+        raise ValueError("not a stored body")
     if "_row" in body:
         body["_row"] = {k: tuple(v) if isinstance(v, list) else v for k, v in body["_row"].items()}
     return body
+
+
+def _identity(st) -> tuple:
+    """What says a file changed: size, mtime, ctime and inode (as text: an overlay's inode passes SQLite's int64)."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
 
 
 def scan(root: str) -> tuple:
@@ -89,16 +103,22 @@ def scan(root: str) -> tuple:
     fresh = []
     for path, st in listed:
         key = os.path.relpath(path, root)
-        was = known.get(key)
-        if was is not None and was[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
-            body, reason = was[4], was[5]
-        else:
-            body, reason, digest = _parse(path, root)
-            fresh.append((key, st, digest, reason, body))
+        was, body = known.get(key), None
+        if was is not None and tuple(was[:4]) == _identity(st):
+            reason = was[5]
+            if reason is None:
+                try:
+                    body = _decode(was[4])
+                except ValueError:  # a row not as this module writes it: the file says again
+                    was = None
+        if was is None or tuple(was[:4]) != _identity(st):
+            body, reason, digest, lasting = _parse(path, root)
+            if lasting:  # a read that failed by chance (a deadline, an I/O error) is tried again next time
+                fresh.append((key, st, digest, reason, body))
         if reason is not None:
             skipped.append((path, reason))
         else:
-            found.append(dict(body if isinstance(body, dict) else _decode(body), _path=path))
+            found.append(dict(body, _path=path))
     if db is not None:
         _update(db, fresh, set(known) - {os.path.relpath(p, root) for p, _ in listed})
         db.close()
@@ -106,18 +126,24 @@ def scan(root: str) -> tuple:
 
 
 def _parse(path: str, root: str) -> tuple:
-    """(light body, None, digest) of a file that reads, or (None, its one line, None) of one that does not."""
+    """(light body, None, digest, True) of a file that reads; (None, its one line, None, whether what it says
+    lasts) of one that does not: its content does (kept in the index until the file changes), a refusal to read
+    it may not (tried again)."""
     try:
         raw = files.read_bytes(path, "result", root)
+    except ResultError as exc:
+        return None, str(exc), None, False
+    try:
         data = results.parse(raw)
     except ResultError as exc:
-        return None, str(exc), None
+        return None, str(exc), None, True
     data["_path"] = path
-    return light(data), None, hashlib.blake2b(raw, digest_size=16).hexdigest()
+    return light(data), None, hashlib.blake2b(raw, digest_size=16).hexdigest(), True
 
 
-def _open(path: str) -> sqlite3.Connection:
-    """The index, or a new one where it is missing, not a database, or another scalelab's."""
+def _open(path: str, again: bool = True) -> sqlite3.Connection:
+    """The index, or a new one where it is missing, not a database, or another scalelab's; sqlite3.Error where it
+    cannot be used now (locked past the timeout, a filesystem without its locks): the report reads the files."""
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"{path} is not a regular file")  # a symlink or a folder there: not ours to replace
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -126,14 +152,20 @@ def _open(path: str) -> sqlite3.Connection:
         row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
         if row is None or row[0] != code_version():
             db.execute("BEGIN IMMEDIATE")
-            db.execute("DELETE FROM results")
+            db.execute("DROP TABLE results")  # its layout too may be another's
+            db.execute(_SCHEMA.split(";")[1])
             db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (code_version(),))
             db.execute("COMMIT")
         return db
+    except sqlite3.OperationalError:
+        db.close()
+        raise  # busy, read-only, no locks: nothing wrong with the file itself, never removed
     except sqlite3.DatabaseError:
         db.close()
-        os.remove(path)  # not a database (a torn copy, a hand edit): the files rebuild it
-        return _open(path)
+        if not again:
+            raise
+        os.remove(path)  # not a database (a torn copy, a hand edit): the files rebuild it, once
+        return _open(path, again=False)
 
 
 def _known(db: sqlite3.Connection) -> dict:
@@ -150,11 +182,11 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     try:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       [(key, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest, reason,
+                       [(key, *_identity(st), digest, reason,
                          None if body is None else _encode(body)) for key, st, digest, reason, body in fresh])
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
         db.execute("COMMIT")
-    except sqlite3.Error:
+    except (sqlite3.Error, OverflowError):
         if db.in_transaction:
             db.execute("ROLLBACK")
 
