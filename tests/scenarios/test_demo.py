@@ -42,7 +42,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     from scalelab.report.cli import build
 
     report = build(str(out))
-    rows = step_plot.group_timelines(report.records, report.runs, report.scaling)
+    rows = step_plot.group_timelines(report.full_records(), report.runs, report.scaling)
     assert [name for name, *_ in rows] == ["1 dev", "2 dev"]
     for _, row, _, line in rows:
         for bars in line["ranks"].values():
@@ -54,7 +54,8 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     description = Image.open(out / "plots" / "step_timeline_A.png").info["Description"]
     cells = tables.story_cells(rows[1][1])
     assert f"2 dev: step {cells['step ms']} ms · all-reduce {cells['all-reduce ms']} ms" in description
-    assert timeline.representative(next(r for r in report.records if r["run_id"] == rows[1][2])) == rows[1][3]["step"]
+    whole = next(r for r in report.full_records() if r["run_id"] == rows[1][2])
+    assert timeline.representative(whole) == rows[1][3]["step"]
     summary = json.loads((out / "export" / "summary.json").read_text())
     assert [(c["world_size"], c["unit"]) for c in summary["configurations"]] == [(1, "samples/s"), (2, "samples/s")]
     assert summary["configurations"][1]["predicted_efficiency_overlap"] is not None  # the benchmark fed it

@@ -31,12 +31,12 @@ class Report:
     skipped: list  # (path, reason) of each file not read
     track_record: pd.DataFrame  # each multi-device configuration predicted from the other runs (forecast_view.record)
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
-    records: list  # the training results as read (through the index: light, without their ranks' lists)
+    light_records: list  # the training results as read (through the index: light, without their ranks' lists)
 
     def full_records(self) -> list:
         """The training results whole, per-rank marks and all (what the step timelines and --trace draw): read
         again from their files where the index gave them light."""
-        return index.full(self.records)
+        return index.full(self.light_records)
 
     @property
     def bench(self) -> pd.DataFrame:
