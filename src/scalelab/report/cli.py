@@ -175,8 +175,9 @@ def main(argv=None) -> int:
     print("\n".join(wrap(line, width) for line in forecast_view.track_record(
         runs, report.track_record, fmt, details=args.details or args.all_runs)))
     print("\n".join(nccl_logs.render(bench, fmt)))
+    followed = history.follow(runs) if args.history else []
     if args.history:
-        print("\n".join(wrap(line, width) for line in history.render(runs, fmt)))
+        print("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
     if args.forecast:
         print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget,
@@ -190,14 +191,15 @@ def main(argv=None) -> int:
     if args.trace:
         written += trace.write_all(args.trace, report.full_records())
     if args.plot:
-        written += _draw(args, report, nodes)
+        written += _draw(args, report, nodes, followed)
     for path in written:
         print(f"written: {path}")
     return 0
 
 
-def _draw(args, report: Report, nodes: tuple) -> list:
-    """--plot: every figure there is data for (and --forecast's, --history's where asked); the paths written."""
+def _draw(args, report: Report, nodes: tuple, followed: list) -> list:
+    """--plot: every figure there is data for (and --forecast's, --history's where asked: followed, history.follow's
+    rows); the paths written."""
     from scalelab.report import curves, plots, step_plot  # matplotlib takes a while to import: only when asked
 
     runs, scaling = report.runs, report.scaling
@@ -207,7 +209,7 @@ def _draw(args, report: Report, nodes: tuple) -> list:
     if args.forecast:
         written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
     if args.history:
-        written += plots.save(args.plot, history.figures(runs))
+        written += plots.save(args.plot, history.figures(followed))
     figures, note = curves.figures(args.output_dir, runs, scaling) if not scaling.empty else ([], None)
     written += plots.save(args.plot, figures)
     if note:

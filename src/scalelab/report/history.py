@@ -47,11 +47,13 @@ def series(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def follow(runs: pd.DataFrame) -> list:
-    """One dict per configuration: its series, the latest run against its band, its changes per metric."""
+    """One dict per configuration: its throughput by date, the latest run against its band, its changes per
+    metric (what render prints and figures draws: the changes found once)."""
     rows, letters = [], report_letters(runs)
     for key, g in series(runs).groupby(CONFIGURATION, sort=False):
         out = dict(zip(CONFIGURATION, key), letter=letters.get(key[0], "?"), unit=g["unit"].iloc[-1],
-                   runs=len(g), first=g["when"].iloc[0], last=g["when"].iloc[-1], changes={})
+                   runs=len(g), first=g["when"].iloc[0], last=g["when"].iloc[-1], changes={},
+                   dates=g["when"], throughput=g["throughput"])
         for column, _, _ in METRICS:
             values = g[column].to_numpy(dtype=float)
             keep = np.isfinite(values) & (values > 0)
@@ -96,13 +98,12 @@ def change_lines(row: dict) -> list:
     return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
 
 
-def render(runs: pd.DataFrame, fmt: str = "simple") -> list:
-    """The history table and each configuration's changes, as the report prints them."""
-    rows = follow(runs)
+def render(rows: list, fmt: str = "simple") -> list:
+    """The history table and each configuration's changes (follow's rows), as the report prints them."""
     if not rows:
         return ["History: no completed run with a date (`created`) to follow.", ""]
-    table = []
-    for r in rows:
+    table, said = [], [change_lines(r) for r in rows]
+    for r, lines in zip(rows, said):
         low_high = r["band"]
         inside = "—" if low_high is None or not math.isfinite(r["latest"]) else \
             "yes" if low_high[0] <= r["latest"] <= low_high[1] else "NO"
@@ -110,16 +111,15 @@ def render(runs: pd.DataFrame, fmt: str = "simple") -> list:
                       r["last"].strftime("%Y-%m-%d"), _cell(r["latest"], "throughput", r["unit"]),
                       "too few runs" if low_high is None else
                       f"{fmt_num(low_high[0], ',.0f')}–{fmt_num(low_high[1], ',.0f')}", inside,
-                      len(change_lines(r))])
+                      len(lines)])
     lines = ["History (each configuration's runs by date; the latest against an 80 % band for one run from the "
              "series' own scatter since its last change; a change: a lasting step in a series' level, named by "
              "the first run after it)",
              narrow(table, ["group", "world size", "nodes", "runs", "from", "to", "latest", "80 % band",
                             "inside", "changes"], fmt)]
-    for r in rows:
-        said = change_lines(r)
-        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in said]
-    if not any(change_lines(r) for r in rows):
+    for r, dated in zip(rows, said):
+        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in dated]
+    if not any(said):
         lines.append("  No change in any series: every level held within its own scatter.")
     return [*lines, ""]
 
@@ -128,19 +128,17 @@ def _nodes(r: dict) -> str:
     return f"{r['num_nodes']} ({r['link']})" if r["link"] and r["num_nodes"] > 1 else str(r["num_nodes"])
 
 
-def figures(runs: pd.DataFrame) -> list:
-    """[(history_<letter>.png, Figure)]: each group's throughput per configuration by date, changes marked."""
+def figures(rows: list) -> list:
+    """[(history_<letter>.png, Figure)]: each group's throughput per configuration by date (follow's rows),
+    changes marked."""
     from matplotlib.figure import Figure
 
     out = []
-    rows = follow(runs)
-    ok = series(runs)
     for letter in sorted({r["letter"] for r in rows}):
         fig = Figure(figsize=(9, 4.5))
         ax = fig.subplots()
         for r in (r for r in rows if r["letter"] == letter):
-            g = ok[(ok[CONFIGURATION] == pd.Series({k: r[k] for k in CONFIGURATION})).all(axis=1)]
-            line, = ax.plot(g["when"], g["throughput"], marker=".", linewidth=0.8,
+            line, = ax.plot(r["dates"], r["throughput"], marker=".", linewidth=0.8,
                             label=f"{r['world_size']} device(s), {_nodes(r)} node(s)")
             for when, c in r["changes"]["throughput"]:
                 ax.axvline(when, color=line.get_color(), linestyle="--", linewidth=0.8)
