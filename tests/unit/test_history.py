@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,3 +129,11 @@ def test_a_newest_run_without_a_throughput_is_not_judged(tmp_path):
     out = _report(tmp_path).split("History")[1]
     row = next(line for line in out.splitlines() if line.strip().startswith("A") and " 2 " in line)
     assert " NO " not in f"{row} ", out
+
+
+def test_each_groups_plot_names_its_own_unit():
+    """Two groups in other units (samples/s, tokens/s): each history plot labels its own axis."""
+    rows = [dict(letter=letter, unit=unit, world_size=1, num_nodes=1, link="", changes={"throughput": []},
+                 dates=pd.to_datetime(["2026-06-01", "2026-06-02"], utc=True), throughput=[1.0, 2.0])
+            for letter, unit in (("A", "samples/s"), ("B", "tokens/s"))]
+    assert [fig.axes[0].get_ylabel() for _, fig in history.figures(rows)] == ["samples/s", "tokens/s"]

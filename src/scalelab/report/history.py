@@ -137,7 +137,8 @@ def figures(rows: list) -> list:
     for letter in sorted({r["letter"] for r in rows}):
         fig = Figure(figsize=(9, 4.5))
         ax = fig.subplots()
-        for r in (r for r in rows if r["letter"] == letter):
+        group = [r for r in rows if r["letter"] == letter]
+        for r in group:
             line, = ax.plot(r["dates"], r["throughput"], marker=".", linewidth=0.8,
                             label=f"{r['world_size']} device(s), {_nodes(r)} node(s)")
             for when, c in r["changes"]["throughput"]:
@@ -146,7 +147,7 @@ def figures(rows: list) -> list:
                             color=line.get_color(), fontsize=8, ha="left", va="top", xytext=(3, 0),
                             textcoords="offset points", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         ax.set_title(f"Group {letter}: throughput by date (dashed: a change in its level)")
-        ax.set_ylabel(rows[0]["unit"] if rows else "")
+        ax.set_ylabel(group[0]["unit"])  # the group's own: an MLP's samples/s beside a GPT's tokens/s
         ax.legend(fontsize=8)
         fig.autofmt_xdate()
         out.append((f"history_{letter}.png", fig))
