@@ -14,9 +14,7 @@ from scalelab.record.kinds import (
     SCHEMA_VERSION,
     SECONDS,
     VALUES,
-    Annotated,
     Block,
-    Meta,
     described,
     integer,
     listed,
@@ -188,7 +186,7 @@ class Fingerprint(Block):
 class Rank(Block):
     """ranks[i]: one rank's own record: where it ran, what its step clock and probes measured, what its step ran
     (train/payload.py RunContext.rank_record); any other field is a value or a list of values."""
-    rest: ClassVar[Any] = Union[SCALAR, Annotated[list[SCALAR], Meta(max_length=MAX_STEPS)]]
+    rest: ClassVar[Any] = VALUES
     rank: Optional[integer("global rank", None, 0, MAX_RANKS)] = None
     local_rank: Optional[COUNT] = None
     node_rank: Optional[COUNT] = None

@@ -72,6 +72,7 @@ def _block_in(hint):
 
 
 _PATH = re.compile(r" - at `\$(.*)`$")
+_TOKEN = re.compile(r"\.[^.\[]+|\[\d+\]|\[\.\.\.\]")  # a step of a msgspec path: .name, [3], [...] (some key)
 
 
 def _say(message: str, data, base: str = "", typ=None) -> str:
@@ -100,7 +101,7 @@ def _keyed(where: str, data, typ) -> str:
     """A msgspec path with each `[...]` (some key of a mapping) as the key whose value does not fit: msgspec checks
     a mapping's values in order, so the first that fails is the one it meant."""
     ann, out = typ, ""
-    for token in re.findall(r"\.[^.\[]+|\[\d+\]|\[\.\.\.\]", where):
+    for token in _TOKEN.findall(where):
         ann = _member(ann, data)
         if token == "[...]":
             value_type = typing.get_args(ann)[1] if typing.get_origin(ann) is dict else typing.Any
@@ -110,7 +111,7 @@ def _keyed(where: str, data, typ) -> str:
                 return out + where[where.index("[...]"):]
             out, data, ann = f"{out}.{key}", data[key], value_type
             continue
-        step = int(token[1:-1]) if token.startswith("[") else token[1:]
+        (step,) = _steps(token)
         try:
             data = data[step]
         except (KeyError, IndexError, TypeError):
@@ -146,7 +147,7 @@ def _fits(value, ann) -> bool:
 
 
 def _steps(where: str) -> list:
-    return [int(p[1:-1]) if p.startswith("[") else p[1:] for p in re.findall(r"\.[^.\[]+|\[\d+\]", where)]
+    return [int(p[1:-1]) if p.startswith("[") else p[1:] for p in _TOKEN.findall(where) if p != "[...]"]
 
 
 def _value_at(data, where: str):
@@ -245,11 +246,6 @@ def consistent(data: dict) -> None:
 def declared(path: str, kind: str = "training") -> bool:
     """Whether a dotted path ("timing.comm.waited_s") names a declared field of a result of this kind (any key of
     a mapping: timing.step_s.median, metrics.train_loss)."""
-    info = msgspec.inspect.type_info(KINDS[kind])
-    for step in path.split("."):
-        info = _inside(info, step)
-        if info is None:
-            return False
-    return True
+    return _info_at(KINDS[kind], "." + path) is not None
 
 
