@@ -165,3 +165,13 @@ def test_a_writers_value_json_cannot_hold_is_refused_in_one_line_too():
     data["ranks"][0]["cores_seen"] = object()
     with pytest.raises(ResultError, match=r"^field ranks\[0\]\.cores_seen: expected "):
         record.check(data)
+
+
+def test_a_field_named_with_a_newline_or_an_escape_is_named_on_one_line_and_inert():
+    """The hypothesis fuzz found it: an undeclared key "\\n" made a two-line refusal; "\\x1b[2J" would clear a
+    terminal. A key reaches the line as \\xNN."""
+    data = copy.deepcopy(next(b for b in _BASES if b["kind"] == "training"))
+    data["timing"]["\n\x1b[2J"] = False
+    with pytest.raises(ResultError) as refused:
+        record.check(data)
+    assert str(refused.value).startswith("field timing.\\x0a\\x1b[2J: expected a number or null, got False")

@@ -8,6 +8,7 @@ import msgspec
 from scalelab.errors import ResultError
 from scalelab.record.blocks import ANY, KINDS
 from scalelab.record.kinds import PER_BATCH, Block
+from scalelab.redaction import inert
 
 
 def check(data: dict) -> None:
@@ -82,7 +83,8 @@ def _say(message: str, data, base: str = "", typ=None) -> str:
     where = found.group(1) if found else ""
     if "[...]" in where:  # msgspec's word for a mapping's key: find which
         where = _keyed(where, data, typ)
-    path = (base + where).lstrip(".")
+    # a key may hold what a terminal obeys, or a newline: shown (as \xNN, inert's way), never obeyed, one line
+    path = inert((base + where).lstrip(".")).replace("\n", "\\x0a")
     missing = re.match(r"Object missing required field `([^`]+)`", message)
     if missing:
         return f"field {path + '.' if path else ''}{missing.group(1)} missing"
