@@ -277,14 +277,18 @@ def restarts(result: dict) -> int:
     return (result.get("slurm") or {}).get("restart_count") or 0
 
 
+def paths(root: str, skipped: list):
+    """Each result.json below root, in order (a folder that cannot be listed: appended to skipped)."""
+    for folder, _, names in files.walk(root, skipped):
+        if "result.json" in names:
+            yield os.path.join(folder, "result.json")
+
+
 def scan(root: str):
     """Every result.json below root -> (results, [(path, reason)] for files that were skipped, and for folders that
     could not be listed)."""
     results, skipped = [], []
-    for folder, _, names in files.walk(root, skipped):
-        if "result.json" not in names:
-            continue
-        path = os.path.join(folder, "result.json")
+    for path in paths(root, skipped):
         try:
             data = load(path, root)
         except ResultError as exc:

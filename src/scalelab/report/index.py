@@ -56,7 +56,7 @@ def light(result: dict) -> dict:
     if result.get("kind") != "training":
         return result
     return {**{k: result[k] for k in ENVELOPE if k in result}, "launch": {"world_size": result["launch"]["world_size"]},
-            "_row": run_row(result), "_group_key": results.group_key(result), "_path": result["_path"]}
+            "_row": run_row(result), "_group_key": results.group_key(result)}
 
 
 def _encode(body: dict) -> str:
@@ -88,30 +88,22 @@ def scan(root: str) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
     parsed only if it is new or changed since the last report. Any trouble with the index reads the files."""
     found, skipped, listed = [], [], []
-    for folder, _, names in files.walk(root, skipped):
-        if "result.json" in names:
-            path = os.path.join(folder, "result.json")
-            try:
-                listed.append((path, os.stat(path)))
-            except OSError as exc:
-                skipped.append((path, f"cannot be read ({exc.strerror})"))
+    for path in results.paths(root, skipped):
+        try:
+            listed.append((path, os.path.relpath(path, root), os.stat(path)))
+        except OSError as exc:
+            skipped.append((path, f"cannot be read ({exc.strerror})"))
     try:
         db = _open(os.path.join(root, FILE_NAME))
     except (sqlite3.Error, OSError):
         db = None
     known = _known(db) if db is not None else {}
     fresh = []
-    for path, st in listed:
-        key = os.path.relpath(path, root)
-        was, body = known.get(key), None
-        if was is not None and tuple(was[:4]) == _identity(st):
-            reason = was[5]
-            if reason is None:
-                try:
-                    body = _decode(was[4])
-                except ValueError:  # a row not as this module writes it: the file says again
-                    was = None
-        if was is None or tuple(was[:4]) != _identity(st):
+    for path, key, st in listed:
+        kept = _kept(known.get(key), st)
+        if kept is not None:
+            body, reason = kept
+        else:
             body, reason, digest, lasting = _parse(path, root)
             if lasting:  # a read that failed by chance (a deadline, an I/O error) is tried again next time
                 fresh.append((key, st, digest, reason, body))
@@ -120,9 +112,22 @@ def scan(root: str) -> tuple:
         else:
             found.append(dict(body, _path=path))
     if db is not None:
-        _update(db, fresh, set(known) - {os.path.relpath(p, root) for p, _ in listed})
+        _update(db, fresh, set(known) - {key for _, key, _ in listed})
         db.close()
     return found, skipped
+
+
+def _kept(was, st):
+    """(body, None) or (None, its skip line) the index keeps for a file of this identity; None where the file
+    changed, is new, or its row is not as this module writes it (the file says again)."""
+    if was is None or tuple(was[:4]) != _identity(st):
+        return None
+    if was[5] is not None:
+        return None, was[5]
+    try:
+        return _decode(was[4]), None
+    except ValueError:
+        return None
 
 
 def _parse(path: str, root: str) -> tuple:
@@ -137,7 +142,6 @@ def _parse(path: str, root: str) -> tuple:
         data = results.parse(raw)
     except ResultError as exc:
         return None, str(exc), None, True
-    data["_path"] = path
     return light(data), None, hashlib.blake2b(raw, digest_size=16).hexdigest(), True
 
 
