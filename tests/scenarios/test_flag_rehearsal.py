@@ -135,7 +135,12 @@ def test_every_fresh_result_fits_the_published_schema(rehearsal):
 
     from scalelab import record
 
+    from scalelab import workloads
+
     validator = jsonschema.Draft202012Validator(record.json_schema())
+    options = {f"workload.{name}" for spec in workloads.REGISTRY.values() for name in spec.identity}
     for (i, n), result in rehearsal.items():
         errors = list(validator.iter_errors(result))
         assert not errors, (ROWS[i], n, ".".join(map(str, errors[0].absolute_path)), errors[0].message[:200])
+        # and every field it holds is declared (a reader learns them from record/), but its workload's options
+        assert set(record.undeclared(result)) <= options, (ROWS[i], n, set(record.undeclared(result)) - options)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
-from scalelab import record, results
+from scalelab import record, results, workloads
 from scalelab.errors import ResultError
 from scalelab.report import columns
 
@@ -42,6 +42,39 @@ def test_every_kept_result_fits_the_published_schema(path):
     data = results.load(path)
     errors = sorted(VALIDATOR.iter_errors(data), key=str)
     assert not errors, f"{'.'.join(map(str, errors[0].absolute_path))}: {errors[0].message[:200]}"
+
+
+# what a workload block may hold beyond the declaration: its workload's identity options (its own module declares)
+OPTIONS = {f"workload.{name}" for spec in workloads.REGISTRY.values() for name in spec.identity}
+DOCS = sorted(glob.glob(os.path.join(REPO, "docs", "results", "**", "result.json"), recursive=True))
+
+
+def test_every_field_a_kept_result_holds_is_declared():
+    """A reader learns every field from the declaration: no kept result (every version in tests/data, the chapters'
+    folders), upgraded, holds a field it does not name but its workload's own options, which appendix C lists."""
+    assert DOCS, "the chapters' result folders moved"
+    for path in KEPT + DOCS:
+        data = results.load(path)
+        assert set(record.undeclared(data)) <= OPTIONS, (path, sorted(set(record.undeclared(data)) - OPTIONS))
+    appendix = open(os.path.join(REPO, "docs", "appendix-c-result-fields.md"), encoding="utf-8").read()
+    assert all(f"`{name}`" in appendix for name in OPTIONS)
+
+
+def test_a_field_no_block_declares_is_found_wherever_it_is():
+    """undeclared finds a made-up field at every depth, in a list of blocks and through a mapping of blocks, and
+    nothing where every field is declared."""
+    data = results.load(KEPT[0] if json.load(open(KEPT[0]))["kind"] == "training" else KEPT[1])
+    base = set(record.undeclared(data))
+    planted = copy.deepcopy(data)
+    planted["made_up"] = 1
+    planted["timing"]["made_up_s"] = 1.0
+    planted["timing"].setdefault("comm", {})["made_up"] = 2
+    planted["ranks"][-1]["made_up"] = [1]
+    planted["launch"]["link"] = {"gbit": 1.0, "made_up": None}
+    found = set(record.undeclared(planted)) - base
+    assert found == {"made_up", "timing.made_up_s", "timing.comm.made_up", "ranks[].made_up", "launch.link.made_up"}
+    planted["config"] = {"anything": 1}  # the run's flags: their parser declares them
+    assert set(record.undeclared(planted)) - base == found
 
 
 def test_every_kind_is_kept():

@@ -67,7 +67,8 @@ class Slurm(Block):
 
 class Workload(Block):
     """workload: what the run computed, the same at every scale of a scaling group but for the fields derived from
-    the launch size (results.DERIVED_WORKLOAD_FIELDS); any other field is a lever or a setting of the config."""
+    the launch size (results.DERIVED_WORKLOAD_FIELDS); any other field is one of its workload's own options that
+    identify the computation (WorkloadSpec.identity, declared in the workload's module; appendix C lists them)."""
     rest: ClassVar[Any] = VALUES
     model: text("the workload's name (mlp, gpt, ...)")
     describe: Optional[text("what it is, in words: its size and shape")] = None
@@ -89,6 +90,8 @@ class Workload(Block):
     batch_size: Optional[integer("--batch_size: samples per device (weak) or in all (strong)", "samples")] = None
     learning_rate: Optional[real("the optimizer's learning rate", None, None)] = None
     comm_probe_every: Optional[integer("a no_sync probe step every this many steps (0: none)", "steps")] = None
+    max_epochs: Optional[integer("epochs asked for (null: max_steps ends the run)", "epochs")] = None
+    num_samples: Optional[integer("the training set's size (null: enough for max_steps)", "samples")] = None
 
 
 class Comm(Block):
@@ -121,6 +124,17 @@ class Devices(Block):
     rest: ClassVar[Any] = Optional[ANY_NUMBER]
     source: Optional[text("what was sampled: nvml, rocm, cpu (the process's CPU time)")] = None
     note: Optional[text("why something was not sampled")] = None
+    interval_s: Optional[real("the sampler's period", "s")] = None
+    sampler_cpu_s: Optional[real("CPU the sampler's own thread used", "s")] = None
+    window_s: Optional[real("the timed window the samples were read over", "s")] = None
+    samples: Optional[integer("samples inside the window", "samples")] = None
+    window_steps: Optional[integer("steps of the window, probes included (timing.devices)", "steps")] = None
+    cpu_cores: Optional[integer("the rank's cores (CPU device)", "cores")] = None
+    cpu_cores_busy: Optional[real("CPU seconds per wall second over the window (CPU device)", "cores")] = None
+    memory_used_max_bytes: Optional[real("the most device memory NVML saw used", "bytes")] = None
+    power_mean_W: Optional[real("mean power over the window", "W", None)] = None
+    energy_counter_J: Optional[real("the driver's energy counter's growth", "J", None)] = None
+    energy_power_J: Optional[real("the integral of the power samples", "J", None)] = None
     energy_method: Optional[text("how energy was read")] = None
     nvml_uuid: Optional[text("the GPU NVML sampled")] = None
     power_reading: Optional[described(Literal["instant", "average"], "what NVML's power read")] = None
@@ -195,6 +209,21 @@ class Rank(Block):
     device_name: Optional[text("the device's model name")] = None
     cpu_affinity: Optional[listed(integer("a core"), "the cores the rank ran on", None, 2**20)] = None
     threads: Optional[integer("torch's threads", "threads")] = None
+    machine: Optional[text("the machine's boot id: ranks of emulated nodes on one machine share its cores", 64)] = None
+    host_cores: Optional[integer("the host's cores (os.cpu_count)", "cores")] = None
+    load_avg: Optional[real("the host's 1-minute load at the end", "processes")] = None
+    gpu_uuid: Optional[text("the physical GPU (null: a CPU device)")] = None
+    visible_gpus: Optional[text("CUDA_VISIBLE_DEVICES")] = None
+    backend: Optional[text("the process group's backend as it ran (null: one rank, no group)")] = None
+    cpu_pin: Optional[text("a GPU rank's cores: numa, split, launcher, off or refused (launch/cores.py)")] = None
+    numa_node: Optional[integer("its GPU's NUMA node")] = None
+    near_gpu: Optional[switch("the launcher's cores are its GPU's NUMA node's")] = None
+    peak_memory_bytes: Optional[real("the most the caching allocator held for tensors (GPU)", "bytes")] = None
+    max_rss_bytes: Optional[real("the process's peak resident memory, host", "bytes")] = None
+    process_start: Optional[real("when the process started, wall clock (Unix time)", "s")] = None
+    first_step_end: Optional[real("when its first step ended, wall clock (Unix time)", "s")] = None
+    loop_wall_s: Optional[real("the loop's start to end, each after a device sync", "s")] = None
+    grad_bytes: Optional[real("bytes of gradient a step all-reduces", "bytes")] = None
     devices: Optional[Devices] = None
     step_times_s: Optional[steps(SECONDS, "each batch's step, wall clock", "s")] = None
     grads_ready_times_s: Optional[steps(SECONDS, "each batch: its gradients ready", "s")] = None

@@ -46,6 +46,29 @@ def _rest(typ, value, path: str) -> None:
                 raise ResultError(_say(str(exc), v, where, typ.rest)) from None
 
 
+def undeclared(data: dict) -> list:
+    """The dotted paths ("ranks[].load_avg") of the fields a result (kind known, upgraded) holds that its
+    declaration does not name: what a block's `rest` let through. A writer that adds a field without declaring it
+    shows here (the tests hold every fresh result to none but the workload's own options). `config` is not
+    walked: it is the run's flags as given, declared by the entry's parser (`--help`)."""
+    found = set()
+
+    def walk(typ, value, path):
+        if isinstance(value, list):
+            for v in value:
+                walk(typ, v, path + "[]")
+        elif isinstance(value, dict):
+            names, below, _ = _layout(typ)
+            for key, v in value.items():
+                where = f"{path}.{key}" if path else key
+                if key in below:
+                    walk(below[key], v, where)
+                elif key not in names:
+                    found.add(where)
+    walk(KINDS[data["kind"]], {k: v for k, v in data.items() if k not in ("kind", "config")}, "")
+    return sorted(found)
+
+
 _LAYOUTS = {}
 
 

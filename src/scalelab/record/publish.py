@@ -74,7 +74,27 @@ def markdown() -> str:
                 isinstance(t, msgspec.inspect.NoneType) for t in _bare(info).types) else "optional"
             lines.append(f"| `{path}` | {_what(info)} | {unit} | {required} | {doc.replace('|', '/')} |")
         lines.append("")
+        if kind == "training":
+            lines += _workload_options()
     return "\n".join(lines)
+
+
+def _workload_options() -> list:
+    """The fields a workload block holds beyond its declaration: each workload's options that identify its
+    computation, declared in the workload's own module (its WorkloadSpec)."""
+    from scalelab import workloads  # torch-free: the specs only
+
+    lines = ["### workload: each workload's own options", "",
+             "A workload block also holds the options of its workload that identify the computation (its "
+             "`WorkloadSpec.identity`, declared in `src/scalelab/workloads/<name>.py`), as the flag gave them:", "",
+             "| field | workload | default | what it is |", "|---|---|---|---|"]
+    for spec in workloads.REGISTRY.values():
+        options = {o.name: o for o in spec.options}
+        for name in spec.identity:
+            option = options[name]
+            what = str(option.argparse.get("help", "")).replace("|", "/")
+            lines.append(f"| `workload.{name}` | {spec.name} | {option.default!r} | {what} |")
+    return lines + [""]
 
 
 def _meta_of(info):
