@@ -28,8 +28,6 @@ SCHEMA, SCHEMA_VERSION = record.SCHEMA, record.SCHEMA_VERSION  # what a result.j
 # to another site and `--compare` against. Versioned like a result.
 SUMMARY_SCHEMA = "scalelab.report_summary"
 SUMMARY_VERSION = 2  # 2: the result's version 3 names (upgrades.SUMMARY_V1: world_size was devices, ...)
-KINDS = ("training", "allreduce")
-STATUSES = ("completed", "failed", "timeout", "preempted")
 METRICS_FILE = "metrics.csv"  # --logger csv's per-step curves in the run folder (CSVLogger's; the loss plots read it)
 
 def versions() -> dict:
@@ -138,12 +136,6 @@ def group_key(result: dict, defaults=None) -> str:
 
 # --- reading -------------------------------------------------------------------------------------
 
-_REQUIRED = {
-    "training": {"workload": dict, "launch": dict, "timing": dict, "status": str},
-    "allreduce": {"launch": dict, "rows": list, "status": str},
-}
-
-
 def _upgrade(data: dict) -> dict:
     """Bring an older schema version up to SCHEMA_VERSION, one step at a time, so old folders report exactly as
     new ones."""
@@ -170,28 +162,8 @@ def validate(data) -> dict:
             from None
     for key in [k for k in data if isinstance(k, str) and k.startswith("_")]:
         del data[key]  # a reader's own marks (_path; report/index.py's _row, _group_key): never taken from a file
-    kind = data.get("kind")
-    if kind not in KINDS:
-        raise ResultError(f"unknown result kind {kind!r}")
-    if not isinstance(data.get("run_id"), str) or not data["run_id"]:
-        raise ResultError("missing run_id")
-    for key, typ in _REQUIRED[kind].items():
-        if not isinstance(data.get(key), typ):
-            raise ResultError(f"field {key!r} missing or not a {typ.__name__}")
-    if data["status"] not in STATUSES:
-        raise ResultError(f"unknown status {data['status']!r}")
-    launch = data["launch"]
-    for key in ("world_size", "num_nodes"):
-        value = launch.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ResultError(f"launch.{key} missing or not a positive integer")
-    if kind == "training":
-        for key in ("samples_per_s", "train_time_s"):
-            value = data["timing"].get(key)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0):
-                raise ResultError(f"timing.{key} is not a number >= 0")
-        if not isinstance(data["workload"].get("model"), str):
-            raise ResultError("workload.model missing")
+    if data.get("kind") not in record.KINDS:
+        raise ResultError(f"unknown result kind {data.get('kind')!r}")
     record.check(data)  # every field against its declaration: its type, range, finiteness
     return data
 

@@ -133,9 +133,7 @@ def test_every_fresh_result_fits_the_published_schema(rehearsal):
     JSON Schema (python -m scalelab.record) accepts, checked by an independent validator."""
     import jsonschema
 
-    from scalelab import record
-
-    from scalelab import workloads
+    from scalelab import record, workloads
 
     validator = jsonschema.Draft202012Validator(record.json_schema())
     options = {f"workload.{name}" for spec in workloads.REGISTRY.values() for name in spec.identity}

@@ -35,4 +35,5 @@ from scalelab.record.publish import json_schema, leaves, markdown
 
 __all__ = ["KINDS", "Allreduce", "BenchConfig", "Comm", "Devices", "Fingerprint", "Launch", "Link", "Rank", "Result",
            "Row", "Slurm", "Timing", "Training", "Wire", "Workload", "check", "consistent", "declared", "leaves",
-           "MAX_SPAN_STEPS", "MAX_STEPS", "PER_BATCH", "SCHEMA", "SCHEMA_VERSION", "json_schema", "markdown", "undeclared"]
+           "MAX_SPAN_STEPS", "MAX_STEPS", "PER_BATCH", "SCHEMA", "SCHEMA_VERSION", "json_schema", "markdown",
+           "undeclared"]

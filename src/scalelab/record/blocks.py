@@ -256,7 +256,7 @@ class Result(Block, kw_only=True, tag_field="kind"):
     schema: described(Literal["scalelab.result"], "what the file is") = SCHEMA
     schema_version: described(Literal[3], "this declaration's version (older files are upgraded to it)") = \
         SCHEMA_VERSION
-    run_id: text("the run's folder name: unique (results.new_run_id)", 255)
+    run_id: text("the run's folder name: unique (results.new_run_id)", 255, 1)
     created: Optional[text("when it was written, ISO 8601 UTC", 64)] = None
     status: described(Literal["completed", "failed", "timeout", "preempted"], "how the run ended")
     error: Optional[text("why a run did not complete")] = None

@@ -235,6 +235,8 @@ def _what(info) -> str:
         return f"{name} from {info.ge:g} to {hi:g}" if info.ge is not None else name
     if isinstance(info, ins.ListType):
         return f"a list of {info.min_length}" if info.min_length and info.min_length == info.max_length else "a list"
+    if isinstance(info, ins.StrType) and info.min_length:
+        return "a non-empty string" if info.min_length == 1 else f"a string of {info.min_length} or more characters"
     if isinstance(info, ins.LiteralType):
         return "one of " + ", ".join(map(str, info.values))
     return {ins.StrType: "a string", ins.BoolType: "true or false", ins.StructType: "an object",

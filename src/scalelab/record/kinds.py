@@ -40,8 +40,8 @@ def switch(doc: str):
     return Annotated[bool, _meta(doc, None)]
 
 
-def text(doc: str, limit: int = MAX_TEXT):
-    return Annotated[str, _meta(doc, None, max_length=limit)]
+def text(doc: str, limit: int = MAX_TEXT, least: int = 0):
+    return Annotated[str, _meta(doc, None, max_length=limit, **({"min_length": least} if least else {}))]
 
 
 def listed(item, doc: str, unit: Optional[str] = None, limit: int = 10**7, length: Optional[int] = None):
