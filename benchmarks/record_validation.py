@@ -7,7 +7,8 @@ of them N times in turn (10,000 by default: a site's year of nightly results), t
   - --against REV: that revision's hand validators (scalelab/schema.py, before the declaration), loaded from git;
   - the same representative part of the record (a rank's per-step lists, timing) declared in msgspec and in
     pydantic v2 (where it is installed: `pip install pydantic`), each from the parsed dict and from the bytes.
-Import time of each library is read in a fresh interpreter.
+Import time of each library is read in a fresh interpreter; so is results.load over the N files (every result
+kept, as a report holds them), here and at --against REV: time and peak memory before and after.
 
     python benchmarks/record_validation.py --files 10000 --against 00ac3c4
 """
@@ -96,6 +97,32 @@ def import_ms(statement: str) -> float:
                                 env=env).stdout) * 1e3
 
 
+LOAD = """
+import glob, json, os, resource, sys, time
+from scalelab import results
+paths = json.loads(sys.argv[1]); n = int(sys.argv[2])
+start = time.perf_counter()
+kept = [results.load(paths[i % len(paths)]) for i in range(n)]
+took = time.perf_counter() - start
+print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def load_cost(src: str, paths: list, n: int) -> tuple:
+    """(seconds, peak RSS MB) of results.load over n files in turn, every result kept (as a report holds them),
+    in a fresh interpreter reading scalelab from `src`."""
+    out = subprocess.run([sys.executable, "-c", LOAD, json.dumps(paths), str(n)], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, PYTHONPATH=src)).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def src_at(rev: str, into: str) -> str:
+    """The src/ folder of a git revision, unpacked under `into`."""
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return os.path.join(into, "src")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--files", type=int, default=10000)
@@ -134,6 +161,13 @@ def main():
         "import msgspec", "from pydantic import BaseModel", "import scalelab.record")
         if "pydantic" not in what or part is not None)
     print(f"import, in a fresh interpreter: {said}")
+    print(f"results.load over {a.files:,} files in turn, every result kept, in a fresh interpreter:")
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, src in (("this checkout", os.path.join(ROOT, "src")),
+                          *(((a.against, src_at(a.against, tmp)),) if a.against else ())):
+            took, peak = load_cost(src, paths, a.files)
+            print(f"  {name:<58} {took:7.2f} s  ({took / a.files * 1e3:.3f} ms/file), peak {peak:,.0f} MB")
 
 
 if __name__ == "__main__":
