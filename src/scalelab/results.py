@@ -162,7 +162,7 @@ def validate(data) -> dict:
             from None
     for key in [k for k in data if isinstance(k, str) and k.startswith("_")]:
         del data[key]  # a reader's own marks (_path; report/index.py's _row, _group_key): never taken from a file
-    if data.get("kind") not in record.KINDS:
+    if not isinstance(data.get("kind"), str) or data["kind"] not in record.KINDS:
         raise ResultError(f"unknown result kind {data.get('kind')!r}")
     record.check(data)  # every field against its declaration: its type, range, finiteness
     return data

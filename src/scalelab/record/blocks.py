@@ -220,8 +220,9 @@ class Rank(Block):
     near_gpu: Optional[switch("the launcher's cores are its GPU's NUMA node's")] = None
     peak_memory_bytes: Optional[real("the most the caching allocator held for tensors (GPU)", "bytes")] = None
     max_rss_bytes: Optional[real("the process's peak resident memory, host", "bytes")] = None
-    process_start: Optional[real("when the process started, wall clock (Unix time)", "s")] = None
-    first_step_end: Optional[real("when its first step ended, wall clock (Unix time)", "s")] = None
+    # a wall clock's reading: any number (a failing run's record must not be lost over a clock set wrong)
+    process_start: Optional[real("when the process started, wall clock (Unix time)", "s", None)] = None
+    first_step_end: Optional[real("when its first step ended, wall clock (Unix time)", "s", None)] = None
     loop_wall_s: Optional[real("the loop's start to end, each after a device sync", "s")] = None
     grad_bytes: Optional[real("bytes of gradient a step all-reduces", "bytes")] = None
     devices: Optional[Devices] = None
