@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from helpers import DOCS, ROOT, SLURM_MARK, run_script
+from scalelab.report import perflog as perflog_view
 from scalelab.report import reference
 
 LOCAL = ROOT / "reframe" / "local_cluster.py"
@@ -111,6 +112,17 @@ def test_the_perflog_carries_the_reports_figures_and_the_reference_files_bounds(
     # and the scaling table printed above the verdicts shows the same per-device figures
     table = next(line for line in report if re.match(r"^4 +2 +1 ", line))
     assert f"{round(printed['mlp-cpu-4x2.throughput_per_device'][0]):,}" in table
+    # the history reads the perflogs beside the results (--perflogdir): every variable, its one night the latest
+    results_dir = prefix / "output" / PART / "scalelab-cpu" / "ScalelabReport" / "results"
+    history = subprocess.run([sys.executable, str(ROOT / "src" / "benchmark.py"), "--output_dir", str(results_dir),
+                              "--history", "--perflog", str(prefix / "perflogs")], capture_output=True, text=True,
+                             timeout=120)
+    assert history.returncode == 0 and "skipped" not in history.stdout, history.stdout[-3000:] + history.stderr
+    beside = history.stdout.split("ReFrame perflog", 1)[1].splitlines()
+    for label, (value, unit) in printed.items():
+        row = next((line for line in beside if re.match(rf"^ScalelabReport +{re.escape(label)} ", line)), None)
+        assert row is not None and " 1 " in row and "too few runs" in row, (label, history.stdout[-3000:])
+        assert f" {perflog_view.cell(value, unit)} " in row, (row, value, unit)
 
 
 @pytest.mark.slurm

@@ -15,7 +15,19 @@ from scalelab import redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, GBIT, PERCENT, PRICE, TFLOPS, OneLineParser, count, number_type, run_piped
 from scalelab.errors import UsageError
-from scalelab.report import compare, explain, export, forecast_view, history, index, nccl_logs, ranks, reference, trace
+from scalelab.report import (
+    compare,
+    explain,
+    export,
+    forecast_view,
+    history,
+    index,
+    nccl_logs,
+    perflog,
+    ranks,
+    reference,
+    trace,
+)
 from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
@@ -119,6 +131,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--history", action="store_true",
                    help="also follow each configuration's runs by date: the latest against its own scatter, and the "
                         "date and size of each lasting change (a site's nightly results; with --plot: history_*.png)")
+    p.add_argument("--perflog", nargs="+", metavar="PATH", default=[],
+                   help="with --history: ReFrame perflogs (files, or folders of *.log: --perflogdir) followed "
+                        "beside it, each performance variable by date, judged by the same rule")
     p.add_argument("--forecast", action="store_true",
                    help="also forecast the scales not run (1 to 64 nodes at the measured devices per node), calibrated "
                         "on this folder's runs and all-reduce benchmarks, each with a band (chapter 13)")
@@ -178,6 +193,10 @@ def main(argv=None) -> int:
     followed = history.follow(runs) if args.history else []
     if args.history:
         print("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
+    if args.perflog:
+        unread = []
+        logged = perflog.follow(perflog.read(args.perflog, unread))
+        print("\n".join(wrap(line, width) for line in perflog.render(logged, unread, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
     if args.forecast:
         print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget,
@@ -269,6 +288,9 @@ def _check_pairs(args):
             raise UsageError(f"--nccl_tests {path}: no such file")
     if args.straggler_pct is not None and not args.ranks:
         raise UsageError("--straggler_pct goes with --ranks")
+    if args.perflog and not args.history:
+        raise UsageError("--perflog goes with --history")
+    args.perflog = perflog.paths_of(args.perflog)  # a path that is neither a file nor a folder: one line, now
     for flag, value in (("--forecast_nodes", args.forecast_nodes), ("--link_gbit", args.link_gbit)):
         if value and not args.forecast:
             raise UsageError(f"{flag} goes with --forecast")

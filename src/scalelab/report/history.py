@@ -55,17 +55,32 @@ def follow(runs: pd.DataFrame) -> list:
                    runs=len(g), first=g["when"].iloc[0], last=g["when"].iloc[-1], changes={},
                    dates=g["when"], throughput=g["throughput"])
         for column, _, _ in METRICS:
-            values = g[column].to_numpy(dtype=float)
-            keep = np.isfinite(values) & (values > 0)
-            found = changes.find(values[keep]) if keep.sum() >= 2 * changes.MIN_SEGMENT else []
-            dates = g["when"].to_numpy()[keep]
-            out["changes"][column] = [(pd.Timestamp(dates[c.index]), c) for c in found]
-            if column == "throughput":
-                kept = values[keep]  # the newest run with a throughput is the latest judged
-                out["latest"] = kept[-1] if len(kept) else float("nan")
-                out["band"] = band(changes.regime(kept, found)[:-1])
+            judged = judge(g[column].to_numpy(dtype=float), g["when"])
+            out["changes"][column] = judged["changes"]
+            if column == "throughput":  # the newest run with a throughput is the latest judged
+                out["latest"], out["band"] = judged["latest"], judged["band"]
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
+
+
+def judge(values, dates: pd.Series) -> dict:
+    """A series in time order (values, their dates; a value not finite or not above 0 left out): its changes
+    [(date of the first value after, Change)], its latest value and the 80 % band for it from the values since the
+    last change before it (None: too few). The one rule for the report's series and a perflog's (perflog.py)."""
+    values = np.asarray(values, dtype=float)
+    keep = np.isfinite(values) & (values > 0)
+    kept, when = values[keep], dates.to_numpy()[keep]
+    found = changes.find(kept) if len(kept) >= 2 * changes.MIN_SEGMENT else []
+    return {"changes": [(pd.Timestamp(when[c.index]), c) for c in found],
+            "latest": kept[-1] if len(kept) else float("nan"), "band": band(changes.regime(kept, found)[:-1])}
+
+
+def inside(row: dict) -> str:
+    """Whether a judged series' latest value is inside its band: yes, NO, or — (no band, or no latest)."""
+    low_high = row["band"]
+    if low_high is None or not math.isfinite(row["latest"]):
+        return "—"
+    return "yes" if low_high[0] <= row["latest"] <= low_high[1] else "NO"
 
 
 def band(values: list):
@@ -105,12 +120,10 @@ def render(rows: list, fmt: str = "simple") -> list:
     table, said = [], [change_lines(r) for r in rows]
     for r, lines in zip(rows, said):
         low_high = r["band"]
-        inside = "—" if low_high is None or not math.isfinite(r["latest"]) else \
-            "yes" if low_high[0] <= r["latest"] <= low_high[1] else "NO"
         table.append([r["letter"], r["world_size"], _nodes(r), r["runs"], r["first"].strftime("%Y-%m-%d"),
                       r["last"].strftime("%Y-%m-%d"), _cell(r["latest"], "throughput", r["unit"]),
                       "too few runs" if low_high is None else
-                      f"{fmt_num(low_high[0], ',.0f')}–{fmt_num(low_high[1], ',.0f')}", inside,
+                      f"{fmt_num(low_high[0], ',.0f')}–{fmt_num(low_high[1], ',.0f')}", inside(r),
                       len(lines)])
     lines = ["History (each configuration's runs by date; the latest against an 80 % band for one run from the "
              "series' own scatter since its last change; a change: a lasting step in a series' level, named by "

@@ -1,0 +1,123 @@
+"""ReFrame perflogs beside `--history`: each performance variable by date, judged as a configuration's series is.
+
+A site's nightly ReFrame run appends one line per performance variable to a perflog per test (chapter 14's
+`handlers_perflog`: `|`-separated, its first line naming the columns, as ReFrame writes it when it creates the
+file). `--history --perflog PATH` reads them (files, or folders of *.log) and follows each (test, variable)
+through its lines: the latest value against an 80 % band from the series' own scatter since its last change, and
+each lasting change with its date and size (history.judge: the rule the report's own series use). A line that is no
+value of a variable is counted and said in one line per file, never guessed at.
+"""
+
+import math
+import os
+
+import pandas as pd
+
+from scalelab import files
+from scalelab.errors import UsageError
+from scalelab.numeric import finite, float_or_none
+from scalelab.report import history
+from scalelab.report.cells import fmt_num, narrow
+
+SEPARATOR = "|"  # ReFrame's default perflog format's and chapter 14's
+WHEN = ("job_completion_time", "job_completion_time_unix")  # the run's date, as ReFrame names it (either)
+TEST = ("display_name", "name", "short_name")  # the test's name, as the format chose it
+VALUE = ("perf_var", "perf_value")
+
+
+def paths_of(given) -> list:
+    """The perflog files a --perflog list names: a file as given, a folder's *.log at any depth (sorted); a path
+    that is neither fails in one line."""
+    out = []
+    for path in given:
+        if os.path.isdir(path):
+            unlisted = []
+            out += [os.path.join(d, f) for d, _, names in files.walk(path, unlisted) for f in sorted(names)
+                    if f.endswith(".log")]
+            if unlisted:
+                raise UsageError(f"--perflog {unlisted[0][0]}: {unlisted[0][1]}")
+        elif os.path.isfile(path):
+            out.append(path)
+        else:
+            raise UsageError(f"--perflog {path}: no such file or folder")
+    return out
+
+
+def read(paths: list, skipped: list) -> pd.DataFrame:
+    """Every value line of these perflogs as a frame (test, var, value, unit, when); a file that is no perflog,
+    or its lines that hold no dated finite value, go to `skipped` as (path, why), one entry per file."""
+    rows = []
+    for path in paths:
+        try:
+            lines = files.read_text(path, "log").splitlines()
+        except (OSError, files.Refused) as exc:
+            skipped.append((path, f"not read ({exc})"))
+            continue
+        header = lines[0].split(SEPARATOR) if lines else []
+        when = next((c for c in WHEN if c in header), None)
+        if when is None or not all(c in header for c in VALUE):
+            skipped.append((path, "not a ReFrame perflog: its first line names no job_completion_time, perf_var "
+                                  "and perf_value columns (`|`-separated)"))
+            continue
+        test = next((c for c in TEST if c in header), None)
+        bad = 0
+        for line in lines[1:]:
+            cells = dict(zip(header, line.split(SEPARATOR)))
+            value = float_or_none(cells.get("perf_value"))
+            value = value if finite(value) else None
+            date = _date(cells.get(when), unix=when.endswith("_unix"))
+            if len(line.split(SEPARATOR)) != len(header) or value is None or date is None or not cells["perf_var"]:
+                bad += bool(line.strip())
+                continue
+            rows.append({"test": cells.get(test, "") if test else os.path.basename(path).removesuffix(".log"),
+                         "var": cells["perf_var"], "value": value, "unit": cells.get("perf_unit", ""), "when": date})
+        if bad:
+            skipped.append((path, f"{bad} line(s) with no date, variable or finite value, left out"))
+    return pd.DataFrame(rows, columns=["test", "var", "value", "unit", "when"])
+
+
+def _date(text, unix: bool):
+    """A line's date (UTC), or None where it holds none a site's nightly run could have written (1970-9999)."""
+    if not text:
+        return None
+    when = pd.to_datetime(float_or_none(text) if unix else text, utc=True, errors="coerce", unit="s" if unix else None,
+                          format=None if unix else "ISO8601")
+    return None if when is None or pd.isna(when) or not 1970 <= when.year <= 9999 else when
+
+
+def follow(frame: pd.DataFrame) -> list:
+    """One dict per (test, variable): its values by date judged by history.judge (latest, band, changes)."""
+    out = []
+    for (test, var), g in frame.sort_values("when", kind="stable").groupby(["test", "var"], sort=True):
+        judged = history.judge(g["value"].to_numpy(dtype=float), g["when"])
+        out.append({"test": test, "var": var, "unit": g["unit"].iloc[-1], "runs": len(g),
+                    "first": g["when"].iloc[0], "last": g["when"].iloc[-1], **judged})
+    return out
+
+
+def render(rows: list, skipped: list, fmt: str = "simple") -> list:
+    """The perflog table and each variable's changes, then one line per file or part of it not read."""
+    lines = []
+    if rows:
+        table = [[r["test"], r["var"], r["runs"], r["first"].strftime("%Y-%m-%d"), r["last"].strftime("%Y-%m-%d"),
+                  cell(r["latest"], r["unit"]), "too few runs" if r["band"] is None else
+                  f"{cell(r['band'][0], '')}–{cell(r['band'][1], '')}", history.inside(r),
+                  len(r["changes"])] for r in rows]
+        lines += ["ReFrame perflog (each performance variable by date, judged as the history's series are: the "
+                  "latest against an 80 % band from its own scatter since its last change; a change: a lasting step)",
+                  narrow(table, ["test", "variable", "runs", "from", "to", "latest", "80 % band", "inside",
+                                 "changes"], fmt)]
+        for r in rows:
+            lines += [f"  {r['test']} {r['var']}: {when.strftime('%Y-%m-%d')}: {c.size * 100:+.0f} % "
+                      f"({cell(c.before, r['unit'])} → {cell(c.after, r['unit'])})" for when, c in r["changes"]]
+    else:
+        lines.append("ReFrame perflog: no dated value of any performance variable.")
+    lines += [f"  skipped {path}: {why}" for path, why in skipped]
+    return [*lines, ""]
+
+
+def cell(x: float, unit: str) -> str:
+    """A value in a cell: its unit beside, 3 significant digits below 100, — where not finite."""
+    if not math.isfinite(x):
+        return "—"
+    return f"{fmt_num(x, ',.0f' if abs(x) >= 100 else ',.3g')}{' ' + unit if unit else ''}"
