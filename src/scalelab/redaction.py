@@ -5,6 +5,7 @@ An environment is kept by allow-list (ENV_PREFIXES, ENV_NAMES), less any secret-
 every string a result, a logged hyperparameter or an error.log holds, has the secrets inside it redacted.
 """
 
+import functools
 import os
 import re
 
@@ -117,12 +118,36 @@ def as_read(obj):
     escaped (inert). Its keys stay: a reader's own names (`hours_for_token_budget`) are no secrets, and a file
     scalelab wrote dropped secret-looking keys already (scrub)."""
     if isinstance(obj, str):
-        return inert(redact(obj))
+        return _shown(obj)
     if isinstance(obj, dict):
-        return {inert(k): as_read(v) for k, v in obj.items()}
+        return {_shown_key(k) if isinstance(k, str) else k: as_read(v) if isinstance(v, _WALKED) else v
+                for k, v in obj.items()}
     if isinstance(obj, list):
-        return [as_read(v) for v in obj]
+        if _PLAIN.issuperset(map(type, obj)):  # a rank's per-step numbers: nothing in them to show otherwise
+            return list(obj)
+        return [as_read(v) if isinstance(v, _WALKED) else v for v in obj]
     return obj
+
+
+_WALKED = (str, dict, list)  # what as_read changes or looks inside; any other value is as it was
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
+# A folder's results repeat their strings (hosts, devices, a workload's description) thousands of times: each is
+# shown once and remembered, 8,192 of them, each of at most 4,096 characters (a longer one is shown each time).
+_REMEMBERED = 4096
+
+
+def _shown(text: str) -> str:
+    return _shown_once(text) if len(text) <= _REMEMBERED else inert(redact(text))
+
+
+def _shown_key(key: str) -> str:
+    return _inert_once(key) if len(key) <= _REMEMBERED else inert(key)
+
+
+_shown_once = functools.lru_cache(maxsize=8192)(lambda text: inert(redact(text)))
+_inert_once = functools.lru_cache(maxsize=8192)(inert)
 
 
 def csv_text(frame) -> str:
