@@ -5,6 +5,8 @@ import os
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import make_result
 from scalelab import redaction, results
@@ -746,3 +748,32 @@ def test_a_csv_cell_a_spreadsheet_would_run_as_a_formula_opens_as_text():
     text = redaction.csv_text(pd.DataFrame({"name": starts, "step_s": [-0.5, 1, 2, 3, 4, 5, 6]}))
     assert all(f"'{value}" in text for value in starts[:-1]) and "'run-1" not in text and "run-1" in text
     assert text.startswith("name,step_s\n'=1+1,-0.5\n") and "'-0.5" not in text
+
+
+def _shown_plainly(obj):
+    """as_read by its definition, a call per value: what its remembered strings and whole lists of numbers must
+    give."""
+    if isinstance(obj, str):
+        return redaction.inert(redaction.redact(obj))
+    if isinstance(obj, dict):
+        return {redaction.inert(k): _shown_plainly(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_shown_plainly(v) for v in obj]
+    return obj
+
+
+_PIECES = st.sampled_from(["token=abc1", "\x1b[2J", "https://u:pw@h/x", " ", "x", "é", "\x9b", "--api_key K ", "\n"])
+_TEXT = st.lists(_PIECES, max_size=6).map("".join)
+_LONG = st.tuples(_TEXT, st.integers(500, 1500)).map(lambda t: t[0] * t[1])  # past what as_read remembers
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT | _LONG,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT | _LONG, inner, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_VALUES)
+def test_as_read_shows_any_value_as_its_definition_does(value):
+    """Any JSON value, its strings short (remembered) or long (shown each time), repeated or not, its lists of
+    plain numbers or mixed: as_read gives what redact then inert give value by value, and twice the same."""
+    assert redaction.as_read(value) == _shown_plainly(value)
+    assert redaction.as_read(value) == _shown_plainly(value)  # the second time from what it remembered
