@@ -89,6 +89,15 @@ def test_any_line_that_is_no_value_is_counted_never_an_error(tmp_path, junk, uni
     assert read + left_out == 12 + sum(bool(j.strip()) for j in junk)
 
 
+def test_what_a_line_names_is_shown_inert_and_redacted(tmp_path):
+    """A perflog is a file others write: a test's name that would clear the terminal, or a unit that holds a token,
+    is shown as any file's text is."""
+    body = [HEADER, *_lines([1.0, 1.1], var="busbw token=abc1", unit="\x1b[2J", test="Scalelab\x1b]0;owned\x07")]
+    (row,), _ = _follow(tmp_path, body)
+    assert row["test"] == "Scalelab\\x1b]0;owned\\x07" and row["unit"] == "\\x1b[2J"
+    assert row["var"] == "busbw token=<redacted>"
+
+
 def test_a_file_that_is_no_perflog_is_one_skipped_line(tmp_path):
     rows, skipped = _follow(tmp_path, ["time,var,value", "1,a,2"], [HEADER, *_lines([1.0] * 3)])
     assert [r["runs"] for r in rows] == [3]

@@ -16,6 +16,7 @@ import pandas as pd
 from scalelab import files
 from scalelab.errors import UsageError
 from scalelab.numeric import finite, float_or_none
+from scalelab.redaction import as_read
 from scalelab.report import history
 from scalelab.report.cells import fmt_num, narrow
 
@@ -69,8 +70,10 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
             if len(line.split(SEPARATOR)) != len(header) or value is None or date is None or not cells["perf_var"]:
                 bad += bool(line.strip())
                 continue
-            rows.append({"test": cells.get(test, "") if test else os.path.basename(path).removesuffix(".log"),
-                         "var": cells["perf_var"], "value": value, "unit": cells.get("perf_unit", ""), "when": date})
+            name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
+            # what a line names is shown as any file's text is: secrets redacted, escapes inert
+            rows.append({"test": as_read(name), "var": as_read(cells["perf_var"]), "value": value,
+                         "unit": as_read(cells.get("perf_unit", "")), "when": date})
         if bad:
             skipped.append((path, f"{bad} line(s) with no date, variable or finite value, left out"))
     return pd.DataFrame(rows, columns=["test", "var", "value", "unit", "when"])
