@@ -98,7 +98,7 @@ def import_ms(statement: str) -> float:
 
 
 LOAD = """
-import glob, json, os, resource, sys, time
+import json, resource, sys, time
 from scalelab import results
 paths = json.loads(sys.argv[1]); n = int(sys.argv[2])
 start = time.perf_counter()

@@ -177,7 +177,7 @@ def _read_json(path: str, kind: str = "result", root=None):
 def _json(raw: bytes):
     """A file's JSON: strict (no NaN, no Infinity, no number beyond a float's range). msgspec parses what it
     accepts (all of that: 4 times json's speed with a check per float); anything it refuses is parsed again by
-    json, which says why in scalelab's words (or takes what only it reads: UTF-16, a number beyond int64)."""
+    json, which says why in scalelab's words (or takes what only it reads: UTF-16 or UTF-32 bytes)."""
     try:
         return _FAST.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -25,25 +25,17 @@ def check(data: dict) -> None:
 def _rest(typ, value, path: str) -> None:
     """The fields of a block that it does not declare, checked against its `rest` (msgspec ignores them): each
     through a decoder made once per block (msgspec.convert would hash the typing each time)."""
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            _rest(typ, v, f"{path}[{i}]")
-        return
-    if not isinstance(value, dict):
-        return
-    declared, below, decoder = _layout(typ)
-    for key, v in value.items():
-        where = f"{path}.{key}" if path else key
-        if key in below:
-            _rest(below[key], v, where)
-        elif decoder is not None and key not in declared:
+    for block, where, v in _outside(typ, value, path, numbered=True):
+        decoder = _layout(block)[2]
+        if decoder is None:  # a block without a rest: what it does not declare is not read
+            continue
+        try:
             try:
-                try:
-                    decoder.decode(msgspec.json.encode(v))
-                except (TypeError, msgspec.EncodeError):  # a writer's value JSON has no word for: convert says so
-                    msgspec.convert(v, typ.rest)
-            except msgspec.ValidationError as exc:
-                raise ResultError(_say(str(exc), v, where, typ.rest)) from None
+                decoder.decode(msgspec.json.encode(v))
+            except (TypeError, msgspec.EncodeError):  # a writer's value JSON has no word for: convert says so
+                msgspec.convert(v, block.rest)
+        except msgspec.ValidationError as exc:
+            raise ResultError(_say(str(exc), v, where, block.rest)) from None
 
 
 def undeclared(data: dict) -> list:
@@ -51,22 +43,24 @@ def undeclared(data: dict) -> list:
     declaration does not name: what a block's `rest` let through. A writer that adds a field without declaring it
     shows here (the tests hold every fresh result to none but the workload's own options). `config` is not
     walked: it is the run's flags as given, declared by the entry's parser (`--help`)."""
-    found = set()
+    kept = {k: v for k, v in data.items() if k not in ("kind", "config")}
+    return sorted({where for _, where, _ in _outside(KINDS[data["kind"]], kept, "", numbered=False)})
 
-    def walk(typ, value, path):
-        if isinstance(value, list):
-            for v in value:
-                walk(typ, v, path + "[]")
-        elif isinstance(value, dict):
-            names, below, _ = _layout(typ)
-            for key, v in value.items():
-                where = f"{path}.{key}" if path else key
-                if key in below:
-                    walk(below[key], v, where)
-                elif key not in names:
-                    found.add(where)
-    walk(KINDS[data["kind"]], {k: v for k, v in data.items() if k not in ("kind", "config")}, "")
-    return sorted(found)
+
+def _outside(typ, value, path: str, numbered: bool):
+    """(block, path, value) of each field under `value` that its block does not declare, in the file's order, at
+    any depth; a list's items at PATH[i] (numbered) or PATH[] (not)."""
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _outside(typ, v, f"{path}[{i if numbered else ''}]", numbered)
+    elif isinstance(value, dict):
+        names, below, _ = _layout(typ)
+        for key, v in value.items():
+            where = f"{path}.{key}" if path else key
+            if key in below:
+                yield from _outside(below[key], v, where, numbered)
+            elif key not in names:
+                yield typ, where, v
 
 
 _LAYOUTS = {}

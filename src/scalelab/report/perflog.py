@@ -63,11 +63,12 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
         test = next((c for c in TEST if c in header), None)
         bad = 0
         for line in lines[1:]:
-            cells = dict(zip(header, line.split(SEPARATOR)))
+            parts = line.split(SEPARATOR)
+            cells = dict(zip(header, parts))
             value = float_or_none(cells.get("perf_value"))
             value = value if finite(value) else None
             date = _date(cells.get(when), unix=when.endswith("_unix"))
-            if len(line.split(SEPARATOR)) != len(header) or value is None or date is None or not cells["perf_var"]:
+            if len(parts) != len(header) or value is None or date is None or not cells["perf_var"]:
                 bad += bool(line.strip())
                 continue
             name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
