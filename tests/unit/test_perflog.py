@@ -147,3 +147,10 @@ def test_the_report_prints_the_perflog_beside_the_history_and_says_what_it_left_
 def test_a_wrong_perflog_flag_is_one_line(tmp_path, args, said):
     with pytest.raises(UsageError, match=f"^{said}$"):
         cli.main(["--output_dir", str(tmp_path), *args])
+
+
+def test_a_perflog_folder_without_a_log_is_one_line_not_silence(tmp_path):
+    (tmp_path / "perflogs").mkdir()
+    (tmp_path / "perflogs" / "notes.txt").write_text("no perflog here\n")
+    with pytest.raises(UsageError, match=r"^--perflog \S+perflogs: no \*\.log in this folder"):
+        cli.main(["--output_dir", str(tmp_path), "--history", "--perflog", str(tmp_path / "perflogs")])

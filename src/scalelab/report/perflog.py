@@ -28,15 +28,18 @@ VALUE = ("perf_var", "perf_value")
 
 def paths_of(given) -> list:
     """The perflog files a --perflog list names: a file as given, a folder's *.log at any depth (sorted); a path
-    that is neither fails in one line."""
+    that is neither, or a folder with no *.log (the view would print nothing), fails in one line."""
     out = []
     for path in given:
         if os.path.isdir(path):
             unlisted = []
-            out += [os.path.join(d, f) for d, _, names in files.walk(path, unlisted) for f in sorted(names)
+            logs = [os.path.join(d, f) for d, _, names in files.walk(path, unlisted) for f in sorted(names)
                     if f.endswith(".log")]
             if unlisted:
                 raise UsageError(f"--perflog {unlisted[0][0]}: {unlisted[0][1]}")
+            if not logs:
+                raise UsageError(f"--perflog {path}: no *.log in this folder (ReFrame's --perflogdir holds them)")
+            out += logs
         elif os.path.isfile(path):
             out.append(path)
         else:
