@@ -4,10 +4,12 @@ disagree on a field changed at random, and the report's columns cannot name a fi
 
 import copy
 import glob
+import importlib
 import json
 import os
 import subprocess
 import sys
+import typing
 
 import jsonschema
 import pytest
@@ -34,6 +36,16 @@ def test_the_shipped_schema_and_appendix_are_the_declarations():
         with open(os.path.join(REPO, "docs", shipped), encoding="utf-8") as f:
             assert f.read() == printed, f"docs/{shipped} is stale: python -m scalelab.record {' '.join(args)}"
     jsonschema.Draft202012Validator.check_schema(record.json_schema())
+
+
+def test_the_published_texts_are_made_in_process_from_the_declaration_at_test_time(capsys):
+    """The same comparison through publish.cli in this process (what __main__ runs), computed now, not at import:
+    a mutation run (make mutation) starts no process, and its edits are live only while a test runs."""
+    for args, shipped in (([], "result.schema.json"), (["--markdown"], "appendix-c-result-fields.md")):
+        assert record.publish.cli(args) == 0
+        with open(os.path.join(REPO, "docs", shipped), encoding="utf-8") as f:
+            assert capsys.readouterr().out == f.read(), f"docs/{shipped} is stale"
+    assert record.publish.cli(["--json"]) == 2 and capsys.readouterr().err.startswith("usage: python -m scalelab")
 
 
 @pytest.mark.parametrize("path", KEPT, ids=lambda p: os.path.relpath(p, os.path.join(REPO, "tests", "data")))
@@ -208,3 +220,161 @@ def test_a_field_named_with_a_newline_or_an_escape_is_named_on_one_line_and_iner
     with pytest.raises(ResultError) as refused:
         record.check(data)
     assert str(refused.value).startswith("field timing.\\x0a\\x1b[2J: expected a number or null, got False")
+
+
+@pytest.mark.parametrize("where, value, said", [
+    (("timing", "step_s"), {"median": 0.1, "p90": -1.0},
+     "field timing.step_s.p90: expected a number from 0 to 1e+30 or null, got -1.0"),
+    (("fingerprint", "wire"), {"all_reduce": {"calls": 3, "bytes": 8}, "all_gather": {"calls": -1}},
+     "field fingerprint.wire.all_gather.calls: expected an integer from 0 to 9.22337e+18 or null, got -1"),
+    (("fingerprint", "wire"), {"all_reduce": None, "reduce_scatter": {"dtype": 3}},
+     "field fingerprint.wire.reduce_scatter.dtype: expected a string or null, got 3"),
+    (("fingerprint", "wire"), {"all_reduce": [1]}, "field fingerprint.wire.all_reduce: expected an object or null, "
+                                                   "got [1]"),
+    (("metrics",), {"train_loss": 1.0, "val_loss": "x"}, "field metrics.val_loss: expected a number or null, got 'x'"),
+])
+def test_a_mapping_names_the_key_whose_value_does_not_fit(where, value, said):
+    """msgspec says `[...]` for some key of a mapping: the line names the key, the first whose value does not fit
+    (the values before it do), and below it the block's field."""
+    data = copy.deepcopy(next(b for b in _BASES if b["kind"] == "training" and b.get("fingerprint")))
+    *above, last = where
+    target = data
+    for key in above:
+        target = target[key]
+    target[last] = value
+    with pytest.raises(ResultError) as refused:
+        record.check(data)
+    assert str(refused.value) == said
+
+
+def _meta(kind):
+    """(the type a field builder annotates, its msgspec Meta)."""
+    base, meta = typing.get_args(kind)
+    return base, meta
+
+
+def test_each_kind_of_field_carries_its_bounds_doc_and_unit():
+    """The builders the declaration is written with (record/kinds.py), called here: the blocks call them once, at
+    import, where a mutation run cannot see an edit (each bound and doc of the blocks is held by the published
+    schema's comparison above)."""
+    from scalelab.record import kinds
+
+    base, meta = _meta(kinds.real("a time", "s", 0, 5))
+    assert base is float and (meta.ge, meta.gt, meta.le) == (0, None, 5)
+    assert meta.description == "a time" and meta.extra_json_schema == {"unit": "s"}
+    _, meta = _meta(kinds.real("a clock read", "s", above=True))
+    assert (meta.ge, meta.gt, meta.le) == (None, 0, kinds.BIG)
+    _, meta = _meta(kinds.real("a signed number", lo=None, hi=7))
+    assert (meta.ge, meta.gt, meta.le, meta.extra_json_schema) == (-7, None, 7, None)
+    base, meta = _meta(kinds.integer("ranks", "ranks", 1, 9))
+    assert base is int and (meta.ge, meta.le, meta.description, meta.extra_json_schema) == (1, 9, "ranks",
+                                                                                            {"unit": "ranks"})
+    assert _meta(kinds.integer("a count"))[1].le == kinds.BIG_INT and _meta(kinds.integer("a count"))[1].ge == 0
+    base, meta = _meta(kinds.text("a name", 12, 1))
+    assert base is str and (meta.max_length, meta.min_length, meta.description) == (12, 1, "a name")
+    assert _meta(kinds.text("any"))[1].min_length is None and _meta(kinds.text("any"))[1].max_length == kinds.MAX_TEXT
+    base, meta = _meta(kinds.switch("on or off"))
+    assert base is bool and meta.description == "on or off"
+    base, meta = _meta(kinds.described(typing.Literal["a", "b"], "one of two", "x"))
+    assert base == typing.Literal["a", "b"] and (meta.description, meta.extra_json_schema) == ("one of two",
+                                                                                              {"unit": "x"})
+    base, meta = _meta(kinds.listed(int, "numbers", "s", limit=4))
+    assert base == list[int] and (meta.max_length, meta.min_length, meta.description) == (4, None, "numbers")
+    _, meta = _meta(kinds.listed(int, "a pair", length=2))
+    assert (meta.min_length, meta.max_length) == (2, 2)
+    base, meta = _meta(kinds.steps(float, "per step", "s"))
+    assert base == list[float] and meta.max_length == kinds.MAX_STEPS and meta.extra_json_schema == {"unit": "s"}
+    assert meta.description == "per step"
+
+
+def test_the_blocks_below_a_field_are_found_through_optional_lists_and_annotations_but_not_mappings(monkeypatch):
+    """What record.check and undeclared walk into: a block held directly, in a list, under Optional or Annotated;
+    a mapping of blocks (fingerprint.wire) is not walked (no block below it has a rest). Made again, not read from
+    the cache the first check filled."""
+    from scalelab.record import blocks
+
+    check = importlib.import_module("scalelab.record.check")  # the module: record.check is its function
+    assert check._block_in(blocks.Link) is blocks.Link and check._block_in(int) is None
+    assert check._block_in(typing.Optional[list[blocks.Rank]]) is blocks.Rank
+    assert check._block_in(typing.Annotated[typing.Optional[blocks.Launch], "doc"]) is blocks.Launch
+    assert check._block_in(dict[str, typing.Optional[blocks.Wire]]) is None
+    assert check._block_in(typing.Optional[dict[str, blocks.Wire]]) is None
+    monkeypatch.setattr(check, "_LAYOUTS", {})
+    names, below, decoder = check._layout(blocks.Training)
+    assert {"run_id", "launch", "ranks", "timing"} <= names and decoder is None
+    assert below["ranks"] is blocks.Rank and below["launch"] is blocks.Launch and below["timing"] is blocks.Timing
+    assert "metrics" not in below and "run_id" not in below
+    assert check._layout(blocks.Timing)[1]["comm"] is blocks.Comm and check._layout(blocks.Rank)[2] is not None
+
+
+def test_a_block_is_found_in_a_union_whichever_member_comes_first():
+    """msgspec keeps a union's order: Union[None, Link] puts null first, and the block is still the field's."""
+    from scalelab.record import blocks, publish
+
+    info = publish.msgspec.inspect.type_info(typing.Union[None, blocks.Link])
+    assert publish._struct_in(info)[0].cls is blocks.Link and publish._struct_in(info)[1] == ""
+    listed = publish.msgspec.inspect.type_info(typing.Optional[list[blocks.Rank]])
+    assert publish._struct_in(listed)[0].cls is blocks.Rank and publish._struct_in(listed)[1] == "[]"
+    assert publish._struct_in(publish.msgspec.inspect.type_info(int)) == (None, "")
+    assert record.leaves() == record.leaves("training") and record.leaves("allreduce") != record.leaves()
+
+
+def test_a_bar_in_a_doc_never_splits_the_appendix_table(monkeypatch):
+    """A field's doc or a workload option's help holding '|' reads '/' in appendix C: a table row of 5 cells."""
+    from scalelab.record import publish
+
+    said = publish.msgspec.inspect.type_info(typing.Annotated[int, publish.msgspec.Meta(description="a|b")])
+    monkeypatch.setattr(publish, "leaves", lambda kind="training": [("x", said)])
+    spec = next(iter(workloads.REGISTRY.values()))
+    option = next(o for o in spec.options if o.name in spec.identity)
+    monkeypatch.setitem(option.argparse, "help", "c|d")
+    text = publish.markdown()
+    assert "| `x` | an integer |  | yes | a/b |" in text
+    assert f"| `workload.{option.name}` | {spec.name} | {option.default!r} | c/d |" in text
+
+
+def test_every_declared_field_says_what_it_is():
+    """Appendix C's last column is never empty: each field's own doc, or its block's first line."""
+    from scalelab.record import publish
+
+    for kind in record.KINDS:
+        for path, info in record.leaves(kind):
+            meta = publish._meta_of(info)
+            assert (meta is not None and (meta.extra_json_schema or {}).get("description")) or \
+                publish._doc_of(kind, path), (kind, path)
+
+
+def test_the_appendix_falls_back_to_nothing_where_there_is_no_doc_and_prints_as_the_module_is_run(monkeypatch,
+                                                                                                capsys):
+    """A field that holds no block has no block doc (""), a block without a docstring neither; a union of several
+    kinds has no one doc; an option without help an empty cell; `python -m scalelab.record --markdown` reads
+    sys.argv."""
+    from scalelab.record import blocks, publish
+
+    assert publish._doc_of("training", "run_id") == "" and publish._doc_of("training", "launch").startswith("launch:")
+    monkeypatch.setattr(blocks.Link, "__doc__", None)
+    assert publish._doc_of("training", "launch.link") == ""
+    several = publish.msgspec.inspect.type_info(
+        typing.Union[typing.Annotated[int, publish.msgspec.Meta(description="a")], str])
+    assert publish._meta_of(several) is None
+    one = publish.msgspec.inspect.type_info(
+        typing.Optional[typing.Annotated[int, publish.msgspec.Meta(description="d")]])
+    assert publish._meta_of(one).extra_json_schema == {"description": "d"}
+    spec = next(iter(workloads.REGISTRY.values()))
+    option = next(o for o in spec.options if o.name in spec.identity)
+    monkeypatch.delitem(option.argparse, "help")
+    assert f"| `workload.{option.name}` | {spec.name} | {option.default!r} |  |" in publish.markdown()
+    monkeypatch.setattr(sys, "argv", ["scalelab.record", "--markdown"])
+    assert publish.cli() == 0 and capsys.readouterr().out.startswith("# Appendix C")
+    monkeypatch.setattr(sys, "argv", ["scalelab.record"])
+    assert publish.cli() == 0 and json.loads(capsys.readouterr().out) == record.json_schema()
+
+
+def test_no_blocks_rest_holds_a_block():
+    """A rest's published schema refers to no other block (json_schema makes its components without $defs of
+    their own): a rest is values, lists of values, times or counts."""
+    from scalelab.record import publish
+
+    for name, block in publish._blocks().items():
+        if block.rest is not None:
+            assert "$ref" not in json.dumps(publish.msgspec.json.schema(block.rest)), name
