@@ -225,6 +225,8 @@ def test_a_field_named_with_a_newline_or_an_escape_is_named_on_one_line_and_iner
 @pytest.mark.parametrize("where, value, said", [
     (("timing", "step_s"), {"median": 0.1, "p90": -1.0},
      "field timing.step_s.p90: expected a number from 0 to 1e+30 or null, got -1.0"),
+    (("timing", "step_s"), {"median": 0.1, "p90": -1.0, "max": -2.0},
+     "field timing.step_s.p90: expected a number from 0 to 1e+30 or null, got -1.0"),
     (("fingerprint", "wire"), {"all_reduce": {"calls": 3, "bytes": 8}, "all_gather": {"calls": -1}},
      "field fingerprint.wire.all_gather.calls: expected an integer from 0 to 9.22337e+18 or null, got -1"),
     (("fingerprint", "wire"), {"all_reduce": None, "reduce_scatter": {"dtype": 3}},
@@ -280,6 +282,7 @@ def test_each_kind_of_field_carries_its_bounds_doc_and_unit():
                                                                                               {"unit": "x"})
     base, meta = _meta(kinds.listed(int, "numbers", "s", limit=4))
     assert base == list[int] and (meta.max_length, meta.min_length, meta.description) == (4, None, "numbers")
+    assert meta.extra_json_schema == {"unit": "s"}
     _, meta = _meta(kinds.listed(int, "a pair", length=2))
     assert (meta.min_length, meta.max_length) == (2, 2)
     base, meta = _meta(kinds.steps(float, "per step", "s"))
@@ -316,11 +319,14 @@ def test_a_block_is_found_in_a_union_whichever_member_comes_first():
     listed = publish.msgspec.inspect.type_info(typing.Optional[list[blocks.Rank]])
     assert publish._struct_in(listed)[0].cls is blocks.Rank and publish._struct_in(listed)[1] == "[]"
     assert publish._struct_in(publish.msgspec.inspect.type_info(int)) == (None, "")
+
+
+def test_the_leaves_of_a_result_are_a_training_results_unless_told():
     assert record.leaves() == record.leaves("training") and record.leaves("allreduce") != record.leaves()
 
 
 def test_a_bar_in_a_doc_never_splits_the_appendix_table(monkeypatch):
-    """A field's doc or a workload option's help holding '|' reads '/' in appendix C: a table row of 5 cells."""
+    """A field's doc or a workload option's help holding '|' reads '/' in appendix C (a bar would end the cell)."""
     from scalelab.record import publish
 
     said = publish.msgspec.inspect.type_info(typing.Annotated[int, publish.msgspec.Meta(description="a|b")])
@@ -334,7 +340,7 @@ def test_a_bar_in_a_doc_never_splits_the_appendix_table(monkeypatch):
 
 
 def test_every_declared_field_says_what_it_is():
-    """Appendix C's last column is never empty: each field's own doc, or its block's first line."""
+    """Every declared field's row in appendix C says what it is: its own doc, or its block's first line."""
     from scalelab.record import publish
 
     for kind in record.KINDS:
@@ -344,11 +350,10 @@ def test_every_declared_field_says_what_it_is():
                 publish._doc_of(kind, path), (kind, path)
 
 
-def test_the_appendix_falls_back_to_nothing_where_there_is_no_doc_and_prints_as_the_module_is_run(monkeypatch,
-                                                                                                capsys):
+def test_the_appendix_falls_back_to_nothing_where_there_is_no_doc_and_cli_reads_sys_argv(monkeypatch, capsys):
     """A field that holds no block has no block doc (""), a block without a docstring neither; a union of several
-    kinds has no one doc; an option without help an empty cell; `python -m scalelab.record --markdown` reads
-    sys.argv."""
+    kinds has no one doc; an option without help an empty cell; cli() without arguments reads sys.argv, as __main__
+    calls it."""
     from scalelab.record import blocks, publish
 
     assert publish._doc_of("training", "run_id") == "" and publish._doc_of("training", "launch").startswith("launch:")
