@@ -163,28 +163,51 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
     if st is not None and not stat.S_ISREG(st.st_mode):
         what = "a symlink" if stat.S_ISLNK(st.st_mode) else _kind_of(st.st_mode)
         raise NotAFile(errno.EEXIST, f"not written: {what} is there, not a file scalelab replaces", path)
-    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
-    # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    tmp = synced_temp(folder, data, path)
     try:
+        os.replace(tmp, path)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    return path
+
+
+def synced_temp(folder: str, data: bytes, path: str) -> str:
+    """data in a new hidden file in folder, on disk (fsync), for a rename to put in place: its path. An error names
+    `path`, the file it was for (a full disk names the file it hit); nothing is left behind."""
+    tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
+    try:
+        # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
     except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.errno and not exc.filename:  # a full disk names the file it hit
+        unlink_quietly(tmp)
+        if isinstance(exc, OSError) and exc.errno and exc.filename in (None, tmp):
             raise OSError(exc.errno, exc.strerror, path) from None
         raise
-    return path
+    return tmp
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove a file of our own if it is there (a temporary one whose write failed)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def atomic_write_json(path: str, obj) -> str:
     """Strict JSON (RFC 8259), as any reader takes it: a non-finite number (a diverged loss, a zero-time rate) is
     written as null, "not measured", never as NaN or Infinity."""
-    return atomic_write_text(path, json.dumps(nan_to_none(obj), indent=1, default=str, allow_nan=False) + "\n")
+    return atomic_write_bytes(path, json_bytes(obj))
+
+
+def json_bytes(obj) -> bytes:
+    """obj as atomic_write_json writes it: strict JSON, indented, one newline at the end."""
+    return (json.dumps(nan_to_none(obj), indent=1, default=str, allow_nan=False) + "\n").encode()
 
 
 def nan_to_none(obj):

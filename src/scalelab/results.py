@@ -92,25 +92,43 @@ def ensure_output_dir(path: str, flag: str = "--output_dir"):
         raise UsageError(f"{flag} {path} is not writable: a folder cannot be made in it ({exc.strerror})") from None
 
 
-def claim_folder(output_dir: str, run_id: str) -> str:
-    """OUTPUT_DIR/<run_id>, made by this process alone: mkdir, which exactly one process wins. A second run with
-    the same id (it should not happen, see new_run_id) gets the id plus a suffix, and both runs keep their files."""
+def claim_folder(output_dir: str, payload: dict) -> str:
+    """OUTPUT_DIR/<run_id> with its first result.json in it, made by this process alone (mkdir: exactly one process
+    wins a name). The record is on disk beside the folder before the mkdir and moved in right after it, so no kill
+    (-9 included) leaves a run folder without a record. A second run with the same id (it should not happen, see
+    new_run_id) gets the id plus a suffix, and both runs keep their files. payload: valid and scrubbed (`write`)."""
     os.makedirs(output_dir, exist_ok=True)
-    name = run_id
+    name = payload["run_id"]
     while True:
+        folder = os.path.join(output_dir, name)
+        tmp = files.synced_temp(output_dir, files.json_bytes({**payload, "run_id": name}),
+                                os.path.join(folder, "result.json"))
         try:
-            os.mkdir(os.path.join(output_dir, name))
-            return os.path.join(output_dir, name)
+            os.mkdir(folder)
         except FileExistsError:
-            name = f"{run_id}-{secrets.token_hex(2)}"
+            files.unlink_quietly(tmp)
+            name = f"{payload['run_id']}-{secrets.token_hex(2)}"
+            continue
+        except BaseException:
+            files.unlink_quietly(tmp)
+            raise
+        try:
+            os.rename(tmp, os.path.join(folder, "result.json"))
+        except BaseException:
+            files.unlink_quietly(tmp)
+            os.rmdir(folder)
+            raise
+        payload["run_id"] = name
+        return folder
 
 
 def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
-    folder: the run's own, claimed at its start (its logger writes there too); else claimed now."""
+    folder: the run's own, claimed with its first record (claim_folder); else claimed now, with this one."""
     payload = nan_to_none(scrub(payload))
     validate(payload)
-    folder = folder or claim_folder(output_dir, payload["run_id"])
+    if folder is None:
+        return os.path.join(claim_folder(output_dir, payload), "result.json")
     payload["run_id"] = os.path.basename(folder)
     return atomic_write_json(os.path.join(folder, "result.json"), payload)
 

@@ -162,11 +162,11 @@ def test_step_metrics_sums_accumulated_batches_and_reads_comm_share_in_the_step(
 
 
 def test_a_claimed_folder_is_the_run_folder_and_never_shared(tmp_path):
-    a = results.claim_folder(str(tmp_path), "same-id")
-    b = results.claim_folder(str(tmp_path), "same-id")
-    assert a != b and os.path.basename(b).startswith("same-id-")
     from helpers import make_result
 
+    a = results.claim_folder(str(tmp_path), make_result("same-id"))
+    b = results.claim_folder(str(tmp_path), make_result("same-id"))
+    assert a != b and os.path.basename(b).startswith("same-id-")
     path = results.write(str(tmp_path), make_result("same-id"), folder=b)
     assert os.path.dirname(path) == b and json.loads(open(path).read())["run_id"] == os.path.basename(b)
 

@@ -453,13 +453,54 @@ def test_the_output_folder_is_made_or_refused_in_one_line(tmp_path):
 
 
 def test_a_claimed_folder_is_never_shared(tmp_path):
-    first = results.claim_folder(str(tmp_path / "out"), "run")
-    second = results.claim_folder(str(tmp_path / "out"), "run")
-    assert first == str(tmp_path / "out" / "run") and os.path.dirname(second) == str(tmp_path / "out")
+    out = str(tmp_path / "out")
+    first = results.claim_folder(out, make_result("run"))
+    second = results.claim_folder(out, make_result("run"))
+    assert first == str(tmp_path / "out" / "run") and os.path.dirname(second) == out
     assert os.path.basename(second).startswith("run-") and len(os.path.basename(second)) == len("run-") + 4
-    path = results.write(str(tmp_path / "out"), make_result("run"))
+    path = results.write(out, make_result("run"))
     assert os.path.basename(os.path.dirname(path)).startswith("run-")
-    assert json.load(open(path))["run_id"] == os.path.basename(os.path.dirname(path))  # the folder's own name
+    for folder in (first, second, os.path.dirname(path)):  # each holds its own record, named as its folder
+        assert json.load(open(os.path.join(folder, "result.json")))["run_id"] == os.path.basename(folder)
+    assert sorted(os.listdir(out)) == sorted(map(os.path.basename, (first, second, os.path.dirname(path))))
+
+
+def test_a_run_folder_appears_with_its_record_already_on_disk(tmp_path, monkeypatch):
+    """The record is written and synced before the folder is made, and moved in by the next call: a process killed
+    at any moment (rank 0 at start-up, issue 59's CI) leaves a folder with a record or none, never an empty one.
+    Whatever fails on the way leaves neither a folder nor a temporary file."""
+    out, seen = str(tmp_path), []
+    real_mkdir, real_rename = os.mkdir, os.rename
+
+    def mkdir(path, *args):
+        if path != out:  # not os.makedirs(out, exist_ok=True) at the start
+            temps = [n for n in os.listdir(out) if n.startswith(".tmp-")]
+            seen.append([json.load(open(os.path.join(out, n)))["run_id"] for n in temps])
+        real_mkdir(path, *args)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    results.claim_folder(out, make_result("a"))
+    results.claim_folder(out, make_result("a"))  # taken: a second name, its record rewritten with that name
+    assert seen[0] == ["a"] and seen[1] == ["a"] and len(seen) == 3 and seen[2][0].startswith("a-")
+    assert sorted(n for n in os.listdir(out)) == sorted(["a", seen[2][0]])
+
+    def refused(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(OSError):
+        results.claim_folder(out, make_result("b"))
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert sorted(os.listdir(out)) == sorted(["a", seen[2][0]])  # no folder b, no .tmp- file
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)  # a full disk as the record is written: said of the file it was for
+    with pytest.raises(OSError) as err:
+        results.claim_folder(out, make_result("c"))
+    assert err.value.filename == os.path.join(out, "c", "result.json") and err.value.errno == 28
+    assert sorted(os.listdir(out)) == sorted(["a", seen[2][0]])
 
 
 def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_hardware():

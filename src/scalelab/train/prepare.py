@@ -111,13 +111,18 @@ def pin_near_gpu(local_rank: int, local_ranks: int, threads) -> dict:
 
 
 def run_logger(ctx):
-    """Rank 0: the run id and its folder, claimed now (the logger writes into it, the result lands there at the end,
-    rank 1 records into it should rank 0 be lost); Lightning's logger for --logger (None: none, or another rank)."""
+    """Rank 0: the run id and its folder, claimed now with the provisional record in it (payload.provisional_payload:
+    any end replaces it; a rank 0 killed at any moment leaves it, never an empty folder); the logger writes into the
+    folder, the result lands there, rank 1 records into it should rank 0 be lost. A disk that refuses the record now
+    would refuse the result later: the run fails now, in one line, before it trains. Returns Lightning's logger for
+    --logger (None: none, or another rank)."""
+    from scalelab.train.payload import provisional_payload  # torch: imported by run.py once the cores are placed
+
     if ctx.rank != 0:
         return None
     cfg = ctx.cfg
     ctx.run_id = results.new_run_id(cfg.model, ctx.launch.world_size, cfg.run_name, job=slurm_env.job_label())
-    ctx.folder = results.claim_folder(cfg.output_dir, ctx.run_id)  # rank 1 records into it should rank 0 be lost
+    ctx.folder = os.path.dirname(results.write(cfg.output_dir, provisional_payload(ctx)))
     ctx.run_id = os.path.basename(ctx.folder)
     return loggers.build(cfg.logger, ctx.folder, ctx.run_id, comet=cfg)
 

@@ -28,7 +28,7 @@ from scalelab.train.guard import peers
 from scalelab.train.guard.peers import is_peer_failure
 from scalelab.train.guard.signals import Terminated
 from scalelab.train.guard.watch import PEER_WAIT_S, recorded
-from scalelab.train.payload import RunContext, build_payload, provisional_payload, run_summary
+from scalelab.train.payload import RunContext, build_payload, run_summary
 
 SIGTERM_PEER_WAIT_S = 1.0  # after a SIGTERM, how long rank 0 waits for the others' progress (KillWait is >= 5 s)
 
@@ -73,13 +73,6 @@ def classify(exc: BaseException, watch: RankWatch, global_rank: int, steps_done:
         return "timeout", ("received a signal (job time limit, preemption or scancel), then the ranks did not stop "
                            f"together: {watch.culprit(exc, steps_done, wait_s=0) or own_line}")
     return "failed", watch.culprit(exc, steps_done, wait_s=0) or own_line
-
-
-def record_provisional(ctx: RunContext) -> None:
-    """Rank 0, its run folder claimed: the provisional record (record.provisional_payload) that any end replaces. A
-    disk that refuses it now refuses the run's result later: the run fails now, in one line, before it trains."""
-    if ctx.rank == 0 and ctx.folder:
-        results.write(ctx.cfg.output_dir, provisional_payload(ctx), folder=ctx.folder)
 
 
 def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException | None,

@@ -60,7 +60,6 @@ class RunGuard:
         self.metrics = metrics
         self.stall = stall_deadline(self.ctx, self.watch, self.faults.blocks_like_nccl or faults.wedge_anywhere())
         self.stall.arm()
-        failure.record_provisional(self.ctx)  # rank 0's folder is never left empty, whenever it is killed
 
     def launch(self, ranks) -> None:
         """Rank 0 built all it builds before the ranks meet: the local ranks it started (launch/local.py's

@@ -274,7 +274,7 @@ def _state(pid: int) -> str:
 
 def recorded(path: str) -> bool:
     """Whether a run's folder holds how it ended: a result.json that is not rank 0's provisional one (written as it
-    claimed the folder, record.provisional_payload)."""
+    claimed the folder, payload.provisional_payload)."""
     try:
         data = json.loads(files.read_bytes(path, "result"))
     except (ResultError, ValueError):  # none there, or none a reader takes: nothing recorded
