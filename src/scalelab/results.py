@@ -126,6 +126,7 @@ def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
     folder: the run's own, claimed with its first record (claim_folder); else claimed now, with this one."""
     payload = nan_to_none(scrub(payload))
+    record.string_keys(payload)  # a writer's dict may hold one; a file cannot
     validate(payload)
     if folder is None:
         return os.path.join(claim_folder(output_dir, payload), "result.json")

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import typing
 
 import jsonschema
@@ -383,3 +384,36 @@ def test_no_blocks_rest_holds_a_block():
     for name, block in publish._blocks().items():
         if block.rest is not None:
             assert "$ref" not in json.dumps(publish.msgspec.json.schema(block.rest)), name
+
+
+def _mappings(value, path=""):
+    """(path, mapping) of every object in a result, itself first: the check's way of naming it (a.b[0].c)."""
+    if isinstance(value, dict):
+        yield path, value
+        for k, v in value.items():
+            yield from _mappings(v, f"{path}.{k}" if path else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _mappings(v, f"{path}[{i}]")
+
+
+@settings(max_examples=int(os.environ.get("SCALELAB_FUZZ_EXAMPLES", "300")) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(_BASES), pick=st.integers(0, 10**6),
+       key=st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.tuples(st.integers()),
+       value=JSON)
+def test_a_key_that_is_not_a_string_is_refused_naming_its_object_wherever_it_is(base, pick, key, value):
+    """Only a writer's dict can hold one (JSON's keys are strings; json.dumps would turn 3 into "3" unasked): in any
+    object of a real result, declared or not (config, versions, a rank's wire), results.write refuses it in one line
+    naming that object (msgspec's line named none: "field : expected an object, got {...the whole record}"), and
+    writes nothing."""
+    data = copy.deepcopy({k: v for k, v in base.items() if k != "_path"})
+    found = list(_mappings(data))
+    path, mapping = found[pick % len(found)]
+    mapping[key] = value
+    with tempfile.TemporaryDirectory() as out:
+        with pytest.raises(ResultError) as refused:
+            results.write(out, data)
+        assert os.listdir(out) == []
+    said = f"{'field ' + path if path else 'the record'}: a key that is not a string, {key!r}"
+    assert str(refused.value) == (said if len(repr(key)) <= 40 else said[:said.rindex(", ") + 2 + 37] + "...")

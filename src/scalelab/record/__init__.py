@@ -29,11 +29,11 @@ from scalelab.record.blocks import (
                                     Wire,
                                     Workload,
 )
-from scalelab.record.check import check, consistent, declared, undeclared
+from scalelab.record.check import check, consistent, declared, string_keys, undeclared
 from scalelab.record.kinds import MAX_SPAN_STEPS, MAX_STEPS, PER_BATCH, SCHEMA, SCHEMA_VERSION
 from scalelab.record.publish import json_schema, leaves, markdown
 
 __all__ = ["KINDS", "Allreduce", "BenchConfig", "Comm", "Devices", "Fingerprint", "Launch", "Link", "Rank", "Result",
            "Row", "Slurm", "Timing", "Training", "Wire", "Workload", "check", "consistent", "declared", "leaves",
            "MAX_SPAN_STEPS", "MAX_STEPS", "PER_BATCH", "SCHEMA", "SCHEMA_VERSION", "json_schema", "markdown",
-           "undeclared"]
+           "string_keys", "undeclared"]

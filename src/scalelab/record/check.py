@@ -38,6 +38,22 @@ def _rest(typ, value, path: str) -> None:
             raise ResultError(_say(str(exc), v, where, block.rest)) from None
 
 
+def string_keys(value, path: str = "") -> None:
+    """Raise ResultError naming the first object of a writer's payload with a key that is not a string: JSON's keys
+    are, so only a writer's dict holds one, and neither json.dumps (3 written as "3", unasked) nor msgspec (it names
+    no field) says so. A writer's check only: a file read holds none."""
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise ResultError(f"{'field ' + _named(path) if path else 'the record'}: a key that is not a string, "
+                              f"{_short(bad[0])}")
+        for k, v in value.items():
+            string_keys(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            string_keys(v, f"{path}[{i}]")
+
+
 def undeclared(data: dict) -> list:
     """The dotted paths ("ranks[].load_avg") of the fields a result (kind known, upgraded) holds that its
     declaration does not name: what a block's `rest` let through. A writer that adds a field without declaring it
@@ -100,8 +116,7 @@ def _say(message: str, data, base: str = "", typ=None) -> str:
     where = found.group(1) if found else ""
     if "[...]" in where:  # msgspec's word for a mapping's key: find which
         where = _keyed(where, data, typ)
-    # a key may hold what a terminal obeys, or a newline: shown (as \xNN, inert's way), never obeyed, one line
-    path = inert((base + where).lstrip(".")).replace("\n", "\\x0a")
+    path = _named(base + where)
     missing = re.match(r"Object missing required field `([^`]+)`", message)
     if missing:
         return f"field {path + '.' if path else ''}{missing.group(1)} missing"
@@ -109,6 +124,12 @@ def _say(message: str, data, base: str = "", typ=None) -> str:
     value = _value_at(data, where)
     what = _what(info) if info is not None else message.split(" - at ")[0]
     return f"field {path}: expected {what}, got {_short(value)}"
+
+
+def _named(path: str) -> str:
+    """A field's path on one line: a key may hold what a terminal obeys, or a newline: shown (as \\xNN, inert's
+    way), never obeyed."""
+    return inert(path.lstrip(".")).replace("\n", "\\x0a")
 
 
 def _short(value) -> str:
