@@ -47,14 +47,21 @@ $(VENV)/.mutation: $(VENV)/.installed setup.cfg
 
 # Not in CI: plants each small edit mutmut can make in the modules listed in pyproject.toml's [tool.mutmut], runs
 # the unit tests that reach it (none that starts a process: tests/conftest.py), then prints the score per module
-# (tests/mutation/equivalent.txt: the reviewed survivors). From scratch each time: a cached verdict could predate
-# the tests.
-mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report, perfmodel, results, bench, timing
-	rm -rf mutants
+# (tests/mutation/equivalent.txt: the reviewed survivors). A second pass does the same for result.json's declaration
+# (src/scalelab/record/) in a copy, build/mutation-record/, judged by the record's own tests
+# (tests/mutation/record.toml says why apart). From scratch each time: a cached verdict could predate the tests.
+RECORD_PASS := build/mutation-record
+mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report, perfmodel, results, record, timing
+	rm -rf mutants $(RECORD_PASS)
 	env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run || true
-	names="$$($(PY) tests/mutation/score.py --killed-equivalents)"; [ -z "$$names" ] || \
+	names="$$($(PY) tests/mutation/score.py --killed-equivalents mutants)"; [ -z "$$names" ] || \
 	  env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run $$names >/dev/null || true
-	$(PY) tests/mutation/score.py
+	mkdir -p $(RECORD_PASS) && cp -r src tests Makefile README.md docs slurm_jobs benchmarks .ci outputs reframe \
+	  $(RECORD_PASS)/ && cp tests/mutation/record.toml $(RECORD_PASS)/pyproject.toml
+	cd $(RECORD_PASS) && env -u CI SCALELAB_MUTATION=1 $(CURDIR)/$(VENV)/bin/mutmut run || true
+	names="$$($(PY) tests/mutation/score.py --killed-equivalents $(RECORD_PASS)/mutants)"; [ -z "$$names" ] || \
+	  (cd $(RECORD_PASS) && env -u CI SCALELAB_MUTATION=1 $(CURDIR)/$(VENV)/bin/mutmut run $$names >/dev/null) || true
+	$(PY) tests/mutation/score.py mutants $(RECORD_PASS)/mutants
 
 clean:  ## remove the virtualenv and caches
-	rm -rf $(VENV) src/*.egg-info .pytest_cache .ruff_cache mutants
+	rm -rf $(VENV) src/*.egg-info .pytest_cache .ruff_cache mutants $(RECORD_PASS)

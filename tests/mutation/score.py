@@ -5,8 +5,10 @@ mutant (1: a test failed, the mutant is killed; 0: every test passed, it survive
 equivalent (no input makes it behave differently where a user could see it) is listed in equivalent.txt beside
 this script, one a line: the mutant's name, then why. Those leave the count; every other survivor is a hole.
 
-    python tests/mutation/score.py [mutants]
+    python tests/mutation/score.py [mutants ...]
     python tests/mutation/score.py --killed-equivalents [mutants]
+
+Several folders (make mutation's two passes: mutants, build/mutation-record/mutants) are scored as one run.
 
 The second form prints the listed equivalents this run killed, for `make mutation` to judge once more: a test that
 failed once for a reason of its own (2, then 3, in two complete runs of 12,000 edits; none repeated) must not turn a
@@ -87,16 +89,17 @@ def _figures(n: Counter) -> list:
 def main(argv: list) -> int:
     again = argv[:1] == ["--killed-equivalents"]
     argv = argv[1:] if again else argv
-    mutants = Path(argv[0]) if argv else Path("mutants")
+    folders = [Path(a) for a in argv] or [Path("mutants")]
+    mutants = folders[0]
     equivalent, problems = read_equivalents(HERE / "equivalent.txt")
-    results = read_results(mutants)
+    results = {module: codes for folder in folders for module, codes in read_results(folder).items()}
     if again:
         names = killed_equivalents(results, equivalent)
         print(f"judged again: {len(names)} listed equivalent(s) a test killed in this run", file=sys.stderr)
         print("".join(f"{name}\n" for name in names), end="")
         return 0
     if not results:
-        print(f"no mutmut results under {mutants}/src: run `make mutation`")
+        print(f"no mutmut results under {', '.join(f'{f}/src' for f in folders)}: run `make mutation`")
         return 1
     rows, holes, stale = score(results, equivalent)
     header = ["module", "mutants", "killed", "equivalent", "holes", "score"]

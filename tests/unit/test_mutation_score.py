@@ -41,3 +41,19 @@ def test_the_second_form_prints_the_names_and_the_first_still_fails_on_them(tmp_
 def test_a_score_with_a_hole_never_reads_100_percent():
     rows, holes, stale = score.score({"m.py": {f"n{i}": 1 for i in range(1999)} | {"hole": 0}}, {})
     assert rows[0][1:] == [2000, 1999, 0, 1, "99.9 %"] and holes == ["hole"] and stale == []
+
+
+def test_two_passes_are_scored_as_one_run(tmp_path, capsys, monkeypatch):
+    """make mutation's record pass writes its own folder: its listed equivalent is not stale for the first pass's
+    folder, and both modules are rows of one table."""
+    first = _mutants(tmp_path)
+    second = tmp_path / "record" / "mutants" / "src" / "r.py.meta"
+    second.parent.mkdir(parents=True)
+    second.write_text(json.dumps({"exit_code_by_key": {"r.x_g__mutmut_1": 0, "r.x_g__mutmut_2": 1}}))
+    monkeypatch.setattr(score, "read_equivalents", lambda path: ({"r.x_g__mutmut_1": "why"}, []))
+    assert score.main([str(first), str(second.parents[1])]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[:5] for line in out.splitlines()[1:4]] == [
+        ["m.py", "4", "2", "0", "2"], ["r.py", "2", "1", "1", "0"], ["all", "6", "3", "1", "2"]]
+    assert score.main([str(first)]) == 1  # the record pass's entry, seen without its folder: stale
+    assert score.main(["--killed-equivalents", str(second.parents[1])]) == 0
