@@ -13,11 +13,10 @@ from scalelab.record.kinds import SCHEMA, SCHEMA_VERSION, Block
 
 def json_schema() -> dict:
     """The declaration as a JSON Schema (2020-12): what a result of this version may hold, for any validator."""
-    body, defs = msgspec.json.schema_components([ANY], ref_template="#/$defs/{name}")
+    body, defs = msgspec.json.schema_components([ANY])  # its refs: msgspec's own "#/$defs/{name}"
     for name, block in _blocks().items():
-        if block.rest is not None and name in defs:
-            defs[name]["additionalProperties"] = msgspec.json.schema_components(
-                [block.rest], ref_template="#/$defs/{name}")[0][0]
+        if block.rest is not None and name in defs:  # no rest holds a block (tested): its schema has no $defs
+            defs[name]["additionalProperties"] = msgspec.json.schema(block.rest)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://scalelab.invalid/{SCHEMA}/v{SCHEMA_VERSION}.json",
             "title": f"{SCHEMA} version {SCHEMA_VERSION}",
