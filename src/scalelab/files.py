@@ -179,6 +179,9 @@ def synced_temp(folder: str, data: bytes, path: str) -> str:
     try:
         # 0666 less the umask, like any file (mkstemp's 0600 would hide results from an instructor or a group)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as exc:  # nothing made: a read-only or full disk, said of the file it was for
+        raise OSError(exc.errno, exc.strerror, path) from None
+    try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -192,10 +195,11 @@ def synced_temp(folder: str, data: bytes, path: str) -> str:
 
 
 def unlink_quietly(path: str) -> None:
-    """Remove a file of our own if it is there (a temporary one whose write failed)."""
+    """Remove a temporary file of our own if it is there; a failure to remove it (gone already, a read-only disk)
+    is no error of its own: the caller raises what made it clean up, or has moved the file into place."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except OSError:
         pass
 
 

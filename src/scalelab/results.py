@@ -94,32 +94,47 @@ def ensure_output_dir(path: str, flag: str = "--output_dir"):
 
 def claim_folder(output_dir: str, payload: dict) -> str:
     """OUTPUT_DIR/<run_id> with its first result.json in it, made by this process alone (mkdir: exactly one process
-    wins a name). The record is on disk beside the folder before the mkdir and moved in right after it, so no kill
-    (-9 included) leaves a run folder without a record. A second run with the same id (it should not happen, see
-    new_run_id) gets the id plus a suffix, and both runs keep their files. payload: valid and scrubbed (`write`)."""
+    wins a name). The record is on disk beside the folder before the mkdir and moved in by the next call, so a run
+    folder is never left without a record: a kill -9 could only land between those two calls, and anything raised
+    after the mkdir (a SIGTERM's Terminated, a refused rename) settles the folder first (_settle). A second run with
+    the same id (it should not happen, see new_run_id) gets the id plus a suffix, and both runs keep their files.
+    payload: valid and scrubbed (`write`)."""
     os.makedirs(output_dir, exist_ok=True)
     name = payload["run_id"]
     while True:
         folder = os.path.join(output_dir, name)
-        tmp = files.synced_temp(output_dir, files.json_bytes({**payload, "run_id": name}),
-                                os.path.join(folder, "result.json"))
+        record = os.path.join(folder, "result.json")
+        tmp = files.synced_temp(output_dir, files.json_bytes({**payload, "run_id": name}), record)
         try:
             os.mkdir(folder)
-        except FileExistsError:
+            os.rename(tmp, record)
+        except FileExistsError:  # the mkdir's: the name is another run's (a file renamed into a new folder: never)
             files.unlink_quietly(tmp)
             name = f"{payload['run_id']}-{secrets.token_hex(2)}"
             continue
-        except BaseException:
-            files.unlink_quietly(tmp)
-            raise
-        try:
-            os.rename(tmp, os.path.join(folder, "result.json"))
-        except BaseException:
-            files.unlink_quietly(tmp)
-            os.rmdir(folder)
+        except BaseException as exc:
+            _settle(tmp, folder, record, keep=not isinstance(exc, OSError))
             raise
         payload["run_id"] = name
         return folder
+
+
+def _settle(tmp: str, folder: str, record: str, *, keep: bool) -> None:
+    """A claim cut short: the temporary file goes, and the folder, if this process made it, either gets the record
+    (`keep`: a signal's exception between two lines; os.link never replaces a record already there) or, refused (an
+    OSError), is removed. Never an empty folder of ours."""
+    try:
+        if keep and os.path.exists(tmp):
+            os.link(tmp, record)
+        else:
+            os.rmdir(folder)
+    except OSError:  # no folder made, another run's (it holds that run's record), or no hard links here
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+    finally:
+        files.unlink_quietly(tmp)
 
 
 def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:

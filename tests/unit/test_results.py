@@ -503,6 +503,40 @@ def test_a_run_folder_appears_with_its_record_already_on_disk(tmp_path, monkeypa
     assert sorted(os.listdir(out)) == sorted(["a", seen[2][0]])
 
 
+def test_a_claim_cut_short_by_a_signal_leaves_a_folder_with_its_record_or_none(tmp_path, monkeypatch):
+    """A SIGTERM before the loop raises Terminated between any two lines: just after the mkdir, the folder still
+    gets its record; before it, nothing is made; over a folder another run holds, that run's record stays."""
+    from scalelab.train.guard.signals import Terminated
+
+    out, real_mkdir = str(tmp_path), os.mkdir
+
+    def mkdir_then_signal(path, *args):
+        real_mkdir(path, *args)
+        if path != out:
+            raise Terminated("SIGTERM")
+
+    def signal_first(path, *args):
+        if path != out:
+            raise Terminated("SIGTERM")
+        real_mkdir(path, *args)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_signal)
+    with pytest.raises(Terminated):
+        results.claim_folder(out, make_result("cut"))
+    assert os.listdir(out) == ["cut"] and json.load(open(tmp_path / "cut" / "result.json"))["run_id"] == "cut"
+    other = make_result("cut")
+    other["run_name"] = "another run"
+    monkeypatch.setattr(os, "mkdir", real_mkdir)
+    results.write(out, other, folder=str(tmp_path / "cut"))
+    monkeypatch.setattr(os, "mkdir", signal_first)
+    with pytest.raises(Terminated):
+        results.claim_folder(out, make_result("early"))
+    with pytest.raises(Terminated):
+        results.claim_folder(out, make_result("cut"))  # another run's folder by that name: its record stays
+    assert os.listdir(out) == ["cut"] and os.listdir(tmp_path / "cut") == ["result.json"]
+    assert json.load(open(tmp_path / "cut" / "result.json"))["run_name"] == "another run"
+
+
 def test_the_group_key_ignores_what_follows_from_the_launch_size_and_keeps_the_hardware():
     a, b = make_result("a", 1), make_result("b", 8, nodes=2)
     b["workload"].update(describe="mlp at 8", params=2000, tokens_per_sample=7)
