@@ -56,4 +56,7 @@ def test_two_passes_are_scored_as_one_run(tmp_path, capsys, monkeypatch):
     assert [line.split()[:5] for line in out.splitlines()[1:4]] == [
         ["m.py", "4", "2", "0", "2"], ["r.py", "2", "1", "1", "0"], ["all", "6", "3", "1", "2"]]
     assert score.main([str(first)]) == 1  # the record pass's entry, seen without its folder: stale
+    capsys.readouterr()
+    assert score.main([str(first), str(tmp_path / "never-ran")]) == 1  # a pass whose mutmut failed: said so
+    assert capsys.readouterr().out == f"no mutmut results under {tmp_path / 'never-ran'}/src: run `make mutation`\n"
     assert score.main(["--killed-equivalents", str(second.parents[1])]) == 0
