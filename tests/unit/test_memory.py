@@ -398,3 +398,38 @@ def test_fsdp_defaults_to_one_rank_and_counts_only_the_trainable_parameters_and_
     assert lora.optimizer == 8 * 1000 / 2 and lora.weights == 4 * tiny.total_params() / 2
     both = memory.training_memory(tiny, 8, "32", strategy="fsdp", world_size=2, accumulate=2)
     assert both.accumulated == 4 * tiny.total_params()
+
+
+def test_the_memory_check_and_record_ask_the_workloads_declaration_not_its_name(monkeypatch):
+    """Any workload with a `memory` declaration is checked up front and its estimate recorded, through its own
+    functions; one without (the MLP, or a user's model that gives none) is not checked and records null: the check
+    and the record never test a workload's name."""
+    from types import SimpleNamespace
+
+    from scalelab import config, workloads
+    from scalelab.errors import UsageError
+    from scalelab.train import memcheck
+    from scalelab.train.payload import memory_record
+    from scalelab.workloads.spec import MemoryCheck
+
+    asked = []
+
+    def estimate(cfg, batch, world_size, overhead=memory.OVERHEAD_BYTES):
+        asked.append((batch, world_size, overhead))
+        return memory.training_memory(PRESETS["tiny"], batch * 1000, "32", overhead=overhead)
+
+    made_up = MemoryCheck(estimate=estimate, what=lambda cfg, batch, per: f"made-up at {batch}/{per}",
+                          advice=lambda cfg, batch, world, room, **kw: f"less fits in {room / 1e9:.1f} GB")
+    monkeypatch.setitem(workloads.REGISTRY, "mlp", dataclasses.replace(workloads.get("mlp"), memory=made_up))
+    cfg = config.for_accelerator(config.parse_config(["--model", "mlp"]), "cpu")
+    with pytest.raises(UsageError) as err:
+        memcheck.check_host(cfg, 3, 2, 2, 1e9, "x")
+    assert str(err.value).startswith("made-up at 3/device: 2 rank(s) on this node need 2 x ") and \
+        "leaves 1.0 GB: less would fit in 0.5 GB, or fewer" in str(err.value), err.value
+    assert asked == [(3, 2, memcheck.CPU_OVERHEAD_BYTES)]
+    run = SimpleNamespace(cfg=cfg, batch=3, launch=SimpleNamespace(world_size=2))
+    assert memory_record(run, [{}]) == {"estimate_bytes": estimate(cfg, 3, 2, overhead=0).total,
+                                        "peak_allocated_bytes": None}
+    monkeypatch.setitem(workloads.REGISTRY, "mlp", dataclasses.replace(workloads.get("mlp"), memory=None))
+    memcheck.check(cfg, SimpleNamespace(accelerator="gpu", world_size=8, devices=8), 10**9)  # nothing to ask
+    assert memory_record(run, [{"peak_memory_bytes": 5.0}]) == {"estimate_bytes": None, "peak_allocated_bytes": 5.0}

@@ -287,6 +287,19 @@ def test_the_step_table_row_in_milliseconds_megabytes_and_three_significant_digi
                          "and PaLM count it: compare it with figures that do the same"]
 
 
+def test_the_mfu_note_is_the_workloads_own_declaration_and_none_for_one_it_does_not_know(monkeypatch):
+    """The note beside MFU is what the group's workload declares (WorkloadSpec.flops_note), once; a workload that
+    declares none, or one this scalelab does not know (a result from another model), gets none."""
+    import dataclasses
+
+    from scalelab import workloads
+
+    assert tables.step_table(_step_frame(model="mlp"), "pipe")[-1].startswith("  (predicted ms")
+    assert tables.step_table(_step_frame(model="someone-elses"), "pipe")[-1].startswith("  (predicted ms")
+    monkeypatch.setitem(workloads.REGISTRY, "mlp", dataclasses.replace(workloads.get("mlp"), flops_note="6 N D"))
+    assert tables.step_table(pd.concat([_step_frame(model="mlp")] * 2), "pipe")[-1] == "  6 N D"
+
+
 def test_without_an_mfu_the_step_table_says_why_even_for_a_frame_without_a_peak_note_column():
     """A group frame built without peak_note (no run recorded one) still ends on MFU's one-line reason."""
     lines = tables.step_table(_step_frame(mfu=float("nan")), "pipe")

@@ -10,6 +10,7 @@ import textwrap
 import pandas as pd
 from tabulate import tabulate
 
+from scalelab import workloads
 from scalelab.entry import human_count
 from scalelab.keys import SCALE
 from scalelab.report import cells, explain, plausible, spread
@@ -214,10 +215,16 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
         notes = g["peak_note"].dropna() if "peak_note" in g else ()
         why = notes.iloc[0] if len(notes) else "no peak known for this hardware"  # a GPU's note says which
         out.append(f"  MFU: — ({why}; give --peak_tflops to compute it)")
-    elif (g["model"] == "gpt").any():
-        out.append("  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and "
-                   "PaLM count it: compare it with figures that do the same")
+    else:
+        out.extend(f"  {note}" for note in flops_notes(g["model"]))
     return out
+
+
+def flops_notes(models: pd.Series) -> list:
+    """How the group's workloads count their FLOPs, where MFU's comparison needs it (WorkloadSpec.flops_note): each
+    note once; none for a workload this scalelab does not declare."""
+    specs = [workloads.REGISTRY.get(m) for m in models.dropna().unique()]
+    return list(dict.fromkeys(s.flops_note for s in specs if s is not None and s.flops_note))
 
 
 def story_cells(r) -> dict:

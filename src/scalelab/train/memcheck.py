@@ -1,13 +1,14 @@
-"""Refuse, before the ranks start, a GPT step the device cannot hold: perfmodel.memory's estimate (DDP's replica, or
-one rank's shard under --strategy fsdp) against the GPU's memory, or on CPU (the rehearsal) against the host's,
-which all of a node's ranks share. An out-of-memory after minutes of start-up, or the kernel's OOM killer ending one
+"""Refuse, before the ranks start, a step the device cannot hold: its workload's estimate (WorkloadSpec.memory; the
+GPT's is perfmodel.memory's: DDP's replica, or one rank's shard under --strategy fsdp) against the GPU's memory, or
+on CPU (the rehearsal) against the host's, which all of a node's ranks share. A workload without an estimate is not
+checked. An out-of-memory after minutes of start-up, or the kernel's OOM killer ending one
 rank of eight, is said now, in one line."""
 
 import os
 
+from scalelab import workloads
 from scalelab.errors import UsageError
 from scalelab.perfmodel import memory
-from scalelab.workloads.gpt import memory_estimate, memory_terms, shape_of
 
 # A CPU rank's process beside its tensors (Python, torch, Lightning, the data): 518 MB peak RSS measured for
 # `train.py --config gpt-tiny`, whose tensors the model puts at 0.1 GB (/usr/bin/time -v, this project's CPU VM).
@@ -16,9 +17,10 @@ SKIP = "SCALELAB_NO_MEMORY_CHECK"  # =1: run anyway
 
 
 def check(cfg, launch, batch: int) -> None:
-    """The GPT only (the MLP is kilobytes); once per node, by its first rank (the others are still starting). Under
-    --strategy fsdp the estimate is one rank's shard of the run's world size plus FSDP's working set."""
-    if cfg.model != "gpt" or os.environ.get(SKIP) == "1":
+    """A workload that declares an estimate (the GPT; the MLP is kilobytes); once per node, by its first rank (the
+    others are still starting). Under --strategy fsdp the GPT's estimate is one rank's shard of the run's world size
+    plus FSDP's working set."""
+    if workloads.get(cfg.model).memory is None or os.environ.get(SKIP) == "1":
         return
     if launch.accelerator == "gpu":
         check_gpu(cfg, batch, launch.world_size)
@@ -29,28 +31,25 @@ def check(cfg, launch, batch: int) -> None:
 def check_gpu(cfg, batch: int, world_size: int) -> None:
     import torch  # a GPU run only, and only here: a refused flag never waits for torch to load
 
-    shape = shape_of(cfg)
+    model = workloads.get(cfg.model).memory
     props = torch.cuda.get_device_properties(0)
-    est = memory_estimate(cfg, batch, world_size)
+    est = model.estimate(cfg, batch, world_size)
     if not memory.fits(est, props.total_memory):
-        same = memory_terms(cfg, world_size)  # the batch that fits, counted as this run counts
-        raise UsageError(f"--preset {cfg.preset} at batch {batch}/GPU, seq {shape.seq_len}, precision {cfg.precision} "
-                         f"needs {est.describe()} but {props.name} has {props.total_memory / 1e9:.1f} GB: "
-                         f"{memory.advice(shape, batch, cfg.precision, props.total_memory, **same)} "
-                         f"({SKIP}=1 runs anyway)")
+        raise UsageError(f"{model.what(cfg, batch, 'GPU')} needs {est.describe()} but {props.name} has "
+                         f"{props.total_memory / 1e9:.1f} GB: "
+                         f"{model.advice(cfg, batch, world_size, props.total_memory)} ({SKIP}=1 runs anyway)")
 
 
 def check_host(cfg, batch: int, world_size: int, ranks_here: int, available: float, where: str) -> None:
     """ranks_here: this node's ranks (--devices on CPU), each a process holding its step (a replica's, or under
     --strategy fsdp its shard and FSDP's working set)."""
-    est = memory_estimate(cfg, batch, world_size, overhead=CPU_OVERHEAD_BYTES)
+    model = workloads.get(cfg.model).memory
+    est = model.estimate(cfg, batch, world_size, overhead=CPU_OVERHEAD_BYTES)
     if ranks_here * est.total <= available:
         return
-    shape = shape_of(cfg)
-    same = {**memory_terms(cfg, world_size), "overhead": CPU_OVERHEAD_BYTES}
-    advice = memory.advice(shape, batch, cfg.precision, available / ranks_here, **same)
-    raise UsageError(f"--preset {cfg.preset} at batch {batch}/device, seq {shape.seq_len}, precision {cfg.precision}: "
-                     f"{ranks_here} rank(s) on this node need {ranks_here} x {est.total / 1e9:.1f} GB of host memory "
+    advice = model.advice(cfg, batch, world_size, available / ranks_here, overhead=CPU_OVERHEAD_BYTES)
+    raise UsageError(f"{model.what(cfg, batch, 'device')}: {ranks_here} rank(s) on this node need {ranks_here} x "
+                     f"{est.total / 1e9:.1f} GB of host memory "
                      f"but {where} leaves {available / 1e9:.1f} GB: {advice.replace('fits', 'would fit')}, or fewer "
                      f"--devices per node ({SKIP}=1 runs anyway)")
 

@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from scalelab import fingerprint, perfmodel, redaction, results
+from scalelab import fingerprint, perfmodel, redaction, results, workloads
 from scalelab.config import RunConfig
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.cluster import Launch
@@ -19,7 +19,6 @@ from scalelab.measure.steps import optimizer_view
 from scalelab.train.clock import StepClock
 from scalelab.train.probe import AloneProbe
 from scalelab.workloads import Workload
-from scalelab.workloads.gpt import memory_estimate
 
 
 @dataclass
@@ -223,12 +222,13 @@ def hyperparameters(ctx: RunContext) -> dict:
 
 
 def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
-    """The GPT's estimated tensor memory per device (perfmodel.memory, without its fixed overhead; sharded under
-    --strategy fsdp) and the peak the ranks' caching allocators measured (GPU): the self-check compares them."""
-    estimate = None
-    if ctx.cfg.model == "gpt":
+    """The workload's estimated tensor memory per device (WorkloadSpec.memory, without its fixed overhead: the GPT's
+    is sharded under --strategy fsdp; null where it declares none) and the peak the ranks' caching allocators
+    measured (GPU): the self-check compares them."""
+    estimate, model = None, workloads.get(ctx.cfg.model).memory
+    if model is not None:
         # the tensors only: torch's allocated peak leaves out the CUDA context and NCCL's buffers (the overhead)
-        estimate = memory_estimate(ctx.cfg, ctx.batch, ctx.launch.world_size, overhead=0).total
+        estimate = model.estimate(ctx.cfg, ctx.batch, ctx.launch.world_size, overhead=0).total
     peaks = [r.get("peak_memory_bytes") for r in per_rank if r.get("peak_memory_bytes")]
     return {"estimate_bytes": estimate, "peak_allocated_bytes": max(peaks) if peaks else None}
 

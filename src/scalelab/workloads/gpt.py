@@ -8,7 +8,7 @@ from scalelab import perfmodel
 from scalelab.entry import bounded
 from scalelab.errors import UsageError
 from scalelab.workloads.presets import PRESETS, TransformerShape
-from scalelab.workloads.spec import Option, Workload, WorkloadSpec
+from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
 
 
 def lora_params(shape: TransformerShape, rank: int) -> int:
@@ -56,6 +56,16 @@ def memory_estimate(cfg, batch: int, world_size: int, **kw) -> "perfmodel.Memory
     """This run's memory per device (perfmodel.memory), DDP's or FSDP's as the run's strategy: the one place the
     run's up-front check and its record ask (kw: overhead=0 for the tensors alone)."""
     return perfmodel.training_memory(shape_of(cfg), batch, cfg.precision, **memory_terms(cfg, world_size), **kw)
+
+
+def what(cfg, batch: int, per: str) -> str:
+    """The run as a memory refusal names it: its preset, batch per GPU or device, sequence and precision."""
+    return f"--preset {cfg.preset} at batch {batch}/{per}, seq {shape_of(cfg).seq_len}, precision {cfg.precision}"
+
+
+def advice(cfg, batch: int, world_size: int, room: float, **kw) -> str:
+    """What fits in room bytes a device: the largest batch, counted as this run counts (kw: overhead)."""
+    return perfmodel.memory_advice(shape_of(cfg), batch, cfg.precision, room, **memory_terms(cfg, world_size), **kw)
 
 
 def build(cfg, batch_per_device: int, world_size: int) -> Workload:
@@ -107,4 +117,7 @@ SPEC = WorkloadSpec(
     build=build,
     gpu_precision="bf16-mixed",  # fp32 on an A100 runs ~10x slower, on TF32 at best: not what anyone trains in
     finalize=finalize,
+    memory=MemoryCheck(estimate=memory_estimate, what=what, advice=advice),
+    flops_note="MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and PaLM "
+               "count it: compare it with figures that do the same",
 )

@@ -13,6 +13,19 @@ class Option:
 
 
 @dataclass(frozen=True)
+class MemoryCheck:
+    """How a workload's memory per device is estimated before its ranks start, and what to say where it does not fit.
+
+    estimate(cfg, batch, world_size, **kw) -> perfmodel.MemoryEstimate (kw: overhead=0 for the tensors alone): the
+    up-front check (train/memcheck.py) and the result's memory.estimate_bytes ask the same function.
+    what(cfg, batch, per) -> the run as a refusal names it ("--preset tiny at batch 8/GPU, seq 128, precision 32").
+    advice(cfg, batch, world_size, room_bytes, **kw) -> what would fit in room_bytes (kw: overhead)."""
+    estimate: Callable[..., Any]
+    what: Callable[[Any, int, str], str]
+    advice: Callable[..., str]
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     name: str  # the value of --model
     help: str  # what it is, for --model's help
@@ -23,6 +36,8 @@ class WorkloadSpec:
     finalize: Callable[[Any], None] = lambda cfg: None  # fill defaults that depend on other flags; check combos
     gpu_precision: str = "32"  # --precision when not given and the run is on GPUs (config.for_accelerator)
     shards: str = ""  # what --strategy fsdp shards one by one ("" : nothing worth sharding, refused in one line)
+    memory: Optional[MemoryCheck] = None  # None: no estimate (no check up front; the result's estimate is null)
+    flops_note: str = ""  # how its FLOPs per sample count, where a comparison of MFU needs it (the report says it)
 
 
 @dataclass
