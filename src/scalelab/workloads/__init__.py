@@ -3,8 +3,7 @@
 The flags, per-workload defaults and the fields that identify the computation (config.py), the model and its
 seeded data, the analytic FLOPs per sample and how they count (the report's note beside MFU), the memory estimate
 (the check before the ranks start, and the result's) and the throughput unit (the report) all come from the spec,
-so no module outside a workload's own tests its name, and a
-new workload is one declaration module here (plus, if its network is new, a file in `nets/`), one line in
+so a new workload is one declaration module here (plus, if its network is new, a file in `nets/`), one line in
 REGISTRY, and its test. Declarations import no torch: flags are checked in a fraction of a second, before
 torch and Lightning load; `build` imports the network when a run actually starts.
 """
