@@ -78,8 +78,10 @@ class CommonConfig:
         return asdict(self)
 
     def workload(self) -> dict:
-        """The fields that define the computation: identical across a scaling group."""
-        return {k: getattr(self, k) for k in WORKLOAD_FIELDS + workloads.get(self.model).identity}
+        """The fields that define the computation, identical across a scaling group: the common ones, and the
+        workload's own (WorkloadSpec.identity) under `options`."""
+        return {**{k: getattr(self, k) for k in WORKLOAD_FIELDS},
+                "options": {k: getattr(self, k) for k in workloads.get(self.model).identity}}
 
     def batch_per_device(self, world_size: int) -> int:
         """Weak scaling keeps the per-device batch; strong scaling splits a fixed global batch."""

@@ -154,6 +154,14 @@ DERIVED_WORKLOAD_FIELDS = ("describe", "params", "trainable_params", "tokens_per
                            "global_batch")
 
 
+def workload_fields(workload: dict) -> dict:
+    """A workload block as one mapping: its common fields and its own options side by side (an option's flag is
+    never a common one), as a scaling group's key, a reference's match and a summary name the workload (the key
+    reads the same for a result of any version)."""
+    options = workload.get("options")
+    return {**{k: v for k, v in workload.items() if k != "options"}, **(options if isinstance(options, dict) else {})}
+
+
 def group_key(result: dict, defaults=None) -> str:
     """Runs with equal keys did the identical job on the same kind of hardware: one scaling group. A workload field
     equal to its entry in `defaults` is left out: a result written before that field existed ran at its default
@@ -161,7 +169,7 @@ def group_key(result: dict, defaults=None) -> str:
     if defaults is None and "_group_key" in result:  # as report/index.py computed it from the whole result
         return result["_group_key"]
     defaults = defaults or {}
-    workload = {k: v for k, v in result["workload"].items()
+    workload = {k: v for k, v in workload_fields(result["workload"]).items()
                 if k not in DERIVED_WORKLOAD_FIELDS and not (k in defaults and v == defaults[k])}
     launch = result["launch"]
     hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}

@@ -65,7 +65,26 @@ def _v2_to_v3(data: dict) -> dict:
     return data
 
 
-STEPS = {1: _v1_to_v2, 2: _v2_to_v3}  # a result's version -> the step to the next
+# Version 3 -> 4: the fields a workload block declares (record.Workload's); any other one of a version-3 file was one
+# of its workload's options. Written out, not read from the declaration: a later field must not move an old option.
+_WORKLOAD_DECLARED = frozenset((
+    "model", "describe", "scaling", "precision", "params", "trainable_params", "tokens_per_sample", "batch_per_device",
+    "global_batch", "accumulate_grad_batches", "comm_hook", "bucket_cap_mb", "static_graph", "compile",
+    "warmup_steps", "max_steps", "strategy", "batch_size", "learning_rate", "comm_probe_every", "max_epochs",
+    "num_samples"))
+
+
+def _v3_to_v4(data: dict) -> dict:
+    """A workload's own options (each a field of its own beside the common ones in version 3) under options."""
+    data = dict(data, schema_version=4)
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        common = {k: v for k, v in workload.items() if k in _WORKLOAD_DECLARED}
+        data["workload"] = {**common, "options": {k: v for k, v in workload.items() if k not in _WORKLOAD_DECLARED}}
+    return data
+
+
+STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}  # a result's version -> the step to the next
 
 
 # The report summary (`benchmark.py --export`) of version 1 -> 2: the result's version 3 names (old: new).

@@ -89,7 +89,7 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
     lora = config.parse_config(["--config", str(cfg_file)])
     full = config.parse_config(["--config", str(cfg_file), "--lora_rank", "0"])  # command line wins
     assert (lora.lora_rank, full.lora_rank) == (8, 0)
-    assert lora.workload() != full.workload() and lora.workload()["lora_rank"] == 8
+    assert lora.workload() != full.workload() and lora.workload()["options"]["lora_rank"] == 8
     cfg_file.write_text("model: gpt\nlora_rank: -1\n")
     with pytest.raises(UsageError, match="lora_rank: expected an integer from 0 to 65,536"):
         config.parse_config(["--config", str(cfg_file)])

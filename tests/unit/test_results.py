@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import make_result
-from scalelab import redaction, results
+from scalelab import record, redaction, results
 from scalelab.report import frames, tables
 
 
@@ -95,7 +95,7 @@ _DROP = object()
     ({"schema_version": "2"}, "bad schema_version '2'"),
     ({"schema_version": 1.0}, "bad schema_version 1.0"),
     ({"schema_version": _DROP}, "bad schema_version None"),
-    ({"schema_version": 4}, "schema_version 4 is newer than this scalelab reads (3); upgrade scalelab"),
+    ({"schema_version": 5}, "schema_version 5 is newer than this scalelab reads (4); upgrade scalelab"),
     ({"schema": "scalelab.report_summary"}, 'not a scalelab result (no "schema": "scalelab.result")'),
     ({"kind": "inference"}, "unknown result kind 'inference'"),
     ({"run_id": ""}, "field run_id: expected a non-empty string, got ''"),
@@ -205,7 +205,7 @@ def test_version_1_results_are_read_under_the_current_names(tmp_path):
     path.parent.mkdir()
     path.write_text(json.dumps(old))
     data = results.load(str(path))
-    assert data["schema_version"] == results.SCHEMA_VERSION == 3
+    assert data["schema_version"] == results.SCHEMA_VERSION == 4
     assert data["timing"]["comm"] == {"probe_steps": 2, "compute_s": 0.1, "synced_s": 0.104, "waited_s": 0.004,
                                       "allreduce_s": 0.008, "allreduce_alone_s": 0.005, "hidden_s": 0.004,
                                       "hidden_fraction": 0.5, "comm_share": 0.04,
@@ -247,7 +247,7 @@ def test_a_version_2_file_gets_the_version_3_name_of_every_renamed_field():
     old = _version_2("v2")
     kept = json.dumps(old)
     new = results.validate(old)
-    assert new["schema_version"] == 3 and json.dumps(old) == kept  # the caller's dict untouched
+    assert new["schema_version"] == results.SCHEMA_VERSION and json.dumps(old) == kept  # the caller's dict untouched
     assert new["workload"]["model"] == "gpt" and new["workload"]["describe"] == "gpt"
     assert new["config"] == {"model": "gpt", "devices": 2, "threads": 1}  # a replayed config: --model gpt
     assert new["launch"] == {"launcher": "local", "world_size": 2, "num_nodes": 1, "devices": 2, "accelerator": "cpu",
@@ -559,7 +559,7 @@ def test_a_version_1_file_gets_the_current_names_in_comm_and_in_each_rank():
                              "overlap": 0.5, "train_busbw_GBps": 6, "compute_s": 7}
     old["ranks"] = [{"comm_busy_s": [1], "comm_alone_s": [2], "rank": 0}]
     new = results.validate(old)
-    assert new["schema_version"] == 3 and new["timing"]["comm"] == {
+    assert new["schema_version"] == results.SCHEMA_VERSION and new["timing"]["comm"] == {
         "waited_s": 1, "allreduce_s": 2, "allreduce_alone_s": 3, "hidden_s": 4, "hidden_fraction": 0.5,
         "ddp_busbw_GBps": 6, "compute_s": 7}
     assert new["ranks"] == [{"allreduce_times_s": [1], "allreduce_alone_times_s": [2], "rank": 0}]
@@ -852,3 +852,41 @@ def test_as_read_shows_any_value_as_its_definition_does(value):
     plain numbers or mixed: as_read gives what redact then inert give value by value, and twice the same."""
     assert redaction.as_read(value) == _shown_plainly(value)
     assert redaction.as_read(value) == _shown_plainly(value)  # the second time from what it remembered
+
+
+_DECLARED = [f for f in record.Workload.__struct_fields__ if f != "options"]
+_OPTION_NAME = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(lambda n: n not in _DECLARED)
+_OPTION_VALUE = st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=4) | st.lists(st.integers(0, 9),
+                                                                                                max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(options=st.dictionaries(_OPTION_NAME, _OPTION_VALUE, max_size=4), seq=st.booleans())
+def test_a_version_3_workloads_own_fields_move_under_options_and_its_group_stays(options, seq):
+    """Version 3 kept a workload's options beside its common fields; read now, every field the block does not
+    declare is under options, every declared one where it was, and the scaling group's key is the one the version 3
+    file had (a reference, a summary and an index name the group as before)."""
+    old = make_result("v3", 2, **options)
+    old["schema_version"] = 3
+    if seq:  # a version 3 file with fields in another order
+        old["workload"] = dict(reversed(old["workload"].items()))
+    before = results.group_key(old)
+    new = results.validate(json.loads(json.dumps(old)))
+    assert new["workload"]["options"] == options
+    assert {k: v for k, v in new["workload"].items() if k != "options"} == {
+        k: v for k, v in old["workload"].items() if k not in options}
+    assert results.group_key(new) == before
+    assert results.workload_fields(new["workload"]) == old["workload"]
+
+
+def test_a_kept_version_3_gpt_reads_its_options_and_a_fresh_config_writes_them_there():
+    """The kept 2-device GPT of make demo (version 3): preset, seq_len, vocab_size and lora_rank under options;
+    what a run of today writes (config.workload) has the same layout and the same group."""
+    from scalelab import config
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "demo-results",
+                        "20261126-190227-gpt-2x-pid29308-4eab1e6c", "result.json")
+    new = results.load(path)
+    assert new["workload"]["options"] == {"preset": "tiny", "seq_len": 128, "vocab_size": 512, "lora_rank": 0}
+    fresh = config.parse_config(["--config", "gpt-tiny"]).workload()
+    assert fresh["options"] == new["workload"]["options"] and "preset" not in fresh

@@ -67,10 +67,11 @@ class Slurm(Block):
 
 class Workload(Block):
     """workload: what the run computed, the same at every scale of a scaling group but for the fields derived from
-    the launch size (results.DERIVED_WORKLOAD_FIELDS); any other field is one of its workload's own options that
-    identify the computation (WorkloadSpec.identity, declared in the workload's module; appendix C lists them)."""
-    rest: ClassVar[Any] = VALUES
+    the launch size (results.DERIVED_WORKLOAD_FIELDS); `options` holds its workload's own options that identify the
+    computation (WorkloadSpec.identity, declared in the workload's module; appendix C lists scalelab's)."""
     model: text("the workload's name (mlp, gpt, ...)")
+    options: Optional[described(dict[str, VALUES], "the workload's own options that identify the computation "
+                                "(WorkloadSpec.identity), as the flags gave them")] = None
     describe: Optional[text("what it is, in words: its size and shape")] = None
     scaling: Optional[described(Literal["weak", "strong"], "weak: the global batch grows with the devices")] = None
     precision: Optional[text("Lightning's precision (32, bf16-mixed, ...)")] = None
@@ -255,7 +256,7 @@ class Rank(Block):
 class Result(Block, kw_only=True, tag_field="kind"):
     """What every result holds: the envelope."""
     schema: described(Literal["scalelab.result"], "what the file is") = SCHEMA
-    schema_version: described(Literal[3], "this declaration's version (older files are upgraded to it)") = \
+    schema_version: described(Literal[4], "this declaration's version (older files are upgraded to it)") = \
         SCHEMA_VERSION
     run_id: text("the run's folder name: unique (results.new_run_id)", 255, 1)
     created: Optional[text("when it was written, ISO 8601 UTC", 64)] = None

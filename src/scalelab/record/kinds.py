@@ -5,7 +5,9 @@ from typing import Annotated, Any, ClassVar, Optional, Union
 from msgspec import Meta, Struct
 
 SCHEMA = "scalelab.result"
-SCHEMA_VERSION = 3  # 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity (upgrades.py)
+# 2: timing.comm and per-rank communication fields renamed; 3: one name per quantity; 4: a workload's own options
+# under workload.options (upgrades.py)
+SCHEMA_VERSION = 4
 MAX_RANKS = 10**6  # the bound of a world size or an index; a bigger one is a corrupt or hostile file
 MAX_STEPS = 10**6  # the most steps (batches) a rank's lists hold: a week of 1 s steps; a report stays linear in them
 MAX_SPAN_STEPS = 1000  # steps whose collectives a rank keeps as spans (train/clock.py keeps 60): the timeline's

@@ -79,20 +79,21 @@ def markdown() -> str:
 
 
 def _workload_options() -> list:
-    """The fields a workload block holds beyond its declaration: each workload's options that identify its
-    computation, declared in the workload's own module (its WorkloadSpec)."""
+    """What a workload block's options hold: each workload's options that identify its computation, declared in the
+    workload's own module (its WorkloadSpec)."""
     from scalelab import workloads  # torch-free: the specs only
 
-    lines = ["### workload: each workload's own options", "",
-             "A workload block also holds the options of its workload that identify the computation (its "
-             "`WorkloadSpec.identity`, declared in `src/scalelab/workloads/<name>.py`), as the flag gave them:", "",
+    lines = ["### workload.options: each workload's own options", "",
+             "A workload block's `options` hold the options of its workload that identify the computation (its "
+             "`WorkloadSpec.identity`, declared in `src/scalelab/workloads/<name>.py`), as the flag gave them; "
+             "scalelab's workloads:", "",
              "| field | workload | default | what it is |", "|---|---|---|---|"]
     for spec in workloads.REGISTRY.values():
         options = {o.name: o for o in spec.options}
         for name in spec.identity:
             option = options[name]
             what = str(option.argparse.get("help", "")).replace("|", "/")
-            lines.append(f"| `workload.{name}` | {spec.name} | {option.default!r} | {what} |")
+            lines.append(f"| `workload.options.{name}` | {spec.name} | {option.default!r} | {what} |")
     return lines + [""]
 
 

@@ -25,9 +25,9 @@ def night(folder: str, index: int, world: int, tokens_per_s: float, busbw=None) 
     comm = None if world == 1 else {"compute_s": 0.8 * step, "waited_s": 0.1 * step, "allreduce_s": 0.12 * step,
                                     "ddp_busbw_GBps": busbw}
     data.update(status="completed", error=None, ranks=None, metrics={"train_loss": 5.0},
-                workload={"model": "gpt", "preset": "tiny", "batch_size": 8, "scaling": "weak", "precision": "32",
-                          "describe": "gpt tiny", "params": 3323392, "seq_len": 128, "tokens_per_sample": 128,
-                          "batch_per_device": 8, "global_batch": 8 * world},
+                workload={"model": "gpt", "options": {"preset": "tiny", "seq_len": 128}, "batch_size": 8,
+                          "scaling": "weak", "precision": "32", "describe": "gpt tiny", "params": 3323392,
+                          "tokens_per_sample": 128, "batch_per_device": 8, "global_batch": 8 * world},
                 launch={"launcher": "slurm", "world_size": world, "num_nodes": 1, "devices": world,
                         "accelerator": "cpu", "device_names": ["cpu"], "threads": 1},
                 timing={"samples_per_s": tokens_per_s / 128, "tokens_per_s": tokens_per_s, "train_time_s": 30 * step,
