@@ -1,6 +1,6 @@
 """Speed target 3: `benchmark.py` over 10,000 result files in under 3 s; and a site's scale, real-size.
 
-Writes N synthetic results (2 ranks x 50 step times each) and times the CLI end to end:
+Writes N synthetic results (one rank record per rank, 50 step times each) and times the CLI end to end:
 
     python benchmarks/report_speed.py --files 10000
 
@@ -33,10 +33,9 @@ def synthetic(i: int, rng: random.Random) -> dict:
     data = results.envelope("training", f"synthetic-{i:05d}")
     data.update(
         status="completed", error=None,
-        workload={"model": "gpt", "preset": "tiny", "batch_size": 8, "scaling": "weak",
-                  "precision": "32", "describe": "gpt tiny", "params": 3323392, "seq_len": 128,
-                  "tokens_per_sample": 128,
-                  "group": i % 20, "batch_per_device": 8, "global_batch": 8 * world},
+        workload={"model": "gpt", "options": {"preset": "tiny", "seq_len": 128, "group": i % 20}, "batch_size": 8,
+                  "scaling": "weak", "precision": "32", "describe": "gpt tiny", "params": 3323392,
+                  "tokens_per_sample": 128, "batch_per_device": 8, "global_batch": 8 * world},
         launch={"launcher": "slurm", "world_size": world, "num_nodes": max(1, world // 4),
                 "devices": min(world, 4), "accelerator": "cpu", "device_names": ["cpu"],
                 "threads": 1},
@@ -48,7 +47,7 @@ def synthetic(i: int, rng: random.Random) -> dict:
                                                  "allreduce_alone_s": 0.009 * world ** 0.5, "grad_bytes": 13293568,
                                                  "bucket_bytes": [13293568], "buckets": 1, "probe_steps": 8}},
         metrics={"train_loss": 5.0, "val_loss": None, "val_acc": None},
-        ranks=[{"rank": r, "step_times_s": steps, "losses": [5.0] * 50} for r in range(2)],
+        ranks=[{"rank": r, "step_times_s": steps, "losses": [5.0] * 50} for r in range(world)],
     )
     return data
 
