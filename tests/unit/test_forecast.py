@@ -587,11 +587,13 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert [re.search(r"%\s+(too wide|yes|NO)\s", line).group(1) for line in table[2:]] == ["too wide", "yes", "NO"]
     assert lines[2].startswith("  1 of 2 inside the 80 % band (50 %; 1 band(s) wider than 50 points not counted: "
                                "too few or too noisy runs to fit the model from; more repeats of each configuration "
-                               "narrow them (the demo's --repeats 3)); median error ")
+                               "narrow them (the demo's --repeats 3)); median error 17.5 points. ")  # of 5, 30
     assert forecast_view.track_record(runs, track.iloc[1:], "simple")[2].startswith(
-        "  1 of 2 inside the 80 % band (50 %); ")
-    assert forecast_view.track_record(runs, track.iloc[:1], "simple")[2].startswith(
-        "  0 of 0 inside the 80 % band (1 band(s) wider than 50 points")  # nothing counted: no share of nothing
+        "  1 of 2 inside the 80 % band (50 %); median error 17.5 points. ")
+    alone = forecast_view.track_record(runs, track.iloc[:1], "simple")[2]  # nothing counted: no share, no error
+    assert alone.startswith("  0 of 0 inside the 80 % band (1 band(s) wider than 50 points") and \
+        alone.endswith("narrow them (the demo's --repeats 3)); no error to state. `--forecast` forecasts the scales "
+                       "not run."), alone
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
 
 

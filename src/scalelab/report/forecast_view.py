@@ -105,7 +105,8 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
              f"{r.predicted_step_s * 1e3:,.1f}", f"{r.measured_step_s * 1e3:,.1f}", r.exposure_from.split(" (")[0]]
             [:None if details else -1] for r, too_wide in zip(track.itertuples(), wide)]
     inside, counted = int(track.loc[~wide, "inside"].sum()), int((~wide).sum())
-    err = (track["predicted_eff"] - track["measured_eff"]).abs().median() * 100
+    judged = track[~wide]  # the error, as the share inside, of the bands counted: a too-wide band's middle says nothing
+    err = (judged["predicted_eff"] - judged["measured_eff"]).abs().median() * 100
     promise = f"{noise.COVERAGE * 100:.0f} %"
     notes = [f"{inside / counted * 100:.0f} %"] if counted else []
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
@@ -117,7 +118,8 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
             f"{promise} band: where four in five new runs should land; efficiency = 1-device step ÷ step)",
             narrow(rows, ["group", "world size", "nodes", "predicted eff. (band)", "measured", "inside",
                           "predicted step ms", "measured ms", "exposure from"][:None if details else -1], fmt),
-            f"{said}; median error {err:.1f} points. `--forecast` forecasts the scales not run.",
+            f"{said}; " + (f"median error {err:.1f} points" if counted else "no error to state") +
+            ". `--forecast` forecasts the scales not run.",
             *left_out(runs),
             "  The bands' run-to-run scatter: " + "; ".join(
                 f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)), ""]
