@@ -128,7 +128,8 @@ def build_parser(prog: str = "train.py") -> argparse.ArgumentParser:
     p.add_argument("--print_config", action="store_true", default=None,
                    help="print the resolved settings as YAML (what --config reads back) and exit")
     w = p.add_argument_group("workload")
-    w.add_argument("--model", choices=tuple(workloads.REGISTRY),
+    # a workload declared outside scalelab that cannot run is a choice too: asked for, it says why (workloads.get)
+    w.add_argument("--model", choices=(*workloads.REGISTRY, *workloads.BROKEN),
                    help="; ".join(spec.help for spec in workloads.REGISTRY.values()))
     w.add_argument("--num_samples", type=bounded(int, 1, 10**9, "samples, made in memory"),
                    help=f"training set size ({_per_workload('num_samples')}; else enough for max_steps)")

@@ -88,7 +88,7 @@ def _workload_options() -> list:
              "`WorkloadSpec.identity`, declared in `src/scalelab/workloads/<name>.py`), as the flag gave them; "
              "scalelab's workloads:", "",
              "| field | workload | default | what it is |", "|---|---|---|---|"]
-    for spec in workloads.REGISTRY.values():
+    for spec in workloads.BUILTIN.values():  # not a user's: the appendix is the same wherever it is made
         options = {o.name: o for o in spec.options}
         for name in spec.identity:
             option = options[name]

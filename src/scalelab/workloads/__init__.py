@@ -8,15 +8,100 @@ REGISTRY, and its test. Declarations import no torch: flags are checked in a fra
 torch and Lightning load; `build` imports the network when a run actually starts.
 """
 
+import importlib
+import os
+from importlib import metadata
+
+from scalelab.errors import UsageError
 from scalelab.workloads import gpt, mlp
-from scalelab.workloads.spec import Option, Workload, WorkloadSpec
+from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
 
-__all__ = ["REGISTRY", "Option", "Workload", "WorkloadSpec", "build", "get", "throughput_unit"]
+__all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "Workload", "WorkloadSpec", "build",
+           "get", "throughput_unit"]
 
-REGISTRY = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC)}
+GROUP = "scalelab.workloads"  # the entry point group an installed package declares its workloads in
+ENV = "SCALELAB_WORKLOADS"  # MODULE:NAME[,...]: workloads of modules on the path, not installed
+BUILTIN = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC)}
+
+
+def _load(target: str):
+    """The object MODULE:NAME names (an entry point's value, or an item of SCALELAB_WORKLOADS)."""
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError("expected MODULE:NAME")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _declared() -> list:
+    """(name a user runs it by or None, MODULE:NAME) of every workload declared outside scalelab: the installed
+    packages' entry points, then SCALELAB_WORKLOADS's."""
+    try:
+        points = [(ep.name, ep.value) for ep in metadata.entry_points(group=GROUP)]
+    except Exception:  # noqa: BLE001 - a broken distribution's metadata: no plugins rather than no scalelab
+        points = []
+    return points + [(None, t.strip()) for t in os.environ.get(ENV, "").split(",") if t.strip()]
+
+
+def _plugins(taken: dict) -> tuple:
+    """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}): each loaded once, at
+    import (every rank and the launcher see the same); one that fails is kept with its reason, said in one line
+    where it is asked for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where
+    it is not."""
+    found, refused = {}, []
+    flags = {o.name for spec in taken.values() for o in spec.options}
+    for name, target in _declared():
+        try:
+            spec = _load(target)
+        except Exception as exc:  # noqa: BLE001 - whatever a user's module raises on import: said, not a traceback
+            refused.append((name or target, target, f"{target} does not import ({_first_line(exc)})"))
+            continue
+        if not isinstance(spec, WorkloadSpec):
+            refused.append((name or target, target, f"{target} is a {type(spec).__name__}, not a scalelab "
+                                                    "WorkloadSpec"))
+            continue
+        why = _refused(spec, name, {**taken, **found}, flags)
+        if why:
+            refused.append((name or spec.name, target, f"{target}: {why}"))
+            continue
+        found[spec.name] = spec
+        flags |= {o.name for o in spec.options}
+    broken = {}
+    for name, target, why in refused:  # by its name, unless a workload that runs or an earlier refusal has it
+        broken[target if name in taken or name in found or name in broken else name] = why
+    return found, broken
+
+
+def _first_line(exc: BaseException) -> str:
+    said = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
+
+
+def _refused(spec: WorkloadSpec, name, taken: dict, flags: set):
+    """Why a declared spec cannot join the registry, or None."""
+    if name is not None and name != spec.name:
+        return f"declares the name {spec.name!r}, its entry point {name!r}"
+    if spec.name in taken:
+        return f"the name {spec.name!r} is taken (by {'scalelab' if spec.name in BUILTIN else 'another package'})"
+    clash = sorted({o.name for o in spec.options} & flags)
+    if clash:
+        return f"its option(s) {', '.join('--' + c for c in clash)} are another workload's already"
+    missing = sorted(set(spec.identity) - {o.name for o in spec.options})
+    if missing:
+        return f"its identity names {', '.join(missing)}, which it has no option for"
+    return None
+
+
+PLUGINS, BROKEN = _plugins(BUILTIN)
+REGISTRY = {**BUILTIN, **PLUGINS}
 
 
 def get(name: str) -> WorkloadSpec:
+    """The workload --model names; one declared outside scalelab that cannot run: a UsageError saying why."""
+    if name in BROKEN:
+        raise UsageError(f"--model {name}: {BROKEN[name]}")
     return REGISTRY[name]
 
 

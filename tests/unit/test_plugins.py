@@ -1,0 +1,136 @@
+"""A workload declared outside scalelab (an installed package's entry point, or SCALELAB_WORKLOADS) joins the
+registry or is refused in one line where it is asked for, never anywhere else.
+
+The registry is made when scalelab.workloads is imported, so each case runs its commands in a fresh process with
+its own PYTHONPATH and environment: what a user's shell does."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import ROOT
+from scalelab import workloads
+from scalelab.workloads import Option, WorkloadSpec
+
+EXAMPLE = ROOT / "examples" / "tiny_cnn"
+
+
+def _run(tmp_path, *args, env=None, paths=()):
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *map(str, paths)]), **(env or {}))
+    if "SCALELAB_WORKLOADS" not in (env or {}):
+        full.pop("SCALELAB_WORKLOADS", None)  # the caller's shell's, never a test's
+    return subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), *args], capture_output=True, text=True,
+                          timeout=120, env=full, cwd=tmp_path)
+
+
+def _dist_info(site, name: str, entry: str):
+    """What `pip install` leaves for a package with one scalelab.workloads entry point."""
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[scalelab.workloads]\n{entry}\n")
+
+
+BAD = """
+from scalelab.workloads import Option, WorkloadSpec
+build = lambda cfg, batch, world: None
+TAKEN = WorkloadSpec(name="mlp", help="h", defaults={}, options=(), identity=(), build=build)
+CLASH = WorkloadSpec(name="clash", help="h", defaults={}, options=(Option("preset", 1),), identity=(), build=build)
+NO_OPTION = WorkloadSpec(name="no-option", help="h", defaults={}, options=(), identity=("width",), build=build)
+NOT_A_SPEC = {"name": "x"}
+"""
+
+
+@pytest.mark.parametrize("target, name, said", [
+    ("nowhere_at_all:SPEC", "nowhere_at_all:SPEC",
+     "--model nowhere_at_all:SPEC: nowhere_at_all:SPEC does not import (ModuleNotFoundError: No module named "
+     "'nowhere_at_all')"),
+    ("bad_specs:NOT_A_SPEC", "bad_specs:NOT_A_SPEC",
+     "--model bad_specs:NOT_A_SPEC: bad_specs:NOT_A_SPEC is a dict, not a scalelab WorkloadSpec"),
+    ("bad_specs:CLASH", "clash", "--model clash: bad_specs:CLASH: its option(s) --preset are another workload's "
+                                 "already"),
+    ("bad_specs:NO_OPTION", "no-option", "--model no-option: bad_specs:NO_OPTION: its identity names width, which it "
+                                         "has no option for"),
+])
+def test_a_workload_that_cannot_run_is_one_line_where_asked_for_and_silent_elsewhere(tmp_path, target, name, said):
+    (tmp_path / "bad_specs.py").write_text(BAD)
+    env = {"SCALELAB_WORKLOADS": target}
+    asked = _run(tmp_path, "--model", name, "--print_config", env=env, paths=[tmp_path])
+    assert asked.returncode == 2 and asked.stdout == "", asked.stderr
+    assert asked.stderr.strip().splitlines() == [f"train.py: error: {said}"], asked.stderr
+    other = _run(tmp_path, "--model", "mlp", "--print_config", env=env, paths=[tmp_path])
+    assert other.returncode == 0 and "model: mlp" in other.stdout and other.stderr == "", other.stderr
+
+
+def test_a_name_scalelab_has_stays_scalelabs_and_the_module_says_why_by_its_target(tmp_path):
+    (tmp_path / "bad_specs.py").write_text(BAD)
+    env = {"SCALELAB_WORKLOADS": "bad_specs:TAKEN"}
+    proc = _run(tmp_path, "--model", "mlp", "--print_config", env=env, paths=[tmp_path])
+    assert proc.returncode == 0 and "hidden_dims" in proc.stdout, proc.stderr  # scalelab's MLP, not the module's
+    proc = _run(tmp_path, "--model", "bad_specs:TAKEN", env=env, paths=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip() == ("train.py: error: --model bad_specs:TAKEN: "
+                                                            "bad_specs:TAKEN: the name 'mlp' is taken (by scalelab)")
+
+
+def test_an_installed_packages_entry_point_is_a_model_with_its_options(tmp_path):
+    """The example, as `pip install -e examples/tiny_cnn` registers it: its flag, default and identity."""
+    site = tmp_path / "site"
+    _dist_info(site, "scalelab-example-tiny-cnn", "tiny-cnn = tiny_cnn:SPEC")
+    proc = _run(tmp_path, "--model", "tiny-cnn", "--width", "8", "--print_config", paths=[site, EXAMPLE])
+    assert proc.returncode == 0 and "model: tiny-cnn" in proc.stdout and "width: 8" in proc.stdout, proc.stderr
+    assert "--width" in _run(tmp_path, "--help", paths=[site, EXAMPLE]).stdout
+    renamed = tmp_path / "renamed"
+    _dist_info(renamed, "other", "cnn = tiny_cnn:SPEC")
+    proc = _run(tmp_path, "--model", "cnn", paths=[renamed, EXAMPLE])
+    assert proc.returncode == 2 and proc.stderr.strip() == ("train.py: error: --model cnn: tiny_cnn:SPEC: declares "
+                                                            "the name 'tiny-cnn', its entry point 'cnn'")
+
+
+NAMES = st.sampled_from(["mlp", "gpt", "a", "b", "c"])
+OPTIONS = st.lists(st.sampled_from(["preset", "noise", "width", "depth", "k"]), max_size=3, unique=True)
+
+
+@settings(max_examples=80, deadline=None)
+@given(declared=st.lists(st.tuples(NAMES, OPTIONS, st.data()), max_size=5))
+def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_name_one_flag(declared):
+    """The rule for any set of declarations: each one is in the registry or refused with its reason, never both or
+    neither; no name is two workloads'; no flag is two workloads'; a spec's identity is among its own options; and
+    scalelab's own workloads are never displaced."""
+    module, targets = type(sys)("generated_specs"), []
+    for i, (name, options, data) in enumerate(declared):
+        identity = tuple(data.draw(st.lists(st.sampled_from(options + ["zz"]), max_size=2, unique=True)))
+        spec = WorkloadSpec(name=name, help="h", defaults={}, options=tuple(Option(o, 0) for o in options),
+                            identity=identity, build=lambda *a: None)
+        setattr(module, f"S{i}", spec)
+        targets.append((None, f"generated_specs:S{i}"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "generated_specs", module)
+        mp.setattr(workloads, "_declared", lambda: targets)
+        found, broken = workloads._plugins(workloads.BUILTIN)
+    for i in range(len(declared)):  # each joined, or refused by its name or its target
+        spec, target = getattr(module, f"S{i}"), f"generated_specs:S{i}"
+        assert found.get(spec.name) is spec or target in broken or broken.get(spec.name, "").startswith(target)
+    assert not set(found) & set(workloads.BUILTIN)  # scalelab's stay scalelab's
+    assert not set(broken) & (set(found) | set(workloads.BUILTIN))  # a name that runs is never refused
+    flags = [o.name for spec in [*workloads.BUILTIN.values(), *found.values()] for o in spec.options]
+    assert len(flags) == len(set(flags))
+    assert all(set(spec.identity) <= {o.name for o in spec.options} for spec in found.values())
+    for spec in found.values():
+        assert spec.name not in broken
+
+
+def test_the_example_declares_a_spec_without_importing_torch():
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{str(ROOT / "src")!r}, {str(EXAMPLE)!r}]
+        import tiny_cnn
+        assert "torch" not in sys.modules, "torch"
+        print(tiny_cnn.SPEC.name)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "tiny-cnn", proc.stderr
