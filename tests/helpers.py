@@ -213,7 +213,7 @@ def _wait_for(what, check, timeout):
 # reads what chapter 14's nightly ReFrame run left: one run for both, through conftest's `chapter_run`) ---
 RUN_MARK = "<!-- docs-test: run -->"
 SLURM_MARK = "<!-- docs-test: slurm -->"
-LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "reframe", "Makefile", "setup.cfg", "pyproject.toml")
+LINKED = ("src", "slurm_jobs", "benchmarks", "tests", "reframe", "examples", "Makefile", "setup.cfg", "pyproject.toml")
 # Variables a surrounding launcher may have set: a block must behave as on a participant's plain shell.
 LAUNCHER_ENV = re.compile(r"^(SLURM_|SBATCH_|SCALELAB_|TORCHELASTIC_|PMI_|OMPI_)|^(RANK|LOCAL_RANK|WORLD_SIZE|"
                           r"LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|NODE_RANK|VIRTUAL_ENV)$")
