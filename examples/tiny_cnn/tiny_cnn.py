@@ -8,7 +8,8 @@ scalelab finds it one of two ways, then `--model tiny-cnn` runs it at any scale 
 The declaration (SPEC) imports no torch: scalelab reads every flag before torch loads; `build` imports it when a
 run starts. A workload gives a LightningModule whose training_step returns the loss (a scalar tensor) and whose
 configure_optimizers returns a torch optimizer, and a training set of (input, label) batches. FLOPs per sample and
-a memory estimate are optional: without them MFU and the memory check say "—".
+a memory estimate are optional: without FLOPs each run counts them with torch's FLOP counter on one step (the
+result's timing.flops_from says so); without an estimate nothing is checked before the ranks start.
 """
 
 from scalelab.workloads import Option, Workload, WorkloadSpec

@@ -136,11 +136,12 @@ def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
 
     from scalelab.train.payload import throughput
 
-    ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9), cfg=SimpleNamespace(precision="bf16-mixed"),
-                          launch=SimpleNamespace(world_size=8, accelerator="gpu"))
+    ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9, flops_from="analytic"),
+                          cfg=SimpleNamespace(precision="bf16-mixed"), launch=SimpleNamespace(world_size=8,
+                                                                                             accelerator="gpu"))
     got = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A100-SXM4-80GB"}])
-    assert got == {"flops_per_sample": 1.2e9, "tflops_per_device": pytest.approx(6.0), "peak_tflops": 312.0,
-                   "mfu": pytest.approx(6.0 / 312.0)}
+    assert got == {"flops_per_sample": 1.2e9, "flops_from": "analytic", "tflops_per_device": pytest.approx(6.0),
+                   "peak_tflops": 312.0, "mfu": pytest.approx(6.0 / 312.0)}
     cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
                      {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
     assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None

@@ -167,7 +167,9 @@ class Timing(Block):
     train_time_s: Optional[real("the timed steps' wall time", "s")] = None
     first_step_s: Optional[real("the first step, compile and warm-up included", "s", None)] = None
     whole_run_s: Optional[real("the process's whole run", "s", None)] = None
-    flops_per_sample: Optional[real("analytic FLOPs of one sample's forward and backward", "FLOP", None)] = None
+    flops_per_sample: Optional[real("FLOPs of one sample's forward and backward", "FLOP", None)] = None
+    flops_from: Optional[text("how flops_per_sample was obtained: analytic (the workload's formula) or counted "
+                              "(torch's FLOP counter on one step)")] = None
     tflops_per_device: Optional[real("achieved per device", "TFLOP/s", None)] = None
     peak_tflops: Optional[real("the device's datasheet peak at this precision", "TFLOP/s")] = None
     mfu: Optional[real("tflops_per_device / peak_tflops", "fraction")] = None

@@ -234,16 +234,18 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
 
 
 def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
-    """Achieved TFLOP/s per device from the analytic FLOPs per sample; MFU only where the datasheet table knows the
-    device's peak, else `peak_note` says why there is none (the report prints it beside MFU's "—")."""
+    """Achieved TFLOP/s per device from the FLOPs per sample (analytic, or counted: flops_from); MFU only where the
+    datasheet table knows the device's peak, else `peak_note` says why there is none (the report prints it beside
+    MFU's "—")."""
     flops = ctx.workload.flops_per_sample if ctx.workload else None
+    source = {"flops_from": ctx.workload.flops_from} if ctx.workload else {}
     if not flops or not summary.get("samples_per_s"):
-        return {"flops_per_sample": flops, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
+        return {"flops_per_sample": flops, **source, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
     achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12
     peak, note = None, None  # on CPU the report says it itself
     if ctx.launch.accelerator == "gpu":
         peak, note = perfmodel.peak_or_reason(per_rank[0]["device_name"], ctx.cfg.precision)
-    return {"flops_per_sample": flops, "tflops_per_device": achieved, "peak_tflops": peak,
+    return {"flops_per_sample": flops, **source, "tflops_per_device": achieved, "peak_tflops": peak,
             "mfu": perfmodel.mfu(achieved, peak), **({"peak_note": note} if note else {})}
 
 

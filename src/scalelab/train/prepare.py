@@ -54,6 +54,11 @@ def build_workload(fabric, ctx):
                          f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
+    if ctx.workload.flops_per_sample is None:  # a workload without an analytic figure: counted, before compile
+        from scalelab.train import flopcount
+
+        ctx.workload.flops_per_sample, ctx.workload.flops_from = flopcount.count(
+            ctx.workload.module, ctx.workload.train_set, batch)
     if cfg.compile:  # every workload alike, before DDP or FSDP wraps it; its graphs' runs counted (train/compiled.py)
         from scalelab.train import compiled
 

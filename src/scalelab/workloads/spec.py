@@ -49,5 +49,7 @@ class Workload:
     n_params: int
     tokens_per_sample: int  # 0 for workloads without tokens: throughput is then read in samples/s
     describe: str
-    flops_per_sample: float  # training (forward + backward) FLOPs of one sample, analytic: see each workload
+    flops_per_sample: Optional[float]  # training (forward + backward) FLOPs of one sample, analytic: see each
+    # workload; None: the run counts them (train/flopcount.py)
     trainable_params: int  # parameters with gradients, what DDP all-reduces: n_params unless LoRA
+    flops_from: str = "analytic"  # how flops_per_sample was obtained (the result's timing.flops_from)

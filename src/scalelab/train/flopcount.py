@@ -1,0 +1,33 @@
+"""A workload's training FLOPs per sample counted by torch, where it gives no analytic figure.
+
+torch.utils.flop_counter counts every matmul, convolution and attention of one training_step and its backward
+(model FLOPs: elementwise work is not counted, as the analytic 6N convention does not count it). It runs once per
+rank before the loop, on a copy of the module on the meta device: no compute, nothing of the run's module,
+optimizer, random state or compiled graphs touched (a dispatch mode around a compiled step would poison it; the
+copy is never compiled). Counted on the GPT it gives its analytic figure to the FLOP (tests/unit/test_flopcount.py).
+"""
+
+import copy
+from typing import Optional, Tuple
+
+COUNTED = "counted (torch.utils.flop_counter, one step on a meta copy)"
+
+
+def count(module, dataset, batch: int) -> Tuple[Optional[float], str]:
+    """(training FLOPs of one sample, how they were obtained): one batch of `dataset`'s first samples through a
+    meta copy of `module`'s training_step and backward; (None, why not) where a step cannot run on meta tensors."""
+    import torch
+    from torch.utils.data import DataLoader
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with torch.random.fork_rng(devices=[]):  # a dataset or a copy that draws numbers leaves the run's unchanged
+            shadow = copy.deepcopy(module).to("meta")
+            sample = next(iter(DataLoader(dataset, batch_size=batch)))
+            sample = [t.to("meta") if isinstance(t, torch.Tensor) else t for t in sample]
+            with FlopCounterMode(display=False) as counter:
+                loss = shadow.training_step(sample, 0)
+                loss.backward()
+        return counter.get_total_flops() / batch, COUNTED
+    except Exception as exc:  # noqa: BLE001 - a step that meta tensors cannot run: no FLOPs, and why, not a failure
+        return None, f"not counted (a meta step failed: {type(exc).__name__})"
