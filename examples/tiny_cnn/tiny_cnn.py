@@ -12,6 +12,7 @@ a memory estimate are optional: without FLOPs each run counts them with torch's 
 result's timing.flops_from says so); without an estimate nothing is checked before the ranks start.
 """
 
+from scalelab.entry import bounded
 from scalelab.workloads import Option, Workload, WorkloadSpec
 
 
@@ -54,7 +55,8 @@ SPEC = WorkloadSpec(
     name="tiny-cnn",
     help="tiny-cnn: a user's small CNN on synthetic 16x16 images (examples/tiny_cnn)",
     defaults={"batch_size": 32, "learning_rate": 0.01, "max_epochs": None, "max_steps": 30},
-    options=(Option("width", 16, {"type": int, "help": "channels of the first convolution (tiny-cnn)"}),),
+    options=(Option("width", 16, {"type": bounded(int, 1, 4096, "channels"),
+                                  "help": "channels of the first convolution (tiny-cnn)"}),),
     identity=("width",),
     build=build,
 )

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Optional
 
-from scalelab import config_flags, upgrades, workloads
+from scalelab import config_flags, record, upgrades, workloads
 from scalelab.entry import LEARNING_RATE, STEPS, WORKERS, OneLineParser, bounded, env_rank, prog_name
 from scalelab.errors import UsageError
 
@@ -97,12 +97,20 @@ class CommonConfig:
 # read as (the report's frames).
 LEVER_DEFAULTS = {name: CommonConfig.__dataclass_fields__[name].default for name in LEVERS}
 
+# Workloads declared outside scalelab join the registry here, before RunConfig and the parser are made from it: no
+# option may take a common flag's name, the parser's own, or a field of the result's workload block.
+COMMON = frozenset(f.name for f in dataclasses.fields(CommonConfig))
+RESERVED = COMMON | {"help", "version", "print_config", "comet_api_key", "options"} | set(
+    record.Workload.__struct_fields__)
+workloads.admit(reserved=RESERVED, common=COMMON)
+
+
 def _options():
     """(owning workload, Option) for every workload option, in registry order."""
     return [(spec.name, option) for spec in workloads.REGISTRY.values() for option in spec.options]
 
 
-# One flat record, as result.json stores it: cfg.preset, cfg.hidden_dims, ... beside the common fields.
+# One flat record, as result.json's config block stores it: cfg.preset, cfg.hidden_dims, ... beside the common fields.
 RunConfig = make_dataclass(
     "RunConfig",
     [(o.name, Any, field(default_factory=functools.partial(copy.deepcopy, o.default))) for _, o in _options()],
@@ -352,8 +360,8 @@ def _check_strategy(cfg, spec) -> None:
     if cfg.strategy != "fsdp":
         return
     if not spec.shards:
-        raise UsageError(f"--strategy fsdp: --model {cfg.model} declares nothing to shard (its parameters fit any "
-                         "device many times over); use --strategy ddp")
+        raise UsageError(f"--strategy fsdp: --model {cfg.model} declares nothing to shard (WorkloadSpec.shards, "
+                         "and its module's shard method); use --strategy ddp")
     ddp_only = [f"--{name}" for name in ("comm_hook", "bucket_cap_mb", "static_graph")
                 if getattr(cfg, name) != LEVER_DEFAULTS[name]]
     if ddp_only:

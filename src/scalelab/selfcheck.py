@@ -282,7 +282,7 @@ def _memory_of(run) -> Verdict:
         return Verdict("memory estimate vs peak", "SKIP", "CPU run", "torch measures GPU memory only")
     if not est or not peak:
         return Verdict("memory estimate vs peak", "SKIP", "no estimate" if not est else "no peak recorded",
-                       "the estimate covers the GPT (--model gpt)" if not est else "an older scalelab")
+                       "its workload declares no memory estimate (the GPT does)" if not est else "an older scalelab")
     off = est / peak - 1
     ok = abs(off) <= MEMORY_TOLERANCE
     return Verdict("memory estimate vs peak", "PASS" if ok else "FAIL",

@@ -300,8 +300,8 @@ WHY_NOT_DDP = "DDP's, not FSDP's (it all-gathers each block's parameters and red
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "mlp", "--strategy", "fsdp"], "--strategy fsdp: --model mlp declares nothing to shard (its "
-     "parameters fit any device many times over); use --strategy ddp"),
+    (["--model", "mlp", "--strategy", "fsdp"], "--strategy fsdp: --model mlp declares nothing to shard "
+     "(WorkloadSpec.shards, and its module's shard method); use --strategy ddp"),
     (["--model", "gpt", "--strategy", "fsdp", "--comm_hook", "bf16"],
      f"--comm_hook: {WHY_NOT_DDP}; drop it or use --strategy ddp"),
     (["--model", "gpt", "--strategy", "fsdp", "--bucket_cap_mb", "50", "--static_graph"],

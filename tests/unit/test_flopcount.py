@@ -95,3 +95,37 @@ def test_the_example_workload_is_counted_when_a_run_builds_it(monkeypatch):
     assert ctx.workload.flops_from == flopcount.COUNTED and ctx.workload.flops_per_sample > 0
     again, _ = flopcount.count(ctx.workload.module, ctx.workload.train_set, 4)
     assert again == ctx.workload.flops_per_sample
+
+
+class _Keyed(nn.Module):
+    """A step whose batches are dicts, over a tied weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4, bias=False)
+        self.b = nn.Linear(4, 4, bias=False)
+        self.b.weight = self.a.weight
+
+    def training_step(self, batch, i):
+        return self.b(self.a(batch["x"])).square().mean()
+
+
+class _Dicts(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"x": torch.full((4,), float(i))}
+
+
+def test_a_batch_keeps_its_shape_and_no_weight_is_copied(monkeypatch):
+    """A dict batch reaches the step as a dict; no parameter or buffer is deep-copied (a model of billions would be
+    copied on every rank of a node): a tied weight stays one meta parameter."""
+    def refuse(self, memo):
+        raise AssertionError("a weight was copied")
+
+    monkeypatch.setattr(torch.nn.Parameter, "__deepcopy__", refuse)
+    module = _Keyed()
+    counted, how = flopcount.count(module, _Dicts(), 2)
+    assert how == flopcount.COUNTED and counted == 2 * 2 * 16 + 2 * 16 + 2 * 2 * 16  # b: in+weight grads; a: weight
+    assert module.a.weight.device.type == "cpu" and module.a.weight is module.b.weight

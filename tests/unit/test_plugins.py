@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ROOT
-from scalelab import workloads
+from scalelab import config, workloads
 from scalelab.workloads import Option, WorkloadSpec
 
 EXAMPLE = ROOT / "examples" / "tiny_cnn"
@@ -43,6 +43,15 @@ TAKEN = WorkloadSpec(name="mlp", help="h", defaults={}, options=(), identity=(),
 CLASH = WorkloadSpec(name="clash", help="h", defaults={}, options=(Option("preset", 1),), identity=(), build=build)
 NO_OPTION = WorkloadSpec(name="no-option", help="h", defaults={}, options=(), identity=("width",), build=build)
 NOT_A_SPEC = {"name": "x"}
+COMMON_FLAG = WorkloadSpec(name="common", help="h", defaults={}, options=(Option("seed", 1),), identity=(),
+                           build=build)
+RECORD_FIELD = WorkloadSpec(name="field", help="h", defaults={}, options=(Option("params", 1),), identity=(),
+                            build=build)
+DASHED = WorkloadSpec(name="dashed", help="h", defaults={}, options=(Option("my-opt", 1),), identity=(), build=build)
+ARGPARSE = WorkloadSpec(name="argparse", help="h", defaults={}, options=(Option("k", 1, {"nargs": 0}),),
+                        identity=(), build=build)
+DEFAULTS = WorkloadSpec(name="defaults", help="h", defaults={"batchsize": 4}, options=(), identity=(), build=build)
+SLASHED = WorkloadSpec(name="a/b", help="h", defaults={}, options=(), identity=(), build=build)
 """
 
 
@@ -52,8 +61,21 @@ NOT_A_SPEC = {"name": "x"}
      "'nowhere_at_all')"),
     ("bad_specs:NOT_A_SPEC", "bad_specs:NOT_A_SPEC",
      "--model bad_specs:NOT_A_SPEC: bad_specs:NOT_A_SPEC is a dict, not a scalelab WorkloadSpec"),
-    ("bad_specs:CLASH", "clash", "--model clash: bad_specs:CLASH: its option(s) --preset are another workload's "
-                                 "already"),
+    ("bad_specs:CLASH", "clash", "--model clash: bad_specs:CLASH: its option(s) --preset are scalelab's or "
+                                 "another workload's already"),
+    ("bad_specs:COMMON_FLAG", "common", "--model common: bad_specs:COMMON_FLAG: its option(s) --seed are "
+                                        "scalelab's or another workload's already"),
+    ("bad_specs:RECORD_FIELD", "field", "--model field: bad_specs:RECORD_FIELD: its option(s) --params are "
+                                        "scalelab's or another workload's already"),
+    ("bad_specs:DASHED", "dashed", "--model dashed: bad_specs:DASHED: its option name(s) 'my-opt' are not Python "
+                                   "identifiers"),
+    ("bad_specs:ARGPARSE", "argparse", "--model argparse: bad_specs:ARGPARSE: --k: argparse refuses {'nargs': 0} "
+                                       "(ValueError: nargs for store actions must be != 0; if you have nothing to "
+                                       "store, actions such as store true or store const may be more appropriate)"),
+    ("bad_specs:DEFAULTS", "defaults", "--model defaults: bad_specs:DEFAULTS: its defaults set batchsize, which are "
+                                       "no common flags"),
+    ("bad_specs:SLASHED", "a/b", "--model a/b: bad_specs:SLASHED: the name 'a/b' is not one a run can carry "
+                                 "(letters, digits, _ . -; at most 64)"),
     ("bad_specs:NO_OPTION", "no-option", "--model no-option: bad_specs:NO_OPTION: its identity names width, which it "
                                          "has no option for"),
 ])
@@ -91,8 +113,9 @@ def test_an_installed_packages_entry_point_is_a_model_with_its_options(tmp_path)
                                                             "the name 'tiny-cnn', its entry point 'cnn'")
 
 
-NAMES = st.sampled_from(["mlp", "gpt", "a", "b", "c"])
-OPTIONS = st.lists(st.sampled_from(["preset", "noise", "width", "depth", "k"]), max_size=3, unique=True)
+NAMES = st.sampled_from(["mlp", "gpt", "a", "b", "c", "transformer", "d e"])
+OPTIONS = st.lists(st.sampled_from(["preset", "noise", "width", "depth", "k", "seed", "params", "options", "x-y",
+                                    "help"]), max_size=3, unique=True)
 
 
 @settings(max_examples=80, deadline=None)
@@ -111,14 +134,15 @@ def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "generated_specs", module)
         mp.setattr(workloads, "_declared", lambda: targets)
-        found, broken = workloads._plugins(workloads.BUILTIN)
+        found, broken = workloads._plugins(workloads.BUILTIN, config.RESERVED, config.COMMON)
     for i in range(len(declared)):  # each joined, or refused by its name or its target
         spec, target = getattr(module, f"S{i}"), f"generated_specs:S{i}"
         assert found.get(spec.name) is spec or target in broken or broken.get(spec.name, "").startswith(target)
     assert not set(found) & set(workloads.BUILTIN)  # scalelab's stay scalelab's
     assert not set(broken) & (set(found) | set(workloads.BUILTIN))  # a name that runs is never refused
     flags = [o.name for spec in [*workloads.BUILTIN.values(), *found.values()] for o in spec.options]
-    assert len(flags) == len(set(flags))
+    assert len(flags) == len(set(flags)) and not set(flags) & config.RESERVED  # no flag two's; none scalelab's
+    assert all(n.isidentifier() for n in flags) and all(workloads.NAME.match(n) for n in found)
     assert all(set(spec.identity) <= {o.name for o in spec.options} for spec in found.values())
     for spec in found.values():
         assert spec.name not in broken

@@ -68,7 +68,9 @@ class Slurm(Block):
 class Workload(Block):
     """workload: what the run computed, the same at every scale of a scaling group but for the fields derived from
     the launch size (results.DERIVED_WORKLOAD_FIELDS); `options` holds its workload's own options that identify the
-    computation (WorkloadSpec.identity, declared in the workload's module; appendix C lists scalelab's)."""
+    computation (WorkloadSpec.identity, declared in the workload's module; appendix C lists scalelab's). A field no
+    version declares (a writer's own) is still held to a value."""
+    rest: ClassVar[Any] = VALUES
     model: text("the workload's name (mlp, gpt, ...)")
     options: Optional[described(dict[str, VALUES], "the workload's own options that identify the computation "
                                 "(WorkloadSpec.identity), as the flags gave them")] = None
@@ -168,8 +170,8 @@ class Timing(Block):
     first_step_s: Optional[real("the first step, compile and warm-up included", "s", None)] = None
     whole_run_s: Optional[real("the process's whole run", "s", None)] = None
     flops_per_sample: Optional[real("FLOPs of one sample's forward and backward", "FLOP", None)] = None
-    flops_from: Optional[text("how flops_per_sample was obtained: analytic (the workload's formula) or counted "
-                              "(torch's FLOP counter on one step)")] = None
+    flops_from: Optional[text("how flops_per_sample was obtained: analytic (the workload's formula), counted "
+                              "(torch's FLOP counter on one step) or not counted (why)")] = None
     tflops_per_device: Optional[real("achieved per device", "TFLOP/s", None)] = None
     peak_tflops: Optional[real("the device's datasheet peak at this precision", "TFLOP/s")] = None
     mfu: Optional[real("tflops_per_device / peak_tflops", "fraction")] = None

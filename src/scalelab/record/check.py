@@ -57,7 +57,7 @@ def string_keys(value, path: str = "") -> None:
 def undeclared(data: dict) -> list:
     """The dotted paths ("ranks[].load_avg") of the fields a result (kind known, upgraded) holds that its
     declaration does not name: what a block's `rest` let through. A writer that adds a field without declaring it
-    shows here (the tests hold every fresh result to none but the workload's own options). `config` is not
+    shows here (the tests hold every fresh and kept result to none). `config` is not
     walked: it is the run's flags as given, declared by the entry's parser (`--help`)."""
     kept = {k: v for k, v in data.items() if k not in ("kind", "config")}
     return sorted({where for _, where, _ in _outside(KINDS[data["kind"]], kept, "", numbered=False)})

@@ -3,21 +3,26 @@
 The flags, per-workload defaults and the fields that identify the computation (config.py), the model and its
 seeded data, the analytic FLOPs per sample and how they count (the report's note beside MFU), the memory estimate
 (the check before the ranks start, and the result's) and the throughput unit (the report) all come from the spec,
-so a new workload is one declaration module here (plus, if its network is new, a file in `nets/`), one line in
-REGISTRY, and its test. Declarations import no torch: flags are checked in a fraction of a second, before
-torch and Lightning load; `build` imports the network when a run actually starts.
+so a new workload of scalelab's is one declaration module here (plus, if its network is new, a file in `nets/`),
+one line in BUILTIN, and its test. A user's is one module anywhere, named by an installed package's entry point
+(group scalelab.workloads) or by SCALELAB_WORKLOADS (admit(), when scalelab.config loads; docs/16). Declarations
+import no torch: flags are checked in a fraction of a second, before torch and Lightning load; `build` imports the
+network when a run actually starts.
 """
 
+import argparse
 import importlib
 import os
+import re
 from importlib import metadata
 
+from scalelab import upgrades
 from scalelab.errors import UsageError
 from scalelab.workloads import gpt, mlp
 from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
 
-__all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "Workload", "WorkloadSpec", "build",
-           "get", "throughput_unit"]
+__all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "Workload", "WorkloadSpec", "admit",
+           "build", "get", "throughput_unit"]
 
 GROUP = "scalelab.workloads"  # the entry point group an installed package declares its workloads in
 ENV = "SCALELAB_WORKLOADS"  # MODULE:NAME[,...]: workloads of modules on the path, not installed
@@ -45,11 +50,15 @@ def _declared() -> list:
     return points + [(None, t.strip()) for t in os.environ.get(ENV, "").split(",") if t.strip()]
 
 
-def _plugins(taken: dict) -> tuple:
-    """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}): each loaded once, at
-    import (every rank and the launcher see the same); one that fails is kept with its reason, said in one line
-    where it is asked for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where
-    it is not."""
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name carries it (results.new_run_id)
+
+
+def _plugins(taken: dict, reserved: frozenset = frozenset(), common: frozenset = frozenset()) -> tuple:
+    """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}): each loaded once (every
+    rank and the launcher see the same); one that fails is kept with its reason, said in one line where it is asked
+    for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where it is not.
+    reserved: the names no option may take (the common flags, the workload block's fields); common: the flags a
+    spec's defaults may set."""
     found, refused = {}, []
     flags = {o.name for spec in taken.values() for o in spec.options}
     for name, target in _declared():
@@ -62,7 +71,7 @@ def _plugins(taken: dict) -> tuple:
             refused.append((name or target, target, f"{target} is a {type(spec).__name__}, not a scalelab "
                                                     "WorkloadSpec"))
             continue
-        why = _refused(spec, name, {**taken, **found}, flags)
+        why = _refused(spec, name, {**taken, **found}, flags | reserved, common)
         if why:
             refused.append((name or spec.name, target, f"{target}: {why}"))
             continue
@@ -79,23 +88,49 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
 
 
-def _refused(spec: WorkloadSpec, name, taken: dict, flags: set):
-    """Why a declared spec cannot join the registry, or None."""
+def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozenset):
+    """Why a declared spec cannot join the registry (it would break another workload's runs or its own), or None."""
     if name is not None and name != spec.name:
         return f"declares the name {spec.name!r}, its entry point {name!r}"
+    if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in upgrades.MODEL_NAMES:
+        return f"the name {spec.name!r} is not one a run can carry (letters, digits, _ . -; at most 64)"
     if spec.name in taken:
         return f"the name {spec.name!r} is taken (by {'scalelab' if spec.name in BUILTIN else 'another package'})"
-    clash = sorted({o.name for o in spec.options} & flags)
+    names = [o.name for o in spec.options]
+    odd = sorted(n for n in names if not (isinstance(n, str) and n.isidentifier()))
+    if odd:
+        return f"its option name(s) {', '.join(map(repr, odd))} are not Python identifiers"
+    clash = sorted(set(names) & flags)
     if clash:
-        return f"its option(s) {', '.join('--' + c for c in clash)} are another workload's already"
-    missing = sorted(set(spec.identity) - {o.name for o in spec.options})
+        return f"its option(s) {', '.join('--' + c for c in clash)} are scalelab's or another workload's already"
+    missing = sorted(set(spec.identity) - set(names))
     if missing:
-        return f"its identity names {', '.join(missing)}, which it has no option for"
+        return f"its identity names {', '.join(map(str, missing))}, which it has no option for"
+    unknown = sorted(set(spec.defaults) - common) if common else []
+    if unknown:
+        return f"its defaults set {', '.join(map(str, unknown))}, which are no common flags"
+    trial = argparse.ArgumentParser(add_help=False)
+    for option in spec.options:
+        try:
+            trial.add_argument(f"--{option.name}", **option.argparse)
+        except (TypeError, ValueError) as exc:  # argparse's own words for a keyword it cannot take
+            return f"--{option.name}: argparse refuses {option.argparse!r} ({_first_line(exc)})"
     return None
 
 
-PLUGINS, BROKEN = _plugins(BUILTIN)
-REGISTRY = {**BUILTIN, **PLUGINS}
+PLUGINS, BROKEN = {}, {}  # filled by admit(), which scalelab.config calls before its flags are made
+REGISTRY = dict(BUILTIN)
+
+
+def admit(reserved: frozenset, common: frozenset) -> None:
+    """Load the workloads declared outside scalelab into the registry (once): scalelab.config calls it with the
+    names its own flags take, before it makes RunConfig and the parser from the registry."""
+    if PLUGINS or BROKEN:
+        return
+    found, broken = _plugins(BUILTIN, reserved, common)
+    PLUGINS.update(found)
+    BROKEN.update(broken)
+    REGISTRY.update(found)
 
 
 def get(name: str) -> WorkloadSpec:
