@@ -56,7 +56,7 @@ mutation: $(VENV)/.mutation  ## mutation testing: score per module of the report
 	env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run || true
 	names="$$($(PY) tests/mutation/score.py --killed-equivalents mutants)"; [ -z "$$names" ] || \
 	  env -u CI SCALELAB_MUTATION=1 $(VENV)/bin/mutmut run $$names >/dev/null || true
-	mkdir -p $(RECORD_PASS) && cp -r src tests setup.cfg Makefile README.md docs slurm_jobs benchmarks .ci outputs reframe \
+	mkdir -p $(RECORD_PASS) && cp -r src tests setup.cfg Makefile README.md docs slurm_jobs benchmarks .ci outputs reframe examples \
 	  $(RECORD_PASS)/ && cp tests/mutation/record.toml $(RECORD_PASS)/pyproject.toml
 	cd $(RECORD_PASS) && env -u CI SCALELAB_MUTATION=1 $(CURDIR)/$(VENV)/bin/mutmut run || true
 	names="$$($(PY) tests/mutation/score.py --killed-equivalents $(RECORD_PASS)/mutants)"; [ -z "$$names" ] || \
