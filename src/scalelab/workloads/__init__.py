@@ -53,7 +53,7 @@ def _declared() -> list:
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name carries it (results.new_run_id)
 
 
-def _plugins(taken: dict, reserved: frozenset = frozenset(), common: frozenset = frozenset()) -> tuple:
+def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
     """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}): each loaded once (every
     rank and the launcher see the same); one that fails is kept with its reason, said in one line where it is asked
     for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where it is not.
@@ -106,7 +106,7 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
     missing = sorted(set(spec.identity) - set(names))
     if missing:
         return f"its identity names {', '.join(map(str, missing))}, which it has no option for"
-    unknown = sorted(set(spec.defaults) - common) if common else []
+    unknown = sorted(set(spec.defaults) - common)
     if unknown:
         return f"its defaults set {', '.join(map(str, unknown))}, which are no common flags"
     trial = argparse.ArgumentParser(add_help=False)
@@ -118,17 +118,14 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
     return None
 
 
-PLUGINS, BROKEN = {}, {}  # filled by admit(), which scalelab.config calls before its flags are made
+BROKEN = {}  # filled by admit(), which scalelab.config calls before its flags are made
 REGISTRY = dict(BUILTIN)
 
 
 def admit(reserved: frozenset, common: frozenset) -> None:
-    """Load the workloads declared outside scalelab into the registry (once): scalelab.config calls it with the
-    names its own flags take, before it makes RunConfig and the parser from the registry."""
-    if PLUGINS or BROKEN:
-        return
+    """Load the workloads declared outside scalelab into the registry: scalelab.config calls it, once, when it loads,
+    with the names its own flags take, before it makes RunConfig and the parser from the registry."""
     found, broken = _plugins(BUILTIN, reserved, common)
-    PLUGINS.update(found)
     BROKEN.update(broken)
     REGISTRY.update(found)
 
