@@ -8,6 +8,7 @@ is free on this one: a live rank on another node must never be taken for a dead 
 
 import os
 import socket
+import time
 
 import pytest
 import torch.distributed as dist
@@ -76,3 +77,30 @@ def test_a_rank_behind_a_cut_link_is_silent_though_it_posted_progress_before_the
     assert peers.silent_elsewhere(3) == [(1, 1), (2, 1)]  # a closed connection: only an error is a word
     peers.post_error(1, "RuntimeError: boom")
     assert peers.silent_elsewhere(3, spoke_since=1010.0) == [] and peers.silent_elsewhere(3) == [(2, 1)]
+
+
+def _rank0(world_size):
+    """Rank 0's watch on a node that launched no rank (the others are srun's, on other nodes)."""
+    watch = RankWatch.__new__(RankWatch)
+    watch.rank, watch.world_size, watch.children, watch._killed_by_us = 0, world_size, [], set()
+    return watch
+
+
+def test_a_pause_posted_before_a_rank_went_on_and_died_is_not_read_as_where_it_hung(store):
+    """CI, stop 69: rank 1 (node 2) waited on a slow rank 0 in step 4 long enough to post a pause (3 steps), went on,
+    and died in step 5 before its next poll; rank 0, blocked in step 5 by its death, read the pause as a stop and
+    named rank 1 hung in step 4. Only a stop (post_stall) says where a rank is blocked now."""
+    peers.post_progress(1, (3, 4, 9))
+    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2).startswith(
+        "rank 1 never reported while the others waited after step 4")
+    peers.post_stall(1, (3, 4, 9), "no progress for 18 s during step 4")  # a stop: rank 1 is blocked there now
+    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2).startswith("rank 1 hung during step 4: furthest behind")
+
+
+def test_rank_0_waits_for_the_stops_not_for_the_pauses(store):
+    """Rank 2 paused and rank 1 stopped: rank 0 waits its whole wait for rank 2's stop, then names it silent."""
+    peers.post_progress(2, (4, 5, 12))
+    peers.post_stall(1, (4, 5, 12), "no progress")
+    started = time.monotonic()
+    line = _rank0(3).hung_rank((4, 5, 12), wait_s=0.5)
+    assert time.monotonic() - started >= 0.5 and line.startswith("rank 2 never reported"), line

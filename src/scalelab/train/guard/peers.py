@@ -157,6 +157,12 @@ def progress_posts(world_size: int) -> dict[int, tuple]:
     return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()}
 
 
+def stalled_progress(world_size: int) -> dict[int, tuple]:
+    """progress_posts of the ranks that posted a stop (post_stall), not only a pause."""
+    stopped = {rank for rank, text in posts(world_size).items() if text.startswith(MARK_STALLED)}
+    return {rank: p for rank, p in progress_posts(world_size).items() if rank in stopped}
+
+
 def _progress_fields(world_size: int) -> dict[int, tuple]:
     """{rank: (steps, batches, all-reduces issued, time.time() of the post)} as posted."""
     store = _store()

@@ -200,12 +200,15 @@ class RankWatch:
         return None
 
     def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S) -> str | None:
-        """Rank 0, blocked: the line naming the rank that hung, from every rank's posted progress (peers.post_stall)
-        and its own. Waits up to `wait_s` for the ranks that have not posted yet (each posts when its own deadline
-        fires: the one that hung first, the ones waiting for it later), unless they are known dead."""
+        """Rank 0, blocked: the line naming the rank that hung, from the progress the others posted as they stopped
+        (peers.post_stall) and its own. Waits up to `wait_s` for the ranks that have not stopped yet (each posts when
+        its own deadline fires: the one that hung first, the ones waiting for it later), unless they are known dead.
+
+        A pause posted without a stop since is no word about this stall: a rank that paused, went on and then died
+        (a crash, a node lost) left it behind, and read as a stop it named that rank hung a step before its end."""
         deadline = time.monotonic() + wait_s
         while True:
-            progress = peers.progress_posts(self.world_size)
+            progress = peers.stalled_progress(self.world_size)
             gone = {rank for rank, _ in self.dead_children() + peers.gone_on_this_host(self.world_size)}
             if len(set(progress) | gone) >= self.world_size - 1 or time.monotonic() >= deadline:
                 break
