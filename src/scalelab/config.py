@@ -214,13 +214,14 @@ def _model_name(old: str, where: str, prog: str) -> str:
 
 
 def _new_model_names(argv: list, prog: str) -> list:
-    """The command line with `--model OLD` / `--model=OLD` given their new names."""
+    """The command line with `--model OLD` / `--model=OLD` given their new names, and `--model MODULE:NAME` the
+    name of the workload it declares."""
     out = list(argv)
     for i, word in enumerate(out):
         if word == "--model" and i + 1 < len(out):
-            out[i + 1] = _model_name(out[i + 1], "--model ", prog)
+            out[i + 1] = _model_name(workloads.model_name(out[i + 1]), "--model ", prog)
         elif word.startswith("--model="):
-            out[i] = "--model=" + _model_name(word.split("=", 1)[1], "--model ", prog)
+            out[i] = "--model=" + _model_name(workloads.model_name(word.split("=", 1)[1]), "--model ", prog)
     return out
 
 

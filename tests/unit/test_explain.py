@@ -405,6 +405,10 @@ def test_the_step_table_says_which_parts_are_missing():
     assert rows[2][11:] == ["—", "—", "—"]
     assert "  (No all-reduce benchmark in this folder at these sizes: `python src/allreduce_bench.py --devices 2` " \
            "adds the predicted columns.)" in below
+    assert below[-1] == "  MFU: — (no FLOPs per sample)"  # no peak would help: give none
+    for r in (one, two):
+        r["timing"]["tflops_per_device"] = 1e-4
+    _, below = _step_rows([one, two])
     assert below[-1] == "  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)"
     for r in (one, two):  # a GPU the peak table does not know: the run recorded why
         r["timing"]["peak_note"] = "NVIDIA A10G is not in scalelab's datasheet table"

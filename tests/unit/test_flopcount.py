@@ -1,7 +1,10 @@
 """Counted FLOPs (train/flopcount.py): the analytic figure where a workload has one, and nothing of the run
 touched by the count."""
 
+import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from helpers import ROOT
@@ -129,3 +132,50 @@ def test_a_batch_keeps_its_shape_and_no_weight_is_copied(monkeypatch):
     counted, how = flopcount.count(module, _Dicts(), 2)
     assert how == flopcount.COUNTED and counted == 2 * 2 * 16 + 2 * 16 + 2 * 2 * 16  # b: in+weight grads; a: weight
     assert module.a.weight.device.type == "cpu" and module.a.weight is module.b.weight
+
+
+LOSSES = st.one_of(
+    st.tuples(st.lists(st.integers(0, 3), max_size=3), st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64]),
+              st.sampled_from(["param", "detached", "no_grad", "constant"])),
+    st.sampled_from([None, 1.5, "loss", [1.0], {"loss": 1.0}]))
+
+
+def _loss(drawn):
+    """A training_step's output: a tensor of the drawn shape and dtype, made from a parameter (or not), or another
+    value a step might return."""
+    if not isinstance(drawn, tuple):
+        return drawn
+    shape, dtype, how = drawn
+    weight = nn.Parameter(torch.ones(()))
+    if how == "constant":
+        return torch.ones(shape, dtype=dtype)
+    with torch.set_grad_enabled(how != "no_grad"):
+        out = (weight * torch.ones(shape)).to(dtype)
+    return out.detach() if how == "detached" else out
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn=LOSSES)
+def test_a_loss_is_refused_exactly_when_the_loops_backward_would_fail_on_it(drawn):
+    """The rule is torch's, not a list of cases: whatever a step returns, loss_problem says nothing where
+    `loss.backward()` (what the loop calls) works, and says what it is where it does not."""
+    loss = _loss(drawn)
+    try:
+        loss.backward()
+        works = True
+    except (AttributeError, RuntimeError):
+        works = False
+    problem = flopcount.loss_problem(loss)
+    assert (problem is None) == works, (drawn, problem)
+
+
+def test_a_step_that_returns_no_loss_is_refused_saying_what_it_returned():
+    """Its meta copy runs the step: a per-sample loss is found before any rank meets, not as a failed run."""
+    class PerSample(_Norm):
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y, reduction="none")
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 3), torch.randint(0, 2, (16,)))
+    with pytest.raises(flopcount.NoLoss, match=r"^a tensor of shape \(8,\), not one value"):
+        flopcount.count(PerSample(), data, 8)

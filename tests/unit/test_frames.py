@@ -154,7 +154,7 @@ def _everything():
                        link={"gbit": 0.2, "emulated": True, "latency_ms": 5})
     r["timing"].update(tokens_per_s=10240.0, train_time_s=12.5, step_s={"median": 0.0421}, had_cpu=[0.97, 0.5],
                        epoch_times_s=[3.0, 1.0, 2.0, 9.0], first_step_s=4.5, whole_run_s=20.25,
-                       tflops_per_device=11.5, peak_tflops=989.0, mfu=0.0116,
+                       tflops_per_device=11.5, peak_tflops=989.0, mfu=0.0116, flops_from="counted (x)",
                        comm={"compute_s": 0.03, "synced_s": 0.031, "allreduce_s": 0.012, "allreduce_alone_s": 0.01,
                              "waited_s": 0.008, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000,
                              "buckets": 2, "collectives_s": 0.011, "ddp_busbw_GBps": 1.1, "waited_in_step": 1,
@@ -190,7 +190,7 @@ def test_the_runs_frame_carries_every_field_of_a_result_under_its_own_name():
         "slowed_s": 0.004, "comm_share": 0.19, "hidden_fraction": 0.33, "grad_bytes": 13_200_000, "buckets": 2,
         "collectives_s": 0.011,
         "bucket_bytes": (6_600_000, 6_600_000), "ddp_busbw_GBps": 1.1, "waited_in_step": 1, "tflops_per_device": 11.5,
-        "peak_tflops": 989.0, "mfu": 0.0116, "peak_note": None, "peak_memory_bytes": 2.25e9,
+        "peak_tflops": 989.0, "mfu": 0.0116, "peak_note": None, "flops_from": "counted (x)", "peak_memory_bytes": 2.25e9,
         "memory_estimate_bytes": 2.5e9, "accumulate_grad_batches": 4, "comm_hook": "bf16",
         "bucket_cap_mb": 50.0, "static_graph": True, "strategy": "ddp", "wire_bytes": (3_300_000, 3_300_000),
         "samples_per_batch": 256,

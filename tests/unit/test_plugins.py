@@ -158,3 +158,25 @@ def test_the_example_declares_a_spec_without_importing_torch():
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "tiny-cnn", proc.stderr
+
+
+@pytest.mark.parametrize("given", [["--model", "tiny_cnn:SPEC"], ["--model=tiny_cnn:SPEC"]])
+def test_a_module_named_by_model_is_the_workload_it_declares_with_its_options(tmp_path, given):
+    """`--model MODULE:NAME`: no install, no environment variable; the run carries the name the module declares."""
+    proc = _run(tmp_path, *given, "--width", "8", "--print_config", paths=[EXAMPLE])
+    assert proc.returncode == 0 and "model: tiny-cnn" in proc.stdout and "width: 8" in proc.stdout, proc.stderr
+
+
+def test_a_step_that_returns_no_loss_is_one_line_before_the_ranks_meet_and_writes_nothing(tmp_path):
+    """A per-sample loss (reduction="none"): before, rank 1 stopped with torch's "grad can be implicitly created
+    only for scalar outputs" and the run left a failed result; now its meta step finds it on every rank."""
+    text = (EXAMPLE / "tiny_cnn.py").read_text()
+    assert "F.cross_entropy(self.net(images), labels)" in text
+    (tmp_path / "per_sample.py").write_text(text.replace("F.cross_entropy(self.net(images), labels)",
+                                                         "F.cross_entropy(self.net(images), labels, reduction='none')"))
+    proc = _run(tmp_path, "--model", "per_sample:SPEC", "--devices", "2", "--max_steps", "2", "--warmup_steps", "1",
+                "--output_dir", str(tmp_path / "out"), paths=[tmp_path])
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "train.py: error: --model tiny-cnn: its training_step returns a tensor of shape (32,), not one value (reduce "
+        "it: .mean() or .sum()); the loop calls backward on the loss it returns"], proc.stderr
+    assert not any((tmp_path / "out").rglob("*")), list((tmp_path / "out").rglob("*"))

@@ -308,6 +308,27 @@ def test_without_an_mfu_the_step_table_says_why_even_for_a_frame_without_a_peak_
     assert noted[-1] == "  MFU: — (X is not in the table; give --peak_tflops to compute it)"
 
 
+def test_how_each_workloads_flops_were_obtained_is_said_as_its_runs_recorded_it():
+    """A workload without an analytic figure counts its FLOPs (train/flopcount.py): the report says so beside
+    TFLOP/s and MFU, from the result (the report may not know the workload); without FLOPs, MFU's line says that
+    and not "give --peak_tflops", which could not help."""
+    counted = "counted (torch.utils.flop_counter, one step on a meta copy)"
+    frame = pd.concat([_step_frame(model="cnn", flops_from=counted), _step_frame(model="cnn", flops_from=counted),
+                       _step_frame(model="gpt", flops_from="analytic")])
+    assert tables.step_table(frame, "pipe")[-2:] == [
+        "  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT and PaLM count "
+        "it: compare it with figures that do the same", f"  TFLOP/s and MFU of cnn: FLOPs per sample {counted}"]
+    no_peak = tables.step_table(_step_frame(model="cnn", flops_from=counted, mfu=float("nan")), "pipe")
+    assert no_peak[-2:] == ["  MFU: — (no peak known for this hardware; give --peak_tflops to compute it)",
+                            f"  TFLOP/s and MFU of cnn: FLOPs per sample {counted}"]
+    failed = "not counted (a meta step failed: RuntimeError)"
+    none = tables.step_table(_step_frame(model="cnn", flops_from=failed, tflops_per_device=float("nan"),
+                                         mfu=float("nan")), "pipe")
+    assert none[-1] == f"  MFU: — (no FLOPs per sample: {failed})"
+    old = tables.step_table(_step_frame(tflops_per_device=float("nan"), mfu=float("nan")), "pipe")
+    assert old[-1] == "  MFU: — (no FLOPs per sample)"  # a result from before flops_from
+
+
 def test_an_infinite_figure_prints_as_inf_in_every_column_of_the_step_table():
     figures = ("step_s", "compute_s", "allreduce_s", "allreduce_alone_s", "predicted_allreduce_s", "waited_s",
                "comm_share", "hidden_fraction", "grad_bytes", "ddp_busbw_GBps", "bench_busbw_GBps",

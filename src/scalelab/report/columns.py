@@ -177,6 +177,8 @@ RUNS = (
            doc="1 where every run's waited_s was read in its steps (their backward mark), not against the probes"),
     *(Column(k, at(f"timing.{k}"), "median", numeric=True) for k in ("tflops_per_device", "peak_tflops", "mfu")),
     Column("peak_note", at("timing.peak_note"), "first"),
+    Column("flops_from", at("timing.flops_from"), "first",
+           doc="how the FLOPs per sample behind TFLOP/s and MFU were obtained (analytic, counted, not counted)"),
     # what the devices did in the timed window (measure/devices.py): the range over ranks, energy over all of them
     Column("util_min", at("timing.devices.util_min"), "min", numeric=True,
            doc="the least busy rank's mean utilization (GPU: NVML's; CPU: of its cores)"),

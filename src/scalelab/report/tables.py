@@ -211,12 +211,17 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
     elif g["bench_runs"].max() > 1:
         out.append(f"  (predicted ms and bench busbw: the median of {g['bench_runs'].max():.0f} all-reduce "
                    "benchmark runs in this folder, per message size)")
-    if g["mfu"].isna().all():
+    counted = counted_notes(g)
+    if g["tflops_per_device"].isna().all():  # no FLOPs per sample: no peak would give an MFU
+        how = next((t for t in g.get("flops_from", pd.Series(dtype=object)).dropna() if t != "analytic"), None)
+        out.append(f"  MFU: — (no FLOPs per sample{': ' + how if how else ''})")
+    elif g["mfu"].isna().all():
         notes = g["peak_note"].dropna() if "peak_note" in g else ()
         why = notes.iloc[0] if len(notes) else "no peak known for this hardware"  # a GPU's note says which
         out.append(f"  MFU: — ({why}; give --peak_tflops to compute it)")
+        out.extend(f"  {note}" for note in counted)
     else:
-        out.extend(f"  {note}" for note in flops_notes(g["model"]))
+        out.extend(f"  {note}" for note in [*flops_notes(g["model"]), *counted])
     return out
 
 
@@ -225,6 +230,16 @@ def flops_notes(models: pd.Series) -> list:
     note once; none for a workload this scalelab does not declare."""
     specs = [workloads.REGISTRY.get(m) for m in models.dropna().unique()]
     return list(dict.fromkeys(s.flops_note for s in specs if s is not None and s.flops_note))
+
+
+def counted_notes(g: pd.DataFrame) -> list:
+    """'TFLOP/s and MFU of tiny-cnn: FLOPs per sample counted (...)' for each workload whose runs counted theirs
+    (a workload without an analytic figure: train/flopcount.py), as the results say, not as this scalelab would."""
+    if "flops_from" not in g:
+        return []
+    pairs = g[["model", "flops_from"]].dropna().drop_duplicates().itertuples(index=False)
+    return [f"TFLOP/s and MFU of {model}: FLOPs per sample {how}" for model, how in pairs
+            if isinstance(how, str) and how.startswith("counted")]
 
 
 def story_cells(r) -> dict:

@@ -54,11 +54,17 @@ def build_workload(fabric, ctx):
                          f"rank(s) {per_rank}, less than one batch of {batch}: raise --num_samples or lower "
                          "--batch_size")
     check_powersgd(cfg, launch, ctx.workload.module)
-    if ctx.workload.flops_per_sample is None:  # a workload without an analytic figure: counted, before compile
+    if ctx.workload.flops_per_sample is None or cfg.model not in workloads.BUILTIN:
+        # a workload without an analytic figure: counted, before compile; one of a user's: its step tried first
         from scalelab.train import flopcount
 
-        ctx.workload.flops_per_sample, ctx.workload.flops_from = flopcount.count(
-            ctx.workload.module, ctx.workload.train_set, batch)
+        try:
+            flops, how = flopcount.count(ctx.workload.module, ctx.workload.train_set, batch)
+        except flopcount.NoLoss as exc:
+            raise UsageError(f"--model {cfg.model}: its training_step returns {exc}; the loop calls backward on the "
+                             "loss it returns") from None
+        if ctx.workload.flops_per_sample is None:
+            ctx.workload.flops_per_sample, ctx.workload.flops_from = flops, how
     if cfg.compile:  # every workload alike, before DDP or FSDP wraps it; its graphs' runs counted (train/compiled.py)
         from scalelab.train import compiled
 

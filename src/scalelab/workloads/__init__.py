@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import re
+import sys
 from importlib import metadata
 
 from scalelab import upgrades
@@ -40,14 +41,26 @@ def _load(target: str):
     return obj
 
 
+def named_on(argv: list) -> list:
+    """The MODULE:NAME values of `--model MODULE:NAME` / `--model=MODULE:NAME` on a command line (a workload's name
+    holds no colon)."""
+    values = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--model"]
+    values += [word.split("=", 1)[1] for word in argv if word.startswith("--model=")]
+    return [value for value in values if ":" in value]
+
+
 def _declared() -> list:
     """(name a user runs it by or None, MODULE:NAME) of every workload declared outside scalelab: the installed
-    packages' entry points, then SCALELAB_WORKLOADS's."""
+    packages' entry points, then SCALELAB_WORKLOADS's, then this command line's `--model MODULE:NAME`; each
+    MODULE:NAME once."""
     try:
         points = [(ep.name, ep.value) for ep in metadata.entry_points(group=GROUP)]
     except Exception:  # noqa: BLE001 - a broken distribution's metadata: no plugins rather than no scalelab
         points = []
-    return points + [(None, t.strip()) for t in os.environ.get(ENV, "").split(",") if t.strip()]
+    points += [(None, t.strip()) for t in [*os.environ.get(ENV, "").split(","), *named_on(sys.argv[1:])]
+               if t.strip()]
+    seen = set()
+    return [(name, target) for name, target in points if not (target in seen or seen.add(target))]
 
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name carries it (results.new_run_id)
@@ -120,14 +133,35 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
 
 BROKEN = {}  # filled by admit(), which scalelab.config calls before its flags are made
 REGISTRY = dict(BUILTIN)
+TARGETS = {}  # MODULE:NAME -> the name of the workload it declares (--model takes either)
 
 
 def admit(reserved: frozenset, common: frozenset) -> None:
     """Load the workloads declared outside scalelab into the registry: scalelab.config calls it, once, when it loads,
-    with the names its own flags take, before it makes RunConfig and the parser from the registry."""
+    with the names its own flags take, before it makes RunConfig and the parser from the registry.
+
+    A `--model MODULE:NAME` of this command line joins SCALELAB_WORKLOADS in this process's environment: every
+    process it starts (ranks, a SLURM job submitit writes, an emulated node) declares the same workloads, whatever
+    its own command line."""
     found, broken = _plugins(BUILTIN, reserved, common)
     BROKEN.update(broken)
     REGISTRY.update(found)
+    for _, target in _declared():  # their modules imported already: no module runs twice
+        try:
+            spec = _load(target)
+        except Exception:  # noqa: BLE001 - refused above, said where it is asked for
+            continue
+        if isinstance(spec, WorkloadSpec) and found.get(spec.name) is spec:
+            TARGETS[target] = spec.name
+    given = [t.strip() for t in os.environ.get(ENV, "").split(",") if t.strip()]
+    added = [t for t in named_on(sys.argv[1:]) if t not in given]
+    if added:
+        os.environ[ENV] = ",".join([*given, *added])
+
+
+def model_name(value: str) -> str:
+    """--model's value as the workload's name: MODULE:NAME of a workload that runs as the name it declares."""
+    return TARGETS.get(value, value)
 
 
 def get(name: str) -> WorkloadSpec:
