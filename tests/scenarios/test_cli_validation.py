@@ -38,7 +38,7 @@ def files(tmp_path):
 CASES = [
     ("train.py", ["--batch_size", "0"], "argument --batch_size: expected an integer from 1 to 1,048,576"),
     ("train.py", ["--num_samples", "-5"], "argument --num_samples: expected an integer from 1 to"),
-    ("train.py", ["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+    ("train.py", ["--model", "vit"], "argument --model: invalid choice: 'vit'"),
     ("train.py", ["--model", "gpt", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     ("train.py", ["--warmup_steps", "10", "--max_steps", "5"], "--warmup_steps 10 leaves no timed step"),
     ("train.py", ["--scaling", "strong", "--batch_size", "3", "--devices", "2"],

@@ -56,7 +56,7 @@ def test_yaml_values_are_defaults_and_cli_wins(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("batch_sizee: 3\n", "unknown key 'batch_sizee'"),
     ("batch_size: -4\n", "batch_size: expected an integer from 1 to 1,048,576"),
-    ("model: resnet\n", "'resnet' is not one of"),
+    ("model: vit\n", "'vit' is not one of"),
     ("- 1\n- 2\n", "expected a mapping"),
     ("batch_size: [1\n", "not readable YAML"),
 ])
@@ -98,7 +98,7 @@ def test_lora_rank_from_yaml_is_its_own_scaling_group(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"],
      "argument --batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
-    (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+    (["--model", "vit"], "argument --model: invalid choice: 'vit'"),
     (["--preset", "huge", "--model", "gpt"], "argument --preset: invalid choice: 'huge'"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1)"),
     (["--max_steps", "5", "--warmup_steps", "5"], "leaves no timed step"),
@@ -278,7 +278,7 @@ def test_an_unknown_config_name_lists_the_named_ones():
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"],
      "argument --batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
-    (["--model", "resnet"], "argument --model: invalid choice: 'resnet' (choose from 'mlp', 'gpt')"),
+    (["--model", "vit"], "argument --model: invalid choice: 'vit' (choose from 'mlp', 'gpt', 'resnet50')"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
     (["--max_steps", "5", "--warmup_steps", "5"],
      "--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer warm-up steps or more steps"),
@@ -335,7 +335,7 @@ def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
     ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
     ("static_graph: 1", "static_graph: expected true or false, got 1"),
     ("batch_size: 0", "batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
-    ("model: resnet", "model: 'resnet' is not one of mlp, gpt"),
+    ("model: vit", "model: 'vit' is not one of mlp, gpt, resnet50"),
     ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
     ("Xbatch_size: 8", "unknown key 'Xbatch_size' (keys are flag names, e.g. batch_size)"),  # only dashes dropped
     ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message

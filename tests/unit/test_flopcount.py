@@ -135,7 +135,8 @@ def test_a_batch_keeps_its_shape_and_no_weight_is_copied(monkeypatch):
 
 
 LOSSES = st.one_of(
-    st.tuples(st.lists(st.integers(0, 3), max_size=3), st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64]),
+    st.tuples(st.lists(st.integers(0, 3), max_size=3),
+              st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64]),
               st.sampled_from(["param", "detached", "no_grad", "constant"])),
     st.sampled_from([None, 1.5, "loss", [1.0], {"loss": 1.0}]))
 

@@ -54,3 +54,20 @@ class TokenSequences(Dataset):
         start, stride = torch.randint(0, self.vocab_size, (2,), generator=g)
         tokens = (start + (stride % 16 + 1) * self._positions) % self.vocab_size
         return tokens[:-1], tokens[1:]
+
+
+class ImagePool(Dataset):
+    """Synthetic images (3 x size x size, standard-normal like normalised pixels) with labels: sample i is image
+    i % pool of a seeded pool and its label, so the loss can fall and a batch is collated as decoded images are."""
+
+    def __init__(self, num_samples: int, size: int, num_classes: int, pool: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.num_samples = num_samples
+        self.images = torch.randn(min(pool, num_samples), 3, size, size, generator=g)
+        self.labels = torch.randint(0, num_classes, (len(self.images),), generator=g)
+
+    def __len__(self):
+        return self.num_samples
+
+    def __getitem__(self, index):
+        return self.images[index % len(self.images)], self.labels[index % len(self.images)]
