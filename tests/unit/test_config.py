@@ -278,7 +278,7 @@ def test_an_unknown_config_name_lists_the_named_ones():
 @pytest.mark.parametrize("args, message", [
     (["--batch_size", "0"],
      "argument --batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
-    (["--model", "vit"], "argument --model: invalid choice: 'vit' (choose from 'mlp', 'gpt', 'resnet50')"),
+    (["--model", "vit"], "argument --model: invalid choice: 'vit' (choose from 'mlp', 'gpt', 'resnet50', 'bert')"),
     (["--dropout", "1.5"], "argument --dropout: expected a number in [0, 1), got '1.5'"),
     (["--max_steps", "5", "--warmup_steps", "5"],
      "--warmup_steps 5 leaves no timed step out of --max_steps 5; use fewer warm-up steps or more steps"),
@@ -335,7 +335,7 @@ def test_a_static_graph_goes_with_one_batch_per_step_only(tmp_path):
     ("hidden_dims: [[1]]", "hidden_dims: expected a value, got [1]"),
     ("static_graph: 1", "static_graph: expected true or false, got 1"),
     ("batch_size: 0", "batch_size: expected an integer from 1 to 1,048,576 (samples in one step), got '0'"),
-    ("model: vit", "model: 'vit' is not one of mlp, gpt, resnet50"),
+    ("model: vit", "model: 'vit' is not one of mlp, gpt, resnet50, bert"),
     ("bogus_flag: 1", "unknown key 'bogus_flag' (keys are flag names, e.g. batch_size)"),
     ("Xbatch_size: 8", "unknown key 'Xbatch_size' (keys are flag names, e.g. batch_size)"),  # only dashes dropped
     ("a: [", "not readable YAML (while parsing a flow node)"),  # the first line of yaml's own message

@@ -19,7 +19,7 @@ from importlib import metadata
 
 from scalelab import upgrades
 from scalelab.errors import UsageError
-from scalelab.workloads import gpt, mlp, resnet
+from scalelab.workloads import bert, gpt, mlp, resnet
 from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
 
 __all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "Workload", "WorkloadSpec", "admit",
@@ -27,7 +27,7 @@ __all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "W
 
 GROUP = "scalelab.workloads"  # the entry point group an installed package declares its workloads in
 ENV = "SCALELAB_WORKLOADS"  # MODULE:NAME[,...]: workloads of modules on the path, not installed
-BUILTIN = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC, resnet.SPEC)}
+BUILTIN = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC, resnet.SPEC, bert.SPEC)}
 
 
 def _load(target: str):

@@ -71,3 +71,28 @@ class ImagePool(Dataset):
 
     def __getitem__(self, index):
         return self.images[index % len(self.images)], self.labels[index % len(self.images)]
+
+
+class MaskedSentencePairs(Dataset):
+    """Synthetic BERT pre-training samples made on demand from (seed, index): token sequences (start + stride*t)
+    over the vocabulary's ordinary ids, two segments, 15 % of positions masked ([MASK] = 103, as BERT's vocabulary)
+    with their tokens as labels (elsewhere -100: no loss), and a next-sentence label."""
+
+    MASK, FIRST = 103, 1000  # ids below FIRST are BERT's special and unused tokens
+
+    def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int):
+        self.num_samples, self.seq_len, self.vocab_size, self.seed = num_samples, seq_len, vocab_size, seed
+        self._positions = torch.arange(seq_len)
+        self._segments = (self._positions >= seq_len // 2).long()
+
+    def __len__(self):
+        return self.num_samples
+
+    def __getitem__(self, index):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        start, stride = torch.randint(0, self.vocab_size - self.FIRST, (2,), generator=g)
+        tokens = self.FIRST + (start + (stride % 16 + 1) * self._positions) % (self.vocab_size - self.FIRST)
+        masked = torch.rand(self.seq_len, generator=g) < 0.15
+        labels = torch.where(masked, tokens, torch.full_like(tokens, -100))
+        return torch.where(masked, torch.full_like(tokens, self.MASK), tokens), self._segments, labels, \
+            torch.tensor(index % 2)
