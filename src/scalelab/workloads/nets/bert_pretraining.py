@@ -11,22 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scalelab.workloads.nets.transformer import SelfAttention
+
 IGNORE = -100  # a position that is not masked: no MLM loss (F.cross_entropy's ignore_index)
-
-
-class SelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_head: int, dropout: float):
-        super().__init__()
-        self.n_head, self.dropout = n_head, dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
 class EncoderLayer(nn.Module):

@@ -47,10 +47,15 @@ def add_lora(model: nn.Module, rank: int) -> nn.Module:
     return model
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_head: int):
+class SelfAttention(nn.Module):
+    """Multi-head attention through SDPA over every position (BERT's encoder, nets/bert_pretraining.py); the GPT's
+    is causal (CausalSelfAttention). `dropout` on the attention weights while training."""
+
+    causal = False
+
+    def __init__(self, d_model: int, n_head: int, dropout: float = 0.0):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.dropout = n_head, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
 
@@ -58,8 +63,13 @@ class CausalSelfAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=self.causal)
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class CausalSelfAttention(SelfAttention):
+    causal = True
 
 
 class Block(nn.Module):
