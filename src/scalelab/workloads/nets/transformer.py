@@ -63,8 +63,8 @@ class SelfAttention(nn.Module):
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                           is_causal=self.causal)
+        drop = {"dropout_p": self.dropout} if self.training and self.dropout else {}  # the GPT's: none
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, **drop)
         return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
