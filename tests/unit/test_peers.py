@@ -86,21 +86,28 @@ def _rank0(world_size):
     return watch
 
 
-def test_a_pause_posted_before_a_rank_went_on_and_died_is_not_read_as_where_it_hung(store):
-    """CI, stop 69: rank 1 (node 2) waited on a slow rank 0 in step 4 long enough to post a pause (3 steps), went on,
-    and died in step 5 before its next poll; rank 0, blocked in step 5 by its death, read the pause as a stop and
-    named rank 1 hung in step 4. Only a stop (post_stall) says where a rank is blocked now."""
+def test_a_pause_posted_before_rank_0_last_moved_is_not_read_as_where_a_rank_hung(store, monkeypatch):
+    """CI, stop 69: rank 1 (node 2) waited on a slow rank 0 in step 4 long enough to post a pause (3 steps), went on
+    (so rank 0 could finish step 4) and died in step 5 before its next poll; rank 0, blocked in step 5, read the
+    pause as where rank 1 was and named it hung in step 4. A pause counts only where posted after rank 0 last
+    moved; a stop (post_stall) always."""
+    monkeypatch.setattr(peers.time, "time", lambda: 1000.0)
     peers.post_progress(1, (3, 4, 9))
-    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2).startswith(
+    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2, moved_at=1000.5).startswith(
         "rank 1 never reported while the others waited after step 4")
+    # rank 0 wedged at 999.5 and rank 1 paused behind it (test_faults: rank 0 blocked for good): rank 0 is named
+    assert _rank0(2).hung_rank((3, 4, 8), wait_s=0.2, moved_at=999.5).startswith("rank 0 hung during step 4")
     peers.post_stall(1, (3, 4, 9), "no progress for 18 s during step 4")  # a stop: rank 1 is blocked there now
-    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2).startswith("rank 1 hung during step 4: furthest behind")
+    assert _rank0(2).hung_rank((4, 5, 12), wait_s=0.2, moved_at=1000.5).startswith(
+        "rank 1 hung during step 4: furthest behind")
 
 
-def test_rank_0_waits_for_the_stops_not_for_the_pauses(store):
-    """Rank 2 paused and rank 1 stopped: rank 0 waits its whole wait for rank 2's stop, then names it silent."""
+def test_rank_0_waits_for_a_word_newer_than_its_own_last_move(store, monkeypatch):
+    """Rank 2's pause is older than rank 0's last move and rank 1 stopped: rank 0 waits its whole wait for rank 2,
+    then names it silent."""
+    monkeypatch.setattr(peers.time, "time", lambda: 1000.0)
     peers.post_progress(2, (4, 5, 12))
     peers.post_stall(1, (4, 5, 12), "no progress")
     started = time.monotonic()
-    line = _rank0(3).hung_rank((4, 5, 12), wait_s=0.5)
+    line = _rank0(3).hung_rank((4, 5, 12), wait_s=0.5, moved_at=1001.0)
     assert time.monotonic() - started >= 0.5 and line.startswith("rank 2 never reported"), line

@@ -83,6 +83,7 @@ class StallDeadline:
         self.signals, self.grace = signals, grace  # signals: a RunSignals (its wait() sees SIGTERM off the main thread)
         self.first_seconds = first_seconds or seconds  # until the first batch has ended (first_batch_seconds)
         self.fired = False
+        self.moved_at = time.time()  # when this rank last made progress, as the ranks' posts date theirs (peers)
         self._held = False
         self._stop = threading.Event()
         self._thread = None
@@ -126,6 +127,8 @@ class StallDeadline:
                 idle = not idle  # stopped for grace(), or moving again after that: say where it is now
                 self.on_idle()
             if count != seen or self._held:
+                if count != seen:
+                    self.moved_at = time.time()
                 seen, last = count, now
                 continue
             if term_at is not None and now - max(last, term_at) >= self.grace():

@@ -14,6 +14,7 @@ same from the stall deadline's thread (deadline.py) when the main thread is bloc
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -114,7 +115,8 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
     return f" (partial result: {path})"
 
 
-def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "train.py", signal: str | None = None):
+def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "train.py", signal: str | None = None,
+                 moved_at: float = math.inf):
     """The end of a run whose main thread is blocked for good (deadline.py calls this from its thread): no
     progress for the stall deadline, or (signal="SIGTERM") none after a SIGTERM, whose Python handler a blocked
     main thread never runs.
@@ -145,7 +147,7 @@ def record_stall(ctx: RunContext, watch: RankWatch, line: str, prog: str = "trai
     # wait less), the rank furthest behind
     peer = watch.culprit(None, progress[0], wait_s=0, stalled=False)
     if not peer:
-        hung = watch.hung_rank(progress, SIGTERM_PEER_WAIT_S if signal else PEER_WAIT_S)
+        hung = watch.hung_rank(progress, SIGTERM_PEER_WAIT_S if signal else PEER_WAIT_S, moved_at=moved_at)
         peer = watch.culprit(None, progress[0], wait_s=0, stalled=False) or hung
     line = f"{peer} (rank 0: {line})" if peer else f"rank 0: {line}"
     trace = _main_stack()

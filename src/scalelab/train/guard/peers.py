@@ -157,10 +157,11 @@ def progress_posts(world_size: int) -> dict[int, tuple]:
     return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()}
 
 
-def stalled_progress(world_size: int) -> dict[int, tuple]:
-    """progress_posts of the ranks that posted a stop (post_stall), not only a pause."""
+def progress_since(world_size: int, since: float) -> dict[int, tuple]:
+    """progress_posts of the ranks that posted a stop (post_stall), or a pause at or after `since` (time.time())."""
     stopped = {rank for rank, text in posts(world_size).items() if text.startswith(MARK_STALLED)}
-    return {rank: p for rank, p in progress_posts(world_size).items() if rank in stopped}
+    return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()
+            if rank in stopped or fields[-1] >= since}
 
 
 def _progress_fields(world_size: int) -> dict[int, tuple]:

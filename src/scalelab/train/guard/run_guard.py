@@ -159,9 +159,13 @@ def stall_deadline(ctx, watch, blocks_like_nccl: bool = False) -> StallDeadline:
 
     # progress: batches and steps ended, gradient all-reduces issued (finer than a step: failure.hung_line), and
     # whether the ranks agreed to stop (a rank acting on SIGTERM is not blocked)
-    return StallDeadline(seconds, lambda line, signal=None: failure.record_stall(ctx, watch, line, signal=signal),
-                         lambda: (clock.batches, clock.steps, clock.comm.issued, watch.signals.ending),
-                         signals=watch.signals if several else None, grace=lambda: sigterm_grace(step_s()),
-                         on_idle=(lambda: ctx.rank and peers.post_progress(
-                             ctx.rank, (clock.steps, clock.batches, clock.comm.issued))) if several else None,
-                         first_seconds=first_batch_seconds(seconds, ctx.cfg.compile))
+    # (rank 0 blocked weighs the others' pauses against when it last moved itself: deadline.moved_at)
+    deadline = StallDeadline(
+        seconds, lambda line, signal=None: failure.record_stall(ctx, watch, line, signal=signal,
+                                                                moved_at=deadline.moved_at),
+        lambda: (clock.batches, clock.steps, clock.comm.issued, watch.signals.ending),
+        signals=watch.signals if several else None, grace=lambda: sigterm_grace(step_s()),
+        on_idle=(lambda: ctx.rank and peers.post_progress(
+            ctx.rank, (clock.steps, clock.batches, clock.comm.issued))) if several else None,
+        first_seconds=first_batch_seconds(seconds, ctx.cfg.compile))
+    return deadline

@@ -21,6 +21,7 @@ Signals (signals.py) are set up here too, because the watch is what exists in ev
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -199,16 +200,17 @@ class RankWatch:
                     "node, its processes or the link to it are gone (scontrol show node / sacct name the node)")
         return None
 
-    def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S) -> str | None:
-        """Rank 0, blocked: the line naming the rank that hung, from the progress the others posted as they stopped
-        (peers.post_stall) and its own. Waits up to `wait_s` for the ranks that have not stopped yet (each posts when
-        its own deadline fires: the one that hung first, the ones waiting for it later), unless they are known dead.
+    def hung_rank(self, own: tuple, wait_s: float = PEER_WAIT_S, moved_at: float = math.inf) -> str | None:
+        """Rank 0, blocked: the line naming the rank that hung, from the progress the others posted and its own.
+        Waits up to `wait_s` for the ranks that have not posted yet (each posts when it pauses, and when its own
+        deadline fires: the one that hung first, the ones waiting for it later), unless they are known dead.
 
-        A pause posted without a stop since is no word about this stall: a rank that paused, went on and then died
-        (a crash, a node lost) left it behind, and read as a stop it named that rank hung a step before its end."""
+        A stop (peers.post_stall) always counts; a pause only where it was posted after rank 0 last moved
+        (`moved_at`, time.time()): a rank that paused while rank 0 was slow, went on (so rank 0 could) and died
+        before its next post left a pause behind, which named it hung a step before its end."""
         deadline = time.monotonic() + wait_s
         while True:
-            progress = peers.stalled_progress(self.world_size)
+            progress = peers.progress_since(self.world_size, moved_at)
             gone = {rank for rank, _ in self.dead_children() + peers.gone_on_this_host(self.world_size)}
             if len(set(progress) | gone) >= self.world_size - 1 or time.monotonic() >= deadline:
                 break
