@@ -1,6 +1,5 @@
 """An emulated node's torchrun (launch/node.py) says nothing of its own below CRITICAL."""
 
-import logging
 import subprocess
 import sys
 
