@@ -134,7 +134,7 @@ def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "generated_specs", module)
         mp.setattr(workloads, "_declared", lambda: targets)
-        found, broken = workloads._plugins(workloads.BUILTIN, config.RESERVED, config.COMMON)
+        found, broken, targets = workloads._plugins(workloads.BUILTIN, config.RESERVED, config.COMMON)
     for i in range(len(declared)):  # each joined, or refused by its name or its target
         spec, target = getattr(module, f"S{i}"), f"generated_specs:S{i}"
         assert found.get(spec.name) is spec or target in broken or broken.get(spec.name, "").startswith(target)
@@ -146,6 +146,8 @@ def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_
     assert all(set(spec.identity) <= {o.name for o in spec.options} for spec in found.values())
     for spec in found.values():
         assert spec.name not in broken
+    assert targets == {f"generated_specs:S{i}": getattr(module, f"S{i}").name for i in range(len(declared))
+                       if found.get(getattr(module, f"S{i}").name) is getattr(module, f"S{i}")}
 
 
 def test_the_example_declares_a_spec_without_importing_torch():

@@ -67,12 +67,13 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name c
 
 
 def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
-    """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}): each loaded once (every
-    rank and the launcher see the same); one that fails is kept with its reason, said in one line where it is asked
-    for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where it is not.
+    """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}, {MODULE:NAME: name} of
+    those that joined): each loaded once (every rank and the launcher see the same); one that fails is kept with
+    its reason, said in one line where it is asked for (--model NAME, or --model MODULE:NAME where its name is a
+    workload that runs), never where it is not.
     reserved: the names no option may take (the common flags, the workload block's fields); common: the flags a
     spec's defaults may set."""
-    found, refused = {}, []
+    found, refused, targets = {}, [], {}
     flags = {o.name for spec in taken.values() for o in spec.options}
     for name, target in _declared():
         try:
@@ -88,12 +89,12 @@ def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
         if why:
             refused.append((name or spec.name, target, f"{target}: {why}"))
             continue
-        found[spec.name] = spec
+        found[spec.name], targets[target] = spec, spec.name
         flags |= {o.name for o in spec.options}
     broken = {}
     for name, target, why in refused:  # by its name, unless a workload that runs or an earlier refusal has it
         broken[target if name in taken or name in found or name in broken else name] = why
-    return found, broken
+    return found, broken, targets
 
 
 def _first_line(exc: BaseException) -> str:
@@ -143,16 +144,10 @@ def admit(reserved: frozenset, common: frozenset) -> None:
     A `--model MODULE:NAME` of this command line joins SCALELAB_WORKLOADS in this process's environment: every
     process it starts (ranks, a SLURM job submitit writes, an emulated node) declares the same workloads, whatever
     its own command line."""
-    found, broken = _plugins(BUILTIN, reserved, common)
+    found, broken, targets = _plugins(BUILTIN, reserved, common)
     BROKEN.update(broken)
     REGISTRY.update(found)
-    for _, target in _declared():  # their modules imported already: no module runs twice
-        try:
-            spec = _load(target)
-        except Exception:  # noqa: BLE001 - refused above, said where it is asked for
-            continue
-        if isinstance(spec, WorkloadSpec) and found.get(spec.name) is spec:
-            TARGETS[target] = spec.name
+    TARGETS.update(targets)
     given = [t.strip() for t in os.environ.get(ENV, "").split(",") if t.strip()]
     added = [t for t in named_on(sys.argv[1:]) if t not in given]
     if added:
