@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 from scalelab.report.cli import build  # noqa: E402
 
 WORKLOADS = {
-    "gpt tiny": ["--model", "gpt", "--preset", "tiny", "--max_steps", "40", "--warmup_steps", "5"],
+    "gpt tiny": ["--config", "gpt-tiny", "--max_steps", "40", "--warmup_steps", "5"],
     "mlp": ["--model", "mlp", "--num_samples", "20000", "--max_epochs", "3", "--warmup_steps", "5"],
 }
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = {"tiny GPT": ["--model", "gpt", "--preset", "tiny", "--max_steps", "20"],
+WORKLOADS = {"tiny GPT": ["--config", "gpt-tiny", "--max_steps", "20"],
              "MLP 2048x2048": ["--model", "mlp", "--hidden_dims", "2048", "2048", "--max_steps", "20"]}
 
 CHILD = """import resource, subprocess, sys

@@ -29,7 +29,7 @@ from scalelab.perfmodel.network import human_rate  # noqa: E402
 from scalelab.report import explain, forecast_view, frames  # noqa: E402
 
 # every rung the same workload (max_steps is part of it: a run of 20 steps would be another group, without a baseline)
-GPT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "30", "--warmup_steps", "5", "--logger", "none"]
+GPT = ["--config", "gpt-tiny", "--max_steps", "30", "--warmup_steps", "5", "--logger", "none"]
 BENCH = ["src/allreduce_bench.py", "--min_bytes", "1M", "--max_bytes", "16M", "--iters", "5", "--warmup_iters", "1"]
 
 

@@ -1,6 +1,6 @@
 """Speed targets 1 and 2: harness overhead vs a plain DDP loop, and honest whole-run clocks.
 
-Runs the tiny GPT (and, with `--workloads gpt mlp`, the MLP, whose 1 ms step shows per-step cost the most)
+Runs the tiny GPT (and, with `--workloads gpt-tiny mlp`, the MLP, whose 1 ms step shows per-step cost the most)
 through scalelab (`src/train.py`) and through benchmarks/plain_ddp.py (the same model, batch and data in a bare
 torch loop), at 1 and 2 CPU processes (one pinned core each), as interleaved pairs (plain,
 then scalelab, `--repeats` times: slow phases of a shared machine hit both alike). Prints the median tokens/s of
@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 import plain_ddp  # noqa: E402
 
 # workload: (train.py's flags, plain_ddp's model, steps, warm-up, throughput field); the same batch in both loops
-WORKLOADS = {"gpt": (["--model", "gpt", "--preset", "tiny"], "gpt", None, None, "tokens_per_s"),
+WORKLOADS = {"gpt-tiny": (["--config", "gpt-tiny"], "gpt-tiny", None, None, "tokens_per_s"),
              # the MLP's 1 ms step shows a loop's per-step cost the most; probes off: plain_ddp has none
              "mlp": (["--model", "mlp", "--num_samples", "200000", "--comm_probe_every", "0", "--logger", "none"],
                      "mlp", 1000, 50, "samples_per_s")}
@@ -51,8 +51,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=30, help="GPT steps (the MLP runs 1,000)")
     p.add_argument("--warmup", type=int, default=5, help="GPT warm-up steps (the MLP: 50)")
-    p.add_argument("--workloads", nargs="+", choices=tuple(WORKLOADS), default=["gpt"],
-                   help="gpt: tiny GPT, batch 8 (the target); mlp: the spiral MLP, batch 64")
+    p.add_argument("--workloads", nargs="+", choices=tuple(WORKLOADS), default=["gpt-tiny"],
+                   help="gpt-tiny: tiny GPT, batch 8 (the target); mlp: the spiral MLP, batch 64")
     a = p.parse_args()
     out = tempfile.mkdtemp(prefix="scalelab-overhead-")
     for workload in a.workloads:

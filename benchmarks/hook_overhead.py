@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT = ["--model", "gpt", "--preset", "tiny", "--max_steps", "60"]
+DEFAULT = ["--config", "gpt-tiny", "--max_steps", "60"]
 
 
 def step_ms(args, devices, hook, out) -> tuple:

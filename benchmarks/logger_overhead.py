@@ -24,7 +24,7 @@ from types import SimpleNamespace
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
-WORKLOADS = {"mlp": ["--config", "mlp"], "gpt-tiny": ["--model", "gpt", "--preset", "tiny"]}
+WORKLOADS = {"mlp": ["--config", "mlp"], "gpt-tiny": ["--config", "gpt-tiny"]}
 
 
 def step_ms(workload, logger, steps, out):

@@ -70,7 +70,7 @@ def worker(rank, args, queue):
     os._exit(0)
 
 
-def measure(procs, steps=30, warmup=5, batch=None, model="gpt") -> float:
+def measure(procs, steps=30, warmup=5, batch=None, model="gpt-tiny") -> float:
     """Throughput (tokens/s for the GPT, samples/s for the MLP) of rank 0's view: all ranks' units per timed s."""
     batch = batch or (64 if model == "mlp" else 8)
     args = argparse.Namespace(procs=procs, steps=steps, warmup=warmup, batch=batch, model=model)
@@ -89,7 +89,7 @@ def measure(procs, steps=30, warmup=5, batch=None, model="gpt") -> float:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
+    p.add_argument("--model", choices=("gpt-tiny", "mlp"), default="gpt-tiny")
     p.add_argument("--procs", type=int, default=1)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)

@@ -25,6 +25,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 from scalelab import results  # noqa: E402
+from scalelab.workloads import gpt  # noqa: E402
 
 
 def synthetic(i: int, rng: random.Random) -> dict:
@@ -33,8 +34,8 @@ def synthetic(i: int, rng: random.Random) -> dict:
     data = results.envelope("training", f"synthetic-{i:05d}")
     data.update(
         status="completed", error=None,
-        workload={"model": "gpt", "options": {"preset": "tiny", "seq_len": 128, "group": i % 20}, "batch_size": 8,
-                  "scaling": "weak", "precision": "32", "describe": "gpt tiny", "params": 3323392,
+        workload={"model": gpt.SPEC.name, "options": {"preset": "tiny", "seq_len": 128, "group": i % 20},
+                  "batch_size": 8, "scaling": "weak", "precision": "32", "describe": "gpt tiny", "params": 3323392,
                   "tokens_per_sample": 128, "batch_per_device": 8, "global_batch": 8 * world},
         launch={"launcher": "slurm", "world_size": world, "num_nodes": max(1, world // 4),
                 "devices": min(world, 4), "accelerator": "cpu", "device_names": ["cpu"],

@@ -202,9 +202,9 @@ def _config_path(given: str) -> str:
 
 
 def _model_name(old: str, where: str, prog: str) -> str:
-    """A model's old name (a result.json replayed, a job script's MODEL=) as its new one (upgrades.MODEL_NAMES),
+    """A model's old name (a result.json replayed, a job script's MODEL=) as its new one (upgrades.model_names()),
     said once per run (rank 0); any other name as it is."""
-    new = upgrades.MODEL_NAMES.get(old)
+    new = upgrades.model_names().get(old)
     if new is None:
         return old
     if env_rank() == 0:

@@ -23,19 +23,31 @@ from scalelab.entry import GBIT, OneLineParser, run_main
 from scalelab.errors import UsageError
 from scalelab.perfmodel.network import human_rate
 from scalelab.report.cli import main as report_main
+from scalelab.workloads import gpt, mlp
 
 # the entry points as modules: they run wherever scalelab imports (a checkout's src/ or an installed wheel)
 TRAIN, BENCH, EMULATE = (["-m", m] for m in ("scalelab.train", "scalelab.bench", "scalelab.launch.emulate"))
 PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # put on PYTHONPATH for the runs
-WORKLOADS = {"mlp": ["--config", "mlp"], "gpt": ["--config", "gpt-tiny"]}  # what the sbatch scripts run
-LINK_MODELS = ("gpt",)  # the MLP's gradients are 11 KB: no link rate changes its step
+
+
+class Part(NamedTuple):
+    """A workload of the ladder: what it runs (the named config the sbatch scripts run) and which rungs take it."""
+    flags: list
+    over_links: bool  # its all-reduce is long enough for a link's rate to change its step: it takes the 2-node rungs
+    follows_precision: bool  # --precision reaches it (the MLP trains in fp32 anywhere, as on GPUs)
+
+
+# by the workload's name (--models): the MLP's gradients are 11 KB (no link rate changes its step), the GPT's 13 MB
+WORKLOADS = {mlp.SPEC.name: Part(["--config", "mlp"], over_links=False, follows_precision=False),
+             gpt.SPEC.name: Part(["--config", "gpt-tiny"], over_links=True, follows_precision=True)}
 LINK_RATES = (2.0, 0.2)  # Gbit/s: tiny GPT's 13 MB all-reduce takes ~60 ms at the first, ~550 ms at 0.2
 # the benchmark over a link: every size DDP's buckets use, few repeats (16 MiB at 0.2 Gbit/s takes 0.7 s each)
 BENCH_ARGS = ["--min_bytes", "4K", "--max_bytes", "16M", "--iters", "10"]
 SLOW_LINK_BENCH = ["--max_bytes", "4M", "--iters", "5", "--warmup_iters", "1"]
 # A lever sweep (--lever): the GPT at 1 device and over each link, per setting; fewer steps (K=16 makes a step
 # 16 batches): 2 warm-up steps, then probes at steps 5 and 8 and 6 timed steps.
-LEVER_WORKLOAD = ["--config", "gpt-tiny", "--max_steps", "10", "--warmup_steps", "2"]
+LEVER_MODEL = gpt.SPEC.name
+LEVER_WORKLOAD = [*WORKLOADS[LEVER_MODEL].flags, "--max_steps", "10", "--warmup_steps", "2"]
 LEVER_PROBES = ["--comm_probe_every", "3"]
 SHARDED_COLLECTIVES = ("all_gather", "reduce_scatter")  # what an FSDP step runs instead of DDP's all-reduce
 # the levers --lever sweeps: those that take a value (--static_graph is a switch, on or off)
@@ -49,8 +61,8 @@ class Rung(NamedTuple):
     model: str  # a WORKLOADS key, or "allreduce"
     devices: int
     link_gbit: Optional[float] = None  # 2 emulated nodes × `devices` over this link; None = one node
-    lever: tuple = ()  # ("--comm_hook", "bf16"): one setting of a lever sweep (the GPT's shorter run)
-    precision: str = "32"  # the GPT's (--precision bf16-mixed: a GPU's default); the MLP trains in fp32 anywhere
+    lever: tuple = ()  # ("--comm_hook", "bf16"): one setting of a lever sweep (LEVER_MODEL's shorter run)
+    precision: str = "32"  # of a workload that follows it (--precision bf16-mixed: a GPU's default)
 
     @property
     def name(self) -> str:
@@ -68,8 +80,8 @@ class Rung(NamedTuple):
             probes = [] if self.lever == ("--strategy", "fsdp") else LEVER_PROBES
             script = [*TRAIN, *LEVER_WORKLOAD, *probes, *self.lever]
         else:
-            script = [*TRAIN, *WORKLOADS[self.model]]
-        if self.model == "gpt" and self.precision != "32":
+            script = [*TRAIN, *WORKLOADS[self.model].flags]
+        if self.model != "allreduce" and WORKLOADS[self.model].follows_precision and self.precision != "32":
             script += ["--precision", self.precision]
         script += ["--output_dir", output_dir]
         if self.link_gbit is None:
@@ -83,18 +95,18 @@ def ladder(models, link_rates, links_ok: bool, precision: str = "32", repeats: i
     not back to back: the scatter the report's bands are built from is the one between runs)."""
     rungs = [Rung(m, n, precision=precision) for m in models for n in (1, 2)] + [Rung("allreduce", 2)]
     if links_ok:
-        rungs += [Rung(m, 1, g, precision=precision) for m in models if m in LINK_MODELS for g in link_rates]
+        rungs += [Rung(m, 1, g, precision=precision) for m in models if WORKLOADS[m].over_links for g in link_rates]
         rungs += [Rung("allreduce", 1, g) for g in link_rates]
     return rungs + [r for _ in range(repeats - 1) for r in rungs if r.model != "allreduce"]
 
 
 def lever_rungs(lever: tuple, link_rates, precision: str = "32") -> list:
-    """One lever at a fixed shape: the GPT at 1 device and at 2 nodes over each link, for each setting; the
+    """One lever at a fixed shape: LEVER_MODEL at 1 device and at 2 nodes over each link, for each setting; the
     all-reduce benchmark over each link, and where FSDP is swept its all-gather and reduce-scatter (the report
     prices its step with them: gloo's reduce-scatter costs a whole all-reduce)."""
     name, values = lever
     collectives = [()] + ([("--collective", c) for c in SHARDED_COLLECTIVES] if "fsdp" in values else [])
-    return ([Rung("gpt", n, g, (f"--{name}", v), precision) for v in values for n, g in [(1, None)] +
+    return ([Rung(LEVER_MODEL, n, g, (f"--{name}", v), precision) for v in values for n, g in [(1, None)] +
              [(1, g) for g in link_rates]] + [Rung("allreduce", 1, g, c) for c in collectives for g in link_rates])
 
 
@@ -117,7 +129,7 @@ def parse_lever(text: str) -> tuple:
         raise UsageError(f"--lever {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(SWEPT_LEVERS)}")
     values = values.split(",")
     for value in values:
-        config.parse_config(["--model", "gpt", f"--{name}", value])
+        config.parse_config([*LEVER_WORKLOAD, f"--{name}", value])
     return name, values
 
 
@@ -146,7 +158,7 @@ def links_unavailable() -> Optional[str]:
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="scalelab.demo", description=__doc__.splitlines()[0])
     p.add_argument("--output_dir", default="outputs/demo")
-    p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=["mlp", "gpt"])
+    p.add_argument("--models", nargs="+", choices=sorted(WORKLOADS), default=list(WORKLOADS))
     p.add_argument("--link_gbit", type=GBIT, nargs="*", default=list(LINK_RATES),
                    help="rates of the emulated link between 2 nodes (none: skip the 2-node rungs)")
     p.add_argument("--precision", choices=("32", "bf16-mixed"), default="32",
@@ -166,7 +178,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logs = os.path.join(args.output_dir, "logs")
     os.makedirs(logs, exist_ok=True)
-    wants_links = bool(args.link_gbit) and (args.lever or any(m in LINK_MODELS for m in args.models))
+    wants_links = bool(args.link_gbit) and (args.lever or any(WORKLOADS[m].over_links for m in args.models))
     why_not = links_unavailable() if wants_links else None
     over = (f"2 nodes over an emulated {' and '.join(human_rate(g) for g in args.link_gbit)} link"
             if wants_links and not why_not else "")

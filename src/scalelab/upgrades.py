@@ -4,6 +4,8 @@ layout and its version; `results.load` applies these steps, so an old outputs fo
 Each step is a pure function of a parsed file: it renames, never guesses a value the old file lacks.
 """
 
+import functools
+
 # Version 1 -> 2: one name per quantity, the report's and the CSVs' (old name: new name).
 _V1_COMM = {"exposed_comm_s": "waited_s", "comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s",
             "hidden_comm_s": "hidden_s", "overlap": "hidden_fraction", "train_busbw_GBps": "ddp_busbw_GBps"}
@@ -16,9 +18,8 @@ _V2_TIMING = {"step_time_s": "step_s", "time_to_first_step_s": "first_step_s"}
 _V2_METRICS = {"final_train_loss": "train_loss"}
 _V2_RANK = {"grads_ready_s": "grads_ready_times_s", "allreduce_s": "allreduce_times_s",
             "allreduce_alone_s": "allreduce_alone_times_s"}
-# Beyond result files, schema 3's names reach a command line, a config (`--model transformer`) and a reference
+# Beyond result files, schema 3's names reach a command line, a config (a model's former name) and a reference
 # file's checks (old key: new key), each read by its own module through these.
-MODEL_NAMES = {"transformer": "gpt"}
 REFERENCE_KEYS = {"devices": "world_size", "nodes": "num_nodes", "baseline_devices": "baseline_world_size"}
 
 
@@ -38,11 +39,19 @@ def _v1_to_v2(data: dict) -> dict:
     return data
 
 
-def _gpt(record):
-    """A workload or config record with the GPT's old model name `transformer` (and its description) renamed."""
+@functools.lru_cache(maxsize=None)
+def model_names() -> dict:
+    """{former name: name} of scalelab's workloads renamed since schema 2, as each declares (WorkloadSpec.formerly)."""
+    from scalelab.workloads import BUILTIN  # the registry imports this module: read when first asked
+
+    return {old: spec.name for spec in BUILTIN.values() for old in spec.formerly}
+
+
+def _model_renamed(record):
+    """A workload or config record with a model's former name (the GPT's `transformer`; its description) renamed."""
     if not isinstance(record, dict) or not _old_model(record.get("model")):
         return record
-    old, new = record["model"], MODEL_NAMES[record["model"]]
+    old, new = record["model"], model_names()[record["model"]]
     out = dict(record, model=new)
     if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
         out["describe"] = new + out["describe"][len(old):]
@@ -59,7 +68,7 @@ def _v2_to_v3(data: dict) -> dict:
         data["timing"]["comm"] = {k: v for k, v in data["timing"]["comm"].items() if k != "step_s"}
     for key in ("workload", "config"):
         if key in data:
-            data[key] = _gpt(data[key])
+            data[key] = _model_renamed(data[key])
     if isinstance(data.get("ranks"), list):
         data["ranks"] = [_renamed(r, _V2_RANK) for r in data["ranks"]]
     return data
@@ -99,9 +108,9 @@ def summary_v1(configuration):
     out = _renamed(configuration, SUMMARY_V1)
     if isinstance(out.get("workload"), dict) and _old_model(out["workload"].get("model")):
         old = out["workload"]["model"]
-        out["workload"] = _gpt(out["workload"])
+        out["workload"] = _model_renamed(out["workload"])
         if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
-            out["describe"] = MODEL_NAMES[old] + out["describe"][len(old):]
+            out["describe"] = model_names()[old] + out["describe"][len(old):]
     return out
 
 
@@ -118,12 +127,12 @@ def reference_checks(checks: list) -> tuple:
                     found[old] = new
             workload = entry.get("workload")
             if isinstance(workload, dict) and _old_model(workload.get("model")):
-                found[f"model: {workload['model']}"] = f"model: {MODEL_NAMES[workload['model']]}"
-                entry["workload"] = dict(workload, model=MODEL_NAMES[workload["model"]])
+                found[f"model: {workload['model']}"] = f"model: {model_names()[workload['model']]}"
+                entry["workload"] = dict(workload, model=model_names()[workload["model"]])
         out.append(entry)
     return out, list(found.items())
 
 
 def _old_model(model) -> bool:
     """Whether a model name is one that was renamed (a file's value may be any JSON: a list is no name)."""
-    return isinstance(model, str) and model in MODEL_NAMES
+    return isinstance(model, str) and model in model_names()

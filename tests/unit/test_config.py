@@ -210,7 +210,10 @@ def test_a_named_config_is_what_the_jobs_and_the_demo_run():
 
     cfg = config.parse_config(["--config", "gpt-tiny", "--max_steps", "7"])  # the command line still wins
     assert (cfg.model, cfg.preset, cfg.batch_size, cfg.max_steps) == ("gpt", "tiny", 8, 7)
-    assert demo.WORKLOADS["gpt"] == ["--config", "gpt-tiny"] and demo.WORKLOADS["mlp"] == ["--config", "mlp"]
+    assert demo.WORKLOADS["gpt"].flags == ["--config", "gpt-tiny"]
+    assert demo.WORKLOADS["mlp"].flags == ["--config", "mlp"]
+    for name, part in demo.WORKLOADS.items():  # each of the demo's parts runs the workload it is listed as
+        assert config.parse_config(part.flags).model == name
     assert set(config.named_configs()) >= {"mlp", "gpt-tiny", "gpt-small", "gpt-medium", "gpt-large", "gpt-xl"}
 
 

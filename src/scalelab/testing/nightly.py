@@ -11,6 +11,7 @@ import math
 import random
 
 from scalelab import results
+from scalelab.workloads import gpt
 
 START = dt.datetime(2026, 6, 1, 2, 0, tzinfo=dt.timezone.utc)
 TOKENS = {1: 3400.0, 2: 6400.0}  # tokens/s of the tiny GPT at 1 and 2 CPU devices (make demo's, rounded)
@@ -25,7 +26,7 @@ def night(folder: str, index: int, world: int, tokens_per_s: float, busbw=None) 
     comm = None if world == 1 else {"compute_s": 0.8 * step, "waited_s": 0.1 * step, "allreduce_s": 0.12 * step,
                                     "ddp_busbw_GBps": busbw}
     data.update(status="completed", error=None, ranks=None, metrics={"train_loss": 5.0},
-                workload={"model": "gpt", "options": {"preset": "tiny", "seq_len": 128}, "batch_size": 8,
+                workload={"model": gpt.SPEC.name, "options": {"preset": "tiny", "seq_len": 128}, "batch_size": 8,
                           "scaling": "weak", "precision": "32", "describe": "gpt tiny", "params": 3323392,
                           "tokens_per_sample": 128, "batch_per_device": 8, "global_batch": 8 * world},
                 launch={"launcher": "slurm", "world_size": world, "num_nodes": 1, "devices": world,

@@ -106,7 +106,7 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
     """Why a declared spec cannot join the registry (it would break another workload's runs or its own), or None."""
     if name is not None and name != spec.name:
         return f"declares the name {spec.name!r}, its entry point {name!r}"
-    if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in upgrades.MODEL_NAMES:
+    if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in upgrades.model_names():
         return f"the name {spec.name!r} is not one a run can carry (letters, digits, _ . -; at most 64)"
     if spec.name in taken:
         return f"the name {spec.name!r} is taken (by {'scalelab' if spec.name in BUILTIN else 'another package'})"

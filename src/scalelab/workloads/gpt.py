@@ -100,6 +100,7 @@ def finalize(cfg) -> None:
 
 SPEC = WorkloadSpec(
     name="gpt",
+    formerly=("transformer",),  # schema 2's name (upgrades.py reads it as gpt)
     shards="each transformer block, then the rest (embeddings, final norm, head)",
     help="gpt: GPT-style decoder transformer (nets/transformer.py; configs gpt-tiny ... gpt-xl)",
     defaults={"batch_size": 8, "learning_rate": 3e-4, "max_epochs": None, "max_steps": 50},

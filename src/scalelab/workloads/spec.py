@@ -38,6 +38,7 @@ class WorkloadSpec:
     shards: str = ""  # what --strategy fsdp shards one by one ("" : nothing worth sharding, refused in one line)
     memory: Optional[MemoryCheck] = None  # None: no estimate (no check up front; the result's estimate is null)
     flops_note: str = ""  # how its FLOPs per sample count, where a comparison of MFU needs it (the report says it)
+    formerly: Tuple[str, ...] = ()  # names earlier results, configs and job scripts gave it: read as this one
 
 
 @dataclass
