@@ -133,18 +133,27 @@ def test_size_mismatch_fails_fast_with_the_fix(slurm_env, tmp_path):
     assert load_results(tmp_path) == []
 
 
-def test_submitit_sweep_on_slurm(slurm_env, tmp_path):
+def test_submitit_sweep_on_slurm_runs_a_users_own_model(slurm_env, tmp_path):
+    """submit.py's three jobs (1x1, 1x4, 2x4) of the example model outside the package (`--model tiny_cnn:SPEC`, the
+    module on PYTHONPATH only): every rank on both nodes declares it, and the report counts its FLOPs."""
+    env = {**slurm_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "examples" / "tiny_cnn"),
+                                                                   slurm_env.get("PYTHONPATH")]))}
     started = time.time()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "src" / "submit.py"), "--cluster", "slurm", "--output_dir", str(tmp_path),
-         "--poll_s", "1", "--", "--model", "mlp", "--num_samples", "4096", "--max_epochs", "1", "--threads", "1"],
-        cwd=ROOT, env=slurm_env, capture_output=True, text=True, timeout=900)
+         "--poll_s", "1", "--", "--model", "tiny_cnn:SPEC", "--max_steps", "20", "--warmup_steps", "5",
+         "--threads", "1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     print(f"\nsubmitit sweep (1x1, 1x4, 2x4) took {time.time() - started:.1f} s")
     found = {r["launch"]["world_size"]: r for r in load_results(tmp_path)}
     assert sorted(found) == [1, 4, 8]
     assert found[8]["launch"]["hostnames"] == ["node1", "node2"]
+    assert {(r["status"], r["workload"]["model"], r["timing"]["flops_from"].split()[0]) for r in found.values()} == {
+        ("completed", "tiny-cnn", "counted")}
     assert "Scaling (baseline: 1 device" in proc.stdout and "submitted 3 job(s) to slurm" in proc.stdout
+    assert "1 scaling group(s)" in proc.stdout
+    assert "TFLOP/s and MFU of tiny-cnn: FLOPs per sample counted" in proc.stdout
     # srun is told the cores per task (Slurm >= 22.05 no longer passes the allocation's on)
     scripts = list(tmp_path.glob("submitit/*/*_submission.sh"))
     assert len(scripts) == 3 and all(re.search(r"^srun .*--cpus-per-task=\d+", p.read_text(), re.M) for p in scripts)
