@@ -202,9 +202,9 @@ def _config_path(given: str) -> str:
 
 
 def _model_name(old: str, where: str, prog: str) -> str:
-    """A model's old name (a result.json replayed, a job script's MODEL=) as its new one (upgrades.model_names()),
+    """A model's old name (a result.json replayed, a job script's MODEL=) as its new one (upgrades.MODEL_NAMES),
     said once per run (rank 0); any other name as it is."""
-    new = upgrades.model_names().get(old)
+    new = upgrades.MODEL_NAMES.get(old)
     if new is None:
         return old
     if env_rank() == 0:
@@ -217,11 +217,8 @@ def _new_model_names(argv: list, prog: str) -> list:
     """The command line with `--model OLD` / `--model=OLD` given their new names, and `--model MODULE:NAME` the
     name of the workload it declares."""
     out = list(argv)
-    for i, word in enumerate(out):
-        if word == "--model" and i + 1 < len(out):
-            out[i + 1] = _model_name(workloads.model_name(out[i + 1]), "--model ", prog)
-        elif word.startswith("--model="):
-            out[i] = "--model=" + _model_name(workloads.model_name(word.split("=", 1)[1]), "--model ", prog)
+    for i, prefix, value in workloads.model_words(out):
+        out[i] = prefix + _model_name(workloads.model_name(value), "--model ", prog)
     return out
 
 

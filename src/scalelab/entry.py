@@ -66,10 +66,12 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag in one line instead of the usage block, names the program as the user
-    typed it, and answers --version."""
+    typed it, and answers --version. A flag is its whole name (no `--mod` for `--model`): what a command line
+    says is what scalelab's own scans of it read (workloads.model_words), and a typo names its fix."""
 
-    def __init__(self, *args, prog=None, formatter_class=DefaultsFormatter, **kwargs):
-        super().__init__(*args, prog=prog_name(prog) if prog else None, formatter_class=formatter_class, **kwargs)
+    def __init__(self, *args, prog=None, formatter_class=DefaultsFormatter, allow_abbrev=False, **kwargs):
+        super().__init__(*args, prog=prog_name(prog) if prog else None, formatter_class=formatter_class,
+                         allow_abbrev=allow_abbrev, **kwargs)
         from scalelab import __version__
 
         self.add_argument("--version", action="version", version=f"%(prog)s (scalelab) {__version__}")

@@ -4,7 +4,7 @@ layout and its version; `results.load` applies these steps, so an old outputs fo
 Each step is a pure function of a parsed file: it renames, never guesses a value the old file lacks.
 """
 
-import functools
+from scalelab.workloads import FORMER
 
 # Version 1 -> 2: one name per quantity, the report's and the CSVs' (old name: new name).
 _V1_COMM = {"exposed_comm_s": "waited_s", "comm_busy_s": "allreduce_s", "comm_alone_s": "allreduce_alone_s",
@@ -19,7 +19,9 @@ _V2_METRICS = {"final_train_loss": "train_loss"}
 _V2_RANK = {"grads_ready_s": "grads_ready_times_s", "allreduce_s": "allreduce_times_s",
             "allreduce_alone_s": "allreduce_alone_times_s"}
 # Beyond result files, schema 3's names reach a command line, a config (a model's former name) and a reference
-# file's checks (old key: new key), each read by its own module through these.
+# file's checks (old key: new key), each read by its own module through these. A model's former names are its
+# workload's to declare (WorkloadSpec.formerly: the GPT's `transformer`).
+MODEL_NAMES = FORMER
 REFERENCE_KEYS = {"devices": "world_size", "nodes": "num_nodes", "baseline_devices": "baseline_world_size"}
 
 
@@ -39,19 +41,11 @@ def _v1_to_v2(data: dict) -> dict:
     return data
 
 
-@functools.lru_cache(maxsize=None)
-def model_names() -> dict:
-    """{former name: name} of scalelab's workloads renamed since schema 2, as each declares (WorkloadSpec.formerly)."""
-    from scalelab.workloads import BUILTIN  # the registry imports this module: read when first asked
-
-    return {old: spec.name for spec in BUILTIN.values() for old in spec.formerly}
-
-
 def _model_renamed(record):
     """A workload or config record with a model's former name (the GPT's `transformer`; its description) renamed."""
     if not isinstance(record, dict) or not _old_model(record.get("model")):
         return record
-    old, new = record["model"], model_names()[record["model"]]
+    old, new = record["model"], MODEL_NAMES[record["model"]]
     out = dict(record, model=new)
     if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
         out["describe"] = new + out["describe"][len(old):]
@@ -110,7 +104,7 @@ def summary_v1(configuration):
         old = out["workload"]["model"]
         out["workload"] = _model_renamed(out["workload"])
         if isinstance(out.get("describe"), str) and out["describe"].startswith(old):
-            out["describe"] = model_names()[old] + out["describe"][len(old):]
+            out["describe"] = MODEL_NAMES[old] + out["describe"][len(old):]
     return out
 
 
@@ -127,12 +121,12 @@ def reference_checks(checks: list) -> tuple:
                     found[old] = new
             workload = entry.get("workload")
             if isinstance(workload, dict) and _old_model(workload.get("model")):
-                found[f"model: {workload['model']}"] = f"model: {model_names()[workload['model']]}"
-                entry["workload"] = dict(workload, model=model_names()[workload["model"]])
+                found[f"model: {workload['model']}"] = f"model: {MODEL_NAMES[workload['model']]}"
+                entry["workload"] = dict(workload, model=MODEL_NAMES[workload["model"]])
         out.append(entry)
     return out, list(found.items())
 
 
 def _old_model(model) -> bool:
     """Whether a model name is one that was renamed (a file's value may be any JSON: a list is no name)."""
-    return isinstance(model, str) and model in model_names()
+    return isinstance(model, str) and model in MODEL_NAMES

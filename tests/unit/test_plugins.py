@@ -182,3 +182,31 @@ def test_a_step_that_returns_no_loss_is_one_line_before_the_ranks_meet_and_write
         "train.py: error: --model tiny-cnn: its training_step returns a tensor of shape (32,), not one value (reduce "
         "it: .mean() or .sum()); the loop calls backward on the loss it returns"], proc.stderr
     assert not any((tmp_path / "out").rglob("*")), list((tmp_path / "out").rglob("*"))
+
+
+_VALUE = st.from_regex(r"[a-z_]{1,6}(:[A-Z]{1,4})?", fullmatch=True)
+_WORD = st.one_of(st.just("--model"), _VALUE.map("--model=".__add__), _VALUE, st.just("--flag"), st.just("--mod"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_WORD, max_size=8))
+def test_the_model_words_scalelab_reads_are_the_ones_argparse_reads(argv):
+    """workloads.model_words (the registry's scan for MODULE:NAME, config's rename of old names) agrees with
+    scalelab's parser on every command line it accepts: each word it names is prefix + value, and the last one is
+    the --model argparse keeps. `--mod` is no --model (no abbreviations: before, argparse took `--mod x` as
+    --model x, which neither scan saw)."""
+    from scalelab.entry import OneLineParser
+    from scalelab.errors import UsageError
+
+    parser = OneLineParser(prog="t")
+    parser.add_argument("--model")
+    parser.add_argument("--flag", action="store_true")
+    parser.add_argument("rest", nargs="*")
+    found = workloads.model_words(argv)
+    assert all(argv[i] == prefix + value and (prefix or argv[i - 1] == "--model") for i, prefix, value in found)
+    try:
+        parsed = parser.parse_args(argv)
+    except UsageError:
+        return
+    assert parsed.model == (found[-1][2] if found else None)
+    assert workloads.named_on(argv) == [value for _, _, value in found if ":" in value]

@@ -17,7 +17,6 @@ import re
 import sys
 from importlib import metadata
 
-from scalelab import upgrades
 from scalelab.errors import UsageError
 from scalelab.workloads import bert, gpt, mlp, resnet
 from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
@@ -28,6 +27,7 @@ __all__ = ["BROKEN", "BUILTIN", "GROUP", "MemoryCheck", "REGISTRY", "Option", "W
 GROUP = "scalelab.workloads"  # the entry point group an installed package declares its workloads in
 ENV = "SCALELAB_WORKLOADS"  # MODULE:NAME[,...]: workloads of modules on the path, not installed
 BUILTIN = {spec.name: spec for spec in (mlp.SPEC, gpt.SPEC, resnet.SPEC, bert.SPEC)}
+FORMER = {old: spec.name for spec in BUILTIN.values() for old in spec.formerly}  # old results' names: upgrades.py
 
 
 def _load(target: str):
@@ -41,12 +41,22 @@ def _load(target: str):
     return obj
 
 
+def model_words(argv: list) -> list:
+    """(index, prefix, value) of each --model value on a command line: argv[index] is prefix + value, the prefix
+    "--model=" where the flag and its value are one word, "" where the value follows `--model`."""
+    found = []
+    for i, word in enumerate(argv):
+        if word == "--model" and i + 1 < len(argv):
+            found.append((i + 1, "", argv[i + 1]))
+        elif word.startswith("--model="):
+            found.append((i, "--model=", word[len("--model="):]))
+    return found
+
+
 def named_on(argv: list) -> list:
     """The MODULE:NAME values of `--model MODULE:NAME` / `--model=MODULE:NAME` on a command line (a workload's name
     holds no colon)."""
-    values = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--model"]
-    values += [word.split("=", 1)[1] for word in argv if word.startswith("--model=")]
-    return [value for value in values if ":" in value]
+    return [value for _, _, value in model_words(argv) if ":" in value]
 
 
 def _declared() -> list:
@@ -106,7 +116,7 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
     """Why a declared spec cannot join the registry (it would break another workload's runs or its own), or None."""
     if name is not None and name != spec.name:
         return f"declares the name {spec.name!r}, its entry point {name!r}"
-    if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in upgrades.model_names():
+    if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in FORMER:
         return f"the name {spec.name!r} is not one a run can carry (letters, digits, _ . -; at most 64)"
     if spec.name in taken:
         return f"the name {spec.name!r} is taken (by {'scalelab' if spec.name in BUILTIN else 'another package'})"
