@@ -19,6 +19,7 @@ from scalelab.errors import RunFailed, UsageError
 # Lightning's), srun's (launch/slurm_env.procid), a local launcher's. Read here, below config and launch/, so that
 # config says a warning once per run as every launcher does.
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
+SECRET = re.compile(r"(^|_)(key|token|secret|password)$")  # an option's dest that holds a secret (comet_api_key)
 
 
 def env_rank(environ=None) -> int:
@@ -77,7 +78,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.add_argument("--version", action="version", version=f"%(prog)s (scalelab) {__version__}")
 
     def error(self, message):
-        raise UsageError(message + self._did_you_mean(message))
+        raise UsageError(self._masked(message) + self._did_you_mean(message))
+
+    def _masked(self, message: str) -> str:
+        """An unknown flag near a secret one (`--comet_api KEY`, `--comet_api_keys=KEY`): its value is not repeated
+        (an error lands in a job's log)."""
+        if not message.startswith("unrecognized arguments: "):
+            return message
+        secret = [o for o, action in self._option_string_actions.items() if o.startswith("--") and SECRET.search(
+            action.dest)]
+        words, out, hide = message.split(": ", 1)[1].split(" "), [], False
+        for word in words:
+            flag, eq, _ = word.partition("=")
+            near = flag.startswith("--") and any(s.startswith(flag) or difflib.get_close_matches(flag, [s], cutoff=0.75)
+                                                 for s in secret)
+            out.append("***" if hide else f"{flag}=***" if near and eq else word)
+            hide = near and not eq
+        return "unrecognized arguments: " + " ".join(out)
 
     def _did_you_mean(self, message: str) -> str:
         """' (did you mean --devices?)' for 'unrecognized arguments: --devcies 2': a typo names its own fix."""

@@ -73,7 +73,7 @@ def test_a_key_in_the_config_file_beside_logger_csv_is_used_nowhere(tmp_path, mo
 @pytest.mark.parametrize("argv, kept", [
     (["--model", "mlp", "--comet_api_key", KEY, "--seed", "1"], ["--model", "mlp", "--seed", "1"]),
     ([f"--comet_api_key={KEY}", "--comet_project", "p"], ["--comet_project", "p"]),
-    (["--comet_api", KEY, "--experiment_name", "e"], ["--experiment_name", "e"]),  # argparse's abbreviation
+    (["--comet_api", KEY, "--experiment_name", "e"], ["--experiment_name", "e"]),  # abbreviated (refused by train.py)
     (["--comet_workspace", "w"], ["--comet_workspace", "w"]),
 ])
 def test_without_key_drops_the_flag_and_its_value_only(argv, kept):

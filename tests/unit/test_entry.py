@@ -1,6 +1,8 @@
 """scalelab/entry.py's env_rank: the global rank a launcher announced, in the order the variables are trusted."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scalelab import entry
 from scalelab.launch import cluster
@@ -19,3 +21,24 @@ def test_env_rank_reads_this_process_environment_by_default(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SLURM_PROCID", "2")
     assert entry.env_rank() == 2 and cluster.env_rank() == 2  # launch.cluster hands on the same function
+
+
+_KEY = st.from_regex(r"[A-Z0-9]{12,20}", fullmatch=True)
+_NEAR_KEY_FLAG = st.one_of(
+    st.integers(len("--comet_a"), len("--comet_api_key") - 1).map(lambda n: "--comet_api_key"[:n]),  # abbreviated
+    st.sampled_from(["--comet_api_keys", "--comet-api-key", "--comet_apikey", "--comet_api_kee", "--commet_api_key"]))
+_OTHER = st.lists(st.sampled_from(["--model", "mlp", "--seed", "1", "--max_step", "3", "stray"]), max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_KEY, _NEAR_KEY_FLAG, st.booleans(), _OTHER, _OTHER)
+def test_a_key_given_to_a_flag_near_the_key_flag_is_never_repeated_by_the_error(key, flag, joined, before, after):
+    """Flags are whole names now (no abbreviations), so `--comet_api KEY` is an unknown flag: the one-line error
+    names the flag and its fix, never the key (it lands in a job's log)."""
+    from scalelab import config
+    from scalelab.errors import UsageError
+
+    given = [f"{flag}={key}"] if joined else [flag, key]
+    with pytest.raises(UsageError) as err:
+        config.parse_config([*before, *given, *after])
+    assert key not in str(err.value)
