@@ -4,8 +4,11 @@ there would give two unrelated 1-rank runs; `srun -n N` without --ntasks-per-nod
 traceback. Both are one line here, with the srun line that works."""
 
 import os
+import warnings
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import run_script
 from scalelab.launch import cluster
@@ -81,3 +84,22 @@ def test_a_local_run_where_srun_exists_prints_no_lightning_hint(tmp_path):
     proc = run_script("train.py", "--model", "mlp", "--max_steps", "8", "--output_dir", tmp_path / "out",
                       env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+_ENV_NAMES = ("SLURM_NTASKS", "SLURM_JOB_NAME", "SLURM_NNODES", "SLURM_PROCID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID",
+              "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "SCALELAB_LAUNCHER")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(_ENV_NAMES), st.sampled_from(["1", "4", "bash", "interactive", "job", ""])))
+def test_launchers_is_lightnings_detection_and_skips_it_only_where_it_says_no(env):
+    """cluster.launchers asks Lightning (SLURMEnvironment, TorchElasticEnvironment) unless none of the variables
+    those need is set: on any environment of launcher-like variables, it says what Lightning says (before, a
+    one-line refusal of a local run's flags waited seconds for Lightning's import)."""
+    from unittest import mock
+
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    with mock.patch.dict(os.environ, env, clear=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cluster.launchers() == (SLURMEnvironment.detect(), TorchElasticEnvironment.detect())

@@ -83,19 +83,37 @@ def _check(flag: str, given, actual: int, source: str, fix: str):
         raise UsageError(f"{flag} {given} does not match {source}={actual}: {fix}")
 
 
-def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
-    """Sizes of this run, from the launcher when there is one, else from the flags."""
+# What Lightning's SLURMEnvironment.detect() (SLURM_NTASKS, unless an interactive job name) and
+# TorchElasticEnvironment.detect() (torch's is_torchelastic_launched: TORCHELASTIC_RUN_ID) need set to say yes.
+LAUNCHER_SIGNS = ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID")
+
+
+def launchers(environ=None) -> tuple:
+    """(SLURM's, torchrun's) as Lightning detects them (the same detection runs again inside Fabric); without any of
+    LAUNCHER_SIGNS both are no, and Lightning (seconds to import) is not asked."""
+    environ = os.environ if environ is None else environ
+    if not any(name in environ for name in LAUNCHER_SIGNS):
+        return False, False
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
+    return SLURMEnvironment.detect(), TorchElasticEnvironment.detect()
+
+
+def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
+    """Sizes of this run, from the launcher when there is one, else from the flags."""
     # Lightning warns on every detection where `srun` exists and did not start the process: every local run on a
-    # login node (or this laptop with slurm-wlm). The mistake it hints at, a multi-task SLURM job outside srun, is
-    # refused below in one line; the same detection runs again inside Fabric.
+    # login node (or this laptop with slurm-wlm), here and again inside Fabric. The mistake it hints at, a
+    # multi-task SLURM job outside srun, is refused below in one line.
     warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
-    accel = resolve_accelerator(accelerator)
     problem = slurm_step_problem(script=_script())
     if problem:
         raise UsageError(problem)
-    if SLURMEnvironment.detect():
+    slurm, torchrun = launchers()
+    external = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ and "SCALELAB_LAUNCHER" in os.environ
+    if not (slurm or torchrun or external) and (num_nodes or 1) > 1:  # before torch: a flag's mistake, said at once
+        raise UsageError(f"--num_nodes {num_nodes} needs a launcher that starts the other nodes: use srun or torchrun")
+    accel = resolve_accelerator(accelerator)
+    if slurm:
         tasks, nodes = slurm_env.tasks_per_node(), slurm_env.nodes()
         if tasks * nodes > 1 and not slurm_env.in_step():
             raise UsageError(
@@ -110,20 +128,16 @@ def detect(devices=None, num_nodes=None, accelerator="auto") -> Launch:
 
             check_visible_gpus(tasks, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))
         return Launch("slurm", tasks, nodes, accel)
-    if TorchElasticEnvironment.detect():
+    if torchrun:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         nodes = max(1, int(os.environ["WORLD_SIZE"]) // local)
         _check("--devices", devices, local, "torchrun --nproc_per_node", "make them equal or drop --devices")
         _check("--num_nodes", num_nodes, nodes, "torchrun --nnodes", "make them equal or drop --num_nodes")
         return Launch("torchrun", local, nodes, accel)
-    if "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ and "SCALELAB_LAUNCHER" in os.environ:
-        # Ranks created by someone else (submitit's local executor): sizes come from the environment.
+    if external:  # ranks created by someone else (submitit's local executor): sizes come from the environment
         world = int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         return Launch(os.environ["SCALELAB_LAUNCHER"], local, max(1, world // local), accel)
-    nodes = num_nodes or 1
-    if nodes > 1:
-        raise UsageError(f"--num_nodes {nodes} needs a launcher that starts the other nodes: use srun or torchrun")
     return Launch("local", devices or 1, 1, accel)
 
 
