@@ -246,7 +246,9 @@ def _load_yaml(given: str, parser: argparse.ArgumentParser, prog: str) -> dict:
         replayed = set(REPLAYED_COMMON) | {o.name for _, o in _options()}
         data = {k: v for k, v in data["config"].items() if _dest(k) in replayed and v is not None}
     if isinstance(data.get("model"), str):
-        data = dict(data, model=_model_name(data["model"], "model: ", prog))
+        if data["model"] in workloads.BROKEN:  # before its options read as unknown keys
+            raise UsageError(f"--config {path}: model: {workloads.BROKEN[data['model']]}")
+        data = dict(data, model=_model_name(workloads.model_name(data["model"]), "model: ", prog))
     actions = {a.dest: a for a in parser._actions if a.dest not in ("help", "version", "config", "print_config")}
     out = {}
     for key, value in data.items():
@@ -318,6 +320,7 @@ def settings_yaml(cfg: RunConfig) -> str:
 
     others = {o.name for owner, o in _options() if owner != cfg.model}
     keep = {k: v for k, v in cfg.to_dict().items() if v is not None and k not in others and k != "config"}
+    keep["model"] = workloads.model_target(cfg.model)  # a workload of a module named on the command line: by it
     return yaml.safe_dump(keep, sort_keys=False)
 
 

@@ -134,7 +134,7 @@ def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "generated_specs", module)
         mp.setattr(workloads, "_declared", lambda: targets)
-        found, broken, targets = workloads._plugins(workloads.BUILTIN, config.RESERVED, config.COMMON)
+        found, broken, targets, modules = workloads._plugins(workloads.BUILTIN, config.RESERVED, config.COMMON)
     for i in range(len(declared)):  # each joined, or refused by its name or its target
         spec, target = getattr(module, f"S{i}"), f"generated_specs:S{i}"
         assert found.get(spec.name) is spec or target in broken or broken.get(spec.name, "").startswith(target)
@@ -148,6 +148,7 @@ def test_every_declared_workload_joins_or_is_refused_and_the_registry_keeps_one_
         assert spec.name not in broken
     assert targets == {f"generated_specs:S{i}": getattr(module, f"S{i}").name for i in range(len(declared))
                        if found.get(getattr(module, f"S{i}").name) is getattr(module, f"S{i}")}
+    assert modules == {name: target for target, name in targets.items()}  # no entry point among them
 
 
 def test_the_example_declares_a_spec_without_importing_torch():
@@ -166,7 +167,11 @@ def test_the_example_declares_a_spec_without_importing_torch():
 def test_a_module_named_by_model_is_the_workload_it_declares_with_its_options(tmp_path, given):
     """`--model MODULE:NAME`: no install, no environment variable; the run carries the name the module declares."""
     proc = _run(tmp_path, *given, "--width", "8", "--print_config", paths=[EXAMPLE])
-    assert proc.returncode == 0 and "model: tiny-cnn" in proc.stdout and "width: 8" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "model: tiny_cnn:SPEC" in proc.stdout and "width: 8" in proc.stdout, proc.stderr
+    code = "from scalelab import config; print(config.parse_config(['--model', 'tiny_cnn:SPEC']).model)"
+    named = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(EXAMPLE)]), SCALELAB_WORKLOADS="tiny_cnn:SPEC"))
+    assert named.stdout.strip() == "tiny-cnn", named.stderr  # the run's name: the one the module declares
 
 
 def test_a_step_that_returns_no_loss_is_one_line_before_the_ranks_meet_and_writes_nothing(tmp_path):
@@ -210,3 +215,31 @@ def test_the_model_words_scalelab_reads_are_the_ones_argparse_reads(argv):
         return
     assert parsed.model == (found[-1][2] if found else None)
     assert workloads.named_on(argv) == [value for _, _, value in found if ":" in value]
+
+
+def test_print_config_of_a_modules_workload_reads_back_as_the_same_run(tmp_path):
+    """--print_config writes `model: tiny_cnn:SPEC` (the module it was named by), and --config of that file
+    declares the workload again: its options are keys, the settings the same. Before, the file said
+    `model: tiny-cnn`, which no later command knew."""
+    printed = _run(tmp_path, "--model", "tiny_cnn:SPEC", "--width", "4", "--print_config", paths=[EXAMPLE])
+    assert printed.returncode == 0 and printed.stdout.startswith("model: tiny_cnn:SPEC\n"), printed.stderr
+    (tmp_path / "cnn.yaml").write_text(printed.stdout)
+    again = _run(tmp_path, "--config", "cnn.yaml", "--print_config", paths=[EXAMPLE])
+    assert again.returncode == 0 and again.stdout == printed.stdout, again.stderr
+    lost = _run(tmp_path, "--config", "cnn.yaml")  # the module not on the path: said, not "unknown key 'width'"
+    assert lost.returncode == 2 and lost.stderr.strip() == (
+        "train.py: error: --config cnn.yaml: model: tiny_cnn:SPEC does not import (ModuleNotFoundError: No module "
+        "named 'tiny_cnn')")
+
+
+def test_named_on_reads_the_model_of_the_last_config_file_only_where_it_is_a_modules(tmp_path):
+    (tmp_path / "a.yaml").write_text("model: pkg.mod:SPEC\nwidth: 3\n")
+    (tmp_path / "b.yaml").write_text("model: mlp\n")
+    (tmp_path / "big.yaml").write_text("model: pkg.big:SPEC\n" + "#" * workloads.CONFIG_PEEK_BYTES)
+    (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
+    at = str(tmp_path)
+    assert workloads.named_on(["--config", f"{at}/a.yaml"]) == ["pkg.mod:SPEC"]
+    assert workloads.named_on([f"--config={at}/a.yaml", "--model", "x.y:Z"]) == ["x.y:Z", "pkg.mod:SPEC"]
+    assert workloads.named_on(["--config", f"{at}/a.yaml", "--config", f"{at}/b.yaml"]) == []  # the last one counts
+    for name in ("b.yaml", "big.yaml", "bad.yaml", "missing.yaml", ""):
+        assert workloads.named_on(["--config", f"{at}/{name}"]) == [], name

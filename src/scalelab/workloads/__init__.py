@@ -41,22 +41,47 @@ def _load(target: str):
     return obj
 
 
-def model_words(argv: list) -> list:
-    """(index, prefix, value) of each --model value on a command line: argv[index] is prefix + value, the prefix
-    "--model=" where the flag and its value are one word, "" where the value follows `--model`."""
+def flag_words(argv: list, flag: str) -> list:
+    """(index, prefix, value) of each value of `flag` on a command line: argv[index] is prefix + value, the prefix
+    flag + "=" where the flag and its value are one word, "" where the value follows the flag."""
     found = []
     for i, word in enumerate(argv):
-        if word == "--model" and i + 1 < len(argv):
+        if word == flag and i + 1 < len(argv):
             found.append((i + 1, "", argv[i + 1]))
-        elif word.startswith("--model="):
-            found.append((i, "--model=", word[len("--model="):]))
+        elif word.startswith(flag + "="):
+            found.append((i, flag + "=", word[len(flag) + 1:]))
     return found
 
 
+def model_words(argv: list) -> list:
+    """flag_words of --model: what the registry (named_on) and config's renames read."""
+    return flag_words(argv, "--model")
+
+
 def named_on(argv: list) -> list:
-    """The MODULE:NAME values of `--model MODULE:NAME` / `--model=MODULE:NAME` on a command line (a workload's name
-    holds no colon)."""
-    return [value for _, _, value in model_words(argv) if ":" in value]
+    """The MODULE:NAME values a command line names (a workload's name holds no colon): `--model MODULE:NAME`,
+    `--model=MODULE:NAME`, and the `model:` of the YAML file its last --config names (what --print_config writes
+    for such a workload)."""
+    values = [value for _, _, value in model_words(argv)]
+    values += [_config_model(path) for _, _, path in flag_words(argv, "--config")[-1:]]
+    return [value for value in values if isinstance(value, str) and ":" in value]
+
+
+CONFIG_PEEK_BYTES = 1 << 20  # a config file is flags: a larger file is left to config.py's reader and its words
+
+
+def _config_model(path: str):
+    """The `model:` of a YAML config file, or None where it has none or is no such file (config.py says why when it
+    reads it)."""
+    try:
+        import yaml
+
+        with open(path, "rb") as fh:
+            text = fh.read(CONFIG_PEEK_BYTES + 1)
+        data = yaml.safe_load(text) if len(text) <= CONFIG_PEEK_BYTES else None
+    except Exception:  # noqa: BLE001 - unreadable, not YAML, a folder: config.py's one line, when it reads it
+        return None
+    return data.get("model") if isinstance(data, dict) else None
 
 
 def _declared() -> list:
@@ -78,12 +103,12 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name c
 
 def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
     """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}, {MODULE:NAME: name} of
-    those that joined): each loaded once (every rank and the launcher see the same); one that fails is kept with
-    its reason, said in one line where it is asked for (--model NAME, or --model MODULE:NAME where its name is a
-    workload that runs), never where it is not.
+    those that joined, {name: MODULE:NAME} of those that joined by no entry point's name): each loaded once (every
+    rank and the launcher see the same); one that fails is kept with its reason, said in one line where it is asked
+    for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where it is not.
     reserved: the names no option may take (the common flags, the workload block's fields); common: the flags a
     spec's defaults may set."""
-    found, refused, targets = {}, [], {}
+    found, refused, targets, modules = {}, [], {}, {}
     flags = {o.name for spec in taken.values() for o in spec.options}
     for name, target in _declared():
         try:
@@ -100,11 +125,13 @@ def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
             refused.append((name or spec.name, target, f"{target}: {why}"))
             continue
         found[spec.name], targets[target] = spec, spec.name
+        if name is None:
+            modules[spec.name] = target
         flags |= {o.name for o in spec.options}
     broken = {}
     for name, target, why in refused:  # by its name, unless a workload that runs or an earlier refusal has it
         broken[target if name in taken or name in found or name in broken else name] = why
-    return found, broken, targets
+    return found, broken, targets, modules
 
 
 def _first_line(exc: BaseException) -> str:
@@ -145,6 +172,7 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
 BROKEN = {}  # filled by admit(), which scalelab.config calls before its flags are made
 REGISTRY = dict(BUILTIN)
 TARGETS = {}  # MODULE:NAME -> the name of the workload it declares (--model takes either)
+MODULES = {}  # name -> MODULE:NAME of a workload declared by a module, not an installed entry point: configs name it so
 
 
 def admit(reserved: frozenset, common: frozenset) -> None:
@@ -154,10 +182,11 @@ def admit(reserved: frozenset, common: frozenset) -> None:
     A `--model MODULE:NAME` of this command line joins SCALELAB_WORKLOADS in this process's environment: every
     process it starts (ranks, a SLURM job submitit writes, an emulated node) declares the same workloads, whatever
     its own command line."""
-    found, broken, targets = _plugins(BUILTIN, reserved, common)
+    found, broken, targets, modules = _plugins(BUILTIN, reserved, common)
     BROKEN.update(broken)
     REGISTRY.update(found)
     TARGETS.update(targets)
+    MODULES.update(modules)
     given = [t.strip() for t in os.environ.get(ENV, "").split(",") if t.strip()]
     added = [t for t in named_on(sys.argv[1:]) if t not in given]
     if added:
@@ -167,6 +196,12 @@ def admit(reserved: frozenset, common: frozenset) -> None:
 def model_name(value: str) -> str:
     """--model's value as the workload's name: MODULE:NAME of a workload that runs as the name it declares."""
     return TARGETS.get(value, value)
+
+
+def model_target(name: str) -> str:
+    """A workload's name as a config names it: the MODULE:NAME of a module that declared it here (so the file
+    declares it again where it is read), else its name (scalelab's, or an installed package's entry point)."""
+    return MODULES.get(name, name)
 
 
 def get(name: str) -> WorkloadSpec:
