@@ -20,6 +20,15 @@ from scalelab.errors import RunFailed, UsageError
 # config says a warning once per run as every launcher does.
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK")
 SECRET = re.compile(r"(^|_)(key|token|secret|password)$")  # an option's dest that holds a secret (comet_api_key)
+KNOWN_SECRETS = ("comet_api_key",)  # scalelab's secret flags (config_flags.KEY_FLAG): masked by every command
+DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2015\u2212"  # what a flag's dashes become when pasted from a page
+
+
+def _flag_name(word: str) -> str:
+    """A word's flag name, compared as argparse would after a paste: leading dashes of any kind dropped, lower
+    case, `-` as `_`; "" for a word that starts with no dash (a value)."""
+    name = word.lstrip(DASHES)
+    return name.lower().replace("-", "_") if name != word else ""
 
 
 def env_rank(environ=None) -> int:
@@ -77,24 +86,34 @@ class OneLineParser(argparse.ArgumentParser):
 
         self.add_argument("--version", action="version", version=f"%(prog)s (scalelab) {__version__}")
 
-    def error(self, message):
-        raise UsageError(self._masked(message) + self._did_you_mean(message))
+    def parse_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        self._secrets = self._secret_values(args)
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return namespace
 
-    def _masked(self, message: str) -> str:
-        """An unknown flag near a secret one (`--comet_api KEY`, `--comet_api_keys=KEY`): its value is not repeated
-        (an error lands in a job's log)."""
-        if not message.startswith("unrecognized arguments: "):
-            return message
-        secret = [o for o, action in self._option_string_actions.items() if o.startswith("--") and SECRET.search(
-            action.dest)]
-        words, out, hide = message.split(": ", 1)[1].split(" "), [], False
-        for word in words:
-            flag, eq, _ = word.partition("=")
-            near = flag.startswith("--") and any(s.startswith(flag) or difflib.get_close_matches(flag, [s], cutoff=0.75)
-                                                 for s in secret)
-            out.append("***" if hide else f"{flag}=***" if near and eq else word)
-            hide = near and not eq
-        return "unrecognized arguments: " + " ".join(out)
+    def error(self, message):
+        for value in sorted(getattr(self, "_secrets", ()), key=len, reverse=True):  # never repeated, whatever the error
+            message = message.replace(value, "***")
+        raise UsageError(message + self._did_you_mean(message))
+
+    def _secret_values(self, words: list) -> list:
+        """The values a command line gives a flag that names a secret or is near one of scalelab's (`--comet_api
+        KEY`, `-COMET_API_KEY=KEY`, `—comet_api_key KEY` pasted with a dash): no error repeats them (an error lands
+        in a job's log)."""
+        secrets = {*KNOWN_SECRETS, *(_flag_name(o) for o, action in self._option_string_actions.items()
+                                     if SECRET.search(action.dest))}
+        found = []
+        for i, word in enumerate(words):
+            flag, eq, value = word.partition("=")
+            name = _flag_name(flag)
+            if name and (SECRET.search(name) or any((len(name) >= 5 and s.startswith(name)) or
+                                                    difflib.get_close_matches(name, [s], cutoff=0.75)
+                                                    for s in secrets)):
+                found.append(value if eq else words[i + 1] if i + 1 < len(words) else "")
+        return [value for value in found if value.strip()]
 
     def _did_you_mean(self, message: str) -> str:
         """' (did you mean --devices?)' for 'unrecognized arguments: --devcies 2': a typo names its own fix."""

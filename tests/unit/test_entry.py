@@ -23,22 +23,39 @@ def test_env_rank_reads_this_process_environment_by_default(monkeypatch):
     assert entry.env_rank() == 2 and cluster.env_rank() == 2  # launch.cluster hands on the same function
 
 
-_KEY = st.from_regex(r"[A-Z0-9]{12,20}", fullmatch=True)
-_NEAR_KEY_FLAG = st.one_of(
-    st.integers(len("--comet_a"), len("--comet_api_key") - 1).map(lambda n: "--comet_api_key"[:n]),  # abbreviated
-    st.sampled_from(["--comet_api_keys", "--comet-api-key", "--comet_apikey", "--comet_api_kee", "--commet_api_key"]))
+_KEY = st.from_regex(r"[A-Z0-9]{12,20}", fullmatch=True).flatmap(
+    lambda key: st.sampled_from([key, f" {key}", f"{key} x"]))  # a value may hold a space
+_NEAR_KEY_NAME = st.one_of(
+    st.integers(len("comet_a"), len("comet_api_key")).map(lambda n: "comet_api_key"[:n]),  # abbreviated, or whole
+    st.sampled_from(["comet_api_keys", "comet-api-key", "comet_apikey", "comet_api_kee", "commet_api_key", "api_key",
+                     "wandb_token"]))
+_NEAR_KEY_FLAG = st.tuples(st.sampled_from(["--", "-", "\u2014", "\u2013\u2013"]), _NEAR_KEY_NAME, st.booleans()).map(
+    lambda t: t[0] + (t[1].upper() if t[2] else t[1]))
 _OTHER = st.lists(st.sampled_from(["--model", "mlp", "--seed", "1", "--max_step", "3", "stray"]), max_size=4)
 
 
-@settings(max_examples=200, deadline=None)
-@given(_KEY, _NEAR_KEY_FLAG, st.booleans(), _OTHER, _OTHER)
-def test_a_key_given_to_a_flag_near_the_key_flag_is_never_repeated_by_the_error(key, flag, joined, before, after):
-    """Flags are whole names now (no abbreviations), so `--comet_api KEY` is an unknown flag: the one-line error
-    names the flag and its fix, never the key (it lands in a job's log)."""
+def _parse_train(argv):
     from scalelab import config
+
+    config.parse_config(argv)
+
+
+def _parse_report(argv):
+    from scalelab.report import cli
+
+    cli.build_parser().parse_args(argv)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_KEY, _NEAR_KEY_FLAG, st.booleans(), _OTHER, _OTHER, st.sampled_from([_parse_train, _parse_report]))
+def test_a_key_given_to_a_flag_near_the_key_flag_is_never_repeated_by_the_error(key, flag, joined, before, after,
+                                                                                 parse):
+    """Flags are whole names now (no abbreviations), so `--comet_api KEY` is an unknown flag: the one-line error
+    names the flag, never the key (it lands in a job's log): abbreviated, misspelt, in capitals, with one dash or a
+    pasted dash, to train.py or to a command that has no key flag at all (the report)."""
     from scalelab.errors import UsageError
 
     given = [f"{flag}={key}"] if joined else [flag, key]
     with pytest.raises(UsageError) as err:
-        config.parse_config([*before, *given, *after])
-    assert key not in str(err.value)
+        parse([*before, *given, *after])
+    assert key.strip() not in str(err.value)

@@ -52,6 +52,7 @@ ARGPARSE = WorkloadSpec(name="argparse", help="h", defaults={}, options=(Option(
                         identity=(), build=build)
 DEFAULTS = WorkloadSpec(name="defaults", help="h", defaults={"batchsize": 4}, options=(), identity=(), build=build)
 SLASHED = WorkloadSpec(name="a/b", help="h", defaults={}, options=(), identity=(), build=build)
+RENAMED = WorkloadSpec(name="renamed", help="h", defaults={}, options=(), identity=(), build=build, formerly=("old",))
 """
 
 
@@ -76,6 +77,8 @@ SLASHED = WorkloadSpec(name="a/b", help="h", defaults={}, options=(), identity=(
                                        "no common flags"),
     ("bad_specs:SLASHED", "a/b", "--model a/b: bad_specs:SLASHED: the name 'a/b' is not one a run can carry "
                                  "(letters, digits, _ . -; at most 64)"),
+    ("bad_specs:RENAMED", "renamed", "--model renamed: bad_specs:RENAMED: it declares former names "
+                                     "(WorkloadSpec.formerly: scalelab's own workloads' renames only)"),
     ("bad_specs:NO_OPTION", "no-option", "--model no-option: bad_specs:NO_OPTION: its identity names width, which it "
                                          "has no option for"),
 ])

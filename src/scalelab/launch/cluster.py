@@ -88,11 +88,10 @@ def _check(flag: str, given, actual: int, source: str, fix: str):
 LAUNCHER_SIGNS = ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID")
 
 
-def launchers(environ=None) -> tuple:
-    """(SLURM's, torchrun's) as Lightning detects them (the same detection runs again inside Fabric); without any of
-    LAUNCHER_SIGNS both are no, and Lightning (seconds to import) is not asked."""
-    environ = os.environ if environ is None else environ
-    if not any(name in environ for name in LAUNCHER_SIGNS):
+def launchers() -> tuple:
+    """(SLURM's, torchrun's) as Lightning detects them in this process's environment (the same detection runs again
+    inside Fabric); without any of LAUNCHER_SIGNS both are no, and Lightning (seconds to import) is not asked."""
+    if not any(name in os.environ for name in LAUNCHER_SIGNS):
         return False, False
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 

@@ -145,6 +145,8 @@ def _refused(spec: WorkloadSpec, name, taken: dict, flags: set, common: frozense
         return f"declares the name {spec.name!r}, its entry point {name!r}"
     if not isinstance(spec.name, str) or not NAME.match(spec.name) or spec.name in FORMER:
         return f"the name {spec.name!r} is not one a run can carry (letters, digits, _ . -; at most 64)"
+    if spec.formerly:
+        return "it declares former names (WorkloadSpec.formerly: scalelab's own workloads' renames only)"
     if spec.name in taken:
         return f"the name {spec.name!r} is taken (by {'scalelab' if spec.name in BUILTIN else 'another package'})"
     names = [o.name for o in spec.options]

@@ -39,6 +39,7 @@ class WorkloadSpec:
     memory: Optional[MemoryCheck] = None  # None: no estimate (no check up front; the result's estimate is null)
     flops_note: str = ""  # how its FLOPs per sample count, where a comparison of MFU needs it (the report says it)
     formerly: Tuple[str, ...] = ()  # names earlier results, configs and job scripts gave it: read as this one
+    # (scalelab's own workloads: upgrades.py reads them; a user's declaration with any is refused)
 
 
 @dataclass
