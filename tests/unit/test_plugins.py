@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ROOT
-from scalelab import config, workloads
+from scalelab import config, files, workloads
 from scalelab.workloads import Option, WorkloadSpec
 
 EXAMPLE = ROOT / "examples" / "tiny_cnn"
@@ -238,7 +238,7 @@ def test_print_config_of_a_modules_workload_reads_back_as_the_same_run(tmp_path)
 def test_named_on_reads_the_model_of_the_last_config_file_only_where_it_is_a_modules(tmp_path):
     (tmp_path / "a.yaml").write_text("model: pkg.mod:SPEC\nwidth: 3\n")
     (tmp_path / "b.yaml").write_text("model: mlp\n")
-    (tmp_path / "big.yaml").write_text("model: pkg.big:SPEC\n" + "#" * workloads.CONFIG_PEEK_BYTES)
+    (tmp_path / "big.yaml").write_text("model: pkg.big:SPEC\n" + "#" * files.LIMITS["config"])  # read by no one
     (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
     at = str(tmp_path)
     assert workloads.named_on(["--config", f"{at}/a.yaml"]) == ["pkg.mod:SPEC"]

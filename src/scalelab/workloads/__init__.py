@@ -17,6 +17,7 @@ import re
 import sys
 from importlib import metadata
 
+from scalelab import files
 from scalelab.errors import UsageError
 from scalelab.workloads import bert, gpt, mlp, resnet
 from scalelab.workloads.spec import MemoryCheck, Option, Workload, WorkloadSpec
@@ -67,19 +68,14 @@ def named_on(argv: list) -> list:
     return [value for value in values if isinstance(value, str) and ":" in value]
 
 
-CONFIG_PEEK_BYTES = 1 << 20  # a config file is flags: a larger file is left to config.py's reader and its words
-
-
 def _config_model(path: str):
-    """The `model:` of a YAML config file, or None where it has none or is no such file (config.py says why when it
-    reads it)."""
+    """The `model:` of a YAML config file, or None where it has none or is no such file (config.py reads it through
+    the same reader, and says why)."""
     try:
         import yaml
 
-        with open(path, "rb") as fh:
-            text = fh.read(CONFIG_PEEK_BYTES + 1)
-        data = yaml.safe_load(text) if len(text) <= CONFIG_PEEK_BYTES else None
-    except Exception:  # noqa: BLE001 - unreadable, not YAML, a folder: config.py's one line, when it reads it
+        data = yaml.safe_load(files.read_text(path, "config"))
+    except Exception:  # noqa: BLE001 - unreadable, too large, not YAML, a folder: config.py's one line, when it reads it
         return None
     return data.get("model") if isinstance(data, dict) else None
 
