@@ -15,6 +15,7 @@ Everything here is best effort and never blocks for long: the store may be gone 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -152,16 +153,14 @@ def post_stall(rank: int, progress: tuple, line: str) -> None:
     post_error(rank, MARK_STALLED + line)
 
 
-def progress_posts(world_size: int) -> dict[int, tuple]:
-    """{rank: (steps, batches, all-reduces issued)} of the ranks that posted theirs."""
-    return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()}
-
-
-def progress_since(world_size: int, since: float) -> dict[int, tuple]:
-    """progress_posts of the ranks that posted a stop (post_stall), or a pause at or after `since` (time.time())."""
-    stopped = {rank for rank, text in posts(world_size).items() if text.startswith(MARK_STALLED)}
-    return {rank: tuple(int(n) for n in fields[:-1]) for rank, fields in _progress_fields(world_size).items()
-            if rank in stopped or fields[-1] >= since}
+def progress_posts(world_size: int, since: float = -math.inf) -> dict[int, tuple]:
+    """{rank: (steps, batches, all-reduces issued)} of the ranks that posted theirs; with `since` (time.time()), of
+    those that posted a stop (post_stall) or a pause at or after it."""
+    # the stops first: a rank posts its progress before its stop (post_stall), so a stop read is never newer
+    stopped = set() if since == -math.inf else {
+        rank for rank, text in posts(world_size).items() if text.startswith(MARK_STALLED)}
+    fields = _progress_fields(world_size)
+    return {rank: tuple(int(n) for n in f[:-1]) for rank, f in fields.items() if rank in stopped or f[-1] >= since}
 
 
 def _progress_fields(world_size: int) -> dict[int, tuple]:

@@ -210,7 +210,7 @@ class RankWatch:
         before its next post left a pause behind, which named it hung a step before its end."""
         deadline = time.monotonic() + wait_s
         while True:
-            progress = peers.progress_since(self.world_size, moved_at)
+            progress = peers.progress_posts(self.world_size, since=moved_at)
             gone = {rank for rank, _ in self.dead_children() + peers.gone_on_this_host(self.world_size)}
             if len(set(progress) | gone) >= self.world_size - 1 or time.monotonic() >= deadline:
                 break
