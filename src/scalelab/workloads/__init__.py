@@ -82,8 +82,7 @@ def _config_model(path: str):
 
 def _declared() -> list:
     """(name a user runs it by or None, MODULE:NAME) of every workload declared outside scalelab: the installed
-    packages' entry points, then SCALELAB_WORKLOADS's, then this command line's `--model MODULE:NAME`; each
-    MODULE:NAME once."""
+    packages' entry points, then SCALELAB_WORKLOADS's, then this command line's (named_on); each MODULE:NAME once."""
     try:
         points = [(ep.name, ep.value) for ep in metadata.entry_points(group=GROUP)]
     except Exception:  # noqa: BLE001 - a broken distribution's metadata: no plugins rather than no scalelab
@@ -97,16 +96,16 @@ def _declared() -> list:
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a run folder's name carries it (results.new_run_id)
 
 
-def _plugins(taken: dict, reserved: frozenset, common: frozenset) -> tuple:
+def _plugins(taken: dict, reserved: frozenset, common: frozenset, declared=None) -> tuple:
     """({name: spec} of the workloads declared outside scalelab, {name: why it cannot run}, {MODULE:NAME: name} of
     those that joined, {name: MODULE:NAME} of those that joined by no entry point's name): each loaded once (every
     rank and the launcher see the same); one that fails is kept with its reason, said in one line where it is asked
     for (--model NAME, or --model MODULE:NAME where its name is a workload that runs), never where it is not.
     reserved: the names no option may take (the common flags, the workload block's fields); common: the flags a
-    spec's defaults may set."""
+    spec's defaults may set; declared: _declared()'s list, where the caller has it."""
     found, refused, targets, modules = {}, [], {}, {}
     flags = {o.name for spec in taken.values() for o in spec.options}
-    for name, target in _declared():
+    for name, target in _declared() if declared is None else declared:
         try:
             spec = _load(target)
         except Exception as exc:  # noqa: BLE001 - whatever a user's module raises on import: said, not a traceback
@@ -180,13 +179,14 @@ def admit(reserved: frozenset, common: frozenset) -> None:
     A `--model MODULE:NAME` of this command line joins SCALELAB_WORKLOADS in this process's environment: every
     process it starts (ranks, a SLURM job submitit writes, an emulated node) declares the same workloads, whatever
     its own command line."""
-    found, broken, targets, modules = _plugins(BUILTIN, reserved, common)
+    declared = _declared()  # the command line and its config file read once
+    found, broken, targets, modules = _plugins(BUILTIN, reserved, common, declared)
     BROKEN.update(broken)
     REGISTRY.update(found)
     TARGETS.update(targets)
     MODULES.update(modules)
     given = [t.strip() for t in os.environ.get(ENV, "").split(",") if t.strip()]
-    added = [t for t in named_on(sys.argv[1:]) if t not in given]
+    added = [t for name, t in declared if name is None and t not in given]  # the command line's (or its config's)
     if added:
         os.environ[ENV] = ",".join([*given, *added])
 
