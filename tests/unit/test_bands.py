@@ -269,15 +269,16 @@ def test_own_readings_at_another_all_reduce_are_read_both_ways_never_below_zero(
 
 def test_borrowed_readings_below_one_and_without_an_x_are_read_as_they_are():
     """Another workload paid x = 0.5 (U = −5 ms: 1 + U / t = 0.5 at t = 10 ms), and one of its runs, whose x was not
-    read, a fixed 2 ms (1.2); with this workload's one-node run (x = 0.8, U = 2 ms) both kinds of source are named."""
+    read, a fixed 2 ms (1.2); with this workload's one-node run (x = 0.8, U = 2 ms) its own readings alone: another
+    workload's per-step costs are not its own."""
     cal = SimpleNamespace(exposures={}, borrowed={"inter": [_reading(0.5, -0.005), _reading(None, 0.002)]}, **KNOWN)
     band, where, readings = forecast.exposure_for(cal, ("inter", "a"), 0.01)
     assert (band.low, band.mid, band.high) == pytest.approx((0.5, 0.5, 1.2)) and readings == []
     assert where == "borrowed from the other workloads' runs at this level"
     cal.exposures = {("intra", "cpu"): [_reading(0.8, 0.002)]}
     band, where, _ = forecast.exposure_for(cal, ("inter", "a"), 0.01)
-    assert (band.low, band.high) == pytest.approx((0.5, 1.2)) and where == (
-        "borrowed from the other workloads' runs at this level and this workload's at the other level")
+    assert (band.low, band.high) == pytest.approx((0.8, 1.2)) and where == (
+        "borrowed from this workload's at the other level")
     assert forecast.exposure_for(cal, ("inter", "a"), 0.0)[1].startswith("none measured")  # no all-reduce to scale
 
 

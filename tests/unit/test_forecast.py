@@ -597,6 +597,30 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
 
 
+def test_a_too_wide_band_is_said_with_its_own_cause_borrowed_or_noisy():
+    """The demo's MLP band (1-75 %) came from the GPT's per-step cost borrowed (7 ms on a 1 ms step), not from noise:
+    its line said "more repeats narrow them", which they would not. Each cause is counted and said apart."""
+    import pandas as pd
+
+    runs = frames.runs_frame([make_result("one", 1), make_result("two", 2)])
+    row = dict(group=runs["group"].iloc[0], world_size=2, num_nodes=1, link="", predicted_step_s=0.02,
+               measured_step_s=0.021, scatter=0.025, scatter_dof=3, eff_low=0.08, predicted_eff=0.3, eff_high=0.9,
+               measured_eff=0.5, inside=True)
+    ours = forecast.exposure_for(forecast.Calibration("d", "samples/s", 1.0, Band(0.1, 0.1, 0.1), ["b"], None,
+                                                       1e6, 1, {}), ("intra", "cpu", "cpu"), 0.01)[1]
+    borrowed = forecast.exposure_for(forecast.Calibration(
+        "d", "samples/s", 1.0, Band(0.1, 0.1, 0.1), ["b"], None, 1e6, 1, {},
+        borrowed={"intra": [forecast.Reading(1.2, 0.002, 0.112, 0.01)]}), ("intra", "cpu", "cpu"), 0.01)[1]
+    track = pd.DataFrame([dict(row, exposure_from=borrowed), dict(row, exposure_from="this workload on this link"),
+                          dict(row, exposure_from=ours), dict(row, exposure_from=borrowed)])
+    said = forecast_view.track_record(runs, track, "simple")[2]
+    assert "(2 band(s) wider than 50 points not counted: x borrowed from other workloads' runs" in said, said
+    assert "; 1 band(s) wider than 50 points not counted: too few or too noisy runs" in said, said
+    assert "; 1 band(s) wider than 50 points not counted: no multi-device run to read x from, so x spans 0 to 2" \
+        in said, said
+    assert said.count("not counted") == 3 and "0 of 0 inside" in said
+
+
 def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_said_so():
     """c (4 Gbit/s) paid 3 x its all-reduce while a neighbour took half a core from rank 1: the report's starved
     column names it, no calibration reads it (x stays 1.2 from a), the track record does not judge it, and one

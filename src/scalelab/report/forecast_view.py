@@ -91,6 +91,18 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing
 
 
+def wide_why(exposure_from: str) -> str:
+    """Why a band came out too wide, and what narrows it, by where its exposed factor x came from."""
+    if "other workloads'" in exposure_from:  # forecast.exposure_for's words
+        return ("x borrowed from other workloads' runs, whose per-step costs are not this one's (its own runs at "
+                "another scale or link, repeated, would give it its own)")
+    if exposure_from.startswith("none measured"):
+        return (f"no multi-device run to read x from, so x spans 0 to {fc.UNMEASURED_X:g} (a run of it at another "
+                "scale or link, repeated, measures it)")
+    return ("too few or too noisy runs to fit the model from; more repeats of each configuration narrow them "
+            "(the demo's --repeats 3)")
+
+
 def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", details: bool = True) -> list:
     """The track record as the report prints it: the model's record on this cluster, per workload (details: with
     where each prediction's exposure came from, a long column)."""
@@ -110,9 +122,9 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
     promise = f"{noise.COVERAGE * 100:.0f} %"
     notes = [f"{inside / counted * 100:.0f} %"] if counted else []
     if wide.any():  # "8 % (8–128)" is inside whatever was measured: counting it would say nothing
-        notes.append(f"{int(wide.sum())} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: too few or "
-                     "too noisy runs to fit the model from; more repeats of each configuration narrow them "
-                     "(the demo's --repeats 3)")
+        why = track.loc[wide, "exposure_from"].map(wide_why).value_counts(sort=False)
+        notes.append("; ".join(f"{n} band(s) wider than {WIDE_BAND * 100:.0f} points not counted: {reason}"
+                               for reason, n in why.items()))
     said = f"  {inside} of {counted} inside the {promise} band" + (f" ({'; '.join(notes)})" if notes else "")
     return ["Track record (each multi-device configuration predicted from the other configurations' runs; "
             f"{promise} band: where four in five new runs should land; efficiency = 1-device step ÷ step)",
