@@ -597,6 +597,24 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
 
 
+def test_a_calibration_reads_the_newest_benchmarks_of_each_configuration_as_it_reads_runs():
+    """A nightly folder holds years of benchmarks: 100,000 results fitted 820,000 points for each calibration (6 s
+    of a report). Like runs (forecast_view.recent), the newest PER_CONFIGURATION of each configuration count; a
+    configuration with fewer, or an nccl-tests log without a dtype, keeps all of its own."""
+    found = []
+    for day in range(7):
+        b = bench()
+        b["run_id"], b["created"] = f"night{day}", f"2026-01-0{day + 1}T00:00:00"
+        found.append(b)
+    other = bench(world=4)
+    other["created"], other["config"] = "2020-01-01T00:00:00", {}
+    found.append(other)
+    points = forecast_view.bench_points(explain.bench_frame(found, explain.COLLECTIVES))
+    used = {p.source for ps in points.values() for p in ps}
+    assert used == {f"night{day}" for day in range(2, 7)} | {"ar4x2"}
+    assert forecast_view.PER_CONFIGURATION == 5 and sum(map(len, points.values())) == 6 * 5
+
+
 def test_a_too_wide_band_is_said_with_its_own_cause_borrowed_or_noisy():
     """The demo's MLP band (1-75 %) came from the GPT's per-step cost borrowed (7 ms on a 1 ms step), not from noise:
     its line said "more repeats narrow them", which they would not. Each cause is counted and said apart."""

@@ -15,6 +15,8 @@ from scalelab.report.frames import group_letters
 
 MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
 PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
+# what makes two collective benchmarks repeats of one another (explain.bench_frame's columns)
+BENCH_CONFIGURATION = ["collective", "world_size", "num_nodes", "accelerator", "backend", "device", "link", "dtype"]
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
@@ -41,8 +43,10 @@ def records(runs: pd.DataFrame) -> list:
 
 
 def bench_points(bench: pd.DataFrame) -> dict:
-    """network key -> [Point]: the all-reduce benchmark frame's rows (perfmodel.forecast.bench_points)."""
-    return fc.bench_points(bench.itertuples())
+    """network key -> [Point]: the benchmark frame's rows (perfmodel.forecast.bench_points), of the newest
+    PER_CONFIGURATION benchmarks of each configuration, as `recent` reads runs (a nightly folder holds years)."""
+    newest = bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)  # newest first
+    return fc.bench_points(newest.itertuples())
 
 
 def recent(runs: pd.DataFrame) -> pd.DataFrame:

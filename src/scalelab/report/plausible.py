@@ -15,6 +15,8 @@ The noise of an efficiency: the repeats' spread of the configuration and of its 
 relative), at least NOISE_FLOOR, what a single run of a configuration against a single baseline scatters.
 """
 
+import collections
+import functools
 import json
 
 import pandas as pd
@@ -34,24 +36,36 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
     baseline is the group's configuration frames.scaling_frame divides by: the fewest devices, then the fewest
     nodes, a real network before an emulated link; its reference fingerprint the one most of its runs recorded (the
     newest among equals)."""
-    out = pd.Series("", index=runs.index)
+    out = dict.fromkeys(runs.index, "")
+    parsed = functools.lru_cache(maxsize=None)(json.loads)  # a folder's runs repeat a few fingerprints: each read once
     for _, members in runs[runs["status"] == "completed"].groupby("group"):
         config = members.sort_values(SCALE).iloc[0]
         base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
                        & (members["link"] == config["link"]) & (members["fingerprint"] != "")].sort_values("created")
         if base.empty:  # a baseline that recorded none: nothing to hold the others against
             continue
-        prints = [json.loads(text) for text in base["fingerprint"]]
-        keys = [json.dumps(fingerprint.comparable(p)) for p in prints]  # comparable's keys come in one order
-        reference = prints[max(range(len(keys)), key=lambda i: (keys.count(keys[i]), i))]
+        keys = [_comparable_key(text) for text in base["fingerprint"]]  # comparable's keys come in one order
+        counts = collections.Counter(keys)
+        reference = parsed(base["fingerprint"].iloc[max(range(len(keys)), key=lambda i: (counts[keys[i]], i))])
+        said = functools.lru_cache(maxsize=None)(
+            lambda text, reference=reference: "; ".join(fingerprint.differences(reference, parsed(text))))
         for index, text in members["fingerprint"].items():
             if text:
-                out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
-    for index, text in runs.loc[runs["status"] == "completed", "fingerprint"].items():  # what each run's flags asked
-        asked = (fingerprint.asked_differences(json.loads(text), bool(runs.at[index, "compile"] == True))  # noqa: E712
-                 if text else [])
+                out[index] = said(text)
+    completed = runs["status"] == "completed"
+    for index, text, compiled in zip(runs.index[completed], runs.loc[completed, "fingerprint"],
+                                     runs.loc[completed, "compile"]):  # what each run's flags asked
+        asked = fingerprint.asked_differences(parsed(text), bool(compiled == True)) if text else []  # noqa: E712
         out[index] = "; ".join(filter(None, [out[index], *asked]))
-    return out
+    series = pd.Series("", index=runs.index)  # its dtype as pandas gives text (str in pandas 3)
+    series[:] = list(out.values())
+    return series
+
+
+@functools.lru_cache(maxsize=4096)
+def _comparable_key(text: str) -> str:
+    """A fingerprint's comparable part, as one text: equal texts are the same job."""
+    return json.dumps(fingerprint.comparable(json.loads(text)))
 
 
 def noise(r) -> float:
