@@ -11,9 +11,11 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
-from scalelab import results
+from scalelab import redaction, results
 from scalelab.report import cli, index
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
@@ -173,6 +175,35 @@ def test_a_stored_row_not_as_the_index_writes_it_is_read_again_from_its_file(tmp
         assert not skipped and sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in first), body
 
 
+def test_a_loss_curve_comes_back_from_the_index_bit_for_bit_and_a_torn_one_is_read_again(tmp_path):
+    """The curve is stored apart, as packed doubles: NaN (a rank's loss not finite) and the last digit come back as
+    the file gives them; a curve of the wrong length or kind, or beside a row that still holds one, is no row
+    of the index's (the file is read again)."""
+    out = _copy(FOLDERS[0], tmp_path)
+    path = next(p for p in sorted(out.rglob("result.json")) if json.loads(p.read_text())["kind"] == "training")
+    data = json.loads(path.read_text())
+    for i, rank in enumerate(data["ranks"]):
+        rank["losses"] = [None, -0.0, 0.1 + 0.2, 12.345678901234567 / (i + 1)] + rank["losses"][4:]
+    path.write_text(json.dumps(data))
+
+    def curves():
+        found = {r["_path"]: r["_row"]["loss_curve"] for r in index.scan(str(out))[0] if "_row" in r}
+        return {p: repr(c) for p, c in found.items()}
+
+    first = curves()
+    assert first[str(path)].startswith("(nan, 0.0, 0.30000000000000004, 12.345678901234567, ") and len(first) > 1
+    assert curves() == first  # read through the index
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("SELECT count(*) FROM results WHERE curve IS NOT NULL").fetchone()[0] == len(first)
+    for curve, body in ((b"\0" * 7, None), ("text", None), (None, None),
+                        (b"\0" * 8, '{"kind": "training", "run_id": "x", "_row": {"loss_curve": [1.0]}}')):
+        with sqlite3.connect(out / index.FILE_NAME) as db:
+            db.execute("UPDATE results SET curve = ? WHERE path = ?", (curve, str(path.relative_to(out))))
+            if body:
+                db.execute("UPDATE results SET body = ? WHERE path = ?", (body, str(path.relative_to(out))))
+        assert curves() == first, curve
+
+
 def test_a_journal_the_index_cannot_make_leaves_the_report_reading_the_files(tmp_path):
     out = _copy(FOLDERS[0], tmp_path)
     (out / (index.FILE_NAME + "-journal")).mkdir()  # SQLite cannot write its journal: every update fails
@@ -215,3 +246,31 @@ def test_a_field_a_reader_marks_for_itself_is_never_taken_from_a_file(tmp_path):
         code, printed, err = _report(out, *args)
         assert code == 0 and "skipped" not in err and "/etc/passwd" not in printed, err
     assert all(r["_path"] != "/etc/passwd" for r in results.scan(str(out))[0])
+
+
+_TEXT = st.text(st.characters(codec="utf-8"), max_size=30) | st.sampled_from(
+    ["token=abc", "https://u:pw@host/x", "Bearer abc.def", "\x1b[2J", "ok\x9b31m", "--api-key k", "plain"])
+_LEAF = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _TEXT
+_VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=3),
+                      max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=st.dictionaries(st.sampled_from(sorted(index.ROW_NAMES)), _VALUE, max_size=12),
+       stray=st.none() | _TEXT.filter(lambda k: k not in index.ROW_NAMES))
+def test_a_stored_row_is_shown_as_as_read_shows_it_and_a_stranger_key_rereads_the_file(row, stray):
+    """The fast path walks a row's values only: on any values, the same as as_read on the whole row (its lists as
+    tuples, as run_row makes them); a key that is no column of the runs frame makes the row no body of the index's
+    (the file is read again), never a key the report shows unread."""
+    row = {"loss_curve": None, **row}  # a row holds its curve, or _encode put it beside
+    body = json.dumps({"kind": "training", "run_id": "r", "_row": row if stray is None else {**row, stray: 1}})
+    if stray is not None:
+        with pytest.raises(ValueError):
+            index._decode(body)
+        return
+    shown = redaction.as_read(json.loads(body))["_row"]
+    assert index._decode(body)["_row"] == {k: tuple(v) if isinstance(v, list) else v for k, v in shown.items()}
+
+
+def test_the_runs_frame_s_names_are_words_as_read_keeps():
+    assert all(redaction.as_read({name: 1}) == {name: 1} for name in index.ROW_NAMES)

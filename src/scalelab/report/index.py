@@ -1,11 +1,11 @@
 """An index of a folder's results: each file parsed once, then only new or changed ones; the JSON stays the truth.
 
 `<output_dir>/.scalelab-index.sqlite` holds, per result.json, what the report reads of it: a training result's
-runs-frame row (report/columns.py, computed from the whole file) and the few fields that tell a requeued job's
-attempts apart; an all-reduce result whole (it is small); a file that was skipped, with its one line. A file is read
-again when its size, mtime, ctime or inode changed (its content's hash is kept beside, for what was read); a file
-gone is dropped. The per-step lists and rank records stay in the JSON, read only by what draws them (--plot's step
-timelines, --trace: `full`).
+runs-frame row (report/columns.py, computed from the whole file; its loss curve as packed doubles beside) and the
+few fields that tell a requeued job's attempts apart; an all-reduce result whole (it is small); a file that was
+skipped, with its one line. A file is read again when its size, mtime, ctime or inode changed (its content's hash
+is kept beside, for what was read); a file gone is dropped. The per-step lists and rank records stay in the JSON,
+read only by what draws them (--plot's step timelines, --trace: `full`).
 
 SQLite (the standard library's): a file updated in place, a row per result, one transaction per report; a second
 report at once waits for the first's transaction (busy timeout) and never sees half of one; a full disk or a
@@ -14,6 +14,7 @@ database, or from another scalelab (the digest of its code: any change to what a
 from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
 """
 
+import array
 import functools
 import hashlib
 import json
@@ -24,16 +25,17 @@ import stat
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.redaction import as_read
+from scalelab.report.columns import NAMES
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
-FORMAT = 2  # the layout of the tables below
+FORMAT = 3  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
-                                    ino TEXT, digest TEXT, skipped TEXT, body TEXT);
+                                    ino TEXT, digest TEXT, skipped TEXT, body TEXT, curve BLOB);
 """
 
 
@@ -59,24 +61,53 @@ def light(result: dict) -> dict:
             "_row": run_row(result), "_group_key": results.group_key(result)}
 
 
-def _encode(body: dict) -> str:
-    return json.dumps(body, allow_nan=True, default=str)
+def _encode(body: dict) -> tuple:
+    """(text, curve): the body as JSON; a training row's loss curve apart, as packed doubles (most of a row's bytes,
+    and of the time a report takes to read 100,000 rows as JSON), where every value of it is a float."""
+    curve = body.get("_row", {}).get("loss_curve")
+    if isinstance(curve, tuple) and curve and all(type(v) is float for v in curve):
+        row = {k: v for k, v in body["_row"].items() if k != "loss_curve"}
+        return json.dumps({**body, "_row": row}, allow_nan=True, default=str), array.array("d", curve).tobytes()
+    return json.dumps(body, allow_nan=True, default=str), None
 
 
-def _decode(text) -> dict:
+def _decode(text, curve=None) -> dict:
     """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
     row's tuples (bucket sizes, the loss curve) come back as the tuples run_row made. ValueError where it is not
     a body this module wrote (the file is read again)."""
     try:
-        body = as_read(json.loads(text))
+        body = json.loads(text)
+        row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
+        body = as_read(body)
     except (TypeError, ValueError, RecursionError):
         raise ValueError("not a stored body") from None
     if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
-            "training", "allreduce") or (body["kind"] == "training" and not isinstance(body.get("_row"), dict)):
+            "training", "allreduce") or (body["kind"] == "training") != isinstance(row, dict):
         raise ValueError("not a stored body")
-    if "_row" in body:
-        body["_row"] = {k: tuple(v) if isinstance(v, list) else v for k, v in body["_row"].items()}
+    if row is None:
+        if curve is not None:
+            raise ValueError("not a stored body")
+        return body
+    body["_row"] = _shown_row(row)
+    if ("loss_curve" in row) != (curve is None) or curve is not None and (type(curve) is not bytes or len(curve) % 8):
+        raise ValueError("not a stored body")  # a row's curve is in it or beside it (_encode), never both or neither
+    if curve is not None:
+        body["_row"]["loss_curve"] = tuple(array.array("d", curve))
     return body
+
+
+ROW_NAMES = frozenset(NAMES)
+_NAME = {name: name for name in NAMES}
+
+
+def _shown_row(row: dict) -> dict:
+    """A stored row as as_read shows it, its lists as tuples: its keys must be the runs frame's own names (plain
+    words, which as_read keeps), so only its values are walked (a 100,000-result report's largest cost)."""
+    try:  # each key the frame's own string: 100,000 rows share them
+        return {_NAME[k]: tuple(as_read(v)) if type(v) is list else as_read(v) if type(v) in (str, dict) else v
+                for k, v in row.items()}
+    except (KeyError, RecursionError):
+        raise ValueError("not a stored body") from None
 
 
 def _identity(st) -> tuple:
@@ -125,7 +156,7 @@ def _kept(was, st):
     if was[5] is not None:
         return None, was[5]
     try:
-        return _decode(was[4]), None
+        return _decode(was[4], was[6]), None
     except ValueError:
         return None
 
@@ -175,7 +206,7 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
 def _known(db: sqlite3.Connection) -> dict:
     try:
         return {r[0]: r[1:] for r in db.execute(
-            "SELECT path, size, mtime_ns, ctime_ns, ino, body, skipped FROM results")}
+            "SELECT path, size, mtime_ns, ctime_ns, ino, body, skipped, curve FROM results")}
     except sqlite3.Error:
         return {}
 
@@ -185,9 +216,10 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     another report's lock held past the timeout: the old index stays as it was)."""
     try:
         db.execute("BEGIN IMMEDIATE")
-        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        [(key, *_identity(st), digest, reason,
-                         None if body is None else _encode(body)) for key, st, digest, reason, body in fresh])
+                         *((None, None) if body is None else _encode(body)))
+                        for key, st, digest, reason, body in fresh])
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
         db.execute("COMMIT")
     except (sqlite3.Error, OverflowError):
