@@ -274,3 +274,17 @@ def test_a_stored_row_is_shown_as_as_read_shows_it_and_a_stranger_key_rereads_th
 
 def test_the_runs_frame_s_names_are_words_as_read_keeps():
     assert all(redaction.as_read({name: 1}) == {name: 1} for name in index.ROW_NAMES)
+
+
+_ANY = st.recursive(st.none() | st.booleans() | st.integers(min_value=-2 ** 70, max_value=2 ** 70) | st.floats()
+                    | st.text(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner,
+                                                                                         max_size=4), max_leaves=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_ANY)
+def test_a_stored_text_reads_as_json_reads_it(value):
+    """msgspec reads a stored body where it can, json where it cannot (NaN, a number past int64, a lone
+    surrogate): the same value either way, its types included."""
+    text = json.dumps(value, allow_nan=True)
+    assert repr(index._loads(text)) == repr(json.loads(text))
