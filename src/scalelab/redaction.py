@@ -139,14 +139,25 @@ _REMEMBERED = 4096
 
 
 def _shown(text: str) -> str:
-    return _shown_once(text) if len(text) <= _REMEMBERED else inert(redact(text))
+    return _shown_once(text) if len(text) <= _REMEMBERED else _shown_now(text)
+
+
+def _shown_now(text: str) -> str:
+    if not _MAY_CHANGE.search(text):  # a run id, a date without its time, a device's name: shown as it is
+        return text
+    return inert(redact(text))
+
+
+# Each pattern of `redact` needs an = , a : (a URL's user:password@ too) or a space to match, and `inert` a control
+# character: a text with none of them is what both give back.
+_MAY_CHANGE = re.compile(r"[=:\s\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _shown_key(key: str) -> str:
     return _inert_once(key) if len(key) <= _REMEMBERED else inert(key)
 
 
-_shown_once = functools.lru_cache(maxsize=8192)(lambda text: inert(redact(text)))
+_shown_once = functools.lru_cache(maxsize=8192)(_shown_now)
 _inert_once = functools.lru_cache(maxsize=8192)(inert)
 
 
