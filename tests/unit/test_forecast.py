@@ -629,14 +629,22 @@ def test_a_too_wide_band_is_said_with_its_own_cause_borrowed_or_noisy():
     borrowed = forecast.exposure_for(forecast.Calibration(
         "d", "samples/s", 1.0, Band(0.1, 0.1, 0.1), ["b"], None, 1e6, 1, {},
         borrowed={"intra": [forecast.Reading(1.2, 0.002, 0.112, 0.01)]}), ("intra", "cpu", "cpu"), 0.01)[1]
+    other_level = forecast.exposure_for(forecast.Calibration(
+        "d", "samples/s", 1.0, Band(0.1, 0.1, 0.1), ["b"], None, 1e6, 1, {},
+        exposures={("inter", ""): [forecast.Reading(1.2, 0.002, 0.112, 0.01)]}), ("intra", "cpu", "cpu"), 0.01)[1]
+    other_link = forecast.exposure_for(forecast.Calibration(
+        "d", "samples/s", 1.0, Band(0.1, 0.1, 0.1), ["b"], None, 1e6, 1, {},
+        exposures={("inter", "2"): [forecast.Reading(1.2, 0.002, 0.112, 0.01)]}), ("inter", "0.2"), 0.05)[1]
     track = pd.DataFrame([dict(row, exposure_from=borrowed), dict(row, exposure_from="this workload on this link"),
-                          dict(row, exposure_from=ours), dict(row, exposure_from=borrowed)])
+                          dict(row, exposure_from=ours), dict(row, exposure_from=borrowed),
+                          dict(row, exposure_from=other_level), dict(row, exposure_from=other_link)])
     said = forecast_view.track_record(runs, track, "simple")[2]
     assert "(2 band(s) wider than 50 points not counted: x borrowed from other workloads' runs" in said, said
     assert "; 1 band(s) wider than 50 points not counted: too few or too noisy runs" in said, said
     assert "; 1 band(s) wider than 50 points not counted: no multi-device run to read x from, so x spans 0 to 2" \
         in said, said
-    assert said.count("not counted") == 3 and "0 of 0 inside" in said
+    assert "; 2 band(s) wider than 50 points not counted: x read from its runs at another all-reduce time" in said
+    assert said.count("not counted") == 4 and "0 of 0 inside" in said
 
 
 def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_said_so():

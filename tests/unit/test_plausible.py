@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import ROOT, _emulated, _with_comm, make_result
 from scalelab import results
@@ -389,3 +391,51 @@ def test_a_figure_carries_at_most_limit_warnings_and_counts_the_rest():
             for n in (2, 4)]
     assert plausible.figure_warnings(scaling, 2) == both
     assert plausible.figure_warnings(scaling, 1) == [both[0], "! ... 1 more in the report"]
+
+
+def _job_differences_by_definition(runs: pd.DataFrame) -> pd.Series:
+    """job_differences as first written (a count per baseline run, a cell set per run): what the linear one gives."""
+    from scalelab import fingerprint
+    from scalelab.keys import SCALE
+
+    out = pd.Series("", index=runs.index)
+    for _, members in runs[runs["status"] == "completed"].groupby("group"):
+        config = members.sort_values(SCALE).iloc[0]
+        base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
+                       & (members["link"] == config["link"]) & (members["fingerprint"] != "")].sort_values("created")
+        if base.empty:
+            continue
+        prints = [json.loads(text) for text in base["fingerprint"]]
+        keys = [json.dumps(fingerprint.comparable(p)) for p in prints]
+        reference = prints[max(range(len(keys)), key=lambda i: (keys.count(keys[i]), i))]
+        for index, text in members["fingerprint"].items():
+            if text:
+                out[index] = "; ".join(fingerprint.differences(reference, json.loads(text)))
+    for index, text in runs.loc[runs["status"] == "completed", "fingerprint"].items():
+        asked = (fingerprint.asked_differences(json.loads(text), bool(runs.at[index, "compile"] == True))  # noqa: E712
+                 if text else [])
+        out[index] = "; ".join(filter(None, [out[index], *asked]))
+    return out
+
+
+_PRINTS = [None, BF16, FP32, {**BF16, "optimizer": "fused"},
+           {**BF16, "compiled_graphs": 2, "compiled_steps": 3, "steps_after_warmup": 10}]
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from(range(5)),
+                               st.integers(0, 9), st.booleans(), st.booleans(), st.booleans()), max_size=9))
+def test_job_differences_is_its_definition_on_any_folder(runs):
+    """Groups of generated runs (devices, nodes, a fingerprint of five or none, dates that tie, failed runs,
+    --compile asked, two workloads): the linear job_differences gives the definition's strings, in its order."""
+    found = []
+    for i, (world, nodes, fp, day, failed, compiled, other) in enumerate(runs):
+        r = run(f"r{i}", world, 100.0 * world, fp=_PRINTS[fp], compile=compiled, **({"width": 64} if other else {}))
+        r["launch"]["num_nodes"] = min(nodes, world)
+        r["created"] = f"2026-01-0{day}T00:00:00" if day else r["created"]
+        if failed:
+            r["status"] = "failed"
+        found.append(r)
+    frame = runs_frame(found)
+    assert plausible.job_differences(frame).tolist() == _job_differences_by_definition(frame).tolist()
+    assert plausible.job_differences(frame).dtype == _job_differences_by_definition(frame).dtype

@@ -103,6 +103,9 @@ def wide_why(exposure_from: str) -> str:
     if exposure_from.startswith("none measured"):
         return (f"no multi-device run to read x from, so x spans 0 to {fc.UNMEASURED_X:g} (a run of it at another "
                 "scale or link, repeated, measures it)")
+    if "fixed cost" in exposure_from or "other level" in exposure_from:  # read at another all-reduce time
+        return ("x read from its runs at another all-reduce time, as a share of the all-reduce and as a fixed cost "
+                "per step, which those runs cannot tell apart (runs of it at two all-reduce times would)")
     return ("too few or too noisy runs to fit the model from; more repeats of each configuration narrow them "
             "(the demo's --repeats 3)")
 
