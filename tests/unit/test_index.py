@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from helpers import ROOT, SRC
 from scalelab import redaction, results
 from scalelab.report import cli, index
+from scalelab.report.columns import NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
            ROOT / "docs" / "results" / "cpu-rehearsal"]
@@ -256,8 +257,8 @@ _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=4) | st.dict
 
 
 @settings(max_examples=300, deadline=None)
-@given(row=st.dictionaries(st.sampled_from(sorted(index.ROW_NAMES)), _VALUE, max_size=12),
-       stray=st.none() | _TEXT.filter(lambda k: k not in index.ROW_NAMES))
+@given(row=st.dictionaries(st.sampled_from(sorted(NAMES)), _VALUE, max_size=12),
+       stray=st.none() | _TEXT.filter(lambda k: k not in NAMES))
 def test_a_stored_row_is_shown_as_as_read_shows_it_and_a_stranger_key_rereads_the_file(row, stray):
     """The fast path walks a row's values only: on any values, the same as as_read on the whole row (its lists as
     tuples, as run_row makes them); a key that is no column of the runs frame makes the row no body of the index's
@@ -273,7 +274,7 @@ def test_a_stored_row_is_shown_as_as_read_shows_it_and_a_stranger_key_rereads_th
 
 
 def test_the_runs_frame_s_names_are_words_as_read_keeps():
-    assert all(redaction.as_read({name: 1}) == {name: 1} for name in index.ROW_NAMES)
+    assert all(redaction.as_read({name: 1}) == {name: 1} for name in NAMES)
 
 
 _ANY = st.recursive(st.none() | st.booleans() | st.integers(min_value=-2 ** 70, max_value=2 ** 70) | st.floats()

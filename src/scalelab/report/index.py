@@ -108,8 +108,7 @@ def _loads(text):
 
 
 _FAST = msgspec.json.Decoder()
-ROW_NAMES = frozenset(NAMES)
-_NAME = {name: name for name in NAMES}
+_NAME = {name: name for name in NAMES}  # a stored row's only keys, each one shared string
 
 
 def _shown_row(row: dict) -> dict:
