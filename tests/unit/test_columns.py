@@ -1,6 +1,11 @@
 """The report's columns come from one table (report/columns.py): the frames and the exported files hold to it."""
 
+import math
+import struct
+
 import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import ROWS, _bench, _with_comm, make_result
 from scalelab.keys import CONFIGURATION
@@ -100,3 +105,26 @@ def test_the_scaling_frames_combined_columns_keep_the_order_older_files_had():
     combined = [c for c in scaling.columns if c in columns.SCALING_ORDER]
     assert combined == [c for c in columns.SCALING_ORDER if c in scaling.columns] and len(combined) > 40
     assert combined[:4] == ["runs", "throughput", "throughput_min", "throughput_max"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=40))
+def test_a_loss_curve_is_its_values_bit_for_bit_and_written_as_their_tuple(values):
+    """columns.Curve keeps a run's curve packed (a quarter of a tuple's memory): it iterates and is written as the
+    tuple of its values, every bit of each (NaN, -0.0) kept, and stays one cell of a frame; none: no curve."""
+    curve = columns.Curve.of(values)
+    if not values:
+        assert curve is None
+        return
+    assert len(curve) == len(values) and list(map(_bits, curve)) == list(map(_bits, values))
+    assert repr(curve) == repr(tuple(values)) and str(curve) == str(tuple(values))
+    if not any(math.isnan(v) for v in values):  # NaN equals nothing, in a tuple as in a curve
+        assert curve == tuple(values) and tuple(values) == curve and hash(curve) == hash(tuple(values))
+    assert curve != list(values) and curve != columns.Curve.of(values + [1.0])
+    frame = pd.DataFrame({"c": [curve, None]})
+    assert len(frame) == 2 and frame["c"].iloc[0] is curve
+    assert frame.to_csv(index=False) == pd.DataFrame({"c": [tuple(values), None]}).to_csv(index=False)
+
+
+def _bits(value: float) -> bytes:
+    return struct.pack("<d", value)

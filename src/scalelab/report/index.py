@@ -14,7 +14,6 @@ database, or from another scalelab (the digest of its code: any change to what a
 from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
 """
 
-import array
 import functools
 import hashlib
 import json
@@ -27,7 +26,7 @@ import msgspec
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.redaction import as_read
-from scalelab.report.columns import NAMES
+from scalelab.report.columns import NAMES, Curve
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
@@ -64,18 +63,18 @@ def light(result: dict) -> dict:
 
 
 def _encode(body: dict) -> tuple:
-    """(text, curve): the body as JSON; a training row's loss curve apart, as packed doubles (most of a row's bytes,
-    and of the time a report takes to read 100,000 rows as JSON), where every value of it is a float."""
+    """(text, curve): the body as JSON; a training row's loss curve apart, its packed doubles (columns.Curve: most
+    of a row's bytes, and of the time a report takes to read 100,000 rows as JSON)."""
     curve = body.get("_row", {}).get("loss_curve")
-    if isinstance(curve, tuple) and curve and all(type(v) is float for v in curve):
+    if isinstance(curve, Curve):
         row = {k: v for k, v in body["_row"].items() if k != "loss_curve"}
-        return json.dumps({**body, "_row": row}, allow_nan=True, default=str), array.array("d", curve).tobytes()
+        return json.dumps({**body, "_row": row}, allow_nan=True, default=str), curve.packed
     return json.dumps(body, allow_nan=True, default=str), None
 
 
 def _decode(text, curve=None) -> dict:
     """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
-    row's tuples (bucket sizes, the loss curve) come back as the tuples run_row made. ValueError where it is not
+    row's tuples (bucket sizes) and loss curve come back as run_row made them. ValueError where it is not
     a body this module wrote (the file is read again)."""
     try:
         body = _loads(text)
@@ -91,10 +90,11 @@ def _decode(text, curve=None) -> dict:
             raise ValueError("not a stored body")
         return body
     body["_row"] = _shown_row(row)
-    if ("loss_curve" in row) != (curve is None) or curve is not None and (type(curve) is not bytes or len(curve) % 8):
-        raise ValueError("not a stored body")  # a row's curve is in it or beside it (_encode), never both or neither
+    if row.get("loss_curve", 0) is not None if curve is None else (
+            "loss_curve" in row or type(curve) is not bytes or not curve or len(curve) % 8):
+        raise ValueError("not a stored body")  # a row's curve beside it (_encode), or null in it: never both or neither
     if curve is not None:
-        body["_row"]["loss_curve"] = tuple(array.array("d", curve))
+        body["_row"]["loss_curve"] = Curve(curve)
     return body
 
 
@@ -139,12 +139,12 @@ def scan(root: str) -> tuple:
         db = _open(os.path.join(root, FILE_NAME))
     except (sqlite3.Error, OSError):
         db = None
-    known = _known(db) if db is not None else {}
+    stats = {key: st for _, key, st in listed}
+    kept, indexed = _kept(db, stats) if db is not None else ({}, set())
     fresh = []
     for path, key, st in listed:
-        kept = _kept(known.get(key), st)
-        if kept is not None:
-            body, reason = kept
+        if key in kept:
+            body, reason = kept.pop(key)
         else:
             body, reason, digest, lasting = _parse(path, root)
             if lasting:  # a read that failed by chance (a deadline, an I/O error) is tried again next time
@@ -154,22 +154,33 @@ def scan(root: str) -> tuple:
         else:
             found.append(dict(body, _path=path))
     if db is not None:
-        _update(db, fresh, set(known) - {key for _, key, _ in listed})
+        _update(db, fresh, indexed - set(stats))
         db.close()
     return found, skipped
 
 
-def _kept(was, st):
-    """(body, None) or (None, its skip line) the index keeps for a file of this identity; None where the file
-    changed, is new, or its row is not as this module writes it (the file says again)."""
-    if was is None or tuple(was[:4]) != _identity(st):
-        return None
-    if was[5] is not None:
-        return None, was[5]
+def _kept(db: sqlite3.Connection, stats: dict) -> tuple:
+    """({path: (body, None) or (None, its skip line)} the index keeps for files of these identities, every path it
+    holds): a file that changed, is new, or whose row is not as this module writes it is not kept (the file says
+    again). Rows are decoded as they are read: 100,000 rows' texts are never held at once."""
+    kept, indexed = {}, set()
     try:
-        return _decode(was[4], was[6]), None
-    except ValueError:
-        return None
+        for key, *identity, skipped, text, curve in db.execute(
+                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, curve FROM results"):
+            indexed.add(key)
+            st = stats.get(key)
+            if st is None or tuple(identity) != _identity(st):
+                continue
+            if skipped is not None:
+                kept[key] = None, skipped
+                continue
+            try:
+                kept[key] = _decode(text, curve), None
+            except ValueError:
+                pass
+    except sqlite3.Error:
+        return {}, set()
+    return kept, indexed
 
 
 def _parse(path: str, root: str) -> tuple:
@@ -212,14 +223,6 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
             raise
         os.remove(path)  # not a database (a torn copy, a hand edit): the files rebuild it, once
         return _open(path, again=False)
-
-
-def _known(db: sqlite3.Connection) -> dict:
-    try:
-        return {r[0]: r[1:] for r in db.execute(
-            "SELECT path, size, mtime_ns, ctime_ns, ino, body, skipped, curve FROM results")}
-    except sqlite3.Error:
-        return {}
 
 
 def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:

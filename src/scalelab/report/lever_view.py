@@ -50,6 +50,7 @@ def loss_at(curve, samples_per_batch: float, samples: float):
     """The training loss after `samples` samples: the mean of the last tenth of the batches up to there."""
     if not curve or not samples_per_batch:
         return None
+    curve = tuple(curve)  # a columns.Curve is not indexed
     n = min(len(curve), int(samples // samples_per_batch))
     if n < 1:
         return None
