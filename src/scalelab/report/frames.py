@@ -64,9 +64,10 @@ def identity_notes(kept: list, superseded: list) -> list:
     return notes
 
 
-def run_row(r: dict) -> dict:
-    """One training result as a row of the runs frame (report/columns.py says where each column comes from)."""
-    return {c.name: c.read(r) for c in RUNS if c.read is not None}
+def run_row(r: dict) -> tuple:
+    """One training result as a row of the runs frame, its values in NAMES's order (report/columns.py says where
+    each column comes from; one computed from the whole frame, None)."""
+    return tuple(None if c.read is None else c.read(r) for c in RUNS)
 
 
 def scaling_frame(runs: pd.DataFrame) -> pd.DataFrame:

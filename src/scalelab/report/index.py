@@ -63,13 +63,14 @@ def light(result: dict) -> dict:
 
 
 def _encode(body: dict) -> tuple:
-    """(text, curve): the body as JSON; a training row's loss curve apart, its packed doubles (columns.Curve: most
-    of a row's bytes, and of the time a report takes to read 100,000 rows as JSON)."""
-    curve = body.get("_row", {}).get("loss_curve")
-    if isinstance(curve, Curve):
-        row = {k: v for k, v in body["_row"].items() if k != "loss_curve"}
-        return json.dumps({**body, "_row": row}, allow_nan=True, default=str), curve.packed
-    return json.dumps(body, allow_nan=True, default=str), None
+    """(text, curve): the body as JSON, a training row as the list of its values; its loss curve apart, as packed
+    doubles (columns.Curve: most of a row's bytes, and of the time a report takes to read 100,000 rows as JSON)."""
+    row = body.get("_row")
+    if row is None:
+        return json.dumps(body, allow_nan=True, default=str), None
+    curve = row[_CURVE] if isinstance(row[_CURVE], Curve) else None
+    values = [curve is not None if i == _CURVE else v for i, v in enumerate(row)]  # true: the curve is beside
+    return json.dumps({**body, "_row": values}, allow_nan=True, default=str), None if curve is None else curve.packed
 
 
 def _decode(text, curve=None) -> dict:
@@ -83,18 +84,17 @@ def _decode(text, curve=None) -> dict:
     except (TypeError, ValueError, RecursionError):
         raise ValueError("not a stored body") from None
     if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
-            "training", "allreduce") or (body["kind"] == "training") != isinstance(row, dict):
-        raise ValueError("not a stored body")
+            "training", "allreduce") or (body["kind"] == "training") != (type(row) is list and len(row) == _WIDTH):
+        raise ValueError("not a stored body")  # a row is the runs frame's values, one each, in its order
     if row is None:
         if curve is not None:
             raise ValueError("not a stored body")
         return body
+    if row[_CURVE] is not (curve is not None) or curve is not None and (
+            type(curve) is not bytes or not curve or len(curve) % 8):
+        raise ValueError("not a stored body")  # a row says whether its curve is beside it (_encode), never holds it
+    row[_CURVE] = None if curve is None else Curve(curve)
     body["_row"] = _shown_row(row)
-    if row.get("loss_curve", 0) is not None if curve is None else (
-            "loss_curve" in row or type(curve) is not bytes or not curve or len(curve) % 8):
-        raise ValueError("not a stored body")  # a row's curve beside it (_encode), or null in it: never both or neither
-    if curve is not None:
-        body["_row"]["loss_curve"] = Curve(curve)
     return body
 
 
@@ -108,16 +108,16 @@ def _loads(text):
 
 
 _FAST = msgspec.json.Decoder()
-_NAME = {name: name for name in NAMES}  # a stored row's only keys, each one shared string
+_WIDTH, _CURVE = len(NAMES), NAMES.index("loss_curve")  # a row: the runs frame's values in its order
 
 
-def _shown_row(row: dict) -> dict:
-    """A stored row as as_read shows it, its lists as tuples: its keys must be the runs frame's own names (plain
-    words, which as_read keeps), so only its values are walked (a 100,000-result report's largest cost)."""
-    try:  # each key the frame's own string: 100,000 rows share them
-        return {_NAME[k]: tuple(as_read(v)) if type(v) is list else as_read(v) if type(v) in (str, dict) else v
-                for k, v in row.items()}
-    except (KeyError, RecursionError):
+def _shown_row(row: list) -> tuple:
+    """A stored row as as_read shows it, its lists as tuples: a row holds values only (no keys: the runs frame's
+    names are its order), so only they are walked (a 100,000-result report's largest cost)."""
+    try:
+        return tuple([tuple(as_read(v)) if type(v) is list else as_read(v) if type(v) in (str, dict) else v
+                      for v in row])  # a list, not a generator: 100,000 rows of 80 values
+    except RecursionError:
         raise ValueError("not a stored body") from None
 
 
@@ -130,9 +130,11 @@ def scan(root: str) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
     parsed only if it is new or changed since the last report. Any trouble with the index reads the files."""
     found, skipped, listed = [], [], []
+    inside = os.path.join(root, "")
     for path in results.paths(root, skipped):
-        try:
-            listed.append((path, os.path.relpath(path, root), os.stat(path)))
+        try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
+            key = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, root)
+            listed.append((path, key, os.stat(path)))
         except OSError as exc:
             skipped.append((path, f"cannot be read ({exc.strerror})"))
     try:
@@ -144,15 +146,17 @@ def scan(root: str) -> tuple:
     fresh = []
     for path, key, st in listed:
         if key in kept:
-            body, reason = kept.pop(key)
+            body, reason = kept.pop(key)  # decoded for this report alone: marked in place below
         else:
             body, reason, digest, lasting = _parse(path, root)
             if lasting:  # a read that failed by chance (a deadline, an I/O error) is tried again next time
                 fresh.append((key, st, digest, reason, body))
+            body = body and dict(body)  # the row stored stays without the report's mark
         if reason is not None:
             skipped.append((path, reason))
         else:
-            found.append(dict(body, _path=path))
+            body["_path"] = path
+            found.append(body)
     if db is not None:
         _update(db, fresh, indexed - set(stats))
         db.close()
