@@ -22,6 +22,7 @@ import os
 import secrets
 import stat
 import threading
+from typing import Optional
 
 from scalelab.errors import ResultError
 
@@ -134,15 +135,35 @@ def read_text(path: str, kind: str, root=None, head=None) -> str:
     return read_bytes(path, kind, root, head).decode("utf-8", "replace")
 
 
-def walk(root: str, unlisted: list):
+def walk(root: str, unlisted: list, listing: Optional[list] = None):
     """os.walk(root) in sorted order, never into a symlinked folder; each folder it cannot list is appended to
-    `unlisted` as (path, why), never passed by in silence."""
+    `unlisted` as (path, why), never passed by in silence. listing: root's walk as `listing` kept it, replayed."""
+    if listing is not None:
+        for folder, names, why in listing:
+            if names is None:
+                unlisted.append((folder, why))
+            else:
+                yield folder, [], names
+        return
+
     def listed_not(exc):
         unlisted.append((exc.filename or root, f"cannot be listed ({exc.strerror})"))
 
     for folder, dirs, files in os.walk(root, onerror=listed_not):
         dirs.sort()
         yield folder, dirs, sorted(files)
+
+
+def listing(root: str) -> list:
+    """One walk of root, kept for each reader of one report (result.json files, nccl-tests logs: 100,000 folders
+    walked once): (folder, its file names, None) in walk's order, and (folder, None, why) where it met one it
+    could not list."""
+    out, unlisted = [], []
+    for folder, _, names in walk(root, unlisted):
+        out += [(path, None, why) for path, why in unlisted]
+        unlisted.clear()
+        out.append((folder, names, None))
+    return out + [(path, None, why) for path, why in unlisted]
 
 
 # --- writing -----------------------------------------------------------------------------------------------------

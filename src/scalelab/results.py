@@ -303,18 +303,19 @@ def restarts(result: dict) -> int:
     return (result.get("slurm") or {}).get("restart_count") or 0
 
 
-def paths(root: str, skipped: list):
-    """Each result.json below root, in order (a folder that cannot be listed: appended to skipped)."""
-    for folder, _, names in files.walk(root, skipped):
+def paths(root: str, skipped: list, listing=None):
+    """Each result.json below root, in order (a folder that cannot be listed: appended to skipped); listing: root's
+    walk kept (files.listing)."""
+    for folder, _, names in files.walk(root, skipped, listing):
         if "result.json" in names:
             yield os.path.join(folder, "result.json")
 
 
-def scan(root: str):
+def scan(root: str, listing=None):
     """Every result.json below root -> (results, [(path, reason)] for files that were skipped, and for folders that
-    could not be listed)."""
+    could not be listed); listing: root's walk kept (files.listing)."""
     results, skipped = [], []
-    for path in paths(root, skipped):
+    for path in paths(root, skipped, listing):
         try:
             data = load(path, root)
         except ResultError as exc:

@@ -6,6 +6,8 @@ import stat
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from helpers import make_result
 from scalelab import files, results
@@ -135,3 +137,35 @@ def test_a_write_replaces_a_regular_file_whole_and_a_read_refusal_is_a_result_er
     files.atomic_write_text(str(path), "new")
     assert path.read_text() == "new" and stat.S_ISREG(os.lstat(path).st_mode)
     assert issubclass(files.Refused, ResultError)  # every reader already says a ResultError in one line
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=st.lists(st.tuples(st.lists(st.sampled_from("abc"), min_size=1, max_size=3),
+                               st.sampled_from(["result.json", "x.log", "y.txt"]), st.booleans()), max_size=8))
+def test_a_kept_listing_replays_the_walk_it_kept(tmp_path_factory, monkeypatch, tree):
+    """One walk a report (files.listing): replayed, each reader meets the folders, their files and the folders
+    that could not be listed in the walk's own order, as a walk of its own would."""
+    root = tmp_path_factory.mktemp("tree")
+    locked = set()
+    for parts, name, unlisted in tree:
+        folder = root.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+        if unlisted:
+            locked.add(str(folder))
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path) in locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    def seen(listing):
+        events = []
+        for folder, _, names in files.walk(str(root), events, listing):
+            events.append((folder, names))
+        return events
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "scandir", scandir)
+        assert seen(files.listing(str(root))) == seen(None)

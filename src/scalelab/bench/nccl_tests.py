@@ -54,14 +54,15 @@ def looks_like(text: str) -> bool:
     return any(m.search(line) for line in text.splitlines() for m in _MARKS)
 
 
-def scan(root: str):
-    """nccl-tests logs below root (*.log, *.txt, *.out) -> (results, [(path, reason)] for logs skipped).
+def scan(root: str, listing=None):
+    """nccl-tests logs below root (*.log, *.txt, *.out) -> (results, [(path, reason)] for logs skipped); listing:
+    root's walk kept (files.listing).
 
     Files that do not look like nccl-tests output are passed over in silence: an outputs folder holds
     training and SLURM logs too.
     """
     found, skipped = [], []
-    for folder, _, names in files.walk(root, []):  # results.scan names the folders it could not list
+    for folder, _, names in files.walk(root, [], listing):  # results.scan names the folders it could not list
         for name in names:
             path = os.path.join(folder, name)
             if not name.endswith(SUFFIXES):

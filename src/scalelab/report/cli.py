@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from scalelab import redaction, results
+from scalelab import files, redaction, results
 from scalelab.bench import nccl_tests
 from scalelab.entry import FORECAST_NODES, GBIT, PERCENT, PRICE, TFLOPS, OneLineParser, count, number_type, run_piped
 from scalelab.errors import UsageError
@@ -65,8 +65,7 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     """
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
-    found, skipped = (index.scan if use_index else results.scan)(output_dir)
-    found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped)
+    found, skipped = read_folder(output_dir, nccl_logs, use_index)
     runs, notes = read_runs(found)
     benches = explain.bench_frame(found, explain.COLLECTIVES)
     scaling, track = scaling_frame(runs), pd.DataFrame()
@@ -78,11 +77,20 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     return Report(runs, scaling, benches, skipped, track, notes, records)
 
 
-def read_nccl_logs(output_dir: str, paths, known: set, skipped: list) -> list:
+def read_folder(output_dir: str, nccl_logs, use_index: bool) -> tuple:
+    """(results, skipped): the folder's result.json files (through its index where use_index) and its nccl-tests
+    logs and those named, from one walk of it."""
+    listing = files.listing(output_dir)
+    found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
+    found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
+    return found, skipped
+
+
+def read_nccl_logs(output_dir: str, paths, known: set, skipped: list, listing=None) -> list:
     """nccl-tests logs as benchmark results; a scalelab run's own log (--format nccl-tests) beside its
     result.json is the same run, counted once. Logs that cannot be used go to skipped, with the reason; what
     is odd in a log that is used is one warning line on stderr."""
-    logs, bad = nccl_tests.scan(output_dir)
+    logs, bad = nccl_tests.scan(output_dir, listing)
     for path in paths:
         if os.path.abspath(path) in {os.path.abspath(r["_path"]) for r in logs}:
             continue

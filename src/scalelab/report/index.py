@@ -126,12 +126,13 @@ def _identity(st) -> tuple:
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
 
 
-def scan(root: str) -> tuple:
+def scan(root: str, listing=None) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
-    parsed only if it is new or changed since the last report. Any trouble with the index reads the files."""
+    parsed only if it is new or changed since the last report. Any trouble with the index reads the files.
+    listing: root's walk kept (files.listing)."""
     found, skipped, listed = [], [], []
     inside = os.path.join(root, "")
-    for path in results.paths(root, skipped):
+    for path in results.paths(root, skipped, listing):
         try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
             key = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, root)
             listed.append((path, key, os.stat(path)))
