@@ -80,9 +80,10 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
 def read_folder(output_dir: str, nccl_logs, use_index: bool) -> tuple:
     """(results, skipped): the folder's result.json files (through its index where use_index) and its nccl-tests
     logs and those named, from one walk of it."""
-    listing = files.listing(output_dir)
-    found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
-    found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
+    with files.gc_paused():
+        listing = files.listing(output_dir)
+        found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
+        found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
     return found, skipped
 
 
