@@ -169,3 +169,18 @@ def test_a_kept_listing_replays_the_walk_it_kept(tmp_path_factory, monkeypatch, 
     with monkeypatch.context() as patched:
         patched.setattr(os, "scandir", scandir)
         assert seen(files.listing(str(root))) == seen(None)
+
+
+def test_the_collector_paused_for_a_read_is_left_as_it_was_found_even_after_an_error():
+    import gc
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            with pytest.raises(ResultError), files.gc_paused():
+                assert not gc.isenabled()
+                raise ResultError("a folder that failed to read")
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
