@@ -206,6 +206,22 @@ def test_a_loss_curve_comes_back_from_the_index_bit_for_bit_and_a_torn_one_is_re
         assert curves() == first, curve
 
 
+@pytest.mark.parametrize("since", ["rows rewritten", "index removed", "untouched"])
+def test_a_curve_is_read_when_used_and_from_its_file_where_its_row_changed_since(tmp_path, since):
+    """The curves stay in the index until one is used: one whose row another report rewrote since (another
+    digest), or whose index is gone, is its file's, never another file's or none."""
+    out = _copy(FOLDERS[0], tmp_path)
+    truth = {r["_path"]: repr(r["_row"][NAMES.index("loss_curve")]) for r in index.scan(str(out))[0] if "_row" in r}
+    found = [r for r in index.scan(str(out))[0] if "_row" in r]  # read through the index, no curve used yet
+    if since == "rows rewritten":
+        with sqlite3.connect(out / index.FILE_NAME) as db:
+            db.execute("UPDATE results SET curve = ?, digest = 'another' WHERE curve IS NOT NULL", (b"\0" * 8,))
+    elif since == "index removed":
+        (out / index.FILE_NAME).unlink()
+    assert {r["_path"]: repr(r["_row"][NAMES.index("loss_curve")]) for r in found} == truth
+    assert not (out / index.FILE_NAME).exists() if since == "index removed" else True
+
+
 def test_a_journal_the_index_cannot_make_leaves_the_report_reading_the_files(tmp_path):
     out = _copy(FOLDERS[0], tmp_path)
     (out / (index.FILE_NAME + "-journal")).mkdir()  # SQLite cannot write its journal: every update fails
@@ -234,7 +250,8 @@ def test_an_inode_past_int64_is_kept(tmp_path):
     db = index._open(str(tmp_path / index.FILE_NAME))
     st = SimpleNamespace(st_size=1, st_mtime_ns=2, st_ctime_ns=3, st_ino=2**64 + 5)
     index._update(db, [("a/result.json", st, "d", "bad", None)], set())
-    assert index._kept(db, {"a/result.json": st}) == ({"a/result.json": (None, "bad")}, {"a/result.json"})
+    kept = index._kept(db, {"a/result.json": st}, str(tmp_path))
+    assert kept == ({"a/result.json": (None, "bad")}, {"a/result.json"})
 
 
 def test_a_field_a_reader_marks_for_itself_is_never_taken_from_a_file(tmp_path):

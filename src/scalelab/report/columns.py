@@ -85,12 +85,19 @@ class Curve:
 
     The runs frame holds one per run (100,000 runs: 1.3 GB as tuples of floats) and reads few (lever_view's loss
     after equal samples; runs.csv writes it as the tuple it is). It iterates, has a length and equals the tuple of
-    its values, and is written as that tuple; it is not indexable, so numpy and pandas keep it one cell."""
+    its values, and is written as that tuple; it is not indexable, so numpy and pandas keep it one cell. `load`:
+    where its bytes are still to be read, when it is first used (report/index.py leaves them in the index)."""
 
-    __slots__ = ("packed",)
+    __slots__ = ("_packed", "_load")
 
-    def __init__(self, packed: bytes):
-        self.packed = packed
+    def __init__(self, packed: bytes = b"", load: Callable[[], bytes] | None = None):
+        self._packed, self._load = packed, load
+
+    @property
+    def packed(self) -> bytes:
+        if self._load is not None:
+            self._packed, self._load = self._load(), None
+        return self._packed
 
     @classmethod
     def of(cls, values) -> "Curve | None":

@@ -14,10 +14,12 @@ database, or from another scalelab (the digest of its code: any change to what a
 from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
 """
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import pathlib
 import sqlite3
 import stat
 
@@ -26,7 +28,7 @@ import msgspec
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.redaction import as_read
-from scalelab.report.columns import NAMES, Curve
+from scalelab.report.columns import NAMES, Curve, loss_curve
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
@@ -75,8 +77,8 @@ def _encode(body: dict) -> tuple:
 
 def _decode(text, curve=None) -> dict:
     """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
-    row's tuples (bucket sizes) and loss curve come back as run_row made them. ValueError where it is not
-    a body this module wrote (the file is read again)."""
+    row's tuples (bucket sizes) and loss curve (its bytes, or a Curve read when used) come back as run_row made
+    them. ValueError where it is not a body this module wrote (the file is read again)."""
     try:
         body = _loads(text)
         row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
@@ -90,10 +92,10 @@ def _decode(text, curve=None) -> dict:
         if curve is not None:
             raise ValueError("not a stored body")
         return body
-    if row[_CURVE] is not (curve is not None) or curve is not None and (
+    if row[_CURVE] is not (curve is not None) or curve is not None and type(curve) is not Curve and (
             type(curve) is not bytes or not curve or len(curve) % 8):
         raise ValueError("not a stored body")  # a row says whether its curve is beside it (_encode), never holds it
-    row[_CURVE] = None if curve is None else Curve(curve)
+    row[_CURVE] = curve if curve is None or type(curve) is Curve else Curve(curve)
     body["_row"] = _shown_row(row)
     return body
 
@@ -143,7 +145,7 @@ def scan(root: str, listing=None) -> tuple:
     except (sqlite3.Error, OSError):
         db = None
     stats = {key: st for _, key, st in listed}
-    kept, indexed = _kept(db, stats) if db is not None else ({}, set())
+    kept, indexed = _kept(db, stats, root) if db is not None else ({}, set())
     fresh = []
     for path, key, st in listed:
         if key in kept:
@@ -164,14 +166,16 @@ def scan(root: str, listing=None) -> tuple:
     return found, skipped
 
 
-def _kept(db: sqlite3.Connection, stats: dict) -> tuple:
+def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
     """({path: (body, None) or (None, its skip line)} the index keeps for files of these identities, every path it
     holds): a file that changed, is new, or whose row is not as this module writes it is not kept (the file says
-    again). Rows are decoded as they are read: 100,000 rows' texts are never held at once."""
+    again). Rows are decoded as they are read: 100,000 rows' texts are never held at once; their loss curves are
+    read when one is used (_Beside)."""
     kept, indexed = {}, set()
     try:
-        for key, *identity, skipped, text, curve in db.execute(
-                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, curve FROM results"):
+        beside = _Beside(db.execute("PRAGMA database_list").fetchone()[2])
+        for key, *identity, skipped, text, digest, size in db.execute(
+                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, length(curve) FROM results"):
             indexed.add(key)
             st = stats.get(key)
             if st is None or tuple(identity) != _identity(st):
@@ -179,6 +183,10 @@ def _kept(db: sqlite3.Connection, stats: dict) -> tuple:
             if skipped is not None:
                 kept[key] = None, skipped
                 continue
+            if size is not None and (type(size) is not int or size <= 0 or size % 8):
+                continue  # not a curve this module wrote: the file is read again
+            curve = None if size is None else Curve(load=functools.partial(
+                beside.read, key, digest, os.path.join(root, key)))
             try:
                 kept[key] = _decode(text, curve), None
             except ValueError:
@@ -186,6 +194,35 @@ def _kept(db: sqlite3.Connection, stats: dict) -> tuple:
     except sqlite3.Error:
         return {}, set()
     return kept, indexed
+
+
+class _Beside:
+    """The loss curves beside one report's rows, left in the index until the first is used, then read at once (one
+    query; 100,000 curves are 160 MB, held only by a report that draws or exports them). A curve whose row changed
+    since (another report's update) or is gone is read from its file."""
+
+    def __init__(self, path: str):
+        self.path, self.curves = path, None
+
+    def read(self, key: str, digest: str, file: str) -> bytes:
+        if self.curves is None:
+            self.curves = {}
+            try:  # read-only: an index removed since is not made again here
+                uri = pathlib.Path(os.path.abspath(self.path)).as_uri() + "?mode=ro"
+                with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as db:
+                    self.curves = {k: (d, c) for k, d, c in db.execute(
+                        "SELECT path, digest, curve FROM results WHERE curve IS NOT NULL")}
+            except sqlite3.Error:
+                pass
+        was, curve = self.curves.pop(key, (None, None))
+        if was == digest and type(curve) is bytes and curve and not len(curve) % 8:
+            return curve
+        try:
+            data = results.load(file)
+        except ResultError:
+            return b""  # gone since this report read it: no curve
+        found = loss_curve(data.get("ranks") or [])
+        return b"" if found is None else found.packed
 
 
 def _parse(path: str, root: str) -> tuple:
