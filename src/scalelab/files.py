@@ -145,7 +145,7 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None):
             if names is None:
                 unlisted.append((folder, why))
             else:
-                yield folder, [], names
+                yield folder, [], list(names)  # each reader its own list, as a walk of its own gives
         return
 
     def listed_not(exc):

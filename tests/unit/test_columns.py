@@ -121,9 +121,15 @@ def test_a_loss_curve_is_its_values_bit_for_bit_and_written_as_their_tuple(value
     if not any(math.isnan(v) for v in values):  # NaN equals nothing, in a tuple as in a curve
         assert curve == tuple(values) and tuple(values) == curve and hash(curve) == hash(tuple(values))
     assert curve != list(values) and curve != columns.Curve.of(values + [1.0])
-    frame = pd.DataFrame({"c": [curve, None]})
-    assert len(frame) == 2 and frame["c"].iloc[0] is curve
-    assert frame.to_csv(index=False) == pd.DataFrame({"c": [tuple(values), None]}).to_csv(index=False)
+    again = columns.Curve.of(values)  # the same curve read again: equal, one hash, NaN and all
+    assert curve == again and hash(curve) == hash(again)
+    loads = []
+    lazy = columns.Curve(load=lambda: loads.append(1) or curve.packed)  # its bytes read when first used, once
+    assert not loads and lazy == curve and repr(lazy) == repr(curve) and len(lazy) == len(curve) and loads == [1]
+    frame = pd.DataFrame([(curve, 1), (None, 2)], columns=["c", "n"])  # as the runs frame is built: rows
+    assert frame.shape == (2, 2) and frame["c"].iloc[0] is curve
+    assert frame.to_csv(index=False) == pd.DataFrame([(tuple(values), 1), (None, 2)],
+                                                     columns=["c", "n"]).to_csv(index=False)
 
 
 def _bits(value: float) -> bytes:

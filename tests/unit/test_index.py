@@ -64,6 +64,16 @@ def test_the_report_reads_the_same_through_the_index_as_from_the_files(folder, t
     assert (out / index.FILE_NAME).is_file()
 
 
+@pytest.mark.parametrize("name", ["plain", "with space ?#%", os.fsdecode(b"not-utf8-\xff")])
+def test_an_index_in_a_folder_of_any_name_is_read_again_and_its_curves_from_it(tmp_path, monkeypatch, name):
+    """A folder's name is any bytes: the index there is used (nothing parsed twice), its curves read from it."""
+    out = _copy(FOLDERS[0], tmp_path / name)
+    index.scan(str(out))
+    monkeypatch.setattr(index, "_parse", lambda path, root: pytest.fail(f"{path} parsed again"))
+    monkeypatch.setattr(index.files, "read_bytes", lambda *a, **k: pytest.fail("a curve read from its file"))
+    assert all(len(r["_row"][NAMES.index("loss_curve")]) for r in index.scan(str(out))[0] if "_row" in r)
+
+
 def test_only_new_or_changed_files_are_read_again(tmp_path, monkeypatch):
     out = _copy(FOLDERS[0], tmp_path)
     first, _ = index.scan(str(out))
@@ -187,6 +197,8 @@ def test_a_loss_curve_comes_back_from_the_index_bit_for_bit_and_a_torn_one_is_re
         rank["losses"] = [None, -0.0, 0.1 + 0.2, 12.345678901234567 / (i + 1)] + rank["losses"][4:]
     path.write_text(json.dumps(data))
 
+    key = str(path.relative_to(out))
+
     def curves():
         found = {r["_path"]: r["_row"][NAMES.index("loss_curve")] for r in index.scan(str(out))[0] if "_row" in r}
         return {p: repr(c) for p, c in found.items()}
@@ -198,26 +210,41 @@ def test_a_loss_curve_comes_back_from_the_index_bit_for_bit_and_a_torn_one_is_re
         assert db.execute("SELECT count(*) FROM results WHERE curve IS NOT NULL").fetchone()[0] == len(first)
     row = [[1.0] if name == "loss_curve" else None for name in NAMES]  # a curve in its row, not beside it
     held = json.dumps({"kind": "training", "run_id": "x", "_row": row})
-    for curve, body in ((b"\0" * 7, None), ("text", None), (None, None), (b"", None), (b"\0" * 8, held), (None, held)):
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        stored = json.loads(db.execute("SELECT body FROM results WHERE path = ?", (key,)).fetchone()[0])
+    stored["_row"][NAMES.index("loss_curve")] = 1  # beside it, says a 1: not the true this module writes
+    for curve, body in ((b"\0" * 7, None), ("text", None), ("8 chars!", None), (None, None), (b"", None),
+                        (b"\0" * 8, held), (None, held), (b"\0" * 8, json.dumps(stored))):
         with sqlite3.connect(out / index.FILE_NAME) as db:
-            db.execute("UPDATE results SET curve = ? WHERE path = ?", (curve, str(path.relative_to(out))))
+            db.execute("UPDATE results SET curve = ? WHERE path = ?", (curve, key))
             if body:
-                db.execute("UPDATE results SET body = ? WHERE path = ?", (body, str(path.relative_to(out))))
+                db.execute("UPDATE results SET body = ? WHERE path = ?", (body, key))
         assert curves() == first, curve
+        with sqlite3.connect(out / index.FILE_NAME) as db:  # the torn row written anew from its file
+            assert db.execute("SELECT typeof(curve), length(curve) % 8 FROM results WHERE path = ?",
+                              (key,)).fetchone() == ("blob", 0), curve
 
 
-@pytest.mark.parametrize("since", ["rows rewritten", "index removed", "untouched"])
-def test_a_curve_is_read_when_used_and_from_its_file_where_its_row_changed_since(tmp_path, since):
-    """The curves stay in the index until one is used: one whose row another report rewrote since (another
-    digest), or whose index is gone, is its file's, never another file's or none."""
+@pytest.mark.parametrize("since", ["rows rewritten", "index removed", "files changed too", "untouched"])
+def test_a_curve_is_read_when_used_and_from_its_file_where_its_row_changed_since(tmp_path, monkeypatch, since):
+    """The curves stay in the index until one is used, then come from it; one whose row another report rewrote
+    since (another digest), or whose index is gone, is its file's while that is what the report read, and none
+    (empty) once the file changed too: never another content's."""
     out = _copy(FOLDERS[0], tmp_path)
     truth = {r["_path"]: repr(r["_row"][NAMES.index("loss_curve")]) for r in index.scan(str(out))[0] if "_row" in r}
     found = [r for r in index.scan(str(out))[0] if "_row" in r]  # read through the index, no curve used yet
-    if since == "rows rewritten":
-        with sqlite3.connect(out / index.FILE_NAME) as db:
-            db.execute("UPDATE results SET curve = ?, digest = 'another' WHERE curve IS NOT NULL", (b"\0" * 8,))
+    if since == "untouched":  # from the index alone: a file read now fails the test
+        monkeypatch.setattr(index.files, "read_bytes", lambda *a, **k: pytest.fail("a curve read from its file"))
     elif since == "index removed":
         (out / index.FILE_NAME).unlink()
+    else:
+        with sqlite3.connect(out / index.FILE_NAME) as db:
+            db.execute("UPDATE results SET curve = ?, digest = 'another' WHERE curve IS NOT NULL", (b"\0" * 8,))
+    if since == "files changed too":
+        for r in found:
+            with open(r["_path"], "a") as fh:
+                fh.write("\n")
+        truth = dict.fromkeys(truth, "()")
     assert {r["_path"]: repr(r["_row"][NAMES.index("loss_curve")]) for r in found} == truth
     assert not (out / index.FILE_NAME).exists() if since == "index removed" else True
 

@@ -111,12 +111,14 @@ class Curve:
         return iter(array.array("d", self.packed))
 
     def __eq__(self, other):
+        if isinstance(other, Curve) and self.packed == other.packed:
+            return True  # NaN and all: the same curve
         if isinstance(other, (Curve, tuple)):
             return tuple(self) == tuple(other)
         return NotImplemented
 
     def __hash__(self):
-        return hash(tuple(self))
+        return hash(tuple(0.0 if v != v else v for v in self))  # a NaN's own hash is its object's: not kept
 
     def __repr__(self) -> str:
         return repr(tuple(self))

@@ -173,9 +173,10 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
     read when one is used (_Beside)."""
     kept, indexed = {}, set()
     try:
-        beside = _Beside(db.execute("PRAGMA database_list").fetchone()[2])
-        for key, *identity, skipped, text, digest, size in db.execute(
-                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, length(curve) FROM results"):
+        beside = _Beside(os.path.join(root, FILE_NAME), root)  # the name as given: SQLite's own may not be UTF-8
+        for key, *identity, skipped, text, digest, kind, size in db.execute(
+                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve) "
+                "FROM results"):
             indexed.add(key)
             st = stats.get(key)
             if st is None or tuple(identity) != _identity(st):
@@ -183,8 +184,8 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             if skipped is not None:
                 kept[key] = None, skipped
                 continue
-            if size is not None and (type(size) is not int or size <= 0 or size % 8):
-                continue  # not a curve this module wrote: the file is read again
+            if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
+                continue  # not a curve this module wrote: the file is read again (and its row written anew)
             curve = None if size is None else Curve(load=functools.partial(
                 beside.read, key, digest, os.path.join(root, key)))
             try:
@@ -199,10 +200,11 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
 class _Beside:
     """The loss curves beside one report's rows, left in the index until the first is used, then read at once (one
     query; 100,000 curves are 160 MB, held only by a report that draws or exports them). A curve whose row changed
-    since (another report's update) or is gone is read from its file."""
+    since (another report's update, another scalelab's index) or is gone is read from its file, if that is still
+    what this report read (its digest); else the run shows no curve (empty), never another content's."""
 
-    def __init__(self, path: str):
-        self.path, self.curves = path, None
+    def __init__(self, path: str, root: str):
+        self.path, self.root, self.curves = path, root, None
 
     def read(self, key: str, digest: str, file: str) -> bytes:
         if self.curves is None:
@@ -210,18 +212,21 @@ class _Beside:
             try:  # read-only: an index removed since is not made again here
                 uri = pathlib.Path(os.path.abspath(self.path)).as_uri() + "?mode=ro"
                 with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as db:
-                    self.curves = {k: (d, c) for k, d, c in db.execute(
-                        "SELECT path, digest, curve FROM results WHERE curve IS NOT NULL")}
+                    if db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == (code_version(),):
+                        self.curves = {k: (d, c) for k, d, c in db.execute(
+                            "SELECT path, digest, curve FROM results WHERE curve IS NOT NULL")}
             except sqlite3.Error:
                 pass
         was, curve = self.curves.pop(key, (None, None))
         if was == digest and type(curve) is bytes and curve and not len(curve) % 8:
             return curve
         try:
-            data = results.load(file)
+            raw = files.read_bytes(file, "result", self.root)
+            if hashlib.blake2b(raw, digest_size=16).hexdigest() != digest:
+                return b""  # changed since this report read it
+            found = loss_curve(results.parse(raw).get("ranks") or [])
         except ResultError:
-            return b""  # gone since this report read it: no curve
-        found = loss_curve(data.get("ranks") or [])
+            return b""  # gone since this report read it
         return b"" if found is None else found.packed
 
 
