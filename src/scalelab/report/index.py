@@ -77,8 +77,9 @@ def _encode(body: dict) -> tuple:
 
 def _decode(text, curve=None) -> dict:
     """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
-    row's tuples (bucket sizes) and loss curve (its bytes, or a Curve read when used) come back as run_row made
-    them. ValueError where it is not a body this module wrote (the file is read again)."""
+    row's tuples (bucket sizes) come back as run_row made them, its loss curve as the Curve given (read when used;
+    its bytes checked by _kept and _Beside). ValueError where it is not a body this module wrote (the file is read
+    again)."""
     try:
         body = _loads(text)
         row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
@@ -92,10 +93,9 @@ def _decode(text, curve=None) -> dict:
         if curve is not None:
             raise ValueError("not a stored body")
         return body
-    if row[_CURVE] is not (curve is not None) or curve is not None and type(curve) is not Curve and (
-            type(curve) is not bytes or not curve or len(curve) % 8):
+    if row[_CURVE] is not (curve is not None):
         raise ValueError("not a stored body")  # a row says whether its curve is beside it (_encode), never holds it
-    row[_CURVE] = curve if curve is None or type(curve) is Curve else Curve(curve)
+    row[_CURVE] = curve
     body["_row"] = _shown_row(row)
     return body
 
