@@ -222,7 +222,7 @@ class _Beside:
             return curve
         try:
             raw = files.read_bytes(file, "result", self.root)
-            if hashlib.blake2b(raw, digest_size=16).hexdigest() != digest:
+            if _digest(raw) != digest:
                 return b""  # changed since this report read it
             found = loss_curve(results.parse(raw).get("ranks") or [])
         except ResultError:
@@ -242,7 +242,12 @@ def _parse(path: str, root: str) -> tuple:
         data = results.parse(raw)
     except ResultError as exc:
         return None, str(exc), None, True
-    return light(data), None, hashlib.blake2b(raw, digest_size=16).hexdigest(), True
+    return light(data), None, _digest(raw), True
+
+
+def _digest(raw: bytes) -> str:
+    """A file's content as the index keeps it (what a row was read from; a lazy curve reads only that content)."""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _open(path: str, again: bool = True) -> sqlite3.Connection:
