@@ -145,12 +145,19 @@ def _shown(text: str) -> str:
 def _shown_now(text: str) -> str:
     if not _MAY_CHANGE.search(text):  # a run id, a date without its time, a device's name: shown as it is
         return text
+    if not _WORD_START.search(text) and not _CONTROL.search(text):  # a timestamp: 2026-12-05T01:14:52+00:00
+        return text
     return inert(redact(text))
 
 
 # Each pattern of `redact` needs an = , a : (a URL's user:password@ too) or a space to match, and `inert` a control
 # character: a text with none of them is what both give back.
 _MAY_CHANGE = re.compile(r"[=:\s\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Each pattern of `redact` also starts at a letter no ASCII letter or digit comes before (a scheme, a name, "bearer",
+# "--name"): a text without one (a timestamp's T follows a digit) is what it gives back. The letters: those a
+# pattern's [a-z] matches, case-insensitive ones too (Python's re: the Kelvin sign, a long s, a dotted and a
+# dotless i).
+_WORD_START = re.compile("(?<![A-Za-z0-9])[A-Za-z\u0130\u0131\u017f\u212a]")
 
 
 def _shown_key(key: str) -> str:
