@@ -1,6 +1,7 @@
 """The one reader and the one writer (scalelab/files.py), on real files of every kind a folder can hold: each is read
 or refused in one line, never waited on, never read without end, never written through."""
 
+import itertools
 import os
 import stat
 import threading
@@ -169,6 +170,50 @@ def test_a_kept_listing_replays_the_walk_it_kept(tmp_path_factory, monkeypatch, 
     with monkeypatch.context() as patched:
         patched.setattr(os, "scandir", scandir)
         assert seen(files.listing(str(root))) == seen(None)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=st.lists(st.tuples(st.lists(st.sampled_from("abc"), min_size=1, max_size=3),
+                               st.sampled_from(["result.json", "x.log"]),
+                               st.sampled_from(["file", "unlisted", "link to root", "link to a", "dangling"])),
+                     max_size=8))
+def test_the_walk_is_os_walk_sorted_never_into_a_linked_folder(tmp_path_factory, monkeypatch, tree):
+    """files.walk lists a folder with one scandir and no lstat of each folder in it: on trees with folders it
+    cannot list, symlinks to folders (a loop to the root among them), to files and to nothing, it yields what
+    os.walk yields, dirs and files sorted, its unlisted folders where os.walk meets them."""
+    root = tmp_path_factory.mktemp("tree")
+    locked = set()
+    for parts, name, kind in tree:
+        folder = root.joinpath(*parts)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+        link = folder / "lnk"  # no folder is named so: a link never stands where a folder is made
+        if kind.startswith(("link", "dangling")) and not os.path.lexists(link):
+            os.symlink({"link to root": root, "link to a": root / "a"}.get(kind, root / "nowhere"), link)
+        if kind == "unlisted":
+            locked.add(str(folder))
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path) in locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    def walked(walk):
+        events = []
+        for folder, dirs, names in itertools.islice(walk(events), 200):  # a walk into the loop ends, and fails
+            events.append((folder, list(dirs), names))
+        return events
+
+    def reference(unlisted):
+        for folder, dirs, names in os.walk(str(root), onerror=lambda exc: unlisted.append(
+                (exc.filename, f"cannot be listed ({exc.strerror})"))):
+            dirs.sort()
+            yield folder, dirs, sorted(names)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "scandir", scandir)
+        assert walked(lambda events: files.walk(str(root), events)) == walked(reference)
 
 
 def test_the_collector_paused_for_a_read_is_left_as_it_was_found_even_after_an_error():
