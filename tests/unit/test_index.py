@@ -10,13 +10,14 @@ import sqlite3
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
 from scalelab import redaction, results
-from scalelab.report import cli, index
+from scalelab.report import cli, explain, index
 from scalelab.report.columns import NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
@@ -279,6 +280,19 @@ def test_an_inode_past_int64_is_kept(tmp_path):
     index._update(db, [("a/result.json", st, "d", "bad", None)], set())
     kept = index._kept(db, {"a/result.json": st}, str(tmp_path))
     assert kept == ({"a/result.json": (None, "bad")}, {"a/result.json"})
+
+
+@pytest.mark.parametrize("folder", [FOLDERS[0], FOLDERS[2]], ids=lambda f: f.name)  # the two with benchmarks
+def test_a_benchmark_kept_light_gives_the_report_what_its_whole_file_gives(folder):
+    """The index keeps of a collective benchmark what explain.bench_frame reads (index.BENCH): its frame from the
+    light bodies is the frame from the whole files (a reader of another field fails here, not as an empty cell)."""
+    whole = results.scan(str(folder))[0]
+    bench = [r for r in whole if r["kind"] == "allreduce"]
+    bench[0]["config"]["collective"] = "all_gather"  # FSDP's step is priced with these (explain.COLLECTIVES)
+    bench[-1]["source"] = {"format": "nccl-tests", "file": "x.log"}  # an imported log's: the report says it
+    light = [{**index.light(r), "_path": r["_path"]} for r in whole]
+    assert all(len(json.dumps(b)) < len(json.dumps(r)) for b, r in zip(light, whole) if r["kind"] == "allreduce")
+    pd.testing.assert_frame_equal(*(explain.bench_frame(found, explain.COLLECTIVES) for found in (whole, light)))
 
 
 def test_a_field_a_reader_marks_for_itself_is_never_taken_from_a_file(tmp_path):

@@ -2,10 +2,10 @@
 
 `<output_dir>/.scalelab-index.sqlite` holds, per result.json, what the report reads of it: a training result's
 runs-frame row (report/columns.py, computed from the whole file; its loss curve as packed doubles beside) and the
-few fields that tell a requeued job's attempts apart; an all-reduce result whole (it is small); a file that was
-skipped, with its one line. A file is read again when its size, mtime, ctime or inode changed (its content's hash
-is kept beside, for what was read); a file gone is dropped. The per-step lists and rank records stay in the JSON,
-read only by what draws them (--plot's step timelines, --trace: `full`).
+few fields that tell a requeued job's attempts apart; a benchmark's result as the report reads it (its rows, not
+its environment); a file that was skipped, with its one line. A file is read again when its size, mtime, ctime or
+inode changed (its content's hash is kept beside, for what was read); a file gone is dropped. The per-step lists
+and rank records stay in the JSON, read only by what draws them (--plot's step timelines, --trace: `full`).
 
 SQLite (the standard library's): a file updated in place, a row per result, one transaction per report; a second
 report at once waits for the first's transaction (busy timeout) and never sees half of one; a full disk or a
@@ -35,6 +35,9 @@ FILE_NAME = ".scalelab-index.sqlite"
 FORMAT = 3  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
+# what the report reads of a collective benchmark besides its envelope (report/explain.bench_frame), and of its
+# config: its environment and versions are left in the file (a third of what 20,000 benchmarks' bodies held)
+BENCH, BENCH_CONFIG = ("launch", "config", "rows", "summary", "source"), ("dtype", "collective")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
@@ -56,10 +59,13 @@ def code_version() -> str:
 
 
 def light(result: dict) -> dict:
-    """What the report keeps of a result: a training run's envelope, its row and its job's identity; an all-reduce
-    result whole."""
+    """What the report keeps of a result: a training run's envelope, its row and its job's identity; a collective
+    benchmark's envelope and what the report reads of it (BENCH)."""
     if result.get("kind") != "training":
-        return result
+        kept = {k: result[k] for k in (*ENVELOPE, *BENCH) if k in result}
+        if isinstance(kept.get("config"), dict):
+            kept["config"] = {k: kept["config"][k] for k in BENCH_CONFIG if k in kept["config"]}
+        return kept
     return {**{k: result[k] for k in ENVELOPE if k in result}, "launch": {"world_size": result["launch"]["world_size"]},
             "_row": run_row(result), "_group_key": results.group_key(result)}
 
