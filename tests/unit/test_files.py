@@ -140,6 +140,17 @@ def test_a_write_replaces_a_regular_file_whole_and_a_read_refusal_is_a_result_er
     assert issubclass(files.Refused, ResultError)  # every reader already says a ResultError in one line
 
 
+def _unlistable(locked: set):
+    """os.scandir, refusing the folders in `locked` as a folder without read permission does (root reads all)."""
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path) in locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+    return scandir
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=st.lists(st.tuples(st.lists(st.sampled_from("abc"), min_size=1, max_size=3),
                                st.sampled_from(["result.json", "x.log", "y.txt"]), st.booleans()), max_size=8))
@@ -154,12 +165,6 @@ def test_a_kept_listing_replays_the_walk_it_kept(tmp_path_factory, monkeypatch, 
         (folder / name).write_text("{}")
         if unlisted:
             locked.add(str(folder))
-    real = os.scandir
-
-    def scandir(path="."):
-        if str(path) in locked:
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
 
     def seen(listing):
         events = []
@@ -168,7 +173,7 @@ def test_a_kept_listing_replays_the_walk_it_kept(tmp_path_factory, monkeypatch, 
         return events
 
     with monkeypatch.context() as patched:
-        patched.setattr(os, "scandir", scandir)
+        patched.setattr(os, "scandir", _unlistable(locked))
         assert seen(files.listing(str(root))) == seen(None)
 
 
@@ -192,12 +197,6 @@ def test_the_walk_is_os_walk_sorted_never_into_a_linked_folder(tmp_path_factory,
             os.symlink({"link to root": root, "link to a": root / "a"}.get(kind, root / "nowhere"), link)
         if kind == "unlisted":
             locked.add(str(folder))
-    real = os.scandir
-
-    def scandir(path="."):
-        if str(path) in locked:
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
 
     def walked(walk):
         events = []
@@ -212,7 +211,7 @@ def test_the_walk_is_os_walk_sorted_never_into_a_linked_folder(tmp_path_factory,
             yield folder, dirs, sorted(names)
 
     with monkeypatch.context() as patched:
-        patched.setattr(os, "scandir", scandir)
+        patched.setattr(os, "scandir", _unlistable(locked))
         assert walked(lambda events: files.walk(str(root), events)) == walked(reference)
 
 
