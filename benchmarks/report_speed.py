@@ -71,7 +71,7 @@ def replicate(real: str, folder: str, n: int) -> int:
 
 
 def timed_report(folder: str) -> tuple:
-    """(seconds, the child's peak RSS in MB, exit code) of benchmark.py over folder."""
+    """(seconds, the child's peak RSS in MiB (ru_maxrss is KiB), exit code) of benchmark.py over folder."""
     code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
             f"p = subprocess.run([sys.executable, {os.path.join(ROOT, 'src', 'benchmark.py')!r}, '--output_dir', "
             f"{folder!r}], capture_output=True); took = time.perf_counter() - t; "
@@ -88,11 +88,11 @@ def at_scale(a) -> None:
     print(f"{a.files:,} results of {a.real} replicated ({size / 1e6:,.0f} MB) in {time.perf_counter() - start:.0f} s")
     for what in ("first report", "second report"):
         took, rss, rc = timed_report(folder)
-        print(f"  {what}: {took:.1f} s ({took / a.files * 1e3:.2f} ms per file), peak RSS {rss:,.0f} MB, exit {rc}")
+        print(f"  {what}: {took:.1f} s ({took / a.files * 1e3:.2f} ms per file), peak RSS {rss:,.0f} MiB, exit {rc}")
     if a.add:
         replicate(a.real, os.path.join(folder, "added"), 1)
         took, rss, rc = timed_report(folder)
-        print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MB, exit {rc}")
+        print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
     print(f"(left in {folder})" if a.keep else "")
     if not a.keep:
         shutil.rmtree(folder)

@@ -284,8 +284,9 @@ def test_an_inode_past_int64_is_kept(tmp_path):
 
 @pytest.mark.parametrize("folder", [FOLDERS[0], FOLDERS[2]], ids=lambda f: f.name)  # the two with benchmarks
 def test_a_benchmark_kept_light_gives_the_report_what_its_whole_file_gives(folder):
-    """The index keeps of a collective benchmark what explain.bench_frame reads (index.BENCH): its frame from the
-    light bodies is the frame from the whole files (a reader of another field fails here, not as an empty cell)."""
+    """The index keeps of a collective benchmark what explain.bench_frame, its one reader, reads (index.BENCH): its
+    frame from the light bodies is the frame from the whole files (bench_frame reading another field fails here,
+    not as an empty cell)."""
     whole = results.scan(str(folder))[0]
     bench = [r for r in whole if r["kind"] == "allreduce"]
     bench[0]["config"]["collective"] = "all_gather"  # FSDP's step is priced with these (explain.COLLECTIVES)

@@ -105,7 +105,7 @@ def test_a_column_naming_no_declared_field_fails_at_once():
         columns.at("timing.comm.waited")
     assert record.declared("timing.step_s.anything") and record.declared("metrics.val_acc")
     assert not record.declared("timing.step") and not record.declared("launch.link.gbit.x")
-    # each kind its own declaration, whichever is asked first (each is read once)
+    # each kind answered from its own declaration (each read once)
     assert record.declared("rows", "allreduce") and not record.declared("rows")
     assert record.declared("ranks") and not record.declared("ranks", "allreduce")
 
