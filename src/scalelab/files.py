@@ -165,16 +165,17 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None):
                         continue
                     dirs.append(entry.name)
                     try:
-                        if not entry.is_symlink():
-                            into.append((entry.name, entry.path))
-                    except OSError:
-                        into.append((entry.name, entry.path))
+                        linked = entry.is_symlink()
+                    except OSError:  # os.walk's islink: False where it cannot tell
+                        linked = False
+                    if not linked:
+                        into.append(entry.path)  # folder/name: sorted as the names are
         except OSError as exc:
             unlisted.append((exc.filename or folder, f"cannot be listed ({exc.strerror})"))
             continue
         dirs.sort()
         yield folder, dirs, sorted(names)
-        stack += [path for _, path in sorted(into, reverse=True)]
+        stack += sorted(into, reverse=True)
 
 
 @contextlib.contextmanager

@@ -179,7 +179,7 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
     read when one is used (_Beside)."""
     kept, indexed = {}, set()
     try:
-        beside = _Beside(os.path.join(root, FILE_NAME), root)  # the name as given: SQLite's own may not be UTF-8
+        beside = _Beside(root)
         for key, *identity, skipped, text, digest, kind, size in db.execute(
                 "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve) "
                 "FROM results"):
@@ -209,8 +209,8 @@ class _Beside:
     since (another report's update, another scalelab's index) or is gone is read from its file, if that is still
     what this report read (its digest); else the run shows no curve (empty), never another content's."""
 
-    def __init__(self, path: str, root: str):
-        self.path, self.root, self.curves = path, root, None
+    def __init__(self, root: str):  # the index's name as given: SQLite's own (PRAGMA) may not be UTF-8
+        self.path, self.root, self.curves = os.path.join(root, FILE_NAME), root, None
 
     def read(self, key: str, digest: str, file: str) -> bytes:
         if self.curves is None:
