@@ -140,7 +140,7 @@ def _settle(tmp: str, folder: str, record: str, *, keep: bool) -> None:
 def write(output_dir: str, payload: dict, folder: Optional[str] = None) -> str:
     """outputs/<run_id>/result.json, secrets scrubbed, written atomically, never over another run's result.
     folder: the run's own, claimed with its first record (claim_folder); else claimed now, with this one."""
-    payload = nan_to_none(scrub(payload))
+    payload = nan_to_none(scrub(record.plain(payload)))  # the blocks its producers returned, as JSON holds them
     record.string_keys(payload)  # a writer's dict may hold one; a file cannot
     validate(payload)
     if folder is None:

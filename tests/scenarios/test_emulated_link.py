@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, SRC, _bench_at, _emulated, _with_comm, load_results, make_result, run_script
+from scalelab import record
 from scalelab.errors import UsageError
 from scalelab.launch import cluster, link_env, netns
 from scalelab.report import explain, frames, plots, tables
@@ -120,7 +121,7 @@ def test_allreduce_over_a_shaped_link_is_limited_by_its_rate(link_ok, tmp_path):
     (r,) = load_results(tmp_path)
     launch = r["launch"]
     assert (launch["launcher"], launch["world_size"], launch["num_nodes"]) == ("torchrun", 2, 2)
-    assert launch["link"] == {"gbit": RATE_GBIT, "emulated": True, "latency_ms": None, "latency_requested_ms": None}
+    assert launch["link"] == {"gbit": RATE_GBIT, "emulated": True}  # no latency asked: none recorded
     limit = RATE_GBIT / 8  # GB/s; with 2 ranks busbw = algbw, and each rank sends the whole message once
     assert 0.6 * limit < busbw(r) < limit, f"busbw {busbw(r):.4f} GB/s over a {limit} GB/s link"
     assert all(row["wrong"] == 0 for row in r["rows"])
@@ -150,8 +151,7 @@ def test_a_degraded_link_gives_its_shaped_rate_and_records_both(link_ok, tmp_pat
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "emulated 2 Gbit/s (degraded: shaped to 200 Mbit/s; the ranks record 2 Gbit/s) link" in proc.stdout
     (r,) = load_results(tmp_path)
-    assert r["launch"]["link"] == {"gbit": 2.0, "emulated": True, "latency_ms": None, "latency_requested_ms": None,
-                                   "shaped_gbit": RATE_GBIT}
+    assert r["launch"]["link"] == {"gbit": 2.0, "emulated": True, "shaped_gbit": RATE_GBIT}
     limit = RATE_GBIT / 8
     assert 0.6 * limit < busbw(r) < limit, f"busbw {busbw(r):.4f} GB/s over a link shaped to {limit} GB/s"
 
@@ -166,20 +166,21 @@ def test_training_over_the_link_records_it_and_the_report_says_emulated(link_ok,
     assert r["status"] == "completed" and r["launch"]["num_nodes"] == 2 and r["launch"]["world_size"] == 2
     link = r["launch"]["link"]
     warned = [line for line in proc.stderr.splitlines() if line.startswith("emulate.py: warning:")]
-    if link["latency_ms"] is None:  # no netem here: said once, recorded as not applied
+    if "latency_ms" not in link:  # no netem here: said once, recorded as not applied (null: left out)
         assert len(warned) == 1 and "not applied" in warned[0], proc.stderr
         assert warned[0].startswith("emulate.py: warning: --latency_ms 5 cannot be applied: this kernel has no netem")
         label = "emulated 1 Gbit/s"
     else:
         assert link["latency_ms"] == 5 and not warned
         label = "emulated 1 Gbit/s +5 ms"
-    assert link == {"gbit": 1.0, "emulated": True, "latency_ms": link["latency_ms"], "latency_requested_ms": 5.0}
+    assert link == {"gbit": 1.0, "emulated": True, "latency_requested_ms": 5.0,
+                    **({"latency_ms": 5.0} if "latency_ms" in link else {})}
     assert r["environment"]["SCALELAB_LINK"] == "emulated" and r["timing"]["tokens_per_s"] > 0
     # each node is its own core (where there are two) and its rank's compute is pinned there: nothing shared
     assert [k["cpu_affinity"] for k in r["ranks"]] == ([[0], [1]] if len(os.sched_getaffinity(0)) >= 2
                                                        else [[0], [0]])
     assert r["launch"]["threads"] == 1
-    assert r["launch"]["oversubscribed"] is None or len(os.sched_getaffinity(0)) < 2
+    assert r["launch"].get("oversubscribed") is None or len(os.sched_getaffinity(0)) < 2
     assert "Traceback" not in proc.stderr and "hostname of the client socket" not in proc.stderr
     report = run_script("benchmark.py", "--output_dir", tmp_path)
     assert report.returncode == 0, report.stderr
@@ -344,7 +345,7 @@ def test_a_latency_without_netem_is_said_in_one_line_and_not_applied(link_ok):
         else:
             assert "netem" in qdiscs and env[link_env.ENV_LATENCY_APPLIED] == "1"
     assert_torn_down(os.getpid(), wait_s=2)
-    assert link_env.link_record(env)["latency_requested_ms"] == 3.0
+    assert link_env.link_record(env).latency_requested_ms == 3.0
 
 
 # --- one-line errors, before any namespace ------------------------------------------------------------------
@@ -370,19 +371,19 @@ def test_bad_input_is_one_line_and_exit_2(argv, message):
 # --- the record and the report (constructed results) ---------------------------------------------------------
 
 
-def test_link_record_reads_what_emulate_exports():
+def test_link_record_reads_what_emulate_exports(monkeypatch):
     assert link_env.link_record({}) is None
     env = {"SCALELAB_LINK": "emulated", "SCALELAB_LINK_GBIT": "0.2"}
-    assert link_env.link_record(env) == {"gbit": 0.2, "emulated": True, "latency_ms": None,
-                                        "latency_requested_ms": None}
+    assert record.plain(link_env.link_record(env)) == {"gbit": 0.2, "emulated": True}  # no latency asked or applied
     asked = {**env, "SCALELAB_LINK_LATENCY_MS": "5", "SCALELAB_LINK_LATENCY_APPLIED": "0"}
-    record = link_env.link_record(asked)
-    assert record["latency_ms"] is None and record["latency_requested_ms"] == 5
-    assert link_env.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"})["latency_ms"] == 5.0
-    assert link_env.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"})["shaped_gbit"] == 0.05
-    assert "shaped_gbit" not in link_env.link_record(env)
-    launch = cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"])
-    assert "link" in launch  # None outside src/emulate.py (unless this test runs under it)
+    link = link_env.link_record(asked)
+    assert link.latency_ms is None and link.latency_requested_ms == 5
+    assert link_env.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"}).latency_ms == 5.0
+    assert link_env.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"}).shaped_gbit == 0.05
+    assert link_env.link_record(env).shaped_gbit is None
+    for name, value in env.items():  # a rank under src/emulate.py: its launch block carries the link
+        monkeypatch.setenv(name, value)
+    assert cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"]).link == link_env.link_record(env)
 
 
 def test_runs_at_different_link_rates_are_different_configurations():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from helpers import make_result
 from scalelab import record, redaction, results
+from scalelab.launch import cluster, link_env, slurm_env
 from scalelab.report import frames, tables
 
 
@@ -774,6 +775,30 @@ def test_a_secret_inside_a_recorded_variable_never_reaches_the_result(tmp_path):
     path = results.write(str(tmp_path), data)
     text = open(path).read()
     assert "abc123" not in text and "pw@" not in text and "a:b@" not in text and "<redacted>" in text
+
+
+def test_a_block_a_producer_returned_is_written_as_its_fields_and_scrubbed_like_any_other(tmp_path):
+    """The producers return their record blocks (launch, launch.link, slurm): `write` turns each, at any depth, into
+    the object the file holds before anything else sees the payload, so a secret in one is redacted too."""
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "nightly token=abc123", "SLURM_RESTART_COUNT": "0"}
+    link = {"SCALELAB_LINK": "emulated", "SCALELAB_LINK_GBIT": "0.2"}
+    launch = cluster.Launch("local", 1, 1, "cpu")
+    data = make_result()
+    data["slurm"] = slurm_env.job_record(env)
+    data["launch"] = record.Launch(**{**record.plain(launch.record(["cpu"], ["h"])),
+                                      "link": link_env.link_record(link)})
+    data["config"] = {"kept": (record.Link(gbit=1.0, emulated=False),), "in": [{"deep": record.Slurm(job_id="8")}]}
+    written = json.load(open(results.write(str(tmp_path), data)))
+    assert written["slurm"] == {"job_id": "7", "job_name": "nightly token=<redacted>", "restart_count": 0}
+    assert written["launch"] == {"launcher": "local", "world_size": 1, "num_nodes": 1, "devices": 1,
+                                 "accelerator": "cpu", "device_names": ["cpu"], "hostnames": ["h"],
+                                 "link": {"gbit": 0.2, "emulated": True}}  # what is null is left out, false kept
+    assert written["config"] == {"kept": [{"gbit": 1.0, "emulated": False}], "in": [{"deep": {"job_id": "8"}}]}
+
+
+def test_a_launch_field_a_writer_misspells_fails_where_it_is_built():
+    with pytest.raises(TypeError, match="threds"):  # a dict took it, and the file held a field nobody reads
+        cluster.Launch("local", 1, 1, "cpu").record([], [], threds=1)
 
 
 def test_a_secret_in_a_file_written_elsewhere_is_redacted_when_read(tmp_path):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from scalelab import record
 from scalelab.launch import slurm_env
 
 
@@ -9,15 +10,14 @@ def test_the_job_record_names_the_job_step_and_restarts_the_job_step_and_restart
     env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "scalelab",
            "SLURM_NODELIST": "node[1-2]", "SLURM_JOB_PARTITION": "gpu", "SLURM_STEP_ID": "0",
            "SLURM_RESTART_COUNT": "3", "SLURM_CLUSTER_NAME": "alps"}
-    assert slurm_env.job_record(env) == {"cluster": "alps", "job_id": "42", "array_job_id": "40", "array_task_id": "2",
-                                       "job_name": "scalelab", "nodelist": "node[1-2]", "partition": "gpu",
-                                       "step_id": "0", "restart_count": 3, "exclusive": None}
-    assert slurm_env.job_record({**env, "SLURM_JOB_NODELIST": "node[3-4]"})["nodelist"] == "node[3-4]"  # the job's
-    assert slurm_env.job_record({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""}) == {
-        "cluster": None, "job_id": "7", "array_job_id": None, "array_task_id": None, "job_name": None, "nodelist": None,
-        "partition": None, "step_id": None, "restart_count": 0, "exclusive": None}
-    assert slurm_env.job_record({"SLURM_NODELIST": "node1"}) == {}  # no job: not under SLURM
-    assert slurm_env.job_record({"SLURM_JOB_ID": "7"})["restart_count"] == 0  # never requeued: no count at all
+    assert record.plain(slurm_env.job_record(env)) == {
+        "cluster": "alps", "job_id": "42", "array_job_id": "40", "array_task_id": "2", "job_name": "scalelab",
+        "nodelist": "node[1-2]", "partition": "gpu", "step_id": "0", "restart_count": 3}  # exclusive: not known
+    assert slurm_env.job_record({**env, "SLURM_JOB_NODELIST": "node[3-4]"}).nodelist == "node[3-4]"  # the job's
+    assert record.plain(slurm_env.job_record({"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": ""})) == {
+        "job_id": "7", "restart_count": 0}  # what SLURM did not say is not recorded
+    assert record.plain(slurm_env.job_record({"SLURM_NODELIST": "node1"})) == {}  # no job: not under SLURM
+    assert slurm_env.job_record({"SLURM_JOB_ID": "7"}).restart_count == 0  # never requeued: no count at all
 
 
 def test_an_array_task_is_labelled_as_squeue_shows_it_but_keeps_its_own_job_id():
@@ -61,7 +61,7 @@ def test_the_step_the_sizes_and_the_cores_asked_for():
 ])
 def test_the_job_record_says_whether_the_nodes_were_the_jobs_alone(job, partition, exclusive):
     env = {"SLURM_JOB_ID": "42", "SCALELAB_JOB_OVERSUBSCRIBE": job, "SCALELAB_PARTITION_OVERSUBSCRIBE": partition}
-    assert slurm_env.job_record({k: v for k, v in env.items() if v is not None})["exclusive"] is exclusive
+    assert slurm_env.job_record({k: v for k, v in env.items() if v is not None}).exclusive is exclusive
 
 
 def test_outside_a_job_the_defaults_are_one_node_and_no_name():

@@ -19,11 +19,14 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from scalelab.entry import env_rank  # noqa: F401 (train/run.py and testing/faults.py read it here)
 from scalelab.errors import UsageError
 from scalelab.launch import link_env, slurm_env
+
+if TYPE_CHECKING:  # the record is imported where a block is built: emulate.py runs this on a bare python
+    from scalelab import record
 
 
 @dataclass
@@ -41,14 +44,18 @@ class Launch:
     def backend(self) -> str:
         return "nccl" if self.accelerator == "gpu" else "gloo"
 
-    def record(self, device_names, hostnames, **extra) -> dict:  # launch: record.Launch
+    def record(self, device_names, hostnames, **extra) -> "record.Launch":
         """The `launch` block of a result.json. One builder for every writer (training, benchmarks), so the
-        report reads the same fields from each; `backend` is None where no process group ran (one rank)."""
-        return {"launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,
-                "devices": self.devices, "accelerator": self.accelerator,
-                "backend": self.backend if self.world_size > 1 else None,
-                "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)),
-                "link": link_env.link_record(), **extra}
+        report reads the same fields from each; `backend` is None where no process group ran (one rank); extra:
+        the writer's other fields of the block (threads, oversubscribed, its own backend)."""
+        from scalelab import record  # a writer's: this module is launch/emulate.py's too, on a bare python
+
+        return record.Launch(**{
+            "launcher": self.launcher, "world_size": self.world_size, "num_nodes": self.num_nodes,
+            "devices": self.devices, "accelerator": self.accelerator,
+            "backend": self.backend if self.world_size > 1 else None,
+            "device_names": sorted(set(device_names)), "hostnames": sorted(set(hostnames)),
+            "link": link_env.link_record(), **extra})
 
 
 INTERACTIVE_NAMES = ("bash", "interactive")  # job names Lightning's SLURMEnvironment.detect() ignores

@@ -2,7 +2,10 @@
 reads back into its result's `launch.link` (`link_record`), in one module the writer and the reader share."""
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the record is imported where a block is built: emulate.py runs this on a bare python
+    from scalelab import record
 
 ENV_LINK, ENV_GBIT = "SCALELAB_LINK", "SCALELAB_LINK_GBIT"
 ENV_LATENCY, ENV_LATENCY_APPLIED = "SCALELAB_LINK_LATENCY_MS", "SCALELAB_LINK_LATENCY_APPLIED"
@@ -30,9 +33,10 @@ def _float(environ, name) -> Optional[float]:
         return None
 
 
-def link_record(environ=None) -> Optional[dict]:  # launch.link: record.Link
+def link_record(environ=None) -> Optional["record.Link"]:
     """The emulated link between the nodes, as src/emulate.py announced it to the ranks; None otherwise (a real
     network, whose rate nobody told us)."""
+    from scalelab import record  # a rank's side: emulate.py's (announce) runs on a bare python too
     environ = os.environ if environ is None else environ
     gbit = _float(environ, ENV_GBIT)
     if environ.get(ENV_LINK) != "emulated" or gbit is None:
@@ -41,8 +45,6 @@ def link_record(environ=None) -> Optional[dict]:  # launch.link: record.Link
     if requested is None and environ.get(ENV_LATENCY):
         return None  # a latency that is not a number: the announcement is garbled, trust none of it
     applied = requested if requested is not None and environ.get(ENV_LATENCY_APPLIED) == "1" else None
-    record = {"gbit": gbit, "emulated": True, "latency_ms": applied, "latency_requested_ms": requested}
     shaped = _float(environ, ENV_SHAPED)  # a degraded rehearsal: gbit is what the link claims, this what it gave
-    if shaped is not None:
-        record["shaped_gbit"] = shaped
-    return record
+    return record.Link(gbit=gbit, emulated=True, latency_ms=applied, latency_requested_ms=requested,
+                       shaped_gbit=shaped)

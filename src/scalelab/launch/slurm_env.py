@@ -7,7 +7,10 @@ function takes `environ` (default: this process's) so a test can hand it the var
 """
 
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the record is imported where a block is built: emulate.py runs this on a bare python
+    from scalelab import record
 
 
 def _env(environ):
@@ -81,23 +84,25 @@ def nodes(environ=None) -> int:
     return int(_env(environ).get("SLURM_NNODES", "1"))
 
 
-def job_record(environ=None) -> dict:
-    """The result file's `slurm` block: which job, array task, nodes, partition, step and attempt; {} outside SLURM."""
+def job_record(environ=None) -> "record.Slurm":
+    """The result file's `slurm` block: which job, array task, nodes, partition, step and attempt; empty outside
+    SLURM."""
+    from scalelab import record  # a writer's: this module is launch/emulate.py's too, on a bare python
     environ = _env(environ)
     if "SLURM_JOB_ID" not in environ:
-        return {}
-    return {
-        "cluster": environ.get("SLURM_CLUSTER_NAME"),  # a job id is unique on one cluster only
-        "job_id": environ.get("SLURM_JOB_ID"),
-        "array_job_id": environ.get("SLURM_ARRAY_JOB_ID"),
-        "array_task_id": environ.get("SLURM_ARRAY_TASK_ID"),
-        "job_name": environ.get("SLURM_JOB_NAME"),
-        "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
-        "partition": environ.get("SLURM_JOB_PARTITION"),
-        "step_id": environ.get("SLURM_STEP_ID"),
-        "restart_count": restart_count(environ),
-        "exclusive": nodes_exclusive(environ),
-    }
+        return record.Slurm()
+    return record.Slurm(
+        cluster=environ.get("SLURM_CLUSTER_NAME"),  # a job id is unique on one cluster only
+        job_id=environ.get("SLURM_JOB_ID"),
+        array_job_id=environ.get("SLURM_ARRAY_JOB_ID"),
+        array_task_id=environ.get("SLURM_ARRAY_TASK_ID"),
+        job_name=environ.get("SLURM_JOB_NAME"),
+        nodelist=environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
+        partition=environ.get("SLURM_JOB_PARTITION"),
+        step_id=environ.get("SLURM_STEP_ID"),
+        restart_count=restart_count(environ),
+        exclusive=nodes_exclusive(environ),
+    )
 
 
 def rendezvous_port(job_id: str) -> int:

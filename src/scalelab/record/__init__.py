@@ -8,6 +8,8 @@ fails with one line naming the field; `json_schema` publishes the same declarati
 (`python -m scalelab.record`). The builders that fill these blocks: train/payload.py (training), bench/allreduce.py
 (the all-reduce benchmark), launch/cluster.py (launch), launch/slurm_env.py (slurm), measure/timing.py (timing and
 its comm), measure/devices.py (devices), fingerprint.py (fingerprint), train/clock.py and train/probe.py (a rank).
+launch, launch.link and slurm are built as their blocks (a field a builder misspells fails where it is built) and
+`plain` turns them into what the file holds as results.write writes; the others are still built as dicts.
 Older versions are upgraded to this one before they are checked (upgrades.py).
 """
 
@@ -30,10 +32,10 @@ from scalelab.record.blocks import (
                                     Workload,
 )
 from scalelab.record.check import check, consistent, declared, string_keys, undeclared
-from scalelab.record.kinds import MAX_SPAN_STEPS, MAX_STEPS, PER_BATCH, SCHEMA, SCHEMA_VERSION
+from scalelab.record.kinds import MAX_SPAN_STEPS, MAX_STEPS, PER_BATCH, SCHEMA, SCHEMA_VERSION, plain
 from scalelab.record.publish import json_schema, leaves, markdown
 
 __all__ = ["KINDS", "Allreduce", "BenchConfig", "Comm", "Devices", "Fingerprint", "Launch", "Link", "Rank", "Result",
            "Row", "Slurm", "Timing", "Training", "Wire", "Workload", "check", "consistent", "declared", "leaves",
-           "MAX_SPAN_STEPS", "MAX_STEPS", "PER_BATCH", "SCHEMA", "SCHEMA_VERSION", "json_schema", "markdown",
+           "MAX_SPAN_STEPS", "MAX_STEPS", "PER_BATCH", "SCHEMA", "SCHEMA_VERSION", "json_schema", "markdown", "plain",
            "string_keys", "undeclared"]

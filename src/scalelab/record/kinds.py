@@ -2,6 +2,7 @@
 
 from typing import Annotated, Any, ClassVar, Optional, Union
 
+import msgspec
 from msgspec import Meta, Struct
 
 SCHEMA = "scalelab.result"
@@ -70,5 +71,17 @@ class Block(Struct, kw_only=True, omit_defaults=True):
     """A block of the record. `rest`: the type of any field it does not declare (None: such fields are not read,
     so not checked)."""
     rest: ClassVar[Any] = None
+
+
+def plain(value):
+    """value with each block a producer returned (at any depth of a writer's dicts and lists) as the object
+    result.json holds: its fields set, those left at their default (None: not recorded) out."""
+    if isinstance(value, Block):
+        return msgspec.to_builtins(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 

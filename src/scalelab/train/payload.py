@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from scalelab import fingerprint, perfmodel, redaction, results, workloads
+from scalelab import fingerprint, perfmodel, record, redaction, results, workloads
 from scalelab.config import RunConfig
 from scalelab.launch import cluster, cores, slurm_env
 from scalelab.launch.cluster import Launch
@@ -216,7 +216,8 @@ def workload_record(ctx: RunContext) -> dict:
 def hyperparameters(ctx: RunContext) -> dict:
     """What a logger records as the run's hyperparameters: the workload and the launch (rank 0's view: the other
     ranks' devices and hosts are known only at the end, in the result)."""
-    launch = {k: v for k, v in ctx.launch.record([], []).items() if k not in ("device_names", "hostnames")}
+    launch = {k: v for k, v in record.plain(ctx.launch.record([], [])).items()
+              if k not in ("device_names", "hostnames")}
     return {"run_id": ctx.run_id, "run_name": ctx.cfg.run_name, "workload": workload_record(ctx),
             "launch": {**launch, "threads": torch.get_num_threads(), "logger": ctx.cfg.logger}}
 
