@@ -179,14 +179,24 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None):
 
 
 @contextlib.contextmanager
-def gc_paused():
-    """The cyclic garbage collector paused while a folder is read: 100,000 results decode into millions of
-    objects and no cycle, and each collection walked them all again (2 of a report's 8 s of reading them)."""
+def gc_set_aside():
+    """One report's results kept apart from the cyclic garbage collector; yields `set_aside`, called once they are
+    read. The collector is paused while the folder decodes (100,000 results: millions of objects and no cycle, each
+    collection walked them all again); set_aside freezes what is live (gc.freeze), so the collections the report's
+    frames make walk only their own objects (100,000 results: 9.5 s a report, 8.7 s so). At exit nothing stays
+    frozen (garbage frozen with them is collected as any other), the collector as it was found."""
     was = gc.isenabled()
     gc.disable()
+
+    def set_aside():
+        gc.freeze()
+        if was:
+            gc.enable()
+
     try:
-        yield
+        yield set_aside
     finally:
+        gc.unfreeze()
         if was:
             gc.enable()
 

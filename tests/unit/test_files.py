@@ -1,6 +1,7 @@
 """The one reader and the one writer (scalelab/files.py), on real files of every kind a folder can hold: each is read
 or refused in one line, never waited on, never read without end, never written through."""
 
+import contextlib
 import itertools
 import os
 import stat
@@ -215,16 +216,32 @@ def test_the_walk_is_os_walk_sorted_never_into_a_linked_folder(tmp_path_factory,
         assert walked(lambda events: files.walk(str(root), events)) == walked(reference)
 
 
-def test_the_collector_paused_for_a_read_is_left_as_it_was_found_even_after_an_error():
+def test_a_reports_results_are_set_aside_and_the_collector_left_as_it_was_found_even_after_an_error():
+    """gc_set_aside: paused while the results are read, running once they are set aside; at exit, error or not,
+    nothing frozen (garbage from before, set aside with them, is collected after) and the collector as it was."""
     import gc
+    import weakref
+
+    class Cycle:
+        pass
 
     was = gc.isenabled()
     try:
-        for enabled in (True, False):
+        for enabled, error in itertools.product((True, False), (None, "reading", "after")):
             (gc.enable if enabled else gc.disable)()
-            with pytest.raises(ResultError), files.gc_paused():
+            before = Cycle()
+            before.me, gone = before, weakref.ref(before)
+            del before  # garbage only the collector frees
+            with contextlib.suppress(ResultError), files.gc_set_aside() as set_aside:
                 assert not gc.isenabled()
-                raise ResultError("a folder that failed to read")
-            assert gc.isenabled() is enabled
+                if error == "reading":
+                    raise ResultError("a folder that failed to read")
+                set_aside()
+                assert gc.get_freeze_count() > 0 and gc.isenabled() is enabled
+                if error == "after":
+                    raise ResultError("a frame that failed")
+            assert gc.get_freeze_count() == 0 and gc.isenabled() is enabled, (enabled, error)
+            gc.collect()
+            assert gone() is None
     finally:
         (gc.enable if was else gc.disable)()

@@ -65,14 +65,16 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     """
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
-    found, skipped = read_folder(output_dir, nccl_logs, use_index)
-    runs, notes = read_runs(found)
-    benches = explain.bench_frame(found, explain.COLLECTIVES)
-    scaling, track = scaling_frame(runs), pd.DataFrame()
-    if not scaling.empty:
-        scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
-        track = forecast_view.record(runs, benches)
-        scaling = forecast_view.with_forecast_error(scaling, track)
+    with files.gc_set_aside() as set_aside:
+        found, skipped = read_folder(output_dir, nccl_logs, use_index)
+        set_aside()
+        runs, notes = read_runs(found)
+        benches = explain.bench_frame(found, explain.COLLECTIVES)
+        scaling, track = scaling_frame(runs), pd.DataFrame()
+        if not scaling.empty:
+            scaling = explain.annotate(scaling, benches, peak_tflops, gpu_hour_price, token_budget)
+            track = forecast_view.record(runs, benches)
+            scaling = forecast_view.with_forecast_error(scaling, track)
     records = [r for r in found if r.get("kind") == "training"]
     return Report(runs, scaling, benches, skipped, track, notes, records)
 
@@ -80,10 +82,9 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
 def read_folder(output_dir: str, nccl_logs, use_index: bool) -> tuple:
     """(results, skipped): the folder's result.json files (through its index where use_index) and its nccl-tests
     logs and those named, from one walk of it."""
-    with files.gc_paused():
-        listing = files.listing(output_dir)
-        found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
-        found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
+    listing = files.listing(output_dir)
+    found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
+    found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
     return found, skipped
 
 
