@@ -184,19 +184,23 @@ def gc_set_aside():
     read. The collector is paused while the folder decodes (100,000 results: millions of objects and no cycle, each
     collection walked them all again); set_aside freezes what is live (gc.freeze), so the collections the report's
     frames make walk only their own objects (100,000 results: 9.5 s a report, 8.7 s so). At exit nothing stays
-    frozen (garbage frozen with them is collected as any other), the collector as it was found."""
-    was = gc.isenabled()
+    frozen (garbage frozen with them is collected as any other), the collector as it was found. A process that
+    froze objects of its own (a host such as ReFrame, a report inside a report) keeps them: nothing is frozen or
+    thawed here."""
+    was, ours = gc.isenabled(), gc.get_freeze_count() == 0
     gc.disable()
 
     def set_aside():
-        gc.freeze()
+        if ours:
+            gc.freeze()
         if was:
             gc.enable()
 
     try:
         yield set_aside
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
         if was:
             gc.enable()
 

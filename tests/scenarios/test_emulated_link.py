@@ -381,6 +381,8 @@ def test_link_record_reads_what_emulate_exports(monkeypatch):
     assert link_env.link_record({**asked, "SCALELAB_LINK_LATENCY_APPLIED": "1"}).latency_ms == 5.0
     assert link_env.link_record({**env, "SCALELAB_LINK_SHAPED_GBIT": "0.05"}).shaped_gbit == 0.05
     assert link_env.link_record(env).shaped_gbit is None
+    for name in (link_env.ENV_LATENCY, link_env.ENV_LATENCY_APPLIED, link_env.ENV_SHAPED):
+        monkeypatch.delenv(name, raising=False)  # this test's own launcher's, if any
     for name, value in env.items():  # a rank under src/emulate.py: its launch block carries the link
         monkeypatch.setenv(name, value)
     assert cluster.Launch("torchrun", 1, 2, "cpu").record(["cpu"], ["h"]).link == link_env.link_record(env)

@@ -787,13 +787,15 @@ def test_a_block_a_producer_returned_is_written_as_its_fields_and_scrubbed_like_
     data["slurm"] = slurm_env.job_record(env)
     data["launch"] = record.Launch(**{**record.plain(launch.record(["cpu"], ["h"])),
                                       "link": link_env.link_record(link)})
-    data["config"] = {"kept": (record.Link(gbit=1.0, emulated=False),), "in": [{"deep": record.Slurm(job_id="8")}]}
+    data["config"] = {"kept": (record.Link(gbit=1.0, emulated=False),), "in": [{"deep": record.Slurm(job_id="8")}],
+                      "beside": ["a", 1, None, record.Slurm()]}
     written = json.load(open(results.write(str(tmp_path), data)))
     assert written["slurm"] == {"job_id": "7", "job_name": "nightly token=<redacted>", "restart_count": 0}
     assert written["launch"] == {"launcher": "local", "world_size": 1, "num_nodes": 1, "devices": 1,
                                  "accelerator": "cpu", "device_names": ["cpu"], "hostnames": ["h"],
                                  "link": {"gbit": 0.2, "emulated": True}}  # what is null is left out, false kept
-    assert written["config"] == {"kept": [{"gbit": 1.0, "emulated": False}], "in": [{"deep": {"job_id": "8"}}]}
+    assert written["config"] == {"kept": [{"gbit": 1.0, "emulated": False}], "in": [{"deep": {"job_id": "8"}}],
+                                 "beside": ["a", 1, None, {}]}
 
 
 def test_a_launch_field_a_writer_misspells_fails_where_it_is_built():

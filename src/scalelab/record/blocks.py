@@ -27,11 +27,11 @@ from scalelab.record.kinds import (
 # --- the envelope's blocks ----------------------------------------------------------------------------------------
 
 class Link(Block):
-    """launch.link: the link between the nodes where it is known (launch/emulate.py's), else null."""
+    """launch.link: the link between the nodes where it is known (launch/emulate.py's), else left out (or null)."""
     gbit: Optional[real("rate, each direction", "Gbit/s")] = None
     shaped_gbit: Optional[real("what tc gave, only under emulate --degrade_gbit", "Gbit/s")] = None
     emulated: Optional[switch("network namespaces on one machine, shaped with tc: not a real network")] = None
-    latency_ms: Optional[real("one-way delay applied (null: none, or it could not be)", "ms")] = None
+    latency_ms: Optional[real("one-way delay applied (left out or null: none, or it could not be)", "ms")] = None
     latency_requested_ms: Optional[real("what --latency_ms asked for", "ms")] = None
 
 
@@ -43,7 +43,7 @@ class Launch(Block):
     threads: Optional[integer("cores of one CPU device, the threads torch ran", "threads", 1, MAX_RANKS)] = None
     launcher: Optional[text("slurm, torchrun, submitit-local, local, ...")] = None
     accelerator: Optional[text("gpu or cpu")] = None
-    backend: Optional[text("nccl or gloo; null where no process group ran (one rank)")] = None
+    backend: Optional[text("nccl or gloo; left out or null where no process group ran (one rank)")] = None
     device_names: Optional[listed(text("a device's name"), "the devices' names, each once")] = None
     hostnames: Optional[listed(text("a host"), "the hosts, each once")] = None
     oversubscribed: described(Union[text("why"), bool, None],

@@ -80,8 +80,11 @@ def plain(value):
         return msgspec.to_builtins(value)
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+    if isinstance(value, (list, tuple)):  # a rank's per-step numbers: no block in them, not walked
+        return value if _SCALARS.issuperset(map(type, value)) else [plain(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
