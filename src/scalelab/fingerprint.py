@@ -24,19 +24,22 @@ Torch-free: the report and the self-check read it.
 
 from typing import Optional
 
+from scalelab import record
+
 COMPARED = ("matmul_dtypes", "attention", "param_dtypes", "grad_dtypes", "optimizer", "compiled")
 WORDS = {"matmul_dtypes": "matmuls", "attention": "attention", "param_dtypes": "parameters",
          "grad_dtypes": "gradients", "optimizer": "optimizer", "compiled": "torch.compile"}
 
 
-def of_run(per_rank: list) -> Optional[dict]:
-    """The run's fingerprint from its ranks' records: rank 0's, and whether the others saw the same (compared
-    fields); None where rank 0 observed nothing (a run that ended before its warm-up did)."""
+def of_run(per_rank: list) -> Optional[record.Fingerprint]:
+    """The run's fingerprint block from its ranks' records: rank 0's, and whether the others saw the same (compared
+    fields); None where rank 0 observed nothing (a run that ended before its warm-up did). A field the observer
+    (train/observe.py) adds without declaring it fails here, at the end of the first run that records it."""
     prints = [r.get("fingerprint") for r in per_rank]
     if not prints or not prints[0]:
         return None
     same = all(p and comparable(p) == comparable(prints[0]) for p in prints)
-    return {**prints[0], "same_on_ranks": same}
+    return record.Fingerprint(**prints[0], same_on_ranks=same)
 
 
 def comparable(fp) -> Optional[dict]:

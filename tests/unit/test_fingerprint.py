@@ -1,6 +1,8 @@
 """A run's fingerprint (scalelab/fingerprint.py): one per run from its ranks, and what two runs did differently."""
 
-from scalelab import fingerprint
+import pytest
+
+from scalelab import fingerprint, record
 
 BF16 = {"step": 4, "matmul_dtypes": ["bfloat16"], "attention": ["_scaled_dot_product_flash_attention_for_cpu"],
         "param_dtypes": ["float32"], "grad_dtypes": ["float32"], "optimizer": "fused", "compiled_graphs": 0,
@@ -10,13 +12,15 @@ BF16 = {"step": 4, "matmul_dtypes": ["bfloat16"], "attention": ["_scaled_dot_pro
 def test_the_run_keeps_rank_0s_fingerprint_and_says_whether_every_rank_saw_the_same():
     other = {**BF16, "wire": {"allreduce_": {"dtype": "float32", "bytes": 8, "calls": 1}}, "step": 9}
     run = fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": other}])
-    assert run == {**BF16, "same_on_ranks": True}  # wire and step are no part of the job
+    assert record.plain(run) == {**BF16, "same_on_ranks": True}  # wire and step are no part of the job
     run = fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": {**BF16, "matmul_dtypes": ["float32"]}}])
-    assert run["same_on_ranks"] is False and run["matmul_dtypes"] == ["bfloat16"]
-    assert fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": None}])["same_on_ranks"] is False
+    assert run.same_on_ranks is False and run.matmul_dtypes == ["bfloat16"]
+    assert fingerprint.of_run([{"fingerprint": BF16}, {"fingerprint": None}]).same_on_ranks is False
     assert fingerprint.of_run([{"fingerprint": None}, {"fingerprint": BF16}]) is None
     assert fingerprint.of_run([{}]) is None and fingerprint.of_run([]) is None
-    assert fingerprint.of_run([{"fingerprint": BF16}]) == {**BF16, "same_on_ranks": True}  # one rank: itself
+    assert record.plain(fingerprint.of_run([{"fingerprint": BF16}])) == {**BF16, "same_on_ranks": True}  # itself
+    with pytest.raises(TypeError, match="made_up"):  # observed but not declared: fails where the block is built
+        fingerprint.of_run([{"fingerprint": {**BF16, "made_up": 1}}])
 
 
 def test_differences_name_each_field_in_words_against_the_baseline():
@@ -82,10 +86,12 @@ def test_a_run_that_asked_compile_and_ran_eager_says_so_as_it_ends(capsys):
 
     eager = {**BF16, "compiled_graphs": 1, "compiled_steps": 0, "steps_after_warmup": 12}
     ctx = SimpleNamespace(cfg=SimpleNamespace(compile=True, max_steps=20, max_epochs=None), resumed_from=None)
-    payload = {"timing": {"whole_run_s": 30.0, "steps": 20}, "fingerprint": eager}
+    payload = {"timing": {"whole_run_s": 30.0, "steps": 20},  # as build_payload makes it: the block of_run built
+               "fingerprint": fingerprint.of_run([{"fingerprint": eager}])}
     say.done(ctx, payload, "out/r/result.json", [{}])
     assert capsys.readouterr().out.splitlines()[1] == (
         "scalelab: ! torch.compile asked, 12 of 12 steps after warm-up ran eager (Dynamo fell back): these are not "
         "a compiled step's times, and the report gives the run no speedup")
-    say.done(ctx, {**payload, "fingerprint": {**eager, "compiled_steps": 12}}, "out/r/result.json", [{}])
+    compiled = fingerprint.of_run([{"fingerprint": {**eager, "compiled_steps": 12}}])
+    say.done(ctx, {**payload, "fingerprint": compiled}, "out/r/result.json", [{}])
     assert len(capsys.readouterr().out.splitlines()) == 1  # it ran compiled: the summary line alone

@@ -4,7 +4,7 @@ figures and the path of result.json), with the notes a participant should read b
 import sys
 from typing import Optional
 
-from scalelab import config, fingerprint
+from scalelab import config, fingerprint, record
 from scalelab.entry import human_count
 from scalelab.launch import cluster, cores
 from scalelab.measure import cpushare
@@ -22,7 +22,7 @@ def done(ctx, payload: dict, path: str, per_rank: list) -> None:
     ended = epochs_first(ctx.cfg, payload["timing"]["steps"]) if not ctx.resumed_from else None
     if ended:
         print(f"scalelab: note: {ended}", flush=True)
-    for line in fingerprint.asked_differences(payload.get("fingerprint"), ctx.cfg.compile):
+    for line in fingerprint.asked_differences(record.plain(payload.get("fingerprint")), ctx.cfg.compile):
         print(f"scalelab: ! {line} (Dynamo fell back): these are not a compiled step's times, and the report "
               "gives the run no speedup", flush=True)
     busy = cpushare.contended(payload["timing"].get("had_cpu"))
