@@ -165,12 +165,13 @@ def workload_fields(workload: dict) -> dict:
 def group_key(result: dict, defaults=None) -> str:
     """Runs with equal keys did the identical job on the same kind of hardware: one scaling group. A workload field
     equal to its entry in `defaults` is left out: a result written before that field existed ran at its default
-    (the report passes config.LEVER_DEFAULTS: a result from before --strategy ran DDP)."""
+    (the report passes config.LEVER_DEFAULTS: a result from before --strategy ran DDP); so is a null one (not
+    recorded, as a field a writer left out)."""
     if defaults is None and "_group_key" in result:  # as report/index.py computed it from the whole result
         return result["_group_key"]
     defaults = defaults or {}
     workload = {k: v for k, v in workload_fields(result["workload"]).items()
-                if k not in DERIVED_WORKLOAD_FIELDS and not (k in defaults and v == defaults[k])}
+                if k not in DERIVED_WORKLOAD_FIELDS and v is not None and not (k in defaults and v == defaults[k])}
     launch = result["launch"]
     hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}
     if launch.get("accelerator") == "cpu":  # a CPU device is --threads cores: 1-core and 2-core devices differ

@@ -58,11 +58,12 @@ def test_every_exported_column_is_a_column_of_the_annotated_scaling_frame_and_go
     assert export.SCALING_COLUMNS[:3] == ["letter", "describe", "hardware"] and "mfu" in export.STEP_COLUMNS
 
 
-def test_a_path_reads_a_missing_or_null_section_as_empty_and_a_missing_field_as_its_default():
+def test_a_path_reads_a_missing_or_null_section_as_empty_and_a_missing_or_null_field_as_its_default():
     read = columns.at("timing.comm.waited_s", default=0)
-    assert read({"timing": {"comm": {"waited_s": 0.5}}}) == 0.5
+    assert read({"timing": {"comm": {"waited_s": 0.5}}}) == 0.5 and read({"timing": {"comm": {"waited_s": 0}}}) == 0
     assert read({"timing": {"comm": None}}) == 0 and read({}) == 0
-    assert read({"timing": {"comm": {"waited_s": None}}}) is None  # a null field stays null
+    assert read({"timing": {"comm": {"waited_s": None}}}) == 0  # null: not recorded, as a field a writer left out
+    assert columns.at("timing.comm.waited_s")({"timing": {"comm": {"waited_s": None}}}) is None
 
 
 def test_a_list_of_bucket_sizes_reads_as_a_tuple_and_an_empty_or_missing_one_as_none():

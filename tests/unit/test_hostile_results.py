@@ -106,6 +106,60 @@ def test_any_value_anywhere_in_a_result_is_a_report_row_or_a_one_line_skip(tmp_p
         assert root.startswith((str(tmp_path / "out"), str(tmp_path / "export"))) or not files
 
 
+def _scalar_may_be_null(info) -> bool:
+    """A declared field that holds no block and may be null (a value not recorded)."""
+    ins = __import__("msgspec").inspect
+    types = info.types if isinstance(info, ins.UnionType) else (info,)
+    return any(isinstance(t, ins.NoneType) for t in types) and not any(
+        isinstance(getattr(t, "item_type", t), ins.StructType) or isinstance(t, ins.StructType) for t in types)
+
+
+def _nulled_and_dropped(data, fields) -> tuple:
+    """(the result with each field null, the result without them), where their block is there."""
+    null, gone = copy.deepcopy(data), copy.deepcopy(data)
+    for path in fields:
+        *parents, last = path.split(".")
+        for target, drop in ((null, False), (gone, True)):
+            for key in parents:
+                target = target.get(key) if isinstance(target, dict) else None
+            if isinstance(target, dict) and drop:
+                target.pop(last, None)
+            elif isinstance(target, dict):
+                target[last] = None
+    return null, gone
+
+
+def _nullable(data) -> list:
+    return [path for path, info in record.leaves(data["kind"]) if "[]" not in path and _scalar_may_be_null(info)
+            and path.split(".")[0] not in ("environment", "versions", "config")]
+
+
+def test_a_null_reads_as_a_field_left_out(tmp_path):
+    """Writers leave a value not recorded out (record.plain); older files and other tools write it null: the report
+    reads the two alike, for every scalar field the declaration lets be null, one at a time (the runs and scaling
+    frames every view reads), and all at once (every view's text). Before: a null workload.strategy reached the
+    forecast as NaN (a float) and took the report down with a traceback."""
+    import pandas as pd
+
+    from scalelab.report import frames
+
+    def framed(one, others):  # the runs frame: what every column reads of a result (the scaling frame is of it)
+        return frames.runs_frame([results.parse(json.dumps(one).encode()), *others])
+
+    for kind in record.KINDS:  # one result of each kind (the GPT at 2 devices has every field the one at 1 has)
+        name = max((n for n, r in REAL.items() if r["kind"] == kind), key=lambda n: len(json.dumps(REAL[n])))
+        others = [results.parse(json.dumps(r).encode()) for n, r in REAL.items() if n != name]
+        for path in _nullable(REAL[name]):
+            null, gone = _nulled_and_dropped(REAL[name], [path])
+            pd.testing.assert_frame_equal(framed(null, others), framed(gone, others), obj=f"{name}: {path} null")
+    everything = {name: _nulled_and_dropped(data, _nullable(data)) for name, data in REAL.items()}
+    folder = str(tmp_path / "out")
+    for args in (["--details"], ["--forecast"], ["--ranks"]):
+        got = _report(_folder(folder, {n: json.dumps(v[0]) for n, v in everything.items()}), *args)
+        assert got[0] == 0 and "skipped" not in got[2], (args, got[2])
+        assert got == _report(_folder(folder, {n: json.dumps(v[1]) for n, v in everything.items()}), *args), args
+
+
 def test_the_fuzz_reaches_every_field_result_json_declares():
     """The places above are the declaration's fields, not only those a demo run happened to write."""
     for kind in record.KINDS:

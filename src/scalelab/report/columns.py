@@ -29,8 +29,9 @@ COMM_FIELDS = ("compute_s", "synced_s", "allreduce_s", "allreduce_alone_s", "wai
 
 def at(path: str, default=None) -> Callable[[dict], Any]:
     """A reader of one field of a result, by its dotted path ("timing.comm.waited_s"): a missing or null section
-    reads as empty, a missing last field as `default` (a null one stays None). A path that names no field
-    result.json declares (scalelab/record.py) fails here, at import, not as an empty column."""
+    reads as empty, a missing or null last field as `default` (both say "not recorded": writers leave nulls out). A
+    path that names no field result.json declares (scalelab/record.py) fails here, at import, not as an empty
+    column."""
     if not record.declared(path):
         raise LookupError(f"{path} is not a field of result.json (scalelab/record.py declares them)")
     *sections, last = path.split(".")
@@ -38,7 +39,8 @@ def at(path: str, default=None) -> Callable[[dict], Any]:
     def read(result: dict):
         for key in sections:
             result = result.get(key) or {}
-        return result.get(last, default)
+        value = result.get(last)
+        return default if value is None else value
     return read
 
 
@@ -139,8 +141,14 @@ def sizes(path: str) -> Callable[[dict], Any]:
 
 
 def fingerprint_text(r: dict) -> str:
-    """What the step ran (scalelab/fingerprint.py), as JSON text: "" where the run did not record it."""
-    return json.dumps(r["fingerprint"], sort_keys=True) if isinstance(r.get("fingerprint"), dict) else ""
+    """What the step ran (scalelab/fingerprint.py), as JSON text: "" where the run did not record it; a null field
+    left out (not recorded, as a writer leaves it)."""
+    return json.dumps(_recorded(r["fingerprint"]), sort_keys=True) if isinstance(r.get("fingerprint"), dict) else ""
+
+
+def _recorded(value):
+    """value without its null fields, at any depth of its mappings."""
+    return {k: _recorded(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value
 
 
 def seen_wire(r: dict) -> tuple | None:
