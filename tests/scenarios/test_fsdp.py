@@ -53,7 +53,7 @@ def test_each_run_records_the_collectives_its_step_ran(pair):
     # timed through FSDP's custom-collective API: every one of the step's 14, and nothing at one rank
     comm = runs["fsdp", 2]["timing"]["comm"]
     assert comm["collective_calls"] == 14 and 0 < comm["collectives_s"] < runs["fsdp", 2]["timing"]["step_s"]["median"]
-    assert runs["fsdp", 1]["timing"]["comm"] is None
+    assert runs["fsdp", 1]["timing"].get("comm") is None  # left out: none
     # what it moved is what the model's units should move (perfmodel.sharding: 4 blocks gathered twice, the root
     # once, every gradient scattered), byte for byte: the a-priori prediction and the forecast read one wire
     net = transformer.GPT(PRESETS["tiny"])

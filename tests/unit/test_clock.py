@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from scalelab import record
 from scalelab.train import clock, comm, loop, probe
 from scalelab.train import payload as record_module
 
@@ -187,14 +188,15 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
              {"step_times_s": [1.2, 0.2, 0.1, 0.35, 0.2, 0.4], "grads_ready_times_s": [0.6, 0.12, 0.25, 0.28, 0.2, 0.3],
               "allreduce_times_s": [0, 0.04, 0, 0.09, 0.05, 0.1], "allreduce_alone_times_s": [0.04],
               "buckets": [0, 2, 0, 2, 2, 2], "losses": [3.0, 2.0, 0.5]}]
-    got = timing.summarize(ranks, warmup_steps=1, samples_per_step=10, tokens_per_sample=5)
+    got = record.plain(timing.summarize(ranks, warmup_steps=1, samples_per_step=10, tokens_per_sample=5))
+    assert timing.final_loss(ranks) == 1.0  # the ranks' last losses: 1.5 and 0.5
     # step 0 warm-up, step 2 a probe: steps 1, 3, 4, 5 timed, each the mean over the ranks: 0.2, 0.3, 0.3, 0.3
     assert got == {
         "warmup_steps": 1, "steps": 6, "timed_steps": 4, "train_time_s": pytest.approx(1.1),
         "step_s": {"median": pytest.approx(0.3), "mean": pytest.approx(0.275), "min": pytest.approx(0.2),
                         "max": pytest.approx(0.3), "p90": pytest.approx(0.3)},  # 0.9 x 3 = 2.7 places up: 0.3
         "samples_per_step": 10, "samples_per_s": pytest.approx(40 / 1.1), "tokens_per_s": pytest.approx(200 / 1.1),
-        "epoch_times_s": [2.5], "first_step_s": 5.0, "train_loss": 1.0,  # last losses 1.5 and 0.5
+        "epoch_times_s": [2.5], "first_step_s": 5.0,
         "comm": {"probe_steps": 1,
                  "compute_s": 0.25,  # the probe's gradients-ready, slowest rank
                  "synced_s": pytest.approx(0.29),  # median of the slowest rank's 0.15, 0.28, 0.3, 0.3
@@ -204,7 +206,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
                  "allreduce_alone_s": 0.03,  # only as many alone runs as every rank has: min(0.03, 0.04)
                  "hidden_s": pytest.approx(0.015), "hidden_fraction": pytest.approx(0.015 / 0.055),
                  "comm_share": pytest.approx(0.04 / 0.3), "grad_bytes": 1e6,
-                 "bucket_bytes": [5e5, 5e5], "wire_bytes": None, "buckets": 2,
+                 "bucket_bytes": [5e5, 5e5], "buckets": 2,  # wire_bytes: none sent apart (no --comm_hook)
                  "ddp_busbw_GBps": pytest.approx(1e6 / 0.055 / 1e9)},  # n = 2: busbw = algbw
         "had_cpu": [0.909, None]}  # rank 0's probe: 1 s on a core, 0.1 s waiting for one; rank 1 has no figures
 
@@ -216,13 +218,13 @@ def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
             "buckets": [1, 1, 1], "losses": [], "probe_steps": [2], "grad_bytes": 1000, "wire_bytes": [400],
             "epoch_times_s": [], "first_step_end": None, "process_start": 1.0}]
     got = timing.summarize(one, warmup_steps=9, samples_per_step=4, tokens_per_sample=None)
-    assert (got["warmup_steps"], got["timed_steps"], got["train_time_s"]) == (2, 0, 0)  # step 2 is the probe
-    assert got["samples_per_s"] is None and got["tokens_per_s"] is None and got["step_s"] is None
-    assert got["first_step_s"] is None and got["train_loss"] is None and got["had_cpu"] is None
-    assert got["comm"] is None  # no normal step to compare the probe with
+    assert (got.warmup_steps, got.timed_steps, got.train_time_s) == (2, 0, 0)  # step 2 is the probe
+    assert got.samples_per_s is None and got.tokens_per_s is None and got.step_s is None
+    assert got.first_step_s is None and timing.final_loss(one) is None and got.had_cpu is None
+    assert got.comm is None  # no normal step to compare the probe with
     comm = timing.comm_summary(one, [1], [2])
-    assert comm["waited_s"] == 0.0 and comm["ddp_busbw_GBps"] is None and comm["hidden_fraction"] is None
-    assert comm["comm_share"] == 0.0 and comm["wire_bytes"] == [400] and comm["allreduce_alone_s"] is None
+    assert comm.waited_s == 0.0 and comm.ddp_busbw_GBps is None and comm.hidden_fraction is None
+    assert comm.comm_share == 0.0 and comm.wire_bytes == [400] and comm.allreduce_alone_s is None
     assert timing.comm_summary(one, [1], []) is None and timing.comm_summary(one, [], [2]) is None
 
 
@@ -256,22 +258,23 @@ def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
     from scalelab.measure import timing
 
     # no warm-up: step 0 is timed; 20 steps: the final loss is the mean of each rank's last 2
-    got = timing.summarize([_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])], 0, 4, None)
-    assert (got["warmup_steps"], got["timed_steps"]) == (0, 20) and got["train_loss"] == 2.0
-    assert got["samples_per_s"] == pytest.approx(80 / 2.0) and got["tokens_per_s"] is None
+    ran = [_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])]
+    got = timing.summarize(ran, 0, 4, None)
+    assert (got.warmup_steps, got.timed_steps) == (0, 20) and timing.final_loss(ran) == 2.0
+    assert got.samples_per_s == pytest.approx(80 / 2.0) and got.tokens_per_s is None
     quick = timing.summarize([_rank([0.1, 0.2, 0.2])], 1, 4, 10)  # under a second in all
-    assert quick["samples_per_s"] == pytest.approx(8 / 0.4) and quick["tokens_per_s"] == pytest.approx(80 / 0.4)
+    assert quick.samples_per_s == pytest.approx(8 / 0.4) and quick.tokens_per_s == pytest.approx(80 / 0.4)
     none = timing.summarize([_rank([0.1, 0.2], probe_steps=[1])], 1, 4, 10)
-    assert none["samples_per_s"] is None and none["tokens_per_s"] is None  # the only step after warm-up: a probe
+    assert none.samples_per_s is None and none.tokens_per_s is None  # the only step after warm-up: a probe
     # K = 2: batches 0-1, 2-3, 4-5, 6 (short); the short step is neither timed nor a probe
     acc = _rank([0.1] * 7, step_ends=[1, 3, 5, 6], probe_steps=[3], ready=[0.05] * 7)
     acc_two = dict(acc, rank=1)
     got = timing.summarize([acc, acc_two], 1, 8, None)
-    assert (got["steps"], got["timed_steps"]) == (4, 2) and got["train_time_s"] == pytest.approx(0.4)
-    assert got["comm"] is None  # probe 3 is the short step: no probe left to compare with
+    assert (got.steps, got.timed_steps) == (4, 2) and got.train_time_s == pytest.approx(0.4)
+    assert got.comm is None  # probe 3 is the short step: no probe left to compare with
     probes = _rank([0.3, 0.2, 0.2, 0.2], ready=[0.1, 0.1, 0.15, 0.1], probe_steps=[1, 4])  # 4: never ended
     got = timing.summarize([probes, dict(probes, rank=1)], 1, 8, None)
-    assert got["comm"]["probe_steps"] == 1 and got["comm"]["compute_s"] == 0.1  # step 1, at the warm-up's end
+    assert got.comm.probe_steps == 1 and got.comm.compute_s == 0.1  # step 1, at the warm-up's end
 
 
 def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measured_all_reduce():
@@ -280,18 +283,18 @@ def test_busbw_comes_from_the_bytes_on_the_wire_and_needs_two_ranks_and_a_measur
     hooked = _rank([0.2, 0.2, 0.2], ready=[0.1, 0.1, 0.12], grad_bytes=4e6, wire_bytes=[1e6, 1e6])
     two = [hooked, dict(hooked, rank=1)]
     comm = timing.comm_summary(two, [2], [1])
-    assert comm["ddp_busbw_GBps"] == pytest.approx(2e6 / 0.01 / 1e9) and comm["wire_bytes"] == [1e6, 1e6]
-    assert comm["hidden_fraction"] == pytest.approx(0.0) and comm["hidden_s"] == 0.0  # waited 20 ms > 10 ms busy
+    assert comm.ddp_busbw_GBps == pytest.approx(2e6 / 0.01 / 1e9) and comm.wire_bytes == [1e6, 1e6]
+    assert comm.hidden_fraction == pytest.approx(0.0) and comm.hidden_s == 0.0  # waited 20 ms > 10 ms busy
     alone = timing.comm_summary([hooked], [2], [1])  # one rank: nothing crossed a link
-    assert alone["ddp_busbw_GBps"] is None and alone["waited_s"] == 0.0
+    assert alone.ddp_busbw_GBps is None and alone.waited_s == 0.0
     idle = [dict(r, allreduce_times_s=[0.0] * 3) for r in two]
-    assert timing.comm_summary(idle, [2], [1])["ddp_busbw_GBps"] is None
+    assert timing.comm_summary(idle, [2], [1]).ddp_busbw_GBps is None
     zero = [dict(r, step_times_s=[0.0] * 3) for r in two]
-    assert timing.comm_summary(zero, [2], [1])["comm_share"] is None
+    assert timing.comm_summary(zero, [2], [1]).comm_share is None
     # the waits' median past the steps' (other steps, a loaded machine): a share of a step is at most all of it
     skewed = [dict(r, step_times_s=[0.1] * 3, grads_ready_times_s=[0.1, 0.05, 0.3]) for r in two]
-    assert timing.comm_summary(skewed, [2], [1])["waited_s"] == pytest.approx(0.25)
-    assert timing.comm_summary(skewed, [2], [1])["comm_share"] == 1.0
+    assert timing.comm_summary(skewed, [2], [1]).waited_s == pytest.approx(0.25)
+    assert timing.comm_summary(skewed, [2], [1]).comm_share == 1.0
 
 
 def test_the_share_of_a_core_is_read_around_each_probes_compute():
@@ -375,12 +378,12 @@ def test_a_run_without_probe_steps_records_how_long_its_collectives_were_busy():
                     allreduce_times_s=busy, buckets=[14] * 4)
 
     got = timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2]), fsdp(1, [0.5, 0.11, 0.2, 0.15])], 1, 8, None)
-    assert got["comm"] == {"collectives_s": pytest.approx(0.12), "grad_bytes": 8e6, "collective_calls": 14}
-    assert timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2])], 1, 8, None)["comm"] is None  # one rank
+    assert record.plain(got.comm) == {"collectives_s": pytest.approx(0.12), "grad_bytes": 8e6, "collective_calls": 14}
+    assert timing.summarize([fsdp(0, [0.5, 0.1, 0.12, 0.2])], 1, 8, None).comm is None  # one rank
     untimed = [fsdp(k, [0.0] * 4) for k in (0, 1)]  # SCALELAB_NO_COMM_TIMING: nothing was timed, not 0 s of it
-    assert timing.summarize(untimed, 1, 8, None)["comm"] is None
+    assert timing.summarize(untimed, 1, 8, None).comm is None
     ranks = [fsdp(0, [0.1] * 4), dict(fsdp(1, [0.1] * 4), grad_bytes=None)]  # rank 0's record is the run's
-    assert timing.summarize(ranks, 1, 8, None)["comm"]["grad_bytes"] == 8e6
+    assert timing.summarize(ranks, 1, 8, None).comm.grad_bytes == 8e6
 
 
 def test_a_ddp_run_without_probe_steps_keeps_its_buckets_for_the_report():
@@ -392,6 +395,6 @@ def test_a_ddp_run_without_probe_steps_keeps_its_buckets_for_the_report():
                    wire_bytes=[3e6, 1e6], buckets=[2] * 4, allreduce_times_s=[0.05] * 4) for k in (0, 1)]
     expected = {"collectives_s": 0.05, "grad_bytes": 8e6, "collective_calls": 2, "bucket_bytes": [6e6, 2e6],
                 "wire_bytes": [3e6, 1e6], "buckets": 2}
-    assert timing.summarize(ranks, 1, 8, None)["comm"] == expected
+    assert record.plain(timing.summarize(ranks, 1, 8, None).comm) == expected
     ranks[1].update(bucket_bytes=[], wire_bytes=[9e6])  # rank 0's buckets are the run's, whatever another rank says
-    assert timing.summarize(ranks, 1, 8, None)["comm"] == expected
+    assert record.plain(timing.summarize(ranks, 1, 8, None).comm) == expected

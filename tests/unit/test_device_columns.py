@@ -5,7 +5,7 @@ none) once, within a terminal's width."""
 import pytest
 
 from helpers import _with_comm, make_result
-from scalelab import results
+from scalelab import record, results
 from scalelab.errors import ResultError
 from scalelab.measure import devices
 from scalelab.report import explain, tables
@@ -21,7 +21,8 @@ def sampled(r, util=(0.93, 0.98), energy_J=600.0, source="nvml", note=""):
         **({"cpu_cores_busy": util[k % len(util)], "cpu_cores": 1} if source == "cpu" else
            {"energy_method": "counter", "nvml_uuid": f"GPU-{k}"})}} for k in range(world)]
     r["ranks"] = ranks
-    r["timing"]["devices"] = devices.of_run(ranks, window_steps=5, samples_per_step=r["workload"]["global_batch"])
+    r["timing"]["devices"] = record.plain(devices.of_run(ranks, window_steps=5,
+                                                         samples_per_step=r["workload"]["global_batch"]))
     if source == "nvml":
         r["launch"].update(accelerator="gpu", device_names=["NVIDIA H100 80GB HBM3"])
     return _with_comm(r, 0.01, 0.004, 0.004, 0.014)

@@ -86,16 +86,16 @@ def ranks(*energies, note="GPU GPU-0 found by UUID"):
 
 def test_a_run_s_energy_over_one_step_and_over_none():
     one = devices.of_run(ranks(600.0, 600.0004), window_steps=1, samples_per_step=64)
-    assert (one["window_steps"], one["energy_J"], one["energy_per_step_J"]) == (1, 1200.0, 1200.0)
-    assert one["note"] == ""  # every rank has its energy: their notes are not why there is none
+    assert (one.window_steps, one.energy_J, one.energy_per_step_J) == (1, 1200.0, 1200.0)
+    assert one.note == ""  # every rank has its energy: their notes are not why there is none
     none = devices.of_run(ranks(600.0, 600.0), window_steps=0, samples_per_step=64)
-    assert (none["energy_J"], none["energy_per_step_J"], none["energy_per_1k_samples_J"]) == (1200.0, None, None)
+    assert (none.energy_J, none.energy_per_step_J, none.energy_per_1k_samples_J) == (1200.0, None, None)
 
 
 def test_a_rank_without_energy_gives_the_run_its_reason():
     got = devices.of_run(ranks(600.0) + ranks(None, note="no energy: the power samples do not span the timed "
                                                           "window"), 10, 8)
-    assert got["energy_J"] is None and got["note"] == "no energy: the power samples do not span the timed window"
+    assert got.energy_J is None and got.note == "no energy: the power samples do not span the timed window"
 
 
 class Source:

@@ -96,17 +96,17 @@ def test_the_timed_window_starts_after_warm_up_and_ends_with_the_loop():
 def test_the_run_adds_energy_over_ranks_per_step_and_per_1k_samples():
     ranks = [{"devices": {"source": "nvml", "util_mean": u, "energy_J": 600.0}} for u in (0.93, 0.98)]
     got = devices.of_run(ranks, window_steps=100, samples_per_step=64)
-    assert (got["util_min"], got["util_max"]) == (0.93, 0.98)
-    assert got["energy_per_step_J"] == pytest.approx(12.0)  # 1200 J over 100 steps
-    assert got["energy_per_1k_samples_J"] == pytest.approx(12.0 / 64 * 1000)
+    assert (got.util_min, got.util_max) == (0.93, 0.98)
+    assert got.energy_per_step_J == pytest.approx(12.0)  # 1200 J over 100 steps
+    assert got.energy_per_1k_samples_J == pytest.approx(12.0 / 64 * 1000)
 
 
 def test_a_run_without_energy_says_why_once():
     ranks = [{"devices": {"source": "cpu", "util_mean": 0.99, "cpu_cores_busy": 0.99, "energy_J": None,
                           "note": devices.NO_RAPL}}] * 2 + [{"devices": None}]
     got = devices.of_run(ranks, 10, 8)
-    assert got["energy_per_1k_samples_J"] is None and got["note"] == devices.NO_RAPL
-    assert (got["cores_busy_min"], got["cores_busy_max"]) == (0.99, 0.99) and got["source"] == "cpu"
+    assert got.energy_per_1k_samples_J is None and got.note == devices.NO_RAPL
+    assert (got.cores_busy_min, got.cores_busy_max) == (0.99, 0.99) and got.source == "cpu"
 
 
 def test_the_cpu_source_reads_this_process_cpu_seconds():

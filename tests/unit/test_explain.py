@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from helpers import ROWS, _bench, _with_comm, make_result, run_script
-from scalelab import results
+from scalelab import record, results
 from scalelab.measure import timeline, timing
 from scalelab.perfmodel.network import busbw_at
 from scalelab.report import explain, frames, tables
@@ -60,7 +60,7 @@ def test_comm_summary_splits_exposed_and_hidden():
     # steps 0-1 warm-up; step 3 is a probe (no sync): gradients ready after 0.30 s instead of 0.34 s.
     r0 = _rank(0, [1, 1, .40, .35, .40, .40], [.9, .9, .34, .30, .34, .34], [.1, .1, .05, 0, .05, .05], [3])
     r1 = _rank(1, [1, 1, .41, .36, .41, .41], [.9, .9, .33, .29, .33, .33], [.1, .1, .06, 0, .06, .06], [3])
-    s = timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0)
+    s = record.plain(timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0))
     assert s["timed_steps"] == 3  # the probe never enters a throughput figure
     assert s["samples_per_s"] == pytest.approx(16 * 3 / (3 * 0.405))  # a step: the ranks' mean
     c = s["comm"]
@@ -78,7 +78,7 @@ def test_train_time_is_the_ranks_own_time_not_the_sum_of_each_steps_slowest_cut(
     add up to 1.4 s and report 14 % less throughput than the ranks delivered."""
     r0 = _rank(0, [1, .3, .5, .4], [.2] * 4, [0] * 4, [])
     r1 = _rank(1, [1, .5, .3, .4], [.2] * 4, [0] * 4, [])
-    s = timing.summarize([r0, r1], warmup_steps=1, samples_per_step=10, tokens_per_sample=0)
+    s = record.plain(timing.summarize([r0, r1], warmup_steps=1, samples_per_step=10, tokens_per_sample=0))
     assert s["train_time_s"] == pytest.approx(1.2) and s["samples_per_s"] == pytest.approx(30 / 1.2)
     assert s["step_s"]["median"] == pytest.approx(0.4) and s["step_s"]["max"] == pytest.approx(0.4)
 
@@ -172,7 +172,7 @@ def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
     # make a step faster, so the split is noise. The report must not print "0 ms waited; 100 % hidden".
     r0 = _rank(0, [1, 1, .40, .45, .40, .40], [.9, .9, .30, .40, .30, .30], [.1, .1, .05, 0, .05, .05], [3])
     r1 = _rank(1, [1, 1, .41, .46, .41, .41], [.9, .9, .30, .39, .30, .30], [.1, .1, .06, 0, .06, .06], [3])
-    c = timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0)["comm"]
+    c = record.plain(timing.summarize([r0, r1], warmup_steps=2, samples_per_step=16, tokens_per_sample=0).comm)
     assert c["synced_s"] == pytest.approx(0.30) and c["compute_s"] == pytest.approx(0.40)
     assert c["hidden_fraction"] == 1.0  # the clamped figure the line must not present as measured
     base = make_result("n1", 1, samples_per_s=100)

@@ -86,7 +86,7 @@ def test_a_run_that_asked_compile_and_ran_eager_says_so_as_it_ends(capsys):
 
     eager = {**BF16, "compiled_graphs": 1, "compiled_steps": 0, "steps_after_warmup": 12}
     ctx = SimpleNamespace(cfg=SimpleNamespace(compile=True, max_steps=20, max_epochs=None), resumed_from=None)
-    payload = {"timing": {"whole_run_s": 30.0, "steps": 20},  # as build_payload makes it: the block of_run built
+    payload = {"timing": record.Timing(whole_run_s=30.0, steps=20),  # as build_payload makes it: the blocks built
                "fingerprint": fingerprint.of_run([{"fingerprint": eager}])}
     say.done(ctx, payload, "out/r/result.json", [{}])
     assert capsys.readouterr().out.splitlines()[1] == (

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from scalelab import config
+from scalelab import config, record
 from scalelab.workloads import build, data
 from scalelab.workloads.gpt import lora_params
 from scalelab.workloads.presets import TransformerShape
@@ -139,16 +139,16 @@ def test_a_multi_rank_result_records_tflops_per_device_and_its_mfu():
     ctx = SimpleNamespace(workload=SimpleNamespace(flops_per_sample=1.2e9, flops_from="analytic"),
                           cfg=SimpleNamespace(precision="bf16-mixed"), launch=SimpleNamespace(world_size=8,
                                                                                              accelerator="gpu"))
-    got = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A100-SXM4-80GB"}])
+    got = throughput(ctx, record.Timing(samples_per_s=40_000.0), [{"device_name": "NVIDIA A100-SXM4-80GB"}])
     assert got == {"flops_per_sample": 1.2e9, "flops_from": "analytic", "tflops_per_device": pytest.approx(6.0),
                    "peak_tflops": 312.0, "mfu": pytest.approx(6.0 / 312.0)}
     cpu = throughput(SimpleNamespace(**{**vars(ctx), "launch": SimpleNamespace(world_size=2, accelerator="cpu")}),
-                     {"samples_per_s": 40_000.0}, [{"device_name": "cpu"}])
+                     record.Timing(samples_per_s=40_000.0), [{"device_name": "cpu"}])
     assert cpu["tflops_per_device"] == pytest.approx(24.0) and cpu["peak_tflops"] is None and cpu["mfu"] is None
     assert "peak_note" not in cpu  # the report says what a CPU lacks itself
-    a40 = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A40"}])
+    a40 = throughput(ctx, record.Timing(samples_per_s=40_000.0), [{"device_name": "NVIDIA A40"}])
     assert a40["peak_tflops"] == 149.7 and "peak_note" not in a40  # its tensor-core bf16 rate, not the 37.4 fp32 one
-    a10g = throughput(ctx, {"samples_per_s": 40_000.0}, [{"device_name": "NVIDIA A10G"}])
+    a10g = throughput(ctx, record.Timing(samples_per_s=40_000.0), [{"device_name": "NVIDIA A10G"}])
     assert (a10g["peak_tflops"], a10g["mfu"]) == (None, None)
     assert a10g["peak_note"] == "NVIDIA A10G is not in scalelab's datasheet table"
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import make_result
-from scalelab import results
+from scalelab import record, results
 from scalelab.measure import timeline, timing
 from scalelab.report import explain, plots, step_plot, tables, trace
 from scalelab.report.cli import build
@@ -42,7 +42,7 @@ def uniform_run(run_id, world, **kw):
     ranks = [rank_record(r, world=world, **kw) for r in range(world)]
     data = make_result(run_id, world=world, samples_per_s=64 * world / ranks[0]["step_times_s"][2])
     summary = timing.summarize(ranks, 2, 64 * world, 0)
-    data["timing"].update(step_s=summary["step_s"], comm=summary["comm"], warmup_steps=2)
+    data["timing"].update(step_s=summary.step_s, comm=record.plain(summary.comm), warmup_steps=2)
     data["ranks"] = ranks
     return data
 
@@ -105,11 +105,11 @@ def test_the_wait_is_read_in_the_step_itself_from_the_last_rank_to_end_backward(
         for i in (6, 11):
             r["grads_ready_times_s"][i] += 0.06  # the probes ran slow by chance
     comm_record = timing.comm_summary(ranks, [2, 3, 4], [6, 11])
-    assert comm_record["waited_s"] == pytest.approx(WAIT)
-    assert comm_record["hidden_s"] == pytest.approx(HIDDEN, abs=1e-9)
+    assert comm_record.waited_s == pytest.approx(WAIT)
+    assert comm_record.hidden_s == pytest.approx(HIDDEN, abs=1e-9)
     for r in ranks:
         del r["backward_times_s"]  # an older result: the probes stand in (and read no wait here)
-    assert timing.comm_summary(ranks, [2, 3, 4], [6, 11])["waited_s"] == 0.0
+    assert timing.comm_summary(ranks, [2, 3, 4], [6, 11]).waited_s == 0.0
 
 
 def test_the_timeline_and_the_step_table_say_the_same_figures(tmp_path):
@@ -233,7 +233,7 @@ def test_a_wait_read_in_the_step_is_never_blanked_for_slow_probes():
     ranks = [rank_record(0), rank_record(1)]
     for r in ranks:
         del r["backward_times_s"]
-    assert timing.comm_summary(ranks, [2, 3], [6, 11])["waited_in_step"] == 0
+    assert timing.comm_summary(ranks, [2, 3], [6, 11]).waited_in_step == 0
 
 
 def test_an_fsdp_configuration_is_captioned_with_its_busy_collectives_not_an_empty_wait():
@@ -336,7 +336,7 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
                 r["grads_ready_times_s"][i] += 0.02
                 r["step_times_s"][i] += 0.02
     comm_record = timing.comm_summary(ranks, [2, 3, 4], [6, 11])
-    assert comm_record["slowed_s"] == pytest.approx(0.02) and comm_record["waited_s"] == pytest.approx(WAIT)
+    assert comm_record.slowed_s == pytest.approx(0.02) and comm_record.waited_s == pytest.approx(WAIT)
     assert timing.backward_slowed(ranks, [2, 3], []) is None  # no probe: nothing to hold it against
     from types import SimpleNamespace
 

@@ -30,6 +30,8 @@ import statistics
 import threading
 import time
 
+from scalelab import record
+
 GPU_INTERVAL_S = 0.1
 CPU_INTERVAL_S = 0.5
 STOP_WAIT_S = 5.0  # how long stop() waits for a sampler thread stuck in a read (a hung driver) before going on
@@ -289,7 +291,7 @@ def _round(x):
     return None if x is None else round(x, 3)
 
 
-def of_run(per_rank: list, window_steps: int, samples_per_step: int) -> dict:
+def of_run(per_rank: list, window_steps: int, samples_per_step: int) -> record.Devices:
     """The run's figures: the range of its ranks' mean utilization (or cores busy), and the energy of all ranks over
     the window per step and per 1K samples. The window's steps count the compute-only probe steps: they ran and
     processed their samples too (the loop's every step after warm-up)."""
@@ -300,10 +302,10 @@ def of_run(per_rank: list, window_steps: int, samples_per_step: int) -> dict:
     total = sum(energy) if energy and None not in energy else None
     per_step = total / window_steps if total is not None and window_steps > 0 else None
     notes = sorted({d["note"] for d in rec if d.get("note") and d.get("energy_J") is None})
-    return {"source": next((d["source"] for d in rec if d.get("source")), None),
-            "util_min": min(util) if util else None, "util_max": max(util) if util else None,
-            "cores_busy_min": min(busy) if busy else None, "cores_busy_max": max(busy) if busy else None,
-            "window_steps": window_steps, "energy_J": _round(total), "energy_per_step_J": _round(per_step),
-            "energy_per_1k_samples_J": _round(per_step / samples_per_step * 1000)
-            if per_step is not None and samples_per_step else None,
-            "note": notes[0] if notes else ""}
+    return record.Devices(source=next((d["source"] for d in rec if d.get("source")), None),
+                          util_min=min(util) if util else None, util_max=max(util) if util else None,
+                          cores_busy_min=min(busy) if busy else None, cores_busy_max=max(busy) if busy else None,
+                          window_steps=window_steps, energy_J=_round(total), energy_per_step_J=_round(per_step),
+                          energy_per_1k_samples_J=_round(per_step / samples_per_step * 1000)
+                          if per_step is not None and samples_per_step else None,
+                          note=notes[0] if notes else "")

@@ -12,12 +12,12 @@ alone (comm_summary).
 import statistics
 from typing import Optional
 
-from scalelab import perfmodel
+from scalelab import perfmodel, record
 from scalelab.measure import cpushare
 from scalelab.measure.steps import optimizer_view
 
 
-def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> dict:
+def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_per_sample: int) -> record.Timing:
     """Run-level figures from per-rank step times (a step: an optimizer step; samples_per_step: its samples)."""
     per_rank = [optimizer_view(r) for r in per_rank]
     steps = min(len(r["step_times_s"]) for r in per_rank)
@@ -30,25 +30,30 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
     train_time = sum(timed)
     samples = samples_per_step * len(timed)
     rank0 = per_rank[0]
+    return record.Timing(
+        warmup_steps=warmup_steps,
+        steps=steps,
+        timed_steps=len(timed),
+        train_time_s=train_time,
+        step_s=_stats(timed),
+        samples_per_step=samples_per_step,
+        samples_per_s=samples / train_time if train_time > 0 else None,
+        tokens_per_s=samples * tokens_per_sample / train_time if tokens_per_sample and train_time > 0 else None,
+        epoch_times_s=rank0["epoch_times_s"],
+        first_step_s=(rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
+        comm=comm_summary(per_rank, normal,
+                          [i for i in sorted(probes) if warmup_steps <= i < steps and i not in short]),
+        had_cpu=had_cpu(per_rank),
+    )
+
+
+def final_loss(per_rank: list) -> Optional[float]:
+    """The training loss the run ended at: each rank's mean over its last tenth of optimizer steps (at least one),
+    averaged over the ranks; None where no rank recorded a loss."""
+    steps = min(len(optimizer_view(r)["step_times_s"]) for r in per_rank)
     tail = max(1, steps // 10)
-    final_losses = [statistics.fmean(r["losses"][-tail:]) for r in per_rank if r["losses"]]
-    out = {
-        "warmup_steps": warmup_steps,
-        "steps": steps,
-        "timed_steps": len(timed),
-        "train_time_s": train_time,
-        "step_s": _stats(timed),
-        "samples_per_step": samples_per_step,
-        "samples_per_s": samples / train_time if train_time > 0 else None,
-        "tokens_per_s": samples * tokens_per_sample / train_time if tokens_per_sample and train_time > 0 else None,
-        "epoch_times_s": rank0["epoch_times_s"],
-        "first_step_s": (rank0["first_step_end"] - rank0["process_start"]) if rank0["first_step_end"] else None,
-        "train_loss": statistics.fmean(final_losses) if final_losses else None,
-        "comm": comm_summary(per_rank, normal,
-                             [i for i in sorted(probes) if warmup_steps <= i < steps and i not in short]),
-        "had_cpu": had_cpu(per_rank),
-    }
-    return out
+    losses = [statistics.fmean(r["losses"][-tail:]) for r in per_rank if r["losses"]]
+    return statistics.fmean(losses) if losses else None
 
 
 def had_cpu(per_rank: list) -> Optional[list]:
@@ -64,7 +69,7 @@ def step_time(per_rank: list, i: int) -> float:
     return statistics.fmean(r["step_times_s"][i] for r in per_rank)
 
 
-def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[dict]:  # timing.comm: record.Comm
+def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[record.Comm]:
     """Compute vs communication of a step, from the probe steps and the timed all-reduce hook.
 
     compute_s = time to gradients-ready in a probe step (no sync), slowest rank;
@@ -103,26 +108,26 @@ def comm_summary(per_rank: list, normal: list, probes: list) -> Optional[dict]: 
     moved = sum(per_rank[0].get("wire_bytes") or []) or grad_bytes  # --comm_hook: the bytes it sent
     measurable = world > 1 and allreduce > 0 and moved
     busbw = perfmodel.busbw_from_time(moved, allreduce, world) if measurable else None
-    return {
-        "probe_steps": len(probes),
-        "compute_s": compute,
-        "synced_s": synced,  # gradients-ready in a normal step: below compute_s only by noise
-        "waited_in_step": int(in_step is not None),  # 1: waited_s read in the step itself, not against the probes
-        "waited_s": waited,
-        **({"slowed_s": slowed} if slowed is not None else {}),
-        "allreduce_s": allreduce,
-        "allreduce_alone_s": alone,
-        "hidden_s": max(0.0, allreduce - waited),
-        "hidden_fraction": min(1.0, max(0.0, allreduce - waited) / allreduce) if allreduce > 0 else None,
+    return record.Comm(
+        probe_steps=len(probes),
+        compute_s=compute,
+        synced_s=synced,  # gradients-ready in a normal step: below compute_s only by noise
+        waited_in_step=int(in_step is not None),  # 1: waited_s read in the step itself, not against the probes
+        waited_s=waited,
+        slowed_s=slowed,
+        allreduce_s=allreduce,
+        allreduce_alone_s=alone,
+        hidden_s=max(0.0, allreduce - waited),
+        hidden_fraction=min(1.0, max(0.0, allreduce - waited) / allreduce) if allreduce > 0 else None,
         # step: the run's step_s.median, as summarize's; the waits' median over another step than the steps' median
         # may pass it under a loaded machine (1.016 seen: a share check then failed the whole run), a share cannot
-        "comm_share": min(1.0, waited / step) if step > 0 else None,
-        "grad_bytes": grad_bytes,
-        "bucket_bytes": per_rank[0].get("bucket_bytes") or None,
-        "wire_bytes": per_rank[0].get("wire_bytes") or None,  # fewer than bucket_bytes with --comm_hook
-        "buckets": statistics.median(r["buckets"][i] for r in per_rank for i in normal),
-        "ddp_busbw_GBps": busbw,
-    }
+        comm_share=min(1.0, waited / step) if step > 0 else None,
+        grad_bytes=grad_bytes,
+        bucket_bytes=per_rank[0].get("bucket_bytes") or None,
+        wire_bytes=per_rank[0].get("wire_bytes") or None,  # fewer than bucket_bytes with --comm_hook
+        buckets=statistics.median(r["buckets"][i] for r in per_rank for i in normal),
+        ddp_busbw_GBps=busbw,
+    )
 
 
 def waited_after_backward(per_rank: list, normal: list) -> Optional[float]:
@@ -150,7 +155,7 @@ def backward_slowed(per_rank: list, normal: list, probes: list) -> Optional[floa
     return max(0.0, statistics.median(ended(i) for i in normal) - statistics.median(ended(i) for i in probes))
 
 
-def busy_only(per_rank: list, normal: list) -> Optional[dict]:
+def busy_only(per_rank: list, normal: list) -> Optional[record.Comm]:
     """Without probe steps (FSDP takes none; --comm_probe_every 0), what the timed collectives say alone:
     collectives_s, how long a step's collectives (DDP's all-reduces, FSDP's all-gathers and reduce-scatters) were
     busy, as they ran beside compute (per step the rank that waited least, as allreduce_s); collective_calls, how
@@ -160,10 +165,12 @@ def busy_only(per_rank: list, normal: list) -> Optional[dict]:
     if len(per_rank) < 2 or busy <= 0:
         return None
     calls = statistics.median(r["buckets"][i] for r in per_rank for i in normal)
-    return {"collectives_s": busy, "grad_bytes": per_rank[0].get("grad_bytes"), "collective_calls": calls,
-            # DDP's buckets (FSDP records none): what the report prices and the forecast calibrates with
-            **({"bucket_bytes": per_rank[0]["bucket_bytes"], "wire_bytes": per_rank[0].get("wire_bytes") or None,
-                "buckets": calls} if per_rank[0].get("bucket_bytes") else {})}
+    # DDP's buckets (FSDP records none): what the report prices and the forecast calibrates with
+    ddp = bool(per_rank[0].get("bucket_bytes"))
+    return record.Comm(collectives_s=busy, grad_bytes=per_rank[0].get("grad_bytes"), collective_calls=calls,
+                       bucket_bytes=per_rank[0]["bucket_bytes"] if ddp else None,
+                       wire_bytes=(per_rank[0].get("wire_bytes") or None) if ddp else None,
+                       buckets=calls if ddp else None)
 
 
 def _stats(values):

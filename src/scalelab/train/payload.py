@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import msgspec
 import torch
 import torch.distributed as dist
 
@@ -148,19 +149,18 @@ def gather(record: dict) -> list:
     return sorted(out, key=lambda r: r["rank"])
 
 
-def run_summary(ctx: RunContext, per_rank: list[dict]) -> dict:
+def run_summary(ctx: RunContext, per_rank: list[dict]) -> record.Timing:
     """Timing figures of the run; a run shorter than its warm-up still keeps its last step."""
     samples_per_step = ctx.samples_per_step
     tokens = ctx.workload.tokens_per_sample if ctx.workload else 0
     summary = timing.summarize(per_rank, ctx.cfg.warmup_steps, samples_per_step, tokens)
-    window = summary["steps"] - summary["warmup_steps"]  # the sampled window's steps, probe steps included
-    return {**summary, "devices": devices.of_run(per_rank, window, samples_per_step)}
+    window = summary.steps - summary.warmup_steps  # the sampled window's steps, probe steps included
+    return msgspec.structs.replace(summary, devices=devices.of_run(per_rank, window, samples_per_step))
 
 
-def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dict) -> dict:
+def build_payload(ctx: RunContext, per_rank: list[dict], summary: record.Timing, val: dict) -> dict:
+    """The training result (record.Training's fields): summary, run_summary's (or a failed run's steps=0)."""
     cfg, launch = ctx.cfg, ctx.launch
-    summary = dict(summary)
-    train_loss = summary.pop("train_loss")
     payload = results.envelope("training", ctx.run_id or results.new_run_id(
         cfg.model, launch.world_size, cfg.run_name, job=slurm_env.job_label()))
     payload.update(
@@ -172,9 +172,9 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: dict, val: dic
         launch=launch.record([r["device_name"] for r in per_rank], [r["host"] for r in per_rank],
                              threads=per_rank[0]["threads"],
                              oversubscribed=ctx.core_warning or cores.shared_cores(per_rank)),
-        timing={**summary, "whole_run_s": time.time() - ctx.process_start,
-                **throughput(ctx, summary, per_rank)},
-        metrics={"train_loss": train_loss,
+        timing=msgspec.structs.replace(summary, whole_run_s=time.time() - ctx.process_start,
+                                       **throughput(ctx, summary, per_rank)),
+        metrics={"train_loss": timing.final_loss(per_rank),
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         memory=memory_record(ctx, per_rank),
         fingerprint=fingerprint.of_run(per_rank),  # what the step ran, observed in it (train/observe.py)
@@ -198,7 +198,7 @@ def provisional_payload(ctx: RunContext) -> dict:
     payload = results.envelope("training", ctx.run_id)
     payload.update(status="failed", error=PROVISIONAL, provisional=True, run_name=cfg.run_name,
                    workload=workload_record(ctx), config=cfg.to_dict(), launch=launch.record([], []),
-                   timing={"steps": 0, "timed_steps": 0}, metrics={}, versions=results.versions(),
+                   timing=record.Timing(steps=0, timed_steps=0), metrics={}, versions=results.versions(),
                    slurm=slurm_env.job_record(), ranks=[])
     return payload
 
@@ -234,15 +234,15 @@ def memory_record(ctx: RunContext, per_rank: list[dict]) -> dict:
     return {"estimate_bytes": estimate, "peak_allocated_bytes": max(peaks) if peaks else None}
 
 
-def throughput(ctx: RunContext, summary: dict, per_rank: list[dict]) -> dict:
+def throughput(ctx: RunContext, summary: record.Timing, per_rank: list[dict]) -> dict:
     """Achieved TFLOP/s per device from the FLOPs per sample (analytic, or counted: flops_from); MFU only where the
     datasheet table knows the device's peak, else `peak_note` says why there is none (the report prints it beside
     MFU's "—")."""
     flops = ctx.workload.flops_per_sample if ctx.workload else None
     source = {"flops_from": ctx.workload.flops_from} if ctx.workload else {}
-    if not flops or not summary.get("samples_per_s"):
+    if not flops or not summary.samples_per_s:
         return {"flops_per_sample": flops, **source, "tflops_per_device": None, "peak_tflops": None, "mfu": None}
-    achieved = flops * summary["samples_per_s"] / ctx.launch.world_size / 1e12
+    achieved = flops * summary.samples_per_s / ctx.launch.world_size / 1e12
     peak, note = None, None  # on CPU the report says it itself
     if ctx.launch.accelerator == "gpu":
         peak, note = perfmodel.peak_or_reason(per_rank[0]["device_name"], ctx.cfg.precision)

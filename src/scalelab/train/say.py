@@ -18,14 +18,14 @@ def started(cfg: config.RunConfig, launch: cluster.Launch, wl, batch: int, devic
 
 def done(ctx, payload: dict, path: str, per_rank: list) -> None:
     """The completed run's line, and what the participant should know about its figures."""
-    print(one_line_summary(payload, path), flush=True)
-    ended = epochs_first(ctx.cfg, payload["timing"]["steps"]) if not ctx.resumed_from else None
+    print(one_line_summary(payload["timing"], path), flush=True)
+    ended = epochs_first(ctx.cfg, payload["timing"].steps) if not ctx.resumed_from else None
     if ended:
         print(f"scalelab: note: {ended}", flush=True)
     for line in fingerprint.asked_differences(record.plain(payload.get("fingerprint")), ctx.cfg.compile):
         print(f"scalelab: ! {line} (Dynamo fell back): these are not a compiled step's times, and the report "
               "gives the run no speedup", flush=True)
-    busy = cpushare.contended(payload["timing"].get("had_cpu"))
+    busy = cpushare.contended(payload["timing"].had_cpu)
     if busy:
         print(f"scalelab: ! {busy} (host load {_load(per_rank)}); these times are slower than this "
               "hardware's: run again when it is quiet", flush=True)
@@ -58,14 +58,13 @@ def _load(per_rank: list) -> str:
     return f"{r['load_avg']:g} on {r['host_cores']} cores" if r.get("load_avg") is not None else "unknown"
 
 
-def one_line_summary(payload: dict, path: str) -> str:
-    t = payload["timing"]
-    if not t.get("samples_per_s"):  # a requeued job resumed at its very end: nothing was left to time
-        return f"scalelab: done in {t['whole_run_s']:.1f} s, no step timed -> {path}"
-    thr = f"{t['tokens_per_s']:,.0f} tokens/s" if t.get("tokens_per_s") else f"{t['samples_per_s']:,.0f} samples/s"
-    return (f"scalelab: done in {t['whole_run_s']:.1f} s (train {t['train_time_s']:.2f} s over "
-            f"{t['timed_steps']} timed steps, {t['step_s']['median'] * 1e3:.1f} ms/step median, {thr}) "
-            f"-> {path}")
+def one_line_summary(t: record.Timing, path: str) -> str:
+    """The completed run's line from its timing block."""
+    if not t.samples_per_s:  # a requeued job resumed at its very end: nothing was left to time
+        return f"scalelab: done in {t.whole_run_s:.1f} s, no step timed -> {path}"
+    thr = f"{t.tokens_per_s:,.0f} tokens/s" if t.tokens_per_s else f"{t.samples_per_s:,.0f} samples/s"
+    return (f"scalelab: done in {t.whole_run_s:.1f} s (train {t.train_time_s:.2f} s over "
+            f"{t.timed_steps} timed steps, {t.step_s['median'] * 1e3:.1f} ms/step median, {thr}) -> {path}")
 
 
 def epochs_first(cfg, steps: int) -> Optional[str]:

@@ -22,7 +22,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING
 
-from scalelab import redaction, results
+from scalelab import record, redaction, results
 from scalelab.entry import fast_exit
 from scalelab.errors import error_line
 from scalelab.train.guard import peers
@@ -95,7 +95,7 @@ def record_failure(ctx: RunContext, status: str, line: str, exc: BaseException |
         return f" (rank {1 if ctx.rank == 0 else 0} recorded the run: {kept})"
     try:
         own = [ctx.rank_record()]
-        summary = run_summary(ctx, own) if own[0]["step_times_s"] else {"steps": 0, "train_loss": None}
+        summary = run_summary(ctx, own) if own[0]["step_times_s"] else record.Timing(steps=0)
         payload = build_payload(ctx, own, summary, {})
         payload.update(status=status, error=line)
         try:
