@@ -8,9 +8,10 @@ fails with one line naming the field; `json_schema` publishes the same declarati
 (`python -m scalelab.record`). The builders that fill these blocks: train/payload.py (training), bench/allreduce.py
 (the all-reduce benchmark), launch/cluster.py (launch), launch/slurm_env.py (slurm), measure/timing.py (timing and
 its comm), measure/devices.py (devices), fingerprint.py (fingerprint), train/clock.py and train/probe.py (a rank).
-launch, launch.link, slurm, fingerprint, timing, timing.comm and timing.devices are built as their blocks (a field a
-builder misspells fails where it is built) and `plain` turns them into what the file holds as results.write writes
-(a field left at None is left out: readers take null and left out alike); workload and a rank are still dicts.
+workload, launch, launch.link, slurm, fingerprint, timing, timing.comm and timing.devices are built as their blocks
+(a field a builder misspells fails where it is built) and `plain` turns them into what the file holds as
+results.write writes (a field left at None is left out: readers take null and left out alike); a rank's record is
+still a dict.
 Older versions are upgraded to this one before they are checked (upgrades.py).
 """
 

@@ -203,14 +203,14 @@ def provisional_payload(ctx: RunContext) -> dict:
     return payload
 
 
-def workload_record(ctx: RunContext) -> dict:
+def workload_record(ctx: RunContext) -> record.Workload:
     """What the run computed: the config's workload fields and what the build derived from them."""
     cfg, wl = ctx.cfg, ctx.workload
     built = ({"describe": wl.describe, "params": wl.n_params, "trainable_params": wl.trainable_params,
               "tokens_per_sample": wl.tokens_per_sample} if wl else
-             {"describe": cfg.model, "params": None, "tokens_per_sample": None})  # a run that failed before the build
-    return {**cfg.workload(), **built, "batch_per_device": ctx.batch,
-            "global_batch": ctx.samples_per_step}  # per optimizer step
+             {"describe": cfg.model})  # a run that failed before the build
+    return record.Workload(**cfg.workload(), **built, batch_per_device=ctx.batch,
+                           global_batch=ctx.samples_per_step)  # per optimizer step
 
 
 def hyperparameters(ctx: RunContext) -> dict:
@@ -218,7 +218,7 @@ def hyperparameters(ctx: RunContext) -> dict:
     ranks' devices and hosts are known only at the end, in the result)."""
     launch = {k: v for k, v in record.plain(ctx.launch.record([], [])).items()
               if k not in ("device_names", "hostnames")}
-    return {"run_id": ctx.run_id, "run_name": ctx.cfg.run_name, "workload": workload_record(ctx),
+    return {"run_id": ctx.run_id, "run_name": ctx.cfg.run_name, "workload": record.plain(workload_record(ctx)),
             "launch": {**launch, "threads": torch.get_num_threads(), "logger": ctx.cfg.logger}}
 
 
