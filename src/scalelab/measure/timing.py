@@ -169,7 +169,7 @@ def busy_only(per_rank: list, normal: list) -> Optional[record.Comm]:
     ddp = bool(per_rank[0].get("bucket_bytes"))
     return record.Comm(collectives_s=busy, grad_bytes=per_rank[0].get("grad_bytes"), collective_calls=calls,
                        bucket_bytes=per_rank[0]["bucket_bytes"] if ddp else None,
-                       wire_bytes=(per_rank[0].get("wire_bytes") or None) if ddp else None,
+                       wire_bytes=per_rank[0].get("wire_bytes") or None,  # what --comm_hook sent: DDP's
                        buckets=calls if ddp else None)
 
 
