@@ -60,7 +60,7 @@ def measured(folder, nodes, gbit):
     found = [r for r in results.scan(folder)[0] if r["kind"] == "training" and r["launch"]["num_nodes"] == nodes
              and (r["launch"].get("link") or {}).get("gbit") == gbit]
     r = max(found, key=lambda r: r["created"])
-    return r["timing"]["comm"]["allreduce_alone_s"], r["timing"]["step_s"]["median"]
+    return r["timing"]["comm"].get("allreduce_alone_s"), r["timing"]["step_s"]["median"]
 
 
 def ladder(args, folder):

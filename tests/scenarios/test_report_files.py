@@ -113,6 +113,13 @@ def test_compare_puts_two_folders_side_by_side(tmp_path):
     run_script("benchmark.py", "--output_dir", b, "--export", tmp_path / "bex")
     again = run_script("benchmark.py", "--compare", a, tmp_path / "bex" / "summary.json")
     assert again.returncode == 0 and "1.20×" in again.stdout
+    # one from an older scalelab, which wrote a workload field not recorded as null: the same configurations
+    old = json.loads((tmp_path / "bex" / "summary.json").read_text())
+    for c in old["configurations"]:
+        c["workload"].update(num_samples=None, max_epochs=None)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    older = run_script("benchmark.py", "--compare", a, tmp_path / "old.json")
+    assert older.returncode == 0 and "1.20×" in older.stdout, older.stdout
 
 
 @pytest.mark.parametrize("case", ["missing", "foreign", "disjoint"])

@@ -359,8 +359,8 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
     checks = reference.draft(scaling, explain.bench_frame([*untyped, nothing, a100]))
 
     def training(name, batch, devices, reference_, hardware=None, link=""):
-        return {"name": name, "kind": "training", "workload": {"model": "mlp", "batch_size": batch, "scaling": "weak",
-                                                               "precision": "32"},
+        return {"name": name, "kind": "training", "workload": {**UNSET, "model": "mlp", "batch_size": batch,
+                                                               "scaling": "weak", "precision": "32"},
                 "hardware": hardware or {"accelerator": "cpu"}, "world_size": devices, "num_nodes": 1, "link": link,
                 "baseline_world_size": 1 if hardware else 2, "reference": reference_}
     a100_hw = {"accelerator": "gpu", "device": "A100"}
@@ -379,6 +379,30 @@ def test_a_drafted_reference_names_each_configuration_and_benchmark_with_todays_
         {"name": "allreduce-A100-2x1", "kind": "allreduce", "hardware": a100_hw, "world_size": 2, "num_nodes": 1,
          "link": "", "dtype": "float32", "reference": {"busbw": [1.0, -0.1, None, "GB/s"]}}]
     assert reference.draft(scaling.iloc[:0], explain.bench_frame([])) == []
+
+
+# the common workload fields a drafted check names null where its runs left them unset (make_result sets none)
+UNSET = dict.fromkeys(("learning_rate", "max_epochs", "max_steps", "warmup_steps", "comm_probe_every", "compile",
+                       "num_samples"))
+
+
+def test_a_drafted_check_matches_no_run_that_sets_a_field_its_runs_left_unset():
+    """A result leaves a field not recorded out (record.plain), as the group key does: the drafted check says null
+    for it, so a later run with --num_samples (another configuration) fails the check instead of passing it."""
+    from scalelab.report import explain, frames
+
+    def scaling(found):
+        return explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame([]))
+
+    checks = reference.draft(scaling([make_result("a", 1), make_result("b", 2, samples_per_s=180)]),
+                             explain.bench_frame([]))
+    assert all(c["workload"]["num_samples"] is None for c in checks)
+    same = reference.check(checks, scaling([make_result("c", 1), make_result("d", 2, samples_per_s=180)]),
+                           explain.bench_frame([]), "DIR")
+    assert same[1] == 0, same[0]
+    other = scaling([make_result("e", 1, num_samples=1000), make_result("f", 2, samples_per_s=180, num_samples=1000)])
+    lines, failed = reference.check(checks, other, explain.bench_frame([]), "DIR")
+    assert failed and lines[0].startswith("FAIL mlp-cpu-1x1: no "), lines
 
 
 def test_a_benchmark_check_reads_the_median_of_the_runs_of_its_size_hardware_link_and_dtype():
@@ -516,7 +540,7 @@ def test_drafted_checks_name_cpu_hardware_cpu_sort_benchmarks_and_name_their_lin
         b.update(created=created)
         b["launch"]["device_names"] = ["x86_64"]
     checks = reference.draft(scaling, explain.bench_frame(benches))
-    workload = {"model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"}
+    workload = {**UNSET, "model": "mlp", "batch_size": 64, "scaling": "weak", "precision": "32"}
     training = {"kind": "training", "workload": workload, "hardware": {"accelerator": "cpu"}, "num_nodes": 1,
                 "link": "",
                 "baseline_world_size": 1}

@@ -93,8 +93,8 @@ class Workload(Block):
     batch_size: Optional[integer("--batch_size: samples per device (weak) or in all (strong)", "samples")] = None
     learning_rate: Optional[real("the optimizer's learning rate", None, None)] = None
     comm_probe_every: Optional[integer("a no_sync probe step every this many steps (0: none)", "steps")] = None
-    max_epochs: Optional[integer("epochs asked for (null: max_steps ends the run)", "epochs")] = None
-    num_samples: Optional[integer("the training set's size (null: enough for max_steps)", "samples")] = None
+    max_epochs: Optional[integer("epochs asked for (left out or null: max_steps ends the run)", "epochs")] = None
+    num_samples: Optional[integer("the training set's size (left out or null: enough for max_steps)", "samples")] = None
 
 
 class Comm(Block):

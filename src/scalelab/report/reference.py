@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from scalelab import files, results, upgrades
+from scalelab.config import LEVERS, WORKLOAD_FIELDS
 from scalelab.errors import ResultError, UsageError
 from scalelab.numeric import finite, finite_real, known
 from scalelab.report import plausible
@@ -121,6 +122,13 @@ def bounds(value: float, lower, upper) -> tuple:
     lo = -math.inf if lower is None else value + abs(value) * lower
     hi = math.inf if upper is None else value + abs(value) * upper
     return lo, hi
+
+
+def _with_unset(workload: dict) -> dict:
+    """A drafted check's workload fields: the group's, and null for each common field it left unset (a result leaves
+    a null out: a run that sets it is another configuration, which the check must not match); a lever at its default
+    stays out, as the group key leaves it."""
+    return {**{k: None for k in WORKLOAD_FIELDS if k not in LEVERS}, **workload}
 
 
 # --- matching ------------------------------------------------------------------------------------
@@ -276,7 +284,7 @@ def draft(scaling: pd.DataFrame, bench: pd.DataFrame, lower: float = -0.1) -> li
         hw = key["hardware"] if r.accelerator == "gpu" else {"accelerator": key["hardware"]["accelerator"]}
         hw_name = r.device if r.accelerator == "gpu" else r.accelerator
         base = _slug(f"{r.describe}-{hw_name}-{r.world_size}x{r.num_nodes}" + (f"-{r.link}" if r.link else ""))
-        checks.append({"name": _unique(base, names), "kind": "training", "workload": key["workload"],
+        checks.append({"name": _unique(base, names), "kind": "training", "workload": _with_unset(key["workload"]),
                        "hardware": hw, "world_size": int(r.world_size), "num_nodes": int(r.num_nodes),
                        "link": r.link or "", "baseline_world_size": int(r.baseline_world_size), "reference": ref})
     if not bench.empty:
