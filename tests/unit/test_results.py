@@ -1,5 +1,6 @@
 """The result schema: secrets never written, atomic writes, and a loader that explains every skip."""
 
+import inspect
 import itertools
 import json
 import os
@@ -936,7 +937,9 @@ def test_a_timestamp_is_shown_without_redact_s_patterns(monkeypatch):
 
 
 _DECLARED = [f for f in record.Workload.__struct_fields__ if f != "options"]
-_OPTION_NAME = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(lambda n: n not in _DECLARED)
+_MAKERS = set(inspect.signature(make_result).parameters)  # make_result's own arguments (nodes, ...) are no option
+_OPTION_NAME = st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(
+    lambda n: n not in _DECLARED and n not in _MAKERS)
 _OPTION_VALUE = st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=4) | st.lists(st.integers(0, 9),
                                                                                                 max_size=3)
 
