@@ -162,6 +162,11 @@ def workload_fields(workload: dict) -> dict:
     return {**{k: v for k, v in workload.items() if k != "options"}, **(options if isinstance(options, dict) else {})}
 
 
+def recorded(fields: dict) -> dict:
+    """fields without its null ones: a null field is one not recorded, as a writer leaves it out (record.plain)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def group_key(result: dict, defaults=None) -> str:
     """Runs with equal keys did the identical job on the same kind of hardware: one scaling group. A workload field
     equal to its entry in `defaults` is left out: a result written before that field existed ran at its default
@@ -170,8 +175,8 @@ def group_key(result: dict, defaults=None) -> str:
     if defaults is None and "_group_key" in result:  # as report/index.py computed it from the whole result
         return result["_group_key"]
     defaults = defaults or {}
-    workload = {k: v for k, v in workload_fields(result["workload"]).items()
-                if k not in DERIVED_WORKLOAD_FIELDS and v is not None and not (k in defaults and v == defaults[k])}
+    workload = {k: v for k, v in recorded(workload_fields(result["workload"])).items()
+                if k not in DERIVED_WORKLOAD_FIELDS and not (k in defaults and v == defaults[k])}
     launch = result["launch"]
     hardware = {"accelerator": launch.get("accelerator"), "device": (launch.get("device_names") or [None])[0]}
     if launch.get("accelerator") == "cpu":  # a CPU device is --threads cores: 1-core and 2-core devices differ

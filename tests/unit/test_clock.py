@@ -189,7 +189,7 @@ def test_run_figures_from_two_ranks_clocks_by_hand():
               "allreduce_times_s": [0, 0.04, 0, 0.09, 0.05, 0.1], "allreduce_alone_times_s": [0.04],
               "buckets": [0, 2, 0, 2, 2, 2], "losses": [3.0, 2.0, 0.5]}]
     got = record.plain(timing.summarize(ranks, warmup_steps=1, samples_per_step=10, tokens_per_sample=5))
-    assert timing.final_loss(ranks) == 1.0  # the ranks' last losses: 1.5 and 0.5
+    assert timing.final_loss(ranks, got["steps"]) == 1.0  # the ranks' last losses: 1.5 and 0.5
     # step 0 warm-up, step 2 a probe: steps 1, 3, 4, 5 timed, each the mean over the ranks: 0.2, 0.3, 0.3, 0.3
     assert got == {
         "warmup_steps": 1, "steps": 6, "timed_steps": 4, "train_time_s": pytest.approx(1.1),
@@ -220,7 +220,7 @@ def test_one_rank_waits_for_nobody_and_a_short_run_keeps_its_last_step():
     got = timing.summarize(one, warmup_steps=9, samples_per_step=4, tokens_per_sample=None)
     assert (got.warmup_steps, got.timed_steps, got.train_time_s) == (2, 0, 0)  # step 2 is the probe
     assert got.samples_per_s is None and got.tokens_per_s is None and got.step_s is None
-    assert got.first_step_s is None and timing.final_loss(one) is None and got.had_cpu is None
+    assert got.first_step_s is None and timing.final_loss(one, got.steps) is None and got.had_cpu is None
     assert got.comm is None  # no normal step to compare the probe with
     comm = timing.comm_summary(one, [1], [2])
     assert comm.waited_s == 0.0 and comm.ddp_busbw_GBps is None and comm.hidden_fraction is None
@@ -260,7 +260,7 @@ def test_warm_up_short_steps_and_unfinished_probes_stay_out_of_the_figures():
     # no warm-up: step 0 is timed; 20 steps: the final loss is the mean of each rank's last 2
     ran = [_rank([0.1] * 20, losses=[9.0] * 17 + [5.0, 1.0, 3.0])]
     got = timing.summarize(ran, 0, 4, None)
-    assert (got.warmup_steps, got.timed_steps) == (0, 20) and timing.final_loss(ran) == 2.0
+    assert (got.warmup_steps, got.timed_steps) == (0, 20) and timing.final_loss(ran, got.steps) == 2.0
     assert got.samples_per_s == pytest.approx(80 / 2.0) and got.tokens_per_s is None
     quick = timing.summarize([_rank([0.1, 0.2, 0.2])], 1, 4, 10)  # under a second in all
     assert quick.samples_per_s == pytest.approx(8 / 0.4) and quick.tokens_per_s == pytest.approx(80 / 0.4)

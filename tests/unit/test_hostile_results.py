@@ -13,11 +13,13 @@ import json
 import os
 import shutil
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalelab import record, results
+from scalelab.record.publish import _struct_in
 from scalelab.report import cli
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo-results")
@@ -107,11 +109,10 @@ def test_any_value_anywhere_in_a_result_is_a_report_row_or_a_one_line_skip(tmp_p
 
 
 def _scalar_may_be_null(info) -> bool:
-    """A declared field that holds no block and may be null (a value not recorded)."""
-    ins = __import__("msgspec").inspect
-    types = info.types if isinstance(info, ins.UnionType) else (info,)
-    return any(isinstance(t, ins.NoneType) for t in types) and not any(
-        isinstance(getattr(t, "item_type", t), ins.StructType) or isinstance(t, ins.StructType) for t in types)
+    """A declared field that holds no block (as record.leaves walks them) and may be null (a value not recorded)."""
+    ins = msgspec.inspect
+    return (isinstance(info, ins.UnionType) and any(isinstance(t, ins.NoneType) for t in info.types)
+            and _struct_in(info)[0] is None)
 
 
 def _nulled_and_dropped(data, fields) -> tuple:
@@ -136,8 +137,8 @@ def _nullable(data) -> list:
 
 def test_a_null_reads_as_a_field_left_out(tmp_path):
     """Writers leave a value not recorded out (record.plain); older files and other tools write it null: the report
-    reads the two alike, for every scalar field the declaration lets be null, one at a time (the runs and scaling
-    frames every view reads), and all at once (every view's text). Before: a null workload.strategy reached the
+    reads the two alike, for every scalar field the declaration lets be null, one at a time (the runs frame every
+    view reads), and all at once (every view's text). Before: a null workload.strategy reached the
     forecast as NaN (a float) and took the report down with a traceback."""
     import pandas as pd
 

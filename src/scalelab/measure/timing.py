@@ -47,10 +47,9 @@ def summarize(per_rank: list, warmup_steps: int, samples_per_step: int, tokens_p
     )
 
 
-def final_loss(per_rank: list) -> Optional[float]:
-    """The training loss the run ended at: each rank's mean over its last tenth of optimizer steps (at least one),
-    averaged over the ranks; None where no rank recorded a loss."""
-    steps = min(len(optimizer_view(r)["step_times_s"]) for r in per_rank)
+def final_loss(per_rank: list, steps: int) -> Optional[float]:
+    """The training loss the run ended at: each rank's mean over its last tenth of the run's optimizer steps
+    (`steps`, summarize's count; at least one), averaged over the ranks; None where no rank recorded a loss."""
     tail = max(1, steps // 10)
     losses = [statistics.fmean(r["losses"][-tail:]) for r in per_rank if r["losses"]]
     return statistics.fmean(losses) if losses else None
@@ -166,11 +165,10 @@ def busy_only(per_rank: list, normal: list) -> Optional[record.Comm]:
         return None
     calls = statistics.median(r["buckets"][i] for r in per_rank for i in normal)
     # DDP's buckets (FSDP records none): what the report prices and the forecast calibrates with
-    ddp = bool(per_rank[0].get("bucket_bytes"))
+    buckets = per_rank[0].get("bucket_bytes") or None
     return record.Comm(collectives_s=busy, grad_bytes=per_rank[0].get("grad_bytes"), collective_calls=calls,
-                       bucket_bytes=per_rank[0]["bucket_bytes"] if ddp else None,
-                       wire_bytes=per_rank[0].get("wire_bytes") or None,  # what --comm_hook sent: DDP's
-                       buckets=calls if ddp else None)
+                       bucket_bytes=buckets, wire_bytes=per_rank[0].get("wire_bytes") or None,  # --comm_hook's: DDP's
+                       buckets=calls if buckets else None)
 
 
 def _stats(values):

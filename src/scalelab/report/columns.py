@@ -148,7 +148,7 @@ def fingerprint_text(r: dict) -> str:
 
 def _recorded(value):
     """value without its null fields, at any depth of its mappings."""
-    return {k: _recorded(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+    return {k: _recorded(v) for k, v in results.recorded(value).items()} if isinstance(value, dict) else value
 
 
 def seen_wire(r: dict) -> tuple | None:

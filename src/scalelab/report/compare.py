@@ -35,8 +35,8 @@ def load_side(path: str, build) -> tuple:
     if frame.empty:
         raise UsageError(f"--compare {path}: no completed training runs there")
     # a null workload field is one left out (not recorded): summaries from before results.group_key left nulls out
-    frame["workload_key"] = [json.dumps({k: v for k, v in w.items() if v is not None} if isinstance(w, dict) else w,
-                                        sort_keys=True) for w in frame["workload"]]
+    frame["workload_key"] = [json.dumps(results.recorded(w) if isinstance(w, dict) else w, sort_keys=True)
+                             for w in frame["workload"]]
     frame["link"] = frame["link"].fillna("") if "link" in frame else ""  # summaries from before emulated links
     detail = frame["hardware_detail"] if "hardware_detail" in frame else frame["hardware"]
     frame["hardware_key"] = [json.dumps(d, sort_keys=True) for d in detail]

@@ -174,7 +174,7 @@ def build_payload(ctx: RunContext, per_rank: list[dict], summary: record.Timing,
                              oversubscribed=ctx.core_warning or cores.shared_cores(per_rank)),
         timing=msgspec.structs.replace(summary, whole_run_s=time.time() - ctx.process_start,
                                        **throughput(ctx, summary, per_rank)),
-        metrics={"train_loss": timing.final_loss(per_rank),
+        metrics={"train_loss": timing.final_loss(per_rank, summary.steps),
                  "val_loss": _num(val.get("val_loss")), "val_acc": _num(val.get("val_acc"))},
         memory=memory_record(ctx, per_rank),
         fingerprint=fingerprint.of_run(per_rank),  # what the step ran, observed in it (train/observe.py)
