@@ -6,7 +6,8 @@ Writes N synthetic results (one rank record per rank, 50 step times each) and ti
 
 --real DIR: DIR's results (a make demo output: 4-110 KB each) replicated N times instead, each with its own run id
 and date (one an hour), as a site's nightly folder grows; the report is timed twice (the second reads what the
-first left) with its peak memory (the child's max RSS), and --add then writes one more result and times a third:
+first left) with its peak memory (the child's max RSS), --add then writes one more result and times a third, and
+--history (every run of the folder in its configuration's series at once) is timed last:
 
     python benchmarks/report_speed.py --files 100000 --real outputs --add
 """
@@ -70,11 +71,11 @@ def replicate(real: str, folder: str, n: int) -> int:
     return written
 
 
-def timed_report(folder: str) -> tuple:
+def timed_report(folder: str, *flags: str) -> tuple:
     """(seconds, the child's peak RSS in MiB (ru_maxrss is KiB), exit code) of benchmark.py over folder."""
     code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
             f"p = subprocess.run([sys.executable, {os.path.join(ROOT, 'src', 'benchmark.py')!r}, '--output_dir', "
-            f"{folder!r}], capture_output=True); took = time.perf_counter() - t; "
+            f"{folder!r}, *{list(flags)!r}], capture_output=True); took = time.perf_counter() - t; "
             "print(took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode)")
     took, rss, rc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                    check=True).stdout.split()
@@ -93,6 +94,8 @@ def at_scale(a) -> None:
         replicate(a.real, os.path.join(folder, "added"), 1)
         took, rss, rc = timed_report(folder)
         print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
+    took, rss, rc = timed_report(folder, "--history")
+    print(f"  --history: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
     print(f"(left in {folder})" if a.keep else "")
     if not a.keep:
         shutil.rmtree(folder)

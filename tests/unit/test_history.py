@@ -137,3 +137,16 @@ def test_each_groups_plot_names_its_own_unit():
                  dates=pd.to_datetime(["2026-06-01", "2026-06-02"], utc=True), throughput=[1.0, 2.0])
             for letter, unit in (("A", "samples/s"), ("B", "tokens/s"))]
     assert [fig.axes[0].get_ylabel() for _, fig in history.figures(rows)] == ["samples/s", "tokens/s"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=st.lists(st.integers(0, 40), min_size=1, max_size=30), when=st.lists(st.integers(-5, 45), max_size=30))
+def test_the_nearest_baseline_is_the_one_the_whole_matrix_names(times, when):
+    """The baseline run nearest in time to each run, as argmin over every pair names it (the earliest of equals,
+    at a tie the earlier), found without the pairs' matrix (which 30,000 runs of a site made 2 GB). Small integers
+    draw the ties: repeated times, and a run halfway between two baselines."""
+    base = np.array(sorted(times), dtype="datetime64[s]").astype("datetime64[ns]")
+    at = np.array(when, dtype="datetime64[s]").astype("datetime64[ns]")
+    expected = np.abs(base[None, :] - at[:, None]).argmin(axis=1) if len(at) else np.array([], dtype=int)
+    assert history.nearest_in_time(base, at).tolist() == expected.tolist()
+
