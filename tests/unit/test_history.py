@@ -150,3 +150,12 @@ def test_the_nearest_baseline_is_the_one_the_whole_matrix_names(times, when):
     expected = np.abs(base[None, :] - at[:, None]).argmin(axis=1) if len(at) else np.array([], dtype=int)
     assert history.nearest_in_time(base, at).tolist() == expected.tolist()
 
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.floats(1e-6, 1e12), runs=st.integers(history.MIN_BAND_RUNS, 40))
+def test_a_series_of_one_value_holds_its_latest_inside_its_band(value, runs):
+    """A series that never moved (a count, a replicated folder): its band is exp(log mean ± 0), which rounding may
+    put a few ulps off the value itself; the latest run, that same value, is inside it, never "NO"."""
+    low_high = history.band([value] * runs)
+    assert history.inside({"band": low_high, "latest": value}) == "yes"
+    assert history.inside({"band": low_high, "latest": value * 1.000001}) == "NO"

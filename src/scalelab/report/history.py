@@ -92,7 +92,11 @@ def inside(row: dict) -> str:
     low_high = row["band"]
     if low_high is None or not math.isfinite(row["latest"]):
         return "—"
-    return "yes" if low_high[0] <= row["latest"] <= low_high[1] else "NO"
+    low, high = low_high  # the ends are exp(log mean ± reach): a series of one value rounds to its band's edge
+    return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"
+
+
+ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
 
 
 def band(values: list):
