@@ -17,6 +17,7 @@ from scalelab.keys import CONFIGURATION
 from scalelab.measure import cpushare, timing
 from scalelab.measure.cpushare import span
 from scalelab.measure.steps import optimizer_view
+from scalelab.report import index
 from scalelab.report.cells import fmt_num
 from scalelab.report.frames import runs_frame
 
@@ -76,7 +77,7 @@ def newest_runs(found: list, all_runs: bool = False) -> list:
 
 def render(found: list, pct: float = DEFAULT_PCT, fmt: str = "simple", all_runs: bool = False) -> str:
     """The per-rank view of every multi-rank run in `found`, one table per run."""
-    chosen = newest_runs(found, all_runs)
+    chosen = index.full(newest_runs(found, all_runs))  # their ranks' lists: from their files (the index holds rows)
     if not chosen:
         return "No completed run on 2 or more devices here: the per-rank view needs one."
     out = [f"Per rank (compute: median of the no-sync probe steps, each rank alone; step: median of the normal "
