@@ -23,7 +23,8 @@ from scalelab.record.publish import _struct_in
 from scalelab.report import cli
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo-results")
-REAL = {name: json.load(open(os.path.join(DEMO, name, "result.json"))) for name in sorted(os.listdir(DEMO))}
+REAL = {name: json.load(open(os.path.join(DEMO, name, "result.json"))) for name in sorted(os.listdir(DEMO))
+        if os.path.isfile(os.path.join(DEMO, name, "result.json"))}  # not the index a report there leaves
 
 
 def _paths(obj, path=()):
