@@ -1,13 +1,16 @@
 """The step timeline: the marks of one step laid out as bars (measure/timeline.py), the wait the step table reads from
 the same marks (timing.waited_after_backward), and the picture beside the table (report/step_plot.py)."""
 
+import contextlib
+import io
+
 import pytest
 import torch
 
 from helpers import make_result
 from scalelab import record, results
 from scalelab.measure import timeline, timing
-from scalelab.report import explain, plots, step_plot, tables, trace
+from scalelab.report import cli, explain, plots, step_plot, tables, trace
 from scalelab.report.cli import build
 from scalelab.train import comm
 from scalelab.train.clock import StepClock
@@ -110,6 +113,26 @@ def test_the_wait_is_read_in_the_step_itself_from_the_last_rank_to_end_backward(
     for r in ranks:
         del r["backward_times_s"]  # an older result: the probes stand in (and read no wait here)
     assert timing.comm_summary(ranks, [2, 3, 4], [6, 11]).waited_s == 0.0
+
+
+def test_plot_reads_whole_only_the_runs_its_timelines_draw(tmp_path, monkeypatch):
+    """--plot on a folder of many repeats (a site's nights) reads whole only the run each configuration's timeline
+    draws (before: every training result, 6,668 of 10,000 replicated make demo results); the figure is the one
+    drawn from every result read whole."""
+    for i in range(9):
+        results.write(str(tmp_path), uniform_run(f"one{i}", 1, slow=0.001 * i))
+        results.write(str(tmp_path), uniform_run(f"two{i}", 2, slow=0.001 * i))
+    report = build(str(tmp_path))
+    every = step_plot.figures(report.full_records(), report.runs, report.scaling)
+    chosen = step_plot.chosen_runs(report.runs, report.scaling)
+    read, load = [], results.load
+    monkeypatch.setattr(results, "load", lambda path, *a, **k: read.append(path) or load(path, *a, **k))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["--output_dir", str(tmp_path), "--plot", str(tmp_path / "plots")]) == 0
+    assert len(read) == len(chosen) == 2 and {p.split("/")[-2] for p in read} == chosen
+    drawn = step_plot.figures(report.full_records(chosen), report.runs, report.scaling)
+    assert [(name, plots.figure_text(fig)) for name, fig in drawn] == [
+        (name, plots.figure_text(fig)) for name, fig in every]
 
 
 def test_the_timeline_and_the_step_table_say_the_same_figures(tmp_path):

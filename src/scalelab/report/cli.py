@@ -45,10 +45,11 @@ class Report:
     identity_notes: list  # results not counted as runs of their own (frames.identity_notes)
     light_records: list  # the training results as read (through the index: light, without their ranks' lists)
 
-    def full_records(self) -> list:
+    def full_records(self, only=None) -> list:
         """The training results whole, per-rank marks and all (what the step timelines and --trace draw): read
-        again from their files where the index gave them light."""
-        return index.full(self.light_records)
+        again from their files where the index gave them light. only: those run ids (a site's folder holds
+        100,000; the timelines draw one run per configuration)."""
+        return index.full([r for r in self.light_records if only is None or r["run_id"] in only])
 
     @property
     def bench(self) -> pd.DataFrame:
@@ -234,7 +235,8 @@ def _draw(args, report: Report, nodes: tuple, followed: list) -> list:
     runs, scaling = report.runs, report.scaling
     written = plots.write_all(args.plot, scaling, report.bench)
     if not scaling.empty:
-        written += plots.save(args.plot, step_plot.figures(report.full_records(), runs, scaling))
+        drawn = report.full_records(step_plot.chosen_runs(runs, scaling))
+        written += plots.save(args.plot, step_plot.figures(drawn, runs, scaling))
     if args.forecast:
         written += plots.save(args.plot, forecast_view.figures(runs, report.benches, nodes))
     if args.history:

@@ -31,6 +31,11 @@ def chosen_run(runs: pd.DataFrame, row) -> str | None:
     return None if mine.empty else mine.iloc[(len(mine) - 1) // 2]["run_id"]
 
 
+def chosen_runs(runs: pd.DataFrame, scaling: pd.DataFrame) -> set:
+    """The run ids the timelines may draw: each configuration's chosen run (the only results read whole)."""
+    return {chosen_run(runs, row) for _, row in scaling.iterrows()} - {None}
+
+
 def shown_ranks(ranks: list) -> list:
     """The ranks drawn: all up to MAX_RANKS, else the first two and the last two."""
     ranks = sorted(ranks)
