@@ -22,6 +22,7 @@ from scalelab.errors import UsageError
 from scalelab.keys import SCALE
 from scalelab.perfmodel.network import human_bytes, human_rate
 from scalelab.report import labels, lever_view, marks, plausible
+from scalelab.report.forecast_view import BENCH_CONFIGURATION, PER_CONFIGURATION
 
 DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
@@ -331,15 +332,23 @@ def bench_names(bench: pd.DataFrame) -> list:
         if frame[field].astype(str).nunique() > 1:
             names = [f"{n}, {v}" for n, v in zip(names, frame[field])]
     repeated = pd.Series(names).duplicated(keep=False)
-    return [f"{n}, run at {str(c)[11:19]}" if again and c else n for n, again, c in zip(names, repeated,
-                                                                                       frame["created"])]
+    created = [str(c or "") for c in frame["created"]]
+    days = {}  # a name's repeats on several days (a site's nights, all at 04:00) by date and time
+    for n, c in zip(names, created):
+        days.setdefault(n, set()).add(c[:10])
+    return [f"{n}, run at {c[:10] + ' ' if len(days[n]) > 1 else ''}{c[11:19]}" if again and c else n
+            for n, again, c in zip(names, repeated, created)]
 
 
 def busbw_figure(bench: pd.DataFrame):
-    """nccl-tests' picture: busbw climbs with message size until the link is full."""
+    """nccl-tests' picture: busbw climbs with message size until the link is full. Of a configuration benchmarked
+    more often (a site's nightly folder: thousands), the newest PER_CONFIGURATION runs, and the legend says so."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    bench = bench.sort_values([*SCALE, "created"])
+    newest = bench.sort_values("created", ascending=False, kind="stable").groupby(
+        BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
+    left = len(bench) - len(newest)
+    bench = newest.sort_values([*SCALE, "created"])
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column
@@ -353,9 +362,18 @@ def busbw_figure(bench: pd.DataFrame):
     ax.set_title(f"All-reduce bus bandwidth vs message size\n{' / '.join(hws)}")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    title = f"the newest {PER_CONFIGURATION} runs of each; {left:,} older not drawn" if left else None
+    if len(bench) > BESIDE_AFTER:  # a legend that long covers the lines: beside the axes, the figure wider
+        fig.set_size_inches(11, 4.8)
+        fig.legend(loc="outside right upper", fontsize=8, title=title, title_fontsize=8)
+        fig.set_layout_engine("constrained")
+    else:
+        ax.legend(fontsize=8, loc="upper left", title=title, title_fontsize=8)
+        fig.tight_layout()
     return fig
+
+
+BESIDE_AFTER = 8  # lines a busbw legend holds inside the axes
 
 
 def _which(b: pd.Series) -> str:
