@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import columns, explain, plausible
+from scalelab.report import columns, explain, forecast_view, plausible
 
 # CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
 SCALING_COLUMNS = columns.exported("scaling")
@@ -73,9 +73,14 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
             files[name] = redaction.csv_text(scaling[columns])
     markdown = report_markdown
     if not bench.empty:
-        table = bench_rows(bench)
-        files["allreduce.csv"] = redaction.csv_text(table)
-        markdown += "\n\nAll-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n)\n\n" + tabulate(
+        files["allreduce.csv"] = redaction.csv_text(bench_rows(bench))  # every run's rows; report.md the newest
+        shown = forecast_view.newest_benchmarks(bench)  # newest first, as allreduce.csv lists them
+        older = len(bench) - len(shown)
+        left = f"; the newest {forecast_view.PER_CONFIGURATION} runs of each configuration, {older:,} older in " \
+               "allreduce.csv" if older else ""
+        table = bench_rows(shown)
+        heading = f"All-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n{left})"
+        markdown += f"\n\n{heading}\n\n" + tabulate(
             table[["run_id", "world_size", "num_nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
                    "single_op_s", "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
     files["report.md"] = markdown.rstrip() + "\n"

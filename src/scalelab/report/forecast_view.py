@@ -45,8 +45,14 @@ def records(runs: pd.DataFrame) -> list:
 def bench_points(bench: pd.DataFrame) -> dict:
     """network key -> [Point]: the benchmark frame's rows (perfmodel.forecast.bench_points), of the newest
     PER_CONFIGURATION benchmarks of each configuration, as `recent` reads runs (a nightly folder holds years)."""
-    newest = bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)  # newest first
-    return fc.bench_points(newest.itertuples())
+    return fc.bench_points(newest_benchmarks(bench).itertuples())
+
+
+def newest_benchmarks(bench: pd.DataFrame) -> pd.DataFrame:
+    """The newest PER_CONFIGURATION benchmarks of each configuration, newest first: what a calibration reads and
+    the busbw plot and report.md show (a site's nightly folder holds thousands of each)."""
+    newest_first = bench.sort_values("created", ascending=False, kind="stable")
+    return newest_first.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
 
 
 def recent(runs: pd.DataFrame) -> pd.DataFrame:

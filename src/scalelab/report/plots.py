@@ -21,8 +21,7 @@ from scalelab import perfmodel, results
 from scalelab.errors import UsageError
 from scalelab.keys import SCALE
 from scalelab.perfmodel.network import human_bytes, human_rate
-from scalelab.report import labels, lever_view, marks, plausible
-from scalelab.report.forecast_view import BENCH_CONFIGURATION, PER_CONFIGURATION
+from scalelab.report import forecast_view, labels, lever_view, marks, plausible
 
 DPI, MAX_WARNINGS = 120, 4  # MAX_WARNINGS: the report's warnings under a figure; the report has every one
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # one per series of a group, so a single point is told apart too
@@ -345,8 +344,7 @@ def busbw_figure(bench: pd.DataFrame):
     more often (a site's nightly folder: thousands), the newest PER_CONFIGURATION runs, and the legend says so."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    newest = bench.sort_values("created", ascending=False, kind="stable").groupby(
-        BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
+    newest = forecast_view.newest_benchmarks(bench)
     left = len(bench) - len(newest)
     bench = newest.sort_values([*SCALE, "created"])
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
@@ -362,7 +360,7 @@ def busbw_figure(bench: pd.DataFrame):
     ax.set_title(f"All-reduce bus bandwidth vs message size\n{' / '.join(hws)}")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
-    title = f"the newest {PER_CONFIGURATION} runs of each; {left:,} older not drawn" if left else None
+    title = f"the newest {forecast_view.PER_CONFIGURATION} runs of each; {left:,} older not drawn" if left else None
     if len(bench) > BESIDE_AFTER:  # a legend that long covers the lines: beside the axes, the figure wider
         fig.set_size_inches(11, 4.8)
         fig.legend(loc="outside right upper", fontsize=8, title=title, title_fontsize=8)
