@@ -11,7 +11,7 @@ from matplotlib.container import BarContainer
 
 from helpers import ROWS, _bench, _with_comm, make_result, run_script
 from scalelab import results
-from scalelab.report import explain, export, forecast_view, frames, plots, tables
+from scalelab.report import bench_plot, explain, export, forecast_view, frames, plots, tables
 
 
 def _folder(path, two_device_rate=150.0, with_bench=True, extra=()):
@@ -55,7 +55,7 @@ def test_speedup_figure_draws_measured_ideal_and_predicted(tmp_path):
     a2 = scaling[(scaling["model"] == "mlp") & (scaling["world_size"] == 2)].iloc[0]
     assert predicted.get_ydata()[-1] == pytest.approx(2 * a2.predicted_efficiency_no_overlap)
     assert "Speedup" in ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
-    busbw = plots.busbw_figure(explain.bench_frame(found)).axes[0]
+    busbw = bench_plot.busbw_figure(explain.bench_frame(found)).axes[0]
     assert busbw.get_xscale() == "log"
     assert list(busbw.get_lines()[0].get_xdata()) == [r["bytes"] for r in ROWS]
 

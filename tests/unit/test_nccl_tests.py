@@ -515,11 +515,11 @@ def test_without_training_runs_the_log_is_still_shown(tmp_path, capsys):
 
 
 def test_the_plot_legend_names_the_log_file(tmp_path):
-    plots = pytest.importorskip("scalelab.report.plots")
+    bench_plot = pytest.importorskip("scalelab.report.bench_plot")
     out = _training_folder(tmp_path)
     (out / "all_reduce_perf-2.x.txt").write_text(NEW)
     bench = cli.build(str(out)).bench
-    _, labels = plots.busbw_figure(bench).axes[0].get_legend_handles_labels()
+    _, labels = bench_plot.busbw_figure(bench).axes[0].get_legend_handles_labels()
     assert labels == ["8 dev, 2 nodes, all_reduce_perf-2.x.txt, out-of-place"]  # the GPU: in the title
 
 

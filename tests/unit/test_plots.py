@@ -12,7 +12,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from helpers import ROWS, _bench, _bench_at, _emulated, _with_comm, make_result
-from scalelab.report import explain, export, forecast_view, frames, lever_view, plots
+from scalelab.report import bench_plot, explain, export, forecast_view, frames, lever_view, plots
 
 HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
 
@@ -136,14 +136,14 @@ def test_busbw_names_each_benchmark_by_its_link_not_its_run_id(ladder):
     again = _bench_at(0.2, 10)
     first = found[-1]["created"]
     again["run_id"], again["created"] = "ar-0.2-again", first[:10] + "T12:40:00+00:00"  # the same day
-    ax = plots.busbw_figure(explain.bench_frame([*found, again])).axes[0]
+    ax = bench_plot.busbw_figure(explain.bench_frame([*found, again])).axes[0]
     legend = _legend(ax)
     slow = "2 dev, 2 nodes, emulated 200 Mbit/s, run at "
     assert sorted(legend) == sorted(["2 dev, 1 node", "2 dev, 2 nodes, emulated 2 Gbit/s",
                                      slow + first[11:19], slow + "12:40:00"])  # repeats: when
     assert not HASHLIKE.search(" ".join(legend))
     again["created"] = "2026-11-25T04:00:00+00:00"  # another day (a site's nights, each at 04:00): its date too
-    legend = _legend(plots.busbw_figure(explain.bench_frame([*found, again])).axes[0])
+    legend = _legend(bench_plot.busbw_figure(explain.bench_frame([*found, again])).axes[0])
     assert sorted(t for t in legend if t.startswith(slow)) == sorted(
         [f"{slow}{first[:10]} {first[11:19]}", slow + "2026-11-25 04:00:00"])
 
@@ -158,12 +158,12 @@ def test_busbw_draws_the_newest_runs_of_a_configuration_benchmarked_nightly(ladd
         night = _bench_at(0.2, 20 + i)
         night["run_id"], night["created"] = f"ar-0.2-night{i}", f"2099-01-{1 + i:02d}T12:40:00+00:00"
         nights.append(night)
-    ax = plots.busbw_figure(explain.bench_frame([*found, *nights])).axes[0]
+    ax = bench_plot.busbw_figure(explain.bench_frame([*found, *nights])).axes[0]
     assert len(ax.get_lines()) == 2 + forecast_view.PER_CONFIGURATION == 7
     slow = [line.get_ydata()[-1] for line in ax.get_lines() if "200 Mbit/s" in line.get_label()]
     assert sorted(slow) == sorted(ROWS[-1]["busbw_GBps"] / (20 + i) for i in range(3, 8))  # nights 3 to 7
     assert ax.get_legend().get_title().get_text() == "the newest 5 runs of each; 4 older not drawn"
-    whole = plots.busbw_figure(explain.bench_frame([*found, *nights[:3]])).axes[0]
+    whole = bench_plot.busbw_figure(explain.bench_frame([*found, *nights[:3]])).axes[0]
     assert len(whole.get_lines()) == 2 + 1 + 3 and not whole.get_legend().get_title().get_text()
 
 
