@@ -167,6 +167,19 @@ def test_busbw_draws_the_newest_runs_of_a_configuration_benchmarked_nightly(ladd
     assert len(whole.get_lines()) == 2 + 1 + 3 and not whole.get_legend().get_title().get_text()
 
 
+def test_a_long_busbw_legend_goes_beside_the_axes(ladder):
+    """More than BESIDE_AFTER benchmark lines (nine links here, beside the ladder's three): the legend leaves the
+    axes, whose lines it would cover, for the figure's right, and the figure widens; up to that, inside the axes."""
+    _, found = ladder
+    links = [_bench_at(gbit, 1 + gbit) for gbit in (0.5, 1, 4, 5, 8, 10, 25, 40, 100)]
+    fig = bench_plot.busbw_figure(explain.bench_frame([*found, *links]))
+    assert len(fig.axes[0].get_lines()) == 12 > bench_plot.BESIDE_AFTER
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1 and fig.get_figwidth() == 11
+    assert len(fig.legends[0].get_texts()) == 12
+    fig = bench_plot.busbw_figure(explain.bench_frame([*found, *links[:5]]))
+    assert fig.axes[0].get_legend() is not None and not fig.legends and fig.get_figwidth() == 7
+
+
 def test_report_md_lists_the_newest_benchmarks_and_allreduce_csv_every_one(ladder, tmp_path):
     """--export on a nightly folder: report.md's benchmark table holds the newest PER_CONFIGURATION runs of each
     configuration (10,000 replicated results: 43,000 rows, 6 of the export's 11 s in tabulate) and says where the

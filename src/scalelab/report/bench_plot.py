@@ -13,7 +13,8 @@ from scalelab.report import forecast_view, labels
 
 def bench_names(bench: pd.DataFrame) -> list:
     """Each all-reduce benchmark by what sets it apart ("2 dev, 2 nodes, emulated 200 Mbit/s"; the backend,
-    hardware or dtype where those differ); repeats of one configuration by the time they ran, never a run id."""
+    hardware or dtype where those differ); repeats of one configuration by the time they ran (and the date, where
+    they ran on several days), never a run id."""
     frame = bench.assign(world_size=bench["world_size"],
                          hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
     names = labels.names(frame)
@@ -24,7 +25,7 @@ def bench_names(bench: pd.DataFrame) -> list:
     created = [str(c or "") for c in frame["created"]]
     days = {}  # a name's repeats on several days (a site's nights, all at 04:00) by date and time
     for n, c in zip(names, created):
-        days.setdefault(n, set()).add(c[:10])
+        days.setdefault(n, set()).update([c[:10]] if c else [])
     return [f"{n}, run at {c[:10] + ' ' if len(days[n]) > 1 else ''}{c[11:19]}" if again and c else n
             for n, again, c in zip(names, repeated, created)]
 

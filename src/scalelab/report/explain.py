@@ -57,7 +57,7 @@ def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFra
     frame = pd.DataFrame(rows, columns=["run_id", "world_size", "num_nodes", "accelerator", "backend", "device",
                                         "created", "busbw_GBps", "dtype", "rows", "link", "link_gbit", "log", "source",
                                         "summary", "collective"])
-    return frame.sort_values("created", ascending=False)
+    return frame.sort_values("created", ascending=False, kind="stable")  # equal dates: as found
 
 
 def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device,

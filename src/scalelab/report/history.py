@@ -39,7 +39,7 @@ def series(runs: pd.DataFrame) -> pd.DataFrame:
     for _, g in ok.groupby("group", sort=False):
         base_key = g.sort_values(SCALE).iloc[0][SCALE].tolist()
         base = g[(g[SCALE] == base_key).all(axis=1)]
-        nearest = nearest_in_time(base["when"].to_numpy(), g["when"].to_numpy())
+        nearest = nearest_in_time(base["when"].to_numpy("datetime64[ns]"), g["when"].to_numpy("datetime64[ns]"))
         scale = g["world_size"] / base_key[0]
         ok.loc[g.index, "efficiency"] = g["throughput"].to_numpy() / (
             base["throughput"].to_numpy()[nearest] * scale.to_numpy())

@@ -77,7 +77,9 @@ def newest_runs(found: list, all_runs: bool = False) -> list:
 
 def render(found: list, pct: float = DEFAULT_PCT, fmt: str = "simple", all_runs: bool = False) -> str:
     """The per-rank view of every multi-rank run in `found`, one table per run."""
-    chosen = index.full(newest_runs(found, all_runs))  # their ranks' lists: from their files (the index holds rows)
+    # their ranks' lists, from their files (the index holds rows); one that no longer reads (removed since the
+    # scan) is left out, not replaced by the run before it
+    chosen = index.full(newest_runs(found, all_runs))
     if not chosen:
         return "No completed run on 2 or more devices here: the per-rank view needs one."
     out = [f"Per rank (compute: median of the no-sync probe steps, each rank alone; step: median of the normal "
