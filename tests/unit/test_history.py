@@ -119,6 +119,15 @@ def test_two_flat_levels_change_where_they_meet():
     assert [c.index for c in changes.find([0.1] * 10 + [0.3] * 10)] == [10]
 
 
+def test_a_change_is_dated_by_its_own_run_where_runs_before_it_had_no_value():
+    """Runs without a value (not finite, not above 0) are left out of the series, never out of the dates: the
+    change's date is the first run after it, not the date of the run as many places later."""
+    values = [float("nan"), 0.0, -1.0] + [100.0] * 10 + [70.0] * 10
+    dates = pd.Series(pd.date_range("2026-01-01", periods=len(values), freq="D", tz="UTC"))
+    (when, change), = history.judge(np.array(values), dates)["changes"]
+    assert when == pd.Timestamp("2026-01-14", tz="UTC") and change.size == pytest.approx(-0.3)
+
+
 def test_a_newest_run_without_a_throughput_is_not_judged(tmp_path):
     _site(tmp_path, 20)
     path = nightly.night(str(tmp_path), 20, 2, 6400.0)
