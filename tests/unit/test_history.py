@@ -102,6 +102,47 @@ def test_a_step_of_four_scatters_or_more_is_found_where_it_is(n, where, sigma, s
     assert abs(math.log1p(best.size) - step) <= 2 * sigma, (best, step)
 
 
+_LEVELS = st.lists(st.sampled_from([1.0, 1.5, 2.0]) | st.floats(0.5, 2.0), min_size=2 * changes.MIN_SEGMENT,
+                   max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=_LEVELS, offset=st.integers(0, 10 ** 6), part=st.floats(0.0, 1.0))
+def test_a_permutation_test_stopped_early_decides_as_all_its_shuffles_would(values, offset, part):
+    """significant() stops at the shuffle that puts p past ALPHA: its answer is what counting all SHUFFLES of its
+    generator gives, for a split's own statistic and for any threshold below it (most shuffles reach it)."""
+    logs = np.log(np.array(values))
+    stat = changes._best(logs)[1] * part
+    rng = np.random.default_rng([changes.SEED, offset, len(logs)])
+    reached = sum(changes._best(rng.permutation(logs))[1] >= stat for _ in range(changes.SHUFFLES))
+    assert changes.significant(logs, stat, offset) is ((1 + reached) / (changes.SHUFFLES + 1) <= changes.ALPHA)
+
+
+def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_are_the_segment_s_own():
+    """p = (1 + 1) / 200 is ALPHA itself: a change (the rule is p ≤ ALPHA). This segment's own generator (seeded by
+    its place) has one shuffle reach its split; a generator seeded by its length alone would have five."""
+    r = np.random.default_rng(25)
+    n = int(r.integers(10, 40))
+    logs = r.normal(0, 0.03, n)
+    logs[n // 2:] -= r.uniform(0, 0.05)
+    stat = changes._best(logs)[1]
+    own = np.random.default_rng([changes.SEED, 0, n])
+    assert sum(changes._best(own.permutation(logs))[1] >= stat for _ in range(changes.SHUFFLES)) == 1
+    assert changes.significant(logs, stat, 0)
+
+
+def test_a_significant_step_smaller_than_two_scatters_is_no_change():
+    """400 nights, a step of 1.5 scatters: the shuffles find it significant, the third rule names no change; at 3
+    scatters it is named where it is."""
+    rng = np.random.default_rng(5)
+    logs = rng.normal(0, 0.03, 400)
+    small, large = logs - np.where(np.arange(400) >= 200, 1.5 * 0.03, 0), logs - np.where(np.arange(400) >= 200,
+                                                                                              3 * 0.03, 0)
+    assert changes.significant(small, changes._best(small)[1], 0)
+    assert changes.find(np.exp(small)) == []
+    assert [abs(c.index - 200) <= 4 for c in changes.find(np.exp(large))] == [True]
+
+
 def test_a_bad_night_or_a_series_too_short_is_no_change():
     values = [100.0] * 20 + [60.0] + [100.0] * 20
     noisy = [v * math.exp(0.01 * math.sin(i)) for i, v in enumerate(values)]

@@ -6,7 +6,8 @@ Welch's two-sample t of log(value) before and after it; the best split of a segm
 no more than ALPHA of the segment's shuffles reach so large a best statistic (shuffled, the series has no change:
 the test is calibrated on the series itself, whatever its scatter, with the same multiple looks), (2) each side
 holds MIN_SEGMENT runs, and (3) the step is at least STEP_SCATTERS runs' own scatter (a significant 0.5 % is not
-"got slower", nor is a step most single nights reach). Each side is then searched again. On change-free series the
+"got slower", nor is a step most single nights reach); the shuffles are drawn only for a split that passes (3),
+and stop once the share is past ALPHA. Each side is then searched again. On change-free series the
 first two rules alone name a change in about ALPHA of them; with the third, none of 600 (3 % scatter, 30 to 400
 runs; tests/unit/test_history.py holds it to at most 2.5 %). Shuffles assume the nights are exchangeable without a
 change: a slow drift is not a step and may be cut into several. Deterministic: the shuffles come from a seeded
@@ -15,7 +16,7 @@ Torch- and pandas-free: report/history.py feeds it each configuration's series.
 """
 
 import math
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -68,30 +69,42 @@ def scatter(logs: np.ndarray) -> float:
     return float(np.std(logs, ddof=1)) if len(logs) > 1 else 0.0
 
 
-def find(values: Sequence[float], rng: Optional[np.random.Generator] = None) -> list:
+def find(values: Sequence[float]) -> list:
     """[Change] in the series (each value > 0, in time order), earliest first."""
     logs = np.log(np.asarray(values, dtype=float))
-    rng = rng or np.random.default_rng(SEED)
     found = []
-    _segment(logs, 0, rng, found)
+    _segment(logs, 0, found)
     found.sort()
     return [Change(i, _level(logs, found, i, -1), _level(logs, found, i, +1)) for i in found]
 
 
-def _segment(logs: np.ndarray, offset: int, rng: np.random.Generator, found: list) -> None:
+def _segment(logs: np.ndarray, offset: int, found: list) -> None:
     if len(logs) < 2 * MIN_SEGMENT:
         return
     k, stat = _best(logs)
     if k is None:
         return
-    reached = sum(_best(rng.permutation(logs))[1] >= stat for _ in range(SHUFFLES))
     step = abs(float(np.median(logs[k:]) - np.median(logs[:k])))
     within = math.sqrt((scatter(logs[:k]) ** 2 + scatter(logs[k:]) ** 2) / 2)
-    if (1 + reached) / (SHUFFLES + 1) > ALPHA or step < STEP_SCATTERS * within:
+    if step < STEP_SCATTERS * within or not significant(logs, stat, offset):  # the shuffles only where they decide
         return
     found.append(offset + k)
-    _segment(logs[:k], offset, rng, found)
-    _segment(logs[k:], offset + k, rng, found)
+    _segment(logs[:k], offset, found)
+    _segment(logs[k:], offset + k, found)
+
+
+def significant(logs: np.ndarray, stat: float, offset: int) -> bool:
+    """Whether at most ALPHA of the segment's SHUFFLES shuffles reach its best statistic, p = (1 + reached) /
+    (SHUFFLES + 1): stopped at the shuffle that makes it more (a change-free segment's first few, mostly). Each
+    segment shuffles with a generator of its own (seeded by its place in the series), so where one stops moves no
+    other segment's shuffles."""
+    rng = np.random.default_rng([SEED, offset, len(logs)])
+    reached = 0
+    for _ in range(SHUFFLES):
+        reached += _best(rng.permutation(logs))[1] >= stat
+        if (1 + reached) / (SHUFFLES + 1) > ALPHA:
+            return False
+    return True
 
 
 def _level(logs: np.ndarray, found: list, i: int, side: int) -> float:
