@@ -126,9 +126,23 @@ def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_a
     logs = r.normal(0, 0.03, n)
     logs[n // 2:] -= r.uniform(0, 0.05)
     stat = changes._best(logs)[1]
-    own = np.random.default_rng([changes.SEED, 0, n])
-    assert sum(changes._best(own.permutation(logs))[1] >= stat for _ in range(changes.SHUFFLES)) == 1
+    def reached(rng):
+        return sum(changes._best(rng.permutation(logs))[1] >= stat for _ in range(changes.SHUFFLES))
+
+    assert reached(np.random.default_rng([changes.SEED, 0, n])) == 1
+    assert reached(np.random.default_rng([changes.SEED, n])) == 5
     assert changes.significant(logs, stat, 0)
+
+
+def test_a_split_the_step_rule_refuses_is_never_shuffled(monkeypatch):
+    """The shuffles are drawn only where they decide: a change-free series' best split is too small a step."""
+    def shuffled(*args):
+        raise AssertionError("shuffled")
+
+    monkeypatch.setattr(changes, "significant", shuffled)
+    assert changes.find(np.exp(np.random.default_rng(3).normal(0, 0.03, 300))) == []
+    with pytest.raises(AssertionError, match="shuffled"):  # a step of 5 scatters is tested
+        changes.find([100.0] * 20 + [85.0] * 20 + [100.0 + (i % 3) for i in range(5)])
 
 
 def test_a_significant_step_smaller_than_two_scatters_is_no_change():
@@ -164,7 +178,8 @@ def test_a_change_is_dated_by_its_own_run_where_runs_before_it_had_no_value():
     """Runs without a value (not finite, not above 0) are left out of the series, never out of the dates: the
     change's date is the first run after it, not the date of the run as many places later."""
     values = [float("nan"), 0.0, -1.0] + [100.0] * 10 + [70.0] * 10
-    dates = pd.Series(pd.date_range("2026-01-01", periods=len(values), freq="D", tz="UTC"))
+    dates = pd.Series(pd.date_range("2026-01-01", periods=len(values), freq="D", tz="UTC"),
+                      index=np.arange(len(values))[::-1] * 7)  # a groupby's slice: labels are not places
     (when, change), = history.judge(np.array(values), dates)["changes"]
     assert when == pd.Timestamp("2026-01-14", tz="UTC") and change.size == pytest.approx(-0.3)
 

@@ -121,7 +121,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
     where each prediction's exposure came from, a long column)."""
     if track.empty:  # nothing judged: say so where the runs that would have been were left out
         said = left_out(runs)
-        return ["Track record: no multi-device configuration left to judge", *said, ""] if said else []
+        return ["Track record: nothing judged", *said, ""] if said else []
     letters = report_letters(runs)
     wide = (track["eff_high"] - track["eff_low"]) > WIDE_BAND
     rows = [[letters.get(r.group, "?"), r.world_size, _nodes(r), band_cell(fc.Band(r.eff_low, r.predicted_eff,
