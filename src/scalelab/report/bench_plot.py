@@ -15,8 +15,7 @@ def bench_names(bench: pd.DataFrame) -> list:
     """Each all-reduce benchmark by what sets it apart ("2 dev, 2 nodes, emulated 200 Mbit/s"; the backend,
     hardware or dtype where those differ); repeats of one configuration by the time they ran (and the date, where
     they ran on several days), never a run id."""
-    frame = bench.assign(world_size=bench["world_size"],
-                         hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
+    frame = bench.assign(hardware=[d if a == "gpu" else "CPU" for a, d in zip(bench["accelerator"], bench["device"])])
     names = labels.names(frame)
     for field in ("backend", "hardware", "dtype"):
         if frame[field].astype(str).nunique() > 1:

@@ -49,10 +49,10 @@ def bench_points(bench: pd.DataFrame) -> dict:
 
 
 def newest_benchmarks(bench: pd.DataFrame) -> pd.DataFrame:
-    """The newest PER_CONFIGURATION benchmarks of each configuration, newest first: what a calibration reads and
-    the busbw plot and report.md show (a site's nightly folder holds thousands of each)."""
-    newest_first = bench.sort_values("created", ascending=False, kind="stable")
-    return newest_first.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
+    """The newest PER_CONFIGURATION benchmarks of each configuration, newest first (bench: explain.bench_frame's
+    order, or rows of it): what a calibration reads and the busbw plot and report.md show (a site's nightly folder
+    holds thousands of each)."""
+    return bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
 
 
 def recent(runs: pd.DataFrame) -> pd.DataFrame:
