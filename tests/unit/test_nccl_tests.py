@@ -10,7 +10,7 @@ from scalelab import files, results
 from scalelab.bench import allreduce, nccl_format, nccl_tests
 from scalelab.bench.nccl_tests import NcclTestsError
 from scalelab.perfmodel.network import bandwidths, plateau_busbw
-from scalelab.report import cli, explain, export
+from scalelab.report import bench_plot, cli, explain, export
 
 MiB = 2**20
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -515,7 +515,6 @@ def test_without_training_runs_the_log_is_still_shown(tmp_path, capsys):
 
 
 def test_the_plot_legend_names_the_log_file(tmp_path):
-    bench_plot = pytest.importorskip("scalelab.report.bench_plot")
     out = _training_folder(tmp_path)
     (out / "all_reduce_perf-2.x.txt").write_text(NEW)
     bench = cli.build(str(out)).bench
