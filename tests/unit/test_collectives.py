@@ -3,14 +3,18 @@
 all-reduce prediction."""
 
 import functools
+import re
 
 import pytest
 import torch
 
-from helpers import load_results, run_script, two_gloo_ranks
+from helpers import ROOT, load_results, run_script, two_gloo_ranks
+from scalelab import results
 from scalelab.bench import collectives, nccl_tests
 from scalelab.bench.collectives import ALL_GATHER, ALL_REDUCE, COLLECTIVES, REDUCE_SCATTER, collective_of
+from scalelab.errors import ResultError
 from scalelab.perfmodel.network import bandwidths, bus_factor, message_sizes
+from scalelab.record import blocks
 
 KiB = 2**10
 
@@ -65,6 +69,22 @@ def test_results_without_a_collective_are_all_reduces():
     assert collective_of({"config": None}) == "all_reduce"
     assert collective_of({"config": {"dtype": "float32"}}) == "all_reduce"
     assert collective_of({"config": {"collective": "all_gather"}}) == "all_gather"
+
+
+def test_the_declaration_names_the_collectives_this_benchmark_runs():
+    """record's config.collective holds a file to these names: one more here and its results would be refused."""
+    assert sorted(blocks.COLLECTIVES) == sorted(COLLECTIVES)
+
+
+def test_a_collective_no_benchmark_runs_skips_its_file_naming_the_field(tmp_path):
+    """Before: config.collective was read but not declared; "bogus" or [1, 2] there passed, and the report silently
+    took the benchmark for no all-reduce at all."""
+    bench = next(r for r in load_results(ROOT / "tests" / "data" / "demo-results") if r["kind"] == "allreduce")
+    for value, said in (("bogus", "'bogus'"), ([1, 2], "[1, 2]")):
+        bad = dict(bench, config=dict(bench["config"], collective=value))
+        with pytest.raises(ResultError, match=rf"^field config.collective: expected one of all_gather, all_reduce, "
+                                               rf"reduce_scatter or null, got {re.escape(said)}"):
+            results.validate(bad)
 
 
 # --- the checks, by hand --------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from scalelab.record.kinds import (
     text,
 )
 
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")  # bench/collectives.py's (a test holds them equal)
+
 # --- the envelope's blocks ----------------------------------------------------------------------------------------
 
 class Link(Block):
@@ -299,8 +301,10 @@ class Row(Block):
 
 
 class BenchConfig(Block):
-    """The benchmark's flags (bench/allreduce.py); only dtype is read."""
+    """The benchmark's flags (bench/allreduce.py); dtype and collective are read."""
     dtype: Optional[text("the element type benchmarked")] = None
+    collective: Optional[described(Literal[COLLECTIVES], "what it timed (bench/collectives.py's names); left out or "
+                                   "null: all_reduce, as before --collective")] = None
 
 
 class Allreduce(Result, kw_only=True, tag="allreduce"):
