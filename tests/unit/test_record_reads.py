@@ -1,0 +1,333 @@
+"""Every field a reader takes from a result is one the declaration names (scalelab/record/): read in the source.
+
+A reader that indexes a result's dict (`run["launch"]["world_size"]`, `(r.get("slurm") or {}).get("job_id")`) gets
+nothing from the declaration: a misspelt or undeclared key reads as missing, a column stays empty, a claim says
+SKIP, and a file holding a wrong value there is never refused (the declaration checks only what it names; before
+this test, `config.collective` of a benchmark was read and never declared). The test walks scalelab's source with
+`ast`: each chain of keys that starts at a result's section (a top-level field of a training or benchmark result),
+at a name bound to a part of one (`t = run["timing"]`, `for r in run["ranks"]`), or at a parameter that a caller
+in scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`), is followed through the
+declaration's types; a key that no block on its way declares fails, naming the module, the function, the line and
+the path. Not followed: what a function returns, a dict a reader builds anew (the report's light rows and frames,
+whose columns test_record.py resolves), a method's parameters. upgrades.py reads the older layouts on purpose and
+is not walked.
+"""
+
+import ast
+import pathlib
+
+import msgspec.inspect as mi
+import pytest
+
+from helpers import SRC
+from scalelab import record
+
+PACKAGE = pathlib.Path(SRC) / "scalelab"
+OLDER_LAYOUTS = {"upgrades.py"}  # it reads what earlier versions wrote, then rewrites it as this one declares
+RESULT = mi.UnionType((mi.type_info(record.Training), mi.type_info(record.Allreduce)))
+OPEN = "any key"  # a mapping or an Any: whatever it holds is not declared field by field
+
+
+def _types(t) -> list:
+    """t's alternatives, each without its Meta (bounds, doc) and without None."""
+    out = []
+    for m in (t.types if isinstance(t, mi.UnionType) else (t,)):
+        while isinstance(m, mi.Metadata):
+            m = m.type
+        if isinstance(m, mi.UnionType):
+            out += _types(m)
+        elif not isinstance(m, mi.NoneType):
+            out.append(m)
+    return out
+
+
+def step(t, key):
+    """The type under `key` (a str: a field or a mapping's key; an int: a list's item), OPEN where anything may
+    be there, None where nothing declares it. Where one kind of result declares a block and another leaves the
+    field open (a benchmark's config, a training run's flags), the block decides: a reader that takes a key the
+    block does not name reads what no check holds to anything."""
+    if t == OPEN:
+        return OPEN
+    found, kinds = [], _types(t)
+    for m in kinds:
+        if isinstance(m, mi.StructType) and isinstance(key, str):
+            found += [f.type for f in m.fields if f.encode_name == key]
+        elif isinstance(m, mi.DictType) and isinstance(key, str):
+            if isinstance(m.value_type, mi.AnyType):
+                return OPEN
+            found.append(m.value_type)
+        elif isinstance(m, (mi.ListType, mi.VarTupleType)) and isinstance(key, int):
+            found.append(m.item_type)
+    if not found:
+        declared = any(isinstance(m, (mi.StructType, mi.DictType, mi.ListType)) for m in kinds)
+        return OPEN if not declared and any(isinstance(m, mi.AnyType) for m in kinds) else None
+    return found[0] if len(found) == 1 else mi.UnionType(tuple(found))
+
+
+def _bare(node):
+    """`(x or {})` and `(x or [])` as x: a reader's guard for a section left out."""
+    while (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2
+           and isinstance(node.values[1], (ast.Dict, ast.List)) and not getattr(node.values[1], "keys", None)
+           and not getattr(node.values[1], "elts", None)):
+        node = node.values[0]
+    return node
+
+
+def _key(node):
+    """(what is indexed, the key) of x["k"], x[0], x.get("k"[, default]); (None, None) for anything else."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and isinstance(node.slice.value, (str, int)) and not isinstance(node.slice.value, bool):
+        return _bare(node.value), node.slice.value
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.UnaryOp) and isinstance(node.slice.op, ast.USub) \
+            and isinstance(node.slice.operand, ast.Constant) and isinstance(node.slice.operand.value, int):
+        return _bare(node.value), -node.slice.operand.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return _bare(node.func.value), node.args[0].value
+    return None, None
+
+
+def _chain(node) -> tuple:
+    """(the root expression, its keys in order) of a chain of keys; keys [] where node indexes nothing."""
+    keys = []
+    node = _bare(node)
+    while True:
+        base, key = _key(node)
+        if base is None:
+            return node, keys[::-1]
+        keys.append(key)
+        node = base
+
+
+class Reads:
+    """The chains of keys one scope (a module's top level or one function) reads from results, and the names it
+    binds to a part of one."""
+
+    def __init__(self, where: str):
+        self.where, self.bound, self.checked, self.undeclared = where, {}, 0, []
+
+    def resolve(self, node, report: bool):
+        """The declared type node reads (None: not a part of a result, or not known to be)."""
+        root, keys = _chain(node)
+        if isinstance(root, ast.Name) and root.id in self.bound:
+            t = self.bound[root.id]
+        else:
+            while keys and isinstance(keys[0], int):  # found[0]["launch"]: a list of results' item
+                keys = keys[1:]
+            if not keys or step(RESULT, keys[0]) is None:
+                return None
+            t = RESULT
+        for i, key in enumerate(keys):
+            t = step(t, key)
+            if t is None:
+                if report:
+                    self.undeclared.append((node.lineno, self._say(root, keys[:i + 1])))
+                return None
+        if report and keys:
+            self.checked += 1
+        return t
+
+    @staticmethod
+    def _say(root, keys) -> str:
+        name = root.id if isinstance(root, ast.Name) else "..."
+        return name + "".join(f"[{k!r}]" for k in keys)
+
+
+def _bind(reads: Reads, target, value, items: bool) -> None:
+    """target = value (items: for target in value) where value is a part of a result: the name keeps its type."""
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+        for t, v in zip(target.elts, value.elts):
+            _bind(reads, t, v, items)
+        return
+    if not isinstance(target, ast.Name):
+        return
+    t = reads.resolve(value, report=False)
+    if t is not None and items:
+        t = step(t, 0)
+    if t is None or t == OPEN:
+        reads.bound.pop(target.id, None)  # rebound to something else: no longer followed
+    else:
+        reads.bound[target.id] = t
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _own(body) -> list:
+    """The nodes of a body, not those of the functions and classes it defines."""
+    stack, out = [n for n in body if not isinstance(n, _SCOPES)], []
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack += [child for child in ast.iter_child_nodes(node) if not isinstance(child, _SCOPES)]
+    return out
+
+
+def _events(nodes) -> list:
+    """What a scope does, in the order Python runs it: a name is bound after its value is read (x = ...), a loop's
+    and a comprehension's names before their body reads them; each chain read once, at its outermost key; each
+    call, to pass what its arguments are to the function it calls."""
+    inner = {id(_bare(base)) for node in nodes for base in [_key(node)[0]] if base is not None}
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            out.append(((node.end_lineno, node.end_col_offset), "bind", node.targets[0], node.value, False))
+        elif isinstance(node, ast.For):
+            out.append(((node.lineno, node.col_offset), "bind", node.target, node.iter, True))
+        elif isinstance(node, _COMPREHENSIONS):
+            out += [((node.lineno, node.col_offset), "bind", g.target, g.iter, True) for g in node.generators]
+        elif isinstance(node, ast.Call):
+            out.append(((node.end_lineno, node.end_col_offset), "call", node, None, None))
+        if id(node) not in inner and _key(node)[0] is not None:
+            out.append(((node.lineno, node.col_offset), "read", node, None, None))
+    return sorted(out, key=lambda e: (e[0], e[1] != "bind"))
+
+
+class Program:
+    """scalelab's modules read together: what a function's caller passes it (a result, a section, a rank) is what
+    its parameter reads as, in the module that defines it or one that imports it from scalelab."""
+
+    def __init__(self, sources: dict):
+        self.trees = {module: ast.parse(source) for module, source in sources.items()}
+        self.defs = {(m, f.name): f for m, tree in self.trees.items() for f in tree.body
+                     if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.names = {m: self._imports(m, tree) for m, tree in self.trees.items()}
+        self.params = {}  # (module, function) -> {parameter: the type a caller passed}
+
+    def _imports(self, module: str, tree) -> dict:
+        """name in this module -> ("module", dotted) or ("function", (module, name)), for scalelab's own."""
+        out = {name: ("function", (module, name)) for m, name in self.defs if m == module}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "scalelab":
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}"
+                    out[alias.asname or alias.name] = (("module", dotted) if dotted in self.trees else
+                                                       ("function", (node.module, alias.name)))
+        return out
+
+    def _callee(self, module: str, func):
+        if isinstance(func, ast.Name):
+            kind, what = self.names[module].get(func.id, (None, None))
+            return what if kind == "function" and what in self.defs else None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            kind, what = self.names[module].get(func.value.id, (None, None))
+            return (what, func.attr) if kind == "module" and (what, func.attr) in self.defs else None
+        return None
+
+    def _pass(self, reads: Reads, module: str, call) -> None:
+        """What call's arguments are, to its callee's parameters (several callers: any of what they pass)."""
+        callee = self._callee(module, call.func)
+        if callee is None:
+            return
+        spec = self.defs[callee].args
+        named = [a.arg for a in spec.posonlyargs + spec.args]
+        given = list(zip(named, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg in named]
+        for name, value in given:
+            t = None if isinstance(value, ast.Starred) else reads.resolve(value, report=False)
+            if t is None or t == OPEN:
+                continue
+            kinds = self.params.setdefault(callee, {})
+            was = _types(kinds[name]) if name in kinds else []
+            more = [m for m in _types(t) if m not in was]
+            if more:
+                kinds[name] = (was + more)[0] if len(was + more) == 1 else mi.UnionType((*was, *more))
+
+    def scopes(self):
+        """(module, function or None, its own nodes) of every scope."""
+        for module, tree in self.trees.items():
+            yield module, None, _own(tree.body)
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield module, node, _own(node.body)
+
+    def reads(self) -> list:
+        """A Reads per scope, once what each parameter is stops growing."""
+        for _ in range(10):
+            before = {k: dict(v) for k, v in self.params.items()}
+            out = []
+            for module, func, nodes in self.scopes():
+                reads = Reads(f"{module}:{func.name if func else '<module>'}")
+                if func is not None and (module, func.name) in self.defs and self.defs[module, func.name] is func:
+                    reads.bound.update(self.params.get((module, func.name), {}))
+                for _, what, node, value, items in _events(nodes):
+                    if what == "bind":
+                        _bind(reads, node, value, items)
+                    elif what == "call":
+                        self._pass(reads, module, node)
+                    else:
+                        reads.resolve(node, report=True)
+                out.append(reads)
+            if before == self.params:
+                return out
+        raise AssertionError("what the parameters are did not settle")
+
+
+def reads_of(source: str, where: str) -> list:
+    """A Reads per scope of one module's source, read alone."""
+    return Program({where: source}).reads()
+
+
+def _modules() -> dict:
+    """scalelab's modules by dotted name, their sources; upgrades.py (older layouts) and record/ itself left out."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if path.name not in OLDER_LAYOUTS and parts[0] != "record":
+            dotted = ".".join(("scalelab", *parts[:-1], *([] if parts[-1] == "__init__" else [parts[-1]])))
+            out[dotted] = path.read_text(encoding="utf-8")
+    return out
+
+
+def test_every_field_a_reader_takes_from_a_result_is_declared():
+    """Each chain of keys into a result, in every module, names declared fields only."""
+    checked, undeclared = 0, []
+    for reads in Program(_modules()).reads():
+        checked += reads.checked
+        undeclared += [f"{reads.where} line {line}: {said}" for line, said in reads.undeclared]
+    assert not undeclared, "read but not declared in scalelab/record/:\n" + "\n".join(undeclared)
+    assert checked >= 250, f"only {checked} reads followed: the walk no longer finds the readers"
+
+
+@pytest.mark.parametrize("source, said", [
+    ('def f(run):\n    return run["launch"]["world_sise"]\n', "run['launch']['world_sise']"),
+    ('def f(run):\n    return (run.get("slurm") or {}).get("jobid")\n', "run['slurm']['jobid']"),
+    ('def f(run):\n    t = run["timing"]\n    return t.get("mfu"), t["comm"].get("waited")\n',
+     "t['comm']['waited']"),
+    ('def f(run):\n    for r in run["ranks"]:\n        d = r["devices"]\n        yield d["util_avg"]\n',
+     "d['util_avg']"),
+    ('def f(run):\n    return [r.get("stepp_times_s") for r in run.get("ranks") or []]\n',
+     "r['stepp_times_s']"),
+    ('def f(runs):\n    return runs[0]["ranks"][0]["devices"]["source"], runs[0]["ranks"][-1]["devise"]\n',
+     "runs['ranks'][-1]['devise']"),
+    ('def f(bench):\n    return (bench.get("config") or {}).get("collectiv")\n', "bench['config']['collectiv']"),
+])
+def test_a_misspelt_field_is_found_wherever_the_reader_reads_it(source, said):
+    """The walk follows a section's key, a name bound to a section or to a rank, a comprehension, a guard
+    (`or {}`) and a list's item; each planted misspelling is named, and only it."""
+    found = [s for reads in reads_of(source, "planted") for _, s in reads.undeclared]
+    assert found == [said]
+
+
+def test_a_misspelt_field_is_found_in_a_function_a_part_of_a_result_is_passed_to():
+    """A rank handed to a helper of its module, a section to another module's function (imported either way), a
+    part handed on twice: each parameter reads as what its callers pass."""
+    caller = ('from scalelab import helper\nfrom scalelab.helper import comm\n'
+              'def claim(run):\n    for r in run["ranks"]:\n        _one(r)\n'
+              '    helper.launch_of(run["launch"])\n    comm(t=run["timing"])\n'
+              'def _one(rank):\n    return rank["device_nam"]\n')
+    helper = ('def launch_of(launch):\n    return _link(launch.get("link"))\n'
+              'def _link(link):\n    return link["gbits"]\n'
+              'def comm(t):\n    return t["comm"]["waited"]\n')
+    found = sorted(s for reads in Program({"scalelab.caller": caller, "scalelab.helper": helper}).reads()
+                   for _, s in reads.undeclared)
+    assert found == ["link['gbits']", "rank['device_nam']", "t['comm']['waited']"]
+
+
+def test_fields_that_are_declared_or_open_pass():
+    """Declared fields, a mapping's keys (metrics, fingerprint.wire) and what is not a result pass."""
+    source = ('def f(run, cfg):\n    t = run["timing"]\n    m = run["metrics"]["train_loss"]\n'
+              '    w = run["fingerprint"]["wire"]["all_reduce"]["bytes"]\n'
+              '    return t["comm"]["waited_s"], run["launch"]["link"]["gbit"], cfg["model"]["depth"], m, w\n')
+    (reads,) = [r for r in reads_of(source, "ok") if r.where == "ok:f"]
+    assert reads.undeclared == [] and reads.checked == 5
