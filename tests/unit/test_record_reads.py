@@ -5,12 +5,12 @@ nothing from the declaration: a misspelt or undeclared key reads as missing, a c
 SKIP, and a file holding a wrong value there is never refused (the declaration checks only what it names; before
 this test, `config.collective` of a benchmark was read and never declared). The test walks scalelab's source with
 `ast`: each chain of keys that starts at a result's section (a top-level field of a training or benchmark result),
-at a name bound to a part of one (`t = run["timing"]`, `for r in run["ranks"]`), or at a parameter that a caller
-in scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`), is followed through the
-declaration's types; a key that no block on its way declares fails, naming the module, the function, the line and
-the path. Not followed: what a function returns, a dict a reader builds anew (the report's light rows and frames,
-whose columns test_record.py resolves), a method's parameters. upgrades.py reads the older layouts on purpose and
-is not walked.
+at a name bound to a part of one (`t = run["timing"]`, `for r in run["ranks"]`), at a parameter that a caller in
+scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`), or at a rank's record where a
+run builds it (`ctx.rank_record()`, `gather(...)`: RETURNS) is followed through the declaration's types; a key
+that no block on its way declares fails, naming the module, the function, the line and the path. Not followed:
+what any other function returns (a rank's optimizer view, the report's light rows and frames, whose columns
+test_record.py resolves), a method's parameters. upgrades.py reads the older layouts on purpose and is not walked.
 """
 
 import ast
@@ -25,6 +25,10 @@ from scalelab import record
 PACKAGE = pathlib.Path(SRC) / "scalelab"
 OLDER_LAYOUTS = {"upgrades.py"}  # it reads what earlier versions wrote, then rewrites it as this one declares
 RESULT = mi.UnionType((mi.type_info(record.Training), mi.type_info(record.Allreduce)))
+# Where a part of a result is made rather than read: a rank's record as its run builds it, and the ranks' records
+# gathered (train/payload.py); what they give is followed into every function they are handed to.
+RANK = mi.type_info(record.Rank)
+RETURNS = {("method", "rank_record"): RANK, ("scalelab.train.payload", "gather"): mi.ListType(RANK)}
 OPEN = "any key"  # a mapping or an Any: whatever it holds is not declared field by field
 
 
@@ -103,14 +107,20 @@ class Reads:
     """The chains of keys one scope (a module's top level or one function) reads from results, and the names it
     binds to a part of one."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, returned=lambda call: None):
         self.where, self.bound, self.checked, self.undeclared = where, {}, 0, []
+        self.returned = returned  # what a call gives where it gives a part of a result (RETURNS), else None
 
     def resolve(self, node, report: bool):
         """The declared type node reads (None: not a part of a result, or not known to be)."""
         root, keys = _chain(node)
+        items = [self.resolve(e, report=False) for e in root.elts] if isinstance(root, ast.List) else []
         if isinstance(root, ast.Name) and root.id in self.bound:
             t = self.bound[root.id]
+        elif isinstance(root, ast.Call) and self.returned(root) is not None:
+            t = self.returned(root)
+        elif items and None not in items and OPEN not in items and all(i == items[0] for i in items):
+            t = mi.ListType(items[0])  # [ctx.rank_record()]: a list of them
         else:
             while keys and isinstance(keys[0], int):  # found[0]["launch"]: a list of results' item
                 keys = keys[1:]
@@ -215,6 +225,14 @@ class Program:
             return (what, func.attr) if kind == "module" and (what, func.attr) in self.defs else None
         return None
 
+    def _returned(self, module: str):
+        def returned(call):
+            func = call.func
+            if isinstance(func, ast.Attribute) and ("method", func.attr) in RETURNS:
+                return RETURNS["method", func.attr]
+            return RETURNS.get(self._callee(module, func) or ("", ""))
+        return returned
+
     def _pass(self, reads: Reads, module: str, call) -> None:
         """What call's arguments are, to its callee's parameters (several callers: any of what they pass)."""
         callee = self._callee(module, call.func)
@@ -247,7 +265,7 @@ class Program:
             before = {k: dict(v) for k, v in self.params.items()}
             out = []
             for module, func, nodes in self.scopes():
-                reads = Reads(f"{module}:{func.name if func else '<module>'}")
+                reads = Reads(f"{module}:{func.name if func else '<module>'}", self._returned(module))
                 if func is not None and (module, func.name) in self.defs and self.defs[module, func.name] is func:
                     reads.bound.update(self.params.get((module, func.name), {}))
                 for _, what, node, value, items in _events(nodes):
@@ -286,7 +304,7 @@ def test_every_field_a_reader_takes_from_a_result_is_declared():
         checked += reads.checked
         undeclared += [f"{reads.where} line {line}: {said}" for line, said in reads.undeclared]
     assert not undeclared, "read but not declared in scalelab/record/:\n" + "\n".join(undeclared)
-    assert checked >= 250, f"only {checked} reads followed: the walk no longer finds the readers"
+    assert checked >= 300, f"only {checked} reads followed: the walk no longer finds the readers"
 
 
 @pytest.mark.parametrize("source, said", [
@@ -322,6 +340,19 @@ def test_a_misspelt_field_is_found_in_a_function_a_part_of_a_result_is_passed_to
     found = sorted(s for reads in Program({"scalelab.caller": caller, "scalelab.helper": helper}).reads()
                    for _, s in reads.undeclared)
     assert found == ["link['gbits']", "rank['device_nam']", "t['comm']['waited']"]
+
+
+def test_a_rank_record_as_a_run_builds_it_is_followed_into_what_reads_it():
+    """Where a run makes the records rather than reads them (RETURNS): a rank's own record, the gathered ones, and
+    a list of one, handed on."""
+    run = ('from scalelab.train.payload import gather\nfrom scalelab import timing\n'
+           'def end(ctx):\n    per_rank = gather(ctx.rank_record())\n    timing.summary(per_rank)\n'
+           '    own = [ctx.rank_record()]\n    return own[0]["step_time_s"]\n')
+    payload = 'def gather(record):\n    return [record]\n'
+    timing = 'def summary(per_rank):\n    return [r["lossses"] for r in per_rank]\n'
+    found = sorted(s for reads in Program({"scalelab.run": run, "scalelab.train.payload": payload,
+                                           "scalelab.timing": timing}).reads() for _, s in reads.undeclared)
+    assert found == ["own[0]['step_time_s']", "r['lossses']"]
 
 
 def test_fields_that_are_declared_or_open_pass():
