@@ -4,13 +4,20 @@ A reader that indexes a result's dict (`run["launch"]["world_size"]`, `(r.get("s
 nothing from the declaration: a misspelt or undeclared key reads as missing, a column stays empty, a claim says
 SKIP, and a file holding a wrong value there is never refused (the declaration checks only what it names; before
 this test, `config.collective` of a benchmark was read and never declared). The test walks scalelab's source with
-`ast`: each chain of keys that starts at a result's section (a top-level field of a training or benchmark result),
-at a name bound to a part of one (`t = run["timing"]`, `for r in run["ranks"]`), at a parameter that a caller in
-scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`), or at a rank's record where a
-run builds it (`ctx.rank_record()`, `gather(...)`: RETURNS) is followed through the declaration's types; a key
-that no block on its way declares fails, naming the module, the function, the line and the path. Not followed:
-what any other function returns (a rank's optimizer view, the report's light rows and frames, whose columns
-test_record.py resolves), a method's parameters. upgrades.py reads the older layouts on purpose and is not walked.
+`ast` and follows each chain of keys through the declaration's types, failing on a key that no block on its way
+declares (module, function, line, path). A chain is followed from:
+- a key that is a result's section (`x["timing"]["comm"]`): the keys under it;
+- a name its scope indexes by two or more sections (a whole result, or a list of them): every key, the first too;
+- a name bound to a part of one (`t = run["timing"]`, `:=`, `for r in run["ranks"]`, comprehensions, `enumerate`,
+  `zip`), in the order Python binds it;
+- a parameter that a caller in scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`,
+  by place or by name), and a lambda's (a report column's reader);
+- a rank's record where a run builds it (`ctx.rank_record()`, `gather(...)`: RETURNS).
+Not followed, so not checked: the first key of a name indexed by one section only; keys of a declared mapping
+(`metrics`, a benchmark's `summary`: any key); what any other function returns (a rank's optimizer view, the
+report's light rows and frames, whose columns test_record.py resolves through `at()`); a method's parameters and a
+nested function's free names; functions passed by name (`map(f, ranks)`, `key=f`). upgrades.py reads the older
+layouts on purpose and is not walked.
 """
 
 import ast
@@ -52,20 +59,23 @@ def step(t, key):
     block does not name reads what no check holds to anything."""
     if t == OPEN:
         return OPEN
-    found, kinds = [], _types(t)
+    found, kinds, open_ = [], _types(t), False
     for m in kinds:
         if isinstance(m, mi.StructType) and isinstance(key, str):
             found += [f.type for f in m.fields if f.encode_name == key]
+            if key == m.tag_field:  # "kind": the tag that picks the result's declaration
+                found.append(mi.StrType())
         elif isinstance(m, mi.DictType) and isinstance(key, str):
             if isinstance(m.value_type, mi.AnyType):
-                return OPEN
-            found.append(m.value_type)
+                open_ = True
+            else:
+                found.append(m.value_type)
         elif isinstance(m, (mi.ListType, mi.VarTupleType)) and isinstance(key, int):
             found.append(m.item_type)
-    if not found:
-        declared = any(isinstance(m, (mi.StructType, mi.DictType, mi.ListType)) for m in kinds)
-        return OPEN if not declared and any(isinstance(m, mi.AnyType) for m in kinds) else None
-    return found[0] if len(found) == 1 else mi.UnionType(tuple(found))
+    if found:
+        return found[0] if len(found) == 1 else mi.UnionType(tuple(found))
+    declared = any(isinstance(m, (mi.StructType, mi.ListType)) for m in kinds)
+    return OPEN if open_ or (not declared and any(isinstance(m, mi.AnyType) for m in kinds)) else None
 
 
 def _bare(node):
@@ -107,9 +117,10 @@ class Reads:
     """The chains of keys one scope (a module's top level or one function) reads from results, and the names it
     binds to a part of one."""
 
-    def __init__(self, where: str, returned=lambda call: None):
+    def __init__(self, where: str, returned=lambda call: None, results=None):
         self.where, self.bound, self.checked, self.undeclared = where, {}, 0, []
         self.returned = returned  # what a call gives where it gives a part of a result (RETURNS), else None
+        self.bound.update(results or {})  # names this scope reads as a whole result (or a list of them)
 
     def resolve(self, node, report: bool):
         """The declared type node reads (None: not a part of a result, or not known to be)."""
@@ -122,12 +133,15 @@ class Reads:
         elif items and None not in items and OPEN not in items and all(i == items[0] for i in items):
             t = mi.ListType(items[0])  # [ctx.rank_record()]: a list of them
         else:
-            while keys and isinstance(keys[0], int):  # found[0]["launch"]: a list of results' item
-                keys = keys[1:]
-            if not keys or step(RESULT, keys[0]) is None:
+            lead = next((i for i, k in enumerate(keys) if not isinstance(k, int)), len(keys))
+            if lead == len(keys) or step(RESULT, keys[lead]) is None:  # found[0]["launch"]: a list's result
                 return None
             t = RESULT
+            for _ in range(lead):
+                t = mi.ListType(t)
         for i, key in enumerate(keys):
+            if isinstance(key, str) and key.startswith("_"):
+                return None  # a reader's own mark (_path, _row): results.validate drops any a file holds
             t = step(t, key)
             if t is None:
                 if report:
@@ -149,6 +163,14 @@ def _bind(reads: Reads, target, value, items: bool) -> None:
         for t, v in zip(target.elts, value.elts):
             _bind(reads, t, v, items)
         return
+    if items and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and not value.keywords \
+            and isinstance(target, ast.Tuple):
+        if value.func.id == "enumerate" and len(value.args) == 1 and len(target.elts) == 2:
+            return _bind(reads, target.elts[1], value.args[0], items)  # for i, r in enumerate(ranks)
+        if value.func.id == "zip" and len(value.args) == len(target.elts):
+            for t, v in zip(target.elts, value.args):  # for r, step in zip(ranks, steps)
+                _bind(reads, t, v, items)
+            return
     if not isinstance(target, ast.Name):
         return
     t = reads.resolve(value, report=False)
@@ -174,6 +196,31 @@ def _own(body) -> list:
     return out
 
 
+# The sections of a result that are blocks: a name whose key is one of them is read as a whole result throughout
+# its scope (its other keys too, the first included). `config` is left out: a word too many dicts use.
+BLOCKS = {f.encode_name for kind in (record.Training, record.Allreduce) for f in mi.type_info(kind).fields
+          if any(isinstance(m, (mi.StructType, mi.ListType)) for m in _types(f.type))} - {"config"}
+
+
+def _results(nodes) -> dict:
+    """The names a scope indexes by two or more of a result's block sections (one alone: a word other records use
+    too, a reference's `workload`, a frame's `rows`): whole results, or lists of them (name -> how deep)."""
+    seen = {}
+    for node in nodes:
+        root, keys = _chain(node)
+        lead = next((i for i, k in enumerate(keys) if not isinstance(k, int)), None)
+        if isinstance(root, ast.Name) and lead is not None and keys[lead] in BLOCKS:
+            seen.setdefault((root.id, lead), set()).add(keys[lead])
+    out = {}
+    for (name, depth), sections in seen.items():
+        if len(sections) > 1:
+            t = RESULT
+            for _ in range(depth):
+                t = mi.ListType(t)
+            out[name] = t
+    return out
+
+
 def _events(nodes) -> list:
     """What a scope does, in the order Python runs it: a name is bound after its value is read (x = ...), a loop's
     and a comprehension's names before their body reads them; each chain read once, at its outermost key; each
@@ -181,8 +228,10 @@ def _events(nodes) -> list:
     inner = {id(_bare(base)) for node in nodes for base in [_key(node)[0]] if base is not None}
     out = []
     for node in nodes:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            out.append(((node.end_lineno, node.end_col_offset), "bind", node.targets[0], node.value, False))
+        if isinstance(node, ast.Assign):
+            out += [((node.end_lineno, node.end_col_offset), "bind", t, node.value, False) for t in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            out.append(((node.end_lineno, node.end_col_offset), "bind", node.target, node.value, False))
         elif isinstance(node, ast.For):
             out.append(((node.lineno, node.col_offset), "bind", node.target, node.iter, True))
         elif isinstance(node, _COMPREHENSIONS):
@@ -191,7 +240,8 @@ def _events(nodes) -> list:
             out.append(((node.end_lineno, node.end_col_offset), "call", node, None, None))
         if id(node) not in inner and _key(node)[0] is not None:
             out.append(((node.lineno, node.col_offset), "read", node, None, None))
-    return sorted(out, key=lambda e: (e[0], e[1] != "bind"))
+    order = {"call": 0, "bind": 1, "read": 2}  # r = f(r): f gets the r read before the name is bound again
+    return sorted(out, key=lambda e: (e[0], order[e[1]]))
 
 
 class Program:
@@ -239,8 +289,9 @@ class Program:
         if callee is None:
             return
         spec = self.defs[callee].args
-        named = [a.arg for a in spec.posonlyargs + spec.args]
-        given = list(zip(named, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg in named]
+        by_place = [a.arg for a in spec.posonlyargs + spec.args]
+        by_name = {a.arg for a in spec.args + spec.kwonlyargs}
+        given = list(zip(by_place, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg in by_name]
         for name, value in given:
             t = None if isinstance(value, ast.Starred) else reads.resolve(value, report=False)
             if t is None or t == OPEN:
@@ -258,6 +309,8 @@ class Program:
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield module, node, _own(node.body)
+                elif isinstance(node, ast.Lambda):  # a column's reader: lambda r: r["timing"].get("had_cpu")
+                    yield module, node, _own([node.body])
 
     def reads(self) -> list:
         """A Reads per scope, once what each parameter is stops growing."""
@@ -265,9 +318,10 @@ class Program:
             before = {k: dict(v) for k, v in self.params.items()}
             out = []
             for module, func, nodes in self.scopes():
-                reads = Reads(f"{module}:{func.name if func else '<module>'}", self._returned(module))
-                if func is not None and (module, func.name) in self.defs and self.defs[module, func.name] is func:
-                    reads.bound.update(self.params.get((module, func.name), {}))
+                name = getattr(func, "name", "<lambda>" if func else "<module>")
+                reads = Reads(f"{module}:{name}", self._returned(module), _results(nodes))
+                if self.defs.get((module, name)) is func:
+                    reads.bound.update(self.params.get((module, name), {}))
                 for _, what, node, value, items in _events(nodes):
                     if what == "bind":
                         _bind(reads, node, value, items)
@@ -317,8 +371,16 @@ def test_every_field_a_reader_takes_from_a_result_is_declared():
     ('def f(run):\n    return [r.get("stepp_times_s") for r in run.get("ranks") or []]\n',
      "r['stepp_times_s']"),
     ('def f(runs):\n    return runs[0]["ranks"][0]["devices"]["source"], runs[0]["ranks"][-1]["devise"]\n',
-     "runs['ranks'][-1]['devise']"),
+     "runs[0]['ranks'][-1]['devise']"),
     ('def f(bench):\n    return (bench.get("config") or {}).get("collectiv")\n', "bench['config']['collectiv']"),
+    ('def f(run):\n    return run["launch"]["world_size"], run["workload"]["model"], run["timng"]["mfu"]\n',
+     "run['timng']"),
+    ('def f(found):\n    return found[0]["launch"], found[0]["timing"], found[-1].get("satus")\n',
+     "found[-1]['satus']"),
+    ('COLUMNS = [("mfu", lambda r: r["timing"].get("mfuu"))]\n', "r['timing']['mfuu']"),
+    ('def f(run):\n    for i, r in enumerate(run["ranks"]):\n        yield r["devise"]\n', "r['devise']"),
+    ('def f(run, steps):\n    return [r["hots"] for r, s in zip(run["ranks"], steps)]\n', "r['hots']"),
+    ('def f(run):\n    if (t := run.get("timing")):\n        return t["steps_"]\n', "t['steps_']"),
 ])
 def test_a_misspelt_field_is_found_wherever_the_reader_reads_it(source, said):
     """The walk follows a section's key, a name bound to a section or to a rank, a comprehension, a guard
@@ -336,7 +398,8 @@ def test_a_misspelt_field_is_found_in_a_function_a_part_of_a_result_is_passed_to
               'def _one(rank):\n    return rank["device_nam"]\n')
     helper = ('def launch_of(launch):\n    return _link(launch.get("link"))\n'
               'def _link(link):\n    return link["gbits"]\n'
-              'def comm(t):\n    return t["comm"]["waited"]\n')
+              'def comm(*, t):\n    t = _check(t)\n    return t\n'
+              'def _check(t):\n    return t["comm"]["waited"]\n')
     found = sorted(s for reads in Program({"scalelab.caller": caller, "scalelab.helper": helper}).reads()
                    for _, s in reads.undeclared)
     assert found == ["link['gbits']", "rank['device_nam']", "t['comm']['waited']"]
