@@ -9,12 +9,14 @@ declares (module, function, line, path). A chain is followed from:
 - a key that is a result's section (`x["timing"]["comm"]`): the keys under it;
 - a name its scope indexes by two or more sections (a whole result, or a list of them): every key, the first too;
 - a name bound to a part of one (`t = run["timing"]`, `:=`, `for r in run["ranks"]`, comprehensions, `enumerate`,
-  `zip`), in the order Python binds it;
+  `zip`, `a or b`, `x if c else None`, `max`/`sorted` of a list), in the order Python binds it;
+- what results.py's loaders give, a rank's record where a run builds it (`ctx.rank_record()`, `gather(...)`:
+  RETURNS), and what a function of scalelab returns where its returns give a part of a result (selfcheck's
+  `newest`);
 - a parameter that a caller in scalelab passes a part of one to (`_problem(r)`, `fingerprint.differences(a, b)`,
-  by place or by name), and a lambda's (a report column's reader);
-- a rank's record where a run builds it (`ctx.rank_record()`, `gather(...)`: RETURNS).
-Not followed, so not checked: the first key of a name indexed by one section only; keys of a declared mapping
-(`metrics`, a benchmark's `summary`: any key); what any other function returns (a rank's optimizer view, the
+  by place or by name), and a lambda's (a report column's reader).
+Not followed, so not checked: the first key of a name indexed by one section only where nothing says it is a
+result; keys of a declared mapping (`metrics`, a benchmark's `summary`: any key); a dict a reader builds anew (the
 report's light rows and frames, whose columns test_record.py resolves through `at()`); a method's parameters and a
 nested function's free names; functions passed by name (`map(f, ranks)`, `key=f`). upgrades.py reads the older
 layouts on purpose and is not walked.
@@ -32,10 +34,12 @@ from scalelab import record
 PACKAGE = pathlib.Path(SRC) / "scalelab"
 OLDER_LAYOUTS = {"upgrades.py"}  # it reads what earlier versions wrote, then rewrites it as this one declares
 RESULT = mi.UnionType((mi.type_info(record.Training), mi.type_info(record.Allreduce)))
-# Where a part of a result is made rather than read: a rank's record as its run builds it, and the ranks' records
-# gathered (train/payload.py); what they give is followed into every function they are handed to.
+# Where a result or a part of one comes from: results.py's loaders, a rank's record as its run builds it, and the
+# ranks' records gathered (train/payload.py); what they give is followed into every function it is handed to.
 RANK = mi.type_info(record.Rank)
-RETURNS = {("method", "rank_record"): RANK, ("scalelab.train.payload", "gather"): mi.ListType(RANK)}
+RETURNS = {("method", "rank_record"): RANK, ("scalelab.train.payload", "gather"): mi.ListType(RANK),
+           ("scalelab.results", "scan"): mi.TupleType((mi.ListType(RESULT), mi.ListType(mi.AnyType()))),
+           ("scalelab.results", "load"): RESULT, ("scalelab.results", "parse"): RESULT}
 OPEN = "any key"  # a mapping or an Any: whatever it holds is not declared field by field
 
 
@@ -120,16 +124,18 @@ class Reads:
     def __init__(self, where: str, returned=lambda call: None, results=None):
         self.where, self.bound, self.checked, self.undeclared = where, {}, 0, []
         self.returned = returned  # what a call gives where it gives a part of a result (RETURNS), else None
-        self.bound.update(results or {})  # names this scope reads as a whole result (or a list of them)
+        self.results = results or {}  # names this scope reads as a whole result (or a list of them)
+        self.bound.update(self.results)
 
     def resolve(self, node, report: bool):
         """The declared type node reads (None: not a part of a result, or not known to be)."""
         root, keys = _chain(node)
         items = [self.resolve(e, report=False) for e in root.elts] if isinstance(root, ast.List) else []
+        made = self._made(root)
         if isinstance(root, ast.Name) and root.id in self.bound:
             t = self.bound[root.id]
-        elif isinstance(root, ast.Call) and self.returned(root) is not None:
-            t = self.returned(root)
+        elif made is not None:
+            t = made
         elif items and None not in items and OPEN not in items and all(i == items[0] for i in items):
             t = mi.ListType(items[0])  # [ctx.rank_record()]: a list of them
         else:
@@ -151,10 +157,40 @@ class Reads:
             self.checked += 1
         return t
 
+    def _made(self, node):
+        """What an expression that is no chain gives: a call (RETURNS, a function of scalelab's whose returns were
+        followed, max/min/next of a list: its item, sorted/list/reversed: the list), `a if c else b` and `a or b`
+        where every side gives the same (None aside), a list comprehension of a part ([r for r in found if ...])."""
+        if isinstance(node, ast.Call):
+            if self.returned(node) is not None:
+                return self.returned(node)
+            if isinstance(node.func, ast.Name) and node.args and node.func.id in _SAME_LIST + _AN_ITEM:
+                t = self.resolve(node.args[0], report=False)
+                if t is not None and t != OPEN and node.func.id in _AN_ITEM:
+                    t = step(t, 0)
+                return None if t == OPEN else t
+            return None
+        if isinstance(node, (ast.IfExp, ast.BoolOp)):  # a if c else b, a or b: what both give
+            sides = [self.resolve(s, report=False) for s in
+                     ((node.body, node.orelse) if isinstance(node, ast.IfExp) else node.values)
+                     if not (isinstance(s, ast.Constant) and s.value is None)]
+            return sides[0] if sides and all(x is not None and x != OPEN and x == sides[0] for x in sides) else None
+        if isinstance(node, ast.ListComp):  # its names are bound by now (a comprehension binds before it ends)
+            t = self.resolve(node.elt, report=False)
+            return None if t is None or t == OPEN else mi.ListType(t)
+        return None
+
     @staticmethod
     def _say(root, keys) -> str:
         name = root.id if isinstance(root, ast.Name) else "..."
         return name + "".join(f"[{k!r}]" for k in keys)
+
+
+def _merge(was, t):
+    """was or t: one type where they are one."""
+    old = _types(was) if was is not None else []
+    both = old + [m for m in _types(t) if m not in old]
+    return both[0] if len(both) == 1 else mi.UnionType(tuple(both))
 
 
 def _bind(reads: Reads, target, value, items: bool) -> None:
@@ -171,17 +207,29 @@ def _bind(reads: Reads, target, value, items: bool) -> None:
             for t, v in zip(target.elts, value.args):  # for r, step in zip(ranks, steps)
                 _bind(reads, t, v, items)
             return
+    if isinstance(target, ast.Tuple) and not items:  # found, skipped = results.scan(folder)
+        t = reads.resolve(value, report=False)
+        parts = _types(t)[0] if t not in (None, OPEN) else None
+        if isinstance(parts, mi.TupleType) and len(parts.item_types) == len(target.elts):
+            for name, part in zip(target.elts, parts.item_types):
+                if isinstance(name, ast.Name):
+                    reads.bound[name.id] = part
+            return
     if not isinstance(target, ast.Name):
         return
     t = reads.resolve(value, report=False)
     if t is not None and items:
         t = step(t, 0)
     if t is None or t == OPEN:
-        reads.bound.pop(target.id, None)  # rebound to something else: no longer followed
+        if target.id in reads.results:  # for r in found: what found is, unknown; how r is read says
+            reads.bound[target.id] = reads.results[target.id]
+        else:
+            reads.bound.pop(target.id, None)  # rebound to something else: no longer followed
     else:
         reads.bound[target.id] = t
 
 
+_AN_ITEM, _SAME_LIST = ("max", "min", "next"), ("sorted", "list", "reversed")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -238,9 +286,11 @@ def _events(nodes) -> list:
             out += [((node.lineno, node.col_offset), "bind", g.target, g.iter, True) for g in node.generators]
         elif isinstance(node, ast.Call):
             out.append(((node.end_lineno, node.end_col_offset), "call", node, None, None))
+        elif isinstance(node, ast.Return) and node.value is not None:
+            out.append(((node.end_lineno, node.end_col_offset), "return", node.value, None, None))
         if id(node) not in inner and _key(node)[0] is not None:
             out.append(((node.lineno, node.col_offset), "read", node, None, None))
-    order = {"call": 0, "bind": 1, "read": 2}  # r = f(r): f gets the r read before the name is bound again
+    order = {"call": 0, "bind": 1, "read": 2, "return": 3}  # r = f(r): f gets the r read before the name is bound again
     return sorted(out, key=lambda e: (e[0], order[e[1]]))
 
 
@@ -254,6 +304,7 @@ class Program:
                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.names = {m: self._imports(m, tree) for m, tree in self.trees.items()}
         self.params = {}  # (module, function) -> {parameter: the type a caller passed}
+        self.gives = {}  # (module, function) -> what its returns give, where each is a part of a result
 
     def _imports(self, module: str, tree) -> dict:
         """name in this module -> ("module", dotted) or ("function", (module, name)), for scalelab's own."""
@@ -280,8 +331,17 @@ class Program:
             func = call.func
             if isinstance(func, ast.Attribute) and ("method", func.attr) in RETURNS:
                 return RETURNS["method", func.attr]
-            return RETURNS.get(self._callee(module, func) or ("", ""))
+            callee = self._callee(module, func) or ("", "")
+            return RETURNS.get(callee) or self.gives.get(callee)
         return returned
+
+    def _give(self, reads: Reads, function: tuple, value) -> None:
+        """A function whose returns give parts of a result gives what they give (a part and a None: the part)."""
+        if function not in self.defs or (isinstance(value, ast.Constant) and value.value is None):
+            return
+        t = reads.resolve(value, report=False)
+        if t is not None and t != OPEN:
+            self.gives[function] = _merge(self.gives.get(function), t)
 
     def _pass(self, reads: Reads, module: str, call) -> None:
         """What call's arguments are, to its callee's parameters (several callers: any of what they pass)."""
@@ -297,10 +357,7 @@ class Program:
             if t is None or t == OPEN:
                 continue
             kinds = self.params.setdefault(callee, {})
-            was = _types(kinds[name]) if name in kinds else []
-            more = [m for m in _types(t) if m not in was]
-            if more:
-                kinds[name] = (was + more)[0] if len(was + more) == 1 else mi.UnionType((*was, *more))
+            kinds[name] = _merge(kinds.get(name), t)
 
     def scopes(self):
         """(module, function or None, its own nodes) of every scope."""
@@ -315,7 +372,7 @@ class Program:
     def reads(self) -> list:
         """A Reads per scope, once what each parameter is stops growing."""
         for _ in range(10):
-            before = {k: dict(v) for k, v in self.params.items()}
+            before = ({k: dict(v) for k, v in self.params.items()}, dict(self.gives))
             out = []
             for module, func, nodes in self.scopes():
                 name = getattr(func, "name", "<lambda>" if func else "<module>")
@@ -327,10 +384,12 @@ class Program:
                         _bind(reads, node, value, items)
                     elif what == "call":
                         self._pass(reads, module, node)
+                    elif what == "return":
+                        self._give(reads, (module, name), node)
                     else:
                         reads.resolve(node, report=True)
                 out.append(reads)
-            if before == self.params:
+            if before == (self.params, self.gives):
                 return out
         raise AssertionError("what the parameters are did not settle")
 
@@ -358,7 +417,7 @@ def test_every_field_a_reader_takes_from_a_result_is_declared():
         checked += reads.checked
         undeclared += [f"{reads.where} line {line}: {said}" for line, said in reads.undeclared]
     assert not undeclared, "read but not declared in scalelab/record/:\n" + "\n".join(undeclared)
-    assert checked >= 300, f"only {checked} reads followed: the walk no longer finds the readers"
+    assert checked >= 400, f"only {checked} reads followed: the walk no longer finds the readers"
 
 
 @pytest.mark.parametrize("source, said", [
@@ -378,6 +437,7 @@ def test_every_field_a_reader_takes_from_a_result_is_declared():
     ('def f(found):\n    return found[0]["launch"], found[0]["timing"], found[-1].get("satus")\n',
      "found[-1]['satus']"),
     ('COLUMNS = [("mfu", lambda r: r["timing"].get("mfuu"))]\n', "r['timing']['mfuu']"),
+    ('def f(found):\n    for r in found:\n        yield r["launch"], r.get("rows"), r["rowz"]\n', "r['rowz']"),
     ('def f(run):\n    for i, r in enumerate(run["ranks"]):\n        yield r["devise"]\n', "r['devise']"),
     ('def f(run, steps):\n    return [r["hots"] for r, s in zip(run["ranks"], steps)]\n', "r['hots']"),
     ('def f(run):\n    if (t := run.get("timing")):\n        return t["steps_"]\n', "t['steps_']"),
@@ -416,6 +476,22 @@ def test_a_rank_record_as_a_run_builds_it_is_followed_into_what_reads_it():
     found = sorted(s for reads in Program({"scalelab.run": run, "scalelab.train.payload": payload,
                                            "scalelab.timing": timing}).reads() for _, s in reads.undeclared)
     assert found == ["own[0]['step_time_s']", "r['lossses']"]
+
+
+def test_a_result_is_followed_from_its_loader_through_what_picks_it_to_the_claim_that_reads_it():
+    """results.scan's list, a helper that returns its newest item (or None), `a or b`, then a claim that reads one
+    section only: its first key is checked too."""
+    source = ('from scalelab import results\n'
+              'def newest(found):\n    done = [r for r in found if r.get("status") == "completed"]\n'
+              '    return max(done, key=len) if done else None\n'
+              'def check(folder):\n    found, _ = results.scan(folder)\n    run = newest(found) or newest(found)\n'
+              '    return claim(run)\n'
+              'def claim(run):\n    return run["workloads"]\n'
+              'def other(path):\n    return loaded(results.load(path))\n'
+              'def loaded(result):\n    return result["launchh"]\n')
+    found = [s for reads in Program({"scalelab.check": source, "scalelab.results": "def scan(f):\n    return 1\n"
+                                     "def load(f):\n    return 1\n"}).reads() for _, s in reads.undeclared]
+    assert sorted(found) == ["result['launchh']", "run['workloads']"]
 
 
 def test_fields_that_are_declared_or_open_pass():
