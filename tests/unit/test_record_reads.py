@@ -3,9 +3,9 @@
 A reader that indexes a result's dict (`run["launch"]["world_size"]`, `(r.get("slurm") or {}).get("job_id")`) gets
 nothing from the declaration: a misspelt or undeclared key reads as missing, a column stays empty, a claim says
 SKIP, and a file holding a wrong value there is never refused (the declaration checks only what it names; before
-this test, `config.collective` of a benchmark was read and never declared). The test walks scalelab's source with
-`ast` and follows each chain of keys through the declaration's types, failing on a key that no block on its way
-declares (module, function, line, path). A chain is followed from:
+this test, `config.collective` of a benchmark was read and never declared). The test walks scalelab's source (and
+benchmarks/, reframe/) with `ast` and follows each chain of keys through the declaration's types, failing on a key
+that no block on its way declares (module, function, line, path). A chain is followed from:
 - a key that is a result's section (`x["timing"]["comm"]`): the keys under it;
 - a name its scope indexes by two or more sections (a whole result, or a list of them): every key, the first too;
 - a name bound to a part of one (`t = run["timing"]`, `:=`, `for r in run["ranks"]`, comprehensions, `enumerate`,
@@ -33,6 +33,7 @@ from scalelab import record
 
 PACKAGE = pathlib.Path(SRC) / "scalelab"
 OLDER_LAYOUTS = {"upgrades.py"}  # it reads what earlier versions wrote, then rewrites it as this one declares
+OTHER_READERS = ("benchmarks", "reframe")  # beside src/: scripts that read results too
 RESULT = mi.UnionType((mi.type_info(record.Training), mi.type_info(record.Allreduce)))
 # Where a result or a part of one comes from: results.py's loaders, a rank's record as its run builds it, and the
 # ranks' records gathered (train/payload.py); what they give is followed into every function it is handed to.
@@ -76,9 +77,11 @@ def step(t, key):
                 found.append(m.value_type)
         elif isinstance(m, (mi.ListType, mi.VarTupleType)) and isinstance(key, int):
             found.append(m.item_type)
+        elif isinstance(m, mi.TupleType) and isinstance(key, int) and -len(m.item_types) <= key < len(m.item_types):
+            found.append(m.item_types[key])  # results.scan(folder)[0]
     if found:
         return found[0] if len(found) == 1 else mi.UnionType(tuple(found))
-    declared = any(isinstance(m, (mi.StructType, mi.ListType)) for m in kinds)
+    declared = any(isinstance(m, (mi.StructType, mi.ListType, mi.TupleType)) for m in kinds)
     return OPEN if open_ or (not declared and any(isinstance(m, mi.AnyType) for m in kinds)) else None
 
 
@@ -400,13 +403,17 @@ def reads_of(source: str, where: str) -> list:
 
 
 def _modules() -> dict:
-    """scalelab's modules by dotted name, their sources; upgrades.py (older layouts) and record/ itself left out."""
+    """scalelab's modules by dotted name, their sources (upgrades.py, older layouts, and record/ itself left out),
+    and the repository's other readers of results: benchmarks/ and ReFrame's checks (reframe/)."""
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
         if path.name not in OLDER_LAYOUTS and parts[0] != "record":
             dotted = ".".join(("scalelab", *parts[:-1], *([] if parts[-1] == "__init__" else [parts[-1]])))
             out[dotted] = path.read_text(encoding="utf-8")
+    for folder in OTHER_READERS:
+        for path in sorted((PACKAGE.parent.parent / folder).glob("*.py")):
+            out[f"{folder}.{path.stem}"] = path.read_text(encoding="utf-8")
     return out
 
 
@@ -488,10 +495,11 @@ def test_a_result_is_followed_from_its_loader_through_what_picks_it_to_the_claim
               '    return claim(run)\n'
               'def claim(run):\n    return run["workloads"]\n'
               'def other(path):\n    return loaded(results.load(path))\n'
-              'def loaded(result):\n    return result["launchh"]\n')
+              'def loaded(result):\n    return result["launchh"]\n'
+              'def nodes(folder):\n    return [r["launch"]["num_nodess"] for r in results.scan(folder)[0]]\n')
     found = [s for reads in Program({"scalelab.check": source, "scalelab.results": "def scan(f):\n    return 1\n"
                                      "def load(f):\n    return 1\n"}).reads() for _, s in reads.undeclared]
-    assert sorted(found) == ["result['launchh']", "run['workloads']"]
+    assert sorted(found) == ["r['launch']['num_nodess']", "result['launchh']", "run['workloads']"]
 
 
 def test_fields_that_are_declared_or_open_pass():
