@@ -133,21 +133,15 @@ class Reads:
     def resolve(self, node, report: bool):
         """The declared type node reads (None: not a part of a result, or not known to be)."""
         root, keys = _chain(node)
-        items = [self.resolve(e, report=False) for e in root.elts] if isinstance(root, ast.List) else []
-        made = self._made(root)
         if isinstance(root, ast.Name) and root.id in self.bound:
             t = self.bound[root.id]
-        elif made is not None:
-            t = made
-        elif items and None not in items and OPEN not in items and all(i == items[0] for i in items):
-            t = mi.ListType(items[0])  # [ctx.rank_record()]: a list of them
         else:
-            lead = next((i for i, k in enumerate(keys) if not isinstance(k, int)), len(keys))
-            if lead == len(keys) or step(RESULT, keys[lead]) is None:  # found[0]["launch"]: a list's result
+            t = self._made(root)
+        if t is None:
+            lead = _lead(keys)
+            if lead is None or step(RESULT, keys[lead]) is None:  # found[0]["launch"]: a list's result
                 return None
-            t = RESULT
-            for _ in range(lead):
-                t = mi.ListType(t)
+            t = _listed(RESULT, lead)
         for i, key in enumerate(keys):
             if isinstance(key, str) and key.startswith("_"):
                 return None  # a reader's own mark (_path, _row): results.validate drops any a file holds
@@ -163,10 +157,11 @@ class Reads:
     def _made(self, node):
         """What an expression that is no chain gives: a call (RETURNS, a function of scalelab's whose returns were
         followed, max/min/next of a list: its item, sorted/list/reversed: the list), `a if c else b` and `a or b`
-        where every side gives the same (None aside), a list comprehension of a part ([r for r in found if ...])."""
+        where every side gives the same (None aside), a list comprehension of a part ([r for r in found if ...]), a
+        list of parts ([ctx.rank_record()])."""
         if isinstance(node, ast.Call):
-            if self.returned(node) is not None:
-                return self.returned(node)
+            if (t := self.returned(node)) is not None:
+                return t
             if isinstance(node.func, ast.Name) and node.args and node.func.id in _SAME_LIST + _AN_ITEM:
                 t = self.resolve(node.args[0], report=False)
                 if t is not None and t != OPEN and node.func.id in _AN_ITEM:
@@ -181,12 +176,28 @@ class Reads:
         if isinstance(node, ast.ListComp):  # its names are bound by now (a comprehension binds before it ends)
             t = self.resolve(node.elt, report=False)
             return None if t is None or t == OPEN else mi.ListType(t)
+        if isinstance(node, ast.List) and node.elts:
+            items = [self.resolve(e, report=False) for e in node.elts]
+            same = items[0] is not None and items[0] != OPEN and all(i == items[0] for i in items)
+            return mi.ListType(items[0]) if same else None
         return None
 
     @staticmethod
     def _say(root, keys) -> str:
         name = root.id if isinstance(root, ast.Name) else "..."
         return name + "".join(f"[{k!r}]" for k in keys)
+
+
+def _lead(keys):
+    """Where the first key that is a name sits (found[0]["launch"]: 1), None where all are places."""
+    return next((i for i, k in enumerate(keys) if not isinstance(k, int)), None)
+
+
+def _listed(t, depth: int):
+    """t in `depth` lists."""
+    for _ in range(depth):
+        t = mi.ListType(t)
+    return t
 
 
 def _merge(was, t):
@@ -259,17 +270,10 @@ def _results(nodes) -> dict:
     seen = {}
     for node in nodes:
         root, keys = _chain(node)
-        lead = next((i for i, k in enumerate(keys) if not isinstance(k, int)), None)
+        lead = _lead(keys)
         if isinstance(root, ast.Name) and lead is not None and keys[lead] in BLOCKS:
             seen.setdefault((root.id, lead), set()).add(keys[lead])
-    out = {}
-    for (name, depth), sections in seen.items():
-        if len(sections) > 1:
-            t = RESULT
-            for _ in range(depth):
-                t = mi.ListType(t)
-            out[name] = t
-    return out
+    return {name: _listed(RESULT, depth) for (name, depth), sections in seen.items() if len(sections) > 1}
 
 
 def _events(nodes) -> list:
