@@ -167,6 +167,26 @@ def test_report_says_how_many_benchmark_runs_the_prediction_combines():
     assert "the median of 2 all-reduce benchmark runs in this folder" in texts[1]
 
 
+def test_the_prediction_reads_the_newest_benchmarks_of_its_configuration_as_the_forecast_does():
+    """A site's nightly folder: 6 old benchmarks of a slow link, then 5 of a faster one (the fabric mended). The
+    prediction, its busbw and its "median of N runs" are those of the newest PER_CONFIGURATION (5), as the forecast,
+    the busbw plot and report.md read them; the median of all 11 would price the old link (and took 1 s of a
+    100,000-result report)."""
+    found = [_with_comm(make_result("n1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
+             _with_comm(make_result("n2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)]
+    slow = [dict(r, time_s=r["time_s"] * 10, busbw_GBps=r["busbw_GBps"] / 10) for r in ROWS]
+    for night in range(11):
+        b = _bench(2, slow if night < 6 else ROWS)
+        b["run_id"], b["created"] = f"night{night:02d}", f"2026-01-{night + 1:02d}T00:00:00"
+        found.append(b)
+    found.append(_bench(2, slow))  # another dtype's benchmark, newer still: not this configuration's
+    found[-1]["run_id"], found[-1]["created"], found[-1]["config"]["dtype"] = "bf16", "2026-02-01T00:00:00", "bfloat16"
+    two = annotated(found)[1].set_index("world_size").loc[2]
+    assert explain.PER_CONFIGURATION == 5 and two.bench_runs == 5
+    assert two.predicted_allreduce_s == pytest.approx(COMM_8MB)
+    assert two.bench_busbw_GBps == pytest.approx(busbw_at(ROWS, 8e6))
+
+
 def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():
     # Gradients ready after 0.30 s in normal steps but 0.40 s in the probe (no sync): communication cannot
     # make a step faster, so the split is noise. The report must not print "0 ms waited; 100 % hidden".

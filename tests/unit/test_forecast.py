@@ -612,7 +612,7 @@ def test_a_calibration_reads_the_newest_benchmarks_of_each_configuration_as_it_r
     points = forecast_view.bench_points(explain.bench_frame(found, explain.COLLECTIVES))
     used = {p.source for ps in points.values() for p in ps}
     assert used == {f"night{day}" for day in range(2, 7)} | {"ar4x2"}
-    assert forecast_view.PER_CONFIGURATION == 5 and sum(map(len, points.values())) == 6 * 5
+    assert explain.PER_CONFIGURATION == 5 and sum(map(len, points.values())) == 6 * 5
 
 
 def test_a_too_wide_band_is_said_with_its_own_cause_borrowed_or_noisy():

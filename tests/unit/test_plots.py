@@ -159,7 +159,7 @@ def test_busbw_draws_the_newest_runs_of_a_configuration_benchmarked_nightly(ladd
         night["run_id"], night["created"] = f"ar-0.2-night{i}", f"2099-01-{1 + i:02d}T12:40:00+00:00"
         nights.append(night)
     ax = bench_plot.busbw_figure(explain.bench_frame([*found, *nights])).axes[0]
-    assert len(ax.get_lines()) == 2 + forecast_view.PER_CONFIGURATION == 7
+    assert len(ax.get_lines()) == 2 + explain.PER_CONFIGURATION == 7
     slow = [line.get_ydata()[-1] for line in ax.get_lines() if "200 Mbit/s" in line.get_label()]
     assert sorted(slow) == sorted(ROWS[-1]["busbw_GBps"] / (20 + i) for i in range(3, 8))  # nights 3 to 7
     assert ax.get_legend().get_title().get_text() == "the newest 5 runs of each; 4 older not drawn"

@@ -8,7 +8,7 @@ from matplotlib.ticker import FuncFormatter
 
 from scalelab.keys import SCALE
 from scalelab.perfmodel.network import human_bytes
-from scalelab.report import forecast_view, labels
+from scalelab.report import explain, labels
 
 
 def bench_names(bench: pd.DataFrame) -> list:
@@ -34,7 +34,7 @@ def busbw_figure(bench: pd.DataFrame):
     more often (a site's nightly folder: thousands), the newest PER_CONFIGURATION runs, and the legend says so."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
-    newest = forecast_view.newest_benchmarks(bench)
+    newest = explain.newest_benchmarks(bench)
     left = len(bench) - len(newest)
     bench = newest.sort_values([*SCALE, "created"])
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
@@ -50,7 +50,7 @@ def busbw_figure(bench: pd.DataFrame):
     ax.set_title(f"All-reduce bus bandwidth vs message size\n{' / '.join(hws)}")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
-    title = f"the newest {forecast_view.PER_CONFIGURATION} runs of each; {left:,} older not drawn" if left else None
+    title = f"the newest {explain.PER_CONFIGURATION} runs of each; {left:,} older not drawn" if left else None
     if len(bench) > BESIDE_AFTER:  # a legend that long covers the lines: beside the axes, the figure wider
         fig.set_size_inches(11, 4.8)
         fig.legend(loc="outside right upper", fontsize=8, title=title, title_fontsize=8)

@@ -60,12 +60,25 @@ def bench_frame(found: list, collectives: tuple = ("all_reduce",)) -> pd.DataFra
     return frame.sort_values("created", ascending=False, kind="stable")  # equal dates: as found
 
 
+PER_CONFIGURATION = 5  # repeats of one configuration read, the newest: of runs, of benchmarks (a site's nightly folder)
+# what makes two collective benchmarks repeats of one another (bench_frame's columns)
+BENCH_CONFIGURATION = ["collective", "world_size", "num_nodes", "accelerator", "backend", "device", "link", "dtype"]
+
+
+def newest_benchmarks(bench: pd.DataFrame) -> pd.DataFrame:
+    """The newest PER_CONFIGURATION benchmarks of each configuration, newest first (bench: bench_frame's order, or
+    rows of it): what a configuration's predicted communication, a calibration, the busbw plot and report.md read
+    (a site's nightly folder holds thousands of each)."""
+    return bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
+
+
 def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, device,
               link: str = "", collective: str = "all_reduce") -> Optional[pd.Series]:
     """The benchmark of `collective` at the same size, node count, hardware and link (frames.link_label: "" for a
     real network, else the emulated rate) as a training configuration.
 
-    Repeated benchmarks are combined like repeated training runs: per message size, the median time
+    Repeated benchmarks (the newest PER_CONFIGURATION: annotate reads newest_benchmarks) are combined like repeated
+    training runs: per message size, the median time
     (one run can land in a slow minute of a shared machine; the median of a few does not). Only runs of
     one dtype are combined: float32 where there is one, as DDP all-reduces float32 gradients even under
     bf16-mixed; else the newest run's dtype.
@@ -201,8 +214,8 @@ def predicted_comm(bench: pd.DataFrame, r) -> tuple:
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
     """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given, and
-    `peak_tflops` with it."""
-    out = scaling.copy()
+    `peak_tflops` with it. bench: bench_frame's; its newest PER_CONFIGURATION of each configuration are read."""
+    out, bench = scaling.copy(), newest_benchmarks(bench)
     new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "predicted_allreduce_s",
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu", "peak_tflops",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}

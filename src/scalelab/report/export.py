@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import columns, explain, forecast_view, plausible
+from scalelab.report import columns, explain, plausible
 
 # CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
 SCALING_COLUMNS = columns.exported("scaling")
@@ -74,9 +74,9 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
     markdown = report_markdown
     if not bench.empty:
         files["allreduce.csv"] = redaction.csv_text(bench_rows(bench))  # every run's rows; report.md the newest
-        shown = forecast_view.newest_benchmarks(bench)  # newest first, as allreduce.csv lists them
+        shown = explain.newest_benchmarks(bench)  # newest first, as allreduce.csv lists them
         older = len(bench) - len(shown)
-        left = f"; the newest {forecast_view.PER_CONFIGURATION} runs of each configuration, {older:,} older in " \
+        left = f"; the newest {explain.PER_CONFIGURATION} runs of each configuration, {older:,} older in " \
                "allreduce.csv" if older else ""
         table = bench_rows(shown)
         heading = f"All-reduce benchmark (nccl-tests definitions: busbw = algbw·2(n−1)/n{left})"

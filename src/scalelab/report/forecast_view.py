@@ -11,12 +11,10 @@ from scalelab.perfmodel import noise
 from scalelab.perfmodel.network import human_rate
 from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
+from scalelab.report.explain import PER_CONFIGURATION, newest_benchmarks
 from scalelab.report.frames import group_letters
 
 MAX_TRACKED = 40  # configurations the track record predicts (each one recalibrates without it)
-PER_CONFIGURATION = 5  # repeats of one configuration a calibration reads: the newest (a nightly folder holds many)
-# what makes two collective benchmarks repeats of one another (explain.bench_frame's columns)
-BENCH_CONFIGURATION = ["collective", "world_size", "num_nodes", "accelerator", "backend", "device", "link", "dtype"]
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
@@ -46,13 +44,6 @@ def bench_points(bench: pd.DataFrame) -> dict:
     """network key -> [Point]: the benchmark frame's rows (perfmodel.forecast.bench_points), of the newest
     PER_CONFIGURATION benchmarks of each configuration, as `recent` reads runs (a nightly folder holds years)."""
     return fc.bench_points(newest_benchmarks(bench).itertuples())
-
-
-def newest_benchmarks(bench: pd.DataFrame) -> pd.DataFrame:
-    """The newest PER_CONFIGURATION benchmarks of each configuration, newest first (bench: explain.bench_frame's
-    order, or rows of it): what a calibration reads and the busbw plot and report.md show (a site's nightly folder
-    holds thousands of each)."""
-    return bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
 
 
 def recent(runs: pd.DataFrame) -> pd.DataFrame:
