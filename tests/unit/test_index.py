@@ -350,3 +350,108 @@ def test_a_stored_text_reads_as_json_reads_it(value):
     surrogate): the same value either way, its types included."""
     text = json.dumps(value, allow_nan=True)
     assert repr(index._loads(text)) == repr(json.loads(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(row=st.lists(_VALUE, min_size=len(NAMES), max_size=len(NAMES)), extra=st.dictionaries(_TEXT, _VALUE,
+                                                                                               max_size=3),
+       run_id=_TEXT)
+def test_a_row_stored_as_shown_and_sealed_reads_as_an_unsealed_row_is_shown(row, extra, run_id):
+    """A sealed row skips as_read because it was stored as as_read shows it (_shown): on any values (secrets,
+    control characters, lists in lists), a training row and a benchmark body read sealed as they read unsealed."""
+    curve = NAMES.index("loss_curve")
+    row = tuple(False if i == curve else v for i, v in enumerate(row))
+    for body in ({"kind": "training", "run_id": run_id, "_group_key": run_id, "_row": row},
+                 {**extra, "kind": "allreduce", "run_id": run_id}):
+        raw = json.dumps(body)
+        text, beside = index._encode(index._shown(json.loads(raw)))
+        assert beside is None and index._decode(text, seen={}) == index._decode(raw)
+
+
+def _sealed_scan(out, monkeypatch, cache) -> list:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return sorted(r["run_id"] for r in index.scan(str(out))[0])
+
+
+def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, monkeypatch):
+    """A row whose text holds a raw escape sequence and a seal of key A (a hand edit by A, or by a report of another
+    user's in a shared folder): under A it is taken as stored; under B, shown again (inert), never obeyed by B's
+    terminal; a row edited after it was sealed, under A as well. And the rows A sealed are read without as_read."""
+    out = _copy(FOLDERS[0], tmp_path)
+    names = _sealed_scan(out, monkeypatch, tmp_path / "a")
+    key_a = index.row_key()
+    assert key_a is not None and (tmp_path / "a" / "scalelab" / "index.key").stat().st_mode & 0o777 == 0o600
+    walked = []
+    monkeypatch.setattr(index, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
+    assert _sealed_scan(out, monkeypatch, tmp_path / "a") == names and not walked  # all sealed: none walked again
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        path, *identity, digest, text = db.execute(
+            "SELECT path, size, mtime_ns, ctime_ns, ino, digest, body FROM results WHERE body LIKE '%\"training\"%'"
+        ).fetchone()
+        body = json.loads(text)
+        body["run_id"] = "evil\x1b[2J"
+        forged = json.dumps(body)
+        db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
+                   (forged, index._seal(key_a, path, tuple(identity), digest, forged), path))
+    assert "evil\x1b[2J" in _sealed_scan(out, monkeypatch, tmp_path / "a")  # A's own seal: as A stored it
+    walked.clear()
+    shown = _sealed_scan(out, monkeypatch, tmp_path / "b")
+    assert "evil\\x1b[2J" in shown and "evil\x1b[2J" not in shown and walked  # B's key: shown again
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        db.execute("UPDATE results SET body = replace(body, 'evil', 'evil2') WHERE path = ?", (path,))
+    shown = _sealed_scan(out, monkeypatch, tmp_path / "a")
+    assert "evil2\\x1b[2J" in shown and "evil2\x1b[2J" not in shown  # edited after A sealed it
+
+
+@pytest.mark.parametrize("how", ["others may read it", "a symlink", "a folder", "short", "no cache folder"])
+def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_path, monkeypatch, how):
+    """A key others may read (or not a plain file of 32 bytes, or none to be made) is no key: rows are stored
+    unsealed and every one is shown again; the report reads the same."""
+    cache = tmp_path / "cache"
+    key = cache / "scalelab" / "index.key"
+    key.parent.mkdir(parents=True)
+    if how == "others may read it":
+        key.write_bytes(os.urandom(index.KEY_BYTES))
+        key.chmod(0o644)
+    elif how == "a symlink":
+        (tmp_path / "k").write_bytes(os.urandom(index.KEY_BYTES))
+        (tmp_path / "k").chmod(0o600)
+        key.symlink_to(tmp_path / "k")
+    elif how == "a folder":
+        key.mkdir()
+    elif how == "short":
+        key.write_bytes(b"k")
+        key.chmod(0o600)
+    else:
+        shutil.rmtree(cache)
+        cache.write_text("a file where the cache folder would be")
+    out = _copy(FOLDERS[0], tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    assert index.row_key() is None
+    found = index.scan(str(out))[0]
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone()[0] == 0
+    assert sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in results.scan(str(out))[0])
+
+
+def test_the_key_is_made_once_and_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = index.row_key()
+    assert len(first) == index.KEY_BYTES and (tmp_path / "scalelab").stat().st_mode & 0o777 == 0o700
+    index._key_at.cache_clear()
+    assert index.row_key() == first and os.listdir(tmp_path / "scalelab") == ["index.key"]  # no temp file left
+
+
+def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatch):
+    """What a sealed row holds is what as_read shows (the seal skips as_read on the way out): a light body whose
+    own or row's text holds an escape sequence comes back inert, under the key that sealed it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "result.json").write_text("{}")
+    st = os.stat(tmp_path / "a" / "result.json")
+    row = tuple("x\x1b[2J" if n == "describe" else None for n in NAMES)
+    db = index._open(str(tmp_path / index.FILE_NAME))
+    index._update(db, [("a/result.json", st, "d", None, {"kind": "training", "run_id": "r\x1b", "_row": row})], set())
+    (body, _), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
+    assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone() == (1,)
+    assert body["run_id"] == "r\\x1b" and body["_row"][NAMES.index("describe")] == "x\\x1b[2J"
