@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
 from scalelab import redaction, results
-from scalelab.report import cli, explain, index
+from scalelab.report import cli, explain, index, sealing
 from scalelab.report.columns import NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
@@ -379,7 +379,7 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
     terminal; a row edited after it was sealed, under A as well. And the rows A sealed are read without as_read."""
     out = _copy(FOLDERS[0], tmp_path)
     names = _sealed_scan(out, monkeypatch, tmp_path / "a")
-    key_a = index.row_key()
+    key_a = sealing.row_key()
     assert key_a is not None and (tmp_path / "a" / "scalelab" / "index.key").stat().st_mode & 0o777 == 0o600
     walked = []
     monkeypatch.setattr(index, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
@@ -392,7 +392,7 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
         body["run_id"] = "evil\x1b[2J"
         forged = json.dumps(body)
         db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
-                   (forged, index._seal(key_a, path, tuple(identity), digest, forged), path))
+                   (forged, sealing.seal(key_a, path, tuple(identity), digest, forged), path))
     assert "evil\x1b[2J" in _sealed_scan(out, monkeypatch, tmp_path / "a")  # A's own seal: as A stored it
     walked.clear()
     shown = _sealed_scan(out, monkeypatch, tmp_path / "b")
@@ -403,7 +403,7 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
     assert "evil2\\x1b[2J" in shown and "evil2\x1b[2J" not in shown  # edited after A sealed it
 
 
-@pytest.mark.parametrize("how", ["others may read it", "a symlink", "a folder", "short", "no cache folder"])
+@pytest.mark.parametrize("how", ["others may read it", "a symlink", "a folder", "a FIFO", "short", "no cache folder"])
 def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_path, monkeypatch, how):
     """A key others may read (or not a plain file of 32 bytes, or none to be made) is no key: rows are stored
     unsealed and every one is shown again; the report reads the same."""
@@ -411,14 +411,16 @@ def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_
     key = cache / "scalelab" / "index.key"
     key.parent.mkdir(parents=True)
     if how == "others may read it":
-        key.write_bytes(os.urandom(index.KEY_BYTES))
+        key.write_bytes(os.urandom(sealing.KEY_BYTES))
         key.chmod(0o644)
     elif how == "a symlink":
-        (tmp_path / "k").write_bytes(os.urandom(index.KEY_BYTES))
+        (tmp_path / "k").write_bytes(os.urandom(sealing.KEY_BYTES))
         (tmp_path / "k").chmod(0o600)
         key.symlink_to(tmp_path / "k")
     elif how == "a folder":
         key.mkdir()
+    elif how == "a FIFO":  # opened to read, it would wait for a writer for good
+        os.mkfifo(key, 0o600)
     elif how == "short":
         key.write_bytes(b"k")
         key.chmod(0o600)
@@ -427,7 +429,7 @@ def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_
         cache.write_text("a file where the cache folder would be")
     out = _copy(FOLDERS[0], tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    assert index.row_key() is None
+    assert sealing.row_key() is None
     found = index.scan(str(out))[0]
     with sqlite3.connect(out / index.FILE_NAME) as db:
         assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone()[0] == 0
@@ -436,10 +438,10 @@ def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_
 
 def test_the_key_is_made_once_and_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    first = index.row_key()
-    assert len(first) == index.KEY_BYTES and (tmp_path / "scalelab").stat().st_mode & 0o777 == 0o700
-    index._key_at.cache_clear()
-    assert index.row_key() == first and os.listdir(tmp_path / "scalelab") == ["index.key"]  # no temp file left
+    first = sealing.row_key()
+    assert len(first) == sealing.KEY_BYTES and (tmp_path / "scalelab").stat().st_mode & 0o777 == 0o700
+    sealing._key_at.cache_clear()
+    assert sealing.row_key() == first and os.listdir(tmp_path / "scalelab") == ["index.key"]  # no temp file left
 
 
 def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatch):

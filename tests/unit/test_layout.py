@@ -334,6 +334,7 @@ OWN_FILES = {
     "launch/cores.py": "sysfs (cpulists, NUMA nodes) and /proc's boot id",
     "launch/netns.py": "/proc/<pid> of an emulated node",
     "report/index.py": "the package's own source (the index's code version); results through files.read_bytes",
+    "report/sealing.py": "the user's own key, that it made (O_NOFOLLOW | O_NONBLOCK, fstat: this user's regular file)",
 }
 
 

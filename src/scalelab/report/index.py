@@ -13,29 +13,27 @@ read-only folder rolls the update back and the report goes on from what it read.
 database, or from another scalelab (the digest of its code: any change to what a row is computed from) is rebuilt
 from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
 
-A row is stored as the report shows it (as_read: secrets redacted, control characters escaped) and sealed with a key
-of the user's own (row_key: 0600, in their cache folder): a row this user sealed is shown as stored, any other (a
-hand edit, another user's report in a shared folder, no key to be had) is shown again by as_read, as a file is
-(on 100,000 results that walk was 1.5 s of a 10 s report).
+A row is stored as the report shows it (as_read: secrets redacted, control characters escaped) and sealed with a
+key of the user's own (report/sealing.py): a row this user sealed is shown as stored, any other (a hand edit,
+another user's report in a shared folder, no key to be had) is shown again by as_read, as a file is (on 100,000
+results that walk was 1.5 s of a 10 s report).
 """
 
 import contextlib
 import functools
 import hashlib
-import hmac
 import json
 import os
 import pathlib
 import sqlite3
 import stat
-import tempfile
-from typing import Optional
 
 import msgspec
 
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.redaction import as_read
+from scalelab.report import sealing
 from scalelab.report.columns import NAMES, Curve, loss_curve
 from scalelab.report.frames import run_row
 
@@ -159,61 +157,6 @@ def _shown_row(row: list) -> tuple:
         raise ValueError("not a stored body") from None
 
 
-def _seal(key: Optional[bytes], path: str, identity: tuple, digest, text) -> Optional[str]:
-    """A row's seal: its path, file identity, digest and text under this user's key (None without a key)."""
-    if key is None or not isinstance(text, str):
-        return None
-    said = "\0".join(map(str, (path, *identity, digest, text)))  # no path, number or hex digest holds a NUL
-    return hashlib.blake2b(said.encode("utf-8", "surrogatepass"), key=key, digest_size=16).hexdigest()
-
-
-KEY_BYTES = 32
-
-
-def row_key() -> Optional[bytes]:
-    """This user's key for the rows its reports seal, made on first use ($XDG_CACHE_HOME or ~/.cache, then
-    scalelab/index.key: 0600, in a 0700 folder); None where none can be kept private (no home or a read-only one,
-    another owner's file, one others may read): no row is then taken as shown."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return _key_at(os.path.join(cache, "scalelab", "index.key"))
-
-
-@functools.lru_cache(maxsize=4)
-def _key_at(path: str) -> Optional[bytes]:
-    try:
-        return _own_key(path)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None
-    try:  # written whole, then linked in: two first reports at once read one key, never a half-written one
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))  # 0600
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(os.urandom(KEY_BYTES))
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-        finally:
-            os.unlink(tmp)
-        return _own_key(path)
-    except OSError:
-        return None
-
-
-def _own_key(path: str) -> Optional[bytes]:
-    """The key at path if it is a regular file of this user's that no one else may read, else None."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            return None
-        key = os.read(fd, KEY_BYTES + 1)
-    finally:
-        os.close(fd)
-    return key if len(key) == KEY_BYTES else None
-
-
 def _identity(st) -> tuple:
     """What says a file changed: size, mtime, ctime and inode (as text: an overlay's inode passes SQLite's int64)."""
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
@@ -262,10 +205,10 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
     holds): a file that changed, is new, or whose row is not as this module writes it is not kept (the file says
     again). Rows are decoded as they are read: 100,000 rows' texts are never held at once; their loss curves are
     read when one is used (_Beside)."""
-    kept, indexed, mine, seen = {}, set(), row_key(), {}
+    kept, indexed, mine, seen = {}, set(), sealing.row_key(), {}
     try:
         beside = _Beside(root)
-        for key, *identity, skipped, text, digest, kind, size, seal in db.execute(
+        for key, *identity, skipped, text, digest, kind, size, said in db.execute(
                 "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
                 "seal FROM results"):
             indexed.add(key)
@@ -279,10 +222,9 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
             curve = None if size is None else Curve(load=functools.partial(
                 beside.read, key, digest, os.path.join(root, key)))
-            sealed = seal is not None and hmac.compare_digest(str(seal), _seal(mine, key, tuple(identity), digest,
-                                                                                  text) or "")
             try:
-                kept[key] = _decode(text, curve, seen if sealed else None), None
+                kept[key] = _decode(text, curve, seen if sealing.holds(said, mine, key, identity, digest, text)
+                                    else None), None
             except ValueError:
                 pass
     except sqlite3.Error:
@@ -373,13 +315,14 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
 def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     """The new and changed files' rows in, the vanished files' out: all or nothing (a full disk, a read-only folder,
     another report's lock held past the timeout: the old index stays as it was)."""
-    mine, rows = row_key(), []
+    mine, rows = sealing.row_key(), []
     for key, st, digest, reason, body in fresh:
         try:
             text, curve = (None, None) if body is None else _encode(_shown(body))
         except (ValueError, RecursionError):  # nested past what as_read walks: read from its file each time
             continue
-        rows.append((key, *_identity(st), digest, reason, text, curve, _seal(mine, key, _identity(st), digest, text)))
+        rows.append((key, *_identity(st), digest, reason, text, curve,
+                     sealing.seal(mine, key, _identity(st), digest, text)))
     try:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
