@@ -164,14 +164,13 @@ def test_report_says_how_many_benchmark_runs_the_prediction_combines():
         texts.append(tables.render(runs, explain.annotate(frames.scaling_frame(runs), explain.bench_frame(folder)),
                                    "plain", None))
     assert "benchmark runs in this folder" not in texts[0]
-    assert "the median of 2 all-reduce benchmark runs in this folder" in texts[1]
+    assert "the median of the newest 2 all-reduce benchmark runs in this folder" in texts[1]
 
 
-def test_the_prediction_reads_the_newest_benchmarks_of_its_configuration_as_the_forecast_does():
+def test_the_prediction_reads_the_newest_benchmarks_of_those_it_combines():
     """A site's nightly folder: 6 old benchmarks of a slow link, then 5 of a faster one (the fabric mended). The
-    prediction, its busbw and its "median of N runs" are those of the newest PER_CONFIGURATION (5), as the forecast,
-    the busbw plot and report.md read them; the median of all 11 would price the old link (and took 1 s of a
-    100,000-result report)."""
+    prediction, its busbw and its "median of N runs" are those of the newest PER_CONFIGURATION (5) of the ones it
+    combines; the median of all 11 would price the old link."""
     found = [_with_comm(make_result("n1", 1, samples_per_s=100), 0.1, 0.0, 0.0, 0.1),
              _with_comm(make_result("n2", 2, samples_per_s=150), 0.1, 0.008, 0.004, 0.104)]
     slow = [dict(r, time_s=r["time_s"] * 10, busbw_GBps=r["busbw_GBps"] / 10) for r in ROWS]
@@ -185,6 +184,14 @@ def test_the_prediction_reads_the_newest_benchmarks_of_its_configuration_as_the_
     assert explain.PER_CONFIGURATION == 5 and two.bench_runs == 5
     assert two.predicted_allreduce_s == pytest.approx(COMM_8MB)
     assert two.bench_busbw_GBps == pytest.approx(busbw_at(ROWS, 8e6))
+    # Of those it combines: two older benchmarks timed single all-reduces, the 11 nightly ones (an imported log's
+    # kind) did not: the two are used, not crowded out by the newest five
+    single = [dict(r, time_s=r["time_s"] * 2, single_op_s=r["time_s"] * 2) for r in ROWS]
+    for k in range(2):
+        found.append(_bench(2, single))
+        found[-1]["run_id"], found[-1]["created"] = f"single{k}", f"2025-06-0{k + 1}T00:00:00"
+    two = annotated(found)[1].set_index("world_size").loc[2]
+    assert two.bench_runs == 2 and two.predicted_allreduce_s == pytest.approx(2 * COMM_8MB)
 
 
 def test_probes_slower_than_normal_steps_are_called_noise_not_full_overlap():

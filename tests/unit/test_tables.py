@@ -281,8 +281,8 @@ def test_the_step_table_row_in_milliseconds_megabytes_and_three_significant_digi
     assert _pipe(lines[2]) == [tables.STEP_HEADERS, ["2", "1", "250.0", "200.0", "100.0", "80.0", "90.0", "70.0",
                                                      "20 %", "30 %", "1e+03", "1.25e-05", "1.23e+03", "5e-05",
                                                      "1.2 %"]]
-    assert lines[3:] == ["  (predicted ms and bench busbw: the median of 3 all-reduce benchmark runs in this folder, "
-                         "per message size)",
+    assert lines[3:] == ["  (predicted ms and bench busbw: the median of the newest 3 all-reduce benchmark runs in "
+                         "this folder, per message size)",
                          "  MFU counts attention's full T x T scores (the causal half is not discounted), as nanoGPT "
                          "and PaLM count it: compare it with figures that do the same"]
 

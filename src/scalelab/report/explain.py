@@ -67,8 +67,8 @@ BENCH_CONFIGURATION = ["collective", "world_size", "num_nodes", "accelerator", "
 
 def newest_benchmarks(bench: pd.DataFrame) -> pd.DataFrame:
     """The newest PER_CONFIGURATION benchmarks of each configuration, newest first (bench: bench_frame's order, or
-    rows of it): what a configuration's predicted communication, a calibration, the busbw plot and report.md read
-    (a site's nightly folder holds thousands of each)."""
+    rows of it): what a calibration, the busbw plot and report.md read (a site's nightly folder holds thousands of
+    each; bench_for takes its newest PER_CONFIGURATION of those it combines)."""
     return bench.groupby(BENCH_CONFIGURATION, sort=False, dropna=False).head(PER_CONFIGURATION)
 
 
@@ -77,11 +77,12 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     """The benchmark of `collective` at the same size, node count, hardware and link (frames.link_label: "" for a
     real network, else the emulated rate) as a training configuration.
 
-    Repeated benchmarks (the newest PER_CONFIGURATION: annotate reads newest_benchmarks) are combined like repeated
-    training runs: per message size, the median time
+    Repeated benchmarks are combined like repeated training runs: per message size, the median time
     (one run can land in a slow minute of a shared machine; the median of a few does not). Only runs of
     one dtype are combined: float32 where there is one, as DDP all-reduces float32 gradients even under
-    bf16-mixed; else the newest run's dtype.
+    bf16-mixed; else the newest run's dtype. Of those, the ones that timed single all-reduces where any did, and of
+    those the newest PER_CONFIGURATION (bench: bench_frame's order; a site's nightly folder holds thousands, and a
+    link mended last month must not be priced by years of the old one).
     """
     if bench.empty:
         return None
@@ -97,6 +98,7 @@ def bench_for(bench: pd.DataFrame, world_size: int, nodes: int, accelerator, dev
     single = match["rows"].map(timed_single)
     if single.any():  # as median_rows combines them: the count and labels are those of the runs it uses
         match = match[single]
+    match = match.head(PER_CONFIGURATION)
     combined = match.iloc[0].copy()  # the newest run's labels; its rows replaced by the combined ones
     combined["rows"] = median_rows(list(match["rows"]), world_size)
     combined["runs"] = len(match)
@@ -214,8 +216,8 @@ def predicted_comm(bench: pd.DataFrame, r) -> tuple:
 def annotate(scaling: pd.DataFrame, bench: pd.DataFrame, peak_tflops: Optional[float] = None,
              gpu_hour_price: Optional[float] = None, token_budget: Optional[float] = None) -> pd.DataFrame:
     """The scaling frame plus the predicted and money columns; `mfu` recomputed where peak_tflops is given, and
-    `peak_tflops` with it. bench: bench_frame's; its newest PER_CONFIGURATION of each configuration are read."""
-    out, bench = scaling.copy(), newest_benchmarks(bench)
+    `peak_tflops` with it."""
+    out = scaling.copy()
     new = {k: [] for k in ("bench_busbw_GBps", "bench_runs", "predicted_allreduce_s",
                            "predicted_efficiency_no_overlap", "predicted_efficiency_overlap", "mfu", "peak_tflops",
                            "cost_per_1k_samples", "hours_for_token_budget", "cost_for_token_budget")}

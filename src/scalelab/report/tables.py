@@ -209,8 +209,8 @@ def step_table(g: pd.DataFrame, fmt: str) -> list:
         out.append(f"  (No all-reduce benchmark in this folder at these sizes: {_bench_hint(g)} adds the "
                    "predicted columns.)")
     elif g["bench_runs"].max() > 1:
-        out.append(f"  (predicted ms and bench busbw: the median of {g['bench_runs'].max():.0f} all-reduce "
-                   "benchmark runs in this folder, per message size)")
+        out.append(f"  (predicted ms and bench busbw: the median of the newest {g['bench_runs'].max():.0f} "
+                   "all-reduce benchmark runs in this folder, per message size)")
     counted = counted_notes(g)
     if g["tflops_per_device"].isna().all():  # no FLOPs per sample: no peak would give an MFU
         how = next((t for t in g.get("flops_from", pd.Series(dtype=object)).dropna() if t != "analytic"), None)
