@@ -376,7 +376,8 @@ def _sealed_scan(out, monkeypatch, cache) -> list:
 def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, monkeypatch):
     """A row whose text holds a raw escape sequence and a seal of key A (a hand edit by A, or by a report of another
     user's in a shared folder): under A it is taken as stored; under B, shown again (inert), never obeyed by B's
-    terminal; a row edited after it was sealed, under A as well. And the rows A sealed are read without as_read."""
+    terminal; under A as well: that text and seal moved to another row, a seal of another scalelab version, a row
+    edited after it was sealed. And the rows A sealed are read without as_read."""
     out = _copy(FOLDERS[0], tmp_path)
     names = _sealed_scan(out, monkeypatch, tmp_path / "a")
     key_a = sealing.row_key()
@@ -385,25 +386,40 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
     monkeypatch.setattr(index, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
     assert _sealed_scan(out, monkeypatch, tmp_path / "a") == names and not walked  # all sealed: none walked again
     with sqlite3.connect(out / index.FILE_NAME) as db:
-        path, *identity, digest, text = db.execute(
+        (path, *identity, digest, text), (other, *_) = db.execute(
             "SELECT path, size, mtime_ns, ctime_ns, ino, digest, body FROM results WHERE body LIKE '%\"training\"%'"
-        ).fetchone()
+        ).fetchall()[:2]
         body = json.loads(text)
         body["run_id"] = "evil\x1b[2J"
         forged = json.dumps(body)
-        db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
-                   (forged, sealing.seal(key_a, path, tuple(identity), digest, forged), path))
+
+        def sealed(version=None, where=path):
+            version = version or index.code_version()
+            db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
+                       (forged, sealing.seal(key_a, version, path, *identity, digest, forged), where))
+        sealed()
     assert "evil\x1b[2J" in _sealed_scan(out, monkeypatch, tmp_path / "a")  # A's own seal: as A stored it
     walked.clear()
     shown = _sealed_scan(out, monkeypatch, tmp_path / "b")
     assert "evil\\x1b[2J" in shown and "evil\x1b[2J" not in shown and walked  # B's key: shown again
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        sealed(where=other)  # P's text and seal on Q's row too
+    shown = _sealed_scan(out, monkeypatch, tmp_path / "a")
+    assert shown.count("evil\x1b[2J") == 1 and "evil\\x1b[2J" in shown
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        sealed(version="another scalelab's")
+    assert "evil\x1b[2J" not in _sealed_scan(out, monkeypatch, tmp_path / "a")
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        sealed()
     with sqlite3.connect(out / index.FILE_NAME) as db:
         db.execute("UPDATE results SET body = replace(body, 'evil', 'evil2') WHERE path = ?", (path,))
     shown = _sealed_scan(out, monkeypatch, tmp_path / "a")
     assert "evil2\\x1b[2J" in shown and "evil2\x1b[2J" not in shown  # edited after A sealed it
 
 
-@pytest.mark.parametrize("how", ["others may read it", "a symlink", "a folder", "a FIFO", "short", "no cache folder"])
+@pytest.mark.parametrize("how", ["others may read it", "its group may read it", "a symlink", "a hard link", "a folder",
+                                 "a FIFO", "short", "long", "in a folder others may write", "in a linked folder",
+                                 "no cache folder"])
 def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_path, monkeypatch, how):
     """A key others may read (or not a plain file of 32 bytes, or none to be made) is no key: rows are stored
     unsealed and every one is shown again; the report reads the same."""
@@ -421,9 +437,25 @@ def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_
         key.mkdir()
     elif how == "a FIFO":  # opened to read, it would wait for a writer for good
         os.mkfifo(key, 0o600)
-    elif how == "short":
-        key.write_bytes(b"k")
+    elif how in ("short", "long"):
+        key.write_bytes(os.urandom(sealing.KEY_BYTES + (1 if how == "long" else -31)))
         key.chmod(0o600)
+    elif how == "its group may read it":
+        key.write_bytes(os.urandom(sealing.KEY_BYTES))
+        key.chmod(0o640)
+    elif how == "a hard link":  # another name of it may sit where others read
+        key.write_bytes(os.urandom(sealing.KEY_BYTES))
+        key.chmod(0o600)
+        os.link(key, tmp_path / "also")
+    elif how == "in a folder others may write":
+        key.write_bytes(os.urandom(sealing.KEY_BYTES))
+        key.chmod(0o600)
+        key.parent.chmod(0o777)
+    elif how == "in a linked folder":
+        key.write_bytes(os.urandom(sealing.KEY_BYTES))
+        key.chmod(0o600)
+        key.parent.rename(tmp_path / "elsewhere")
+        key.parent.symlink_to(tmp_path / "elsewhere")
     else:
         shutil.rmtree(cache)
         cache.write_text("a file where the cache folder would be")
@@ -442,6 +474,17 @@ def test_the_key_is_made_once_and_kept(tmp_path, monkeypatch):
     assert len(first) == sealing.KEY_BYTES and (tmp_path / "scalelab").stat().st_mode & 0o777 == 0o700
     sealing._key_at.cache_clear()
     assert sealing.row_key() == first and os.listdir(tmp_path / "scalelab") == ["index.key"]  # no temp file left
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # the same file, seen by another user
+    assert sealing._own_key(str(tmp_path / "scalelab" / "index.key")) is None
+
+
+def test_a_relative_cache_home_is_ignored_as_the_xdg_rule_says(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME=cache (relative: wherever the report runs, a results folder perhaps): ~/.cache instead."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert sealing.row_key() is not None and (tmp_path / "home" / ".cache" / "scalelab" / "index.key").is_file()
+    assert not (tmp_path / "cache").exists()
 
 
 def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatch):
@@ -457,3 +500,14 @@ def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatc
     (body, _), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
     assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone() == (1,)
     assert body["run_id"] == "r\\x1b" and body["_row"][NAMES.index("describe")] == "x\\x1b[2J"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_a_real_result_reads_the_same_from_a_sealed_row_as_from_an_unsealed_one(folder):
+    """The chapters' results as index.light keeps them (tuples, curves, nested dicts): stored as shown and read
+    sealed, each gives what the same body stored as read and walked by as_read gives."""
+    for path in sorted(folder.rglob("result.json")):
+        light = index.light(results.parse(path.read_bytes()))
+        text, packed = index._encode(light)
+        beside = None if packed is None else object()  # the curve read when used: the same for both
+        assert index._decode(index._encode(index._shown(light))[0], beside, seen={}) == index._decode(text, beside)

@@ -14,9 +14,10 @@ database, or from another scalelab (the digest of its code: any change to what a
 from the files. Parquet was the other candidate: it rewrites a whole file to add one row.
 
 A row is stored as the report shows it (as_read: secrets redacted, control characters escaped) and sealed with a
-key of the user's own (report/sealing.py): a row this user sealed is shown as stored, any other (a hand edit,
-another user's report in a shared folder, no key to be had) is shown again by as_read, as a file is (on 100,000
-results that walk was 1.5 s of a 10 s report).
+key of the user's own (report/sealing.py), over this scalelab's version, the row's path, its file's identity and
+digest and its text: a row this scalelab sealed for this user is shown as stored; any other (a hand edit, a row
+moved, another user's report in a shared folder, no key to be had) is shown again by as_read, as a file is (on
+100,000 results that walk was 1.5 s of a 10 s report).
 """
 
 import contextlib
@@ -224,8 +225,8 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             curve = None if size is None else Curve(load=functools.partial(
                 beside.read, key, digest, os.path.join(root, key)))
             try:
-                kept[key] = _decode(text, curve, seen if sealing.holds(said, mine, key, identity, digest, text)
-                                    else None), None
+                kept[key] = _decode(text, curve, seen if sealing.holds(said, mine, code_version(), key, *identity,
+                                                                       digest, text) else None), None
             except ValueError:
                 pass
     except sqlite3.Error:
@@ -323,7 +324,7 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
         except (ValueError, RecursionError):  # nested past what as_read walks: read from its file each time
             continue
         rows.append((key, *_identity(st), digest, reason, text, curve,
-                     sealing.seal(mine, key, _identity(st), digest, text)))
+                     sealing.seal(mine, code_version(), key, *_identity(st), digest, text)))
     try:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

@@ -9,43 +9,51 @@ import stat
 import tempfile
 from typing import Optional
 
+KEY_BYTES = 32
+_WHAT = "scalelab index row"  # what a seal is for: no other use of the key gives the same MAC
 
-def seal(key: Optional[bytes], path: str, identity: tuple, digest, text) -> Optional[str]:
-    """A row's seal: its path, file identity, digest and text under this user's key (None without a key)."""
-    if key is None or not isinstance(text, str):
+
+def seal(key: Optional[bytes], *fields) -> Optional[str]:
+    """The seal of these fields under key (None without a key, or without a text last). A NUL joins them: no field
+    but the last (a stored text) can hold one (a version and a digest are hex, a path has none, numbers)."""
+    if key is None or not isinstance(fields[-1], str):
         return None
-    said = "\0".join(map(str, (path, *identity, digest, text)))  # no path, number or hex digest holds a NUL
+    said = "\0".join(map(str, (_WHAT, *fields)))
     return hashlib.blake2b(said.encode("utf-8", "surrogatepass"), key=key, digest_size=16).hexdigest()
 
 
-def holds(said, key: Optional[bytes], path: str, identity, digest, text) -> bool:
-    """Whether `said` (a stored seal, or anything a hand put there) is this row's seal under key."""
-    ours = seal(key, path, tuple(identity), digest, text)
+def holds(said, key: Optional[bytes], *fields) -> bool:
+    """Whether `said` (a stored seal, or anything a hand put there) is the seal of these fields under key."""
+    ours = seal(key, *fields)
     return ours is not None and isinstance(said, str) and hmac.compare_digest(said, ours)
 
 
-KEY_BYTES = 32
-
-
 def row_key() -> Optional[bytes]:
-    """This user's key for the rows its reports seal, made on first use ($XDG_CACHE_HOME or ~/.cache, then
-    scalelab/index.key: 0600, in a 0700 folder); None where none can be kept private (no home or a read-only one,
-    another owner's file, one others may read): no row is then taken as shown."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """This user's key for the rows its reports seal, made on first use ($XDG_CACHE_HOME where it is an absolute
+    path, else ~/.cache; then scalelab/index.key: 0600, in a folder of this user's that no one else may write);
+    None where none can be kept private (no home or a read-only one, another owner's file or folder, a key others
+    may read, a link): no row is then taken as shown."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # the XDG rule: a relative path is ignored
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
     return _key_at(os.path.join(cache, "scalelab", "index.key"))
 
 
 @functools.lru_cache(maxsize=4)
 def _key_at(path: str) -> Optional[bytes]:
+    folder = os.path.dirname(path)
     try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None  # a link, or a folder another may write: the key in it could be swapped
         return _own_key(path)
     except FileNotFoundError:
         pass
     except OSError:
         return None
     try:  # written whole, then linked in: two first reports at once read one key, never a half-written one
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))  # 0600
+        fd, tmp = tempfile.mkstemp(dir=folder)  # 0600
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(os.urandom(KEY_BYTES))
@@ -59,11 +67,11 @@ def _key_at(path: str) -> Optional[bytes]:
 
 
 def _own_key(path: str) -> Optional[bytes]:
-    """The key at path if it is a regular file of this user's that no one else may read, else None."""
+    """The key at path if it is a regular file of this user's, of one name, that no one else may read, else None."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO there: no wait
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_nlink != 1:
             return None
         key = os.read(fd, KEY_BYTES + 1)
     finally:
