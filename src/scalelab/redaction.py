@@ -147,7 +147,7 @@ def _shown_now(text: str) -> str:
         return text
     if not _WORD_START.search(text) and not _CONTROL.search(text):  # a timestamp: 2026-12-05T01:14:52+00:00
         return text
-    return inert(redact(text))
+    return redact(inert(text))  # redacted as shown: an escape before a name ("\\x1b_token=…") hides no secret
 
 
 # Each pattern of `redact` needs an = , a : (a URL's user:password@ too) or a space to match, and `inert` a control
