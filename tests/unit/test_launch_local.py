@@ -137,6 +137,27 @@ def test_a_waiting_rank_leaves_ctrl_c_to_rank_0(tmp_path):
     assert lines[-1] == "codes [0, 0]" and "ended before the go []" in lines
 
 
+def test_a_rank_that_ends_right_after_the_go_did_not_end_before_it(monkeypatch):
+    """A busy machine: rank 0 writes the go, loses its core, and its ranks run and end before it polls them (CI, once:
+    "ended before the go" named a rank that had run). Each rank is polled before the go is written."""
+    written = []
+
+    class Rank:
+        returncode = None
+
+        def poll(self):
+            self.returncode = 0 if written else None
+            return self.returncode
+
+    read, write = os.pipe()
+    real = os.write
+    monkeypatch.setattr(local.os, "write", lambda fd, data: written.append(data) or real(fd, data))
+    try:
+        assert local.LocalRanks([Rank(), Rank()], write).go() == [] and written == [b"gg"]
+    finally:
+        os.close(read)
+
+
 def test_a_rank_that_ended_before_the_go_is_said_at_the_go(tmp_path):
     proc, lines, _ = training(tmp_path, "killed")
     assert "ended before the go [(2, -9)]" in lines and lines[-1] == "codes [0, -9]", lines

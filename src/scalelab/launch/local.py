@@ -44,7 +44,9 @@ class LocalRanks:
     def go(self) -> list:
         """Rank 0 launches (fabric.launch()): each waiting rank reads its byte and runs. Returns [(rank, exit code)]
         of the ranks that ended before it (killed, crashed in their imports): rank 0 says so now, not after
-        --timeout at the rendezvous."""
+        --timeout at the rendezvous. Polled before the go: a rank that runs and ends at once after it (a busy
+        machine, rank 0 waiting for a core) did not end before it."""
+        ended = [(k + 1, proc.returncode) for k, proc in enumerate(self.procs) if proc.poll() is not None]
         if self._go_fd is not None:
             try:
                 os.write(self._go_fd, b"g" * len(self.procs))
@@ -52,7 +54,7 @@ class LocalRanks:
                 pass
             os.close(self._go_fd)
             self._go_fd = None
-        return [(k + 1, proc.returncode) for k, proc in enumerate(self.procs) if proc.poll() is not None]
+        return ended
 
 
 def start_early(devices, num_nodes, threads) -> "LocalRanks | None":
