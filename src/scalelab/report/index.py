@@ -106,7 +106,8 @@ def _decode(text, curve=None, seen=None) -> dict:
     try:
         body = _loads(text)
         row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
-        body = {k: _once(v, seen, list) for k, v in body.items()} if sealed and type(body) is dict else as_read(body)
+        body = {k: seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not dict
+                else _once(v, seen, list) for k, v in body.items()} if sealed and type(body) is dict else as_read(body)
     except (TypeError, ValueError, RecursionError):
         raise ValueError("not a stored body") from None
     if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
@@ -119,7 +120,8 @@ def _decode(text, curve=None, seen=None) -> dict:
     if row[_CURVE] is not (curve is not None):
         raise ValueError("not a stored body")  # a row says whether its curve is beside it (_encode), never holds it
     row[_CURVE] = curve
-    body["_row"] = tuple([_once(v, seen, tuple) for v in row]) if sealed else _shown_row(row)
+    body["_row"] = tuple([seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not
+                          dict else _once(v, seen, tuple) for v in row]) if sealed else _shown_row(row)  # inline: 6M
     return body
 
 
