@@ -325,8 +325,9 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
             text, curve = (None, None) if body is None else _encode(_shown(body))
         except (ValueError, RecursionError):  # nested past what as_read walks: read from its file each time
             continue
-        rows.append((key, *_identity(st), digest, reason, text, curve,
-                     sealing.seal(mine, code_version(), key, *_identity(st), digest, text)))
+        identity = _identity(st)
+        rows.append((key, *identity, digest, reason, text, curve,
+                     sealing.seal(mine, code_version(), key, *identity, digest, text)))
     try:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
