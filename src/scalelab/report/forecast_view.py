@@ -9,7 +9,6 @@ from scalelab.keys import CONFIGURATION, configuration
 from scalelab.perfmodel import forecast as fc
 from scalelab.perfmodel import noise
 from scalelab.perfmodel.network import human_rate
-from scalelab.report import marks
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.explain import PER_CONFIGURATION, newest_benchmarks
 from scalelab.report.frames import group_letters
@@ -289,6 +288,8 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES)
     network between nodes, the configurations measured on it, and one full node as the ceiling."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullFormatter
+
+    from scalelab.report import marks  # matplotlib: a report that draws nothing never imports it
 
     letters = report_letters(runs)
     runs = recent(runs)
