@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import os
+import pathlib
 import shutil
 import sqlite3
 import subprocess
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from helpers import ROOT, SRC
 from scalelab import redaction, results
 from scalelab.report import cli, explain, index, sealing
-from scalelab.report.columns import NAMES
+from scalelab.report.columns import JSON_TEXTS, NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
            ROOT / "docs" / "results" / "cpu-rehearsal"]
@@ -323,15 +324,31 @@ def test_a_stored_row_is_shown_as_as_read_shows_it_and_one_of_another_width_rere
     tuples, as run_row makes them); a row of another width than the runs frame's is no body of the index's (the
     file is read again), never columns shifted."""
     curve = NAMES.index("loss_curve")
-    row = [False if i == curve else v for i, v in enumerate(row)]  # no curve beside it (_encode)
+    row = [False if i == curve else _as_json_text(v) if n in JSON_TEXTS else v for i, (n, v) in
+           enumerate(zip(NAMES, row))]  # no curve beside it (_encode)
     body = json.dumps({"kind": "training", "run_id": "r", "_row": (row + row)[:width]})
-    if width != len(NAMES):
+    if width != len(NAMES) or not all(_shows_as_it_says(row[NAMES.index(n)]) for n in JSON_TEXTS):
         with pytest.raises(ValueError):
             index._decode(body)
         return
     shown = redaction.as_read(json.loads(body))["_row"]
     shown[curve] = None
+    for name in JSON_TEXTS:  # a JSON text is shown as what it says: as it was, never redacted as text
+        shown[NAMES.index(name)] = row[NAMES.index(name)]
     assert index._decode(body)["_row"] == tuple(tuple(v) if isinstance(v, list) else v for v in shown)
+
+
+def _as_json_text(value):
+    """A value where a row holds a JSON text (columns.JSON_TEXTS): as the column makes it, now and then not."""
+    return value if isinstance(value, str) and len(value) % 3 == 0 else json.dumps(value, sort_keys=True)
+
+
+def _shows_as_it_says(text) -> bool:
+    """A row's JSON text as its column writes it from what as_read showed ("" for none): what the index keeps."""
+    try:
+        return text == "" or json.dumps(redaction.as_read(json.loads(text)), sort_keys=True) == text
+    except (TypeError, ValueError):
+        return False
 
 
 def test_the_runs_frame_s_names_are_words_as_read_keeps():
@@ -360,11 +377,17 @@ def test_a_row_stored_as_shown_and_sealed_reads_as_an_unsealed_row_is_shown(row,
     """A sealed row skips as_read because it was stored as as_read shows it (_shown): on any values (secrets,
     control characters, lists in lists), a training row and a benchmark body read sealed as they read unsealed."""
     curve = NAMES.index("loss_curve")
-    row = tuple(False if i == curve else v for i, v in enumerate(row))
-    for body in ({"kind": "training", "run_id": run_id, "_group_key": run_id, "_row": row},
+    row = tuple(False if i == curve else _as_json_text(v) if n in JSON_TEXTS else v
+                for i, (n, v) in enumerate(zip(NAMES, row)))
+    for body in ({"kind": "training", "run_id": run_id, "_group_key": _as_json_text(extra), "_row": row},
                  {**extra, "kind": "allreduce", "run_id": run_id}):
         raw = json.dumps(body)
-        text, beside = index._encode(index._shown(json.loads(raw)))
+        try:
+            text, beside = index._encode(index._shown(json.loads(raw)))
+        except ValueError:  # a JSON text not as its column writes it: never stored, and never shown unsealed either
+            with pytest.raises(ValueError):
+                index._decode(raw)
+            continue
         assert beside is None and index._decode(text, seen={}) == index._decode(raw)
 
 
@@ -494,7 +517,7 @@ def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatc
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "result.json").write_text("{}")
     st = os.stat(tmp_path / "a" / "result.json")
-    row = tuple("x\x1b[2J" if n == "describe" else None for n in NAMES)
+    row = tuple("x\x1b[2J" if n == "describe" else "{}" if n in JSON_TEXTS else None for n in NAMES)
     db = index._open(str(tmp_path / index.FILE_NAME))
     index._update(db, [("a/result.json", st, "d", None, {"kind": "training", "run_id": "r\x1b", "_row": row})], set())
     (body, _), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
@@ -511,3 +534,31 @@ def test_a_real_result_reads_the_same_from_a_sealed_row_as_from_an_unsealed_one(
         text, packed = index._encode(light)
         beside = None if packed is None else object()  # the curve read when used: the same for both
         assert index._decode(index._encode(index._shown(light))[0], beside, seen={}) == index._decode(text, beside)
+
+
+_NAME = st.sampled_from(["num_key_value_heads", "api_key", "token_budget", "passes", "session_len", "seq_len"]) | \
+    st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True)
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=_NAME, values=st.lists(_LEAF, min_size=2, max_size=2))
+def test_a_workload_field_of_any_name_and_value_reads_the_same_through_the_index_as_from_its_file(name, values):
+    """Two runs whose workloads differ in one field, of any name (one a secret's, num_key_value_heads) and value:
+    the runs frame through the index (sealed, and unsealed: another user's) is the one from the files, its groups
+    too; a row's JSON text (the group) is never redacted as text, which made two workloads one group."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", os.path.join(tmp, "cache"))
+        out = _copy(FOLDERS[0], pathlib.Path(tmp))
+        for path, value in zip(sorted(p for p in out.rglob("result.json") if "gpt" in str(p)), values):
+            data = json.loads(path.read_text())
+            data["workload"][name] = value
+            path.write_text(json.dumps(data))
+
+        def runs(**kw):
+            frame = cli.build(str(out), **kw).runs.drop(columns=["loss_curve"])
+            return frame.astype(str).to_dict("list")
+        files = runs(use_index=False)
+        assert runs() == files and runs() == files  # the first report reads the files, the second the rows
+        mp.setattr(sealing, "row_key", lambda: None)
+        assert runs() == files

@@ -58,6 +58,8 @@ class Column:
     combine: Any = None
     numeric: bool = False
     doc: str = ""
+    json_text: bool = False  # a JSON text made from the result: shown (as_read) as what it says, never as text
+
 
     def combined(self) -> dict:
         """{scaling-frame column: how} for this column's repeats; {} for a key or a runs-only column."""
@@ -183,7 +185,7 @@ def _median_epoch(r: dict):
 
 RUNS = (
     Column("run_id", at("run_id"), {"runs": "size"}),
-    Column("group", lambda r: results.group_key(r, LEVER_DEFAULTS), "key",
+    Column("group", lambda r: results.group_key(r, LEVER_DEFAULTS), "key", json_text=True,
            doc="the workload and hardware (results.group_key, levers at their default left out), as JSON text"),
     Column("model", at("workload.model"), "first"),
     Column("describe", lambda r: r["workload"].get("describe") or r["workload"].get("model"), "first"),
@@ -257,11 +259,13 @@ RUNS = (
            doc="had its nodes alone (SLURM --exclusive); None: not known"),
     Column("wire", seen_wire, "first", doc="what the step's collectives moved (perfmodel.sharding.Wire's fields)"),
     Column("compile", lambda r: r["workload"].get("compile") is True, "first", doc="--compile asked"),
-    Column("fingerprint", fingerprint_text, {"fingerprinted": lambda s, rows: bool((s != "").all())}),
+    Column("fingerprint", fingerprint_text, {"fingerprinted": lambda s, rows: bool((s != "").all())},
+           json_text=True),
     Column("job_differs", None, lambda s, rows: next((t for t in s if t), ""),
            doc="how the step differs from its group baseline's: plausible.job_differences, from the whole frame"),
 )
 NAMES = tuple(c.name for c in RUNS)
+JSON_TEXTS = tuple(c.name for c in RUNS if c.json_text)
 NUMERIC = tuple(c.name for c in RUNS if c.numeric)
 # the throughput frames.scaling_frame gives each run in its own unit (frames.THROUGHPUT_COLUMN), combined
 THROUGHPUT = {"throughput": "median", "throughput_min": "min", "throughput_max": "max"}

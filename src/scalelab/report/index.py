@@ -35,7 +35,7 @@ from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.redaction import as_read
 from scalelab.report import sealing
-from scalelab.report.columns import NAMES, Curve, loss_curve
+from scalelab.report.columns import JSON_TEXTS, NAMES, Curve, loss_curve
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
@@ -80,8 +80,31 @@ def light(result: dict) -> dict:
 def _shown(body: dict) -> dict:
     """A light body as the report shows it (what _decode gives of a row not sealed): what a sealed row stores."""
     row = body.get("_row")
-    shown = as_read({k: v for k, v in body.items() if k != "_row"})
+    shown = _shown_fields({k: v for k, v in body.items() if k != "_row"})
     return shown if row is None else {**shown, "_row": _shown_row(list(row))}
+
+
+def _shown_fields(body: dict) -> dict:
+    """A body's fields but its row as as_read shows them; its group key (JSON text) as _shown_json does."""
+    shown = as_read(body)
+    if "_group_key" in body:
+        shown["_group_key"] = _shown_json(body["_group_key"])
+    return shown
+
+
+def _shown_json(text):
+    """A JSON text a row holds (results.group_key, columns.Column.json_text: made from a result as_read showed), as
+    as_read shows what it says: redacting the text as text would take a field named like a secret for one
+    (`"num_key_value_heads": 4` -> `<redacted>`: two workloads one group). ValueError where it is not the text of
+    what as_read shows (a hand edit, another's row: its file is read again)."""
+    if text == "":  # a run without a fingerprint
+        return text
+    try:
+        if type(text) is str and json.dumps(as_read(json.loads(text)), sort_keys=True) == text:
+            return text
+    except (ValueError, RecursionError):
+        pass
+    raise ValueError("not a stored body")
 
 
 def _encode(body: dict) -> tuple:
@@ -107,7 +130,8 @@ def _decode(text, curve=None, seen=None) -> dict:
         body = _loads(text)
         row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
         body = {k: seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not dict
-                else _once(v, seen, list) for k, v in body.items()} if sealed and type(body) is dict else as_read(body)
+                else _once(v, seen, list) for k, v in body.items()} if sealed and type(body) is dict else \
+            _shown_fields(body) if type(body) is dict else body
     except (TypeError, ValueError, RecursionError):
         raise ValueError("not a stored body") from None
     if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
@@ -149,16 +173,20 @@ def _loads(text):
 
 _FAST = msgspec.json.Decoder()
 _WIDTH, _CURVE = len(NAMES), NAMES.index("loss_curve")  # a row: the runs frame's values in its order
+_JSON_AT = tuple(NAMES.index(name) for name in JSON_TEXTS)
 
 
 def _shown_row(row: list) -> tuple:
     """A stored row as as_read shows it, its lists as tuples: a row holds values only (no keys: the runs frame's
     names are its order), so only they are walked (a 100,000-result report's largest cost)."""
     try:
-        return tuple([tuple(as_read(v)) if type(v) is list else as_read(v) if type(v) in (str, dict) else v
-                      for v in row])  # a list, not a generator: 100,000 rows of 80 values
+        shown = [tuple(as_read(v)) if type(v) is list else as_read(v) if type(v) in (str, dict) else v
+                 for v in row]  # a list, not a generator: 100,000 rows of 80 values
     except RecursionError:
         raise ValueError("not a stored body") from None
+    for i in _JSON_AT:
+        shown[i] = _shown_json(row[i])
+    return tuple(shown)
 
 
 def _identity(st) -> tuple:
@@ -224,8 +252,7 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
                 continue
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
-            curve = None if size is None else Curve(load=functools.partial(
-                beside.read, key, digest, os.path.join(root, key)))
+            curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest))
             try:
                 kept[key] = _decode(text, curve, seen if sealing.holds(said, mine, code_version(), key, *identity,
                                                                        digest, text) else None), None
@@ -245,7 +272,7 @@ class _Beside:
     def __init__(self, root: str):  # the index's name as given: SQLite's own (PRAGMA) may not be UTF-8
         self.path, self.root, self.curves = os.path.join(root, FILE_NAME), root, None
 
-    def read(self, key: str, digest: str, file: str) -> bytes:
+    def read(self, key: str, digest: str) -> bytes:
         if self.curves is None:
             self.curves = {}
             try:  # read-only: an index removed since is not made again here
@@ -260,7 +287,7 @@ class _Beside:
         if was == digest and type(curve) is bytes and curve and not len(curve) % 8:
             return curve
         try:
-            raw = files.read_bytes(file, "result", self.root)
+            raw = files.read_bytes(os.path.join(self.root, key), "result", self.root)
             if _digest(raw) != digest:
                 return b""  # changed since this report read it
             found = loss_curve(results.parse(raw).get("ranks") or [])
