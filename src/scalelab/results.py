@@ -228,7 +228,7 @@ def _json(raw: bytes):
     json, which says why in scalelab's words (or takes what only it reads: UTF-16 or UTF-32 bytes)."""
     try:
         return _FAST.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # json says why in its words
         pass
     if not raw.strip():
         raise ResultError("empty file")
@@ -236,11 +236,14 @@ def _json(raw: bytes):
         return json.loads(raw, parse_constant=_not_a_number, parse_float=_finite_float)
     except ResultError:
         raise
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise ResultError(_TOO_DEEP) from None
+    except ValueError as exc:
         raise ResultError(f"not valid JSON ({str(exc).splitlines()[0][:80]})") from None
 
 
 _FAST = msgspec.json.Decoder()
+_TOO_DEEP = "nested too deeply to read (a thousand levels or more; no result nests ten)"
 
 
 def _not_a_number(word: str):
@@ -258,12 +261,22 @@ def _finite_float(text: str) -> float:
 def load(path: str, root=None) -> dict:
     """A result, validated, with any secret a file written elsewhere (or by an older scalelab) holds redacted: what
     the report prints and exports comes from here. root: the folder being read (a symlink out of it is refused)."""
-    return validate(as_read(_read_json(path, "result", root)))
+    return _shown(_read_json(path, "result", root), validate)
 
 
 def parse(raw: bytes) -> dict:
     """A result from its bytes, as `load` reads it from its file (report/index.py reads each file once)."""
-    return validate(as_read(_json(raw)))
+    return _shown(_json(raw), validate)
+
+
+def _shown(data, then=None):
+    """A file's JSON as scalelab shows it (as_read), checked by `then`: a document nested past what Python walks is
+    refused in one line, not a RecursionError."""
+    try:
+        data = as_read(data)
+        return data if then is None else then(data)
+    except RecursionError:
+        raise ResultError(_TOO_DEEP) from None
 
 
 def attempt_key(result: dict):
@@ -334,7 +347,7 @@ def scan(root: str, listing=None):
 
 def load_summary(path: str) -> dict:
     """A report summary written by `benchmark.py --export`, or a ResultError saying why not."""
-    data = as_read(_read_json(path, "summary"))
+    data = _shown(_read_json(path, "summary"))
     if not isinstance(data, dict) or data.get("schema") != SUMMARY_SCHEMA:
         raise ResultError(f"not a scalelab report summary (no \"schema\": \"{SUMMARY_SCHEMA}\")")
     version = data.get("schema_version")

@@ -176,6 +176,21 @@ def test_loader_explains_what_it_skips(tmp_path, content, reason):
     assert len(skipped) == 1 and reason in skipped[0][1] and skipped[0][0] == str(path)
 
 
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(1, 20000), brackets=st.sampled_from(["[]", '{"a":}']), field=st.sampled_from(
+    ["extra", "workload", "metrics"]))
+def test_a_value_nested_to_any_depth_is_read_or_skipped_in_one_line(depth, brackets, field):
+    """However deep a file nests (a thousand levels pass Python's stack in as_read, five thousand msgspec's): the
+    result, or a ResultError of one line, from the bytes (index.py) as from the file; never a RecursionError."""
+    open_, close = (brackets[0], brackets[1]) if brackets == "[]" else ('{"a":', "}")
+    data = json.dumps(make_result("deep"))
+    raw = (data[:-1] + f', "{field}": ' + open_ * depth + "1" + close * depth + "}").encode()
+    try:
+        results.parse(raw)
+    except results.ResultError as exc:
+        assert "\n" not in str(exc) and str(exc)
+
+
 def test_validate_rejects_wrong_types():
     data = make_result()
     data["launch"]["world_size"] = "2"
