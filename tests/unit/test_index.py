@@ -76,6 +76,43 @@ def test_an_index_in_a_folder_of_any_name_is_read_again_and_its_curves_from_it(t
     assert all(len(r["_row"][NAMES.index("loss_curve")]) for r in index.scan(str(out))[0] if "_row" in r)
 
 
+def test_a_name_or_a_line_that_is_not_utf8_is_read_from_its_file_and_the_rest_through_the_index(tmp_path):
+    """A subfolder named with bytes that are not UTF-8, and a file whose skip line holds a lone surrogate (a key
+    "\\udcff" its JSON escapes): SQLite holds no such text, so those two are read from their files each report, the
+    rest through the index; the report is the files' (it raised UnicodeEncodeError at every report)."""
+    out = _copy(FOLDERS[0], tmp_path)
+    one, other = sorted(p.parent for p in out.rglob("result.json") if "gpt" in str(p))
+    os.rename(one, os.fsdecode(os.fsencode(one) + b"-\xff"))
+    data = json.loads((other / "result.json").read_text())
+    data["workload"]["\udcff"] = {"a": 1}  # a field whose value is not a workload's: skipped, the key named
+    (other / "result.json").write_text(json.dumps(data))
+    said = [_report(out, *args) for args in (["--no_index"], [], [])]
+    assert said[0][0] == 0 and "skipped" in said[0][2] and said[0] == said[1] == said[2]
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("SELECT count(*) FROM results").fetchone() == (len(list(out.rglob("result.json"))) - 2,)
+
+
+def test_a_skip_line_is_kept_only_under_its_seal_and_never_hides_a_result(tmp_path, monkeypatch):
+    """A file that does not read is kept as its skip line (not parsed again) under the seal its report wrote; a
+    skip line put on a result's row by hand, or a row's body sealed as a skip line, reads that file again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = _copy(FOLDERS[0], tmp_path)
+    (out / "bad").mkdir()
+    (out / "bad" / "result.json").write_text("not json")
+    first = index.scan(str(out))
+    parsed, real = [], index._parse
+    monkeypatch.setattr(index, "_parse", lambda path, root: parsed.append(path) or real(path, root))
+    assert index.scan(str(out)) == first and parsed == []
+    path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
+    key = os.path.relpath(path, out)
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        db.execute("UPDATE results SET skipped = 'not a result', body = NULL, curve = NULL WHERE path = ?", (key,))
+    assert index.scan(str(out)) == first and parsed == [str(path)]
+    with sqlite3.connect(out / index.FILE_NAME) as db:  # its own seal, on a skip line: another thing it seals
+        db.execute("UPDATE results SET skipped = body, body = NULL, curve = NULL WHERE path = ?", (key,))
+    assert index.scan(str(out)) == first and parsed == [str(path)] * 2
+
+
 def test_only_new_or_changed_files_are_read_again(tmp_path, monkeypatch):
     out = _copy(FOLDERS[0], tmp_path)
     first, _ = index.scan(str(out))
@@ -419,7 +456,7 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
         def sealed(version=None, where=path):
             version = version or index.code_version()
             db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
-                       (forged, sealing.seal(key_a, version, path, *identity, digest, forged), where))
+                       (forged, sealing.seal(key_a, version, path, *identity, digest, "body", forged), where))
         sealed()
     assert "evil\x1b[2J" in _sealed_scan(out, monkeypatch, tmp_path / "a")  # A's own seal: as A stored it
     walked.clear()

@@ -247,15 +247,16 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             st = stats.get(key)
             if st is None or tuple(identity) != _identity(st):
                 continue
-            if skipped is not None:
-                kept[key] = None, skipped
+            if skipped is not None:  # sealed too: a hand could otherwise hide a result behind a skip line
+                if sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text)):
+                    kept[key] = None, skipped
                 continue
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
             curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest))
+            sealed = sealing.holds(said, mine, *_sealed(key, identity, digest, None, text))
             try:
-                kept[key] = _decode(text, curve, seen if sealing.holds(said, mine, code_version(), key, *identity,
-                                                                       digest, text) else None), None
+                kept[key] = _decode(text, curve, seen if sealed else None), None
             except ValueError:
                 pass
     except sqlite3.Error:
@@ -350,19 +351,26 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     for key, st, digest, reason, body in fresh:
         try:
             text, curve = (None, None) if body is None else _encode(_shown(body))
-        except (ValueError, RecursionError):  # nested past what as_read walks: read from its file each time
-            continue
+            key.encode(), reason is None or reason.encode()  # text is ASCII (json.dumps)
+        except (ValueError, RecursionError):  # nested past what as_read walks; a name or a line that is not UTF-8
+            continue  # (a lone surrogate: SQLite holds no such text): read from its file each time
         identity = _identity(st)
         rows.append((key, *identity, digest, reason, text, curve,
-                     sealing.seal(mine, code_version(), key, *identity, digest, text)))
+                     sealing.seal(mine, *_sealed(key, identity, digest, reason, text))))
     try:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
         db.execute("COMMIT")
-    except (sqlite3.Error, OverflowError):
+    except (sqlite3.Error, OverflowError, ValueError):
         if db.in_transaction:
             db.execute("ROLLBACK")
+
+
+def _sealed(key: str, identity, digest, reason, text) -> tuple:
+    """What a row's seal is over: this scalelab, the row's path, its file's identity and digest, and what it says
+    of that file (a skip line, or the body: never one taken for the other)."""
+    return code_version(), key, *identity, digest, *(("body", text) if reason is None else ("skipped", reason))
 
 
 def full(records: list) -> list:
