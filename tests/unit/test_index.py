@@ -167,6 +167,44 @@ def test_an_index_that_is_not_ours_is_rebuilt_from_the_files(tmp_path, bad):
     assert all(r["_row"] for r in found if r["kind"] == "training") and not skipped
 
 
+def test_rows_of_another_scalelab_never_reach_an_index_it_did_not_build(tmp_path, monkeypatch):
+    """Two scalelab versions at once on one folder (an old one's nightly job, a new one's report): rows each computes
+    are written and read only while the index is its own (asked inside the transaction), never mixed in."""
+    out = _copy(FOLDERS[0], tmp_path)
+    path, files = str(out / index.FILE_NAME), _report(out, "--no_index")
+    listed = [(str(p), os.path.relpath(p, out), os.stat(p)) for p in sorted(out.rglob("result.json"))]
+
+    def as_old(version="an older scalelab"):  # rows that scalelab computes otherwise: its throughput
+        monkeypatch.setattr(index, "code_version", lambda: version)
+        rows = []
+        for p, key, stat in listed:
+            body, reason, digest, _ = index._parse(p, str(out))
+            if body and "_row" in body:
+                body["_row"] = tuple(1.0 if n == "tokens_per_s" else v for n, v in zip(NAMES, body["_row"]))
+            rows.append((key, stat, digest, reason, body))
+        return rows
+
+    real = index.code_version
+    old = index._open(path)  # the old one opens its index (it rebuilds it: another version's) ...
+    rows = as_old()
+    monkeypatch.setattr(index, "code_version", real)
+    assert _report(out) == files  # ... the new one rebuilds it (its own report) ...
+    monkeypatch.setattr(index, "code_version", lambda: "an older scalelab")
+    index._update(old, rows, set())  # ... then the old one writes the rows it read: not into the new one's index
+    old.close()
+    monkeypatch.setattr(index, "code_version", real)
+    assert _report(out) == files
+    new = index._open(path)  # the new one opens its index; the old one rebuilds it and writes its rows; ...
+    rows = as_old()
+    old = index._open(path)
+    index._update(old, rows, set())
+    old.close()
+    monkeypatch.setattr(index, "code_version", real)
+    kept, _ = index._kept(new, {key: st for _, key, st in listed}, str(out))  # ... the new one reads none of them
+    new.close()
+    assert kept == {}
+
+
 def test_a_full_disk_leaves_the_old_index_and_the_report_right(tmp_path, monkeypatch):
     """The update fails as SQLite fails on a full disk (SQLITE_FULL, forced with max_page_count): the index keeps
     what it held, the report what it read."""

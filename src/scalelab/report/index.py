@@ -240,6 +240,10 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
     kept, indexed, mine, seen = {}, set(), sealing.row_key(), {}
     try:
         beside = _Beside(root)
+        db.execute("BEGIN")  # the version and the rows of one state of the index: another scalelab may rebuild it
+        if not _ours(db):
+            db.execute("ROLLBACK")
+            return {}, set()
         for key, *identity, skipped, text, digest, kind, size, said in db.execute(
                 "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
                 "seal FROM results"):
@@ -259,9 +263,17 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
                 kept[key] = _decode(text, curve, seen if sealed else None), None
             except ValueError:
                 pass
+        db.execute("COMMIT")
     except sqlite3.Error:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
         return {}, set()
     return kept, indexed
+
+
+def _ours(db: sqlite3.Connection) -> bool:
+    """Whether the index is this scalelab's (asked inside the transaction that reads or writes its rows)."""
+    return db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == (code_version(),)
 
 
 class _Beside:
@@ -359,6 +371,9 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
                      sealing.seal(mine, *_sealed(key, identity, digest, reason, text))))
     try:
         db.execute("BEGIN IMMEDIATE")
+        if not _ours(db):  # rebuilt by another scalelab since this report opened it: its rows are not this one's
+            db.execute("ROLLBACK")
+            return
         db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
         db.execute("COMMIT")
