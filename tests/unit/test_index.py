@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -129,6 +130,29 @@ def test_only_new_or_changed_files_are_read_again(tmp_path, monkeypatch):
     assert parsed == [str(path)]
     row = next(r for r in changed if r["_path"] == str(path))["_row"]
     assert row[NAMES.index("tokens_per_s")] == data["timing"]["tokens_per_s"]
+
+
+def test_a_file_rewritten_within_its_filesystem_s_tick_is_read_again(tmp_path, monkeypatch):
+    """On a filesystem whose stamps are whole seconds (NFSv3, ext3, a Lustre), a file rewritten in place at its size
+    within the second it was indexed keeps its identity: a file that changed within RACY_NS of a report is not
+    indexed yet (read again next time), and one whose stamps are older is (never parsed again)."""
+    out = _copy(FOLDERS[0], tmp_path)
+    path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
+    second = time.time_ns() // 10**9 * 10**9
+    stamp = {"now": second}
+    monkeypatch.setattr(index, "_identity", lambda st: (st.st_size, stamp["now"], stamp["now"], str(st.st_ino)))
+    index.scan(str(out))
+    text = path.read_text()
+    tokens = json.loads(text)["timing"]["tokens_per_s"]
+    was = json.dumps(tokens)
+    path.write_text(text.replace(f'"tokens_per_s": {was}', f'"tokens_per_s": {(int(was[0]) + 1) % 9 + 1}{was[1:]}'))
+    assert path.stat().st_size == len(text.encode())  # the same size, the same (whole-second) stamps
+    row = next(r for r in index.scan(str(out))[0] if r["_path"] == str(path))["_row"]
+    assert row[NAMES.index("tokens_per_s")] != tokens
+    stamp["now"] = second - index.RACY_NS - 10**9  # stamps older than a report's tick: indexed, never parsed again
+    index.scan(str(out))
+    monkeypatch.setattr(index, "_parse", lambda path, root: pytest.fail(f"{path} parsed again"))
+    index.scan(str(out))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "a folder", "removed", "not json"])

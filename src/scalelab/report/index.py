@@ -4,8 +4,9 @@
 runs-frame row (report/columns.py, computed from the whole file; its loss curve as packed doubles beside) and the
 few fields that tell a requeued job's attempts apart; a benchmark's result as the report reads it (its rows, not
 its environment); a file that was skipped, with its one line. A file is read again when its size, mtime, ctime or
-inode changed (its content's hash is kept beside, for what was read); a file gone is dropped. The per-step lists
-and rank records stay in the JSON, read only by what draws them (--plot's step timelines, --trace: `full`).
+inode changed (its content's hash is kept beside, for what was read); one changed within a coarse filesystem's tick
+of the report is not indexed yet (_racy); a file gone is dropped. The per-step lists and rank records stay in the
+JSON, read only by what draws them (--plot's step timelines, --trace: `full`).
 
 SQLite (the standard library's): a file updated in place, a row per result, one transaction per report; a second
 report at once waits for the first's transaction (busy timeout) and never sees half of one; a full disk or a
@@ -28,6 +29,7 @@ import os
 import pathlib
 import sqlite3
 import stat
+import time
 
 import msgspec
 
@@ -41,6 +43,7 @@ from scalelab.report.frames import run_row
 FILE_NAME = ".scalelab-index.sqlite"
 FORMAT = 4  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
+RACY_NS = 2 * 10**9  # a coarse stamp's tick (a second) and a margin: _racy
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 # what the report reads of a collective benchmark besides its envelope (report/explain.bench_frame), and of its
 # config: its environment and versions are left in the file (a third of what 20,000 benchmarks' bodies held)
@@ -189,6 +192,14 @@ def _shown_row(row: list) -> tuple:
     return tuple(shown)
 
 
+def _racy(st, started: int) -> bool:
+    """Whether the file could change after this report without its identity changing (git's "racily clean"): its
+    stamps are whole milliseconds or coarser (NFSv3, ext3, a Lustre's seconds) and it changed within RACY_NS before
+    this report started (or after: another machine's clock). Such a file is not indexed yet: read again next time."""
+    _, mtime, ctime, _ = _identity(st)
+    return mtime % 10**6 == 0 and ctime % 10**6 == 0 and started - max(mtime, ctime) < RACY_NS
+
+
 def _identity(st) -> tuple:
     """What says a file changed: size, mtime, ctime and inode (as text: an overlay's inode passes SQLite's int64)."""
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
@@ -198,7 +209,7 @@ def scan(root: str, listing=None) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
     parsed only if it is new or changed since the last report. Any trouble with the index reads the files.
     listing: root's walk kept (files.listing)."""
-    found, skipped, listed = [], [], []
+    found, skipped, listed, started = [], [], [], time.time_ns()
     inside = os.path.join(root, "")
     for path in results.paths(root, skipped, listing):
         try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
@@ -218,8 +229,8 @@ def scan(root: str, listing=None) -> tuple:
             body, reason = kept.pop(key)  # decoded for this report alone: marked in place below
         else:
             body, reason, digest, lasting = _parse(path, root)
-            if lasting:  # a read that failed by chance (a deadline, an I/O error) is tried again next time
-                fresh.append((key, st, digest, reason, body))
+            if lasting and not _racy(st, started):  # a read that failed by chance (a deadline, an I/O error) is
+                fresh.append((key, st, digest, reason, body))  # tried again next time
             body = body and dict(body)  # the row stored stays without the report's mark
         if reason is not None:
             skipped.append((path, reason))
