@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
 from scalelab import redaction, results
-from scalelab.report import cli, explain, index, sealing
+from scalelab.report import cli, explain, index, sealing, stored
 from scalelab.report.columns import JSON_TEXTS, NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
@@ -428,13 +428,13 @@ def test_a_stored_row_is_shown_as_as_read_shows_it_and_one_of_another_width_rere
     body = json.dumps({"kind": "training", "run_id": "r", "_row": (row + row)[:width]})
     if width != len(NAMES) or not all(_shows_as_it_says(row[NAMES.index(n)]) for n in JSON_TEXTS):
         with pytest.raises(ValueError):
-            index._decode(body)
+            stored.decode(body)
         return
     shown = redaction.as_read(json.loads(body))["_row"]
     shown[curve] = None
     for name in JSON_TEXTS:  # a JSON text is shown as what it says: as it was, never redacted as text
         shown[NAMES.index(name)] = row[NAMES.index(name)]
-    assert index._decode(body)["_row"] == tuple(tuple(v) if isinstance(v, list) else v for v in shown)
+    assert stored.decode(body)["_row"] == tuple(tuple(v) if isinstance(v, list) else v for v in shown)
 
 
 def _as_json_text(value):
@@ -465,7 +465,7 @@ def test_a_stored_text_reads_as_json_reads_it(value):
     """msgspec reads a stored body where it can, json where it cannot (NaN, a number past int64, a lone
     surrogate): the same value either way, its types included."""
     text = json.dumps(value, allow_nan=True)
-    assert repr(index._loads(text)) == repr(json.loads(text))
+    assert repr(stored.loads(text)) == repr(json.loads(text))
 
 
 @settings(max_examples=300, deadline=None)
@@ -482,12 +482,12 @@ def test_a_row_stored_as_shown_and_sealed_reads_as_an_unsealed_row_is_shown(row,
                  {**extra, "kind": "allreduce", "run_id": run_id}):
         raw = json.dumps(body)
         try:
-            text, beside = index._encode(index._shown(json.loads(raw)))
+            text, beside = stored.encode(stored.shown(json.loads(raw)))
         except ValueError:  # a JSON text not as its column writes it: never stored, and never shown unsealed either
             with pytest.raises(ValueError):
-                index._decode(raw)
+                stored.decode(raw)
             continue
-        assert beside is None and index._decode(text, seen={}) == index._decode(raw)
+        assert beside is None and stored.decode(text, seen={}) == stored.decode(raw)
 
 
 def _sealed_scan(out, monkeypatch, cache) -> list:
@@ -505,7 +505,7 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
     key_a = sealing.row_key()
     assert key_a is not None and (tmp_path / "a" / "scalelab" / "index.key").stat().st_mode & 0o777 == 0o600
     walked = []
-    monkeypatch.setattr(index, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
+    monkeypatch.setattr(stored, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
     assert _sealed_scan(out, monkeypatch, tmp_path / "a") == names and not walked  # all sealed: none walked again
     with sqlite3.connect(out / index.FILE_NAME) as db:
         (path, *identity, digest, text), (other, *_) = db.execute(
@@ -630,9 +630,9 @@ def test_a_real_result_reads_the_same_from_a_sealed_row_as_from_an_unsealed_one(
     sealed, each gives what the same body stored as read and walked by as_read gives."""
     for path in sorted(folder.rglob("result.json")):
         light = index.light(results.parse(path.read_bytes()))
-        text, packed = index._encode(light)
+        text, packed = stored.encode(light)
         beside = None if packed is None else object()  # the curve read when used: the same for both
-        assert index._decode(index._encode(index._shown(light))[0], beside, seen={}) == index._decode(text, beside)
+        assert stored.decode(stored.encode(stored.shown(light))[0], beside, seen={}) == stored.decode(text, beside)
 
 
 _NAME = st.sampled_from(["num_key_value_heads", "api_key", "token_budget", "passes", "session_len", "seq_len"]) | \
