@@ -16,9 +16,10 @@ from the files. Parquet was the other candidate: it rewrites a whole file to add
 
 A row is stored as the report shows it (as_read: secrets redacted, control characters escaped) and sealed with a
 key of the user's own (report/sealing.py), over this scalelab's version, the row's path, its file's identity and
-digest and its text: a row this scalelab sealed for this user is shown as stored; any other (a hand edit, a row
-moved, another user's report in a shared folder, no key to be had) is shown again by as_read, as a file is (on
-100,000 results that walk was 1.5 s of a 10 s report).
+digest and what it says (report/stored.py): a row this scalelab sealed for this user is shown as stored. Any other
+(a hand edit, a row moved, another user's report in a shared folder, no key to be had) is read from its file again,
+checked as a file is (its row rewritten under this user's seal where the folder lets it): a row holds no check of
+its own, and one with a text where a number belongs ended the report in a traceback.
 """
 
 import contextlib
@@ -153,9 +154,10 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
             curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest))
-            sealed = sealing.holds(said, mine, *_sealed(key, identity, digest, None, text))
+            if not sealing.holds(said, mine, *_sealed(key, identity, digest, None, text)):
+                continue  # not sealed by this user: nothing says what it holds is a result's row (read the file)
             try:
-                kept[key] = stored.decode(text, curve, seen if sealed else None), None
+                kept[key] = stored.decode(text, curve, seen), None
             except ValueError:
                 pass
         db.execute("COMMIT")

@@ -1,8 +1,8 @@
 """A training row and a benchmark body as the index stores them (shown, as as_read shows a file), and read back.
 
 A row is the runs frame's values in its order (report/columns.py), its loss curve apart as packed doubles; a
-body, the few fields report/index.py keeps of a result. A row this user sealed is stored as shown and read back
-as stored; any other is shown again (as_read), its JSON texts as what they say (columns.Column.json_text).
+body, the few fields report/index.py keeps of a result. It is stored as shown (as_read; its JSON texts as what
+they say, columns.Column.json_text) and sealed; only a row this user sealed is read back (index._kept).
 """
 
 import json
@@ -14,7 +14,7 @@ from scalelab.report.columns import JSON_TEXTS, NAMES, Curve
 
 
 def shown(body: dict) -> dict:
-    """A light body as the report shows it (what decode gives of a row not sealed): what a sealed row stores."""
+    """A light body as the report shows it (as_read, as a file is shown): what a sealed row stores."""
     row = body.get("_row")
     fields = _shown_fields({k: v for k, v in body.items() if k != "_row"})
     return fields if row is None else {**fields, "_row": _shown_row(list(row))}
@@ -54,20 +54,18 @@ def encode(body: dict) -> tuple:
     return json.dumps({**body, "_row": values}, allow_nan=True, default=str), None if curve is None else curve.packed
 
 
-def decode(text, curve=None, seen=None) -> dict:
-    """A stored body, as a file's content is shown (as_read: the index is a file in a folder others write too); a
-    row's tuples (bucket sizes) come back as run_row made them, its loss curve as the Curve given (read when used;
-    its bytes checked by _kept and _Beside). seen: given for a row this user sealed (stored as shown, not walked
-    again), the texts met so far: one object each across 100,000 rows, as as_read's memory of them gives (without
-    it a report's peak was 1,023 MiB, not 870). ValueError where it is not a body this module wrote (the file is
-    read again)."""
-    sealed = seen is not None
+def decode(text, curve, seen: dict) -> dict:
+    """A stored body this user sealed (stored as shown: not walked by as_read again); a row's tuples (bucket sizes)
+    come back as run_row made them, its loss curve as the Curve given (read when used; its bytes checked by
+    index._kept and _Beside). seen: the texts met so far, one object each across 100,000 rows, as as_read's memory
+    of them gives (without it a report's peak was 1,023 MiB, not 870). ValueError where it is not a body this
+    module wrote (the file is read again)."""
     try:
         body = loads(text)
         row = body.pop("_row", None) if isinstance(body, dict) and body.get("kind") == "training" else None
-        body = {k: seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not dict
-                else _once(v, seen, list) for k, v in body.items()} if sealed and type(body) is dict else \
-            _shown_fields(body) if type(body) is dict else body
+        if type(body) is dict:
+            body = {k: seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not
+                    dict else _once(v, seen, list) for k, v in body.items()}
     except (TypeError, ValueError, RecursionError):
         raise ValueError("not a stored body") from None
     if not isinstance(body, dict) or not isinstance(body.get("run_id"), str) or body.get("kind") not in (
@@ -81,7 +79,7 @@ def decode(text, curve=None, seen=None) -> dict:
         raise ValueError("not a stored body")  # a row says whether its curve is beside it (encode), never holds it
     row[_CURVE] = curve
     body["_row"] = tuple([seen.setdefault(v, v) if (kind := type(v)) is str else v if kind is not list and kind is not
-                          dict else _once(v, seen, tuple) for v in row]) if sealed else _shown_row(row)  # inline: 6M
+                          dict else _once(v, seen, tuple) for v in row])  # inline, not a call per value: 6 million
     return body
 
 
