@@ -46,6 +46,20 @@ def test_a_series_without_a_step_names_none(tmp_path):
     assert "No change in any series" in out and " 60 " in out.split("History")[1], out
 
 
+@pytest.mark.parametrize("nights, said", [(4, "No change can be named yet: a change needs 5 runs on each side "
+                                                "(10 in a series); the longest here has 4."),
+                                            (12, "No change in any series")])
+def test_a_history_too_short_to_show_a_change_says_so_not_that_every_level_held(tmp_path, nights, said):
+    """Fewer runs than a change needs (5 each side) name no change because none can be found: the report says
+    that, never "every level held"; a mix says how many series were judged (unit: no_change)."""
+    _site(tmp_path, nights)
+    out = _report(tmp_path).split("History")[1]
+    assert said in out and ("every level held" in out) == (nights >= 10), out
+    rows = [{"runs": 12}, {"runs": 3}, {"runs": 10}]
+    assert history.no_change(rows) == ("No change in the 2 series of 10 runs or more: each level held within its "
+                                       "own scatter; 1 shorter series not judged.")
+
+
 def test_the_band_holds_about_four_latest_runs_in_five():
     """The band is made from the runs before the latest (never from it): over 1,000 series of 5 to 200 runs at 1 to
     10 % scatter, the latest lands inside 80 % of the time, within the sampling error (76–84 %)."""

@@ -149,8 +149,21 @@ def render(rows: list, fmt: str = "simple") -> list:
     for r, dated in zip(rows, said):
         lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in dated]
     if not any(said):
-        lines.append("  No change in any series: every level held within its own scatter.")
+        lines.append("  " + no_change(rows))
     return [*lines, ""]
+
+
+def no_change(rows: list) -> str:
+    """What no change named means: every level held, or some series (or all) too short to show one."""
+    need = 2 * changes.MIN_SEGMENT
+    short = sum(r["runs"] < need for r in rows)
+    if short == len(rows):
+        return (f"No change can be named yet: a change needs {changes.MIN_SEGMENT} runs on each side ({need} in a "
+                f"series); the longest here has {max(r['runs'] for r in rows)}.")
+    if short:
+        return (f"No change in the {len(rows) - short} series of {need} runs or more: each level held within its "
+                f"own scatter; {short} shorter series not judged.")
+    return "No change in any series: every level held within its own scatter."
 
 
 def _nodes(r: dict) -> str:
