@@ -276,6 +276,19 @@ def test_a_folder_the_report_cannot_write_is_read_whole(tmp_path):
     assert len(found) == len(results.scan(str(out))[0]) and not skipped and (out / index.FILE_NAME).is_dir()
 
 
+def test_a_folder_without_a_result_is_left_as_it_was_found(tmp_path):
+    """A report over an empty folder (or one whose runs have not written yet) makes no index there; one whose last
+    result went keeps its index, emptied."""
+    assert index.scan(str(tmp_path)) == ([], []) and os.listdir(tmp_path) == []
+    out = _copy(FOLDERS[0], tmp_path)
+    index.scan(str(out))
+    for path in out.rglob("result.json"):
+        path.unlink()
+    assert index.scan(str(out)) == ([], [])
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("SELECT count(*) FROM results").fetchone() == (0,)
+
+
 def test_a_stored_row_not_as_the_index_writes_it_is_read_again_from_its_file(tmp_path):
     """A hand edit, a torn write or another tool's row: the file says again, never a traceback or a wrong row."""
     out = _copy(FOLDERS[0], tmp_path)

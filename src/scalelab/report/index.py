@@ -102,8 +102,9 @@ def scan(root: str, listing=None) -> tuple:
             listed.append((path, key, os.stat(path)))
         except OSError as exc:
             skipped.append((path, f"cannot be read ({exc.strerror})"))
-    try:
-        db = _open(os.path.join(root, FILE_NAME))
+    where = os.path.join(root, FILE_NAME)
+    try:  # a folder without a result (empty, or not yet run into) is left as it was found
+        db = _open(where) if listed or os.path.lexists(where) else None
     except (sqlite3.Error, OSError):
         db = None
     stats = {key: st for _, key, st in listed}
