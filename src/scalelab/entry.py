@@ -210,7 +210,6 @@ def number_type(convert, ok, expected: str):
 
 
 unit_fraction = number_type(float, lambda v: 0 <= v < 1, "a number in [0, 1)")  # a probability such as dropout
-fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.5 for 50 %")  # an MFU
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
@@ -268,6 +267,7 @@ LEARNING_RATE = bounded(float, 1e-12, 10.0, "a learning rate; larger diverges in
 GBIT = bounded(float, 1e-4, 1e5, "Gbit/s of a link, each direction")
 GBPS = bounded(float, 1e-6, 1e5, "GB/s")
 TFLOPS = bounded(float, 1e-6, 1e6, "TFLOP/s of one device")
+MFU = bounded(float, 1e-4, 1.0, "model FLOPs utilisation, a share of the peak: 0.5 for 50 %")
 PRICE = bounded(float, 0.0, 1e6, "a price per GPU-hour")
 PERCENT = bounded(float, 1e-3, 1e3, "percent")
 STEP_SECONDS = bounded(float, 1e-7, 1e5, "seconds one step computes")

@@ -21,7 +21,6 @@ from scalelab.entry import (
     FORECAST_NODES,
     OneLineParser,
     count,
-    fraction,
     glue_negative,
     human_count,
     run_piped,
@@ -82,7 +81,7 @@ def parse_args(argv):
     batch.add_argument("--batch_per_gpu", dest="batch_per_device", type=entry.BATCH, help=argparse.SUPPRESS)
     p.add_argument("--recompute", action="store_true", help="activation recomputation: k = 4 instead of 3")
     p.add_argument("--tflops", type=entry.TFLOPS, help="peak TFLOP/s per GPU (A100 bf16 312, H100 SXM 989.5)")
-    p.add_argument("--mfu", type=fraction, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
+    p.add_argument("--mfu", type=entry.MFU, help="model FLOPs utilisation, 0.5 = 50 %% of peak")
     p.add_argument("--scaling", choices=("weak", "strong"), default="weak",
                    help="weak: per-GPU batch fixed (global batch grows); strong: global batch fixed")
     p.add_argument("--token_budget", type=count, help="tokens to train on, e.g. 100e9 or 100B")
