@@ -152,8 +152,7 @@ def _finish(fig, scaling):
 
 def cpu_device(scaling: pd.DataFrame) -> str:
     threads = sorted({int(t) for t in scaling.get("threads", pd.Series(dtype=float)).dropna()})
-    return f"1 device = {threads[0]} core{'s' if threads[0] != 1 else ''}" if len(threads) == 1 else \
-        "a device is a share of the cores"
+    return f"1 device = {threads[0]} core(s)" if len(threads) == 1 else "a device is a share of the cores"
 
 
 def _configurations(frame: pd.DataFrame) -> pd.DataFrame:
