@@ -60,7 +60,6 @@ class Column:
     doc: str = ""
     json_text: bool = False  # a JSON text made from the result: shown (as_read) as what it says, never as text
 
-
     def combined(self) -> dict:
         """{scaling-frame column: how} for this column's repeats; {} for a key or a runs-only column."""
         if self.combine is None or self.combine == "key":

@@ -148,15 +148,14 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             st = stats.get(key)
             if st is None or tuple(identity) != _identity(st):
                 continue
-            if skipped is not None:  # sealed too: a hand could otherwise hide a result behind a skip line
-                if sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text)):
-                    kept[key] = None, skipped
+            if not sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text)):
+                continue  # not sealed by this user: nothing says what it holds is a file's row or skip line (read it)
+            if skipped is not None:
+                kept[key] = None, skipped
                 continue
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
             curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest))
-            if not sealing.holds(said, mine, *_sealed(key, identity, digest, None, text)):
-                continue  # not sealed by this user: nothing says what it holds is a result's row (read the file)
             try:
                 kept[key] = stored.decode(text, curve, seen), None
             except ValueError:
@@ -189,7 +188,7 @@ class _Beside:
             try:  # read-only: an index removed since is not made again here
                 uri = pathlib.Path(os.path.abspath(self.path)).as_uri() + "?mode=ro"
                 with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as db:
-                    if db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone() == (code_version(),):
+                    if _ours(db):
                         self.curves = {k: (d, c) for k, d, c in db.execute(
                             "SELECT path, digest, curve FROM results WHERE curve IS NOT NULL")}
             except sqlite3.Error:
@@ -235,8 +234,7 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         db.executescript(_SCHEMA)
-        row = db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-        if row is None or row[0] != code_version():
+        if not _ours(db):
             db.execute("BEGIN IMMEDIATE")
             db.execute("DROP TABLE results")  # its layout too may be another's
             db.execute(_SCHEMA.split(";")[1])
