@@ -13,6 +13,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 
 from helpers import ROWS, _bench, _bench_at, _emulated, _with_comm, make_result
 from scalelab.report import bench_plot, explain, export, forecast_view, frames, lever_view, plots
+from scalelab.report.plausible import LINK_MARGIN
 
 HASHLIKE = re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b|pid\d")
 
@@ -120,6 +121,21 @@ def test_efficiency_gives_each_configuration_its_own_bars_and_tick(ladder):
     assert not HASHLIKE.search(" ".join(_legend(ax)))
 
 
+def test_each_predicted_range_stands_by_its_own_groups_bar_in_its_colour(ladder):
+    """make demo's picture: the MLP's range at 2 dev, 1 node stood as near the GPT's bar as its own, in black."""
+    scaling, _ = ladder
+    ax = _drawn(plots.efficiency_figure(scaling)).axes[0]
+    bars = [(b.get_x(), b.get_x() + b.get_width(), b.get_facecolor()) for c in ax.containers
+            if isinstance(c, BarContainer) for b in c]
+    ranges = [(seg[0][0], c.lines[2][0].get_color()) for c in ax.containers if isinstance(c, ErrorbarContainer)
+              for seg in c.lines[2][0].get_segments()]
+    assert len({colour for *_, colour in bars}) == 2 and len(ranges) == 4
+    for x, colour in ranges:
+        gaps = sorted((max(x0 - x, x - x1), own) for x0, x1, own in bars)
+        assert gaps[0][0] > 0 and np.allclose(gaps[0][1], colour), "a range by another group's bar, or on its own"
+        assert gaps[1][0] > 2 * gaps[0][0], "a range as near another bar as its own"
+
+
 def test_throughput_panels_give_each_configuration_a_bar(ladder):
     scaling, _ = ladder
     fig = _drawn(plots.throughput_figure(scaling))
@@ -146,6 +162,26 @@ def test_busbw_names_each_benchmark_by_its_link_not_its_run_id(ladder):
     legend = _legend(bench_plot.busbw_figure(explain.bench_frame([*found, again])).axes[0])
     assert sorted(t for t in legend if t.startswith(slow)) == sorted(
         [f"{slow}{first[:10]} {first[11:19]}", slow + "2026-11-25 04:00:00"])
+
+
+def test_a_busbw_above_its_link_carries_the_mark_and_the_caption_says_why():
+    """A make demo on another machine: the 200 Mbit/s benchmark's 64 KiB point read above the link, drawn quietly.
+    Each point above its emulated link's rate (by more than plausible.LINK_MARGIN) carries "!"; no other does."""
+    rate = 0.2 / 8
+    slow = _bench_at(0.2, 1)
+    slow["rows"] = [{"bytes": b, "time_s": 1.0, "busbw_GBps": v} for b, v in
+                    ((32768, 0.5 * rate), (65536, 1.2 * rate), (1 << 20, rate * (1 + 0.9 * LINK_MARGIN)))]
+    local = _bench(2, [{"bytes": 65536, "time_s": 1.0, "busbw_GBps": 50 * rate}])  # no link: no rate to pass
+    fig = _drawn(bench_plot.busbw_figure(explain.bench_frame([slow, local])))
+    ax = fig.axes[0]
+    marks = [t for t in ax.texts if t.get_text() == "!"]
+    assert [t.xy for t in marks] == [(65536, 1.2 * rate)]
+    line = next(x for x in ax.get_lines() if "200 Mbit/s" in x.get_label())
+    assert marks[0].get_color() == line.get_color()
+    assert "above its emulated link's rate (emulated 200 Mbit/s: 0.025 GB/s)" in fig.get_supxlabel()
+    _assert_texts_apart(ax, ax.texts)
+    fig = bench_plot.busbw_figure(explain.bench_frame([_bench(2, ROWS), local]))
+    assert not any(t.get_text() == "!" for t in fig.axes[0].texts) and fig.get_supxlabel() == ""
 
 
 def test_busbw_draws_the_newest_runs_of_a_configuration_benchmarked_nightly(ladder):

@@ -1,14 +1,17 @@
 """The all-reduce benchmarks' figure: busbw against message size per configuration, as nccl-tests draws it."""
 
 import os
+import textwrap
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from scalelab.keys import SCALE
+from scalelab.numeric import known
 from scalelab.perfmodel.network import human_bytes
 from scalelab.report import explain, labels
+from scalelab.report.plausible import LINK_MARGIN
 
 
 def bench_names(bench: pd.DataFrame) -> list:
@@ -31,16 +34,24 @@ def bench_names(bench: pd.DataFrame) -> list:
 
 def busbw_figure(bench: pd.DataFrame):
     """nccl-tests' picture: busbw climbs with message size until the link is full. Of a configuration benchmarked
-    more often (a site's nightly folder: thousands), the newest PER_CONFIGURATION runs, and the legend says so."""
+    more often (a site's nightly folder: thousands), the newest PER_CONFIGURATION runs, and the legend says so. A
+    point above its emulated link's rate carries the report's "!", and the caption says why it can be."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
     newest = explain.newest_benchmarks(bench)
     left = len(bench) - len(newest)
     bench = newest.sort_values([*SCALE, "created"])
+    above = {}  # link label: its rate in GB/s, where a point is above it
     for (_, b), name in zip(bench.iterrows(), bench_names(bench)):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column
-        ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name + log)
+        line, = ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name + log)
+        rate = b["link_gbit"] / 8 if known(b["link_gbit"]) else None
+        for r in rows if rate else ():
+            if known(r["busbw_GBps"]) and r["busbw_GBps"] > rate * (1 + LINK_MARGIN):
+                above[b["link"]] = rate
+                ax.annotate("!", (r["bytes"], r["busbw_GBps"]), xytext=(0, 5), textcoords="offset points",
+                            ha="center", fontsize=9, fontweight="bold", color=line.get_color())
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: human_bytes(int(x))))
     ax.set_xlabel("message size (bytes per rank, log scale)")
@@ -54,10 +65,15 @@ def busbw_figure(bench: pd.DataFrame):
     if len(bench) > BESIDE_AFTER:  # a legend that long covers the lines: beside the axes, the figure wider
         fig.set_size_inches(11, 4.8)
         fig.legend(loc="outside right upper", fontsize=8, title=title, title_fontsize=8)
-        fig.set_layout_engine("constrained")
     else:
         ax.legend(fontsize=8, loc="upper left", title=title, title_fontsize=8)
-        fig.tight_layout()
+    fig.set_layout_engine("constrained")
+    if above:
+        rates = ", ".join(f"{link}: {rate:.3g} GB/s" for link, rate in sorted(above.items()))
+        fig.supxlabel(textwrap.fill(f"!: busbw above its emulated link's rate ({rates}). A message within the "
+                                    "shaper's burst (tc tbf's bucket) passes faster than the rate; at the large "
+                                    "messages the report reads, the shaping or the bytes counted are wrong "
+                                    "(the report says so).", 130), x=0.01, ha="left", fontsize=7, color="darkred")
     return fig
 
 

@@ -173,24 +173,26 @@ def _bar_positions(scaling: pd.DataFrame):
 
 
 def efficiency_figure(scaling: pd.DataFrame):
-    """Grouped bars, one slot per configuration; in each group's share of a slot, its bar and, beside it, the
-    predicted range (where it would cross the printed value on top of the bar). A value beyond what scaling gives
+    """Grouped bars, one slot per configuration; in each group's share of a slot, its bar and, right beside it in its
+    colour, the predicted range (where it would cross the printed value on top of the bar; nearer its own bar than
+    the next group's). A value beyond what scaling gives
     carries the report's "!" (plausible.py), and the axis reaches it: a slide never shows it clipped or quietly."""
     rows, width, configs = _bar_positions(scaling)
     most = rows.groupby(SCALE)["group"].size().max()
     fig = Figure(figsize=(max(7.0, 0.65 * most * len(configs) + 4.5), 5.2))  # a share stays wider than a value
     ax = fig.subplots()
     letters = _letters(scaling)
-    for k, (group, g) in enumerate(rows.groupby("group", sort=False)):
-        bars = ax.bar(g["pos"] - 0.15 * width, g["efficiency"] * 100, 0.7 * width,
+    for group, g in rows.groupby("group", sort=False):
+        bars = ax.bar(g["pos"] - 0.15 * width, g["efficiency"] * 100, 0.6 * width,
                       label=f"{_label(g, letters[group])}: measured")
         ax.bar_label(bars, labels=[f"{r.efficiency * 100:.0f} %" + (" !" if plausible.flagged(r) else "")
                                    if pd.notna(r.efficiency) else "" for r in g.itertuples()], fontsize=8)
         multi = g[g["world_size"] > g["baseline_world_size"]]  # the baseline is 100 % by definition
         lo, hi = multi["predicted_efficiency_no_overlap"] * 100, multi["predicted_efficiency_overlap"] * 100
         if hi.notna().any():
-            ax.errorbar(multi["pos"] + 0.35 * width, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", color="black",
-                        capsize=3, label="predicted (no overlap … full overlap)" if k == 0 else None)
+            ax.errorbar(multi["pos"] + 0.25 * width, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=3,
+                        color=bars.patches[0].get_facecolor(), label=f"{letters[group]}: predicted (no overlap … "
+                                                                     "full overlap)")
     ax.axhline(100, ls=":", color="black", lw=1)
     if any(plausible.flagged(r) for r in rows.itertuples()):  # the legend says what the mark means
         ax.plot([], [], " ", label="!: beyond what scaling gives (the report says why)")
