@@ -5,10 +5,13 @@ Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 
 
 import math
 import re
+import textwrap
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import make_result, run_script
 from scalelab import perfmodel as pm
@@ -878,3 +881,44 @@ def test_an_fsdp_forecast_fits_the_gathers_on_the_all_gather_benchmark_where_one
     fit = cal.fits[("inter", "emulated 8 Gbit/s")]
     assert fit.seconds(2, cal.nbytes, cal.calls) == pytest.approx(ring(2, 2 * S, 9) + 0.5 * ring(2, S, 5))
     assert "ag2" in fit.sources
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e-4, 10.0), st.floats(1e-4, 10.0)), min_size=1, max_size=7),
+       st.floats(0.01, 400.0), st.floats(1.01, 100.0), st.booleans())
+def test_a_faster_link_forecast_slower_is_said_whatever_the_steps(mids, slow_gbit, faster, fast_first):
+    """make demo's MLP: 2 Gbit/s forecast 6.9 ms a step at 64 nodes, 200 Mbit/s 3.9 ms, printed quietly. A line
+    names every node count where the faster link's step is the longer (and none where it is not); the
+    one-node rows (no link crossed) and links without a stated rate are never compared."""
+    slow, fast, local = ("inter", "emulated slow"), ("inter", "emulated fast"), ("inter", "")
+    fit = calibrate.RingFit(1e-5, 1.0, 0.5, 3, ("a",))
+    cal = SimpleNamespace(rates={slow: slow_gbit, fast: slow_gbit * faster}, fits={slow: fit, fast: fit},
+                          nbytes=2e6, calls=2)
+
+    def rows(column):
+        return [forecast.Forecast(n, 2 * n, 0.0, Band(m[column], m[column], m[column]), Band(1, 1, 1), Band(1, 1, 1))
+                for n, m in zip([1, 2, 4, 8, 16, 32, 64], mids)]
+
+    steps = {fast: rows(1), slow: rows(0), local: rows(1)} if fast_first else {slow: rows(0), fast: rows(1)}
+    worse = [str(n) for n, (s, f) in zip([1, 2, 4, 8, 16, 32, 64], mids) if n > 1 and f > s]
+    said = forecast_view.inverted(cal, steps)
+    assert len(said) == bool(worse)
+    if worse:
+        assert said[0].startswith("the forecast between nodes (emulated fast) is slower than between nodes "
+                                  f"(emulated slow) at {', '.join(worse)} nodes (")
+        assert "1 MB buckets" in said[0] and "ring fit errors 50 % and 50 %" in said[0]
+
+
+def test_the_rehearsals_mlp_forecast_says_its_links_disagree_in_the_report_and_on_the_slide():
+    """docs/results/cpu-rehearsal (measured, committed): the MLP's 11 KB buckets, latency-bound, fitted apart per
+    link, forecast 2 Gbit/s slower than 200 Mbit/s from 4 nodes on. The report and forecast_A.png both say so."""
+    from helpers import ROOT
+
+    found, _ = results.scan(str(ROOT / "docs" / "results" / "cpu-rehearsal"))
+    runs, bench = frames.runs_frame(found), explain.bench_frame(found, explain.COLLECTIVES)
+    said = [line for line in forecast_view.render(runs, bench) if line.startswith("  !")]
+    assert len(said) == 1 and said[0].startswith("  ! group A: the forecast between nodes (emulated 2 Gbit/s) is "
+                                                 "slower than between nodes (emulated 200 Mbit/s) at ")
+    slides = dict(forecast_view.figures(runs, bench))
+    assert slides["forecast_A.png"].get_supxlabel() == textwrap.fill("! " + said[0][len("  ! group A: "):], 130)
+    assert slides["forecast_B.png"].get_supxlabel() == ""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import textwrap
+
 import pandas as pd
 from tabulate import tabulate
 
@@ -203,8 +206,10 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
     cals = fc.calibrate_all(records(runs), bench_points(bench))
     for group, cal in cals.items():
         gpn = devices_per_node(runs, group)
+        steps = {}  # network key -> its forecast rows: no faster link may forecast a slower step (inverted)
         for intra_key, inter_key in links_to_forecast(runs, cal, group, link_gbit):
             rows, notes = fc.forecast(cal, intra_key, inter_key, gpn, num_nodes)
+            steps[inter_key] = rows
             where = fc.level_name(inter_key) if inter_key else "one node (no measurement between nodes)"
             out.append(f"Forecast, group {letters.get(group, '?')}: {cal.describe}{SHARDED.get(cal.strategy, '')}, "
                        f"{gpn} device(s) per node, {where} (weak scaling)")
@@ -214,10 +219,38 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
             out.append("  " + one_line(cal, intra_key, inter_key, gpn, num_nodes, rows))
             out += ["  " + line for line in sources(cal, notes)]
             out.append("")
+        for line in inverted(cal, steps):
+            out += [f"  ! group {letters.get(group, '?')}: {line}", ""]
     if out:
         out.append("  The ring model is what NCCL does on one ring per node; its tree and NVLS algorithms, and nodes "
                    "with several network cards (one ring each), can beat it beyond one node: the forecast assumes the "
                    "measured rate per node, whatever the algorithm.")
+    return out
+
+
+def inverted(cal: fc.Calibration, steps: dict) -> list:
+    """One line per pair of links whose forecasts cannot both be right: the faster link's step longer than the
+    slower's at some node count (steps: network key -> forecast rows; links without a stated rate are not
+    compared). A faster link never makes the same all-reduce slower: the two fits disagree, and the line says
+    where and what they rest on."""
+    rated = sorted((cal.rates[k], k) for k in steps if k is not None and cal.rates.get(k))
+    out = []
+    for (slow_rate, slow), (fast_rate, fast) in itertools.combinations(rated, 2):
+        if fast_rate <= slow_rate:
+            continue
+        by_scale = {(f.num_nodes, f.world_size): f for f in steps[slow]}
+        worse = [(f, by_scale[key]) for f in steps[fast] if f.num_nodes > 1
+                 and (key := (f.num_nodes, f.world_size)) in by_scale and f.step.mid > by_scale[key].step.mid]
+        if not worse:
+            continue
+        f, g = worse[-1]
+        errors = " and ".join(f"{cal.fits[k].residual * 100:.0f} %" for k in (fast, slow) if k in cal.fits)
+        out.append(f"the forecast {fc.level_name(fast)} is slower than {fc.level_name(slow)} at "
+                   f"{', '.join(str(a.num_nodes) for a, _ in worse)} nodes ({f.num_nodes}: {f.step.mid * 1e3:,.1f} "
+                   f"against {g.step.mid * 1e3:,.1f} ms a step), which no faster link gives: the two links' fits "
+                   f"disagree (ring fit errors {errors}) for this workload's {cal.nbytes / cal.calls / 1e6:.3g} MB "
+                   "buckets; trust neither beyond the measured scales (more repeats of each link's benchmark, or "
+                   "runs at more nodes, would tell them apart)")
     return out
 
 
@@ -299,10 +332,10 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES)
         fig = Figure(figsize=(7, 4.8))
         ax = fig.subplots()
         ceiling = None
-        networks = links_to_forecast(runs, cal, group)
+        networks, steps = links_to_forecast(runs, cal, group), {}
         for slot, (intra_key, inter_key) in zip(marks.slots(len(networks)), networks):
-            rows = [f for f in fc.forecast(cal, intra_key, inter_key, gpn,
-                                           num_nodes)[0] if f.world_size == f.num_nodes * gpn]
+            rows = steps[inter_key] = [f for f in fc.forecast(cal, intra_key, inter_key, gpn,
+                                                              num_nodes)[0] if f.world_size == f.num_nodes * gpn]
             xs = [f.num_nodes for f in rows]
             name = inter_key[1] if inter_key and inter_key[1] else "between nodes"
             line = ax.plot(xs, [f.efficiency.mid * 100 for f in rows], "-", label=f"forecast, {name}")[0]
@@ -331,6 +364,9 @@ def figures(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES)
         ax.set_title(f"Forecast {letters.get(group, '?')}: {cal.describe}, calibrated on this folder's runs")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8, loc="upper right")
-        fig.tight_layout()
+        fig.set_layout_engine("constrained")
+        if said := inverted(cal, steps):  # the report's "!" line, on the slide too
+            fig.supxlabel("\n".join(textwrap.fill("! " + line, 130) for line in said), x=0.01, ha="left",
+                          fontsize=7, color="darkred")
         out.append((f"forecast_{letters.get(group, '?')}.png", fig))
     return out
