@@ -598,6 +598,16 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
         alone.endswith("narrow them (the demo's --repeats 3)); no error to state. `--forecast` forecasts the scales "
                        "not run."), alone
     assert lines[3] == "  The bands' run-to-run scatter: A 2.5 % (repeats, 3 degree(s) of freedom)"
+    assert lines[4].startswith("  Here `measured` is each configuration's newest run, `predicted` is read from the "
+                               "other configurations' runs only. The Scaling table's `efficiency` is the median")
+    missed = dict(row, eff_low=0.03, predicted_eff=0.1, eff_high=0.56, measured_eff=0.6, inside=False)
+    lines = forecast_view.track_record(runs, pd.concat([track, pd.DataFrame([missed])], ignore_index=True), "simple")
+    assert [re.search(r"%\s+(too wide|yes|NO, too wide|NO)\s", line).group(1) for line in
+            lines[1].splitlines()[2:]] == ["too wide", "yes", "NO", "NO, too wide"]  # a wide band's miss is shown
+    assert lines[2].startswith("  1 of 2 inside the 80 % band (50 %; 2 band(s) wider than 50 points not counted: "
+                               "too few or too noisy runs to fit the model from; more repeats of each configuration "
+                               "narrow them (the demo's --repeats 3); 1 of them missed even so: the model leaves out "
+                               "what slowed it); median error 17.5 points. ")
 
 
 def test_a_calibration_reads_the_newest_benchmarks_of_each_configuration_as_it_reads_runs():
