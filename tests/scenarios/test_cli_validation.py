@@ -50,7 +50,8 @@ CASES = [
     ("train.py", ["--output_dir", "{tmp}/a_file/sub"], "cannot be created (Not a directory)"),
     ("train.py", ["--output_dir", "{unwritable}"], "is not writable"),
     ("benchmark.py", ["--output_dir", "{tmp}/missing"], "is not a folder"),
-    ("benchmark.py", ["--output_dir", "{tmp}/a_file"], "is not a folder"),
+    ("benchmark.py", ["--output_dir", "{tmp}/a_file"],
+     "a_file is a file, not a folder: give the folder the result.json files are in"),
     ("benchmark.py", ["--bogus"], "unrecognized arguments: --bogus"),
     # the CPU rehearsal's ranks against the host's memory (xl: 2 x 150 GB, more than a CI machine has)
     ("train.py", ["--config", "gpt-xl", "--devices", "2", "--oversubscribe"], "2 rank(s) on this node need 2 x "),

@@ -64,6 +64,9 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     folder (*.log, *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs. use_index: read the
     results through the folder's index (report/index.py), else every file whole.
     """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):  # a file: the folder that holds it, perhaps
+        raise UsageError(f"{output_dir} is a file, not a folder: give the folder the result.json files are in "
+                         f"(e.g. {os.path.dirname(output_dir) or '.'}; searched recursively)")
     if not os.path.isdir(output_dir):
         raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
     with files.gc_set_aside() as set_aside:
