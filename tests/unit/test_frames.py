@@ -92,6 +92,24 @@ def test_benchmark_cli_errors_are_one_line(tmp_path):
     assert proc.returncode == 1 and "No training results" in proc.stdout
 
 
+@pytest.mark.parametrize("view", [[], ["--ranks"], ["--forecast"]])
+def test_a_folder_that_is_not_one_is_named_for_what_it_is_by_every_view(tmp_path, view):
+    """A new user gave README.md and was told to run make demo first; --ranks had its own check, unchanged."""
+    from scalelab.errors import UsageError
+    from scalelab.report import cli
+
+    (tmp_path / "README.md").write_text("# not results\n")
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "nowhere", tmp_path / "broken")
+    for name, said in (("README.md", "is a file, not a folder: give the folder the result.json files are in"),
+                       ("fifo", "is a device, a FIFO or a socket, not a folder: give the folder"),
+                       ("broken", "is a symlink to nothing, not a folder: give the folder"),
+                       ("missing", "is not a folder (run `make demo` or `python src/train.py` first)")):
+        with pytest.raises(UsageError) as err:
+            cli.main(["--output_dir", str(tmp_path / name), *view])
+        assert str(err.value).startswith(f"--output_dir {tmp_path / name} {said}"), err.value
+
+
 def test_requeued_job_supersedes_its_first_attempt():
     first = make_result("try0", 4, samples_per_s=50, status="timeout")
     second = make_result("try1", 4, samples_per_s=300)

@@ -64,11 +64,7 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
     folder (*.log, *.txt, *.out that hold all_reduce_perf output) and those named in nccl_logs. use_index: read the
     results through the folder's index (report/index.py), else every file whole.
     """
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):  # a file: the folder that holds it, perhaps
-        raise UsageError(f"{output_dir} is a file, not a folder: give the folder the result.json files are in "
-                         f"(e.g. {os.path.dirname(output_dir) or '.'}; searched recursively)")
-    if not os.path.isdir(output_dir):
-        raise UsageError(f"{output_dir} is not a folder ({_what_to_run()})")
+    folder_to_read(output_dir)
     with files.gc_set_aside() as set_aside:
         found, skipped = read_folder(output_dir, nccl_logs, use_index)
         set_aside()
@@ -81,6 +77,18 @@ def build(output_dir: str, *, peak_tflops=None, gpu_hour_price=None, token_budge
             scaling = forecast_view.with_forecast_error(scaling, track)
     records = [r for r in found if r.get("kind") == "training"]
     return Report(runs, scaling, benches, skipped, track, notes, records)
+
+
+def folder_to_read(path: str):
+    """The folder a report reads, or UsageError: what is there instead (a file: give its folder), or nothing yet."""
+    if os.path.isdir(path):
+        return
+    if not os.path.lexists(path):
+        raise UsageError(f"{path} is not a folder ({_what_to_run()})")
+    what = ("a symlink to nothing" if not os.path.exists(path) else "a file" if os.path.isfile(path) else
+            "a device, a FIFO or a socket")
+    raise UsageError(f"{path} is {what}, not a folder: give the folder the result.json files are in (searched "
+                     "recursively)")
 
 
 def read_folder(output_dir: str, nccl_logs, use_index: bool) -> tuple:
@@ -351,8 +359,10 @@ def _ranks(args) -> int:
                                   ("--trace", args.trace)) if v]
     if extra:
         raise UsageError(f"--ranks prints the per-rank view only; it does not take {', '.join(extra)}")
-    if not os.path.isdir(args.output_dir):
-        raise UsageError(f"--output_dir {args.output_dir} is not a folder ({_what_to_run()})")
+    try:
+        folder_to_read(args.output_dir)
+    except UsageError as exc:
+        raise UsageError(f"--output_dir {exc}") from None
     with files.gc_set_aside():  # through the index: only the runs shown are read whole (a site's 100,000: 70 s)
         found, skipped = (results.scan if args.no_index else index.scan)(args.output_dir)
     _warn(skipped)
