@@ -171,6 +171,7 @@ def test_a_busbw_above_its_link_carries_the_mark_and_the_caption_says_why():
     slow = _bench_at(0.2, 1)
     slow["rows"] = [{"bytes": b, "time_s": 1.0, "busbw_GBps": v} for b, v in
                     ((32768, 0.5 * rate), (65536, 1.2 * rate), (1 << 20, rate * (1 + 0.9 * LINK_MARGIN)))]
+    slow["rows"].append({"bytes": 1 << 21, "time_s": 1.0, "busbw_GBps": float("nan")})  # not measured: no mark
     local = _bench(2, [{"bytes": 65536, "time_s": 1.0, "busbw_GBps": 50 * rate}])  # no link: no rate to pass
     fig = _drawn(bench_plot.busbw_figure(explain.bench_frame([slow, local])))
     ax = fig.axes[0]
@@ -178,7 +179,8 @@ def test_a_busbw_above_its_link_carries_the_mark_and_the_caption_says_why():
     assert [t.xy for t in marks] == [(65536, 1.2 * rate)]
     line = next(x for x in ax.get_lines() if "200 Mbit/s" in x.get_label())
     assert marks[0].get_color() == line.get_color()
-    assert "above its emulated link's rate (emulated 200 Mbit/s: 0.025 GB/s)" in fig.get_supxlabel()
+    assert "above its emulated link's rate (emulated 200 Mbit/s: 0.025 GB/s)" in " ".join(fig.get_supxlabel().split())
+    assert fig.bbox.x0 <= fig._supxlabel.get_window_extent().x0 < fig._supxlabel.get_window_extent().x1 <= fig.bbox.x1
     _assert_texts_apart(ax, ax.texts)
     fig = bench_plot.busbw_figure(explain.bench_frame([_bench(2, ROWS), local]))
     assert not any(t.get_text() == "!" for t in fig.axes[0].texts) and fig.get_supxlabel() == ""

@@ -1,7 +1,6 @@
 """The all-reduce benchmarks' figure: busbw against message size per configuration, as nccl-tests draws it."""
 
 import os
-import textwrap
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -10,7 +9,7 @@ from matplotlib.ticker import FuncFormatter
 from scalelab.keys import SCALE
 from scalelab.numeric import known
 from scalelab.perfmodel.network import human_bytes
-from scalelab.report import explain, labels
+from scalelab.report import explain, labels, marks
 from scalelab.report.plausible import LINK_MARGIN
 
 
@@ -48,7 +47,7 @@ def busbw_figure(bench: pd.DataFrame):
         line, = ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name + log)
         rate = b["link_gbit"] / 8 if known(b["link_gbit"]) else None
         for r in rows if rate else ():
-            if known(r["busbw_GBps"]) and r["busbw_GBps"] > rate * (1 + LINK_MARGIN):
+            if type(r["busbw_GBps"]) in (int, float) and r["busbw_GBps"] > rate * (1 + LINK_MARGIN):
                 above[b["link"]] = rate
                 ax.annotate("!", (r["bytes"], r["busbw_GBps"]), xytext=(0, 5), textcoords="offset points",
                             ha="center", fontsize=9, fontweight="bold", color=line.get_color())
@@ -70,10 +69,9 @@ def busbw_figure(bench: pd.DataFrame):
     fig.set_layout_engine("constrained")
     if above:
         rates = ", ".join(f"{link}: {rate:.3g} GB/s" for link, rate in sorted(above.items()))
-        fig.supxlabel(textwrap.fill(f"!: busbw above its emulated link's rate ({rates}). A message within the "
-                                    "shaper's burst (tc tbf's bucket) passes faster than the rate; at the large "
-                                    "messages the report reads, the shaping or the bytes counted are wrong "
-                                    "(the report says so).", 130), x=0.01, ha="left", fontsize=7, color="darkred")
+        marks.caption(fig, [f"!: busbw above its emulated link's rate ({rates}). A message within the shaper's "
+                            "burst (tc tbf's bucket) can pass faster than the rate; a large one cannot: there, the "
+                            "shaping or the bytes counted are wrong."])
     return fig
 
 

@@ -2,8 +2,11 @@
 
 A demo ladder puts four configurations at 2 devices, a lever family two groups at each link rate. Each series
 gets a slot, a fixed sideways step in points (the same gap on a linear or a log axis, at 2 devices or 64);
-the data stay the data, so the axis limits still count every point.
+the data stay the data, so the axis limits still count every point. And a figure's caption: the lines under its
+axes (caption), which grow the figure rather than cover a mark.
 """
+
+import textwrap
 
 import numpy as np
 from matplotlib.transforms import offset_copy
@@ -33,3 +36,14 @@ def range_dodged(ax, slot, x, lo, hi, **kwargs):
     ax.update_datalim(np.column_stack([np.r_[x, x], np.r_[lo, hi]]))
     return ax.errorbar(x, (lo + hi) / 2, yerr=(hi - lo) / 2, fmt="none", capsize=4,
                        transform=dodge(ax, slot), **kwargs)
+
+
+def caption(fig, lines: list, warned: bool = True, width=None):
+    """Lines under the axes, left-aligned (what the report says of the figure: a slide shows it too); the figure
+    grows by their height, so the axes keep their size. warned: dark red (a "!"), else grey (a note). width: the
+    characters a line holds, else as many as the figure's width fits (16 an inch at this size)."""
+    width = width or int(16 * fig.get_figwidth())
+    text = "\n".join(textwrap.fill(line, width, subsequent_indent="   ") for line in lines)
+    if text:
+        fig.set_figheight(fig.get_figheight() + 0.12 * text.count("\n"))
+        fig.supxlabel(text, x=0.01, ha="left", fontsize=7, color="darkred" if warned else "dimgray")

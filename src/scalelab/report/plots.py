@@ -9,7 +9,6 @@ share a device count are named in words (report/labels.py) and drawn side by sid
 
 import io
 import os
-import textwrap
 
 import numpy as np
 import pandas as pd
@@ -144,10 +143,7 @@ def _finish(fig, scaling):
     if (scaling["accelerator"] == "cpu").any():
         lines = warned + [f"CPU rehearsal: {cpu_device(scaling)}; an emulated link is network namespaces and tc "
                           "on one machine, not a real network."]
-    text = "\n".join(textwrap.fill(line, 150, subsequent_indent="   ") for line in lines)
-    if text:  # the figure grows by the caption's lines: the axes keep their size
-        fig.set_figheight(fig.get_figheight() + 0.12 * text.count("\n"))
-        fig.supxlabel(text, x=0.01, ha="left", fontsize=7, color="darkred" if warned else "dimgray")
+    marks.caption(fig, lines, bool(warned), width=150)
 
 
 def cpu_device(scaling: pd.DataFrame) -> str:
@@ -173,10 +169,11 @@ def _bar_positions(scaling: pd.DataFrame):
 
 
 def efficiency_figure(scaling: pd.DataFrame):
-    """Grouped bars, one slot per configuration; in each group's share of a slot, its bar and, right beside it in its
-    colour, the predicted range (where it would cross the printed value on top of the bar; nearer its own bar than
-    the next group's). A value beyond what scaling gives
-    carries the report's "!" (plausible.py), and the axis reaches it: a slide never shows it clipped or quietly."""
+    """Grouped bars, one slot per configuration, each group's predicted range right beside its bar, in its colour.
+
+    The range stands nearer its own bar than the next group's, and clear of the value printed on top of the bar. A
+    value beyond what scaling gives carries the report's "!" (plausible.py), and the axis reaches it: a slide never
+    shows it clipped or quietly."""
     rows, width, configs = _bar_positions(scaling)
     most = rows.groupby(SCALE)["group"].size().max()
     fig = Figure(figsize=(max(7.0, 0.65 * most * len(configs) + 4.5), 5.2))  # a share stays wider than a value
