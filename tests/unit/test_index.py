@@ -529,17 +529,18 @@ def test_a_row_is_taken_as_shown_only_under_the_key_that_sealed_it(tmp_path, mon
     monkeypatch.setattr(stored, "as_read", lambda obj: walked.append(obj) or redaction.as_read(obj))
     assert _sealed_scan(out, monkeypatch, tmp_path / "a") == names and not walked  # all sealed: none walked again
     with sqlite3.connect(out / index.FILE_NAME) as db:
-        (path, *identity, digest, text), (other, *_) = db.execute(
-            "SELECT path, size, mtime_ns, ctime_ns, ino, digest, body FROM results WHERE body LIKE '%\"training\"%'"
-        ).fetchall()[:2]
+        (path, *identity, digest, curve_digest, text), (other, *_) = db.execute(
+            "SELECT path, size, mtime_ns, ctime_ns, ino, digest, curve_digest, body FROM results "
+            "WHERE body LIKE '%\"training\"%'").fetchall()[:2]
         body = json.loads(text)
         body["run_id"] = "evil\x1b[2J"
         forged = json.dumps(body)
 
         def sealed(version=None, where=path):
             version = version or index.code_version()
-            db.execute("UPDATE results SET body = ?, seal = ? WHERE path = ?",
-                       (forged, sealing.seal(key_a, version, path, *identity, digest, "body", forged), where))
+            db.execute("UPDATE results SET body = ? WHERE path = ?", (forged, where))
+            db.execute("INSERT OR REPLACE INTO seals VALUES (?, ?, ?)", (where, sealing.signer(key_a), sealing.seal(
+                key_a, version, path, *identity, digest, curve_digest, "body", forged)))
         sealed()
     assert "evil\x1b[2J" in _sealed_scan(out, monkeypatch, tmp_path / "a")  # A's own seal: as A stored it
     assert _sealed_scan(out, monkeypatch, tmp_path / "b") == names  # B's key: the files say (B's rows now)
@@ -603,7 +604,7 @@ def test_a_key_that_is_not_private_seals_nothing_and_the_report_stays_right(tmp_
     assert sealing.row_key() is None
     found = index.scan(str(out))[0]
     with sqlite3.connect(out / index.FILE_NAME) as db:
-        assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM seals").fetchone()[0] == 0
     assert sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in results.scan(str(out))[0])
 
 
@@ -637,7 +638,7 @@ def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatc
     db = index._open(str(tmp_path / index.FILE_NAME))
     index._update(db, [("a/result.json", st, "d", None, {"kind": "training", "run_id": "r\x1b", "_row": row})], set())
     (body, _), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
-    assert db.execute("SELECT count(*) FROM results WHERE seal IS NOT NULL").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM seals").fetchone() == (1,)
     assert body["run_id"] == "r\\x1b" and body["_row"][NAMES.index("describe")] == "x\\x1b[2J"
 
 
@@ -693,12 +694,56 @@ def test_a_row_edited_by_hand_or_by_another_user_is_read_from_its_file(column, v
         files = cli.build(str(out), use_index=False).runs.drop(columns=["loss_curve"]).astype(str).to_dict("list")
         cli.build(str(out))
         with contextlib.closing(sqlite3.connect(out / index.FILE_NAME)) as db, db:
-            for key, *identity, digest, text in db.execute("SELECT path, size, mtime_ns, ctime_ns, ino, digest, body "
-                                                           "FROM results WHERE body LIKE '%\"training\"%'").fetchall():
+            for key, *identity, digest, curve_digest, text in db.execute(
+                    "SELECT path, size, mtime_ns, ctime_ns, ino, digest, curve_digest, body FROM results "
+                    "WHERE body LIKE '%\"training\"%'").fetchall():
                 body = json.loads(text)
                 body["_row"][NAMES.index(column)] = value
                 text = json.dumps(body)
                 seal = sealing.seal(b"another user's key".ljust(32), index.code_version(), key, *identity, digest,
-                                    "body", text) if resealed else None
-                db.execute("UPDATE results SET body = ?, seal = coalesce(?, seal) WHERE path = ?", (text, seal, key))
+                                    curve_digest, "body", text) if resealed else None
+                db.execute("UPDATE results SET body = ? WHERE path = ?", (text, key))
+                db.execute("UPDATE seals SET seal = coalesce(?, seal) WHERE path = ?", (seal, key))  # in this one's
         assert cli.build(str(out)).runs.drop(columns=["loss_curve"]).astype(str).to_dict("list") == files
+
+
+def test_users_who_report_in_turn_each_read_the_files_once_and_a_change_drops_every_seal(tmp_path, monkeypatch):
+    """A site's nightly job and its staff, each with a key of their own, on one folder: the rows sealed by one
+    were read again by the other, who sealed them anew for itself alone, so each report of each read every file
+    (100,000 results: a minute each time). A row the files give again as stored gets the second seal beside the
+    first; a file that changes is read again by each, once."""
+    out = _copy(FOLDERS[0], tmp_path)
+    parsed, real = [], index._parse
+    monkeypatch.setattr(index, "_parse", lambda path, root: parsed.append(path) or real(path, root))
+
+    def scan(user):
+        parsed.clear()
+        return _sealed_scan(out, monkeypatch, tmp_path / user), len(parsed)
+
+    names, files = scan("nightly")
+    assert files == len(list(out.rglob("result.json"))) > 2
+    assert scan("staff") == (names, files)  # its first report: every file, as the row it stores is not its own
+    assert scan("nightly") == scan("staff") == (names, 0)  # in turn: neither reads a file again
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        assert db.execute("SELECT count(DISTINCT signer), count(*) FROM seals").fetchone() == (2, 2 * files)
+    path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
+    path.write_text(path.read_text() + "\n")
+    assert scan("staff") == scan("nightly") == (names, 1)
+    assert scan("staff") == scan("nightly") == (names, 0)
+    with sqlite3.connect(out / index.FILE_NAME) as db:  # the changed row: the other's seal dropped, then made again
+        assert db.execute("SELECT count(*) FROM seals WHERE path = ?", (str(path.relative_to(out)),)).fetchone() == (2,)
+
+
+def test_a_curve_edited_in_the_index_is_its_files_not_the_edit(tmp_path):
+    """A loss curve's bytes changed beside its row (its length and the row's digest kept): the curve is under the
+    row's seal (its digest), so the run's curve is read from its file, not shown as edited."""
+    out = _copy(FOLDERS[0], tmp_path)
+
+    def curves():
+        found = [r for r in index.scan(str(out))[0] if "_row" in r]
+        return {r["_path"]: repr(r["_row"][NAMES.index("loss_curve")]) for r in found}
+
+    first = curves()
+    with sqlite3.connect(out / index.FILE_NAME) as db:
+        db.execute("UPDATE results SET curve = zeroblob(length(curve)) WHERE curve IS NOT NULL")
+    assert curves() == first and "0.0, 0.0, 0.0" not in str(first)

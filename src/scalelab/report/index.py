@@ -16,10 +16,12 @@ from the files. Parquet was the other candidate: it rewrites a whole file to add
 
 A row is stored as the report shows it (as_read: secrets redacted, control characters escaped) and sealed with a
 key of the user's own (report/sealing.py), over this scalelab's version, the row's path, its file's identity and
-digest and what it says (report/stored.py): a row this scalelab sealed for this user is shown as stored. Any other
-(a hand edit, a row moved, another user's report in a shared folder, no key to be had) is read from its file again,
-checked as a file is (its row rewritten under this user's seal where the folder lets it): a row holds no check of
-its own, and one with a text where a number belongs ended the report in a traceback.
+digest, what it says (report/stored.py) and its loss curve's digest: a row this scalelab sealed for this user is
+shown as stored. Any other (a hand edit, a row moved, no key to be had, another user's row in a shared folder) is
+read from its file again, checked as a file is: a row holds no check of its own, and one with a text where a number
+belongs ended the report in a traceback. Seals are kept per user (`seals`): a row the file gives again as it is
+stored gets this user's seal beside the others', so users who report on one folder in turn (a site's nightly job
+and its staff) each read the files once, not each time after the other; a row that changed drops every seal.
 """
 
 import contextlib
@@ -38,7 +40,7 @@ from scalelab.report.columns import Curve, loss_curve
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
-FORMAT = 4  # the layout of the tables below
+FORMAT = 5  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
 RACY_NS = 2 * 10**9  # a coarse stamp's tick (a second) and a margin: _racy
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
@@ -48,8 +50,10 @@ BENCH, BENCH_CONFIG = ("launch", "config", "rows", "summary", "source"), ("dtype
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
-                                    ino TEXT, digest TEXT, skipped TEXT, body TEXT, curve BLOB, seal TEXT);
+                                    ino TEXT, digest TEXT, skipped TEXT, body TEXT, curve BLOB, curve_digest TEXT);
+CREATE TABLE IF NOT EXISTS seals (path TEXT, signer TEXT, seal TEXT, PRIMARY KEY (path, signer)) WITHOUT ROWID;
 """
+_COLUMNS = ("size", "mtime_ns", "ctime_ns", "ino", "digest", "skipped", "body", "curve", "curve_digest")
 
 
 @functools.lru_cache(maxsize=1)
@@ -141,21 +145,24 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
         if not _ours(db):
             db.execute("ROLLBACK")
             return {}, set()
-        for key, *identity, skipped, text, digest, kind, size, said in db.execute(
-                "SELECT path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
-                "seal FROM results"):
+        for key, *identity, skipped, text, digest, kind, size, curve_digest, said in db.execute(
+                "SELECT r.path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
+                "curve_digest, seal FROM results r LEFT JOIN seals s ON s.path = r.path AND s.signer = ?",
+                (sealing.signer(mine),)):
             indexed.add(key)
             st = stats.get(key)
             if st is None or tuple(identity) != _identity(st):
                 continue
-            if not sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text)):
+            if not sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text, curve_digest)):
                 continue  # not sealed by this user: nothing says what it holds is a file's row or skip line (read it)
             if skipped is not None:
                 kept[key] = None, skipped
                 continue
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
-            curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest))
+            if (size is None) != (curve_digest is None):
+                continue
+            curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest, curve_digest))
             try:
                 kept[key] = stored.decode(text, curve, seen), None
             except ValueError:
@@ -182,7 +189,7 @@ class _Beside:
     def __init__(self, root: str):  # the index's name as given: SQLite's own (PRAGMA) may not be UTF-8
         self.path, self.root, self.curves = os.path.join(root, FILE_NAME), root, None
 
-    def read(self, key: str, digest: str) -> bytes:
+    def read(self, key: str, digest: str, curve_digest: str) -> bytes:
         if self.curves is None:
             self.curves = {}
             try:  # read-only: an index removed since is not made again here
@@ -194,8 +201,8 @@ class _Beside:
             except sqlite3.Error:
                 pass
         was, curve = self.curves.pop(key, (None, None))
-        if was == digest and type(curve) is bytes and curve and not len(curve) % 8:
-            return curve
+        if was == digest and type(curve) is bytes and curve and not len(curve) % 8 and _digest(curve) == curve_digest:
+            return curve  # the bytes the row's seal is over
         try:
             raw = files.read_bytes(os.path.join(self.root, key), "result", self.root)
             if _digest(raw) != digest:
@@ -236,8 +243,10 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
         db.executescript(_SCHEMA)
         if not _ours(db):
             db.execute("BEGIN IMMEDIATE")
-            db.execute("DROP TABLE results")  # its layout too may be another's
-            db.execute(_SCHEMA.split(";")[1])
+            for table in ("results", "seals"):  # their layout too may be another's
+                db.execute(f"DROP TABLE IF EXISTS {table}")
+            for create in _SCHEMA.split(";")[1:3]:
+                db.execute(create)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (code_version(),))
             db.execute("COMMIT")
         return db
@@ -254,7 +263,8 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
 
 def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     """The new and changed files' rows in, the vanished files' out: all or nothing (a full disk, a read-only folder,
-    another report's lock held past the timeout: the old index stays as it was)."""
+    another report's lock held past the timeout: the old index stays as it was). A row stored as this report would
+    store it keeps the other users' seals beside this one's; a row that changed keeps only this one's."""
     mine, rows = sealing.row_key(), []
     for key, st, digest, reason, body in fresh:
         try:
@@ -262,26 +272,39 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
             key.encode(), reason is None or reason.encode()  # text is ASCII (json.dumps)
         except (ValueError, RecursionError):  # nested past what as_read walks; a name or a line that is not UTF-8
             continue  # (a lone surrogate: SQLite holds no such text): read from its file each time
-        identity = _identity(st)
-        rows.append((key, *identity, digest, reason, text, curve,
-                     sealing.seal(mine, *_sealed(key, identity, digest, reason, text))))
+        identity, curve_digest = _identity(st), None if curve is None else _digest(curve)
+        rows.append(((key, *identity, digest, reason, text, curve, curve_digest),
+                     sealing.seal(mine, *_sealed(key, identity, digest, reason, text, curve_digest))))
+    differs = " OR ".join(f"r.{c} IS NOT f.{c}" for c in _COLUMNS)
     try:
         db.execute("BEGIN IMMEDIATE")
         if not _ours(db):  # rebuilt by another scalelab since this report opened it: its rows are not this one's
             db.execute("ROLLBACK")
             return
-        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS fresh AS SELECT * FROM results WHERE 0")
+        db.execute("DELETE FROM fresh")
+        db.executemany("INSERT INTO fresh VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row for row, _ in rows])
+        db.execute(f"DELETE FROM seals WHERE path IN (SELECT path FROM fresh f JOIN results r USING (path) "
+                   f"WHERE {differs})")  # over what those rows said before: every user's
+        db.execute("INSERT OR REPLACE INTO results SELECT * FROM fresh")
+        signer = sealing.signer(mine)
+        db.executemany("INSERT OR REPLACE INTO seals VALUES (?, ?, ?)",
+                       [(row[0], signer, seal) for row, seal in rows if seal is not None])
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
+        db.executemany("DELETE FROM seals WHERE path = ?", [(key,) for key in gone])
+        db.execute("DELETE FROM fresh")
         db.execute("COMMIT")
     except (sqlite3.Error, OverflowError, ValueError):
         if db.in_transaction:
             db.execute("ROLLBACK")
 
 
-def _sealed(key: str, identity, digest, reason, text) -> tuple:
-    """What a row's seal is over: this scalelab, the row's path, its file's identity and digest, and what it says
-    of that file (a skip line, or the body: never one taken for the other)."""
-    return code_version(), key, *identity, digest, *(("body", text) if reason is None else ("skipped", reason))
+def _sealed(key: str, identity, digest, reason, text, curve_digest) -> tuple:
+    """What a row's seal is over: this scalelab, the row's path, its file's identity and digest, what it says of that
+    file (a skip line, or the body: never one taken for the other) and its loss curve's digest (the curve is read
+    when used: _Beside checks its bytes against it)."""
+    return (code_version(), key, *identity, digest, curve_digest,
+            *(("body", text) if reason is None else ("skipped", reason)))
 
 
 def full(records: list) -> list:

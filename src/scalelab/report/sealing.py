@@ -22,6 +22,12 @@ def seal(key: Optional[bytes], *fields) -> Optional[str]:
     return hashlib.blake2b(said.encode("utf-8", "surrogatepass"), key=key, digest_size=16).hexdigest()
 
 
+def signer(key: Optional[bytes]) -> Optional[str]:
+    """Whose seals these are, as the index files them (a digest of the key, which says nothing of it); None without
+    a key."""
+    return None if key is None else hashlib.blake2b(key, person=b"scalelab signer", digest_size=16).hexdigest()
+
+
 def holds(said, key: Optional[bytes], *fields) -> bool:
     """Whether `said` (a stored seal, or anything a hand put there) is the seal of these fields under key."""
     ours = seal(key, *fields)
