@@ -19,9 +19,10 @@ key of the user's own (report/sealing.py), over this scalelab's version, the row
 digest, what it says (report/stored.py) and its loss curve's digest: a row this scalelab sealed for this user is
 shown as stored. Any other (a hand edit, a row moved, no key to be had, another user's row in a shared folder) is
 read from its file again, checked as a file is: a row holds no check of its own, and one with a text where a number
-belongs ended the report in a traceback. Seals are kept per user (`seals`): a row the file gives again as it is
-stored gets this user's seal beside the others', so users who report on one folder in turn (a site's nightly job
-and its staff) each read the files once, not each time after the other; a row that changed drops every seal.
+belongs ended the report in a traceback. Seals are kept per user (`seals`), each over its whole row: a row the
+file gives again as it is stored gets this user's seal beside the others', so users who report on one folder in turn
+(a site's nightly job and its staff) each read the files once, not each time after the other; a row that changed
+leaves the others' seals holding for nothing (their next report reads that file).
 """
 
 import contextlib
@@ -51,9 +52,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS results (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
                                     ino TEXT, digest TEXT, skipped TEXT, body TEXT, curve BLOB, curve_digest TEXT);
-CREATE TABLE IF NOT EXISTS seals (path TEXT, signer TEXT, seal TEXT, PRIMARY KEY (path, signer)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS seals (signer TEXT, path TEXT, seal TEXT, PRIMARY KEY (signer, path)) WITHOUT ROWID;
 """
-_COLUMNS = ("size", "mtime_ns", "ctime_ns", "ino", "digest", "skipped", "body", "curve", "curve_digest")
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,7 +147,7 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
             return {}, set()
         for key, *identity, skipped, text, digest, kind, size, curve_digest, said in db.execute(
                 "SELECT r.path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
-                "curve_digest, seal FROM results r LEFT JOIN seals s ON s.path = r.path AND s.signer = ?",
+                "curve_digest, seal FROM results r LEFT JOIN seals s ON s.signer = ? AND s.path = r.path",
                 (sealing.signer(mine),)):
             indexed.add(key)
             st = stats.get(key)
@@ -263,8 +263,9 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
 
 def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
     """The new and changed files' rows in, the vanished files' out: all or nothing (a full disk, a read-only folder,
-    another report's lock held past the timeout: the old index stays as it was). A row stored as this report would
-    store it keeps the other users' seals beside this one's; a row that changed keeps only this one's."""
+    another report's lock held past the timeout: the old index stays as it was). This user's seal goes beside the
+    others': a row stored again as it was keeps theirs valid, and a seal over what a row said before holds for no
+    other content (each is over the whole row), so none is dropped but a vanished file's."""
     mine, rows = sealing.row_key(), []
     for key, st, digest, reason, body in fresh:
         try:
@@ -275,24 +276,18 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
         identity, curve_digest = _identity(st), None if curve is None else _digest(curve)
         rows.append(((key, *identity, digest, reason, text, curve, curve_digest),
                      sealing.seal(mine, *_sealed(key, identity, digest, reason, text, curve_digest))))
-    differs = " OR ".join(f"r.{c} IS NOT f.{c}" for c in _COLUMNS)
+    signer = sealing.signer(mine)
     try:
         db.execute("BEGIN IMMEDIATE")
         if not _ours(db):  # rebuilt by another scalelab since this report opened it: its rows are not this one's
             db.execute("ROLLBACK")
             return
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS fresh AS SELECT * FROM results WHERE 0")
-        db.execute("DELETE FROM fresh")
-        db.executemany("INSERT INTO fresh VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [row for row, _ in rows])
-        db.execute(f"DELETE FROM seals WHERE path IN (SELECT path FROM fresh f JOIN results r USING (path) "
-                   f"WHERE {differs})")  # over what those rows said before: every user's
-        db.execute("INSERT OR REPLACE INTO results SELECT * FROM fresh")
-        signer = sealing.signer(mine)
+        db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [r for r, _ in rows])
         db.executemany("INSERT OR REPLACE INTO seals VALUES (?, ?, ?)",
-                       [(row[0], signer, seal) for row, seal in rows if seal is not None])
+                       [(signer, row[0], seal) for row, seal in rows if seal is not None])
         db.executemany("DELETE FROM results WHERE path = ?", [(key,) for key in gone])
-        db.executemany("DELETE FROM seals WHERE path = ?", [(key,) for key in gone])
-        db.execute("DELETE FROM fresh")
+        if gone:  # one pass (seals are filed by signer): every user's seals of a vanished file's row
+            db.execute("DELETE FROM seals WHERE path NOT IN (SELECT path FROM results)")
         db.execute("COMMIT")
     except (sqlite3.Error, OverflowError, ValueError):
         if db.in_transaction:
