@@ -7,10 +7,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from scalelab.keys import SCALE
-from scalelab.numeric import known
 from scalelab.perfmodel.network import human_bytes
-from scalelab.report import explain, labels, marks
-from scalelab.report.plausible import LINK_MARGIN
+from scalelab.report import explain, labels, marks, plausible
 
 
 def bench_names(bench: pd.DataFrame) -> list:
@@ -45,10 +43,9 @@ def busbw_figure(bench: pd.DataFrame):
         rows = sorted(b["rows"], key=lambda r: r["bytes"])
         log = f", {_which(b)}" if isinstance(b.get("log"), str) else ""  # an imported log: its file and column
         line, = ax.plot([r["bytes"] for r in rows], [r["busbw_GBps"] for r in rows], "o-", ms=4, label=name + log)
-        rate = b["link_gbit"] / 8 if known(b["link_gbit"]) else None
-        for r in rows if rate else ():
-            if type(r["busbw_GBps"]) in (int, float) and r["busbw_GBps"] > rate * (1 + LINK_MARGIN):
-                above[b["link"]] = rate
+        for r in rows:
+            if plausible.above_link(r["busbw_GBps"], b["link_gbit"]):
+                above[b["link"]] = b["link_gbit"] / 8
                 ax.annotate("!", (r["bytes"], r["busbw_GBps"]), xytext=(0, 5), textcoords="offset points",
                             ha="center", fontsize=9, fontweight="bold", color=line.get_color())
     ax.set_xscale("log", base=2)
