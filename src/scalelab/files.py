@@ -24,15 +24,17 @@ import os
 import secrets
 import stat
 import threading
+import time
 from typing import Optional
 
 from scalelab.errors import ResultError
 
 MiB = 2**20
 # The most a file of each kind may hold (bytes). A result: make demo's GPT at 2 ranks is about 110 KB; 8 ranks of a
-# 100,000-step run about 60 MB. A log: a week of NCCL_DEBUG=INFO. A run's metrics.csv: a row per step.
+# 100,000-step run about 60 MB. A log: a week of NCCL_DEBUG=INFO. A run's metrics.csv: a row per step. What a
+# report keeps for the next (report/kept.py): 100,000 results' is about 100 MB.
 LIMITS = {"result": 128 * MiB, "summary": 16 * MiB, "log": 256 * MiB, "metrics": 64 * MiB, "reference": 4 * MiB,
-          "config": 4 * MiB}
+          "config": 4 * MiB, "kept reading": 4096 * MiB}
 READ_DEADLINE_S = 30.0  # one file's read, start to end
 
 
@@ -137,10 +139,14 @@ def read_text(path: str, kind: str, root=None, head=None) -> str:
     return read_bytes(path, kind, root, head).decode("utf-8", "replace")
 
 
-def walk(root: str, unlisted: list, listing: Optional[list] = None):
+def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optional[dict] = None,
+         keep: Optional[dict] = None):
     """os.walk(root) in sorted order, never into a symlinked folder; each folder it cannot list is appended to
     `unlisted` as (path, why), never passed by in silence. listing: root's walk as `listing` kept it, replayed.
-    The folders yielded are to read, not to prune: the walk goes into those it listed."""
+    The folders yielded are to read, not to prune: the walk goes into those it listed. known: folders as an earlier
+    walk kept them (keep's), each listed again only where its identity changed; keep: each folder's listing and
+    identity put there (below root: "" is root) where a later walk may take it as it is (no symlink in it, not
+    changed within a coarse stamp's tick: racy)."""
     if listing is not None:
         for folder, names, why in listing:
             if names is None:
@@ -149,33 +155,72 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None):
                 yield folder, [], list(names)  # each reader its own list, as a walk of its own gives
         return
 
-    stack = [root]  # os.walk's order (a folder, then each of its folders' trees, by name), without its lstat of
-    while stack:  # every folder (its entry says whether it is a symlink): 100,000 folders in 1.2 s, not 1.5 s
-        folder = stack.pop()
-        dirs, names, into = [], [], []
+    stack, started = [root], time.time_ns()  # os.walk's order (a folder, then each of its folders' trees, by name),
+    while stack:  # without its lstat of every folder (its entry says whether it is a symlink): 100,000 folders in
+        folder = stack.pop()  # 1.2 s, not 1.5 s; 0.4 s where an earlier walk's listings hold (known)
+        st = None
+        if keep is not None:  # its identity before its names: a folder changed in between is listed again next time
+            try:
+                st = os.stat(folder)
+            except OSError as exc:
+                unlisted.append((exc.filename or folder, f"cannot be listed ({exc.strerror})"))
+                continue
+            was = (known or {}).get(folder[len(root):])
+            if was is not None and was[0] == identity(st):
+                keep[folder[len(root):]] = was
+                yield folder, list(was[1]), list(was[2])
+                stack += [os.path.join(folder, name) for name in reversed(was[3])]
+                continue
         try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:  # os.walk's rule: not a folder to it
-                        is_dir = False
-                    if not is_dir:
-                        names.append(entry.name)
-                        continue
-                    dirs.append(entry.name)
-                    try:
-                        linked = entry.is_symlink()
-                    except OSError:  # os.walk's islink: False where it cannot tell
-                        linked = False
-                    if not linked:
-                        into.append(entry.path)  # folder/name: sorted as the names are
+            dirs, names, into, plain = _list(folder)
         except OSError as exc:
             unlisted.append((exc.filename or folder, f"cannot be listed ({exc.strerror})"))
             continue
-        dirs.sort()
-        yield folder, dirs, sorted(names)
-        stack += sorted(into, reverse=True)
+        if st is not None and plain and not racy(st, started):  # a link's target may change, its folder not
+            keep[folder[len(root):]] = identity(st), tuple(dirs), tuple(names), tuple(into)
+        yield folder, dirs, names
+        stack += [os.path.join(folder, name) for name in reversed(into)]
+
+
+def _list(folder: str) -> tuple:
+    """(its folders, its other names, the folders to walk into: not symlinks; whether none is a link or unknown),
+    each sorted: one scandir, its entries' types as the folder gives them (no stat each)."""
+    dirs, names, into, plain = [], [], [], True
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:  # os.walk's rule: not a folder to it
+                is_dir, plain = False, False
+            try:
+                linked = entry.is_symlink()
+            except OSError:  # os.walk's islink: False where it cannot tell
+                linked, plain = False, False
+            plain = plain and not linked
+            if not is_dir:
+                names.append(entry.name)
+            else:
+                dirs.append(entry.name)
+                if not linked:
+                    into.append(entry.name)  # sorted as folder/name is
+    return sorted(dirs), sorted(names), sorted(into), plain
+
+
+def identity(st) -> tuple:
+    """What says a file or folder changed: size, mtime, ctime and inode (as text: an overlay's inode passes SQLite's
+    int64)."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
+
+
+def racy(st, started: int) -> bool:
+    """Whether a file or folder could change after `started` without its identity changing (git's "racily clean"):
+    its stamps are whole milliseconds or coarser (NFSv3, ext3, a Lustre's seconds) and it changed within RACY_NS
+    before (or after: another machine's clock). Such a one is not kept as read: read again next time."""
+    _, mtime, ctime, _ = identity(st)
+    return mtime % 10**6 == 0 and ctime % 10**6 == 0 and started - max(mtime, ctime) < RACY_NS
+
+
+RACY_NS = 2 * 10**9  # a coarse stamp's tick (a second) and a margin: racy
 
 
 @contextlib.contextmanager
@@ -205,12 +250,12 @@ def gc_set_aside():
             gc.enable()
 
 
-def listing(root: str) -> list:
+def listing(root: str, known: Optional[dict] = None, keep: Optional[dict] = None) -> list:
     """One walk of root, kept for each reader of one report (result.json files, nccl-tests logs: 100,000 folders
     walked once): (folder, its file names, None) in walk's order, and (folder, None, why) where it met one it
-    could not list."""
+    could not list. known, keep: walk's (an earlier report's listings, and this one's for the next)."""
     out, unlisted = [], []
-    for folder, _, names in walk(root, unlisted):
+    for folder, _, names in walk(root, unlisted, known=known, keep=keep):
         out += [(path, None, why) for path, why in unlisted]
         unlisted.clear()
         out.append((folder, names, None))

@@ -19,11 +19,18 @@ from hypothesis import strategies as st
 
 from helpers import ROOT, SRC
 from scalelab import redaction, results
-from scalelab.report import cli, explain, index, sealing, stored
+from scalelab.report import cli, explain, index, kept, sealing, stored
 from scalelab.report.columns import JSON_TEXTS, NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
            ROOT / "docs" / "results" / "cpu-rehearsal"]
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept(monkeypatch):
+    """These are the index's own tests: each scan reads through it, nothing kept between (test_kept.py's layer)."""
+    monkeypatch.setattr(kept, "load", lambda root, version: kept.Kept())
+    monkeypatch.setattr(kept, "save", lambda *a, **k: None)
 
 
 def _report(folder, *args) -> tuple:
@@ -140,7 +147,7 @@ def test_a_file_rewritten_within_its_filesystem_s_tick_is_read_again(tmp_path, m
     path = next(p for p in out.rglob("result.json") if "gpt-2x" in str(p))
     second = time.time_ns() // 10**9 * 10**9
     stamp = {"now": second}
-    monkeypatch.setattr(index, "_identity", lambda st: (st.st_size, stamp["now"], stamp["now"], str(st.st_ino)))
+    monkeypatch.setattr(index.files, "identity", lambda st: (st.st_size, stamp["now"], stamp["now"], str(st.st_ino)))
     index.scan(str(out))
     text = path.read_text()
     tokens = json.loads(text)["timing"]["tokens_per_s"]
@@ -149,7 +156,7 @@ def test_a_file_rewritten_within_its_filesystem_s_tick_is_read_again(tmp_path, m
     assert path.stat().st_size == len(text.encode())  # the same size, the same (whole-second) stamps
     row = next(r for r in index.scan(str(out))[0] if r["_path"] == str(path))["_row"]
     assert row[NAMES.index("tokens_per_s")] != tokens
-    stamp["now"] = second - index.RACY_NS - 10**9  # stamps older than a report's tick: indexed, never parsed again
+    stamp["now"] = second - index.files.RACY_NS - 10**9  # older than a report's tick: indexed, never parsed again
     index.scan(str(out))
     monkeypatch.setattr(index, "_parse", lambda path, root: pytest.fail(f"{path} parsed again"))
     index.scan(str(out))
@@ -392,7 +399,7 @@ def test_an_inode_past_int64_is_kept(tmp_path):
     st = SimpleNamespace(st_size=1, st_mtime_ns=2, st_ctime_ns=3, st_ino=2**64 + 5)
     index._update(db, [("a/result.json", st, "d", "bad", None)], set())
     kept = index._kept(db, {"a/result.json": st}, str(tmp_path))
-    assert kept == ({"a/result.json": (None, "bad")}, {"a/result.json"})
+    assert kept == ({"a/result.json": (None, "bad", "d", None)}, {"a/result.json"})
 
 
 @pytest.mark.parametrize("folder", [FOLDERS[0], FOLDERS[2]], ids=lambda f: f.name)  # the two with benchmarks
@@ -429,7 +436,7 @@ _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=4) | st.dict
                       max_leaves=8)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(row=st.lists(_VALUE, min_size=len(NAMES), max_size=len(NAMES)), width=st.integers(0, len(NAMES) + 2))
 def test_a_row_is_stored_as_as_read_shows_it_and_one_of_another_width_rereads_the_file(row, width):
     """A row is stored as as_read shows its values (its lists as tuples, as run_row makes them; its JSON texts as
@@ -486,7 +493,7 @@ def test_a_stored_text_reads_as_json_reads_it(value):
     assert repr(stored.loads(text)) == repr(json.loads(text))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(row=st.lists(_VALUE, min_size=len(NAMES), max_size=len(NAMES)), extra=st.dictionaries(_TEXT, _VALUE,
                                                                                                max_size=3),
        run_id=_TEXT)
@@ -637,7 +644,7 @@ def test_a_row_is_stored_as_it_is_shown_before_it_is_sealed(tmp_path, monkeypatc
     row = tuple("x\x1b[2J" if n == "describe" else "{}" if n in JSON_TEXTS else None for n in NAMES)
     db = index._open(str(tmp_path / index.FILE_NAME))
     index._update(db, [("a/result.json", st, "d", None, {"kind": "training", "run_id": "r\x1b", "_row": row})], set())
-    (body, _), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
+    (body, *_), = index._kept(db, {"a/result.json": st}, str(tmp_path))[0].values()
     assert db.execute("SELECT count(*) FROM seals").fetchone() == (1,)
     assert body["run_id"] == "r\\x1b" and body["_row"][NAMES.index("describe")] == "x\\x1b[2J"
 

@@ -64,9 +64,9 @@ def scan(root: str, listing=None):
     found, skipped = [], []
     for folder, _, names in files.walk(root, [], listing):  # results.scan names the folders it could not list
         for name in names:
-            path = os.path.join(folder, name)
-            if not name.endswith(SUFFIXES):
+            if not name.endswith(SUFFIXES):  # before its path is made: 100,000 folders of result.json
                 continue
+            path = os.path.join(folder, name)
             try:  # a FIFO or a device named *.log is named, never opened; a big training log is sniffed only
                 head = files.read_text(path, "log", root, head=SNIFF_BYTES)
                 if looks_like(head):

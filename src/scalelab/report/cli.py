@@ -94,8 +94,11 @@ def folder_to_read(path: str):
 def read_folder(output_dir: str, nccl_logs, use_index: bool) -> tuple:
     """(results, skipped): the folder's result.json files (through its index where use_index) and its nccl-tests
     logs and those named, from one walk of it."""
-    listing = files.listing(output_dir)
-    found, skipped = (index.scan if use_index else results.scan)(output_dir, listing)
+    if use_index:  # its walk too: an earlier report's listings, kept, where they hold
+        found, skipped, listing = index.read(output_dir)
+    else:
+        listing = files.listing(output_dir)
+        found, skipped = results.scan(output_dir, listing)
     found += read_nccl_logs(output_dir, nccl_logs, {r["run_id"] for r in found}, skipped, listing)
     return found, skipped
 

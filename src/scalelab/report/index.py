@@ -5,7 +5,7 @@ runs-frame row (report/columns.py, computed from the whole file; its loss curve 
 few fields that tell a requeued job's attempts apart; a benchmark's result as the report reads it (its rows, not
 its environment); a file that was skipped, with its one line. A file is read again when its size, mtime, ctime or
 inode changed (its content's hash is kept beside, for what was read); one changed within a coarse filesystem's tick
-of the report is not indexed yet (_racy); a file gone is dropped. The per-step lists and rank records stay in the
+of the report is not indexed yet (files.racy); a file gone is dropped. The per-step lists and rank records stay in the
 JSON, read only by what draws them (--plot's step timelines, --trace: `full`).
 
 SQLite (the standard library's): a file updated in place, a row per result, one transaction per report; a second
@@ -23,6 +23,10 @@ belongs ended the report in a traceback. Seals are kept per user (`seals`), each
 file gives again as it is stored gets this user's seal beside the others', so users who report on one folder in turn
 (a site's nightly job and its staff) each read the files once, not each time after the other; a row that changed
 leaves the others' seals holding for nothing (their next report reads that file).
+
+Reading 100,000 rows one by one (fetch, seal, decode) takes about 5 s; so each report also keeps what it read,
+whole, for this user's next (report/kept.py: read), which then looks up only the files that are new or changed
+since, and the index row by row only where it has nothing kept (or more than kept.DELTA_MIN changed).
 """
 
 import contextlib
@@ -36,14 +40,14 @@ import time
 
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
-from scalelab.report import sealing, stored
-from scalelab.report.columns import Curve, loss_curve
+from scalelab.report import kept, sealing, stored
+from scalelab.report.columns import NAMES, Curve, loss_curve
 from scalelab.report.frames import run_row
 
 FILE_NAME = ".scalelab-index.sqlite"
+_CURVE = NAMES.index("loss_curve")  # a row's loss curve: apart in the index and in what is kept
 FORMAT = 5  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
-RACY_NS = 2 * 10**9  # a coarse stamp's tick (a second) and a margin: _racy
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 # what the report reads of a collective benchmark besides its envelope (report/explain.bench_frame), and of its
 # config: its environment and versions are left in the file (a third of what 20,000 benchmarks' bodies held)
@@ -73,54 +77,70 @@ def light(result: dict) -> dict:
     """What the report keeps of a result: a training run's envelope, its row and its job's identity; a collective
     benchmark's envelope and what the report reads of it (BENCH)."""
     if result.get("kind") != "training":
-        kept = {k: result[k] for k in (*ENVELOPE, *BENCH) if k in result}
-        if isinstance(kept.get("config"), dict):
-            kept["config"] = {k: kept["config"][k] for k in BENCH_CONFIG if k in kept["config"]}
-        return kept
+        body = {k: result[k] for k in (*ENVELOPE, *BENCH) if k in result}
+        if isinstance(body.get("config"), dict):
+            body["config"] = {k: body["config"][k] for k in BENCH_CONFIG if k in body["config"]}
+        return body
     return {**{k: result[k] for k in ENVELOPE if k in result}, "launch": {"world_size": result["launch"]["world_size"]},
             "_row": run_row(result), "_group_key": results.group_key(result)}
-
-
-def _racy(st, started: int) -> bool:
-    """Whether the file could change after this report without its identity changing (git's "racily clean"): its
-    stamps are whole milliseconds or coarser (NFSv3, ext3, a Lustre's seconds) and it changed within RACY_NS before
-    this report started (or after: another machine's clock). Such a file is not indexed yet: read again next time."""
-    _, mtime, ctime, _ = _identity(st)
-    return mtime % 10**6 == 0 and ctime % 10**6 == 0 and started - max(mtime, ctime) < RACY_NS
-
-
-def _identity(st) -> tuple:
-    """What says a file changed: size, mtime, ctime and inode (as text: an overlay's inode passes SQLite's int64)."""
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, str(st.st_ino)
 
 
 def scan(root: str, listing=None) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
     parsed only if it is new or changed since the last report. Any trouble with the index reads the files.
     listing: root's walk kept (files.listing)."""
-    found, skipped, listed, started = [], [], [], time.time_ns()
-    inside = os.path.join(root, "")
+    return read(root, listing)[:2]
+
+
+def read(root: str, listing=None) -> tuple:
+    """scan's (results, skipped) and root's walk (files.listing, for the report's other readers), each file's reading
+    and each folder's listing taken from what the last report kept (report/kept.py) where it still holds, the rest
+    through the index; then kept for the next. listing: root's walk, where the caller has it."""
+    version, entries, folders, reused = code_version(), {}, {}, set()
+    before = kept.load(root, version)
+    if not os.path.lexists(os.path.join(root, FILE_NAME)):
+        before.entries = {}  # the index is gone: it is built again from the files, not left empty behind this
+    if listing is None:
+        listing = files.listing(root, before.folders, folders)
+    else:
+        folders = before.folders
+    found, skipped, listed, missed, seen, started = [], [], [], {}, {}, time.time_ns()
+    inside, beside = os.path.join(root, ""), _Beside(root)
     for path in results.paths(root, skipped, listing):
         try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
             key = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, root)
-            listed.append((path, key, os.stat(path)))
+            st = os.stat(path)
         except OSError as exc:
-            skipped.append((path, f"cannot be read ({exc.strerror})"))
+            skipped.append((path, _unreadable(path, root, exc)))
+            continue
+        listed.append((path, key, st))
+        was = before.entries.get(key)
+        if was is not None and was[0] == files.identity(st):
+            entries[key] = was
+            reused.add(key)
+        else:
+            missed[key] = st
+    gone = before.entries.keys() - reused - missed.keys()
     where = os.path.join(root, FILE_NAME)
+    whole = not before.entries or len(missed) > kept.DELTA_MIN  # the index read row by row, else a few files read
     try:  # a folder without a result (empty, or not yet run into) is left as it was found
-        db = _open(where) if listed or os.path.lexists(where) else None
+        db = _open(where) if missed or (whole or gone) and os.path.lexists(where) else None
     except (sqlite3.Error, OSError):
         db = None
-    stats = {key: st for _, key, st in listed}
-    kept, indexed = _kept(db, stats, root) if db is not None else ({}, set())
+    from_index, indexed = _kept(db, missed, root, beside) if db is not None and whole else ({}, gone)
     fresh = []
     for path, key, st in listed:
-        if key in kept:
-            body, reason = kept.pop(key)  # decoded for this report alone: marked in place below
+        if key in reused:
+            body, reason = _as_kept(entries[key], path, key, beside)
+        elif key in from_index:
+            body, reason, digest, curve_digest = from_index.pop(key)  # decoded for this report alone: marked below
+            entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen,
+                                                                                             curve_digest)
         else:
             body, reason, digest, lasting = _parse(path, root)
-            if lasting and not _racy(st, started):  # a read that failed by chance (a deadline, an I/O error) is
+            if lasting and not files.racy(st, started):  # a read that failed by chance (a deadline, an I/O error) is
                 fresh.append((key, st, digest, reason, body))  # tried again next time
+                entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen)
             body = body and dict(body)  # the row stored stays without the report's mark
         if reason is not None:
             skipped.append((path, reason))
@@ -128,19 +148,68 @@ def scan(root: str, listing=None) -> tuple:
             body["_path"] = path
             found.append(body)
     if db is not None:
-        _update(db, fresh, indexed - set(stats))
+        _update(db, fresh, indexed - {key for _, key, _ in listed})
         db.close()
-    return found, skipped
+    kept.save(root, version, before, entries, folders, reused)
+    return found, skipped, listing
 
 
-def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
-    """({path: (body, None) or (None, its skip line)} the index keeps for files of these identities, every path it
-    holds): a file that changed, is new, or whose row is not as this module writes it is not kept (the file says
-    again). Rows are decoded as they are read: 100,000 rows' texts are never held at once; their loss curves are
-    read when one is used (_Beside)."""
-    kept, indexed, mine, seen = {}, set(), sealing.row_key(), {}
+def _unreadable(path: str, root: str, exc: OSError) -> str:
+    """Why a file listed cannot be read, in the words a read of it gives (results.scan's: "a broken symlink")."""
     try:
-        beside = _Beside(root)
+        files.check_regular(path, root)
+    except ResultError as refused:
+        return str(refused)
+    return f"cannot be read ({exc.strerror})"  # there again since
+
+
+def _to_keep(body: dict, seen: dict, curve_digest=False) -> dict:
+    """A light body as kept for the next report (kept.py): a row's loss curve as its digest (the curve stays in the
+    index, read when used; curve_digest: the digest where the index gave it, else the curve's own), each text one
+    object across the bodies kept (seen: a kept reading is pickled, and 100,000 group keys are 60 MB)."""
+    row = body.get("_row")
+    if row is not None:
+        curve = row[_CURVE]
+        if curve_digest is False:
+            curve_digest = None if curve is None else _digest(curve.packed)
+        body = {**body, "_row": (*row[:_CURVE], curve_digest, *row[_CURVE + 1:])}
+    return _once(body, seen)
+
+
+def _once(value, seen: dict):
+    """value with each text in it (and each mapping's keys) one object: the one seen first."""
+    kind = type(value)
+    if kind is str:
+        return seen.setdefault(value, value)
+    if kind is dict:
+        return {seen.setdefault(k, k) if type(k) is str else k: _once(v, seen) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_once(v, seen) for v in value)
+    return value
+
+
+def _as_kept(entry: tuple, path: str, key: str, beside) -> tuple:
+    """(body, None) or (None, skip line): a kept reading as this report shows it, its curve read when used."""
+    _, digest, what = entry
+    if isinstance(what, str):
+        return None, what
+    body = dict(what)
+    row = what.get("_row")
+    if row is not None:
+        curve = row[_CURVE]
+        body["_row"] = (*row[:_CURVE], None if curve is None else Curve(
+            load=functools.partial(beside.read, key, digest, curve)), *row[_CURVE + 1:])
+    return body, None
+
+
+def _kept(db: sqlite3.Connection, stats: dict, root: str, beside=None) -> tuple:
+    """({path: (body, None, digest, curve digest) or (None, its skip line, digest, None)} the index keeps for
+    files of these identities, every path it holds): a file that changed, is new, or whose row is not as this
+    module writes it is not kept (the file says again). Rows are decoded as they are read: 100,000 rows' texts
+    are never held at once; their loss curves are read when one is used (beside: a _Beside of root's)."""
+    rows, indexed, mine, seen = {}, set(), sealing.row_key(), {}
+    try:
+        beside = beside or _Beside(root)
         db.execute("BEGIN")  # the version and the rows of one state of the index: another scalelab may rebuild it
         if not _ours(db):
             db.execute("ROLLBACK")
@@ -151,12 +220,12 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
                 (sealing.signer(mine),)):
             indexed.add(key)
             st = stats.get(key)
-            if st is None or tuple(identity) != _identity(st):
+            if st is None or tuple(identity) != files.identity(st):
                 continue
             if not sealing.holds(said, mine, *_sealed(key, identity, digest, skipped, text, curve_digest)):
                 continue  # not sealed by this user: nothing says what it holds is a file's row or skip line (read it)
             if skipped is not None:
-                kept[key] = None, skipped
+                rows[key] = None, skipped, digest, None
                 continue
             if kind not in ("null", "blob") or size is not None and (size <= 0 or size % 8):
                 continue  # not a curve this module wrote: the file is read again (and its row written anew)
@@ -164,7 +233,7 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
                 continue
             curve = None if size is None else Curve(load=functools.partial(beside.read, key, digest, curve_digest))
             try:
-                kept[key] = stored.decode(text, curve, seen), None
+                rows[key] = stored.decode(text, curve, seen), None, digest, curve_digest
             except ValueError:
                 pass
         db.execute("COMMIT")
@@ -172,7 +241,7 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str) -> tuple:
         if db.in_transaction:
             db.execute("ROLLBACK")
         return {}, set()
-    return kept, indexed
+    return rows, indexed
 
 
 def _ours(db: sqlite3.Connection) -> bool:
@@ -273,7 +342,7 @@ def _update(db: sqlite3.Connection, fresh: list, gone: set) -> None:
             key.encode(), reason is None or reason.encode()  # text is ASCII (json.dumps)
         except (ValueError, RecursionError):  # nested past what as_read walks; a name or a line that is not UTF-8
             continue  # (a lone surrogate: SQLite holds no such text): read from its file each time
-        identity, curve_digest = _identity(st), None if curve is None else _digest(curve)
+        identity, curve_digest = files.identity(st), None if curve is None else _digest(curve)
         rows.append(((key, *identity, digest, reason, text, curve, curve_digest),
                      sealing.seal(mine, *_sealed(key, identity, digest, reason, text, curve_digest))))
     signer = sealing.signer(mine)

@@ -53,10 +53,12 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
             if text:
                 out[index] = said(text)
     completed = runs["status"] == "completed"
+    both = functools.lru_cache(maxsize=None)(  # what each run's flags asked, after how it differs: a few pairs each
+        lambda said, text, compiled: "; ".join(filter(None, [said, *(fingerprint.asked_differences(
+            parsed(text), compiled) if text else [])])))
     for index, text, compiled in zip(runs.index[completed], runs.loc[completed, "fingerprint"],
-                                     runs.loc[completed, "compile"]):  # what each run's flags asked
-        asked = fingerprint.asked_differences(parsed(text), bool(compiled == True)) if text else []  # noqa: E712
-        out[index] = "; ".join(filter(None, [out[index], *asked]))
+                                     runs.loc[completed, "compile"]):
+        out[index] = both(out[index], text, bool(compiled == True))  # noqa: E712
     series = pd.Series("", index=runs.index)  # its dtype as pandas gives text (str in pandas 3)
     series[:] = list(out.values())
     return series

@@ -34,15 +34,25 @@ def holds(said, key: Optional[bytes], *fields) -> bool:
     return ours is not None and isinstance(said, str) and hmac.compare_digest(said, ours)
 
 
+def private_folder() -> Optional[str]:
+    """The folder this user's key is kept in, where row_key found or made one (no one else may write it), else
+    None: what a report keeps for the next (report/kept.py) goes there."""
+    return _cache_folder() if row_key() is not None else None
+
+
+def _cache_folder() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):  # the XDG rule: a relative path is ignored
+        cache = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "scalelab")
+
+
 def row_key() -> Optional[bytes]:
     """This user's key for the rows its reports seal, made on first use ($XDG_CACHE_HOME where it is an absolute
     path, else ~/.cache; then scalelab/index.key: 0600, in a folder of this user's that no one else may write);
     None where none can be kept private (no home or a read-only one, another owner's file or folder, a key others
     may read, a link): no row is then taken as shown."""
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):  # the XDG rule: a relative path is ignored
-        cache = os.path.join(os.path.expanduser("~"), ".cache")
-    return _key_at(os.path.join(cache, "scalelab", "index.key"))
+    return _key_at(os.path.join(_cache_folder(), "index.key"))
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,0 +1,203 @@
+"""What a report keeps for the next (report/kept.py): the next reads what the files say whatever changed between,
+takes nothing it did not seal, and writes only what changed."""
+
+import os
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import ROOT
+from scalelab import files, results
+from scalelab.report import index, kept
+
+SOURCE = ROOT / "tests" / "data" / "demo-results"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _copy(tmp_path, name="out"):
+    shutil.copytree(SOURCE, tmp_path / name, ignore=shutil.ignore_patterns(index.FILE_NAME + "*"))
+    return tmp_path / name
+
+
+def _truth(out) -> tuple:
+    """What a read of every file gives, as index.scan gives it (training results light)."""
+    found, skipped = results.scan(str(out))
+    return [{**index.light(r), "_path": r["_path"]} for r in found], sorted(skipped)
+
+
+def _through_kept(out) -> tuple:
+    found, skipped, _ = index.read(str(out))
+    return found, sorted(skipped)
+
+
+def _parses(monkeypatch) -> list:
+    parsed, real = [], index._parse
+    monkeypatch.setattr(index, "_parse", lambda path, root: parsed.append(path) or real(path, root))
+    return parsed
+
+
+def _results(out) -> list:
+    return sorted(p for p in out.rglob("result.json") if p.is_file() and not p.is_symlink())
+
+
+def _change(out, how: str, pick: int, step: int) -> None:
+    """One thing a folder of results meets between two reports."""
+    paths = _results(out)
+    path = paths[pick % len(paths)] if paths else None
+    if how == "add" or path is None:
+        (out / f"new-{step}").mkdir()
+        shutil.copy(_results(SOURCE)[pick % len(_results(SOURCE))], out / f"new-{step}" / "result.json")
+    elif how == "add into a folder read before":  # its folder's listing changes, not its parent's
+        (path.parent / f"again-{step}").mkdir()
+        shutil.copy(path, path.parent / f"again-{step}" / "result.json")
+    elif how == "rewrite":  # same size, new content: a digit of its run id
+        text = path.read_text()
+        at = text.find('"run_id": "') + 11 if '"run_id": "' in text else 0
+        path.write_text(text[:at] + ("1" if text[at] != "1" else "2") + text[at + 1:])
+    elif how == "delete":
+        path.unlink()
+    elif how == "corrupt":
+        path.write_text("{not json")
+    elif how == "a folder where it was":
+        path.unlink()
+        path.mkdir()
+    elif how == "a link to another":  # inside the folder: read as the file it leads to
+        (out / f"link-{step}").mkdir()
+        os.symlink(paths[(pick + 1) % len(paths)], out / f"link-{step}" / "result.json")
+    elif how == "rename its folder":  # the file keeps its identity under another name
+        path.parent.rename(path.parent.with_name(path.parent.name + f"-moved{step}"))
+    elif how == "another file beside":
+        (path.parent / "notes.txt").write_text("not a result")
+    elif how == "the index removed":
+        (out / index.FILE_NAME).unlink(missing_ok=True)
+
+
+CHANGES = ["add", "add into a folder read before", "rewrite", "delete", "corrupt", "a folder where it was",
+           "a link to another", "rename its folder", "another file beside", "the index removed"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(CHANGES), st.integers(0, 50)), min_size=1, max_size=4))
+def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tmp_path_factory, steps):
+    """Any sequence of changes between reports: each reads what a read of every file gives; a report after no
+    change parses nothing."""
+    tmp = tmp_path_factory.mktemp("kept")
+    out = _copy(tmp)
+    os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
+    assert _through_kept(out) == _truth(out)
+    for step, (how, pick) in enumerate(steps):
+        _change(out, how, pick, step)
+        assert _through_kept(out) == _truth(out), (how, step)
+    with pytest.MonkeyPatch.context() as mp:
+        parsed = _parses(mp)
+        assert _through_kept(out) == _truth(out) and parsed == []
+
+
+def test_a_report_after_no_change_reads_no_file_and_no_index_row(tmp_path, monkeypatch):
+    out = _copy(tmp_path)
+    first = _through_kept(out)
+    parsed = _parses(monkeypatch)
+    monkeypatch.setattr(index, "_kept", lambda *a, **k: pytest.fail("the index read row by row"))
+    assert _through_kept(out) == first and parsed == []
+
+
+def _wholes(tmp_path) -> list:
+    folder = tmp_path / "cache" / "scalelab" / "kept"
+    return sorted(p for p in folder.iterdir() if "." not in p.name) if folder.is_dir() else []
+
+
+@pytest.mark.parametrize("damage", ["a byte changed", "torn", "another key's", "another scalelab's",
+                                    "another folder's"])
+def test_a_kept_reading_not_sealed_for_this_scalelab_and_folder_is_never_used(tmp_path, monkeypatch, damage):
+    """The report reads what the files say, and parses them again: nothing is taken from such a copy."""
+    out, other = _copy(tmp_path), _copy(tmp_path, "other")
+    _through_kept(out)
+    _through_kept(other)
+    whole = next(p for p in _wholes(tmp_path) if p.name == kept._where(str(out))[0].rsplit("/", 1)[1])
+    raw = whole.read_bytes()
+    if damage == "a byte changed":
+        whole.write_bytes(raw[:-10] + bytes([raw[-10] ^ 1]) + raw[-9:])
+    elif damage == "torn":
+        whole.write_bytes(raw[: len(raw) // 2])
+    elif damage == "another key's":
+        (tmp_path / "cache" / "scalelab" / "index.key").write_bytes(os.urandom(32))
+        kept.sealing._key_at.cache_clear()
+    elif damage == "another scalelab's":
+        monkeypatch.setattr(index, "code_version", lambda: "another")
+    else:  # the other folder's reading, under this folder's name
+        shutil.copy(kept._where(str(other))[0], whole)
+    (out / "gone").mkdir()  # the index alone would not say so: a kept listing taken as it was would hide it
+    shutil.copy(_results(out)[0], out / "gone" / "result.json")
+    monkeypatch.setattr(index, "_kept", lambda *a, **k: ({}, set()))  # and none of it from the index: the files
+    parsed = _parses(monkeypatch)
+    assert _through_kept(out) == _truth(out)
+    assert len(parsed) == len(_results(out))
+
+
+def test_little_changed_writes_a_delta_and_much_the_whole_again(tmp_path, monkeypatch):
+    out = _copy(tmp_path)
+    monkeypatch.setattr(kept, "DELTA_MIN", 4)  # a result added: its entry, its folder and the root
+    monkeypatch.setattr(kept, "DELTA_SHARE", 0)
+    _through_kept(out)
+    whole, = _wholes(tmp_path)
+    before = whole.read_bytes()
+    _through_kept(out)  # the index written in the folder changed its listing: a delta of that
+    delta = os.stat(f"{whole}.delta").st_mtime_ns
+    _through_kept(out)
+    assert os.stat(f"{whole}.delta").st_mtime_ns == delta  # nothing changed since: nothing written
+    _change(out, "add", 0, 0)
+    assert _through_kept(out) == _truth(out)
+    assert whole.read_bytes() == before and os.path.exists(f"{whole}.delta")
+    for step in (1, 2):
+        _change(out, "add", step, step)
+    assert _through_kept(out) == _truth(out)
+    assert whole.read_bytes() != before and not os.path.exists(f"{whole}.delta")
+
+
+def test_the_readings_of_the_folders_reported_on_last_are_kept_the_rest_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept, "KEEP_FOLDERS", 2)
+    folders = [_copy(tmp_path, f"f{i}") for i in range(4)]
+    for i, out in enumerate(folders):
+        _through_kept(out)
+        os.utime(kept._where(str(out))[0], ns=(i * 10**9, i * 10**9))  # in turn, a second apart
+    assert [p.name for p in _wholes(tmp_path)] == sorted(kept._where(str(f))[0].rsplit("/", 1)[1]
+                                                         for f in folders[2:])
+
+
+def test_nothing_is_kept_without_a_private_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept.sealing, "row_key", lambda: None)
+    out = _copy(tmp_path)
+    assert _through_kept(out) == _truth(out) and _wholes(tmp_path) == []
+
+
+def test_a_folder_s_listing_is_kept_only_where_a_later_change_would_show_in_its_identity(tmp_path):
+    """A folder holding a link is listed each time (its target may change, its folder not); the rest are kept,
+    and a walk with them gives what a walk without them gives."""
+    out = _copy(tmp_path)
+    (out / "linked").mkdir()
+    os.symlink(_results(out)[0], out / "linked" / "result.json")
+    keep = {}
+    walked = list(files.walk(str(out), [], keep=keep))
+    assert "/linked" not in keep and "" in keep and len(keep) == len(walked) - 1
+    again = {}
+    assert list(files.walk(str(out), [], known=keep, keep=again)) == walked and again == keep
+    (out / "linked" / "x").mkdir()
+    assert list(files.walk(str(out), [], known=keep, keep={})) == list(files.walk(str(out), []))
+
+
+def test_results_read_through_what_was_kept_give_the_same_report(tmp_path):
+    """The report itself (tables, track record, warnings): from the files, then twice as kept, then one result
+    added."""
+    from test_index import _report
+
+    out = _copy(tmp_path)
+    said = [_report(out, *args) for args in (["--no_index"], [], [])]
+    assert said[0][0] == 0 and said[0] == said[1] == said[2]
+    _change(out, "add", 3, 0)
+    assert _report(out) == _report(out, "--no_index")
