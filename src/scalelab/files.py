@@ -145,8 +145,8 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optio
     `unlisted` as (path, why), never passed by in silence. listing: root's walk as `listing` kept it, replayed.
     The folders yielded are to read, not to prune: the walk goes into those it listed. known: folders as an earlier
     walk kept them (keep's), each listed again only where its identity changed; keep: each folder's listing and
-    identity put there (below root: "" is root) where a later walk may take it as it is (no symlink in it, not
-    changed within a coarse stamp's tick: racy)."""
+    identity put there (below root: "" is root) where it holds no link (None for its identity where it changed
+    within RACY_NS: listed again next time)."""
     if listing is not None:
         for folder, names, why in listing:
             if names is None:
@@ -176,8 +176,12 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optio
         except OSError as exc:
             unlisted.append((exc.filename or folder, f"cannot be listed ({exc.strerror})"))
             continue
-        if st is not None and plain and not racy(st, started):  # a link's target may change, its folder not
-            keep[folder[len(root):]] = identity(st), tuple(dirs), tuple(names), tuple(into)
+        if st is not None and plain:  # a link's target may change, its folder not: no listing kept of a folder
+            # with a link. One changed lately may change again within its clock's tick, its stamps as they were
+            # (nanosecond digits advance a tick of 1-10 ms on kernels before 6.13; a new result's folder caught
+            # between mkdir and rename would hide the result for good): kept under no identity, listed again
+            lately = started - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
+            keep[folder[len(root):]] = None if lately else identity(st), tuple(dirs), tuple(names), tuple(into)
         yield folder, dirs, names
         stack += [os.path.join(folder, name) for name in reversed(into)]
 

@@ -17,7 +17,10 @@ SOURCE = ROOT / "tests" / "data" / "demo-results"
 
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path, monkeypatch):
+    """Each test its own cache; a folder changed just now kept as any other (its stamps here are the kernel's
+    nanoseconds: test_a_folder_changed_lately_is_listed_again is the rule for the clocks that tick)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(files, "RACY_NS", 0)
 
 
 def _copy(tmp_path, name="out"):
@@ -86,7 +89,7 @@ CHANGES = ["add", "add into a folder read before", "rewrite", "delete", "corrupt
 @given(steps=st.lists(st.tuples(st.sampled_from(CHANGES), st.integers(0, 50)), min_size=1, max_size=4))
 def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tmp_path_factory, steps):
     """Any sequence of changes between reports: each reads what a read of every file gives; a report after no
-    change parses nothing."""
+    change parses none but the results reached through a link."""
     tmp = tmp_path_factory.mktemp("kept")
     out = _copy(tmp)
     os.environ["XDG_CACHE_HOME"] = str(tmp / "cache")
@@ -96,7 +99,7 @@ def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tm
         assert _through_kept(out) == _truth(out), (how, step)
     with pytest.MonkeyPatch.context() as mp:
         parsed = _parses(mp)
-        assert _through_kept(out) == _truth(out) and parsed == []
+        assert _through_kept(out) == _truth(out) and all(os.path.islink(p) for p in parsed)  # a link's: each time
 
 
 def test_a_report_after_no_change_reads_no_file_and_no_index_row(tmp_path, monkeypatch):
@@ -221,3 +224,44 @@ def test_two_reports_at_once_leave_what_the_next_reads_sound(tmp_path):
         assert all(p.returncode == 0 for p in procs) and said[0][0] == said[1][0], said
         _change(out, "add", step, step)
     assert _through_kept(out) == _truth(out)
+
+
+def test_a_result_reached_through_a_link_is_read_each_time(tmp_path):
+    """A link's target moved out of the folder and a link put where it was: the file's identity is the same, but
+    a read of it now refuses it (a symlink out of the folder); so does the report (the reviewer's case)."""
+    out = _copy(tmp_path)
+    path = _results(out)[0]
+    (out / "store").mkdir()
+    path.rename(out / "store" / "r.json")
+    os.symlink(out / "store" / "r.json", path)
+    assert _through_kept(out) == _through_kept(out) == _truth(out)
+    (out / "store").rename(tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", out / "store")
+    found, skipped = _through_kept(out)
+    assert (found, skipped) == _truth(out) and "a symlink out of the folder" in skipped[0][1]
+
+
+def test_a_folder_changed_lately_is_listed_again(tmp_path, monkeypatch):
+    """A folder whose stamps did not move (a clock's tick of 1-10 ms: one result's mkdir and rename within it) is
+    listed again while it changed within RACY_NS of the walk, and so its new result is read."""
+    monkeypatch.setattr(files, "RACY_NS", 2 * 10**9)
+    out = _copy(tmp_path)
+    (out / "late").mkdir()
+    monkeypatch.setattr(files, "identity", lambda st: (0, 0, 0, str(st.st_ino)))  # stamps as a tick leaves them
+    assert _through_kept(out) == _truth(out)
+    shutil.copy(_results(SOURCE)[0], out / "late" / "result.json")
+    assert _through_kept(out) == _truth(out)
+
+
+def test_a_delta_or_a_temporary_file_left_behind_is_removed_with_the_prune(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept, "KEEP_FOLDERS", 1)
+    first, second = _copy(tmp_path, "first"), _copy(tmp_path, "second")
+    _through_kept(first)
+    folder = tmp_path / "cache" / "scalelab" / "kept"
+    (folder / "0123.delta").write_bytes(b"its whole gone")
+    (folder / ".tmp-old").write_bytes(b"a report stopped half-way")
+    (folder / ".tmp-now").write_bytes(b"a report writing now")
+    os.utime(folder / ".tmp-old", (0, 0))
+    _through_kept(second)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([".tmp-now", kept._where(str(second))[0].rsplit(
+        "/", 1)[1]])

@@ -85,50 +85,35 @@ def light(result: dict) -> dict:
             "_row": run_row(result), "_group_key": results.group_key(result)}
 
 
-def scan(root: str, listing=None) -> tuple:
+def scan(root: str) -> tuple:
     """(results, skipped) as results.scan gives them, training results `light`, read through the index: each file
-    parsed only if it is new or changed since the last report. Any trouble with the index reads the files.
-    listing: root's walk kept (files.listing)."""
-    return read(root, listing)[:2]
+    parsed only if it is new or changed since the last report. Any trouble with the index reads the files."""
+    return read(root)[:2]
 
 
-def read(root: str, listing=None) -> tuple:
+def read(root: str) -> tuple:
     """scan's (results, skipped) and root's walk (files.listing, for the report's other readers), each file's reading
     and each folder's listing taken from what the last report kept (report/kept.py) where it still holds, the rest
-    through the index; then kept for the next. listing: root's walk, where the caller has it."""
-    version, entries, folders, reused = code_version(), {}, {}, set()
+    through the index; then kept for the next. A result in a folder that holds a link is read from its file each
+    time: where a link leads may change while what it leads to stays as it was (moved out of the folder, say)."""
+    version, folders, started = code_version(), {}, time.time_ns()
     before = kept.load(root, version)
     if not os.path.lexists(os.path.join(root, FILE_NAME)):
         before.entries = {}  # the index is gone: it is built again from the files, not left empty behind this
-    if listing is None:
-        listing = files.listing(root, before.folders, folders)
-    else:
-        folders = before.folders
-    found, skipped, listed, missed, seen, started = [], [], [], {}, {}, time.time_ns()
-    inside, beside = os.path.join(root, ""), _Beside(root)
-    for path in results.paths(root, skipped, listing):
-        try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
-            key = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, root)
-            st = os.stat(path)
-        except OSError as exc:
-            skipped.append((path, _unreadable(path, root, exc)))
-            continue
-        listed.append((path, key, st))
-        was = before.entries.get(key)
-        if was is not None and was[0] == files.identity(st):
-            entries[key] = was
-            reused.add(key)
-        else:
-            missed[key] = st
-    gone = before.entries.keys() - reused - missed.keys()
-    where = os.path.join(root, FILE_NAME)
+    listing = files.listing(root, before.folders, folders)
+    skipped = []
+    listed, entries, missed = _listed(root, listing, folders, before, skipped)
+    gone = before.entries.keys() - entries.keys() - missed.keys()
+    where, beside = os.path.join(root, FILE_NAME), _Beside(root)
     whole = not before.entries or len(missed) > kept.DELTA_MIN  # the index read row by row, else a few files read
     try:  # a folder without a result (empty, or not yet run into) is left as it was found
         db = _open(where) if missed or (whole or gone) and os.path.lexists(where) else None
     except (sqlite3.Error, OSError):
         db = None
-    from_index, indexed = _kept(db, missed, root, beside) if db is not None and whole else ({}, gone)
-    fresh = []
+    reused, seen = set(entries), {}
+    from_index, indexed = _kept(db, {k: st for k, st in missed.items() if st is not None}, root, beside) \
+        if db is not None and whole else ({}, gone)
+    found, fresh = [], []
     for path, key, st in listed:
         if key in reused:
             body, reason = _as_kept(entries[key], path, key, beside)
@@ -138,8 +123,8 @@ def read(root: str, listing=None) -> tuple:
                                                                                              curve_digest)
         else:
             body, reason, digest, lasting = _parse(path, root)
-            if lasting and not files.racy(st, started):  # a read that failed by chance (a deadline, an I/O error) is
-                fresh.append((key, st, digest, reason, body))  # tried again next time
+            if lasting and not files.racy(st, started) and missed[key] is not None:  # a read that failed by
+                fresh.append((key, st, digest, reason, body))  # chance (a deadline, an I/O error): tried again
                 entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen)
             body = body and dict(body)  # the row stored stays without the report's mark
         if reason is not None:
@@ -152,6 +137,29 @@ def read(root: str, listing=None) -> tuple:
         db.close()
     kept.save(root, version, before, entries, folders, reused)
     return found, skipped, listing
+
+
+def _listed(root: str, listing: list, folders: dict, before, skipped: list) -> tuple:
+    """([(path, key below root, stat)] of root's result.json files, {key: kept reading} of those whose identity is
+    what it was read at, {key: stat, or None where its folder holds a link: read from its file, never kept} of the
+    rest); a file that cannot be stat-ed goes to skipped, in a read's words."""
+    listed, entries, missed, inside = [], {}, {}, os.path.join(root, "")
+    for path in results.paths(root, skipped, listing):
+        try:  # its path below root (os.path.relpath's, 5 times as fast: os.walk's paths start with root)
+            key = path[len(inside):] if path.startswith(inside) else os.path.relpath(path, root)
+            st = os.stat(path)
+        except OSError as exc:
+            skipped.append((path, _unreadable(path, root, exc)))
+            continue
+        listed.append((path, key, st))
+        was = before.entries.get(key)
+        if os.path.dirname(path)[len(root):] not in folders:  # a folder with a link: files.walk keeps no listing
+            missed[key] = None
+        elif was is not None and was[0] == files.identity(st):
+            entries[key] = was
+        else:
+            missed[key] = st
+    return listed, entries, missed
 
 
 def _unreadable(path: str, root: str, exc: OSError) -> str:

@@ -16,6 +16,7 @@ import hmac
 import os
 import pickle
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from scalelab import files
@@ -25,6 +26,7 @@ from scalelab.report import sealing
 DELTA_SHARE = 0.05  # of the whole's entries: a delta past it (or past DELTA_MIN) writes the whole again
 DELTA_MIN = 1000
 KEEP_FOLDERS = 8  # the results folders kept for: the least recently reported on is dropped past it
+TMP_AGE_S = 3600  # a temporary file this old is no report's that is still writing
 _WHAT = b"scalelab kept reading"
 
 
@@ -127,10 +129,14 @@ def _write(path: str, key: bytes, data: dict) -> None:
 
 
 def _prune(folder: str) -> None:
-    """The KEEP_FOLDERS results folders reported on most recently kept, the rest's readings removed."""
+    """The KEEP_FOLDERS results folders reported on most recently kept, the rest's readings removed; a delta whose
+    whole is gone, and a temporary file a report that stopped half-way left (an hour old), too."""
     with contextlib.suppress(OSError):
-        names = next(iter(files.listing(folder)))[1] or []
-        wholes = sorted((os.path.join(folder, n) for n in names if "." not in n), key=lambda p: os.stat(p).st_mtime_ns)
-        for path in wholes[:-KEEP_FOLDERS]:
-            files.unlink_quietly(path)
-            files.unlink_quietly(path + ".delta")
+        names = set(next(iter(files.listing(folder)))[1] or [])
+        wholes = sorted((n for n in names if "." not in n), key=lambda n: os.stat(os.path.join(folder, n)).st_mtime_ns)
+        left = set(wholes[-KEEP_FOLDERS:])
+        for name in names - left:
+            path = os.path.join(folder, name)
+            if "." not in name or name.endswith(".delta") and name[:-6] not in left or name.startswith(".tmp-") \
+                    and time.time() - os.stat(path).st_mtime > TMP_AGE_S:
+                files.unlink_quietly(path)
