@@ -85,7 +85,7 @@ CHANGES = ["add", "add into a folder read before", "rewrite", "delete", "corrupt
            "a link to another", "rename its folder", "another file beside", "the index removed"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.tuples(st.sampled_from(CHANGES), st.integers(0, 50)), min_size=1, max_size=4))
 def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tmp_path_factory, steps):
     """Any sequence of changes between reports: each reads what a read of every file gives; a report after no
