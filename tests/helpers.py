@@ -35,6 +35,15 @@ def run_script(script, *args, env=None, timeout=300, cwd=ROOT):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def two_reports_at_once(out, env=None) -> None:
+    """benchmark.py twice over one folder at the same moment: both end well and print the same."""
+    procs = [subprocess.Popen([sys.executable, str(SRC / "benchmark.py"), "--output_dir", str(out)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+             for _ in range(2)]
+    said = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs) and said[0][0] == said[1][0], said
+
+
 def start(out, *args, env=None):
     """train.py running in the background (output_dir = out); read its pipes, or wait_for_banner()."""
     cmd = [sys.executable, str(SRC / "train.py"), *map(str, args), "--output_dir", str(out)]

@@ -8,8 +8,6 @@ import os
 import pathlib
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 
 import pandas as pd
@@ -17,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import ROOT, SRC
+from helpers import ROOT, SRC, two_reports_at_once
 from scalelab import redaction, results
 from scalelab.report import cli, explain, index, kept, sealing, stored
 from scalelab.report.columns import JSON_TEXTS, NAMES
@@ -264,13 +262,8 @@ def test_a_full_disk_leaves_the_old_index_and_the_report_right(tmp_path, monkeyp
 def test_two_reports_at_once_leave_one_sound_index(tmp_path):
     """Two report processes over one folder at the same moment, twice: both print the same, the index stays whole."""
     out = _copy(FOLDERS[2], tmp_path)
-    env = dict(os.environ, PYTHONPATH=str(SRC))
     for _ in range(2):
-        procs = [subprocess.Popen([sys.executable, str(SRC / "benchmark.py"), "--output_dir", str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for _ in range(2)]
-        said = [p.communicate(timeout=300) for p in procs]
-        assert all(p.returncode == 0 for p in procs) and said[0][0] == said[1][0], said
+        two_reports_at_once(out, {"PYTHONPATH": str(SRC)})
     with sqlite3.connect(out / index.FILE_NAME) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT count(*) FROM results").fetchone()[0] == len(list(out.rglob("result.json")))

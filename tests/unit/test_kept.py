@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import ROOT
+from helpers import ROOT, two_reports_at_once
 from scalelab import files, results
 from scalelab.report import index, kept
 
@@ -209,19 +209,9 @@ def test_results_read_through_what_was_kept_give_the_same_report(tmp_path):
 def test_two_reports_at_once_leave_what_the_next_reads_sound(tmp_path):
     """Two reports at a time, twice, a result added between: each prints what the files say, and the next reads
     what a read of every file gives (a delta written against a whole another report replaced is never applied)."""
-    import subprocess
-    import sys
-
-    from helpers import SRC
-
     out = _copy(tmp_path)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     for step in range(2):
-        procs = [subprocess.Popen([sys.executable, str(SRC / "benchmark.py"), "--output_dir", str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for _ in range(2)]
-        said = [p.communicate(timeout=300) for p in procs]
-        assert all(p.returncode == 0 for p in procs) and said[0][0] == said[1][0], said
+        two_reports_at_once(out, {"XDG_CACHE_HOME": str(tmp_path / "cache")})
         _change(out, "add", step, step)
     assert _through_kept(out) == _truth(out)
 
