@@ -158,16 +158,16 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optio
     stack, started = [root], time.time_ns()  # os.walk's order (a folder, then each of its folders' trees, by name),
     while stack:  # without its lstat of every folder (its entry says whether it is a symlink): 100,000 folders in
         folder = stack.pop()  # 1.2 s, not 1.5 s; 0.4 s where an earlier walk's listings hold (known)
-        st = None
+        st, below = None, folder[len(root):]
         if keep is not None:  # its identity before its names: a folder changed in between is listed again next time
             try:
                 st = os.stat(folder)
             except OSError as exc:
                 unlisted.append((exc.filename or folder, f"cannot be listed ({exc.strerror})"))
                 continue
-            was = (known or {}).get(folder[len(root):])
+            was = known.get(below) if known else None
             if was is not None and was[0] == identity(st):
-                keep[folder[len(root):]] = was
+                keep[below] = was
                 yield folder, list(was[1]), list(was[2])
                 stack += [os.path.join(folder, name) for name in reversed(was[3])]
                 continue
@@ -180,8 +180,8 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optio
             # with a link. One changed lately may change again within its clock's tick, its stamps as they were
             # (nanosecond digits advance a tick of 1-10 ms on kernels before 6.13; a new result's folder caught
             # between mkdir and rename would hide the result for good): kept under no identity, listed again
-            lately = started - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
-            keep[folder[len(root):]] = None if lately else identity(st), tuple(dirs), tuple(names), tuple(into)
+            lately = changed_lately(st.st_mtime_ns, st.st_ctime_ns, started)
+            keep[below] = None if lately else identity(st), tuple(dirs), tuple(names), tuple(into)
         yield folder, dirs, names
         stack += [os.path.join(folder, name) for name in reversed(into)]
 
@@ -221,7 +221,12 @@ def racy(st, started: int) -> bool:
     its stamps are whole milliseconds or coarser (NFSv3, ext3, a Lustre's seconds) and it changed within RACY_NS
     before (or after: another machine's clock). Such a one is not kept as read: read again next time."""
     _, mtime, ctime, _ = identity(st)
-    return mtime % 10**6 == 0 and ctime % 10**6 == 0 and started - max(mtime, ctime) < RACY_NS
+    return mtime % 10**6 == 0 and ctime % 10**6 == 0 and changed_lately(mtime, ctime, started)
+
+
+def changed_lately(mtime: int, ctime: int, started: int) -> bool:
+    """Whether stamps (ns) changed within RACY_NS before `started` (or after it: another machine's clock)."""
+    return started - max(mtime, ctime) < RACY_NS
 
 
 RACY_NS = 2 * 10**9  # a coarse stamp's tick (a second) and a margin: racy
