@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scalelab.measure import changes
@@ -103,6 +103,7 @@ def test_the_false_alarm_rate_is_what_the_rule_says():
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(30, 300), where=st.floats(0.2, 0.8), sigma=st.floats(0.005, 0.08),
        sigmas=st.floats(4, 12), down=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@example(n=227, where=0.203125, sigma=0.0625, sigmas=4.0, down=True, seed=268683)  # Welch's t put it at 41, not 46
 def test_a_step_of_four_scatters_or_more_is_found_where_it_is(n, where, sigma, sigmas, down, seed):
     """A lasting step of ≥ 4 run scatters, with ≥ 6 runs on each side, is named: within one run of its place from 8
     scatters on, within four at 4 (noise moves the best split by a few runs then), its size within two scatters."""
@@ -134,8 +135,8 @@ def test_a_permutation_test_stopped_early_decides_as_all_its_shuffles_would(valu
 
 def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_are_the_segment_s_own():
     """p = (1 + 1) / 200 is ALPHA itself: a change (the rule is p ≤ ALPHA). This segment's own generator (seeded by
-    its place) has one shuffle reach its split; a generator seeded by its length alone would have five."""
-    r = np.random.default_rng(25)
+    its place) has one shuffle reach its split; a generator seeded by its length alone would have three."""
+    r = np.random.default_rng(173)
     n = int(r.integers(10, 40))
     logs = r.normal(0, 0.03, n)
     logs[n // 2:] -= r.uniform(0, 0.05)
@@ -144,7 +145,7 @@ def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_a
         return sum(changes._best(rng.permutation(logs))[1] >= stat for _ in range(changes.SHUFFLES))
 
     assert reached(np.random.default_rng([changes.SEED, 0, n])) == 1
-    assert reached(np.random.default_rng([changes.SEED, n])) == 5
+    assert reached(np.random.default_rng([changes.SEED, n])) == 3
     assert changes.significant(logs, stat, 0)
 
 
