@@ -21,6 +21,7 @@ import gc
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import threading
@@ -34,7 +35,7 @@ MiB = 2**20
 # 100,000-step run about 60 MB. A log: a week of NCCL_DEBUG=INFO. A run's metrics.csv: a row per step. What a
 # report keeps for the next (report/kept.py): 100,000 results' is about 100 MB.
 LIMITS = {"result": 128 * MiB, "summary": 16 * MiB, "log": 256 * MiB, "metrics": 64 * MiB, "reference": 4 * MiB,
-          "config": 4 * MiB, "kept reading": 4096 * MiB}
+          "config": 4 * MiB, "kept reading": 4096 * MiB, "mount table": 16 * MiB}
 READ_DEADLINE_S = 30.0  # one file's read, start to end
 
 
@@ -184,6 +185,39 @@ def walk(root: str, unlisted: list, listing: Optional[list] = None, known: Optio
             keep[below] = None if lately else identity(st), tuple(dirs), tuple(names), tuple(into)
         yield folder, dirs, names
         stack += [os.path.join(folder, name) for name in reversed(into)]
+
+
+# Filesystems whose folder's times change whenever a name in it is added, removed or renamed (POSIX's rule): the
+# kernel's own, NFS, and a cluster's parallel ones. A listing kept from an earlier walk is trusted only on these; on
+# any other (a FUSE mount of an object store, whose folder times may be the mount's) every folder is listed again.
+FOLDER_TIMES_HOLD = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "overlay", "nfs",
+                               "nfs4", "lustre", "gpfs", "beegfs", "ceph"})
+MOUNT_TABLE = "/proc/self/mountinfo"
+
+
+def folder_times_hold(path: str) -> bool:
+    """Whether path's filesystem is one of FOLDER_TIMES_HOLD (the mount table's type of the deepest mount above its
+    real path); False where the table cannot be read (not Linux)."""
+    try:
+        table = read_text(MOUNT_TABLE, "mount table")
+    except Refused:
+        return False
+    return mount_type(table, os.path.realpath(path)) in FOLDER_TIMES_HOLD
+
+
+def mount_type(table: str, path: str) -> Optional[str]:
+    """The filesystem type of the mount holding `path` (absolute, real) in a mountinfo table: the deepest mount point
+    above it, the later of two at one place (mounted over); None where none is."""
+    depth, kind = -1, None
+    for line in table.splitlines():
+        mount, sep, after = line.partition(" - ")
+        fields = mount.split(" ")
+        if not sep or len(fields) < 5 or not after:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \040: a space
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= depth:
+            depth, kind = len(point), after.split(" ")[0]
+    return kind
 
 
 def _list(folder: str) -> tuple:

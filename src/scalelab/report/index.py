@@ -100,7 +100,7 @@ def read(root: str) -> tuple:
     before = kept.load(root, version)
     if not os.path.lexists(os.path.join(root, FILE_NAME)):
         before.entries = {}  # the index is gone: it is built again from the files, not left empty behind this
-    listing = files.listing(root, before.folders, folders)
+    listing = files.listing(root, before.folders if files.folder_times_hold(root) else None, folders)
     skipped = []
     listed, entries, missed = _listed(root, listing, folders, before, skipped)
     gone = before.entries.keys() - entries.keys() - missed.keys()
