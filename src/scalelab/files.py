@@ -196,28 +196,34 @@ MOUNT_TABLE = "/proc/self/mountinfo"
 
 
 def folder_times_hold(path: str) -> bool:
-    """Whether path's filesystem is one of FOLDER_TIMES_HOLD (the mount table's type of the deepest mount above its
-    real path); False where the table cannot be read (not Linux)."""
+    """Whether every filesystem under path is one of FOLDER_TIMES_HOLD (mount_types of the mount table for its real
+    path); False where the table cannot be read (not Linux) or names none."""
     try:
         table = read_text(MOUNT_TABLE, "mount table")
     except Refused:
         return False
-    return mount_type(table, os.path.realpath(path)) in FOLDER_TIMES_HOLD
+    kinds = mount_types(table, os.path.realpath(path))
+    return bool(kinds) and kinds <= FOLDER_TIMES_HOLD
 
 
-def mount_type(table: str, path: str) -> Optional[str]:
-    """The filesystem type of the mount holding `path` (absolute, real) in a mountinfo table: the deepest mount point
-    above it, the later of two at one place (mounted over); None where none is."""
-    depth, kind = -1, None
+def mount_types(table: str, path: str) -> set:
+    """The filesystem types a walk of `path` (absolute, real) may meet, from a mountinfo table: each mount at the
+    deepest mount point above it (one mounted over another: both, in whichever order the table lists them) and each
+    mount below it."""
+    above, below, depth = {}, set(), -1
     for line in table.splitlines():
         mount, sep, after = line.partition(" - ")
         fields = mount.split(" ")
         if not sep or len(fields) < 5 or not after:
             continue
         point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \040: a space
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= depth:
-            depth, kind = len(point), after.split(" ")[0]
-    return kind
+        kind = after.split(" ")[0]
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            above.setdefault(point, set()).add(kind)
+            depth = max(depth, len(point))
+        elif point.startswith(path.rstrip("/") + "/"):
+            below.add(kind)
+    return below.union(*(kinds for point, kinds in above.items() if len(point) == depth))
 
 
 def _list(folder: str) -> tuple:

@@ -257,18 +257,21 @@ def test_a_delta_or_a_temporary_file_left_behind_is_removed_with_the_prune(tmp_p
         "/", 1)[1]])
 
 
-@pytest.mark.parametrize("kind, trusted", [("ext4", True), ("fuse.s3fs", False), ("no table", False)])
+@pytest.mark.parametrize("kind, trusted", [("ext4", True), ("fuse.s3fs", False), ("fuse.s3fs below", False),
+                                           ("no table", False)])
 def test_a_kept_listing_is_trusted_only_where_the_filesystem_moves_folder_times(tmp_path, monkeypatch, kind,
                                                                                trusted):
     """A FUSE mount of an object store may give every folder the mount's time: there (or where no mount table says)
     every folder is listed again, and a result added to a folder read before is read. Trusted (ext4, with the
-    stamps frozen here as such a mount would leave them), the kept listing would hide it."""
+    stamps frozen here as such a mount would leave them), the kept listing would hide it. A mount below the folder
+    (a bucket mounted inside an ext4 folder of results) counts as one at it: the walk goes into it."""
     out = _copy(tmp_path)
     (out / "late").mkdir()
     table = tmp_path / "mountinfo"
+    at = os.path.realpath(out / "late" if kind.endswith(" below") else out).replace(" ", "\\040")
     if kind != "no table":
         table.write_text(f"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-                         f"99 27 0:50 / {os.path.realpath(out)} rw,nosuid - {kind} bucket rw,user_id=0\n")
+                         f"99 27 0:50 / {at} rw,nosuid - {kind.split()[0]} bucket rw,user_id=0\n")
     monkeypatch.setattr(files, "MOUNT_TABLE", str(table))
     assert files.folder_times_hold(str(out / "late")) is trusted
     monkeypatch.setattr(files, "identity", lambda st: (0, 0, 0, "0"))
@@ -277,23 +280,25 @@ def test_a_kept_listing_is_trusted_only_where_the_filesystem_moves_folder_times(
     assert (_through_kept(out) == _truth(out)) is not trusted
 
 
-@pytest.mark.parametrize("path, kind", [
-    ("/data/runs/x", "lustre"),          # the deepest mount above it
-    ("/data", "lustre"),                 # the mount point itself
-    ("/database/x", "ext4"),             # /data is not above /database: whole names only
-    ("/scratch/a b/c", "fuse.s3fs"),     # \040 in the table is a space
-    ("/home/u", "nfs4"),                 # mounted over: the later line
-    ("/srv/deep/er", "xfs"),             # deeper listed before shallower
+@pytest.mark.parametrize("path, kinds", [
+    ("/data/runs/x", {"lustre"}),          # the deepest mount above it
+    ("/data", {"lustre"}),                 # the mount point itself
+    ("/database/x", {"ext4"}),             # /data is not above /database: whole names only
+    ("/scratch/a b/c", {"fuse.s3fs"}),     # \040 in the table is a space
+    ("/home/u", {"ext4", "nfs4"}),         # one mounted over another: either may be the one seen
+    ("/srv/deep/er", {"xfs"}),             # deeper listed before shallower
+    ("/srv", {"tmpfs", "xfs"}),            # and a mount below it, which the walk enters
+    ("/", {"ext4", "xfs", "tmpfs", "lustre", "fuse.s3fs", "nfs4"}),
 ])
-def test_a_path_s_filesystem_is_its_deepest_mount_s_type(path, kind):
+def test_a_walk_meets_the_mounts_at_its_folder_and_below_it(path, kinds):
     table = "\n".join([
-        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw",
         "40 27 0:40 / /srv/deep rw - xfs /dev/sdb rw",
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw",  # the root after its children, as a kernel may list it
         "41 27 0:41 / /srv rw - tmpfs tmpfs rw",
         "42 27 0:42 / /data rw shared:1 - lustre 10.0.0.1@o2ib:/fs rw",
         "43 27 0:43 / /scratch/a\\040b rw - fuse.s3fs s3fs rw",
-        "44 27 0:44 / /home rw - ext4 /dev/sdc rw",
         "45 44 0:45 / /home rw - nfs4 server:/home rw",
+        "44 27 0:44 / /home rw - ext4 /dev/sdc rw",
         "a line without its separator",
     ])
-    assert files.mount_type(table, path) == kind
+    assert files.mount_types(table, path) == kinds
