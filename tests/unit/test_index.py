@@ -431,7 +431,7 @@ _VALUE = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=4) | st.dict
                       max_leaves=8)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=70, deadline=None)
 @given(row=st.lists(_VALUE, min_size=len(NAMES), max_size=len(NAMES)), width=st.integers(0, len(NAMES) + 2))
 def test_a_row_is_stored_as_as_read_shows_it_and_one_of_another_width_rereads_the_file(row, width):
     """A row is stored as as_read shows its values (its lists as tuples, as run_row makes them; its JSON texts as
@@ -488,7 +488,7 @@ def test_a_stored_text_reads_as_json_reads_it(value):
     assert repr(stored.loads(text)) == repr(json.loads(text))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=70, deadline=None)
 @given(row=st.lists(_VALUE, min_size=len(NAMES), max_size=len(NAMES)), extra=st.dictionaries(_TEXT, _VALUE,
                                                                                                max_size=3),
        run_id=_TEXT)

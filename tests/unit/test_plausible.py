@@ -422,7 +422,7 @@ _PRINTS = [None, BF16, FP32, {**BF16, "optimizer": "fused"},
            {**BF16, "compiled_graphs": 2, "compiled_steps": 3, "steps_after_warmup": 10}]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(runs=st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.sampled_from(range(5)),
                                st.integers(0, 9), st.booleans(), st.booleans(), st.booleans()), max_size=9))
 def test_job_differences_is_its_definition_on_any_folder(runs):
