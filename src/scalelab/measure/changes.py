@@ -4,16 +4,19 @@ A site's nightly series of one configuration (throughput, busbw, compute) scatte
 a lasting step in its level (a link lost, a driver updated), not one bad night. The statistic of a split at k is
 the sum of squares of log(value) that a step at k explains, k (n − k) / n (mean before − mean after)²: its
 largest is the most likely place of one step (least squares; Welch's t, tried first, put a step of 4 scatters 5 or
-more runs from its place in 1 to 4 % of series split 1:4); the best split of a segment is named a change only where (1)
-no more than ALPHA of the segment's shuffles reach so large a best statistic (shuffled, the series has no change:
-the test is calibrated on the series itself, whatever its scatter, with the same multiple looks), (2) each side
-holds MIN_SEGMENT runs, and (3) the step is at least STEP_SCATTERS runs' own scatter (a significant 0.5 % is not
-"got slower", nor is a step most single nights reach); the shuffles are drawn only for a split that passes (3),
-and stop once the share is past ALPHA. Each side is then searched again. On change-free series the
-first two rules alone name a change in about ALPHA of them; with the third, none of 600 (3 % scatter, 30 to 400
-runs; tests/unit/test_history.py holds 400 series of 1 to 10 % scatter to at most 2.5 %). Shuffles assume the
-nights are exchangeable without a change: a slow drift is not a step and may be cut into several. Deterministic:
-each segment's shuffles come from a generator seeded by its place in the series (`significant`).
+more runs from its place in 1 to 4 % of series split 1:4). A segment's best split is kept where (1) no more than ALPHA
+of the segment's shuffles reach so large a best statistic (shuffled, the series has no change: the test is
+calibrated on the series itself, whatever its scatter, with the same multiple looks; stopped once the share is past
+ALPHA), and (2) each side holds MIN_SEGMENT runs; each side is then searched again. Of the splits kept, a change is
+one whose step is (3) at least STEP_SCATTERS runs' own scatter between the segments its neighbouring splits leave (a
+significant 0.5 % is not "got slower", nor is a step most single nights reach): the weakest is dropped and its
+segments merged until each step left passes. Judged between the final segments, not at the first split, so a
+level that goes and comes back (a bad week, then fixed) names both its steps: at its first split one side holds
+both levels, whose median is neither. On change-free series the first two rules alone name a change in about ALPHA
+of them; with the third, none of 600 (3 % scatter, 30 to 400 runs; tests/unit/test_history.py holds 400 series of
+1 to 10 % scatter to at most 2.5 %). Shuffles assume the nights are exchangeable without a change: a slow drift is
+not a step and may be cut into several. Deterministic: each segment's shuffles come from a generator seeded by its
+place in the series (`significant`).
 Torch- and pandas-free: report/history.py feeds it each configuration's series.
 """
 
@@ -26,6 +29,7 @@ MIN_SEGMENT = 5  # runs on each side of a change: fewer is a bad night or two, n
 ALPHA = 0.01  # the share of a change-free segment's shuffles allowed to reach the statistic (a false alarm)
 SHUFFLES = 199  # the shuffles a split is tested against: p = (1 + reached) / 200
 SEED = 20261202
+TIE = 1e-9  # statistics this close (relative) are one: rounding, never a difference a series shows
 STEP_SCATTERS = 2.0  # the least step named, in the segments' own run-to-run scatter (sd of log value)
 
 
@@ -70,23 +74,41 @@ def find(values: Sequence[float]) -> list:
     logs = np.log(np.asarray(values, dtype=float))
     found = []
     _segment(logs, 0, found)
-    found.sort()
+    found = _large_enough(logs, sorted(found))
     return [Change(i, _level(logs, found, i, -1), _level(logs, found, i, +1)) for i in found]
 
 
 def _segment(logs: np.ndarray, offset: int, found: list) -> None:
+    """Each significant split (rules 1 and 2), searched again on each side: the step rule waits for the segments
+    all splits leave (_large_enough), or a level that goes and comes back would hide both its steps."""
     if len(logs) < 2 * MIN_SEGMENT:
         return
     k, stat = _best(logs)
-    if k is None:
-        return
-    step = abs(float(np.median(logs[k:]) - np.median(logs[:k])))
-    within = math.sqrt((scatter(logs[:k]) ** 2 + scatter(logs[k:]) ** 2) / 2)
-    if step < STEP_SCATTERS * within or not significant(logs, stat, offset):  # the shuffles only where they decide
+    if k is None or not significant(logs, stat, offset):
         return
     found.append(offset + k)
     _segment(logs[:k], offset, found)
     _segment(logs[k:], offset + k, found)
+
+
+def _large_enough(logs: np.ndarray, found: list) -> list:
+    """The splits that pass the step rule (3) between the segments their neighbours leave: the one whose step is
+    the fewest scatters goes first, its two segments merged, until every step left is STEP_SCATTERS or more."""
+    while found:
+        edges = [0, *found, len(logs)]
+        ratios = [_steps(logs[edges[j - 1]:edges[j]], logs[edges[j]:edges[j + 1]]) for j in range(1, len(edges) - 1)]
+        weakest = int(np.argmin(ratios))
+        if ratios[weakest] >= STEP_SCATTERS:
+            break
+        found = found[:weakest] + found[weakest + 1:]
+    return found
+
+
+def _steps(before: np.ndarray, after: np.ndarray) -> float:
+    """The step between two segments' medians in their pooled run scatter (inf where neither scatters)."""
+    step = abs(float(np.median(after) - np.median(before)))
+    within = math.sqrt((scatter(before) ** 2 + scatter(after) ** 2) / 2)
+    return step / within if within > 0 else math.inf if step > 0 else 0.0
 
 
 def significant(logs: np.ndarray, stat: float, offset: int) -> bool:
@@ -97,10 +119,17 @@ def significant(logs: np.ndarray, stat: float, offset: int) -> bool:
     rng = np.random.default_rng([SEED, offset, len(logs)])
     reached = 0
     for _ in range(SHUFFLES):
-        reached += _best(rng.permutation(logs))[1] >= stat
+        reached += reaches(_best(rng.permutation(logs))[1], stat)
         if (1 + reached) / (SHUFFLES + 1) > ALPHA:
             return False
     return True
+
+
+def reaches(shuffled: float, stat: float) -> bool:
+    """Whether a shuffle's statistic reaches the series' own, ties within TIE of it counted: a shuffle that puts the
+    same values on each side sums them in another order, and the statistic (a difference of means of logs, squared)
+    comes out some 1e-14 off. Counted strictly, ties among repeated values make significant a step that is not."""
+    return shuffled >= stat * (1 - TIE)
 
 
 def _level(logs: np.ndarray, found: list, i: int, side: int) -> float:
