@@ -198,8 +198,8 @@ MOUNT_TABLE = "/proc/self/mountinfo"
 def folder_times_hold(path: str) -> bool:
     """Whether every filesystem under path is one of FOLDER_TIMES_HOLD (mount_types of the mount table for its real
     path); False where the table cannot be read (not Linux) or names none."""
-    try:
-        table = read_text(MOUNT_TABLE, "mount table")
+    try:  # its paths as os.fsdecode gives them, as realpath's are (a name not in UTF-8 matches its own)
+        table = os.fsdecode(read_bytes(MOUNT_TABLE, "mount table"))
     except Refused:
         return False
     kinds = mount_types(table, os.path.realpath(path))
@@ -211,7 +211,7 @@ def mount_types(table: str, path: str) -> set:
     deepest mount point above it (one mounted over another: both, in whichever order the table lists them) and each
     mount below it."""
     above, below, depth = {}, set(), -1
-    for line in table.splitlines():
+    for line in table.split("\n"):  # the kernel escapes only space, tab, newline and backslash: a name may hold \f
         mount, sep, after = line.partition(" - ")
         fields = mount.split(" ")
         if not sep or len(fields) < 5 or not after:

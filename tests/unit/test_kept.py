@@ -280,6 +280,32 @@ def test_a_kept_listing_is_trusted_only_where_the_filesystem_moves_folder_times(
     assert (_through_kept(out) == _truth(out)) is not trusted
 
 
+def _as_the_kernel_writes(path: bytes) -> bytes:
+    """A path as a mountinfo line holds it: space, tab, newline and backslash in octal, every other byte as it is."""
+    return b"".join(b"\\%03o" % c if c in b" \t\n\\" else bytes([c]) for c in path)
+
+
+_NAMES = (st.text(st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1, max_size=12)
+          | st.binary(min_size=1, max_size=12).map(os.fsdecode)).filter(lambda n: "/" not in n and "\0" not in n
+                                                                          and n not in (".", ".."))
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_NAMES, kind=st.sampled_from(["fuse.s3fs", "xfs"]))
+def test_any_folder_name_finds_its_own_mount(tmp_path, monkeypatch, name, kind):
+    """Whatever a mount point's name holds (a form feed, U+2028, a byte not in UTF-8, a backslash), the folder
+    below it meets that mount: the table's lines are split at newlines alone (splitlines cut at \\f and \\x85)
+    and its paths decoded as the filesystem's names are (read as text, a byte not in UTF-8 matched nothing)."""
+    point = os.fsencode(f"/scalelab-no-such-mount/{name}")
+    table = tmp_path / "mountinfo"
+    table.write_bytes(b"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                      b"99 27 0:50 / " + _as_the_kernel_writes(point) + b" rw - " + kind.encode() + b" dev rw\n")
+    monkeypatch.setattr(files, "MOUNT_TABLE", str(table))
+    below = os.fsdecode(point + b"/results")
+    assert files.mount_types(os.fsdecode(table.read_bytes()), below) == {kind}
+    assert files.folder_times_hold(below) is (kind == "xfs")
+
+
 @pytest.mark.parametrize("path, kinds", [
     ("/data/runs/x", {"lustre"}),          # the deepest mount above it
     ("/data", {"lustre"}),                 # the mount point itself
