@@ -7,9 +7,10 @@ Two kinds of line under a group's scaling table (`lines`):
   difference, and no speedup or efficiency is computed against it (frames.scaling_frame, `job_differs`).
 * Impossible, or needing a reason. Weak-scaling efficiency above 100 % beyond the noise (each device does what the
   baseline's did: N of them can at most N times its throughput), strong-scaling efficiency above it (possible only
-  where each device's smaller share fits a faster memory), MFU above 100 %, a busbw above the link's rate. Each line
-  says why the figure cannot be scaling and what was checked: the fingerprints, the baseline's share of its cores
-  and whether it had its node alone.
+  where each device's smaller share fits a faster memory), MFU above 100 %, a busbw above the link's rate, an
+  efficiency above what the all-reduce benchmark says the network alone allows (then the benchmark is wrong). Each
+  line says why the figure cannot be scaling (or its prediction cannot be a ceiling) and what was checked: the
+  fingerprints, the baseline's share of its cores and whether it had its node alone.
 
 The noise of an efficiency: the repeats' spread of the configuration and of its baseline (half their min–max range,
 relative), at least NOISE_FLOOR, what a single run of a configuration against a single baseline scatters.
@@ -119,7 +120,27 @@ def findings(r) -> list:
         out.append(f"{where}: MFU {r.mfu * 100:.0f} % cannot be: no device runs above its peak ({r.peak_tflops:g} "
                    "TFLOP/s); check the peak (--peak_tflops, or the datasheet's for this precision) and the FLOPs "
                    "counted per sample")
+    if above_prediction(r):
+        out.append(f"{where}: {_above_prediction(r)}")
     return out + [f"{where}: {line}" for line in _above_link(r)]
+
+
+def above_prediction(r) -> bool:
+    """Whether an efficiency is above the top of its `predicted eff.` (the benchmark's all-reduce fully hidden: what
+    the network alone allows) by more than its noise, that top below 100 % (at 100 %, `flagged` is the rule)."""
+    eff, top = getattr(r, "efficiency", None), getattr(r, "predicted_efficiency_overlap", None)
+    return (_ok(eff) and _ok(top) and top < 1 and not getattr(r, "job_differs", "") and not flagged(r)
+            and eff > top * (1 + noise(r)))
+
+
+def _above_prediction(r) -> str:
+    priced, ran = getattr(r, "predicted_allreduce_s", None), getattr(r, "allreduce_s", None)
+    price = (f": the all-reduce benchmark priced this step's all-reduce at {priced * 1e3:,.1f} ms"
+             + (f", and DDP's own took {ran * 1e3:,.1f} ms" if _ok(ran) else "") if _ok(priced) else "")
+    return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows "
+            f"({r.predicted_efficiency_overlap * 100:.0f} % + {noise(r) * 100:.0f} % noise){price}. The benchmark "
+            "ran slower than the training's all-reduce did (its node or link busier while it ran, or another setup): "
+            "its `predicted eff.` is no ceiling here; run the all-reduce benchmark again beside these runs")
 
 
 def _beyond(r) -> str:
