@@ -314,8 +314,30 @@ def test_a_figure_carries_the_reports_warnings_under_its_axes():
     runs = frames.runs_frame(found)
     scaling = explain.annotate(frames.scaling_frame(runs), explain.bench_frame([]))
     for fig in (plots.speedup_figure(scaling), plots.efficiency_figure(scaling), plots.throughput_figure(scaling)):
-        text = plots.figure_text(fig)
+        text = " ".join(plots.figure_text(fig).split())  # wrapped to the figure's width
         assert "! A, 2 devices on 1 node: oversubscribed: ranks 0 and 1 shared core 0; not this hardware's" in text
     clean = explain.annotate(frames.scaling_frame(frames.runs_frame(found[:1] + [make_result("p3", 2)])),
                              explain.bench_frame([]))
     assert "! " not in plots.figure_text(plots.speedup_figure(clean))
+
+
+def test_each_figure_keeps_its_warnings_inside_it_and_a_groups_loss_figure_only_its_own():
+    """A 7-inch figure (the loss curves) cut its caption at the right edge ("…shared its cores; not thi"), wrapped for
+    a 10-inch one; and group A's loss figure listed group B's warnings."""
+    from scalelab.report import curves
+
+    found = _ladder()
+    found[3]["launch"]["oversubscribed"] = ("oversubscribed: ranks 0 and 1 shared core 0 of this machine, each "
+                                            "had it about half of the time it was ready to run")
+    scaling = explain.annotate(frames.scaling_frame(frames.runs_frame(found)), explain.bench_frame(found))
+    loss = pd.DataFrame({"elapsed_s": [0.0, 1.0, 2.0], "train_loss": [2.0, 1.5, 1.2]})
+    by_letter = {letter: g for letter, g in scaling.groupby("letter")}
+    figures = {"loss " + letter: curves.loss_figure(letter, [("1 device", loss)], g) for letter, g in by_letter.items()}
+    figures.update(speedup=plots.speedup_figure(scaling), efficiency=plots.efficiency_figure(scaling),
+                   throughput=plots.throughput_figure(scaling))
+    for name, fig in figures.items():
+        box = _drawn(fig)._supxlabel.get_window_extent()
+        assert fig.bbox.x0 <= box.x0 < box.x1 <= fig.bbox.x1, name
+    gpt = scaling.loc[scaling["describe"].str.contains("gpt"), "letter"].iloc[0]  # the group of the shared core
+    said = sorted(name for name, fig in figures.items() if "shared core 0" in plots.figure_text(fig))
+    assert said == sorted(["loss " + gpt, "speedup", "efficiency", "throughput"])

@@ -45,7 +45,8 @@ def read_curve(path: str, root=None):
 
 
 def loss_figure(label: str, curves: list, scaling: pd.DataFrame) -> Figure:
-    """curves: [(configuration label, frame of elapsed_s and train_loss)], fewest devices first."""
+    """curves: [(configuration label, frame of elapsed_s and train_loss)], fewest devices first; scaling: the
+    group's rows (what the report warns of them goes under the axes, not another group's)."""
     fig = Figure(figsize=(7, 4.8))
     ax = fig.subplots()
     for where, frame in curves:
@@ -78,7 +79,7 @@ def figures(output_dir: str, runs: pd.DataFrame, scaling: pd.DataFrame) -> tuple
                 curves.append((name, frame))
         if curves:
             letter = g["letter"].iloc[0]
-            out.append((f"loss_vs_wall_time_{letter}.png", loss_figure(plots._label(g, letter), curves, scaling)))
+            out.append((f"loss_vs_wall_time_{letter}.png", loss_figure(plots._label(g, letter), curves, g)))
     note = (f"{missing} run(s) have no {METRICS_FILE} (train.py --logger csv writes one): not in the loss plots"
             if missing else None)
     return out, note

@@ -6,6 +6,7 @@ the data stay the data, so the axis limits still count every point. And a figure
 axes (caption), which grow the figure rather than cover a mark.
 """
 
+import math
 import textwrap
 
 import numpy as np
@@ -41,8 +42,8 @@ def range_dodged(ax, slot, x, lo, hi, **kwargs):
 def caption(fig, lines: list, warned: bool = True, width=None):
     """Lines under the axes, left-aligned (what the report says of the figure: a slide shows it too); the figure
     grows by their height, so the axes keep their size. warned: dark red (a "!"), else grey (a note). width: the
-    characters a line holds, else as many as the figure's width fits (16 an inch at this size)."""
-    width = width or int(16 * fig.get_figwidth())
+    characters a line may hold, at most as many as the figure's width fits (16 an inch at this size)."""
+    width = min(width or math.inf, int(16 * fig.get_figwidth()))
     text = "\n".join(textwrap.fill(line, width, subsequent_indent="   ") for line in lines)
     if text:
         fig.set_figheight(fig.get_figheight() + 0.12 * text.count("\n"))
