@@ -3,6 +3,7 @@
 Between nodes an emulated 8 Gbit/s link with α = 20 µs per ring step and β = 1 GB/s; the workload's 1-device step is
 100 ms and it all-reduces 16 MB in one bucket. Every expected number below is the ring formula worked by hand."""
 
+import copy
 import math
 import re
 from types import SimpleNamespace
@@ -679,9 +680,18 @@ def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_s
     assert list(track["run_id"]) == ["a"]  # c not judged; a, with c left out of its fit, has no x to read
     assert track["exposure_from"].iloc[0].startswith("none measured")
     lines = forecast_view.track_record(runs, quiet, "simple")
-    assert ("  Left out of every fit and of this score: 1 run(s) flagged for contention (starved: rank 1 had a core "
-            "50 % of the time it was ready to run: other work shared its cores); rerun them on a quiet "
-            "machine.") in lines
+    said = ("1 run(s) flagged for contention (A 2 devices on 2 nodes (emulated 4 Gbit/s); starved: rank 1 had a "
+            "core 50 % of the time it was ready to run: other work shared its cores); rerun them on a quiet machine.")
+    assert f"  Left out of every fit and of this score: {said}" in lines
+    # the forecast too: the 4 Gbit/s link it ran across is not forecast, and one line says why
+    forecast = forecast_view.render(runs, explain.bench_frame(found, explain.COLLECTIVES))
+    assert f"  Left out of every forecast's fit: {said}" in forecast
+    assert not any("Left out" in line for line in forecast_view.render(frames.runs_frame(
+        [f for f in found if f is not c]), explain.bench_frame(found, explain.COLLECTIVES)))
+    again = copy.deepcopy(c)  # a repeat of it, flagged too: one configuration, counted
+    again["run_id"] = "c2"
+    assert "(A 2 devices on 2 nodes (emulated 4 Gbit/s) ×2; starved:" in forecast_view.left_out(
+        frames.runs_frame([*found, again]))[0]
     assert not any("Left out" in line for line in forecast_view.track_record(frames.runs_frame(
         [f for f in found if f is not c]), quiet, "simple"))
     # every run flagged: nothing judged, and the line still says why

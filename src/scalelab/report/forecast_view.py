@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 import pandas as pd
@@ -11,6 +12,7 @@ from scalelab.keys import CONFIGURATION, configuration
 from scalelab.perfmodel import forecast as fc
 from scalelab.perfmodel import noise
 from scalelab.perfmodel.network import human_rate
+from scalelab.report import plausible
 from scalelab.report.cells import fmt_num, fmt_pct, narrow
 from scalelab.report.explain import PER_CONFIGURATION, newest_benchmarks
 from scalelab.report.frames import group_letters
@@ -153,12 +155,16 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
             "alone allows.", ""]
 
 
-def left_out(runs: pd.DataFrame) -> list:
-    """The one line that says which runs no fit or score read because other work shared their cores, or none."""
+def left_out(runs: pd.DataFrame, of: str = "every fit and of this score") -> list:
+    """The one line that says which runs (by group and configuration) no fit or score read because other work
+    shared their cores, or none."""
     flagged = runs[contended(runs)]
     if flagged.empty:
         return []
-    return [f"  Left out of every fit and of this score: {len(flagged)} run(s) flagged for contention (starved: "
+    letters = report_letters(runs)
+    counts = collections.Counter(f"{letters.get(r.group, '?')} {plausible.where(r)}" for r in flagged.itertuples())
+    configs = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
+    return [f"  Left out of {of}: {len(flagged)} run(s) flagged for contention ({configs}; starved: "
             f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine."]
 
 
@@ -210,7 +216,7 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
            gpu_hour_price=None, link_gbit=None) -> list:
     """Per workload and per network between nodes: the forecast table, its one-line answer, the levers, and every
     fitted figure with its source runs."""
-    out = []
+    out, everything = [], runs
     letters = report_letters(runs)
     runs = recent(runs)
     cals = fc.calibrate_all(records(runs), bench_points(bench))
@@ -232,6 +238,7 @@ def render(runs: pd.DataFrame, bench: pd.DataFrame, num_nodes=fc.DEFAULT_NODES, 
         for line in inverted(cal, steps):
             out += [f"  ! group {letters.get(group, '?')}: {line}", ""]
     if out:
+        out += left_out(everything, "every forecast's fit")
         out.append("  The ring model is what NCCL does on one ring per node; its tree and NVLS algorithms, and nodes "
                    "with several network cards (one ring each), can beat it beyond one node: the forecast assumes the "
                    "measured rate per node, whatever the algorithm.")

@@ -101,7 +101,7 @@ def figure_warnings(g: pd.DataFrame, limit: int) -> list:
         group = f"{r.letter}, "  # the figure's legend names it
         busy = r.oversubscribed or r.starved
         if isinstance(busy, str) and busy:
-            out.append(f"! {group}{_where(r)}: {busy}; not this hardware's scaling")
+            out.append(f"! {group}{where(r)}: {busy}; not this hardware's scaling")
         out += [f"! {group}{line}" for line in findings(r)]
     out = list(dict.fromkeys(out))  # two groups at one configuration: one line
     return out[:limit] + ([f"! ... {len(out) - limit} more in the report"] if len(out) > limit else [])
@@ -110,19 +110,19 @@ def figure_warnings(g: pd.DataFrame, limit: int) -> list:
 def findings(r) -> list:
     """One configuration's findings, each a sentence that starts with where ("2 devices on 1 node: ..."); the
     exported summary carries them as they are printed."""
-    where, out = _where(r), []
+    at, out = where(r), []
     if r.job_differs:
-        out.append(f"{where}: not the same job as the baseline ({r.job_differs}): no speedup or efficiency against "
+        out.append(f"{at}: not the same job as the baseline ({r.job_differs}): no speedup or efficiency against "
                    "it; run both again with one setup (docs/08)")
     if flagged(r):
-        out.append(f"{where}: {_beyond(r)} Checked: {checks(r)}.")
+        out.append(f"{at}: {_beyond(r)} Checked: {checks(r)}.")
     if _ok(r.mfu) and r.mfu > 1:
-        out.append(f"{where}: MFU {r.mfu * 100:.0f} % cannot be: no device runs above its peak ({r.peak_tflops:g} "
+        out.append(f"{at}: MFU {r.mfu * 100:.0f} % cannot be: no device runs above its peak ({r.peak_tflops:g} "
                    "TFLOP/s); check the peak (--peak_tflops, or the datasheet's for this precision) and the FLOPs "
                    "counted per sample")
     if above_prediction(r):
-        out.append(f"{where}: {_above_prediction(r)}")
-    return out + [f"{where}: {line}" for line in _above_link(r)]
+        out.append(f"{at}: {_above_prediction(r)}")
+    return out + [f"{at}: {line}" for line in _above_link(r)]
 
 
 def above_prediction(r) -> bool:
@@ -201,7 +201,7 @@ def _above_link(r) -> list:
             for name, value in found]
 
 
-def _where(r) -> str:
+def where(r) -> str:
     """"2 devices on 2 nodes (emulated 200 Mbit/s)": the configuration as the tables name it (a frame without a
     link column, as tables.scaling_table takes one: no link)."""
     link = getattr(r, "link", "")
