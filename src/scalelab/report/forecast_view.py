@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import itertools
 
 import pandas as pd
@@ -156,16 +155,9 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
 
 
 def left_out(runs: pd.DataFrame, of: str = "every fit and of this score") -> list:
-    """The one line that says which runs (by group and configuration) no fit or score read because other work
-    shared their cores, or none."""
+    """The one line that says which runs no fit or score read because other work shared their cores, or none."""
     flagged = runs[contended(runs)]
-    if flagged.empty:
-        return []
-    letters = report_letters(runs)
-    counts = collections.Counter(f"{letters.get(r.group, '?')} {plausible.where(r)}" for r in flagged.itertuples())
-    configs = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
-    return [f"  Left out of {of}: {len(flagged)} run(s) flagged for contention ({configs}; starved: "
-            f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine."]
+    return [] if flagged.empty else [plausible.left_out(flagged, report_letters(runs), of)]
 
 
 def scatter_words(rows: pd.DataFrame) -> str:

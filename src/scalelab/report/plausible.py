@@ -201,6 +201,15 @@ def _above_link(r) -> list:
             for name, value in found]
 
 
+def left_out(flagged: pd.DataFrame, letters: dict, of: str) -> str:
+    """The line that names runs flagged for contention (starved) and left out of `of`: by group letter and where
+    each ran, a count per configuration, and the first one's reason."""
+    counts = collections.Counter(f"{letters.get(r.group, '?')} {where(r)}" for r in flagged.itertuples())
+    configs = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
+    return (f"  Left out of {of}: {len(flagged)} run(s) flagged for contention ({configs}; starved: "
+            f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine.")
+
+
 def where(r) -> str:
     """"2 devices on 2 nodes (emulated 200 Mbit/s)": the configuration as the tables name it (a frame without a
     link column, as tables.scaling_table takes one: no link)."""
