@@ -481,12 +481,13 @@ def test_the_limiting_line_puts_the_larger_cause_first_and_scales_strong_scaling
 
 
 def test_the_limiting_line_says_nothing_large_and_names_an_emulated_link():
+    """The link in the line's head: two rungs over two links were two lines both "2 devices on 2 nodes"."""
     r = _row(num_nodes=2, link="emulated 1 Gbit/s", efficiency=0.97, comm_share=0.02, waited_s=0.002, allreduce_s=0.01,
              hidden_fraction=0.8, ddp_busbw_GBps=0.5, accelerator="cpu")
     assert explain.limiting_line(r) == (
-        "2 devices on 2 nodes: efficiency 97 %. Limited by nothing large: communication: 2 % of the step (2.0 ms "
-        "waited; 80 % of the 10 ms all-reduce hidden behind backward); the emulated 1 Gbit/s inter-node link "
-        "delivered 0.5 GB/s busbw to DDP.")
+        "2 devices on 2 nodes (emulated 1 Gbit/s): efficiency 97 %. Limited by nothing large: communication: 2 % of "
+        "the step (2.0 ms waited; 80 % of the 10 ms all-reduce hidden behind backward); the emulated 1 Gbit/s "
+        "inter-node link delivered 0.5 GB/s busbw to DDP.")
     cpu = _row(comm_share=0.2, ddp_busbw_GBps=1.0, accelerator="cpu", waited_s=0.02, allreduce_s=0.02,
                hidden_fraction=NAN)
     assert explain.limiting_line(cpu).endswith("(20 ms waited; 0 % of the 20 ms all-reduce hidden behind backward); "

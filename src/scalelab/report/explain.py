@@ -19,6 +19,7 @@ from scalelab.numeric import float_or_none
 from scalelab.numeric import known as _ok
 from scalelab.perfmodel import sharding
 from scalelab.perfmodel.network import bandwidths, busbw_at
+from scalelab.report import plausible
 from scalelab.report.columns import link_label
 
 COLLECTIVES = tuple(_KINDS)  # every collective the benchmark measures: bench_frame(found, COLLECTIVES)
@@ -278,7 +279,7 @@ def limiting_line(r) -> Optional[str]:
     """One row of the annotated frame -> what limits its scaling, in plain words (None for the baseline)."""
     if r.world_size == r.baseline_world_size:
         return None
-    where = f"{r.world_size} devices on {r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
+    where = plausible.where(r)  # the link too: two rungs over two links are two lines, not one name twice
     head = (f"{where}: efficiency {r.efficiency * 100:.0f} %." if _ok(r.efficiency) else
             f"{where}: no efficiency (not the baseline's job).")
     if r.strategy == "fsdp":
