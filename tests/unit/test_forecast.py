@@ -690,8 +690,10 @@ def test_runs_flagged_for_contention_are_left_out_of_the_fit_and_the_score_and_s
         [f for f in found if f is not c]), explain.bench_frame(found, explain.COLLECTIVES)))
     again = copy.deepcopy(c)  # a repeat of it, flagged too: one configuration, counted
     again["run_id"] = "c2"
-    assert "(A 2 devices on 2 nodes (emulated 4 Gbit/s) ×2; starved:" in forecast_view.left_out(
-        frames.runs_frame([*found, again]))[0]
+    one_node = copy.deepcopy(again)  # and one on a node: two configurations, each named
+    one_node.update(run_id="c3", launch={**again["launch"], "num_nodes": 1, "link": None})
+    assert "(A 2 devices on 2 nodes (emulated 4 Gbit/s) ×2, A 2 devices on 1 node; starved:" in forecast_view.left_out(
+        frames.runs_frame([*found, again, one_node]))[0]
     assert not any("Left out" in line for line in forecast_view.track_record(frames.runs_frame(
         [f for f in found if f is not c]), quiet, "simple"))
     # every run flagged: nothing judged, and the line still says why

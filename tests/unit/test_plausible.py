@@ -473,3 +473,22 @@ def test_an_efficiency_at_the_top_of_its_prediction_plus_noise_is_not_named_and_
                                                              "predicted_efficiency_overlap": 1.0}))  # flagged's rule
     assert not plausible.above_prediction(SimpleNamespace(**{**r.to_dict(), "efficiency": 2.0}))  # flagged already
     assert not plausible.above_prediction(SimpleNamespace(**{**r.to_dict(), "job_differs": "another job"}))
+
+
+@pytest.mark.parametrize("priced, ran, said", [
+    (0.0999, 0.1999, ": the all-reduce benchmark priced this step's all-reduce at 99.9 ms, and DDP's own took "
+                     "199.9 ms"),
+    (0.0999, None, ": the all-reduce benchmark priced this step's all-reduce at 99.9 ms"),
+    (float("nan"), 0.1999, ""),
+], ids=["both", "no_allreduce_timed", "nothing_priced"])
+def test_the_line_above_a_prediction_gives_each_figure_it_has(priced, ran, said):
+    """Each figure in its own unit and rounding, and none that is not known (a benchmark that priced nothing, a run
+    that timed no all-reduce)."""
+    r = SimpleNamespace(efficiency=0.95, predicted_efficiency_overlap=0.7049, world_size=2, baseline_world_size=1,
+                        job_differs="", throughput=100.0, throughput_min=87.51, throughput_max=112.49,
+                        predicted_allreduce_s=priced, allreduce_s=ran)
+    assert plausible.noise(r) == pytest.approx(0.1249)
+    assert plausible._above_prediction(r) == (
+        f"efficiency 95 % is above what the network alone allows (70 % + 12 % noise){said}. The benchmark ran slower "
+        "than the training's all-reduce did (its node or link busier while it ran, or another setup): its `predicted "
+        "eff.` is no ceiling here; run the all-reduce benchmark again beside these runs")

@@ -134,7 +134,7 @@ def above_prediction(r) -> bool:
 
 
 def _above_prediction(r) -> str:
-    priced, ran = getattr(r, "predicted_allreduce_s", None), getattr(r, "allreduce_s", None)
+    priced, ran = r.predicted_allreduce_s, r.allreduce_s  # a row with a prediction is a scaling frame's: both there
     price = (f": the all-reduce benchmark priced this step's all-reduce at {priced * 1e3:,.1f} ms"
              + (f", and DDP's own took {ran * 1e3:,.1f} ms" if _ok(ran) else "") if _ok(priced) else "")
     return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows "
@@ -204,7 +204,7 @@ def _above_link(r) -> list:
 def left_out(flagged: pd.DataFrame, letters: dict, of: str) -> str:
     """The line that names runs flagged for contention (starved) and left out of `of`: by group letter and where
     each ran, a count per configuration, and the first one's reason."""
-    counts = collections.Counter(f"{letters.get(r.group, '?')} {where(r)}" for r in flagged.itertuples())
+    counts = collections.Counter(f"{letters[r.group]} {where(r)}" for r in flagged.itertuples())  # each lettered
     configs = ", ".join(name + (f" ×{n}" if n > 1 else "") for name, n in counts.items())
     return (f"  Left out of {of}: {len(flagged)} run(s) flagged for contention ({configs}; starved: "
             f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine.")
