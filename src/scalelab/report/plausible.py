@@ -134,13 +134,19 @@ def above_prediction(r) -> bool:
 
 
 def _above_prediction(r) -> str:
-    priced, ran = r.predicted_allreduce_s, r.allreduce_s  # a row with a prediction is a scaling frame's: both there
-    price = (f": the all-reduce benchmark priced this step's all-reduce at {priced * 1e3:,.1f} ms"
-             + (f", and DDP's own took {ran * 1e3:,.1f} ms" if _ok(ran) else "") if _ok(priced) else "")
-    return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows "
-            f"({r.predicted_efficiency_overlap * 100:.0f} % + {noise(r) * 100:.0f} % noise){price}. The benchmark "
-            "ran slower than the training's all-reduce did (its node or link busier while it ran, or another setup): "
-            "its `predicted eff.` is no ceiling here; run the all-reduce benchmark again beside these runs")
+    """The line of `above_prediction`: the limit as tested (the top times 1 + noise), and what the benchmarks priced
+    the step's communication at against what the run's own took (an FSDP step's: its all-gathers and
+    reduce-scatters)."""
+    sharded = getattr(r, "strategy", "") == "fsdp"
+    what = "all-gathers and reduce-scatters" if sharded else "all-reduce"
+    priced, ran = r.predicted_allreduce_s, r.collectives_s if sharded else r.allreduce_s  # a scaling row's: there
+    price = (f": the benchmarks priced this step's {what} at {priced * 1e3:,.1f} ms"
+             + (f", and the run's own took {ran * 1e3:,.1f} ms" if _ok(ran) else "") if _ok(priced) else "")
+    top = r.predicted_efficiency_overlap
+    return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows ({top * 100:.0f} %; "
+            f"{top * (1 + noise(r)) * 100:.0f} % with the runs' {noise(r) * 100:.0f} % noise){price}. The benchmarks "
+            f"ran slower than the training's {what} did (its node or link busier while they ran, or another setup): "
+            "its `predicted eff.` is no ceiling here; run the benchmarks again beside these runs")
 
 
 def _beyond(r) -> str:
