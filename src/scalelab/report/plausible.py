@@ -137,7 +137,7 @@ def _above_prediction(r) -> str:
     """The line of `above_prediction`: the limit as tested (the top times 1 + noise), and what the benchmarks priced
     the step's communication at against what the run's own took (an FSDP step's: its all-gathers and
     reduce-scatters)."""
-    sharded = getattr(r, "strategy", "") == "fsdp"
+    sharded = r.strategy == "fsdp"
     what = "all-gathers and reduce-scatters" if sharded else "all-reduce"
     priced, ran = r.predicted_allreduce_s, r.collectives_s if sharded else r.allreduce_s  # a scaling row's: there
     price = (f": the benchmarks priced this step's {what} at {priced * 1e3:,.1f} ms"
