@@ -127,10 +127,16 @@ def findings(r) -> list:
 
 def above_prediction(r) -> bool:
     """Whether an efficiency is above the top of its `predicted eff.` (the benchmark's all-reduce fully hidden: what
-    the network alone allows) by more than its noise, that top below 100 % (at 100 %, `flagged` is the rule)."""
-    eff, top = getattr(r, "efficiency", None), getattr(r, "predicted_efficiency_overlap", None)
-    return (_ok(eff) and _ok(top) and top < 1 and not getattr(r, "job_differs", "") and not flagged(r)
-            and eff > top * (1 + noise(r)))
+    the network alone allows) by more than its noise (a row of the annotated scaling frame, as `findings` reads).
+    Not where `flagged` speaks already: with the top at 100 %, that is every run above it."""
+    return (_ok(r.efficiency) and _ok(r.predicted_efficiency_overlap) and not r.job_differs and not flagged(r)
+            and r.efficiency > _prediction_limit(r))
+
+
+def _prediction_limit(r) -> float:
+    """The efficiency `above_prediction` holds a run to, and its line prints: the top of `predicted eff.` widened by
+    the efficiency's noise (relative)."""
+    return r.predicted_efficiency_overlap * (1 + noise(r))
 
 
 def _above_prediction(r) -> str:
@@ -142,11 +148,11 @@ def _above_prediction(r) -> str:
     priced, ran = r.predicted_allreduce_s, r.collectives_s if sharded else r.allreduce_s  # a scaling row's: there
     price = (f": the benchmarks priced this step's {what} at {priced * 1e3:,.1f} ms"
              + (f", and the run's own took {ran * 1e3:,.1f} ms" if _ok(ran) else "") if _ok(priced) else "")
-    top = r.predicted_efficiency_overlap
-    return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows ({top * 100:.0f} %; "
-            f"{top * (1 + noise(r)) * 100:.0f} % with the runs' {noise(r) * 100:.0f} % noise){price}. The benchmarks "
-            f"ran slower than the training's {what} did (its node or link busier while they ran, or another setup): "
-            "its `predicted eff.` is no ceiling here; run the benchmarks again beside these runs")
+    return (f"efficiency {r.efficiency * 100:.0f} % is above what the network alone allows "
+            f"({r.predicted_efficiency_overlap * 100:.0f} %; {_prediction_limit(r) * 100:.0f} % with the runs' "
+            f"{noise(r) * 100:.0f} % noise){price}. The benchmarks ran slower than the training's {what} did (its "
+            "node or link busier while they ran, or another setup): its `predicted eff.` is no ceiling here; run the "
+            "benchmarks again beside these runs")
 
 
 def _beyond(r) -> str:
