@@ -7,7 +7,8 @@ Writes N synthetic results (one rank record per rank, 50 step times each) and ti
 --real DIR: DIR's results (a make demo output: 4-110 KB each) replicated N times instead, each with its own run id
 and date (one an hour), as a site's nightly folder grows; the report is timed twice (the second reads what the
 first left) with its peak memory (the child's max RSS), --add then writes one more result and times a third, and
---history (every run of the folder in its configuration's series at once) is timed last:
+--history (every run of the folder in its configuration's series at once) is timed last. Beside the one added,
+what any report there pays before it reads a result (its floor on this machine) is timed too:
 
     python benchmarks/report_speed.py --files 100000 --real outputs --add
 """
@@ -82,6 +83,22 @@ def timed_report(folder: str, *flags: str) -> tuple:
     return float(took), float(rss), int(rc)
 
 
+def floor(folder: str) -> tuple:
+    """(seconds, seconds, count) any report of folder pays on this machine before it reads a result: the interpreter
+    and the report's imports, and a stat of each folder and result.json (a file rewritten in place moves no folder's
+    times, so each file is looked at; a file added moves only its own folder's)."""
+    code = f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'src')!r}); import scalelab.report.cli"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    imports = time.perf_counter() - start
+    paths = [p for where, _, names in os.walk(folder)
+             for p in (where, *(os.path.join(where, n) for n in names if n == "result.json"))]
+    start = time.perf_counter()
+    for path in paths:
+        os.stat(path)
+    return imports, time.perf_counter() - start, len(paths)
+
+
 def at_scale(a) -> None:
     folder = tempfile.mkdtemp(prefix="scalelab-report-scale-")
     start = time.perf_counter()
@@ -94,6 +111,9 @@ def at_scale(a) -> None:
         replicate(a.real, os.path.join(folder, "added"), 1)
         took, rss, rc = timed_report(folder)
         print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
+        imports, stats, n = floor(folder)
+        print(f"  before any result is read, here: {imports:.2f} s to start and import, {stats:.2f} s to stat each of "
+              f"{n:,} folders and result files: {imports + stats:.2f} s")
     took, rss, rc = timed_report(folder, "--history")
     print(f"  --history: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
     print(f"(left in {folder})" if a.keep else "")

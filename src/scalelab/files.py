@@ -122,9 +122,11 @@ def _read_within(fd: int, limit: int, seconds: float, exact: bool = True) -> byt
 
 
 def _read_fd(fd: int, limit: int) -> bytes:
-    chunks, left = [], limit + 1
+    """Up to limit + 1 bytes of fd: a file that stays the size it was, in one read (one buffer, never joined: a kept
+    reading of 100 MB held once, not twice; a 4 KB result in a buffer of its size, not 8 MiB)."""
+    chunks, left, size = [], limit + 1, os.fstat(fd).st_size + 1
     while left > 0:
-        chunk = os.read(fd, min(left, 8 * MiB))
+        chunk = os.read(fd, min(left, size if not chunks else 8 * MiB))
         if not chunk:
             break
         chunks.append(chunk)
