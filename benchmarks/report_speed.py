@@ -5,10 +5,11 @@ Writes N synthetic results (one rank record per rank, 50 step times each) and ti
     python benchmarks/report_speed.py --files 10000
 
 --real DIR: DIR's results (a make demo output: 4-110 KB each) replicated N times instead, each with its own run id
-and date (one an hour), as a site's nightly folder grows; the report is timed twice (the second reads what the
-first left) with its peak memory (the child's max RSS), --add then writes one more result and times a third, and
---history (every run of the folder in its configuration's series at once) is timed last. Beside the one added,
-what any report there pays before it reads a result (its floor on this machine) is timed too:
+and date (one an hour), as a site's nightly folder grows. Timed, with each one's peak memory (the child's max RSS):
+a report that reads every file whole (--no_index), then the report twice (the first builds the index, the second
+reads what the first left); --add then writes one more result and times a third, and what any report there pays
+before it reads a result (its floor on this machine); --history (every run of the folder in its configuration's
+series at once) last:
 
     python benchmarks/report_speed.py --files 100000 --real outputs --add
 """
@@ -104,8 +105,9 @@ def at_scale(a) -> None:
     start = time.perf_counter()
     size = replicate(a.real, folder, a.files)
     print(f"{a.files:,} results of {a.real} replicated ({size / 1e6:,.0f} MB) in {time.perf_counter() - start:.0f} s")
-    for what in ("first report", "second report"):
-        took, rss, rc = timed_report(folder)
+    for what, flags in (("every file read whole (--no_index)", ["--no_index"]), ("first report", []),
+                        ("second report", [])):
+        took, rss, rc = timed_report(folder, *flags)
         print(f"  {what}: {took:.1f} s ({took / a.files * 1e3:.2f} ms per file), peak RSS {rss:,.0f} MiB, exit {rc}")
     if a.add:
         replicate(a.real, os.path.join(folder, "added"), 1)
