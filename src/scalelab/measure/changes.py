@@ -1,25 +1,31 @@
-"""Where a series of runs changed level: binary segmentation on log(value), each split tested by permutation.
+"""Where a series of runs changed level: segmentation on log(value), each split tested by permutation.
 
 A site's nightly series of one configuration (throughput, busbw, compute) scatters from night to night; a change is
-a lasting step in its level (a link lost, a driver updated), not one bad night. The statistic of a split at k is
-the sum of squares of log(value) that a step at k explains, k (n − k) / n (mean before − mean after)²: its
-largest is the most likely place of one step (least squares; Welch's t, tried first, put a step of 4 scatters 5 or
-more runs from its place in 1 to 4 % of series split 1:4). A segment's best split is kept where (1) no more than ALPHA
-of the segment's shuffles reach so large a best statistic (shuffled, the series has no change: the test is
-calibrated on the series itself, whatever its scatter, with the same multiple looks; stopped once the share is past
-ALPHA), and (2) each side holds MIN_SEGMENT runs; each side is then searched again. Of the splits kept, a change is
-one whose step is (3) at least STEP_SCATTERS runs' own scatter between the segments its neighbouring splits leave (a
-significant 0.5 % is not "got slower", nor is a step most single nights reach): the weakest is dropped and its
-segments merged until each step left passes. Judged between the final segments, not at the first split, so a
-level that goes and comes back (a bad week, then fixed) names both its steps: at its first split one side holds
-both levels, whose median is neither. On change-free series the first two rules alone name a change in about ALPHA
-of them; with the third, none of 600 (3 % scatter, 30 to 400 runs; tests/unit/test_history.py holds 400 series of
-1 to 10 % scatter to at most 2.5 %). Shuffles assume the nights are exchangeable without a change: a slow drift is
-not a step and may be cut into several. Deterministic: each segment's shuffles come from a generator seeded by its
-place in the series (`significant`).
+a lasting step in its level (a link lost, a driver updated), not one bad night. A split is a stretch of runs against
+the rest of its segment (circular binary segmentation: a stretch that touches an end is a single step), and its
+statistic the sum of squares of log(value) it explains, m (n − m) / n (mean inside − mean outside)² for m runs of n:
+the largest is the most likely place of a change (least squares; Welch's t, tried first, put a step of 4 scatters 5
+or more runs from its place in 1 to 4 % of series split 1:4). Every stretch is searched in a segment of up to ARC_MAX
+runs; in a longer one, the steps and the stretches of up to STRETCH_MAX runs (all would be O(n²) a shuffle). Searched
+for a step alone, a bad week that ended was rarely found: a step where it starts moves the mean of all the runs after
+by the week's step × 7 ÷ their number (365 nights, a week of 6 to 10 scatters: 45 to 54 of 200 named at both ends;
+with stretches, 200). A segment's best split is kept
+where (1) no more than ALPHA of the segment's shuffles reach so large a best statistic (shuffled, the series has no
+change: the test is calibrated on the series itself, whatever its scatter, with the same multiple looks; stopped
+once the share is past ALPHA), and (2) each part it leaves holds MIN_SEGMENT runs; each part is then searched again.
+Of the splits kept, a change is one whose step is (3) at least STEP_SCATTERS runs' own scatter between the segments
+its neighbouring splits leave (a significant 0.5 % is not "got slower", nor is a step most single nights reach): the
+weakest is dropped and its segments merged until each step left passes. Judged between the final segments, not at
+the first split, so a level that goes and comes back (a bad month, then fixed) names both its steps. On change-free
+series the first two rules alone name a change in about ALPHA of them; with the third, 6 of 2,400 (3 % scatter, 30
+to 400 runs; each a stretch of 5 to 11 runs some 2 scatters off; searched for steps alone, none) and
+tests/unit/test_history.py holds 400 series of 1 to 10 % scatter to at most 2.5 %. Shuffles assume
+the nights are exchangeable without a change: a slow drift is not a step and may be cut into several.
+Deterministic: each segment's shuffles come from a generator seeded by its place in the series (`significant`).
 Torch- and pandas-free: report/history.py feeds it each configuration's series.
 """
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -31,6 +37,8 @@ SHUFFLES = 199  # the shuffles a split is tested against: p = (1 + reached) / 20
 SEED = 20261202
 TIE = 1e-9  # statistics this close (relative) are one: rounding, never a difference a series shows
 STEP_SCATTERS = 2.0  # the least step named, in the segments' own run-to-run scatter (sd of log value)
+ARC_MAX = 200  # a segment of up to this many runs is searched for a stretch of any length unlike the rest
+STRETCH_MAX = 30  # a longer one for steps and for stretches of up to this many runs (a bad week, a bad month)
 
 
 class Change(NamedTuple):
@@ -45,23 +53,50 @@ class Change(NamedTuple):
         return self.after / self.before - 1
 
 
-def statistics_of_splits(logs: np.ndarray) -> np.ndarray:
-    """The sum of squares a step explains at each split k (before: logs[:k], after: logs[k:]) for k in
-    [MIN_SEGMENT, n − MIN_SEGMENT]: k (n − k) / n × (mean before − mean after)², 0 where the means agree."""
-    n = len(logs)
-    k = np.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
-    total = np.cumsum(logs)
-    gap = total[k - 1] / k - (total[-1] - total[k - 1]) / (n - k)
-    return np.where(np.abs(gap) > 1e-12, k * (n - k) / n * gap ** 2, 0.0)
+def _arcs(n: int) -> tuple:
+    """Every stretch i..j−1 searched in a segment of n runs (i < j: its first run and the first after it) as arrays
+    (i, j, 1 / (j − i), 1 / (n − j + i), (j − i)(n − j + i) / n): at least MIN_SEGMENT runs inside it, in the rest,
+    and on each side it leaves within the segment (one touching an end is a single step). Past ARC_MAX runs, the
+    steps and the stretches of up to STRETCH_MAX runs (all of them would be too many to shuffle: O(n²) each)."""
+    return _stretches(n, ARC_MAX, STRETCH_MAX)
+
+
+@functools.lru_cache(maxsize=8)
+def _stretches(n: int, arc_max: int, stretch_max: int) -> tuple:
+    if n <= arc_max:
+        i, j = np.triu_indices(n + 1, k=MIN_SEGMENT)
+    else:
+        steps = np.arange(MIN_SEGMENT, n - MIN_SEGMENT + 1)
+        i = np.concatenate([np.zeros_like(steps), *(np.arange(MIN_SEGMENT, n - MIN_SEGMENT - d + 1)
+                                                    for d in range(MIN_SEGMENT, stretch_max + 1))])
+        j = np.concatenate([steps, *(np.arange(MIN_SEGMENT + d, n - MIN_SEGMENT + 1)
+                                     for d in range(MIN_SEGMENT, stretch_max + 1))])
+    inside = j - i
+    keep = (n - inside >= MIN_SEGMENT) & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
+    i, j, inside = i[keep], j[keep], inside[keep]
+    return i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n
+
+
+def statistics_of_arcs(logs: np.ndarray) -> np.ndarray:
+    """The sum of squares a stretch explains against the rest of the segment, for each of _arcs's stretches:
+    m (n − m) / n × (mean inside − mean outside)², m its runs; 0 where the means agree."""
+    i, j, per_inside, per_outside, weight = _arcs(len(logs))
+    total = np.concatenate(([0.0], np.cumsum(logs)))
+    inside = total[j] - total[i]
+    gap = inside * per_inside - (total[-1] - inside) * per_outside
+    return np.where(np.abs(gap) > 1e-12, weight * gap ** 2, 0.0)
 
 
 def _best(logs: np.ndarray) -> tuple:
-    """(the best split's index, its statistic), or (None, 0) where no split moves the mean."""
-    stats = statistics_of_splits(logs)
+    """(the best split's cuts, its statistic), or ((), 0) where no split moves the mean: of _arcs's stretches, the
+    one most unlike the rest: (k,) where it touches an end (a step), else (i, j)."""
+    stats = statistics_of_arcs(logs)
     if not (stats > 0).any():
-        return None, 0.0
-    i = int(np.argmax(stats))
-    return i + MIN_SEGMENT, float(stats[i])
+        return (), 0.0
+    best = int(np.argmax(stats))
+    i, j, *_ = _arcs(len(logs))
+    first, after = int(i[best]), int(j[best])
+    return (after,) if first == 0 else (first,) if after == len(logs) else (first, after), float(stats[best])
 
 
 def scatter(logs: np.ndarray) -> float:
@@ -79,16 +114,17 @@ def find(values: Sequence[float]) -> list:
 
 
 def _segment(logs: np.ndarray, offset: int, found: list) -> None:
-    """Each significant split (rules 1 and 2), searched again on each side: the step rule waits for the segments
-    all splits leave (_large_enough), or a level that goes and comes back would hide both its steps."""
+    """Each significant split (rules 1 and 2), each part it leaves searched again: the step rule waits for the
+    segments all splits leave (_large_enough), or a level that goes and comes back would hide both its steps."""
     if len(logs) < 2 * MIN_SEGMENT:
         return
-    k, stat = _best(logs)
-    if k is None or not significant(logs, stat, offset):
+    cuts, stat = _best(logs)
+    if not cuts or not significant(logs, stat, offset):
         return
-    found.append(offset + k)
-    _segment(logs[:k], offset, found)
-    _segment(logs[k:], offset + k, found)
+    found += [offset + k for k in cuts]
+    edges = [0, *cuts, len(logs)]
+    for start, end in zip(edges, edges[1:]):
+        _segment(logs[start:end], offset + start, found)
 
 
 def _large_enough(logs: np.ndarray, found: list) -> list:
@@ -127,8 +163,9 @@ def significant(logs: np.ndarray, stat: float, offset: int) -> bool:
 
 def reaches(shuffled: float, stat: float) -> bool:
     """Whether a shuffle's statistic reaches the series' own, ties within TIE of it counted: a shuffle that puts the
-    same values on each side sums them in another order, and the statistic (a difference of means of logs, squared)
-    comes out some 1e-14 off. Counted strictly, ties among repeated values make significant a step that is not."""
+    same values inside and outside the stretch sums them in another order, and the statistic (a difference of means
+    of logs, squared) comes out some 1e-14 off. Counted strictly, ties among repeated values make significant a step
+    that is not."""
     return shuffled >= stat * (1 - TIE)
 
 
