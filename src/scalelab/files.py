@@ -122,9 +122,9 @@ def _read_within(fd: int, limit: int, seconds: float, exact: bool = True) -> byt
 
 
 def _read_fd(fd: int, limit: int) -> bytes:
-    """Up to limit + 1 bytes of fd: a file that stays the size it was, in one read (one buffer, never joined: a kept
-    reading of 100 MB held once, not twice; a 4 KB result in 64 KiB, not 8 MiB; a /proc table, whose size says 0, in
-    64 KiB too)."""
+    """Up to limit + 1 bytes of fd: a file that stays the size it was, in one buffer of its size (at least 64 KiB: a
+    /proc table says 0) and never joined (a kept reading of 100 MB held once, not twice); then the read that finds
+    its end, and 8 MiB reads where it grew."""
     chunks, left, size = [], limit + 1, max(os.fstat(fd).st_size + 1, 64 * 1024)
     while left > 0:
         chunk = os.read(fd, min(left, size if not chunks else 8 * MiB))

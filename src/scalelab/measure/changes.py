@@ -80,11 +80,38 @@ def _stretches(n: int, arc_max: int, stretch_max: int) -> tuple:
 def statistics_of_arcs(logs: np.ndarray) -> np.ndarray:
     """The sum of squares a stretch explains against the rest of the segment, for each of _arcs's stretches:
     m (n − m) / n × (mean inside − mean outside)², m its runs; 0 where the means agree."""
-    i, j, per_inside, per_outside, weight = _arcs(len(logs))
+    return _explained(logs, *_arcs(len(logs)))
+
+
+def _explained(logs: np.ndarray, i, j, per_inside, per_outside, weight) -> np.ndarray:
+    """statistics_of_arcs for the stretches i..j−1 given (and their _arcs factors)."""
     total = np.concatenate(([0.0], np.cumsum(logs)))
     inside = total[j] - total[i]
     gap = inside * per_inside - (total[-1] - inside) * per_outside
     return np.where(np.abs(gap) > 1e-12, weight * gap ** 2, 0.0)
+
+
+def _placed(logs: np.ndarray, cuts: tuple) -> tuple:
+    """A significant stretch's ends where they fit best, of every stretch whose ends lie within STRETCH_MAX of those
+    the test found. Placement only, its shuffles already drawn: past ARC_MAX runs, a bad stretch longer than
+    STRETCH_MAX is matched best by a piece of it, ends inside it, and the few bad runs left at each end (fewer than
+    MIN_SEGMENT) could never be split off."""
+    n = len(logs)
+    if len(cuts) == 1 or n <= ARC_MAX:
+        return cuts
+    near = np.arange(-STRETCH_MAX, STRETCH_MAX + 1)
+    i, j = (a.ravel() for a in np.meshgrid(cuts[0] + near, cuts[1] + near, indexing="ij"))
+    inside = j - i
+    keep = (i >= 0) & (j <= n) & (inside >= MIN_SEGMENT) & (n - inside >= MIN_SEGMENT) \
+        & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
+    i, j, inside = i[keep], j[keep], inside[keep]
+    best = int(np.argmax(_explained(logs, i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n)))
+    return _cuts(int(i[best]), int(j[best]), n)
+
+
+def _cuts(first: int, after: int, n: int) -> tuple:
+    """A stretch first..after−1 of n runs as the cuts it makes: (k,) where it touches an end (a step), else both."""
+    return (after,) if first == 0 else (first,) if after == n else (first, after)
 
 
 def _best(logs: np.ndarray) -> tuple:
@@ -95,8 +122,7 @@ def _best(logs: np.ndarray) -> tuple:
         return (), 0.0
     best = int(np.argmax(stats))
     i, j, *_ = _arcs(len(logs))
-    first, after = int(i[best]), int(j[best])
-    return (after,) if first == 0 else (first,) if after == len(logs) else (first, after), float(stats[best])
+    return _cuts(int(i[best]), int(j[best]), len(logs)), float(stats[best])
 
 
 def scatter(logs: np.ndarray) -> float:
@@ -121,6 +147,7 @@ def _segment(logs: np.ndarray, offset: int, found: list) -> None:
     cuts, stat = _best(logs)
     if not cuts or not significant(logs, stat, offset):
         return
+    cuts = _placed(logs, cuts)
     found += [offset + k for k in cuts]
     edges = [0, *cuts, len(logs)]
     for start, end in zip(edges, edges[1:]):
