@@ -1,28 +1,30 @@
 """Where a series of runs changed level: segmentation on log(value), each split tested by permutation.
 
-A site's nightly series of one configuration (throughput, busbw, compute) scatters from night to night; a change is
-a lasting step in its level (a link lost, a driver updated), not one bad night. A split is a stretch of runs against
-the rest of its segment (circular binary segmentation: a stretch that touches an end is a single step), and its
-statistic the sum of squares of log(value) it explains, m (n − m) / n (mean inside − mean outside)² for m runs of n:
-the largest is the most likely place of a change (least squares; Welch's t, tried first, put a step of 4 scatters 5
-or more runs from its place in 1 to 4 % of series split 1:4). Every stretch is searched in a segment of up to ARC_MAX
-runs; in a longer one, the steps and the stretches of up to STRETCH_MAX runs (all would be O(n²) a shuffle). Searched
-for a step alone, a bad week that ended was rarely found: a step where it starts moves the mean of all the runs after
-by the week's step × 7 ÷ their number (365 nights, a week of 6 to 10 scatters: 45 to 54 of 200 named at both ends;
-with stretches, 200). A segment's best split is kept
-where (1) no more than ALPHA of the segment's shuffles reach so large a best statistic (shuffled, the series has no
-change: the test is calibrated on the series itself, whatever its scatter, with the same multiple looks; stopped
-once the share is past ALPHA), and (2) each part it leaves holds MIN_SEGMENT runs; each part is then searched again.
-Of the splits kept, a change is one whose step is (3) at least STEP_SCATTERS runs' own scatter between the segments
-its neighbouring splits leave (a significant 0.5 % is not "got slower", nor is a step most single nights reach): the
-weakest is dropped and its segments merged until each step left passes. Judged between the final segments, not at
-the first split, so a level that goes and comes back (a bad month, then fixed) names both its steps. On change-free
-series the first two rules alone name a change in about ALPHA of them; with the third, 6 of 2,400 (3 % scatter, 30
-to 400 runs; each a stretch of 5 to 11 runs some 2 scatters off; searched for steps alone, none) and
-tests/unit/test_history.py holds 400 series of 1 to 10 % scatter to at most 2.5 %. Shuffles assume
-the nights are exchangeable without a change: a slow drift is not a step and may be cut into several.
-Deterministic: each segment's shuffles come from a generator seeded by its place in the series (`significant`).
-Torch- and pandas-free: report/history.py feeds it each configuration's series.
+A site's nightly series of one configuration (throughput, busbw, compute) scatters from night to night; a change is a
+lasting step in its level (a link lost, a driver updated), not one bad night. A split is a stretch of runs against the
+rest of its segment (circular binary segmentation: a stretch that touches an end is a single step), and its statistic
+the sum of squares of log(value) it explains, m (n − m) / n (mean inside − mean outside)² for m runs of n: the largest
+is the most likely place of a change (least squares; Welch's t, tried first, put a step of 4 scatters 5 or more runs
+from its place in 1 to 4 % of series split 1:4). Every stretch is searched in a segment of up to ARC_MAX runs; in a
+longer one, the steps and the stretches of up to STRETCH_MAX runs (all would be O(n²) a shuffle), and a stretch
+significant there has its ends placed where they fit best within STRETCH_MAX of it (a longer bad stretch is found by a
+piece of it). Searched for a step alone, a bad week that ended was rarely found: a step where it starts moves the mean
+of all the runs after by the week's step × 7 ÷ their number (365 nights, a week of 6 to 10 scatters: 45 to 54 of 200
+named at both ends; with stretches, 200).
+
+A segment's best split is kept where (1) no more than ALPHA of the segment's shuffles reach so large a best statistic
+(shuffled, the series has no change: the test is calibrated on the series itself, whatever its scatter, with the same
+multiple looks; stopped once the share is past ALPHA), and (2) each part it leaves holds MIN_SEGMENT runs; each part is
+then searched again. Of the splits kept, a change is one whose step is (3) at least STEP_SCATTERS runs' own scatter
+between the segments its neighbouring splits leave (a significant 0.5 % is not "got slower", nor is a step most single
+nights reach): the weakest is dropped and its segments merged until each step left passes. Judged between the final
+segments, not at the first split, so a level that goes and comes back (a bad month, then fixed) names both its steps. On
+change-free series the first two rules alone name a change in about ALPHA of them; with the third, 6 of 2,400 (3 %
+scatter, 30 to 400 runs), each a stretch of 5 to 11 runs some 2 scatters off (searched for steps
+alone, none); tests/unit/test_history.py holds 400 series of 1 to 10 % scatter to at most 2.5 %. Shuffles assume the
+nights are exchangeable without a change: a slow drift is not a step and may be cut into several. Deterministic: each
+segment's shuffles come from a generator seeded by its place in the series (`significant`). Torch- and pandas-free:
+report/history.py feeds it each configuration's series.
 """
 
 import functools
