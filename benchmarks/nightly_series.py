@@ -3,8 +3,9 @@
     python benchmarks/nightly_series.py --output_dir outputs/ch14/nightly --nights 120 --planted 90:-0.18
 
 --planted NIGHT:STEP: from that night on the 2-device runs' throughput and busbw are (1 + STEP) times what they were
-(-0.18: 18 % slower, a link lost); without it the series has no change. --scatter: the night-to-night sd of log
-throughput (0.03: 3 %, what make demo's repeats scatter on a quiet machine).
+(-0.18: 18 % slower, a link lost); NIGHT:STEP:UNTIL, until that night (a bad stretch, then fixed); without it the
+series has no change. --scatter: the night-to-night sd of log throughput (0.03: 3 %, what make demo's repeats scatter
+on a quiet machine).
 """
 
 import argparse
@@ -17,24 +18,29 @@ from scalelab.testing import nightly  # noqa: E402
 
 
 def planted(text: str) -> tuple:
-    night, _, step = text.partition(":")
+    parts = text.split(":")
     try:
-        return int(night), float(step)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected NIGHT:STEP like 90:-0.18, got {text!r}") from None
+        out = int(parts[0]), float(parts[1]), *(int(u) for u in parts[2:])
+    except (ValueError, IndexError):
+        out = ()
+    if len(out) not in (2, 3) or len(out) == 3 and out[2] <= out[0]:
+        raise argparse.ArgumentTypeError(f"expected NIGHT:STEP like 90:-0.18, or NIGHT:STEP:UNTIL like 60:-0.2:67 "
+                                         f"(UNTIL after NIGHT), got {text!r}")
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--output_dir", required=True)
     p.add_argument("--nights", type=int, default=120)
-    p.add_argument("--planted", type=planted, metavar="NIGHT:STEP")
+    p.add_argument("--planted", type=planted, metavar="NIGHT:STEP[:UNTIL]")
     p.add_argument("--scatter", type=float, default=0.03)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     nightly.site(a.output_dir, a.nights, a.planted, a.scatter, a.seed)
     print(f"{2 * a.nights} results of {a.nights} nights in {a.output_dir}" +
-          (f"; the 2-device runs {a.planted[1]:+.0%} from night {a.planted[0]}" if a.planted else ""))
+          (f"; the 2-device runs {a.planted[1]:+.0%} from night {a.planted[0]}" if a.planted else "") +
+          (f" until night {a.planted[2]}" if a.planted and len(a.planted) == 3 else ""))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,17 @@ def test_a_planted_step_is_named_with_its_date_and_size(tmp_path):
     assert not any(line.startswith("  A 1 device(s)") for line in out.splitlines()), out
 
 
+def test_a_bad_week_then_fixed_is_named_on_the_night_it_began_and_the_night_it_ended(tmp_path):
+    """The 2-device runs 20 % slower for nights 60-66 of 120 (2026-07-31 to 2026-08-06): two changes, each dated by
+    the first night after it, their sizes as the report prints them (searched for single steps, none was named)."""
+    _site(tmp_path, 120, planted=(60, -0.2, 67))
+    out = _report(tmp_path)
+    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s)")]
+    assert [line.split(": ")[1] for line in lines] == ["2026-07-31", "2026-08-07"], out
+    sizes = [int(line.split("throughput ")[1].split(" %")[0]) for line in lines]
+    assert -25 <= sizes[0] <= -15 and 18 <= sizes[1] <= 33, out  # 1 / 0.8 - 1 = +25 %
+
+
 def test_a_series_without_a_step_names_none(tmp_path):
     _site(tmp_path, 60)
     out = _report(tmp_path)

@@ -37,10 +37,12 @@ def night(folder: str, index: int, world: int, tokens_per_s: float, busbw=None) 
 
 
 def site(folder: str, nights: int, planted=None, scatter: float = 0.03, seed: int = 0) -> None:
-    """`nights` nights of 1- and 2-device results in folder; planted: (night, relative step) or None."""
+    """`nights` nights of 1- and 2-device results in folder; planted: (night, relative step), (night, relative
+    step, the night it ends: a bad stretch, then fixed) or None."""
     rng = random.Random(seed)
+    start, size, end = (*planted, nights)[:3] if planted else (nights, 0.0, nights)
     for index in range(nights):
-        step = 1 + planted[1] if planted and index >= planted[0] else 1.0
+        step = 1 + size if start <= index < end else 1.0
         night(folder, index, 1, TOKENS[1] * math.exp(rng.gauss(0, scatter)))
         night(folder, index, 2, TOKENS[2] * step * math.exp(rng.gauss(0, scatter)),
               busbw=BUSBW * step * math.exp(rng.gauss(0, scatter)))
