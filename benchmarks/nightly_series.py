@@ -9,6 +9,7 @@ on a quiet machine).
 """
 
 import argparse
+import math
 import os
 import sys
 
@@ -23,9 +24,9 @@ def planted(text: str) -> tuple:
         out = int(parts[0]), float(parts[1]), *(int(u) for u in parts[2:])
     except (ValueError, IndexError):
         out = ()
-    if len(out) not in (2, 3) or len(out) == 3 and out[2] <= out[0]:
+    if len(out) not in (2, 3) or out[0] < 0 or not -1 < out[1] < math.inf or len(out) == 3 and out[2] <= out[0]:
         raise argparse.ArgumentTypeError(f"expected NIGHT:STEP like 90:-0.18, or NIGHT:STEP:UNTIL like 60:-0.2:67 "
-                                         f"(UNTIL after NIGHT), got {text!r}")
+                                         f"(NIGHT from 0, STEP above -1, UNTIL after NIGHT), got {text!r}")
     return out
 
 
@@ -37,6 +38,8 @@ def main():
     p.add_argument("--scatter", type=float, default=0.03)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
+    if a.planted and not a.planted[0] < a.nights >= a.planted[-1]:
+        p.error(f"--planted {':'.join(map(str, a.planted))}: its nights must lie within --nights {a.nights}")
     nightly.site(a.output_dir, a.nights, a.planted, a.scatter, a.seed)
     print(f"{2 * a.nights} results of {a.nights} nights in {a.output_dir}" +
           (f"; the 2-device runs {a.planted[1]:+.0%} from night {a.planted[0]}" if a.planted else "") +

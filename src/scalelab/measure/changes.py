@@ -94,21 +94,27 @@ def _explained(logs: np.ndarray, i, j, per_inside, per_outside, weight) -> np.nd
 
 
 def _placed(logs: np.ndarray, cuts: tuple) -> tuple:
-    """A significant stretch's ends where they fit best, of every stretch whose ends lie within STRETCH_MAX of those
-    the test found. Placement only, its shuffles already drawn: past ARC_MAX runs, a bad stretch longer than
-    STRETCH_MAX is matched best by a piece of it, ends inside it, and the few bad runs left at each end (fewer than
-    MIN_SEGMENT) could never be split off."""
+    """A significant stretch's ends where they fit best: the best of every stretch whose ends lie within STRETCH_MAX
+    of those the test found, then of those within reach of that, until a stretch fits better than all within reach
+    of it. Placement only, its shuffles already drawn: past ARC_MAX runs, a bad stretch longer than STRETCH_MAX is
+    matched best by a piece of it, ends inside it, and the few bad runs left at each end (fewer than MIN_SEGMENT)
+    could never be split off."""
     n = len(logs)
-    if len(cuts) == 1 or n <= ARC_MAX:
+    if n <= ARC_MAX:
         return cuts
     near = np.arange(-STRETCH_MAX, STRETCH_MAX + 1)
-    i, j = (a.ravel() for a in np.meshgrid(cuts[0] + near, cuts[1] + near, indexing="ij"))
-    inside = j - i
-    keep = (i >= 0) & (j <= n) & (inside >= MIN_SEGMENT) & (n - inside >= MIN_SEGMENT) \
-        & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
-    i, j, inside = i[keep], j[keep], inside[keep]
-    best = int(np.argmax(_explained(logs, i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n)))
-    return _cuts(int(i[best]), int(j[best]), n)
+    while len(cuts) == 2:
+        i, j = (a.ravel() for a in np.meshgrid(cuts[0] + near, cuts[1] + near, indexing="ij"))
+        inside = j - i
+        keep = (i >= 0) & (j <= n) & (inside >= MIN_SEGMENT) & (n - inside >= MIN_SEGMENT) \
+            & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
+        i, j, inside = i[keep], j[keep], inside[keep]
+        stats = _explained(logs, i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n)
+        best, here = int(np.argmax(stats)), int(np.flatnonzero((i == cuts[0]) & (j == cuts[1]))[0])
+        if stats[best] <= stats[here]:  # none within reach fits better (a tie: the ends stay)
+            return cuts
+        cuts = _cuts(int(i[best]), int(j[best]), n)
+    return cuts
 
 
 def _cuts(first: int, after: int, n: int) -> tuple:
