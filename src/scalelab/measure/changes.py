@@ -7,10 +7,10 @@ the sum of squares of log(value) it explains, m (n − m) / n (mean inside − m
 is the most likely place of a change (least squares; Welch's t, tried first, put a step of 4 scatters 5 or more runs
 from its place in 1 to 4 % of series split 1:4). Every stretch is searched in a segment of up to ARC_MAX runs; in a
 longer one, the steps and the stretches of up to STRETCH_MAX runs (all would be O(n²) a shuffle), and a stretch
-significant there has its ends placed where they fit best within STRETCH_MAX of it (a longer bad stretch is found by a
-piece of it). Searched for a step alone, a bad week that ended was rarely found: a step where it starts moves the mean
-of all the runs after by the week's step × 7 ÷ their number (365 nights, a week of 6 to 10 scatters: 45 to 54 of 200
-named at both ends; with stretches, 200).
+significant there has its ends placed where they fit best, moved up to STRETCH_MAX runs at a time until none within
+reach fits better (a longer bad stretch is found by a piece of it). Searched for a step alone, a bad week that ended
+was rarely found: a step where it starts moves the mean of all the runs after by the week's step × 7 ÷ their number
+(365 nights, a week of 6 to 10 scatters: 45 to 54 of 200 named at both ends; with stretches, 200).
 
 A segment's best split is kept where (1) no more than ALPHA of the segment's shuffles reach so large a best statistic
 (shuffled, the series has no change: the test is calibrated on the series itself, whatever its scatter, with the same
