@@ -280,7 +280,8 @@ _QUANTIZED = st.lists(st.sampled_from([88.2, 90.9, 100.0, 101.0]), min_size=2 * 
 def test_a_shuffle_that_keeps_each_side_s_values_reaches_the_split(values, seed, arcs):
     """A shuffle that keeps the best split's values inside its stretch and outside (either side of a step), in any
     order, ties it: summed in another order its statistic comes out some 1e-14 below, and counted strictly such a
-    tie is not counted (p too small). Searched for stretches (a segment of up to ARC_MAX runs) or for a step alone."""
+    tie is not counted (p too small). In a segment of up to ARC_MAX runs (every stretch) and in a longer one (steps and
+    stretches of up to STRETCH_MAX)."""
     logs = np.log(np.array(values))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(changes, "ARC_MAX", changes.ARC_MAX if arcs else 0)

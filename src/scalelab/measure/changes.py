@@ -73,8 +73,15 @@ def _stretches(n: int, arc_max: int, stretch_max: int) -> tuple:
                                                     for d in range(MIN_SEGMENT, stretch_max + 1))])
         j = np.concatenate([steps, *(np.arange(MIN_SEGMENT + d, n - MIN_SEGMENT + 1)
                                      for d in range(MIN_SEGMENT, stretch_max + 1))])
+    return _allowed(i, j, n)
+
+
+def _allowed(i: np.ndarray, j: np.ndarray, n: int) -> tuple:
+    """Of the stretches i..j−1, those a segment of n runs may hold (each part they leave MIN_SEGMENT runs or none),
+    with their factors: (i, j, 1 / (j − i), 1 / (n − j + i), (j − i)(n − j + i) / n)."""
     inside = j - i
-    keep = (n - inside >= MIN_SEGMENT) & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
+    keep = (i >= 0) & (j <= n) & (inside >= MIN_SEGMENT) & (n - inside >= MIN_SEGMENT) \
+        & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
     i, j, inside = i[keep], j[keep], inside[keep]
     return i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n
 
@@ -86,7 +93,7 @@ def statistics_of_arcs(logs: np.ndarray) -> np.ndarray:
 
 
 def _explained(logs: np.ndarray, i, j, per_inside, per_outside, weight) -> np.ndarray:
-    """statistics_of_arcs for the stretches i..j−1 given (and their _arcs factors)."""
+    """statistics_of_arcs for the stretches i..j−1 given, with their factors (_allowed's)."""
     total = np.concatenate(([0.0], np.cumsum(logs)))
     inside = total[j] - total[i]
     gap = inside * per_inside - (total[-1] - inside) * per_outside
@@ -104,12 +111,8 @@ def _placed(logs: np.ndarray, cuts: tuple) -> tuple:
         return cuts
     near = np.arange(-STRETCH_MAX, STRETCH_MAX + 1)
     while len(cuts) == 2:
-        i, j = (a.ravel() for a in np.meshgrid(cuts[0] + near, cuts[1] + near, indexing="ij"))
-        inside = j - i
-        keep = (i >= 0) & (j <= n) & (inside >= MIN_SEGMENT) & (n - inside >= MIN_SEGMENT) \
-            & ((i == 0) | (i >= MIN_SEGMENT)) & ((j == n) | (n - j >= MIN_SEGMENT))
-        i, j, inside = i[keep], j[keep], inside[keep]
-        stats = _explained(logs, i, j, 1.0 / inside, 1.0 / (n - inside), inside * (n - inside) / n)
+        within = _allowed(*(a.ravel() for a in np.meshgrid(cuts[0] + near, cuts[1] + near, indexing="ij")), n)
+        i, j, stats = within[0], within[1], _explained(logs, *within)
         best, here = int(np.argmax(stats)), int(np.flatnonzero((i == cuts[0]) & (j == cuts[1]))[0])
         if stats[best] <= stats[here]:  # none within reach fits better (a tie: the ends stay)
             return cuts
