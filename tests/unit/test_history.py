@@ -12,6 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from scalelab.errors import UsageError
 from scalelab.measure import changes
 from scalelab.report import cli, history
 from scalelab.testing import nightly
@@ -57,18 +58,31 @@ def test_a_series_without_a_step_names_none(tmp_path):
     assert "No change in any series" in out and " 60 " in out.split("History")[1], out
 
 
-@pytest.mark.parametrize("nights, said", [(4, "No change can be named yet: a change needs 5 runs on each side "
-                                                "(10 in a series); the longest here has 4."),
+@pytest.mark.parametrize("nights, said", [(10, "No change can be named yet: a series is judged from 11 runs on (a "
+                                                 "change: 5 or more on each side); the longest here has 10."),
                                             (12, "No change in any series")])
 def test_a_history_too_short_to_show_a_change_says_so_not_that_every_level_held(tmp_path, nights, said):
-    """Fewer runs than a change needs (5 each side) name no change because none can be found: the report says
-    that, never "every level held"; a mix says how many series were judged (unit: no_change)."""
+    """Fewer runs than a change can be significant in (10 runs: a perfect step's p is 0.8 %, found or not by the
+    draw) name no change because none can be found: the report says that, never "every level held"; a mix says
+    how many series were judged (unit: no_change)."""
     _site(tmp_path, nights)
     out = _report(tmp_path).split("History")[1]
-    assert said in out and ("every level held" in out) == (nights >= 10), out
-    rows = [{"runs": 12}, {"runs": 3}, {"runs": 10}]
-    assert history.no_change(rows) == ("No change in the 2 series of 10 runs or more: each level held within its "
-                                       "own scatter; 1 shorter series not judged.")
+    assert said in out and ("every level held" in out) == (nights >= changes.SHORTEST), out
+    rows = [{"runs": 12}, {"runs": 3}, {"runs": 11}, {"runs": 10}]
+    assert history.no_change(rows) == ("No change in the 2 series of 11 runs or more: each level held within its "
+                                       "own scatter; 2 shorter series not judged.")
+
+
+@pytest.mark.parametrize("n", range(changes.SHORTEST, 3 * changes.MIN_SEGMENT))
+def test_a_perfect_step_in_the_shortest_series_judged_is_named_whatever_the_draw(n):
+    """From SHORTEST runs on, a level that doubles (every run after above every run before) is named at every
+    place a series of n runs allows and for any offset its shuffles are seeded by: its p is at most ALPHA / 2,
+    and the draw of SHORT_SHUFFLES decides nothing (with 199, a perfect step in 10 to 12 runs was named or not by
+    the seed)."""
+    rng = np.random.default_rng(n)
+    for at in range(changes.MIN_SEGMENT, n - changes.MIN_SEGMENT + 1):
+        logs = rng.normal(0, 0.02, n) + np.where(np.arange(n) >= at, math.log(2), 0)
+        assert [c.index for c in changes.find(np.exp(logs))] == [at], (n, at)
 
 
 def test_the_band_holds_about_four_latest_runs_in_five():
@@ -135,20 +149,22 @@ _LEVELS = st.lists(st.sampled_from([1.0, 1.5, 2.0]) | st.floats(0.5, 2.0), min_s
 @settings(max_examples=200, deadline=None)
 @given(values=_LEVELS, offset=st.integers(0, 10 ** 6), part=st.floats(0.0, 1.0))
 def test_a_permutation_test_stopped_early_decides_as_all_its_shuffles_would(values, offset, part):
-    """significant() stops at the shuffle that puts p past ALPHA: its answer is what counting all SHUFFLES of its
-    generator gives, for a split's own statistic and for any threshold below it (most shuffles reach it)."""
+    """significant() stops at the shuffle that puts p past ALPHA: its answer is what counting all its shuffles
+    (shuffles_for: more up to SHORT_RUNS runs) of its generator gives, for a split's own statistic and for any
+    threshold below it (most shuffles reach it)."""
     logs = np.log(np.array(values))
     stat = changes._best(logs)[1] * part
     rng = np.random.default_rng([changes.SEED, offset, len(logs)])
-    reached = sum(changes.reaches(changes._best(rng.permutation(logs))[1], stat) for _ in range(changes.SHUFFLES))
-    assert changes.significant(logs, stat, offset) is ((1 + reached) / (changes.SHUFFLES + 1) <= changes.ALPHA)
+    shuffles = changes.shuffles_for(len(logs))
+    reached = sum(changes.reaches(changes._best(rng.permutation(logs))[1], stat) for _ in range(shuffles))
+    assert changes.significant(logs, stat, offset) is ((1 + reached) / (shuffles + 1) <= changes.ALPHA)
 
 
 def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_are_the_segment_s_own():
     """p = (1 + 1) / 200 is ALPHA itself: a change (the rule is p ≤ ALPHA). This segment's own generator (seeded by
-    its place) has one shuffle reach its split; a generator seeded by its length alone would have seven."""
-    r = np.random.default_rng(33)
-    n = int(r.integers(10, 40))
+    its place) has one shuffle reach its split; a generator seeded by its length alone would have five."""
+    r = np.random.default_rng(140)
+    n = int(r.integers(changes.SHORT_RUNS + 1, 80))
     logs = r.normal(0, 0.03, n)
     logs[n // 2:] -= r.uniform(0, 0.05)
     stat = changes._best(logs)[1]
@@ -156,7 +172,7 @@ def test_one_shuffle_in_200_reaching_the_split_is_significant_and_the_shuffles_a
         return sum(changes.reaches(changes._best(rng.permutation(logs))[1], stat) for _ in range(changes.SHUFFLES))
 
     assert reached(np.random.default_rng([changes.SEED, 0, n])) == 1
-    assert reached(np.random.default_rng([changes.SEED, n])) == 7
+    assert reached(np.random.default_rng([changes.SEED, n])) == 5
     assert changes.significant(logs, stat, 0)
 
 
@@ -189,6 +205,7 @@ def test_a_short_bad_stretch_anywhere_in_a_short_series_names_both_its_steps(n, 
     """7 to 20 bad runs of 6 scatters or more, with 6 or more good runs on each side, in 30 to 150: both steps named
     within two runs. Searched for one step only, the first split of such a series moves the mean too little: 228 of
     300 series of 40 with a stretch of 11 to 14 were named at both ends, 174 of 300 of 60 with 7 to 10."""
+    length = min(length, n - 12)  # 6 good runs after it too (30 runs and 20 bad left 4: no change yet)
     a = 6 + int(at * (n - length - 12))
     b = a + length
     assert _stretch_named(n, a, b, sigma, (-1 if down else 1) * sigmas, seed, within=2) is True
@@ -297,10 +314,13 @@ def test_a_shuffle_that_keeps_each_side_s_values_reaches_the_split(values, seed,
 
 
 def test_ties_among_repeated_values_count_against_a_step():
-    """Ten runs of five values: three of the segment's 199 shuffles tie its split, p = 4 / 200 > ALPHA. Counted
-    strictly, one did (p = 2 / 200: a change)."""
-    logs = np.log([100.0, 101, 101, 100, 101, 90.9, 88.2, 88.2, 90.9, 88.2])
-    assert not changes.significant(logs, changes._best(logs)[1], 0)
+    """Twelve runs of four values: 12 of the segment's 999 shuffles reach its split, 9 of them in a tie, p = 13 /
+    1000 > ALPHA. Counted strictly, 3 did (p = 4 / 1000: a change)."""
+    logs = np.log([100.0, 101, 100, 100, 101, 100, 90.9, 100, 90.9, 88.2, 88.2, 88.2])
+    stat, rng = changes._best(logs)[1], np.random.default_rng([changes.SEED, 0, len(logs)])
+    shuffled = [changes._best(rng.permutation(logs))[1] for _ in range(changes.shuffles_for(len(logs)))]
+    assert (sum(changes.reaches(s, stat) for s in shuffled), sum(s >= stat for s in shuffled)) == (12, 3)
+    assert not changes.significant(logs, stat, 0)
 
 
 def test_a_significant_step_smaller_than_two_scatters_is_no_change():
@@ -362,6 +382,15 @@ def test_each_groups_plot_names_its_own_unit():
     assert [fig.axes[0].get_ylabel() for _, fig in history.figures(rows)] == ["samples/s", "tokens/s"]
 
 
+def test_a_history_of_one_night_is_drawn_over_days_not_years():
+    """matplotlib's own limits for a single date span four years (2024 to 2028 for one night of 2026)."""
+    row = dict(letter="A", unit="tokens/s", world_size=1, num_nodes=1, link="", changes={"throughput": []},
+               dates=pd.to_datetime(["2026-06-01"], utc=True), throughput=[1.0])
+    (_, fig), = history.figures([row])
+    low, high = fig.axes[0].get_xlim()
+    assert 1.5 <= high - low <= 2.5, (low, high)  # days (matplotlib's date unit)
+
+
 @settings(max_examples=300, deadline=None)
 @given(times=st.lists(st.integers(0, 40), min_size=1, max_size=30), when=st.lists(st.integers(-5, 45), max_size=30))
 def test_the_nearest_baseline_is_the_one_the_whole_matrix_names(times, when):
@@ -382,3 +411,13 @@ def test_a_series_of_one_value_holds_its_latest_inside_its_band(value, runs):
     low_high = history.band([value] * runs)
     assert history.inside({"band": low_high, "latest": value}) == "yes"
     assert history.inside({"band": low_high, "latest": value * 1.000001}) == "NO"
+
+
+@pytest.mark.parametrize("mode", [["--ranks"], ["--compare", "a", "b"], ["--reference", "r.yaml"],
+                                  ["--write_reference", "r.yaml"]])
+def test_a_mode_that_prints_no_history_refuses_history_in_one_line(tmp_path, mode):
+    """--ranks, --compare and the reference modes print no history: --history beside them was dropped in silence."""
+    _site(tmp_path, 12)
+    with pytest.raises(UsageError, match="--history"):
+        cli.main(["--output_dir", str(tmp_path), "--history", *mode] if mode[0] != "--compare" else
+                 ["--history", *mode])

@@ -332,7 +332,7 @@ def _reference_args(args):
         return None
     extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv),
                                   ("--trace", args.trace), ("--markdown", args.markdown), ("--all_runs", args.all_runs),
-                                  ("--ranks", args.ranks)) if v]
+                                  ("--ranks", args.ranks), ("--history", args.history)) if v]
     if len(given) > 1 or extra:
         raise UsageError(f"{given[0]} does not take {', '.join((given[1:] + extra))}")
     return reference.load(args.reference) if args.reference else None
@@ -344,7 +344,8 @@ def _compare(args, money) -> int:
                                   ("--nccl_tests", args.nccl_tests),
                                   ("--save_csv", args.save_csv), ("--all_runs", args.all_runs),
                                   ("--ranks", args.ranks), ("--straggler_pct", args.straggler_pct),
-                                  ("--reference", args.reference), ("--write_reference", args.write_reference)) if v]
+                                  ("--reference", args.reference), ("--write_reference", args.write_reference),
+                                  ("--history", args.history)) if v]
     if extra:
         raise UsageError(f"--compare A B does not take {', '.join(extra)} (its files: --export DIR)")
 
@@ -359,7 +360,7 @@ def _compare(args, money) -> int:
 def _ranks(args) -> int:
     """`--ranks`: the per-rank view alone (report/ranks.py)."""
     extra = [flag for flag, v in (("--plot", args.plot), ("--export", args.export), ("--save_csv", args.save_csv),
-                                  ("--trace", args.trace)) if v]
+                                  ("--trace", args.trace), ("--history", args.history)) if v]
     if extra:
         raise UsageError(f"--ranks prints the per-rank view only; it does not take {', '.join(extra)}")
     try:

@@ -69,22 +69,27 @@ def follow(runs: pd.DataFrame) -> list:
         for column, _, _ in METRICS:
             judged = judge(g[column].to_numpy(dtype=float), g["when"])
             out["changes"][column] = judged["changes"]
-            if column == "throughput":  # the newest run with a throughput is the latest judged
-                out["latest"], out["band"] = judged["latest"], judged["band"]
+            if column == "throughput":  # the newest run that measured one is the latest judged (0 too)
+                out["latest"], out["band"], out["not_above_0"] = judged["latest"], judged["band"], \
+                    judged["not_above_0"]
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
 
 
 def judge(values, dates: pd.Series) -> dict:
-    """A series in time order (values, their dates; a value not finite or not above 0 left out): its changes
-    [(date of the first value after, Change)], its latest value and the 80 % band for it from the values since the
-    last change before it (None: too few). The one rule for the report's series and a perflog's (perflog.py)."""
+    """A series in time order (values, their dates): its changes [(date of the first value after, Change)] among
+    its values above 0, its latest finite value (0 or below: a run that measured nothing, never inside a band) and
+    the 80 % band for it from the values since the last change before it (None: too few); `not_above_0`: how many
+    finite values were 0 or below, left out of the changes and the band. The one rule for the report's series and a
+    perflog's (perflog.py)."""
     values = np.asarray(values, dtype=float)
-    keep = np.isfinite(values) & (values > 0)
+    finite, keep = np.isfinite(values), np.isfinite(values) & (values > 0)
     kept, at = values[keep], np.flatnonzero(keep)  # dates read only where a change is (not 100,000 objects each)
-    found = changes.find(kept) if len(kept) >= 2 * changes.MIN_SEGMENT else []
-    return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found],
-            "latest": kept[-1] if len(kept) else float("nan"), "band": band(changes.regime(kept, found)[:-1])}
+    found = changes.find(kept) if len(kept) >= changes.SHORTEST else []
+    latest = values[finite][-1] if finite.any() else float("nan")
+    since = changes.regime(kept, found)
+    return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
+            "band": band(since[:-1] if latest > 0 else since), "not_above_0": int((finite & ~keep).sum())}
 
 
 def inside(row: dict) -> str:
@@ -93,7 +98,7 @@ def inside(row: dict) -> str:
     if low_high is None or not math.isfinite(row["latest"]):
         return "—"
     low, high = low_high  # the ends are exp(log mean ± reach): a series of one value rounds to its band's edge
-    return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"
+    return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"  # 0: below any band
 
 
 ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
@@ -101,8 +106,9 @@ ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured 
 
 def band(values: list):
     """(low, high) of an 80 % band for one new run from these runs' own scatter (geometric mean × e^(±t·sd·√(1 +
-    1/n))), or None for fewer than MIN_BAND_RUNS."""
-    logs = [math.log(v) for v in values if v > 0]
+    1/n))), its usual runs' (changes.usual: one contended night at half speed would widen it past a level's step),
+    or None for fewer than MIN_BAND_RUNS."""
+    logs = changes.usual([math.log(v) for v in values if v > 0])
     if len(logs) < MIN_BAND_RUNS:
         return None
     mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
@@ -148,6 +154,9 @@ def render(rows: list, fmt: str = "simple") -> list:
                             "inside", "changes"], fmt)]
     for r, dated in zip(rows, said):
         lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in dated]
+        if r["not_above_0"]:
+            lines.append(f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {r['not_above_0']} "
+                         "completed run(s) with a throughput of 0 or below, left out of its changes and band")
     if not any(said):
         lines.append("  " + no_change(rows))
     return [*lines, ""]
@@ -155,11 +164,11 @@ def render(rows: list, fmt: str = "simple") -> list:
 
 def no_change(rows: list) -> str:
     """What no change named means: every level held, or some series (or all) too short to show one."""
-    need = 2 * changes.MIN_SEGMENT
+    need = changes.SHORTEST
     short = sum(r["runs"] < need for r in rows)
     if short == len(rows):
-        return (f"No change can be named yet: a change needs {changes.MIN_SEGMENT} runs on each side ({need} in a "
-                f"series); the longest here has {max(r['runs'] for r in rows)}.")
+        return (f"No change can be named yet: a series is judged from {need} runs on (a change: {changes.MIN_SEGMENT} "
+                f"or more on each side); the longest here has {max(r['runs'] for r in rows)}.")
     if short:
         return (f"No change in the {len(rows) - short} series of {need} runs or more: each level held within its "
                 f"own scatter; {short} shorter series not judged.")
@@ -188,6 +197,9 @@ def figures(rows: list) -> list:
                 ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97), xycoords=("data", "axes fraction"),
                             color=line.get_color(), fontsize=8, ha="left", va="top", xytext=(3, 0),
                             textcoords="offset points", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        first, last = min(r["dates"].min() for r in group), max(r["dates"].max() for r in group)
+        if first == last:  # one night: matplotlib's own limits for a single date span four years
+            ax.set_xlim(first - pd.Timedelta(days=1), last + pd.Timedelta(days=1))
         ax.set_title(f"Group {letter}: throughput by date (dashed: a change in its level)")
         ax.set_ylabel(group[0]["unit"])  # the group's own: an MLP's samples/s beside a GPT's tokens/s
         ax.legend(fontsize=8)
