@@ -154,3 +154,31 @@ def test_a_perflog_folder_without_a_log_is_one_line_not_silence(tmp_path):
     (tmp_path / "perflogs" / "notes.txt").write_text("no perflog here\n")
     with pytest.raises(UsageError, match=r"^--perflog \S+perflogs: no \*\.log in this folder"):
         cli.main(["--output_dir", str(tmp_path), "--history", "--perflog", str(tmp_path / "perflogs")])
+
+
+def test_two_systems_perflogs_are_two_series_and_a_file_named_twice_counts_once(tmp_path):
+    """ReFrame writes perflogs/<system>/<partition>/<test>.log, its lines naming no system: two systems' tests of one
+    name were merged into one series (a band across both, a step between them hidden), and a file named twice
+    counted each night twice."""
+    rng = np.random.default_rng(4)
+    for system, level in (("sysA", 0.29), ("sysB", 0.9)):
+        (tmp_path / system / "gpu").mkdir(parents=True)
+        values = level * np.exp(rng.normal(0, 0.03, 40)) * np.where(np.arange(40) >= 25, 0.8, 1)
+        (tmp_path / system / "gpu" / "ScalelabReport.log").write_text("\n".join([HEADER, *_lines(values)]) + "\n")
+    paths = perflog.paths_of([str(tmp_path), str(tmp_path / "sysA" / "gpu" / "ScalelabReport.log")])
+    rows = perflog.follow(perflog.read(paths, []))
+    assert [(r["test"], r["runs"]) for r in rows] == [("sysA/gpu: ScalelabReport", 40),
+                                                     ("sysB/gpu: ScalelabReport", 40)]
+    assert all([c.index for _, c in r["changes"]] == [25] for r in rows), rows
+
+
+def test_a_perflog_an_editor_saved_with_a_bom_is_read(tmp_path):
+    path = tmp_path / "Test.log"
+    path.write_text("\ufeff" + "\n".join([HEADER, *_lines([0.29] * 12)]) + "\n", encoding="utf-8")
+    skipped = []
+    assert [r["runs"] for r in perflog.follow(perflog.read([str(path)], skipped))] == [12] and not skipped
+
+
+@pytest.mark.parametrize("value, shown", [(1e308, "1e+308"), (123456.0, "123,456"), (0.2345, "0.234")])
+def test_a_value_is_shown_in_a_cell_of_a_few_digits(value, shown):
+    assert perflog.cell(value, "") == shown

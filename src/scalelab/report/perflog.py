@@ -44,12 +44,14 @@ def paths_of(given) -> list:
             out.append(path)
         else:
             raise UsageError(f"--perflog {path}: no such file or folder")
-    return out
+    return list({os.path.realpath(p): p for p in reversed(out)}.values())[::-1]  # a file named twice: read once
 
 
 def read(paths: list, skipped: list) -> pd.DataFrame:
-    """Every value line of these perflogs as a frame (test, var, value, unit, when); a file that is no perflog,
-    or its lines that hold no dated finite value, go to `skipped` as (path, why), one entry per file."""
+    """Every value line of these perflogs as a frame (where, test, var, value, unit, when); a file that is no
+    perflog, or its lines that hold no dated finite value, go to `skipped` as (path, why), one entry per file.
+    `where`: the file's folder's last two names (ReFrame's <system>/<partition>); where the files lie in more than
+    one, each test's name is shown after its own (two systems' ScalelabReport are two series, never one)."""
     rows = []
     for path in paths:
         try:
@@ -57,14 +59,14 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
         except (OSError, files.Refused) as exc:
             skipped.append((path, f"not read ({exc})"))
             continue
-        header = lines[0].split(SEPARATOR) if lines else []
+        header = lines[0].removeprefix("\ufeff").split(SEPARATOR) if lines else []  # a BOM an editor wrote
         when = next((c for c in WHEN if c in header), None)
         if when is None or not all(c in header for c in VALUE):
             skipped.append((path, "not a ReFrame perflog: its first line names no job_completion_time, perf_var "
                                   "and perf_value columns (`|`-separated)"))
             continue
         test = next((c for c in TEST if c in header), None)
-        bad = 0
+        bad, where = 0, as_read("/".join(os.path.dirname(os.path.abspath(path)).split(os.sep)[-2:]))
         for line in lines[1:]:
             parts = line.split(SEPARATOR)
             cells = dict(zip(header, parts))
@@ -76,11 +78,14 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
                 continue
             name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
             # what a line names is shown as any file's text is: secrets redacted, escapes inert
-            rows.append({"test": as_read(name), "var": as_read(cells["perf_var"]), "value": value,
+            rows.append({"where": where, "test": as_read(name), "var": as_read(cells["perf_var"]), "value": value,
                          "unit": as_read(cells.get("perf_unit", "")), "when": date})
         if bad:
             skipped.append((path, f"{bad} line(s) with no date, variable or finite value, left out"))
-    return pd.DataFrame(rows, columns=["test", "var", "value", "unit", "when"])
+    frame = pd.DataFrame(rows, columns=["where", "test", "var", "value", "unit", "when"])
+    if frame["where"].nunique() > 1:  # two systems' or partitions' tests of one name are two series
+        frame["test"] = frame["where"] + ": " + frame["test"]
+    return frame
 
 
 def _date(text, unix: bool):
@@ -117,6 +122,9 @@ def render(rows: list, skipped: list, fmt: str = "simple") -> list:
         for r in rows:
             lines += [f"  {r['test']} {r['var']}: {when.strftime('%Y-%m-%d')}: {c.size * 100:+.0f} % "
                       f"({cell(c.before, r['unit'])} → {cell(c.after, r['unit'])})" for when, c in r["changes"]]
+            if r["not_above_0"]:
+                lines.append(f"  {r['test']} {r['var']}: {r['not_above_0']} value(s) of 0 or below, left out of its "
+                             "changes and band")
     else:
         lines.append("ReFrame perflog: no dated value of any performance variable.")
     lines += [f"  skipped {path}: {why}" for path, why in skipped]
@@ -127,4 +135,4 @@ def cell(x: float, unit: str) -> str:
     """A value in a cell: its unit beside, 3 significant digits below 100, — where not finite."""
     if not math.isfinite(x):
         return "—"
-    return f"{fmt_num(x, ',.0f' if abs(x) >= 100 else ',.3g')}{' ' + unit if unit else ''}"
+    return f"{fmt_num(x, ',.0f' if 100 <= abs(x) < 1e12 else ',.3g')}{' ' + unit if unit else ''}"
