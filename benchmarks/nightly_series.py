@@ -15,6 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+from scalelab.entry import OneLineParser, bounded, run_main  # noqa: E402
 from scalelab.testing import nightly  # noqa: E402
 
 
@@ -30,14 +31,14 @@ def planted(text: str) -> tuple:
     return out
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None):
+    p = OneLineParser(prog="nightly_series.py", description=__doc__.split("\n")[0])
     p.add_argument("--output_dir", required=True)
-    p.add_argument("--nights", type=int, default=120)
+    p.add_argument("--nights", type=bounded(int, 1, 36500, "a century of nights"), default=120)
     p.add_argument("--planted", type=planted, metavar="NIGHT:STEP[:UNTIL]")
-    p.add_argument("--scatter", type=float, default=0.03)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
+    p.add_argument("--scatter", type=bounded(float, 0.0, 1.0, "the sd of log throughput: 0.03 is 3 %"), default=0.03)
+    p.add_argument("--seed", type=bounded(int, 0, 2**32 - 1, "NumPy's seeds"), default=0)
+    a = p.parse_args(argv)
     if a.planted and not a.planted[0] < a.nights >= a.planted[-1]:
         p.error(f"--planted {':'.join(map(str, a.planted))}: its nights must lie within --nights {a.nights}")
     nightly.site(a.output_dir, a.nights, a.planted, a.scatter, a.seed)
@@ -47,4 +48,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main("nightly_series.py", main))
