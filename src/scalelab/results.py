@@ -323,9 +323,11 @@ def restarts(result: dict) -> int:
 
 
 def paths(root: str, skipped: list, listing=None):
-    """Each result.json below root, in order (a folder that cannot be listed: appended to skipped); listing: root's
-    walk kept (files.listing)."""
+    """Each result.json below root, in order (a folder that cannot be listed, or one named result.json: appended to
+    skipped); listing: root's walk kept (files.listing)."""
     for folder, _, names in files.walk(root, skipped, listing):
+        if os.path.basename(folder) == "result.json" and folder != root:  # walked into: a folder, where a file was
+            skipped.append((folder, "a folder, not a result file"))
         if "result.json" in names:
             yield os.path.join(folder, "result.json")
 

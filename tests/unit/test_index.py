@@ -181,6 +181,7 @@ def test_a_file_that_changes_under_the_index_is_read_again_or_skipped_in_one_lin
     assert sorted(r["run_id"] for r in found) == sorted(r["run_id"] for r in full)
     assert skipped == full_skipped  # the same one line a full read says, never a stale row
     assert all("gpt-1x" not in r["run_id"] for r in found)
+    assert [p for p, _ in skipped] == ([] if damage == "removed" else [str(path)])  # a folder too: never silence
 
 
 @pytest.mark.parametrize("bad", [b"not a database at all", b"", "another scalelab"])
