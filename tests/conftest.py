@@ -1,8 +1,11 @@
 """pytest's part of the shared test code: fixtures (the local SLURM cluster, `run`) and hooks (a skip under CI
 fails; a mutation run skips what starts a process). Helpers to import are in helpers.py."""
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -10,9 +13,14 @@ import pytest
 # A user's own workloads (docs/16) are not the suite's: the registry the tests see is scalelab's alone (an installed
 # entry point still joins; the tests that need one set their own environment).
 os.environ.pop("SCALELAB_WORKLOADS", None)
+# Nor is the user's cache (~/.cache/scalelab: the key that seals index rows, the readings each report keeps for the
+# next): the suite's hundreds of small reports pushed a developer's own folders' readings out of it.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="scalelab-test-cache-")
 
 import helpers
 from helpers import SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running
+
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 @pytest.fixture

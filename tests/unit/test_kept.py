@@ -173,6 +173,26 @@ def test_the_readings_of_the_folders_reported_on_last_are_kept_the_rest_dropped(
                                                          for f in folders[2:])
 
 
+def test_the_readings_kept_are_the_newest_that_fit_in_keep_bytes_and_the_newest_always(tmp_path, monkeypatch):
+    """A budget in bytes, not a count alone: a site's 100 MB reading outlived 8 small folders' reports, then was
+    dropped (its next report read 100,000 rows again: 20 s, not 6)."""
+    folders = [_copy(tmp_path, f"f{i}") for i in range(4)]
+    for i, out in enumerate(folders[:2]):
+        _through_kept(out)
+        os.utime(kept._where(str(out))[0], ns=(i * 10**9, i * 10**9))
+    sizes = [os.path.getsize(kept._where(str(f))[0]) for f in folders[:2]]
+    monkeypatch.setattr(kept, "KEEP_BYTES", sum(sizes) + sizes[0] // 2)  # two fit, a third does not
+    for i, out in enumerate(folders[2:], start=2):
+        _through_kept(out)
+        os.utime(kept._where(str(out))[0], ns=(i * 10**9, i * 10**9))
+    assert [p.name for p in _wholes(tmp_path)] == sorted(kept._where(str(f))[0].rsplit("/", 1)[1]
+                                                         for f in folders[2:])
+    monkeypatch.setattr(kept, "KEEP_BYTES", 1)  # none fits: the newest is kept all the same
+    _change(folders[0], "add", 0, 0)
+    _through_kept(folders[0])
+    assert [p.name for p in _wholes(tmp_path)] == [kept._where(str(folders[0]))[0].rsplit("/", 1)[1]]
+
+
 def test_nothing_is_kept_without_a_private_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(kept.sealing, "row_key", lambda: None)
     out = _copy(tmp_path)

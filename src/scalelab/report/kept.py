@@ -25,7 +25,10 @@ from scalelab.report import sealing
 
 DELTA_SHARE = 0.05  # of the whole's entries: a delta past it (or past DELTA_MIN) writes the whole again
 DELTA_MIN = 1000
-KEEP_FOLDERS = 8  # the results folders kept for: the least recently reported on is dropped past it
+# the results folders kept for, the least recently reported on dropped past either: a reading is some 1 KB a result
+# (100 MB for a site's 100,000), so a count alone dropped a site's folder after 8 small ones (a workshop's, a test's)
+# and its next report read 100,000 rows again (20 s, 1.2 GB, where 6 s and 0.9 GB)
+KEEP_FOLDERS, KEEP_BYTES = 64, 2**30
 TMP_AGE_S = 3600  # a temporary file this old is no report's that is still writing
 _WHAT = b"scalelab kept reading"
 
@@ -129,12 +132,18 @@ def _write(path: str, key: bytes, data: dict) -> None:
 
 
 def _prune(folder: str) -> None:
-    """The KEEP_FOLDERS results folders reported on most recently kept, the rest's readings removed; a delta whose
-    whole is gone, and a temporary file a report that stopped half-way left (an hour old), too."""
+    """The results folders reported on most recently kept, up to KEEP_FOLDERS of them and KEEP_BYTES in all (the
+    newest always), the rest's readings removed; a delta whose whole is gone, and a temporary file a report that
+    stopped half-way left (an hour old), too."""
     with contextlib.suppress(OSError):
         names = set(next(iter(files.listing(folder)))[1] or [])
-        wholes = sorted((n for n in names if "." not in n), key=lambda n: os.stat(os.path.join(folder, n)).st_mtime_ns)
-        left = set(wholes[-KEEP_FOLDERS:])
+        stats = {n: os.stat(os.path.join(folder, n)) for n in names if "." not in n}
+        left, size = set(), 0
+        for name in sorted(stats, key=lambda n: stats[n].st_mtime_ns, reverse=True)[:KEEP_FOLDERS]:
+            size += stats[name].st_size
+            if left and size > KEEP_BYTES:
+                break
+            left.add(name)
         for name in names - left:
             path = os.path.join(folder, name)
             if "." not in name or name.endswith(".delta") and name[:-6] not in left or name.startswith(".tmp-") \
