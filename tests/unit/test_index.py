@@ -272,11 +272,18 @@ def test_two_reports_at_once_leave_one_sound_index(tmp_path):
         assert db.execute("SELECT count(*) FROM results").fetchone()[0] == len(list(out.rglob("result.json")))
 
 
-def test_a_folder_the_report_cannot_write_is_read_whole(tmp_path):
+@pytest.mark.parametrize("there", ["a folder", "a link"])
+def test_a_folder_the_report_cannot_write_is_read_whole_and_says_why_in_one_line(tmp_path, capsys, there):
     out = _copy(FOLDERS[0], tmp_path)
-    (out / index.FILE_NAME).mkdir()  # not a file the index may replace
+    if there == "a folder":
+        (out / index.FILE_NAME).mkdir()  # not a file the index may replace
+    else:
+        (out / index.FILE_NAME).symlink_to(tmp_path / "elsewhere.sqlite")
     found, skipped = index.scan(str(out))
-    assert len(found) == len(results.scan(str(out))[0]) and not skipped and (out / index.FILE_NAME).is_dir()
+    assert len(found) == len(results.scan(str(out))[0]) and not skipped and os.path.lexists(out / index.FILE_NAME)
+    assert not (tmp_path / "elsewhere.sqlite").exists()
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and index.FILE_NAME in said[0] and "read without it" in said[0], said
 
 
 def test_a_folder_without_a_result_is_left_as_it_was_found(tmp_path):

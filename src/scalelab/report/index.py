@@ -30,12 +30,14 @@ since, and the index row by row only where it has nothing kept (or more than kep
 """
 
 import contextlib
+import errno
 import functools
 import hashlib
 import os
 import pathlib
 import sqlite3
 import stat
+import sys
 import time
 
 from scalelab import __version__, files, results
@@ -108,6 +110,9 @@ def read(root: str) -> tuple:
     whole = not before.entries or len(missed) > kept.DELTA_MIN  # the index read row by row, else a few files read
     try:  # a folder without a result (empty, or not yet run into) is left as it was found
         db = _open(where) if missed or (whole or gone) and os.path.lexists(where) else None
+    except files.NotAFile as exc:  # a folder or a link there: each report reads without an index, and says so
+        print(f"benchmark.py: note: {exc.filename}: {exc.strerror}; read without it", file=sys.stderr)
+        db = None
     except (sqlite3.Error, OSError):
         db = None
     reused, seen = set(entries), {}
@@ -174,9 +179,7 @@ def _unreadable(path: str, root: str, exc: OSError) -> str:
 def _to_keep(body: dict, seen: dict, curve_digest=False) -> dict:
     """A light body as kept for the next report (kept.py): a row's loss curve as its digest (the curve stays in the
     index, read when used; curve_digest: the digest where the index gave it, else the curve's own), each text one
-    object across the bodies kept (seen: a kept reading is pickled, and 100,000 group keys are 60 MB). A body the
-    index gave (curve_digest given) was decoded into `seen` already: walking it again took 4 of a 12-s report's
-    seconds at 100,000 results."""
+    object across the bodies kept (seen: 100,000 group keys are 60 MB; one the index gave is decoded into it)."""
     row, fresh = body.get("_row"), curve_digest is False
     if row is not None:
         curve = row[_CURVE]
@@ -316,7 +319,7 @@ def _open(path: str, again: bool = True) -> sqlite3.Connection:
     """The index, or a new one where it is missing, not a database, or another scalelab's; sqlite3.Error where it
     cannot be used now (locked past the timeout, a filesystem without its locks): the report reads the files."""
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
-        raise OSError(f"{path} is not a regular file")  # a symlink or a folder there: not ours to replace
+        raise files.NotAFile(errno.EEXIST, "a folder or a link, not an index scalelab replaces", path)
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         db.executescript(_SCHEMA)
@@ -386,13 +389,8 @@ def full(records: list) -> list:
     draw; a file that no longer reads is left out."""
     out = []
     for r in records:
-        if "_row" not in r:
-            out.append(r)
-            continue
         try:
-            data = results.load(r["_path"])
+            out.append(r if "_row" not in r else {**results.load(r["_path"]), "_path": r["_path"]})
         except ResultError:
             continue
-        data["_path"] = r["_path"]
-        out.append(data)
     return out
