@@ -21,17 +21,19 @@ splits leave, pooled with the whole series' as PRIOR_RUNS runs more (a significa
 is a step most single nights reach; nor a wobble inside a short level whose two halves of 5 runs each scattered
 little by chance): the weakest is dropped and its segments merged until each step left passes. Judged between the
 final segments, not at the first split, so a level that goes and comes back (a bad month, then fixed) names both its
-steps. Then each change is moved to the best step between its neighbours, or split in two where a short level lies
-around it (a split made before its neighbour's may cut off fewer than MIN_SEGMENT runs of a short level: never split
-off again, the change named nights late), and dropped where its level has lasted fewer than MIN_SEGMENT runs (a drop
-in the last 4 nights was named the night before it began, and the latest judged inside a band that held both levels).
+steps. Then each change is moved to the best step between its neighbours, dropped where the others, moved, explain
+the series as well, or split in two where a short level lies around it (a split made before its neighbour's may cut
+off fewer than MIN_SEGMENT runs of a short level: never split off again, the change named nights late), until the
+changes are as they were once before; and one at either end of the series is dropped where its level there has
+lasted fewer than MIN_SEGMENT runs (a drop in the last 4 nights was named the night before it began, and the latest
+judged inside a band that held both levels).
 
 A night far from its neighbours (a contended node at half speed) is set to their median first (`tamed`): least
 squares took one such night for a stretch, in the series and in every shuffle, and a step beside it was not
 significant (a 6-scatter step among 1 to 3 such nights missed in 386 of 600 series; now 1). A segment's scatter
 leaves such nights out as well (`usual`), and so does history.py's band for the latest.
 
-On change-free series, 2 of 2,400 name a change (3 % scatter, 30 to 400 runs; 4 before these rules), each a stretch
+On change-free series, 3 of 2,400 name a change (3 % scatter, 30 to 400 runs; 4 before these rules), each a stretch
 of 5 runs some 2 scatters off; 0 of 600 at 1 to 10 % scatter, and 0 of 600 with 1 to 3 wild nights each;
 tests/unit/test_history.py holds 400 series of 1 to 10 % scatter to at most 2.5 %. Shuffles assume the nights are
 exchangeable without a change: a slow drift is not a step and may be cut into several. Deterministic: each segment's
@@ -50,9 +52,8 @@ MIN_SEGMENT = 5  # runs on each side of a change: fewer is a bad night or two, n
 ALPHA = 0.01  # the share of a change-free segment's shuffles allowed to reach the statistic (a false alarm)
 SHUFFLES = 199  # the shuffles a split is tested against: p = (1 + reached) / 200
 SHORT_RUNS, SHORT_SHUFFLES = 40, 999  # a segment this short is cheap to shuffle: p's steps 0.1 %, not 0.5 %
-# the shortest series a change is looked for in: where a perfect step (each run after it above each run before, or
-# below) is reached by at most ALPHA / 2 of its shuffles, 2 of C(n, n/2) (the high runs first or last: below
-# 3 MIN_SEGMENT runs no stretch fits inside); 10 runs, 0.8 %, were found or not by the draw
+# the shortest series judged: a perfect step's p at most ALPHA / 2, 2 of C(n, n/2) arrangements (the high runs first
+# or last; below 3 MIN_SEGMENT runs no stretch fits inside); at 10 runs, 0.8 %, it was found or not by the draw
 SHORTEST = next(n for n in range(2 * MIN_SEGMENT, 100) if 2 / comb(n, n // 2) <= ALPHA / 2)
 OUTLIER = 3.5  # a run this many robust sds (1.4826 × the median absolute deviation) from its level's median
 SEED = 20261202
@@ -166,9 +167,8 @@ def scatter(logs: np.ndarray) -> float:
 
 
 def usual(logs) -> np.ndarray:
-    """A segment's runs but its outliers: those OUTLIER robust sds from its median (1.4826 × the median absolute
-    deviation: a normal scatter's sd), what a normal scatter gives once in 2,000 runs. All where that deviation is 0
-    (more than half the runs equal)."""
+    """A segment's runs but those OUTLIER robust sds (1.4826 × the median absolute deviation) from its median, what a
+    normal scatter gives once in 2,000 runs; all where that deviation is 0 (more than half the runs equal)."""
     logs = np.asarray(logs, dtype=float)
     off = np.abs(logs - np.median(logs)) if len(logs) else logs
     reach = OUTLIER * 1.4826 * float(np.median(off)) if len(logs) else 0.0
@@ -181,21 +181,18 @@ def find(values: Sequence[float]) -> list:
     logs, found = tamed(raw), []
     _segment(logs, 0, found)
     found = _large_enough(logs, sorted(found))
-    for _ in range(len(logs)):  # each pass moves or drops a change, or is the last
-        placed = _large_enough(logs, _refit(logs, found))
-        if placed == found:
-            break
-        found = placed
+    been = set()
+    while tuple(found) not in been:  # until the refit and the step rule leave the changes as they were (or as once)
+        been.add(tuple(found))
+        found = _large_enough(logs, _refit(logs, found))
     return [Change(i, _level(raw, found, i, -1), _level(raw, found, i, +1)) for i in found]
 
 
 def tamed(logs: np.ndarray) -> np.ndarray:
     """The series with each run WILD sds from the median of the 2 MIN_SEGMENT − 1 runs around it put at that median
-    (the sd: the larger of noise's and the one the runs' distances from those medians give; noise's alone was a
-    third of the series' own in 1 of 44 series of 17 to 60 runs, and ordinary nights moved). A level that lasts
-    MIN_SEGMENT runs is the median of each of its runs' neighbours, so only a night or a few unlike those around
-    them move: least squares and their shuffles would take one night at a fifth of the speed for a stretch (every
-    shuffle too), and a step beside it was never significant."""
+    (the sd: the larger of noise's and the runs' distances from those medians'; noise's alone was a third of the
+    series' own in 1 of 44 of 17 to 60 runs). A level of MIN_SEGMENT runs is its runs' neighbours' median, so only
+    a night or a few move: least squares (and each shuffle) took one night at a fifth of the speed for a stretch."""
     reach = MIN_SEGMENT - 1
     if len(logs) <= 2 * reach:
         return logs
@@ -219,9 +216,12 @@ def _refit(logs: np.ndarray, found: list) -> list:
     level: fewer than MIN_SEGMENT, they could never be split off again); and none where a side it leaves of just
     MIN_SEGMENT runs is split better past its edge (that side's level has lasted fewer runs: a drop 4 nights old is
     no change yet, each of its nights judged against the band of the level before it)."""
-    found, sd = list(found), noise(logs)
-    for _ in range(len(logs)):  # bounded: each move or split explains more of the series
+    found, sd, been = list(found), noise(logs) or scatter(logs), set()
+    while tuple(found) not in been:  # a state met before ends it: a drop and a split may undo each other
+        been.add(tuple(found))
         moved = _moved(logs, found)
+        if moved is None:
+            moved = _fewer(logs, found)
         if moved is not None:
             found = moved
             continue
@@ -236,14 +236,37 @@ def _refit(logs: np.ndarray, found: list) -> list:
     return found
 
 
+def _fewer(logs: np.ndarray, found: list):
+    """found less a change beside a level under 2 MIN_SEGMENT runs where the others, moved, explain the series as well
+    (None: none can go). Splits of 5 runs a run off a short level lock each other: [179, 184, 189] for 181-187."""
+    now = _unexplained(logs, found)
+    for k in range(len(found)):
+        start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
+        if min(found[k] - start, end - found[k]) >= 2 * MIN_SEGMENT:
+            continue
+        fewer, been = found[:k] + found[k + 1:], set()
+        while fewer is not None and tuple(fewer) not in been:
+            been.add(tuple(fewer))
+            last, fewer = fewer, _moved(logs, fewer)
+        if _unexplained(logs, last) <= now * (1 + TIE):
+            return last
+    return None
+
+
+def _unexplained(logs: np.ndarray, found: list) -> float:
+    edges = [0, *found, len(logs)]  # the sum of squares left about each segment's mean
+    return float(sum(((logs[a:b] - logs[a:b].mean()) ** 2).sum() for a, b in zip(edges, edges[1:])))
+
+
 def _moved(logs: np.ndarray, found: list):
-    """found with its first change that fits better elsewhere between its neighbours moved (or dropped, where its
-    level is young); None where each fits best where it is."""
+    """found with its first change that fits better elsewhere between its neighbours moved (or dropped, where the
+    level it leaves at either end of the series is young); None where each fits best where it is. Between two
+    changes a short level is rule 2's and 3's to judge: dropping one end of a bad week of 5 nights lost both."""
     for k in range(len(found)):
         start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
         part = logs[start:end]
         at = _step_at(part, found[k] - start)
-        if _young(part, at):
+        if _young(part, at, first=start == 0, last=end == len(logs)):
             return found[:k] + found[k + 1:]
         if at != found[k] - start:
             return [*found[:k], start + at, *found[k + 1:]]
@@ -266,12 +289,12 @@ def _step_at(logs: np.ndarray, now: int) -> int:
     return int(at[best]) if stats[best] > stats[now - MIN_SEGMENT] * (1 + TIE) else now
 
 
-def _young(logs: np.ndarray, at: int) -> bool:
-    """Whether a side of just MIN_SEGMENT runs that a step at `at` leaves is split better by a step past its edge
-    (fewer runs on that side): its level has lasted fewer than MIN_SEGMENT runs."""
+def _young(logs: np.ndarray, at: int, first: bool, last: bool) -> bool:
+    """Whether a side of just MIN_SEGMENT runs that a step at `at` leaves (the series' first runs where `first`, its
+    last where `last`) is split better by a step past its edge: its level has lasted fewer than MIN_SEGMENT runs."""
     n, here = len(logs), _explained_by_step(logs, np.array([at]))[0]
-    past = [np.arange(1, at)] if at == MIN_SEGMENT else []
-    past += [np.arange(at + 1, n)] if n - at == MIN_SEGMENT else []
+    past = [np.arange(1, at)] if first and at == MIN_SEGMENT else []
+    past += [np.arange(at + 1, n)] if last and n - at == MIN_SEGMENT else []
     return any(_explained_by_step(logs, p).max() > here * (1 + TIE) for p in past if len(p))
 
 
@@ -280,6 +303,8 @@ def _two_steps(logs: np.ndarray, at: int, sd: float) -> tuple:
     variance (sd²) more than the step alone and its median stands STEP_SCATTERS sd from those either side; else ().
     A single step's noise does neither (EXTRA: a 4.5-sd chance for one look, 50 looked at)."""
     n, best = len(logs), ()
+    if sd <= 0:  # a series without scatter: no margin to judge a short level by
+        return best
     fit = _explained_by_step(logs, np.array([at]))[0] + EXTRA * sd ** 2
     total = np.concatenate(([0.0], np.cumsum(logs)))
     for i in range(max(MIN_SEGMENT, at - 2 * MIN_SEGMENT + 1), at + 1):
