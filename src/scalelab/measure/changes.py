@@ -239,7 +239,7 @@ def _refit(logs: np.ndarray, found: list) -> list:
 def _fewer(logs: np.ndarray, found: list):
     """found less a change beside a level under 2 MIN_SEGMENT runs where the others, moved, explain the series as well
     (None: none can go). Splits of 5 runs a run off a short level lock each other: [179, 184, 189] for 181-187."""
-    now = _unexplained(logs, found)
+    now = _unexplained(logs, found) if found else 0.0
     for k in range(len(found)):
         start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
         if min(found[k] - start, end - found[k]) >= 2 * MIN_SEGMENT:
@@ -253,9 +253,8 @@ def _fewer(logs: np.ndarray, found: list):
     return None
 
 
-def _unexplained(logs: np.ndarray, found: list) -> float:
-    edges = [0, *found, len(logs)]  # the sum of squares left about each segment's mean
-    return float(sum(((logs[a:b] - logs[a:b].mean()) ** 2).sum() for a, b in zip(edges, edges[1:])))
+def _unexplained(logs: np.ndarray, found: list) -> float:  # the sum of squares left about each segment's mean
+    return float(sum(((part - part.mean()) ** 2).sum() for part in np.split(logs, found)))
 
 
 def _moved(logs: np.ndarray, found: list):
@@ -264,11 +263,13 @@ def _moved(logs: np.ndarray, found: list):
     changes a short level is rule 2's and 3's to judge: dropping one end of a bad week of 5 nights lost both."""
     for k in range(len(found)):
         start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
-        part = logs[start:end]
-        at = _step_at(part, found[k] - start)
+        part, now = logs[start:end], found[k] - start
+        at = _step_at(part, now)
         if _young(part, at, first=start == 0, last=end == len(logs)):
-            return found[:k] + found[k + 1:]
-        if at != found[k] - start:
+            if abs(at - now) <= MIN_SEGMENT:  # this change is that young level's
+                return found[:k] + found[k + 1:]
+            continue  # another's: 4 odd last nights pulled a real step from 30 to 90, and it was dropped there
+        if at != now:
             return [*found[:k], start + at, *found[k + 1:]]
     return None
 
@@ -374,8 +375,7 @@ def significant(logs: np.ndarray, stat: float, offset: int) -> bool:
 
 
 def shuffles_for(n: int) -> int:
-    """The shuffles a segment of n runs is tested against: SHORT_SHUFFLES up to SHORT_RUNS (with 199, a split of
-    10 runs whose exact p is 0.8 % passed or not by the draw), else SHUFFLES."""
+    """A segment of n runs' shuffles: SHORT_SHUFFLES up to SHORT_RUNS (a 10-run p of 0.8 %: 199 let the draw decide)."""
     return SHORT_SHUFFLES if n <= SHORT_RUNS else SHUFFLES
 
 
