@@ -211,11 +211,8 @@ def noise(logs: np.ndarray) -> float:
 
 
 def _refit(logs: np.ndarray, found: list) -> list:
-    """Each change moved to the best single step between its neighbours, or split in two where a level of fewer than
-    2 MIN_SEGMENT runs lies around it, until none moves (one split before its neighbour was may cut runs off a short
-    level: fewer than MIN_SEGMENT, they could never be split off again); and none where a side it leaves of just
-    MIN_SEGMENT runs is split better past its edge (that side's level has lasted fewer runs: a drop 4 nights old is
-    no change yet, each of its nights judged against the band of the level before it)."""
+    """The changes moved where they fit best (_moved), fewer where the rest explain as much (_fewer), then one split
+    in two where a short level lies around it (_two_steps), until none of these changes them or a state repeats."""
     found, sd, been = list(found), noise(logs) or scatter(logs), set()
     while tuple(found) not in been:  # a state met before ends it: a drop and a split may undo each other
         been.add(tuple(found))
@@ -226,7 +223,7 @@ def _refit(logs: np.ndarray, found: list) -> list:
             found = moved
             continue
         for k in range(len(found)):  # once every change is where it fits best: a short level beside one?
-            start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
+            start, end = _around(found, k, len(logs))
             two = _two_steps(logs[start:end], found[k] - start, sd)
             if two:
                 found[k:k + 1] = [start + c for c in two]
@@ -241,7 +238,7 @@ def _fewer(logs: np.ndarray, found: list):
     (None: none can go). Splits of 5 runs a run off a short level lock each other: [179, 184, 189] for 181-187."""
     now = _unexplained(logs, found) if found else 0.0
     for k in range(len(found)):
-        start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
+        start, end = _around(found, k, len(logs))
         if min(found[k] - start, end - found[k]) >= 2 * MIN_SEGMENT:
             continue
         fewer, been = found[:k] + found[k + 1:], set()
@@ -262,7 +259,7 @@ def _moved(logs: np.ndarray, found: list):
     level it leaves at either end of the series is young); None where each fits best where it is. Between two
     changes a short level is rule 2's and 3's to judge: dropping one end of a bad week of 5 nights lost both."""
     for k in range(len(found)):
-        start, end = found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else len(logs)
+        start, end = _around(found, k, len(logs))
         part, now = logs[start:end], found[k] - start
         at = _step_at(part, now)
         if _young(part, at, first=start == 0, last=end == len(logs)):
@@ -274,11 +271,15 @@ def _moved(logs: np.ndarray, found: list):
     return None
 
 
+def _around(found: list, k: int, n: int) -> tuple:
+    """(start, end): the runs between change k's neighbours (the series' ends where it has none)."""
+    return found[k - 1] if k else 0, found[k + 1] if k + 1 < len(found) else n
+
+
 def _explained_by_step(logs: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each step i of `at` (0 < i < n), i (n − i) / n (mean before − mean after)²."""
-    n, total = len(logs), np.cumsum(logs)
-    before = total[at - 1]
-    return at * (n - at) / n * (before / at - (total[-1] - before) / (n - at)) ** 2
+    """_explained's statistic of each step i of `at` (the stretch 0..i−1): i (n − i) / n (mean before − after)²."""
+    rest = len(logs) - at
+    return _explained(logs, np.zeros_like(at), at, 1.0 / at, 1.0 / rest, at * rest / len(logs))
 
 
 def _step_at(logs: np.ndarray, now: int) -> int:
@@ -389,10 +390,8 @@ def reaches(shuffled: float, stat: float) -> bool:
 
 def _level(logs: np.ndarray, found: list, i: int, side: int) -> float:
     """The median value of the segment before (side −1) or after (+1) change i, between its neighbours."""
-    edges = [0, *found, len(logs)]
-    j = edges.index(i)
-    lo, hi = (edges[j - 1], i) if side < 0 else (i, edges[j + 1])
-    return float(np.exp(np.median(logs[lo:hi])))
+    start, end = _around(found, found.index(i), len(logs))
+    return float(np.exp(np.median(logs[start:i] if side < 0 else logs[i:end])))
 
 
 def regime(values: Sequence[float], changes: list) -> list:

@@ -83,7 +83,8 @@ def judge(values, dates: pd.Series) -> dict:
     finite values were 0 or below, left out of the changes and the band. The one rule for the report's series and a
     perflog's (perflog.py)."""
     values = np.asarray(values, dtype=float)
-    finite, keep = np.isfinite(values), np.isfinite(values) & (values > 0)
+    finite = np.isfinite(values)
+    keep = finite & (values > 0)
     kept, at = values[keep], np.flatnonzero(keep)  # dates read only where a change is (not 100,000 objects each)
     found = changes.find(kept) if len(kept) >= changes.SHORTEST else []
     latest = values[finite][-1] if finite.any() else float("nan")
