@@ -114,6 +114,21 @@ def test_unix_times_and_a_name_column_are_read_too(tmp_path):
     assert row["first"].strftime("%Y-%m-%d") == _night(0) and row["latest"] == 7003 and row["band"] is not None
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seconds=st.floats(0, 9.2e9), ms=st.lists(st.floats(1e12, 9.2e12), max_size=5),
+       other=st.lists(st.sampled_from(["-5", "nan", "x", "1e30"]), max_size=3))
+def test_a_time_in_milliseconds_is_said_as_such_never_read_as_a_date(tmp_path, seconds, ms, other):
+    """Any job_completion_time_unix in milliseconds (a site's own format) of 2001-2262 is no date in seconds: it
+    is left out, counted and named as milliseconds; one that is no date either way is counted, not named so."""
+    body = [UNIX, f"{seconds!r}|T|v|0.29|GB/s", *(f"{m!r}|T|v|0.29|GB/s" for m in ms),
+            *(f"{o}|T|v|0.29|GB/s" for o in other)]
+    rows, skipped = _follow(tmp_path, body)
+    assert [r["runs"] for r in rows] == [1]
+    assert [why for _, why in skipped] == ([f"{len(ms) + len(other)} line(s) with no date, variable or finite value, "
+                                            "left out" + (f" ({len(ms)} of them dated in milliseconds since 1970, not "
+                                                          "ReFrame's seconds)" if ms else "")] if ms or other else [])
+
+
 def _report(*args) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

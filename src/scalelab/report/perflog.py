@@ -66,7 +66,7 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
                                   "and perf_value columns (`|`-separated)"))
             continue
         test = next((c for c in TEST if c in header), None)
-        bad, where = 0, as_read("/".join(os.path.dirname(os.path.abspath(path)).split(os.sep)[-2:]))
+        bad, in_ms, where = 0, 0, as_read("/".join(os.path.dirname(os.path.abspath(path)).split(os.sep)[-2:]))
         for line in lines[1:]:
             parts = line.split(SEPARATOR)
             cells = dict(zip(header, parts))
@@ -75,13 +75,15 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
             date = _date(cells.get(when), unix=when.endswith("_unix"))
             if len(parts) != len(header) or value is None or date is None or not cells["perf_var"]:
                 bad += bool(line.strip())
+                in_ms += date is None and when.endswith("_unix") and _in_ms(cells.get(when))
                 continue
             name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
             # what a line names is shown as any file's text is: secrets redacted, escapes inert
             rows.append({"where": where, "test": as_read(name), "var": as_read(cells["perf_var"]), "value": value,
                          "unit": as_read(cells.get("perf_unit", "")), "when": date})
         if bad:
-            skipped.append((path, f"{bad} line(s) with no date, variable or finite value, left out"))
+            skipped.append((path, f"{bad} line(s) with no date, variable or finite value, left out" + (
+                f" ({in_ms} of them dated in milliseconds since 1970, not ReFrame's seconds)" if in_ms else "")))
     frame = pd.DataFrame(rows, columns=["where", "test", "var", "value", "unit", "when"])
     if frame["where"].nunique() > 1:  # two systems' or partitions' tests of one name are two series
         frame["test"] = frame["where"] + ": " + frame["test"]
@@ -95,6 +97,13 @@ def _date(text, unix: bool):
     when = pd.to_datetime(float_or_none(text) if unix else text, utc=True, errors="coerce", unit="s" if unix else None,
                           format=None if unix else "ISO8601")
     return None if when is None or pd.isna(when) or not 1970 <= when.year <= 9999 else when
+
+
+def _in_ms(text) -> bool:
+    """Whether a job_completion_time_unix that is no date in seconds would be one in milliseconds (a format of a
+    site's own): said, never read as one (a stamp past 9999 may as well be a wrong column)."""
+    stamp = float_or_none(text)
+    return finite(stamp) and _date(text, unix=True) is None and _date(repr(stamp / 1000), unix=True) is not None
 
 
 def follow(frame: pd.DataFrame) -> list:
