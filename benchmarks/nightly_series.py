@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
-from scalelab.entry import OneLineParser, bounded, run_main  # noqa: E402
+from scalelab.entry import OneLineParser, bounded, glue_negative, run_main  # noqa: E402
 from scalelab.testing import nightly  # noqa: E402
 
 
@@ -31,6 +31,9 @@ def planted(text: str) -> tuple:
     return out
 
 
+FLAGS = ("--nights", "--planted", "--scatter", "--seed")  # each takes a number, refused below 0 in its words
+
+
 def main(argv=None):
     p = OneLineParser(prog="nightly_series.py", description=__doc__.split("\n")[0])
     p.add_argument("--output_dir", required=True)
@@ -38,7 +41,7 @@ def main(argv=None):
     p.add_argument("--planted", type=planted, metavar="NIGHT:STEP[:UNTIL]")
     p.add_argument("--scatter", type=bounded(float, 0.0, 1.0, "the sd of log throughput: 0.03 is 3 %"), default=0.03)
     p.add_argument("--seed", type=bounded(int, 0, 2**32 - 1, "NumPy's seeds"), default=0)
-    a = p.parse_args(argv)
+    a = p.parse_args(glue_negative(sys.argv[1:] if argv is None else list(argv), FLAGS))
     if a.planted and not a.planted[0] < a.nights >= a.planted[-1]:
         p.error(f"--planted {':'.join(map(str, a.planted))}: its nights must lie within --nights {a.nights}")
     nightly.site(a.output_dir, a.nights, a.planted, a.scatter, a.seed)

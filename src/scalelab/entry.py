@@ -281,11 +281,11 @@ REPEATS = bounded(int, 1, 100, "runs a configuration")
 
 
 def glue_negative(argv: list, flags) -> list:
-    """'--params -2B' -> '--params=-2B' for these flags: argparse would read '-2B' as an unknown flag, not as the
-    bad count it is (which the flag's type then refuses in its own words)."""
+    """'--params -2B' -> '--params=-2B' for these flags (and '-inf', '-nan'): argparse would read '-2B' as an unknown
+    flag, not as the bad count it is (which the flag's type then refuses in its own words)."""
     out = []
     for arg in argv:
-        if out and out[-1] in flags and re.match(r"-[0-9.]", arg):
+        if out and out[-1] in flags and re.match(r"-(?:[0-9.]|inf|nan)", arg, re.IGNORECASE):
             out[-1] = f"{out[-1]}={arg}"
         else:
             out.append(arg)

@@ -35,8 +35,8 @@ def _run(folder, *args) -> tuple:
 @settings(max_examples=30, deadline=None)
 @given(flag=st.sampled_from(["--nights", "--scatter", "--seed", "--planted"]),
        value=st.one_of(st.integers(-40, 40).map(str), st.floats(allow_nan=True).map(str),
-                       st.sampled_from(["nan", "inf", "-0.1", "0", "1e9", "5:-0.2", "5:-1", "5:0.1:3", "9:0.1",
-                                        "2:0.5:5", "1:0.1:2:3", ":", "x"]),
+                       st.sampled_from(["nan", "inf", "-0.1", "0", "1e9", "5:-0.2", "-5:-0.2", "5:-1", "5:0.1:3",
+                                        "9:0.1", "2:0.5:5", "1:0.1:2:3", ":", "x"]),
                        st.text(max_size=12).filter(lambda t: not t.startswith("-"))))
 def test_a_flag_is_taken_within_its_bounds_or_refused_in_one_line_with_nothing_written(tmp_path_factory, flag, value):
     folder = tmp_path_factory.mktemp("nights")
@@ -48,6 +48,7 @@ def test_a_flag_is_taken_within_its_bounds_or_refused_in_one_line_with_nothing_w
             assert 0 <= float(value) <= 1 and math.isfinite(float(value))
         return
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("nightly_series.py: error: "), err
+    assert "expected one argument" not in err, err  # a negative value is refused by its flag's bound, in its words
     assert not any(folder.iterdir()), "a refused flag wrote results"
 
 
