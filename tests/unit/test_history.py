@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from scalelab.errors import UsageError
@@ -112,6 +112,40 @@ def test_history_draws_each_group_with_its_changes(tmp_path):
     with contextlib.redirect_stdout(out):
         assert cli.main(["--output_dir", str(tmp_path), "--history", "--plot", str(plots)]) == 0
     assert (plots / "history_A.png").stat().st_size > 10_000
+
+
+@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a shrink: minutes
+@given(nights=st.integers(12, 60), at=st.floats(0.2, 0.8), step=st.sampled_from([None, -0.3, -0.15, 0.2]),
+       seed=st.integers(0, 10**6))
+def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed):
+    """--history --export: history.csv holds each printed row (its runs, latest, band, inside) and
+    history_changes.csv each printed change (its date, metric and size), in the CSVs' units; report.md holds the
+    printed history; an export without --history writes no history file."""
+    folder, export = tmp_path_factory.mktemp("nights"), tmp_path_factory.mktemp("export")
+    _site(folder, nights, planted=None if step is None else (int(nights * at), step), seed=seed)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["--output_dir", str(folder), "--history", "--export", str(export), "--markdown"]) == 0
+    printed = out.getvalue().split("History (")[1].split("\n\n")[0]
+    assert printed in (export / "report.md").read_text()
+    rows, said = pd.read_csv(export / "history.csv"), pd.read_csv(export / "history_changes.csv")
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed.splitlines()[3:]
+             if line.startswith("| ")]
+    assert len(table) == len(rows) == 2, printed
+    for r, cells in zip(rows.itertuples(), table):
+        band = "too few runs" if math.isnan(r.band_low) else f"{r.band_low:,.0f}–{r.band_high:,.0f}"
+        assert cells[:9] == [r.letter, str(r.world_size), str(r.num_nodes), str(r.runs), r.first[:10], r.last[:10],
+                             f"{r.latest:,.0f} {r.unit}", band, r.inside], (cells, r)
+    units = {"throughput": "tokens/s", "efficiency": "fraction", "busbw": "GB/s", "compute": "s", "waited": "s"}
+    lines = [line for line in printed.splitlines() if line.startswith("  A ")]
+    assert len(said) == sum(line.count(" % (") for line in lines)
+    for c in said.itertuples():
+        line = next(line for line in lines if line.startswith(f"  {c.letter} {c.world_size} device(s)")
+                    and f": {c.date[:10]}: " in line)
+        assert f"{c.metric} {c.size * 100:+.0f} % (" in line and c.unit == units[c.metric], (c, line)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["--output_dir", str(folder), "--export", str(export / "plain")]) == 0
+    assert not list((export / "plain").glob("history*"))
 
 
 # --- the rule, on series no one planted a step in, and on steps of any size and place ---------------------------

@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))
     if args.export:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
-                                    args.output_dir)
+                                    args.output_dir, followed=followed if args.history else None)
     if args.trace:
         written += trace.write_all(args.trace, report.full_records())
     if args.plot:

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import columns, explain, plausible
+from scalelab.report import columns, explain, history, plausible
 
 # CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
 SCALING_COLUMNS = columns.exported("scaling")
@@ -64,14 +64,18 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
 
 
 def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.DataFrame,
-              report_markdown: str, output_dir: str) -> list:
-    """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json."""
+              report_markdown: str, output_dir: str, *, followed=None) -> list:
+    """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json; and
+    with --history (followed: history.follow's rows) history.csv and history_changes.csv, its table in report.md."""
     os.makedirs(folder, exist_ok=True)
     files = {"runs.csv": redaction.csv_text(runs)}
     if not scaling.empty:
         for name, columns in (("scaling.csv", SCALING_COLUMNS), ("step_breakdown.csv", STEP_COLUMNS)):
             files[name] = redaction.csv_text(scaling[columns])
     markdown = report_markdown
+    if followed is not None:
+        files["history.csv"], files["history_changes.csv"] = map(redaction.csv_text, history.exported(followed))
+        markdown += "\n\n" + "\n".join(history.render(followed, "github"))
     if not bench.empty:
         files["allreduce.csv"] = redaction.csv_text(bench_rows(bench))  # every run's rows; report.md the newest
         shown = explain.newest_benchmarks(bench)  # newest first, as allreduce.csv lists them

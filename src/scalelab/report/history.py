@@ -136,6 +136,26 @@ def change_lines(row: dict) -> list:
     return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
 
 
+# --export's history.csv (a configuration's series, judged) and history_changes.csv (a change a row): raw numbers,
+# efficiency and a change's size as fractions, times in seconds, as the runs' CSV holds them; dates ISO 8601 (UTC)
+SERIES_COLUMNS = [*CONFIGURATION, "letter", "runs", "first", "last", "unit", "latest", "band_low", "band_high",
+                  "inside", "not_above_0"]
+CHANGE_COLUMNS = [*CONFIGURATION, "letter", "metric", "date", "size", "before", "after", "unit"]
+
+
+def exported(rows: list) -> tuple:
+    """(series, changes): follow's rows as the frames --export writes (SERIES_COLUMNS, CHANGE_COLUMNS)."""
+    series_rows, change_rows = [], []
+    for r in rows:
+        low, high = r["band"] or (None, None)
+        series_rows.append([*(r[k] for k in CONFIGURATION), r["letter"], r["runs"], r["first"].isoformat(),
+                            r["last"].isoformat(), r["unit"], r["latest"], low, high, inside(r), r["not_above_0"]])
+        change_rows += [[*(r[k] for k in CONFIGURATION), r["letter"], name, when.isoformat(), c.size, c.before,
+                         c.after, {"%": "fraction", "ms": "s"}.get(unit, unit) or r["unit"]]  # as the CSV holds it
+                        for column, name, unit in METRICS for when, c in r["changes"][column]]
+    return pd.DataFrame(series_rows, columns=SERIES_COLUMNS), pd.DataFrame(change_rows, columns=CHANGE_COLUMNS)
+
+
 def render(rows: list, fmt: str = "simple") -> list:
     """The history table and each configuration's changes (follow's rows), as the report prints them."""
     if not rows:
