@@ -326,10 +326,13 @@ def paths(root: str, skipped: list, listing=None):
     """Each result.json below root, in order (a folder that cannot be listed, or one named result.json: appended to
     skipped); listing: root's walk kept (files.listing)."""
     for folder, _, names in files.walk(root, skipped, listing):
-        if os.path.basename(folder) == "result.json" and folder != root:  # walked into: a folder, where a file was
+        if folder.endswith(IN_FOLDER) and folder != root:  # walked into: a folder, where a file was
             skipped.append((folder, "a folder, not a result file"))
-        if "result.json" in names:
-            yield os.path.join(folder, "result.json")
+        if "result.json" in names:  # os.path.join's path, without its call (100,000 folders: 0.1 s)
+            yield folder + ("result.json" if folder.endswith(os.sep) else IN_FOLDER)
+
+
+IN_FOLDER = os.sep + "result.json"  # a result's path past its folder's (and a walked folder's, named so)
 
 
 def scan(root: str, listing=None):

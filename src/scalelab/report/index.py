@@ -158,8 +158,8 @@ def _listed(root: str, listing: list, folders: dict, before, skipped: list) -> t
             continue
         listed.append((path, key, st))
         was = before.entries.get(key)
-        if os.path.dirname(path)[len(root):] not in folders:  # a folder with a link: files.walk keeps no listing
-            missed[key] = None
+        if path[len(root):-len(results.IN_FOLDER)] not in folders:  # its folder (below root, as files.walk keys
+            missed[key] = None  # it) holds a link: walk keeps no listing of it
         elif was is not None and was[0] == files.identity(st):
             entries[key] = was
         else:

@@ -20,6 +20,7 @@ import collections
 import functools
 import json
 
+import numpy as np
 import pandas as pd
 
 from scalelab import fingerprint
@@ -37,9 +38,13 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
     baseline is the group's configuration frames.scaling_frame divides by: the fewest devices, then the fewest
     nodes, a real network before an emulated link; its reference fingerprint the one most of its runs recorded (the
     newest among equals)."""
-    out = dict.fromkeys(runs.index, "")
+    out, texts, compiled = [""] * len(runs), runs["fingerprint"].tolist(), runs["compile"].tolist()  # as lists:
+    # a text column read cell by cell costs 10 times a list's (100,000 runs: 0.2 s)
     parsed = functools.lru_cache(maxsize=None)(json.loads)  # a folder's runs repeat a few fingerprints: each read once
-    for _, members in runs[runs["status"] == "completed"].groupby("group"):
+    done = np.flatnonzero((runs["status"] == "completed").to_numpy(dtype=bool, na_value=False))
+    completed = runs[["group", *SCALE, "fingerprint", "created"]].iloc[done]  # what is read of them, not 80 columns
+    for at in completed.groupby("group").indices.values():
+        members = completed.iloc[at]
         config = members.sort_values(SCALE).iloc[0]
         base = members[(members["world_size"] == config["world_size"]) & (members["num_nodes"] == config["num_nodes"])
                        & (members["link"] == config["link"]) & (members["fingerprint"] != "")].sort_values("created")
@@ -50,18 +55,16 @@ def job_differences(runs: pd.DataFrame) -> pd.Series:
         reference = parsed(base["fingerprint"].iloc[max(range(len(keys)), key=lambda i: (counts[keys[i]], i))])
         said = functools.lru_cache(maxsize=None)(
             lambda text, reference=reference: "; ".join(fingerprint.differences(reference, parsed(text))))
-        for index, text in members["fingerprint"].items():
-            if text:
-                out[index] = said(text)
-    completed = runs["status"] == "completed"
+        for i in done[at]:
+            if texts[i]:
+                out[i] = said(texts[i])
     both = functools.lru_cache(maxsize=None)(  # what each run's flags asked, after how it differs: a few pairs each
         lambda said, text, compiled: "; ".join(filter(None, [said, *(fingerprint.asked_differences(
             parsed(text), compiled) if text else [])])))
-    for index, text, compiled in zip(runs.index[completed], runs.loc[completed, "fingerprint"],
-                                     runs.loc[completed, "compile"]):
-        out[index] = both(out[index], text, bool(compiled == True))  # noqa: E712
+    for i in done:
+        out[i] = both(out[i], texts[i], bool(compiled[i] == True))  # noqa: E712
     series = pd.Series("", index=runs.index)  # its dtype as pandas gives text (str in pandas 3)
-    series[:] = list(out.values())
+    series[:] = out
     return series
 
 
