@@ -135,7 +135,8 @@ def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed
     for r, cells in zip(rows.itertuples(), table):
         band = "too few runs" if math.isnan(r.band_low) else f"{r.band_low:,.0f}–{r.band_high:,.0f}"
         assert cells[:9] == [r.letter, str(r.world_size), str(r.num_nodes), str(r.runs), r.first[:10], r.last[:10],
-                             f"{r.latest:,.0f} {r.unit}", band, r.inside], (cells, r)
+                             f"{r.latest:,.0f} {r.unit}", band, "—" if pd.isna(r.inside) else r.inside], (cells, r)
+        assert r.inside in ("yes", "NO") or math.isnan(r.band_low)  # no band: the CSV's cell empty, not a dash
     units = {"throughput": "tokens/s", "efficiency": "fraction", "busbw": "GB/s", "compute": "s", "waited": "s"}
     lines = [line for line in printed.splitlines() if line.startswith("  A ")]
     assert len(said) == sum(line.count(" % (") for line in lines)

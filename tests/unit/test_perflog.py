@@ -7,12 +7,14 @@ import datetime
 import io
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalelab.errors import UsageError
 from scalelab.report import cli, perflog
+from scalelab.report.perflog import cell
 
 HEADER = "job_completion_time|result|display_name|jobid|perf_var|perf_value|perf_unit|perf_ref|perf_lower_thres|" \
          "perf_upper_thres"  # chapter 14's handlers_perflog format, as ReFrame writes its first line
@@ -116,17 +118,20 @@ def test_unix_times_and_a_name_column_are_read_too(tmp_path):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seconds=st.floats(0, 9.2e9), ms=st.lists(st.floats(1e12, 9.2e12), max_size=5),
-       other=st.lists(st.sampled_from(["-5", "nan", "x", "1e30"]), max_size=3))
+       other=st.lists(st.sampled_from(["-5", "nan", "x", "1e30", "2.6e11"]), max_size=3))
 def test_a_time_in_milliseconds_is_said_as_such_never_read_as_a_date(tmp_path, seconds, ms, other):
     """Any job_completion_time_unix in milliseconds (a site's own format) of 2001-2262 is no date in seconds: it
-    is left out, counted and named as milliseconds; one that is no date either way is counted, not named so."""
+    is left out, counted and named as milliseconds where that is all that is wrong with it; one that is no date
+    either way (2.6e11: past 9999 in seconds, 1978 in milliseconds), or lacks a value, a variable or a column too, is
+    counted, not named so."""
     body = [UNIX, f"{seconds!r}|T|v|0.29|GB/s", *(f"{m!r}|T|v|0.29|GB/s" for m in ms),
-            *(f"{o}|T|v|0.29|GB/s" for o in other)]
+            *(f"{o}|T|v|0.29|GB/s" for o in other), "1.7e12|T|v|nan|GB/s", "1.7e12|T||0.29|GB/s", "1.7e12|T|v"]
+    other += ["a value", "a variable", "a column"]  # a line in ms that lacks another thing is not one in ms only
     rows, skipped = _follow(tmp_path, body)
     assert [r["runs"] for r in rows] == [1]
-    assert [why for _, why in skipped] == ([f"{len(ms) + len(other)} line(s) with no date, variable or finite value, "
-                                            "left out" + (f" ({len(ms)} of them dated in milliseconds since 1970, not "
-                                                          "ReFrame's seconds)" if ms else "")] if ms or other else [])
+    assert [why for _, why in skipped] == [f"{len(ms) + len(other)} line(s) with no date, variable or finite value, "
+                                           "left out" + (f" ({len(ms)} of them dated in milliseconds since 1970, not "
+                                                         "ReFrame's seconds)" if ms else "")]
 
 
 def _report(*args) -> str:
@@ -149,10 +154,19 @@ def test_the_report_prints_the_perflog_beside_the_history_and_says_what_it_left_
     results.mkdir()
     from scalelab.testing import nightly
     nightly.site(results, 12)
-    out = _report("--output_dir", results, "--history", "--perflog", tmp_path / "perflogs")
-    table = out.split("ReFrame perflog", 1)[1]
+    out = _report("--output_dir", results, "--history", "--perflog", tmp_path / "perflogs", "--export",
+                  tmp_path / "export")
+    table = out.split("ReFrame perflog", 1)[1].split("\nwritten: ")[0]
     assert "ScalelabReport" in table and " 40 " in table and f"{_night(25)}: -20 %" in table.replace("−", "-"), out
     assert "skipped" in table and "notes.log: not a ReFrame perflog" in table and "ignored.txt" not in table
+    # --export: the same table and lines in report.md, the variable and its change in the CSVs
+    assert "notes.log: not a ReFrame perflog" in (tmp_path / "export" / "report.md").read_text()
+    (row,), (change,) = (pd.read_csv(tmp_path / "export" / name).to_dict("records")
+                         for name in ("perflog.csv", "perflog_changes.csv"))
+    assert row["runs"] == 40 and row["first"].startswith(_night(0)) and row["inside"] in ("yes", "NO"), row
+    assert f"{cell(row['latest'], 'GB/s')} " in table and f"{cell(row['band_low'], '')}–" in table, (row, table)
+    assert change["date"].startswith(_night(25)) and f"{change['size'] * 100:+.0f} %" in table.replace("−", "-")
+    assert change["unit"] == "GB/s" and change["before"] > change["after"] > 0, change
 
 
 @pytest.mark.parametrize("args, said", [

@@ -218,8 +218,8 @@ def main(argv=None) -> int:
     followed = history.follow(runs) if args.history else []
     if args.history:
         print("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
+    logged, unread = [], []
     if args.perflog:
-        unread = []
         logged = perflog.follow(perflog.read(args.perflog, unread))
         print("\n".join(wrap(line, width) for line in perflog.render(logged, unread, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
@@ -231,7 +231,8 @@ def main(argv=None) -> int:
         written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))
     if args.export:
         written += export.write_all(args.export, runs, scaling, bench, render(runs, scaling, "github", max_runs),
-                                    args.output_dir, followed=followed if args.history else None)
+                                    args.output_dir, followed=followed if args.history else None,
+                                    perflogs=(logged, unread) if args.perflog else None)
     if args.trace:
         written += trace.write_all(args.trace, report.full_records())
     if args.plot:

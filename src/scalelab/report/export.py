@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import columns, explain, history, plausible
+from scalelab.report import columns, explain, history, perflog, plausible
 
 # CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
 SCALING_COLUMNS = columns.exported("scaling")
@@ -64,9 +64,11 @@ def summary(scaling: pd.DataFrame, bench: pd.DataFrame, n_runs: int, output_dir:
 
 
 def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.DataFrame,
-              report_markdown: str, output_dir: str, *, followed=None) -> list:
-    """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json; and
-    with --history (followed: history.follow's rows) history.csv and history_changes.csv, its table in report.md."""
+              report_markdown: str, output_dir: str, *, followed=None, perflogs=None) -> list:
+    """runs.csv, scaling.csv, step_breakdown.csv, allreduce.csv (when benchmarked), report.md, summary.json; with
+    --history (followed: history.follow's rows) history.csv and history_changes.csv, and with --perflog (perflogs:
+    perflog.follow's rows and the files or lines it left out) perflog.csv and perflog_changes.csv, each view's
+    table in report.md as printed."""
     os.makedirs(folder, exist_ok=True)
     files = {"runs.csv": redaction.csv_text(runs)}
     if not scaling.empty:
@@ -76,6 +78,9 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
     if followed is not None:
         files["history.csv"], files["history_changes.csv"] = map(redaction.csv_text, history.exported(followed))
         markdown += "\n\n" + "\n".join(history.render(followed, "github"))
+    if perflogs is not None:
+        files["perflog.csv"], files["perflog_changes.csv"] = map(redaction.csv_text, perflog.exported(perflogs[0]))
+        markdown += "\n\n" + "\n".join(perflog.render(*perflogs, "github"))
     if not bench.empty:
         files["allreduce.csv"] = redaction.csv_text(bench_rows(bench))  # every run's rows; report.md the newest
         shown = explain.newest_benchmarks(bench)  # newest first, as allreduce.csv lists them

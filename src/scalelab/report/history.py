@@ -102,6 +102,12 @@ def inside(row: dict) -> str:
     return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"  # 0: below any band
 
 
+def judged(row: dict):
+    """inside's yes or NO as a CSV holds it: None (an empty cell, as the band's ends) where there is no band."""
+    said = inside(row)
+    return None if said == "—" else said
+
+
 ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
 
 
@@ -149,7 +155,7 @@ def exported(rows: list) -> tuple:
     for r in rows:
         low, high = r["band"] or (None, None)
         series_rows.append([*(r[k] for k in CONFIGURATION), r["letter"], r["runs"], r["first"].isoformat(),
-                            r["last"].isoformat(), r["unit"], r["latest"], low, high, inside(r), r["not_above_0"]])
+                            r["last"].isoformat(), r["unit"], r["latest"], low, high, judged(r), r["not_above_0"]])
         change_rows += [[*(r[k] for k in CONFIGURATION), r["letter"], name, when.isoformat(), c.size, c.before,
                          c.after, {"%": "fraction", "ms": "s"}.get(unit, unit) or r["unit"]]  # as the CSV holds it
                         for column, name, unit in METRICS for when, c in r["changes"][column]]

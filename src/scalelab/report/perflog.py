@@ -74,8 +74,9 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
             value = value if finite(value) else None
             date = _date(cells.get(when), unix=when.endswith("_unix"))
             if len(parts) != len(header) or value is None or date is None or not cells["perf_var"]:
-                bad += bool(line.strip())
-                in_ms += date is None and when.endswith("_unix") and _in_ms(cells.get(when))
+                bad += bool(line.strip())  # in_ms: lines whose one fault is a date in milliseconds
+                in_ms += len(parts) == len(header) and value is not None and bool(cells["perf_var"]) and \
+                    date is None and when.endswith("_unix") and _in_ms(cells.get(when))
                 continue
             name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
             # what a line names is shown as any file's text is: secrets redacted, escapes inert
@@ -100,10 +101,14 @@ def _date(text, unix: bool):
 
 
 def _in_ms(text) -> bool:
-    """Whether a job_completion_time_unix that is no date in seconds would be one in milliseconds (a format of a
-    site's own): said, never read as one (a stamp past 9999 may as well be a wrong column)."""
+    """Whether a job_completion_time_unix that is no date in seconds is one of this century in milliseconds (a
+    format of a site's own): said, never read as one (a stamp past 9999 may as well be a wrong column)."""
     stamp = float_or_none(text)
-    return finite(stamp) and _date(text, unix=True) is None and _date(repr(stamp / 1000), unix=True) is not None
+    return finite(stamp) and stamp >= MS_FROM and _date(text, unix=True) is None and \
+        _date(repr(stamp / 1000), unix=True) is not None
+
+
+MS_FROM = 1e12  # 2001-09-09 in milliseconds: a smaller stamp past 9999 in seconds is no nightly run's either way
 
 
 def follow(frame: pd.DataFrame) -> list:
@@ -114,6 +119,23 @@ def follow(frame: pd.DataFrame) -> list:
         out.append({"test": test, "var": var, "unit": g["unit"].iloc[-1], "runs": len(g),
                     "first": g["when"].iloc[0], "last": g["when"].iloc[-1], **judged})
     return out
+
+
+# --export's perflog.csv (a variable a row, judged) and perflog_changes.csv (a change a row), as history's CSVs
+COLUMNS = ["test", "var", "unit", "runs", "first", "last", "latest", "band_low", "band_high", "inside", "not_above_0"]
+CHANGE_COLUMNS = ["test", "var", "unit", "date", "size", "before", "after"]
+
+
+def exported(rows: list) -> tuple:
+    """(variables, changes): follow's rows as the frames --export writes (COLUMNS, CHANGE_COLUMNS)."""
+    variables, changed = [], []
+    for r in rows:
+        low, high = r["band"] or (None, None)
+        variables.append([r["test"], r["var"], r["unit"], r["runs"], r["first"].isoformat(), r["last"].isoformat(),
+                          r["latest"], low, high, history.judged(r), r["not_above_0"]])
+        changed += [[r["test"], r["var"], r["unit"], when.isoformat(), c.size, c.before, c.after]
+                    for when, c in r["changes"]]
+    return pd.DataFrame(variables, columns=COLUMNS), pd.DataFrame(changed, columns=CHANGE_COLUMNS)
 
 
 def render(rows: list, skipped: list, fmt: str = "simple") -> list:
