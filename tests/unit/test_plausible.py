@@ -439,6 +439,12 @@ def test_job_differences_is_its_definition_on_any_folder(runs):
     frame = runs_frame(found)
     assert plausible.job_differences(frame).tolist() == _job_differences_by_definition(frame).tolist()
     assert plausible.job_differences(frame).dtype == _job_differences_by_definition(frame).dtype
+    # by position, not label: the frame shuffled and cut; and a status column whose missing value is NA, not NaN
+    shuffled = frame.sample(frac=1, random_state=len(frame)).iloc[1:]
+    assert plausible.job_differences(shuffled).tolist() == _job_differences_by_definition(shuffled).tolist()
+    na = frame.astype({"status": pd.StringDtype("python", na_value=pd.NA)})
+    na.loc[na["status"] != "completed", "status"] = pd.NA
+    assert plausible.job_differences(na).tolist() == _job_differences_by_definition(na).tolist()
 
 
 def _slow_bench_pair(sps):

@@ -999,3 +999,28 @@ def test_a_kept_version_3_gpt_reads_its_options_and_a_fresh_config_writes_them_t
     assert new["workload"]["options"] == {"preset": "tiny", "seq_len": 128, "vocab_size": 512, "lora_rank": 0}
     fresh = config.parse_config(["--config", "gpt-tiny"]).workload()
     assert fresh["options"] == new["workload"]["options"] and "preset" not in fresh
+
+
+@settings(max_examples=25, deadline=None)
+@given(tree=st.lists(st.lists(st.sampled_from(["a", "b", "result.json"]), max_size=3), min_size=1, max_size=6),
+       spelling=st.sampled_from(["{root}", "{root}/", "{root}//", "./{name}", "./{name}/", ".", "./", ".//"]))
+def test_each_result_path_is_its_folder_joined_whatever_the_root_s_spelling(tmp_path_factory, tree, spelling):
+    """results.paths builds a result's path from its folder's without os.path.join: for a root given with or
+    without trailing separators, relative or absolute, each path is os.path.join's (folder, "result.json"), and a
+    folder named result.json below the root is skipped as one."""
+    top = tmp_path_factory.mktemp("spelled")
+    root = top / "out"
+    for parts in tree:
+        root.joinpath(*parts).mkdir(parents=True, exist_ok=True)
+    for parts in tree:  # a result in each folder where no folder of that name is
+        if not root.joinpath(*parts, "result.json").exists():
+            root.joinpath(*parts, "result.json").write_text("{}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root if spelling.startswith(".") and "{name}" not in spelling else top)
+        given_as = spelling.format(root=root, name=root.name)
+        skipped, walked = [], []
+        expected = [os.path.join(folder, "result.json") for folder, _, names in results.files.walk(given_as, walked)
+                    if "result.json" in names]
+        assert list(results.paths(given_as, skipped)) == expected and expected
+        folders = [p for p in root.rglob("result.json") if p.is_dir()]
+        assert len(skipped) == len(folders) and all(why == "a folder, not a result file" for _, why in skipped)
