@@ -102,12 +102,6 @@ def inside(row: dict) -> str:
     return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"  # 0: below any band
 
 
-def judged(row: dict):
-    """inside's yes or NO as a CSV holds it: None (an empty cell, as the band's ends) where there is no band."""
-    said = inside(row)
-    return None if said == "—" else said
-
-
 ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
 
 
@@ -142,22 +136,37 @@ def change_lines(row: dict) -> list:
     return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
 
 
-# --export's history.csv (a configuration's series, judged) and history_changes.csv (a change a row): raw numbers,
-# efficiency and a change's size as fractions, times in seconds, as the runs' CSV holds them; dates ISO 8601 (UTC)
-SERIES_COLUMNS = [*CONFIGURATION, "letter", "runs", "first", "last", "unit", "latest", "band_low", "band_high",
-                  "inside", "not_above_0"]
-CHANGE_COLUMNS = [*CONFIGURATION, "letter", "metric", "date", "size", "before", "after", "unit"]
+# A judged series (judge's, with its runs, dates and unit) and a change as --export's CSVs hold them: raw numbers,
+# a change's size as a fraction, dates ISO 8601 (UTC); inside empty where there is no band, as the band's ends
+JUDGED = ["runs", "first", "last", "unit", "latest", "band_low", "band_high", "inside", "not_above_0"]
+CHANGED = ["date", "size", "before", "after"]
+# history.csv (a configuration's series) and history_changes.csv (a change a row, in the unit its CSV holds:
+# efficiency as a fraction, compute and waited in seconds, as the runs' CSV holds them)
+SERIES_COLUMNS = [*CONFIGURATION, "letter", *JUDGED]
+CHANGE_COLUMNS = [*CONFIGURATION, "letter", "metric", *CHANGED, "unit"]
+CSV_UNIT = {"%": "fraction", "ms": "s"}  # a metric's unit in a line (METRICS) -> the unit its CSV cell is in
+
+
+def judged_cells(row: dict) -> list:
+    """A judged series' JUDGED cells."""
+    low, high = row["band"] or (None, None)
+    said = inside(row)
+    return [row["runs"], row["first"].isoformat(), row["last"].isoformat(), row["unit"], row["latest"], low, high,
+            None if said == "—" else said, row["not_above_0"]]
+
+
+def change_cells(when, change) -> list:
+    """A change's CHANGED cells."""
+    return [when.isoformat(), change.size, change.before, change.after]
 
 
 def exported(rows: list) -> tuple:
     """(series, changes): follow's rows as the frames --export writes (SERIES_COLUMNS, CHANGE_COLUMNS)."""
     series_rows, change_rows = [], []
     for r in rows:
-        low, high = r["band"] or (None, None)
-        series_rows.append([*(r[k] for k in CONFIGURATION), r["letter"], r["runs"], r["first"].isoformat(),
-                            r["last"].isoformat(), r["unit"], r["latest"], low, high, judged(r), r["not_above_0"]])
-        change_rows += [[*(r[k] for k in CONFIGURATION), r["letter"], name, when.isoformat(), c.size, c.before,
-                         c.after, {"%": "fraction", "ms": "s"}.get(unit, unit) or r["unit"]]  # as the CSV holds it
+        where = [*(r[k] for k in CONFIGURATION), r["letter"]]
+        series_rows.append([*where, *judged_cells(r)])
+        change_rows += [[*where, name, *change_cells(when, c), CSV_UNIT.get(unit, unit) or r["unit"]]
                         for column, name, unit in METRICS for when, c in r["changes"][column]]
     return pd.DataFrame(series_rows, columns=SERIES_COLUMNS), pd.DataFrame(change_rows, columns=CHANGE_COLUMNS)
 

@@ -122,19 +122,15 @@ def follow(frame: pd.DataFrame) -> list:
 
 
 # --export's perflog.csv (a variable a row, judged) and perflog_changes.csv (a change a row), as history's CSVs
-COLUMNS = ["test", "var", "unit", "runs", "first", "last", "latest", "band_low", "band_high", "inside", "not_above_0"]
-CHANGE_COLUMNS = ["test", "var", "unit", "date", "size", "before", "after"]
+COLUMNS = ["test", "var", *history.JUDGED]
+CHANGE_COLUMNS = ["test", "var", *history.CHANGED, "unit"]
 
 
 def exported(rows: list) -> tuple:
     """(variables, changes): follow's rows as the frames --export writes (COLUMNS, CHANGE_COLUMNS)."""
-    variables, changed = [], []
-    for r in rows:
-        low, high = r["band"] or (None, None)
-        variables.append([r["test"], r["var"], r["unit"], r["runs"], r["first"].isoformat(), r["last"].isoformat(),
-                          r["latest"], low, high, history.judged(r), r["not_above_0"]])
-        changed += [[r["test"], r["var"], r["unit"], when.isoformat(), c.size, c.before, c.after]
-                    for when, c in r["changes"]]
+    variables = [[r["test"], r["var"], *history.judged_cells(r)] for r in rows]
+    changed = [[r["test"], r["var"], *history.change_cells(when, c), r["unit"]]
+               for r in rows for when, c in r["changes"]]
     return pd.DataFrame(variables, columns=COLUMNS), pd.DataFrame(changed, columns=CHANGE_COLUMNS)
 
 
