@@ -67,16 +67,17 @@ def read(paths: list, skipped: list) -> pd.DataFrame:
             continue
         test = next((c for c in TEST if c in header), None)
         bad, in_ms, where = 0, 0, as_read("/".join(os.path.dirname(os.path.abspath(path)).split(os.sep)[-2:]))
+        unix = when.endswith("_unix")
         for line in lines[1:]:
             parts = line.split(SEPARATOR)
             cells = dict(zip(header, parts))
             value = float_or_none(cells.get("perf_value"))
             value = value if finite(value) else None
-            date = _date(cells.get(when), unix=when.endswith("_unix"))
-            if len(parts) != len(header) or value is None or date is None or not cells["perf_var"]:
-                bad += bool(line.strip())  # in_ms: lines whose one fault is a date in milliseconds
-                in_ms += len(parts) == len(header) and value is not None and bool(cells["perf_var"]) and \
-                    date is None and when.endswith("_unix") and _in_ms(cells.get(when))
+            date = _date(cells.get(when), unix=unix)
+            usable = len(parts) == len(header) and value is not None and bool(cells["perf_var"])  # its date aside
+            if not usable or date is None:
+                bad += bool(line.strip())
+                in_ms += usable and unix and _in_ms(cells.get(when))  # its one fault: a date in milliseconds
                 continue
             name = cells.get(test, "") if test else os.path.basename(path).removesuffix(".log")
             # what a line names is shown as any file's text is: secrets redacted, escapes inert
@@ -101,14 +102,14 @@ def _date(text, unix: bool):
 
 
 def _in_ms(text) -> bool:
-    """Whether a job_completion_time_unix that is no date in seconds is one of this century in milliseconds (a
-    format of a site's own): said, never read as one (a stamp past 9999 may as well be a wrong column)."""
+    """Whether a job_completion_time_unix is a date of this century in milliseconds (a format of a site's own; from
+    MS_FROM on, no date in seconds): said, never read as one (a stamp past 9999 may as well be a wrong column)."""
     stamp = float_or_none(text)
-    return finite(stamp) and stamp >= MS_FROM and _date(text, unix=True) is None and \
-        _date(repr(stamp / 1000), unix=True) is not None
+    return finite(stamp) and stamp >= MS_FROM and _date(repr(stamp / 1000), unix=True) is not None
 
 
-MS_FROM = 1e12  # 2001-09-09 in milliseconds: a smaller stamp past 9999 in seconds is no nightly run's either way
+MS_FROM = 1e12  # 2001-09-09 in milliseconds, the year 33658 in seconds: a smaller stamp past 9999 in seconds (from
+# 253402300800) would be a 1978-2001 date in ms, no nightly run's either way
 
 
 def follow(frame: pd.DataFrame) -> list:
