@@ -765,3 +765,49 @@ def test_a_curve_edited_in_the_index_is_its_files_not_the_edit(tmp_path):
             db.execute("UPDATE results SET curve = ?, curve_digest = ? WHERE path = ?",
                        (forged, index._digest(forged), key))
     assert curves() == first
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["a log", "a terminal"])
+def test_a_report_that_reads_many_files_anew_says_how_many_once_and_draws_a_bar_on_a_terminal_only(
+        tmp_path, monkeypatch, terminal):
+    out = _copy(FOLDERS[0], tmp_path)
+    many = len(list(out.rglob("result.json")))
+    monkeypatch.setattr(index, "PROGRESS_MIN", many)
+    said, counted = _Terminal() if terminal else io.StringIO(), []
+
+    class Counted(index.tqdm):
+        def update(self, n=1):
+            counted.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr("sys.stderr", said)
+    monkeypatch.setattr(index, "tqdm", Counted)
+    index.scan(str(out))
+    assert sum(counted) == many  # each file read counted, once
+    lines = said.getvalue().splitlines()
+    assert lines[0] == (f"benchmark.py: note: reading {many:,} result files whole (the next report reads only those "
+                        "new or changed since)")
+    bar = said.getvalue()[len(lines[0]) + 1:]
+    assert ("reading:" in bar and f"| 0/{many} [" in bar) if terminal else bar == "", bar
+    for again in ("unchanged", "one more past the bar"):
+        monkeypatch.setattr(index, "PROGRESS_MIN", 1 if again == "unchanged" else many + 1)
+        said.seek(0), said.truncate()
+        if again != "unchanged":
+            (out / index.FILE_NAME).unlink()
+        index.scan(str(out))
+        assert said.getvalue() == "", again  # nothing read anew; or fewer than the bar
+
+
+def test_a_report_that_can_keep_no_index_says_each_report_reads_the_files(tmp_path, monkeypatch, capsys):
+    out = _copy(FOLDERS[0], tmp_path)
+    (out / index.FILE_NAME).mkdir()
+    monkeypatch.setattr(index, "PROGRESS_MIN", 1)
+    for _ in range(2):
+        index.scan(str(out))
+        said = capsys.readouterr().err.splitlines()
+        assert len(said) == 2 and said[1].endswith("whole (no index here: each report does)"), said

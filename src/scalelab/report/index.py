@@ -40,6 +40,8 @@ import stat
 import sys
 import time
 
+from tqdm import tqdm
+
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
 from scalelab.report import kept, sealing, stored
@@ -50,6 +52,8 @@ FILE_NAME = ".scalelab-index.sqlite"
 _CURVE = NAMES.index("loss_curve")  # a row's loss curve: apart in the index and in what is kept
 FORMAT = 5  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
+# files read anew past which a report says so (a site's first report reads 100,000: two minutes here, silent before)
+PROGRESS_MIN = 2000
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 # what the report reads of a collective benchmark besides its envelope (report/explain.bench_frame), and of its
 # config: its environment and versions are left in the file (a third of what 20,000 benchmarks' bodies held)
@@ -119,6 +123,7 @@ def read(root: str) -> tuple:
     from_index, indexed = _kept(db, {k: st for k, st in missed.items() if st is not None}, root, beside, seen) \
         if db is not None and whole else ({}, gone)
     found, fresh = [], []
+    progress = _progress(len(listed) - len(reused) - len(from_index), db is not None)
     for path, key, st in listed:
         if key in reused:
             body, reason = _as_kept(entries[key], path, key, beside)
@@ -128,6 +133,7 @@ def read(root: str) -> tuple:
                                                                                              curve_digest)
         else:
             body, reason, digest, lasting = _parse(path, root)
+            progress.update()
             if lasting and not files.racy(st, started) and missed[key] is not None:  # a read that failed by
                 fresh.append((key, st, digest, reason, body))  # chance (a deadline, an I/O error): tried again
                 entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen)
@@ -137,11 +143,23 @@ def read(root: str) -> tuple:
         else:
             body["_path"] = path
             found.append(body)
+    progress.close()
     if db is not None:
         _update(db, fresh, indexed - {key for _, key, _ in listed})
         db.close()
     kept.save(root, version, before, entries, folders, reused)
     return found, skipped, listing
+
+
+def _progress(count: int, indexed: bool):
+    """What a report shows while it reads `count` files anew: where that is many (PROGRESS_MIN), a note of how many and
+    why (indexed: into an index a next report reads), and a bar on a terminal (tqdm's; none in a log); else nothing."""
+    if count < PROGRESS_MIN:
+        return tqdm(disable=True)
+    why = "the next report reads only those new or changed since" if indexed else "no index here: each report does"
+    print(f"benchmark.py: note: reading {count:,} result files whole ({why})", file=sys.stderr)
+    return tqdm(total=count, desc="reading", unit=" files", disable=None, leave=False, file=sys.stderr,
+                mininterval=0.5)
 
 
 def _listed(root: str, listing: list, folders: dict, before, skipped: list) -> tuple:
