@@ -14,13 +14,16 @@ import pytest
 # entry point still joins; the tests that need one set their own environment).
 os.environ.pop("SCALELAB_WORKLOADS", None)
 # Nor is the user's cache (~/.cache/scalelab: the key that seals index rows, the readings each report keeps for the
-# next): the suite's hundreds of small reports pushed a developer's own folders' readings out of it.
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="scalelab-test-cache-")
+# next): the suite's hundreds of small reports pushed a developer's own folders' readings out of it. A process the
+# suite forked (mutmut's, one per mutant, which ends without atexit: 100 of them were left in /tmp) reuses its parent's.
+_CACHE_PREFIX = "scalelab-test-cache-"
+if not (os.path.basename(os.environ.get("XDG_CACHE_HOME", "")).startswith(_CACHE_PREFIX)
+        and os.path.isdir(os.environ["XDG_CACHE_HOME"])):
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix=_CACHE_PREFIX)
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
-import helpers
-from helpers import SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running
-
-atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
+import helpers  # noqa: E402 - after the environment it reads is set
+from helpers import SLURM_CLUSTER, SLURM_STATE_DIR, run_script, slurm_cannot_run_reason, slurm_cluster_running  # noqa: E402
 
 
 @pytest.fixture
