@@ -15,10 +15,14 @@ import pytest
 os.environ.pop("SCALELAB_WORKLOADS", None)
 # Nor is the user's cache (~/.cache/scalelab: the key that seals index rows, the readings each report keeps for the
 # next): the suite's hundreds of small reports pushed a developer's own folders' readings out of it. A process the
-# suite forked (mutmut's, one per mutant, which ends without atexit: 100 of them were left in /tmp) reuses its parent's.
+# suite started or forked (xdist's workers; mutmut's, one a mutant, which end without atexit: 100 folders were left
+# in /tmp) makes its own inside its maker's, removed with it: none reads what another kept (a mutant, the clean
+# run's readings of the same code's digest) nor races another making its key.
 _CACHE_PREFIX = "scalelab-test-cache-"
-if not (os.path.basename(os.environ.get("XDG_CACHE_HOME", "")).startswith(_CACHE_PREFIX)
-        and os.path.isdir(os.environ["XDG_CACHE_HOME"])):
+_MAKERS = os.environ.get("XDG_CACHE_HOME", "")
+if os.path.basename(_MAKERS).startswith(_CACHE_PREFIX) and os.path.isdir(_MAKERS):
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix=_CACHE_PREFIX, dir=_MAKERS)
+else:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix=_CACHE_PREFIX)
     atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 

@@ -790,8 +790,8 @@ def test_a_report_that_reads_many_files_anew_says_how_many_once_and_draws_a_bar_
     index.scan(str(out))
     assert sum(counted) == many  # each file read counted, once
     lines = said.getvalue().splitlines()
-    assert lines[0] == (f"benchmark.py: note: reading {many:,} result files whole (the next report reads only those "
-                        "new or changed since)")
+    assert lines[0] == (f"benchmark.py: note: reading {many:,} result files whole: neither the folder's index nor "
+                        "your last report holds a reading of them this report can use")
     bar = said.getvalue()[len(lines[0]) + 1:]
     assert ("reading:" in bar and f"| 0/{many} [" in bar) if terminal else bar == "", bar
     for again in ("unchanged", "one more past the bar"):
@@ -801,13 +801,3 @@ def test_a_report_that_reads_many_files_anew_says_how_many_once_and_draws_a_bar_
             (out / index.FILE_NAME).unlink()
         index.scan(str(out))
         assert said.getvalue() == "", again  # nothing read anew; or fewer than the bar
-
-
-def test_a_report_that_can_keep_no_index_says_each_report_reads_the_files(tmp_path, monkeypatch, capsys):
-    out = _copy(FOLDERS[0], tmp_path)
-    (out / index.FILE_NAME).mkdir()
-    monkeypatch.setattr(index, "PROGRESS_MIN", 1)
-    for _ in range(2):
-        index.scan(str(out))
-        said = capsys.readouterr().err.splitlines()
-        assert len(said) == 2 and said[1].endswith("whole (no index here: each report does)"), said

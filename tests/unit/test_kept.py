@@ -102,12 +102,15 @@ def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tm
         assert _through_kept(out) == _truth(out) and all(os.path.islink(p) for p in parsed)  # a link's: each time
 
 
-def test_a_report_after_no_change_reads_no_file_and_no_index_row(tmp_path, monkeypatch):
+def test_a_report_after_no_change_reads_no_file_and_no_index_row(tmp_path, monkeypatch, capsys):
     out = _copy(tmp_path)
+    monkeypatch.setattr(index, "PROGRESS_MIN", 1)  # each file read anew counted aloud
     first = _through_kept(out)
+    assert f"reading {len(list(out.rglob('result.json')))} result files whole" in capsys.readouterr().err
     parsed = _parses(monkeypatch)
     monkeypatch.setattr(index, "_kept", lambda *a, **k: pytest.fail("the index read row by row"))
     assert _through_kept(out) == first and parsed == []
+    assert capsys.readouterr().err == ""  # none read anew: none counted
 
 
 def _wholes(tmp_path) -> list:

@@ -123,7 +123,7 @@ def read(root: str) -> tuple:
     from_index, indexed = _kept(db, {k: st for k, st in missed.items() if st is not None}, root, beside, seen) \
         if db is not None and whole else ({}, gone)
     found, fresh = [], []
-    progress = _progress(len(listed) - len(reused) - len(from_index), db is not None)
+    progress = _progress(len(listed) - len(reused) - len(from_index))
     for path, key, st in listed:
         if key in reused:
             body, reason = _as_kept(entries[key], path, key, beside)
@@ -151,15 +151,25 @@ def read(root: str) -> tuple:
     return found, skipped, listing
 
 
-def _progress(count: int, indexed: bool):
-    """What a report shows while it reads `count` files anew: where that is many (PROGRESS_MIN), a note of how many and
-    why (indexed: into an index a next report reads), and a bar on a terminal (tqdm's; none in a log); else nothing."""
+def _progress(count: int):
+    """What a report shows while it reads `count` files anew: where that is many (PROGRESS_MIN), a note of how many,
+    and a bar on a terminal (tqdm's; none in a log); else nothing."""
     if count < PROGRESS_MIN:
-        return tqdm(disable=True)
-    why = "the next report reads only those new or changed since" if indexed else "no index here: each report does"
-    print(f"benchmark.py: note: reading {count:,} result files whole ({why})", file=sys.stderr)
+        return _Quiet()
+    print(f"benchmark.py: note: reading {count:,} result files whole: neither the folder's index nor your last "
+          "report holds a reading of them this report can use", file=sys.stderr)
     return tqdm(total=count, desc="reading", unit=" files", disable=None, leave=False, file=sys.stderr,
                 mininterval=0.5)
+
+
+class _Quiet:
+    """No bar (tqdm's, even disabled, starts a thread of its own)."""
+
+    def update(self):
+        pass
+
+    def close(self):
+        pass
 
 
 def _listed(root: str, listing: list, folders: dict, before, skipped: list) -> tuple:
