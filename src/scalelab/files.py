@@ -306,15 +306,17 @@ def gc_set_aside():
             gc.enable()
 
 
-def listing(root: str, known: Optional[dict] = None, keep: Optional[dict] = None) -> list:
+def listing(root: str, known: Optional[dict] = None, keep: Optional[dict] = None, counted=None) -> list:
     """One walk of root, kept for each reader of one report (result.json files, nccl-tests logs: 100,000 folders
     walked once): (folder, its file names, None) in walk's order, and (folder, None, why) where it met one it
-    could not list. known, keep: walk's (an earlier report's listings, and this one's for the next)."""
+    could not list. known, keep: walk's (an earlier report's listings, this one's); counted: told each folder."""
     out, unlisted = [], []
     for folder, _, names in walk(root, unlisted, known=known, keep=keep):
         out += [(path, None, why) for path, why in unlisted]
         unlisted.clear()
         out.append((folder, names, None))
+        if counted is not None:
+            counted.update()
     return out + [(path, None, why) for path, why in unlisted]
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from helpers import ROOT, SRC, two_reports_at_once
 from scalelab import redaction, results
-from scalelab.report import cli, explain, index, kept, sealing, stored
+from scalelab.report import cli, explain, index, kept, progress, sealing, stored
 from scalelab.report.columns import JSON_TEXTS, NAMES
 
 FOLDERS = [ROOT / "tests" / "data" / "demo-results", ROOT / "tests" / "data" / "fp32-baseline-bf16-pair",
@@ -773,31 +773,34 @@ class _Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("terminal", [False, True], ids=["a log", "a terminal"])
-def test_a_report_that_reads_many_files_anew_says_how_many_once_and_draws_a_bar_on_a_terminal_only(
+def test_a_report_that_reads_many_files_anew_says_how_many_once_and_draws_bars_on_a_terminal_only(
         tmp_path, monkeypatch, terminal):
     out = _copy(FOLDERS[0], tmp_path)
-    many = len(list(out.rglob("result.json")))
-    monkeypatch.setattr(index, "PROGRESS_MIN", many)
-    said, counted = _Terminal() if terminal else io.StringIO(), []
+    many, walked = len(list(out.rglob("result.json"))), 1 + sum(p.is_dir() for p in out.rglob("*"))
+    monkeypatch.setattr(progress, "PROGRESS_MIN", many)
+    monkeypatch.setattr(progress, "BAR_DELAY_S", 0)  # each phase past it, however short
+    said, counted = _Terminal() if terminal else io.StringIO(), {}
 
-    class Counted(index.tqdm):
+    class Counted(progress.tqdm):
         def update(self, n=1):
-            counted.append(n)
+            counted[self.desc] = counted.get(self.desc, 0) + n
             return super().update(n)
 
     monkeypatch.setattr("sys.stderr", said)
-    monkeypatch.setattr(index, "tqdm", Counted)
+    monkeypatch.setattr(progress, "tqdm", Counted)
     index.scan(str(out))
-    assert sum(counted) == many  # each file read counted, once
-    lines = said.getvalue().splitlines()
-    assert lines[0] == (f"benchmark.py: note: reading {many:,} result files whole: neither the folder's index nor "
-                        "your last report holds a reading of them this report can use")
-    bar = said.getvalue()[len(lines[0]) + 1:]
-    assert ("reading:" in bar and f"| 0/{many} [" in bar) if terminal else bar == "", bar
+    # each folder listed (nothing kept: index.read lists them all) and each file read, counted once; in a log no bar
+    assert counted == ({"listing": walked, "reading": many} if terminal else {})
+    note = (f"benchmark.py: note: reading {many:,} result files whole: neither the folder's index nor your last "
+            "report holds a reading of them this report can use\n")
+    text = said.getvalue()
+    assert text.count(note) == 1 and (text == note if not terminal else
+                                      "listing:" in text and f"reading:   0%|          | 0/{many} [" in text), text
+    monkeypatch.setattr(progress, "BAR_DELAY_S", 2)
     for again in ("unchanged", "one more past the bar"):
-        monkeypatch.setattr(index, "PROGRESS_MIN", 1 if again == "unchanged" else many + 1)
+        monkeypatch.setattr(progress, "PROGRESS_MIN", 1 if again == "unchanged" else many + 1)
         said.seek(0), said.truncate()
         if again != "unchanged":
             (out / index.FILE_NAME).unlink()
         index.scan(str(out))
-        assert said.getvalue() == "", again  # nothing read anew; or fewer than the bar
+        assert said.getvalue() == "", again  # nothing read anew, or fewer than PROGRESS_MIN; no phase of 2 s

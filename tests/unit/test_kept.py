@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from helpers import ROOT, two_reports_at_once
 from scalelab import files, results
-from scalelab.report import index, kept
+from scalelab.report import index, kept, progress
 
 SOURCE = ROOT / "tests" / "data" / "demo-results"
 
@@ -104,7 +104,7 @@ def test_each_report_reads_what_the_files_say_whatever_changed_since_the_last(tm
 
 def test_a_report_after_no_change_reads_no_file_and_no_index_row(tmp_path, monkeypatch, capsys):
     out = _copy(tmp_path)
-    monkeypatch.setattr(index, "PROGRESS_MIN", 1)  # each file read anew counted aloud
+    monkeypatch.setattr(progress, "PROGRESS_MIN", 1)  # each file read anew counted aloud
     first = _through_kept(out)
     assert f"reading {len(list(out.rglob('result.json')))} result files whole" in capsys.readouterr().err
     parsed = _parses(monkeypatch)

@@ -40,11 +40,9 @@ import stat
 import sys
 import time
 
-from tqdm import tqdm
-
 from scalelab import __version__, files, results
 from scalelab.errors import ResultError
-from scalelab.report import kept, sealing, stored
+from scalelab.report import kept, progress, sealing, stored
 from scalelab.report.columns import NAMES, Curve, loss_curve
 from scalelab.report.frames import run_row
 
@@ -52,8 +50,6 @@ FILE_NAME = ".scalelab-index.sqlite"
 _CURVE = NAMES.index("loss_curve")  # a row's loss curve: apart in the index and in what is kept
 FORMAT = 5  # the layout of the tables below
 BUSY_TIMEOUT_S = 30  # another report's update, waited for
-# files read anew past which a report says so (a site's first report reads 100,000: two minutes here, silent before)
-PROGRESS_MIN = 2000
 ENVELOPE = ("schema", "schema_version", "kind", "run_id", "created", "status", "error", "slurm")
 # what the report reads of a collective benchmark besides its envelope (report/explain.bench_frame), and of its
 # config: its environment and versions are left in the file (a third of what 20,000 benchmarks' bodies held)
@@ -106,7 +102,9 @@ def read(root: str) -> tuple:
     before = kept.load(root, version)
     if not os.path.lexists(os.path.join(root, FILE_NAME)):
         before.entries = {}  # the index is gone: it is built again from the files, not left empty behind this
-    listing = files.listing(root, before.folders if files.folder_times_hold(root) else None, folders)
+    known = before.folders if files.folder_times_hold(root) else None
+    with progress.bar("listing", " folders", shown=not known) as counted:  # each folder listed (a cold walk: slow)
+        listing = files.listing(root, known, folders, counted)
     skipped = []
     listed, entries, missed = _listed(root, listing, folders, before, skipped)
     gone = before.entries.keys() - entries.keys() - missed.keys()
@@ -123,53 +121,31 @@ def read(root: str) -> tuple:
     from_index, indexed = _kept(db, {k: st for k, st in missed.items() if st is not None}, root, beside, seen) \
         if db is not None and whole else ({}, gone)
     found, fresh = [], []
-    progress = _progress(len(listed) - len(reused) - len(from_index))
-    for path, key, st in listed:
-        if key in reused:
-            body, reason = _as_kept(entries[key], path, key, beside)
-        elif key in from_index:
-            body, reason, digest, curve_digest = from_index.pop(key)  # decoded for this report alone: marked below
-            entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen,
-                                                                                             curve_digest)
-        else:
-            body, reason, digest, lasting = _parse(path, root)
-            progress.update()
-            if lasting and not files.racy(st, started) and missed[key] is not None:  # a read that failed by
-                fresh.append((key, st, digest, reason, body))  # chance (a deadline, an I/O error): tried again
-                entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen)
-            body = body and dict(body)  # the row stored stays without the report's mark
-        if reason is not None:
-            skipped.append((path, reason))
-        else:
-            body["_path"] = path
-            found.append(body)
-    progress.close()
+    with progress.reading(len(listed) - len(reused) - len(from_index)) as reading:
+        for path, key, st in listed:
+            if key in reused:
+                body, reason = _as_kept(entries[key], path, key, beside)
+            elif key in from_index:
+                body, reason, digest, curve_digest = from_index.pop(key)  # decoded for this report alone: marked below
+                entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen,
+                                                                                                 curve_digest)
+            else:
+                body, reason, digest, lasting = _parse(path, root)
+                reading.update()
+                if lasting and not files.racy(st, started) and missed[key] is not None:  # a read that failed by
+                    fresh.append((key, st, digest, reason, body))  # chance (a deadline, an I/O error): tried again
+                    entries[key] = files.identity(st), digest, reason if body is None else _to_keep(body, seen)
+                body = body and dict(body)  # the row stored stays without the report's mark
+            if reason is not None:
+                skipped.append((path, reason))
+            else:
+                body["_path"] = path
+                found.append(body)
     if db is not None:
         _update(db, fresh, indexed - {key for _, key, _ in listed})
         db.close()
     kept.save(root, version, before, entries, folders, reused)
     return found, skipped, listing
-
-
-def _progress(count: int):
-    """What a report shows while it reads `count` files anew: where that is many (PROGRESS_MIN), a note of how many,
-    and a bar on a terminal (tqdm's; none in a log); else nothing."""
-    if count < PROGRESS_MIN:
-        return _Quiet()
-    print(f"benchmark.py: note: reading {count:,} result files whole: neither the folder's index nor your last "
-          "report holds a reading of them this report can use", file=sys.stderr)
-    return tqdm(total=count, desc="reading", unit=" files", disable=None, leave=False, file=sys.stderr,
-                mininterval=0.5)
-
-
-class _Quiet:
-    """No bar (tqdm's, even disabled, starts a thread of its own)."""
-
-    def update(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def _listed(root: str, listing: list, folders: dict, before, skipped: list) -> tuple:
