@@ -231,10 +231,10 @@ def _kept(db: sqlite3.Connection, stats: dict, root: str, beside=None, seen=None
         if not _ours(db):
             db.execute("ROLLBACK")
             return {}, set()
-        for key, *identity, skipped, text, digest, kind, size, curve_digest, said in db.execute(
+        for key, *identity, skipped, text, digest, kind, size, curve_digest, said in progress.counted(db.execute(
                 "SELECT r.path, size, mtime_ns, ctime_ns, ino, skipped, body, digest, typeof(curve), length(curve), "
                 "curve_digest, seal FROM results r LEFT JOIN seals s ON s.signer = ? AND s.path = r.path",
-                (sealing.signer(mine),)):
+                (sealing.signer(mine),)), "index", " rows"):  # 100,000: 10 s
             indexed.add(key)
             st = stats.get(key)
             if st is None or tuple(identity) != files.identity(st):

@@ -26,9 +26,16 @@ def bar(what: str, unit: str, total=None, shown: bool = True):
     """tqdm's bar on a terminal's stderr where shown, drawn once its phase has taken BAR_DELAY_S (a small folder's
     report draws none), cleared when done (a `with` block: on an interrupt too); else one that shows nothing (a log:
     no bar; tqdm's, even disabled, starts a thread of its own)."""
-    if not shown or not sys.stderr.isatty():
-        return _Quiet()
-    return tqdm(total=total, desc=what, unit=unit, leave=False, file=sys.stderr, mininterval=0.5, delay=BAR_DELAY_S)
+    return _tqdm(total=total, desc=what, unit=unit) if shown and sys.stderr.isatty() else _Quiet()
+
+
+def counted(rows, what: str, unit: str):
+    """rows, counted by a bar as they are taken where stderr is a terminal (as `bar` draws it; cleared at their end)."""
+    return _tqdm(rows, desc=what, unit=unit) if sys.stderr.isatty() else rows
+
+
+def _tqdm(*args, **kwargs):
+    return tqdm(*args, **kwargs, leave=False, file=sys.stderr, mininterval=0.5, delay=BAR_DELAY_S)
 
 
 class _Quiet:
