@@ -97,12 +97,15 @@ def test_the_band_holds_about_four_latest_runs_in_five():
     assert 760 <= inside <= 840, inside
 
 
-def test_the_latest_run_outside_its_band_says_no(tmp_path):
+@pytest.mark.parametrize("factor, said", [(0.7, "NO, below"), (1.4, "NO, above")])
+def test_the_latest_run_outside_its_band_says_no_and_on_which_side(tmp_path, factor, said):
+    """One night far off: not a change (one run), but outside its band, and which side of it (a night faster than
+    its band is no slowdown: a bare NO read as one)."""
     _site(tmp_path, 30)
-    _night(tmp_path, 30, 2, 6400 * 0.7, busbw=0.8)  # one bad night: not a change (one run), but outside
+    _night(tmp_path, 30, 2, 6400 * factor, busbw=0.8)
     out = _report(tmp_path).split("History")[1]
     row = next(line for line in out.splitlines() if line.strip().startswith("A") and " 2 " in line)
-    assert " NO " in f"{row} " and "No change in any series" in out, out
+    assert f" {said} " in f"{row} " and "No change in any series" in out, out
 
 
 def test_history_draws_each_group_with_its_changes(tmp_path):
@@ -136,7 +139,8 @@ def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed
         band = "too few runs" if math.isnan(r.band_low) else f"{r.band_low:,.0f}–{r.band_high:,.0f}"
         assert cells[:9] == [r.letter, str(r.world_size), str(r.num_nodes), str(r.runs), r.first[:10], r.last[:10],
                              f"{r.latest:,.0f} {r.unit}", band, "—" if pd.isna(r.inside) else r.inside], (cells, r)
-        assert r.inside in ("yes", "NO") or math.isnan(r.band_low)  # no band: the CSV's cell empty, not a dash
+        # no band: the CSV's cell empty, not a dash
+        assert r.inside in ("yes", "NO, below", "NO, above") or math.isnan(r.band_low)
     units = {"throughput": "tokens/s", "efficiency": "fraction", "busbw": "GB/s", "compute": "s", "waited": "s"}
     lines = [line for line in printed.splitlines() if line.startswith("  A ")]
     assert len(said) == sum(line.count(" % (") for line in lines)
@@ -406,7 +410,7 @@ def test_a_newest_run_without_a_throughput_is_not_judged(tmp_path):
         json.dump(data, fh)
     out = _report(tmp_path).split("History")[1]
     row = next(line for line in out.splitlines() if line.strip().startswith("A") and " 2 " in line)
-    assert " NO " not in f"{row} ", out
+    assert " NO" not in f"{row} ", out
 
 
 def test_each_groups_plot_names_its_own_unit():
@@ -445,7 +449,8 @@ def test_a_series_of_one_value_holds_its_latest_inside_its_band(value, runs):
     put a few ulps off the value itself; the latest run, that same value, is inside it, never "NO"."""
     low_high = history.band([value] * runs)
     assert history.inside({"band": low_high, "latest": value}) == "yes"
-    assert history.inside({"band": low_high, "latest": value * 1.000001}) == "NO"
+    assert history.inside({"band": low_high, "latest": value * 1.000001}) == "NO, above"
+    assert history.inside({"band": low_high, "latest": value * 0.999999}) == "NO, below"
 
 
 @pytest.mark.parametrize("mode", [["--ranks"], ["--compare", "a", "b"], ["--reference", "r.yaml"],

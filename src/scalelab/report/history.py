@@ -94,12 +94,15 @@ def judge(values, dates: pd.Series) -> dict:
 
 
 def inside(row: dict) -> str:
-    """Whether a judged series' latest value is inside its band: yes, NO, or — (no band, or no latest)."""
+    """Whether a judged series' latest value is inside its band: yes, `NO, below` or `NO, above` (which side: a
+    night faster than its band is no slowdown), or — (no band, or no latest)."""
     low_high = row["band"]
     if low_high is None or not math.isfinite(row["latest"]):
         return "—"
     low, high = low_high  # the ends are exp(log mean ± reach): a series of one value rounds to its band's edge
-    return "yes" if low * (1 - ROUNDING) <= row["latest"] <= high * (1 + ROUNDING) else "NO"  # 0: below any band
+    if row["latest"] < low * (1 - ROUNDING):
+        return "NO, below"  # 0 too: below any band
+    return "NO, above" if row["latest"] > high * (1 + ROUNDING) else "yes"
 
 
 ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
