@@ -273,8 +273,21 @@ def test_limiting_line_names_the_cost_of_sharing_with_backward():
     found[1]["timing"]["comm"]["allreduce_alone_s"] = 0.02
     runs, scaling = annotated(found)
     line = explain.limiting_line(next(scaling[scaling["world_size"] == 2].itertuples()))
-    assert "Alone, the same all-reduce takes 20.0 ms: running beside backward cost it 10.0 ms" in line
+    assert "Alone, the same all-reduce takes 20 ms: running beside backward cost it 10 ms" in line
     assert "share the node's cores" in line
+
+
+def test_a_sub_millisecond_step_s_figures_keep_two_digits_and_add_up():
+    """A CPU rehearsal's small MLP (the demo's group A): 0.44 ms all-reduce, 0.36 ms alone. At one decimal the
+    sentence read "0.4 ms all-reduce ... takes 0.4 ms alone: cost it 0.1 ms"; each figure two digits, the cost is
+    the difference of the two it names."""
+    r = _row(world_size=2, efficiency=0.39, accelerator="cpu", comm_share=0.22, waited_s=0.000412,
+             allreduce_s=0.0004395, hidden_fraction=0.0, allreduce_alone_s=0.00036125)
+    line = explain.limiting_line(r)
+    assert "(0.41 ms waited; 0 % of the 0.44 ms all-reduce hidden behind backward)" in line, line
+    assert "Alone, the same all-reduce takes 0.36 ms: running beside backward cost it 0.08 ms" in line, line
+    assert [explain._ms(s) for s in (0.00999, 0.00994, 0.000999, 0.0009949, 0.0000049)] == [
+        "10", "9.9", "1.0", "0.99", "0.00"]  # each as it rounds: never "10.0" beside a "10", nor "1.00"
 
 
 def test_limiting_line_when_the_step_lost_more_than_the_allreduce_took():
@@ -464,8 +477,8 @@ def test_the_limiting_line_of_a_communication_bound_multi_node_run():
     assert explain.limiting_line(r) == (
         "8 devices on 2 nodes: efficiency 60 %. Limited by communication: 30 % of the step (45 ms waited; 25 % of "
         "the 60 ms all-reduce hidden behind backward); the inter-node link delivered 12.3 GB/s busbw to DDP "
-        "(all-reduce benchmark: 20 GB/s at these bucket sizes). Alone, the same all-reduce takes 40.0 ms: running "
-        "beside backward cost it 20.0 ms, because compute and communication share the GPU's SMs and memory "
+        "(all-reduce benchmark: 20 GB/s at these bucket sizes). Alone, the same all-reduce takes 40 ms: running "
+        "beside backward cost it 20 ms, because compute and communication share the GPU's SMs and memory "
         "bandwidth.")  # compute 5 % above the baseline's: under the 10 % that counts as slower
 
 
@@ -778,8 +791,8 @@ def test_the_limiting_line_in_seconds_long_steps():
              hidden_fraction=0.6, allreduce_alone_s=1.2)
     assert explain.limiting_line(r) == (
         "4 devices on 1 node: efficiency 50 %. Limited by communication: 30 % of the step (600 ms waited; 60 % of "
-        "the 1,500 ms all-reduce hidden behind backward). Alone, the same all-reduce takes 1,200.0 ms: running "
-        "beside backward cost it 300.0 ms, because compute and communication share the node's cores.")
+        "the 1,500 ms all-reduce hidden behind backward). Alone, the same all-reduce takes 1,200 ms: running "
+        "beside backward cost it 300 ms, because compute and communication share the node's cores.")
 
 
 def test_the_limiting_line_orders_two_causes_by_the_time_each_cost():

@@ -319,8 +319,8 @@ def limiting_line(r) -> Optional[str]:
         lost = r.allreduce_s - r.allreduce_alone_s
         if lost > 0.15 * r.allreduce_alone_s:
             shared = "the node's cores" if r.accelerator == "cpu" else "the GPU's SMs and memory bandwidth"
-            comm += (f". Alone, the same all-reduce takes {r.allreduce_alone_s * 1e3:,.1f} ms: running beside "
-                     f"backward cost it {lost * 1e3:,.1f} ms, because compute and communication share {shared}")
+            comm += (f". Alone, the same all-reduce takes {_ms(r.allreduce_alone_s)} ms: running beside "
+                     f"backward cost it {_ms(lost)} ms, because compute and communication share {shared}")
     causes.append((r.waited_s if _ok(r.waited_s) else 0.0, comm))
     causes.sort(key=lambda c: -c[0])
     texts = [text for _, text in causes]
@@ -387,10 +387,11 @@ def split_within_noise(r) -> bool:
 
 
 def _ms(seconds: float) -> str:
-    """Milliseconds with a decimal below 10 ms: a 1.4 ms wait beside a 1.2 ms all-reduce must not read "1 ms lost,
-    more than the 1 ms"."""
+    """Milliseconds to two significant digits below 10 ms: a 1.4 ms wait beside a 1.2 ms all-reduce must not read "1
+    ms lost, more than the 1 ms", nor a 0.44 ms all-reduce that takes 0.36 ms alone "0.4 ms, 0.4 ms alone: 0.1 ms
+    lost"."""
     ms = seconds * 1e3
-    return f"{ms:.1f}" if abs(ms) < 10 else f"{ms:,.0f}"
+    return f"{ms:.2f}" if abs(ms) < 0.995 else f"{ms:.1f}" if abs(ms) < 9.95 else f"{ms:,.0f}"  # as they round
 
 
 def _gbps(x: float) -> str:
