@@ -653,11 +653,12 @@ def test_a_too_wide_band_is_said_with_its_own_cause_borrowed_or_noisy():
                           dict(row, exposure_from=ours), dict(row, exposure_from=borrowed),
                           dict(row, exposure_from=other_level), dict(row, exposure_from=other_link)])
     said = forecast_view.track_record(runs, track, "simple")[2]
-    assert "(2 band(s) wider than 50 points not counted: x borrowed from other workloads' runs" in said, said
+    x = forecast_view.X_NAMED
+    assert f"(2 band(s) wider than 50 points not counted: {x} borrowed from other workloads' runs" in said, said
     assert "; 1 band(s) wider than 50 points not counted: too few or too noisy runs" in said, said
-    assert "; 1 band(s) wider than 50 points not counted: no multi-device run to read x from, so x spans 0 to 2" \
+    assert f"; 1 band(s) wider than 50 points not counted: no multi-device run to read {x} from, so x spans 0 to 2" \
         in said, said
-    assert "; 2 band(s) wider than 50 points not counted: x read from its runs at another all-reduce time" in said
+    assert f"; 2 band(s) wider than 50 points not counted: {x} read from its runs at another all-reduce time" in said
     assert said.count("not counted") == 4 and "0 of 0 inside" in said
 
 

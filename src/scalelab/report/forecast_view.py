@@ -92,19 +92,21 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
 
 
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing
+X_NAMED = "its exposed factor x (the step's growth ÷ its all-reduce time)"  # perfmodel/forecast.py's x
 
 
 def wide_why(exposure_from: str) -> str:
-    """Why a band came out too wide, and what narrows it, by where its exposed factor x came from."""
+    """Why a band came out too wide, and what narrows it, by where its exposed factor x came from (named in full:
+    a reader of the track record meets x here first)."""
     if "other workloads'" in exposure_from:  # forecast.exposure_for's words
-        return ("x borrowed from other workloads' runs, whose per-step costs are not this one's (its own runs at "
-                "another scale or link, repeated, would give it its own)")
+        return (f"{X_NAMED} borrowed from other workloads' runs, whose per-step costs are not this one's (its own "
+                "runs at another scale or link, repeated, would give it its own)")
     if exposure_from.startswith("none measured"):
-        return (f"no multi-device run to read x from, so x spans 0 to {fc.UNMEASURED_X:g} (a run of it at another "
-                "scale or link, repeated, measures it)")
+        return (f"no multi-device run to read {X_NAMED} from, so x spans 0 to {fc.UNMEASURED_X:g} (a run of it at "
+                "another scale or link, repeated, measures it)")
     if "fixed cost" in exposure_from or "other level" in exposure_from:  # read at another all-reduce time
-        return ("x read from its runs at another all-reduce time, as a share of the all-reduce and as a fixed cost "
-                "per step, which those runs cannot tell apart (runs of it at two all-reduce times would)")
+        return (f"{X_NAMED} read from its runs at another all-reduce time, as a share of the all-reduce and as a "
+                "fixed cost per step, which those runs cannot tell apart (runs of it at two all-reduce times would)")
     return ("too few or too noisy runs to fit the model from; more repeats of each configuration narrow them "
             "(the demo's --repeats 3)")
 
