@@ -92,12 +92,11 @@ def with_forecast_error(scaling: pd.DataFrame, track: pd.DataFrame) -> pd.DataFr
 
 
 WIDE_BAND = 0.5  # a band wider than half the efficiency scale holds almost any measurement: it informs nothing
-X_NAMED = "its exposed factor x (the step's growth ÷ its all-reduce time)"  # perfmodel/forecast.py's x
+X_NAMED = "its exposed factor x (the step's growth ÷ its all-reduce time)"  # forecast.py's x, named where met
 
 
 def wide_why(exposure_from: str) -> str:
-    """Why a band came out too wide, and what narrows it, by where its exposed factor x came from (named in full:
-    a reader of the track record meets x here first)."""
+    """Why a band came out too wide, and what narrows it, by where its exposed factor x came from (X_NAMED)."""
     if "other workloads'" in exposure_from:  # forecast.exposure_for's words
         return (f"{X_NAMED} borrowed from other workloads' runs, whose per-step costs are not this one's (its own "
                 "runs at another scale or link, repeated, would give it its own)")
