@@ -374,6 +374,15 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
                                                "cores")
     gpu = SimpleNamespace(**{**vars(row), "accelerator": "gpu"})
     assert explain._comm_detail(gpu).endswith("sharing the GPU's SMs and memory bandwidth")
+    # a step of a few ms (the demo's MLP: 3.3 ms, 0.6 ms all-reduce): a twentieth of the step is said, less is not
+    tiny = SimpleNamespace(**{**vars(row), "allreduce_s": 0.0006, "waited_s": 0.0007, "step_s": 0.0033,
+                              "waited_in_step": 1})
+    for slowed, said in ((0.00036, True), (0.00017, True), (0.00016, False)):
+        line = explain._comm_detail(SimpleNamespace(**{**vars(tiny), "slowed_s": slowed}))
+        assert ("backward itself ended" in line) is said, (slowed, line)
+    assert "ended 0.36 ms later" in explain._comm_detail(SimpleNamespace(**{**vars(tiny), "slowed_s": 0.00036}))
+    long = SimpleNamespace(**{**vars(row), "step_s": 2.0, "slowed_s": 0.0099})  # a 2 s step: from 1 ms, as before
+    assert "ended 9.9 ms later" in explain._comm_detail(long)
 
 
 def test_a_wait_read_in_the_step_longer_than_the_all_reduce_is_not_blamed_on_slower_compute():
