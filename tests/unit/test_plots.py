@@ -12,6 +12,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from helpers import ROWS, _bench, _bench_at, _emulated, _with_comm, make_result
+from scalelab.keys import SCALE
 from scalelab.report import bench_plot, explain, export, forecast_view, frames, lever_view, plots
 from scalelab.report.plausible import LINK_MARGIN
 
@@ -341,3 +342,20 @@ def test_each_figure_keeps_its_warnings_inside_it_and_a_groups_loss_figure_only_
     gpt = scaling.loc[scaling["describe"].str.contains("gpt"), "letter"].iloc[0]  # the group of the shared core
     said = sorted(name for name, fig in figures.items() if "shared core 0" in plots.figure_text(fig))
     assert said == sorted(["loss " + gpt, "speedup", "efficiency", "throughput"])
+
+
+def test_every_title_lies_within_its_figure_however_few_configurations_it_draws(ladder):
+    """A figure is as wide as what it draws: one group of two configurations (a site's nightly 1 and 2 devices) made
+    the throughput figure 4 inches wide, and its two-line title lost both ends. Each group alone, its first two
+    configurations alone, and all of them: every title (the figure's and each panel's) inside the figure."""
+    scaling, _ = ladder
+    frames_drawn = [scaling]
+    for _, g in scaling.groupby("group"):
+        frames_drawn += [g, g.sort_values(SCALE).head(2)]
+    for frame in frames_drawn:
+        for make in (plots.speedup_figure, plots.efficiency_figure, plots.throughput_figure):
+            fig = _drawn(make(frame))
+            titles = [t for t in (fig._suptitle, *(ax.title for ax in fig.axes)) if t is not None and t.get_text()]
+            for title in titles:
+                box = title.get_window_extent()
+                assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, (make.__name__, len(frame), title.get_text())

@@ -210,7 +210,7 @@ def throughput_figure(scaling: pd.DataFrame):
     letters = _letters(scaling)
     groups = [(group, g.sort_values(SCALE)) for group, g in scaling.sort_values("letter").groupby("group", sort=False)]
     sizes = [len(g) for _, g in groups]
-    fig = Figure(figsize=(1.3 * sum(sizes) + 1.4 * len(groups), 4.8))
+    fig = Figure(figsize=(max(7.0, 1.3 * sum(sizes) + 1.4 * len(groups)), 4.8))  # its title's width at least
     axes = fig.subplots(1, len(groups), squeeze=False, width_ratios=sizes)
     for ax, (group, g) in zip(axes[0], groups):
         bars = ax.bar(range(len(g)), g["throughput_per_device"], color="tab:green")
