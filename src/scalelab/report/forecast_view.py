@@ -145,7 +145,8 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
             f"{said}; " + (f"median error {err:.1f} points" if counted else "no error to state") +
             ". `--forecast` forecasts the scales not run.",
             *left_out(runs),
-            "  The bands' run-to-run scatter: " + "; ".join(
+            "  The bands' run-to-run scatter (each from the other configurations' repeats, so not the Scaling "
+            "table's): " + "; ".join(
                 f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)),
             "  Here `measured` is each configuration's newest run (the 1-device runs' median step ÷ its median step), "
             "`predicted` is read from the other configurations' runs only. The Scaling table's `efficiency` is from "
@@ -162,9 +163,8 @@ def left_out(runs: pd.DataFrame, of: str = "every fit and of this score") -> lis
 
 
 def scatter_words(rows: pd.DataFrame) -> str:
-    """'2.4 % (repeats, 4 degree(s) of freedom)' or '2.7 % (assumed: no repeats to measure it)': the scatter a
-    group's bands were built from; a range where its predictions differ (each leaves its own configuration's
-    repeats out)."""
+    """'2.4 % (repeats, 4 degree(s) of freedom)' or '2.7 % (assumed: no repeats to measure it)': the scatter a group's
+    bands were built from; a range where its predictions differ (each leaves its configuration's repeats out)."""
     low, high = rows["scatter"].min() * 100, rows["scatter"].max() * 100
     said = f"{low:.1f} %" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}–{high:.1f} %"
     dof = rows["scatter_dof"].astype(int)
