@@ -461,3 +461,10 @@ def test_a_mode_that_prints_no_history_refuses_history_in_one_line(tmp_path, mod
     with pytest.raises(UsageError, match="--history"):
         cli.main(["--output_dir", str(tmp_path), "--history", *mode] if mode[0] != "--compare" else
                  ["--history", *mode])
+
+
+def test_a_changes_two_values_keep_three_digits_each():
+    """'busbw +28 % (0.939 GB/s → 1.2 GB/s)' read as if the second were known to fewer digits: each value keeps 3
+    significant digits, a trailing 0 too; from 100 on, whole numbers (never '100.' of a 99.96)."""
+    cells = [history._cell(v, "ddp_busbw_GBps", "GB/s") for v in (0.939, 1.2, 12, 99.94, 99.96, 1234.5)]
+    assert cells == ["0.939 GB/s", "1.20 GB/s", "12.0 GB/s", "99.9 GB/s", "100 GB/s", "1,234 GB/s"]

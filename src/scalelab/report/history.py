@@ -125,7 +125,7 @@ def _cell(value: float, column: str, unit) -> str:
         return f"{value * 100:.0f} %"
     if unit == "ms":
         return f"{fmt_num(value * 1e3)} ms"
-    return f"{fmt_num(value, ',.0f' if value >= 100 else ',.3g')} {unit}"
+    return f"{fmt_num(value, ',.0f' if value >= 99.95 else '#,.3g')} {unit}"  # 3 digits, a trailing 0 too: 1.20
 
 
 def change_lines(row: dict) -> list:
