@@ -468,3 +468,14 @@ def test_a_changes_two_values_keep_three_digits_each():
     significant digits, a trailing 0 too; from 100 on, whole numbers (never '100.' of a 99.96)."""
     cells = [history._cell(v, "ddp_busbw_GBps", "GB/s") for v in (0.939, 1.2, 12, 99.94, 99.96, 1234.5)]
     assert cells == ["0.939 GB/s", "1.20 GB/s", "12.0 GB/s", "99.9 GB/s", "100 GB/s", "1,234 GB/s"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--forecast"], ["--details"], ["--markdown"]])
+def test_a_section_with_nothing_to_say_leaves_no_blank_lines_behind(tmp_path, flags):
+    """A site's nightly folder has no benchmark and no multi-device prediction to judge: the track record and the
+    nccl-tests logs printed nothing but a blank line each (three in a row before the History table), and --forecast
+    a blank line alone (these results record no gradient size to calibrate on)."""
+    _site(tmp_path, 20)
+    out = _report(tmp_path, *flags)
+    assert "History (" in out and "\n\n\n" not in out, out
+    assert (cli.FORECAST_NONE in out) is ("--forecast" in flags), out  # asked for, and nothing to forecast: said

@@ -32,6 +32,8 @@ from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
 fraction = number_type(float, lambda v: 0 < v <= 1, "a fraction in (0, 1], e.g. 0.1 for 10 %")
+FORECAST_NONE = ("Forecast: none: no group here holds what a forecast is calibrated on (a 1-device run's step and the "
+                 "gradient size its runs recorded; chapter 13)")
 
 
 @dataclass(frozen=True)
@@ -212,9 +214,10 @@ def main(argv=None) -> int:
     width = terminal_width() if fmt == "simple" else 0
     print(_header(report, args.output_dir, width))
     print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
-    print("\n".join(wrap(line, width) for line in forecast_view.track_record(
-        runs, report.track_record, fmt, details=args.details or args.all_runs)))
-    print("\n".join(nccl_logs.render(bench, fmt)))
+    track = forecast_view.track_record(runs, report.track_record, fmt, details=args.details or args.all_runs)
+    for lines in ([wrap(line, width) for line in track], nccl_logs.render(bench, fmt)):  # a log's table unfolded
+        if lines:  # a section with nothing to say prints no blank line either
+            print("\n".join(lines))
     followed = history.follow(runs) if args.history else []
     if args.history:
         print("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
@@ -223,9 +226,9 @@ def main(argv=None) -> int:
         logged = perflog.follow(perflog.read(args.perflog, unread))
         print("\n".join(wrap(line, width) for line in perflog.render(logged, unread, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
-    if args.forecast:
-        print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget,
-                                            args.gpu_hour_price, args.link_gbit)))
+    if args.forecast:  # asked for: said, even where there is nothing to forecast from
+        print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget, args.gpu_hour_price,
+                                            args.link_gbit) or [FORECAST_NONE, ""]))
     written = []
     if args.save_csv:
         written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))
