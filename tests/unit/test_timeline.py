@@ -382,6 +382,9 @@ def test_what_hiding_the_all_reduce_cost_backward_is_measured_and_said():
         assert ("backward itself ended" in line) is said, (slowed, line)
     assert "ended 0.36 ms later" in explain._comm_detail(SimpleNamespace(**{**vars(tiny), "slowed_s": 0.00036}))
     long = SimpleNamespace(**{**vars(row), "step_s": 2.0, "slowed_s": 0.0099})  # a 2 s step: from 1 ms, as before
+    for step in (0.0, float("nan"), None):  # no step to take a share of: from 1 ms
+        assert "backward itself" not in explain._comm_detail(SimpleNamespace(**{**vars(tiny), "step_s": step,
+                                                                                 "slowed_s": 0.00036}))
     assert "ended 9.9 ms later" in explain._comm_detail(long)
 
 
