@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from scalelab.errors import UsageError
 from scalelab.measure import changes
-from scalelab.report import cli, history
+from scalelab.report import cli, history, perflog
 from scalelab.testing import nightly
 
 _night, _site = nightly.night, nightly.site
@@ -466,8 +466,11 @@ def test_a_mode_that_prints_no_history_refuses_history_in_one_line(tmp_path, mod
 def test_a_changes_two_values_keep_three_digits_each():
     """'busbw +28 % (0.939 GB/s → 1.2 GB/s)' read as if the second were known to fewer digits: each value keeps 3
     significant digits, a trailing 0 too; from 100 on, whole numbers (never '100.' of a 99.96)."""
-    cells = [history._cell(v, "ddp_busbw_GBps", "GB/s") for v in (0.939, 1.2, 12, 99.94, 99.96, 1234.5)]
-    assert cells == ["0.939 GB/s", "1.20 GB/s", "12.0 GB/s", "99.9 GB/s", "100 GB/s", "1,234 GB/s"]
+    values = (0.939, 1.2, 12, 99.94, 99.96, 1234.5, 0.0, -200.0, -0.5, 2e12, float("nan"))
+    shown = ["0.939", "1.20", "12.0", "99.9", "100", "1,234", "0", "-200", "-0.500", "2.00e+12", "—"]
+    assert [history._cell(v, "ddp_busbw_GBps", "GB/s") for v in values] == [f"{s} GB/s" for s in shown]
+    # a perflog's variables, judged as the history's series are, print their values alike
+    assert [perflog.cell(v, "GB/s") for v in values] == [f"{s} GB/s" if s != "—" else s for s in shown]
 
 
 @pytest.mark.parametrize("flags", [[], ["--forecast"], ["--details"], ["--markdown"]])

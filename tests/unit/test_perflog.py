@@ -209,6 +209,7 @@ def test_a_perflog_an_editor_saved_with_a_bom_is_read(tmp_path):
     assert [r["runs"] for r in perflog.follow(perflog.read([str(path)], skipped))] == [12] and not skipped
 
 
-@pytest.mark.parametrize("value, shown", [(1e308, "1e+308"), (123456.0, "123,456"), (0.2345, "0.234")])
+@pytest.mark.parametrize("value, shown", [(1e308, "1.00e+308"), (123456.0, "123,456"), (0.2345, "0.234"),
+                                          (0.5, "0.500")])
 def test_a_value_is_shown_in_a_cell_of_a_few_digits(value, shown):
     assert perflog.cell(value, "") == shown

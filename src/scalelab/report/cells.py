@@ -1,5 +1,7 @@
 """Table cells: one way to print a number, a percentage or a missing value, for every table of the report."""
 
+import math
+
 import pandas as pd
 import tabulate as tabulate_module
 from tabulate import tabulate
@@ -8,6 +10,16 @@ from tabulate import tabulate
 def fmt_num(x, spec=",.1f", missing="—"):
     """A number for a table cell; "—" where it is missing (None or NaN)."""
     return missing if x is None or pd.isna(x) else format(x, spec)
+
+
+def three_digits(x) -> str:
+    """A measured value to 3 significant digits, a trailing 0 too (1.20 beside 0.939, not 1.2), whole from 100 on (not
+    "100." of a 99.96, nor "-200."), 0 as 0, e-notation from 1e12; — where missing or not finite."""
+    if x is None or pd.isna(x) or not math.isfinite(x):
+        return "—"
+    if x == 0:
+        return "0"
+    return format(x, ",.0f") if 99.95 <= abs(x) < 1e12 else format(x, "#,.3g")
 
 
 def fmt_pct(x, spec=".0f") -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 from scalelab.keys import CONFIGURATION, SCALE
 from scalelab.measure import changes
 from scalelab.perfmodel.noise import Scatter
-from scalelab.report.cells import fmt_num, narrow
+from scalelab.report.cells import fmt_num, narrow, three_digits
 from scalelab.report.forecast_view import report_letters
 from scalelab.report.frames import THROUGHPUT_COLUMN
 
@@ -125,7 +125,7 @@ def _cell(value: float, column: str, unit) -> str:
         return f"{value * 100:.0f} %"
     if unit == "ms":
         return f"{fmt_num(value * 1e3)} ms"
-    return f"{fmt_num(value, ',.0f' if value >= 99.95 else '#,.3g')} {unit}"  # 3 digits, a trailing 0 too: 1.20
+    return f"{three_digits(value)} {unit}"
 
 
 def change_lines(row: dict) -> list:

@@ -18,7 +18,7 @@ from scalelab.errors import UsageError
 from scalelab.numeric import finite, float_or_none
 from scalelab.redaction import as_read
 from scalelab.report import history
-from scalelab.report.cells import fmt_num, narrow
+from scalelab.report.cells import narrow, three_digits
 
 SEPARATOR = "|"  # ReFrame's default perflog format's and chapter 14's
 WHEN = ("job_completion_time", "job_completion_time_unix")  # the run's date, as ReFrame names it (either)
@@ -160,7 +160,5 @@ def render(rows: list, skipped: list, fmt: str = "simple") -> list:
 
 
 def cell(x: float, unit: str) -> str:
-    """A value in a cell: its unit beside, 3 significant digits below 100, — where not finite."""
-    if not math.isfinite(x):
-        return "—"
-    return f"{fmt_num(x, ',.0f' if 100 <= abs(x) < 1e12 else ',.3g')}{' ' + unit if unit else ''}"
+    """A value in a cell: cells.three_digits, its unit beside; — alone where not finite."""
+    return f"{three_digits(x)}{' ' + unit if unit and math.isfinite(x) else ''}"
