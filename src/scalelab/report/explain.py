@@ -351,7 +351,7 @@ def _comm_detail(r) -> str:
 
 def _slowed(r) -> str:
     """What hiding the all-reduce cost backward (timing.backward_slowed), where it is a tenth of the all-reduce and
-    1 ms or SLOWED_SHARE of the step (the demo's 3.3 ms MLP step: 0.36 ms), whichever is less."""
+    1 ms or SLOWED_SHARE of the step, whichever is less (the demo's 3.3 ms MLP step: from 0.17 ms)."""
     slowed, step = getattr(r, "slowed_s", None), getattr(r, "step_s", None)
     floor = min(1e-3, SLOWED_SHARE * step) if _ok(step) and step > 0 else 1e-3
     if not (_ok(slowed) and slowed >= max(floor, 0.1 * r.allreduce_s)):
