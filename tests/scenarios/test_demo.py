@@ -29,7 +29,7 @@ def test_demo_runs_the_sweep_and_writes_report_plots_and_exports(tmp_path):
     # scatter (the repeats: 1 degree of freedom)
     assert "Track record (each multi-device configuration predicted from the other configurations' runs; 80 % band" \
         in stdout
-    assert ("  The bands' run-to-run scatter (each from the other configurations' repeats, so not the Scaling "
+    assert ("  The bands' run-to-run scatter (each band's without its own configuration's runs: not the Scaling "
             "table's): A ") in stdout and "(repeats, 1 degree(s) of freedom)" in stdout
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "allreduce_busbw.png", "efficiency.png", "loss_vs_wall_time_A.png", "speedup.png", "step_timeline_A.png",

@@ -79,8 +79,16 @@ def rehearsal(tmp_path_factory):
         (result,) = load_results(folder)
         return job, result
 
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(rehearse, [(i, n) for i in range(len(ROWS)) for n in (1, 2)]))
+    # each 2-device run picks its own free port: one a shell exported (MASTER_PORT) would be both runs' at once
+    with pytest.MonkeyPatch.context() as env, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for name in ("MASTER_PORT", "MASTER_ADDR"):
+            env.delenv(name, raising=False)
+        futures = [pool.submit(rehearse, (i, n)) for i in range(len(ROWS)) for n in (1, 2)]
+        try:
+            return dict(future.result() for future in futures)
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the first failure ends the fixture: the runs queued are not run
+            raise
 
 
 @pytest.mark.parametrize("i", range(len(ROWS)), ids=["-".join(map(str, row)) for row in ROWS])

@@ -597,7 +597,7 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert alone.startswith("  0 of 0 inside the 80 % band (1 band(s) wider than 50 points") and \
         alone.endswith("narrow them (the demo's --repeats 3)); no error to state. `--forecast` forecasts the scales "
                        "not run."), alone
-    assert lines[3] == ("  The bands' run-to-run scatter (each from the other configurations' repeats, so not the "
+    assert lines[3] == ("  The bands' run-to-run scatter (each band's without its own configuration's runs: not the "
                         "Scaling table's): A 2.5 % (repeats, 3 degree(s) of freedom)")
     assert lines[4].startswith("  Here `measured` is each configuration's newest run (the 1-device runs' median "
                                "step ÷ its median step), `predicted` is read from the other configurations' runs "

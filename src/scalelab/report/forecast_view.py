@@ -145,7 +145,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
             f"{said}; " + (f"median error {err:.1f} points" if counted else "no error to state") +
             ". `--forecast` forecasts the scales not run.",
             *left_out(runs),
-            "  The bands' run-to-run scatter (each from the other configurations' repeats, so not the Scaling "
+            "  The bands' run-to-run scatter (each band's without its own configuration's runs: not the Scaling "
             "table's): " + "; ".join(
                 f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)),
             "  Here `measured` is each configuration's newest run (the 1-device runs' median step ÷ its median step), "
