@@ -8,7 +8,6 @@ each lasting change with its date and size (history.judge: the rule the report's
 value of a variable is counted and said in one line per file, never guessed at.
 """
 
-import math
 import os
 
 import pandas as pd
@@ -161,4 +160,5 @@ def render(rows: list, skipped: list, fmt: str = "simple") -> list:
 
 def cell(x: float, unit: str) -> str:
     """A value in a cell: cells.three_digits, its unit beside; — alone where not finite."""
-    return f"{three_digits(x)}{' ' + unit if unit and math.isfinite(x) else ''}"
+    shown = three_digits(x)
+    return f"{shown} {unit}" if unit and shown != "—" else shown
