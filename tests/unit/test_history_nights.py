@@ -27,6 +27,8 @@ def _series(n: int, sigma: float, seed: int) -> np.ndarray:
 @given(n=st.integers(60, 250), at=st.floats(0.2, 0.6), step=st.floats(5, 10), down=st.booleans(),
        night=st.floats(0, 1), factor=st.sampled_from([0.2, 0.33, 0.5, 2.0, 3.0, 20.0]), seed=st.integers(0, 2**32 - 1))
 @example(n=120, at=0.75, step=6, down=True, night=0.3, factor=0.5, seed=3)  # the chapter's drop at night 90
+@example(n=60, at=0.203125, step=5.0, down=True, night=0.0, factor=2.0, seed=9598)  # its first night after it
+# judged against a median the wild night next to it pulled to the level before: named 3 nights late (changes.tamed)
 def test_one_contended_night_after_a_change_neither_hides_it_nor_widens_the_band(n, at, step, down, night, factor,
                                                                                  seed):
     """A step of 5 to 10 scatters, and one night after it 0.2 to 20 times as fast: the step is named within one
@@ -45,6 +47,27 @@ def test_one_contended_night_after_a_change_neither_hides_it_nor_widens_the_band
     low, high = judged["band"]
     new_level = math.exp(np.median(logs[k:]))
     assert low < new_level < high and high / low < math.exp(8 * sigma), (low, high, new_level)
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(2 * changes.MIN_SEGMENT + 2, 150), at=st.floats(0, 1), step=st.floats(8, 20),
+       up=st.booleans(), where=st.floats(0, 1), wild=st.floats(math.log(3), 3), high=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+def test_a_wild_night_is_put_at_its_own_level_and_no_other_night_moves(n, at, step, up, where, wild, high, seed):
+    """A step of 8 to 20 scatters (of noise bounded by one) between two levels of 6 nights or more, one night 3 to 20
+    times too fast or too slow anywhere but the last night before the step and its first (there either level is the
+    night's): taming moves that night alone, to its own level. A night beside the wild one is judged without it:
+    the first night after a drop, the next one fast, was judged against a median of the level before and moved too
+    (the change named nights late)."""
+    sigma = 0.01
+    k = changes.MIN_SEGMENT + 1 + int(at * (n - 2 * changes.MIN_SEGMENT - 2))  # each level MIN_SEGMENT good nights
+    level = np.where(np.arange(n) >= k, (1 if up else -1) * step * sigma, 0.0)
+    logs = level + np.random.default_rng(seed).uniform(-sigma, sigma, n)
+    odd = [i for i in range(n) if i not in (k - 1, k)][int(where * (n - 2.0001))]
+    logs[odd] += wild if high else -wild
+    out = changes.tamed(logs)
+    assert np.array_equal(np.delete(out, odd), np.delete(logs, odd)), np.flatnonzero(out != logs)
+    assert abs(out[odd] - level[odd]) <= sigma, (out[odd], level[odd])
 
 
 def test_a_drop_fewer_nights_old_than_a_change_needs_is_no_change_and_its_latest_night_says_no():

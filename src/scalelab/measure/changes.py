@@ -191,17 +191,41 @@ def find(values: Sequence[float]) -> list:
 def tamed(logs: np.ndarray) -> np.ndarray:
     """The series with each run WILD sds from the median of the 2 MIN_SEGMENT − 1 runs around it put at that median
     (the sd: the larger of noise's and the runs' distances from those medians'; noise's alone was a third of the
-    series' own in 1 of 44 of 17 to 60 runs). A level of MIN_SEGMENT runs is its runs' neighbours' median, so only
-    a night or a few move: least squares (and each shuffle) took one night at a fifth of the speed for a stretch."""
+    series' own in 1 of 44 of 17 to 60 runs). A level of MIN_SEGMENT runs is its runs' neighbours' median, so only a
+    night or a few move: least squares (and each shuffle) took one night at a fifth of the speed for a stretch. A
+    wild night is no one's neighbour: of those within reach of each other the farthest is set aside, and the rest
+    judged again in windows without it (with it, the first night after a change, a wild night the next, was judged
+    against a median of the level before: both moved, and the change was named 3 nights late)."""
     reach = MIN_SEGMENT - 1
     if len(logs) <= 2 * reach:
         return logs
-    around = np.lib.stride_tricks.sliding_window_view(np.pad(logs, reach, constant_values=np.nan), 2 * reach + 1)
-    local = np.nanmedian(around, axis=1)  # fewer runs near the ends: those there are
-    off = np.abs(logs - local)
+    off = np.abs(logs - _medians(logs))
     sd = max(noise(logs), 1.4826 * float(np.median(off)) / 0.86)  # 0.86: that median's share of a normal sd
-    far = off > WILD * sd
-    return np.where(far, local, logs) if sd > 0 and far.any() else logs
+    if not sd > 0:
+        return logs
+    wild, candidate = np.zeros(len(logs), dtype=bool), off > WILD * sd  # far at first: judged again and again,
+    while candidate.any():  # a level's edge night by night might be eaten away
+        kept = np.flatnonzero(~wild)
+        off = np.abs(logs[kept] - _medians(logs[kept]))
+        far = candidate[kept] & (off > WILD * sd)
+        worst = far & (off >= _medians(np.where(far, off, 0.0), np.nanmax))  # the farthest within reach: the rest
+        wild[kept[worst]] = True  # judged again without it; a night no longer far stays as it is
+        candidate[kept[~far | worst]] = False
+    if not wild.any():
+        return logs
+    kept, out = np.flatnonzero(~wild), logs.copy()
+    for night in np.flatnonzero(wild):  # its window, the others set aside: itself among its nearest 2 reach others
+        at = int(np.searchsorted(kept, night))
+        out[night] = np.median(logs[np.r_[kept[max(0, at - reach):at], night, kept[at:at + reach]]])
+    return out
+
+
+def _medians(values: np.ndarray, how=np.nanmedian) -> np.ndarray:
+    """how (a median) of each value's window: itself and the MIN_SEGMENT − 1 values on either side (fewer at the
+    ends: those there are)."""
+    reach = MIN_SEGMENT - 1
+    around = np.lib.stride_tricks.sliding_window_view(np.pad(values, reach, constant_values=np.nan), 2 * reach + 1)
+    return how(around, axis=1)
 
 
 def noise(logs: np.ndarray) -> float:
