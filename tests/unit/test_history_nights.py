@@ -87,6 +87,21 @@ def test_a_wild_night_the_night_after_a_step_leaves_the_step_named_at_its_own_ni
     assert exact >= 196, exact
 
 
+def test_nights_an_ordinary_scatter_off_stay_in_a_short_level_s_band_though_the_rest_lie_close():
+    """A review's case (nightly_series.py --nights 30 --planted 20:-0.2): since the change, 13 nights within a
+    tenth of a scatter of their median and 2 a scatter high. Judged by that level's own deviation alone, the 2 were
+    left out as unusual and the band was a fraction of the series' scatter; the series' noise is the least scatter
+    a night is judged by, so it holds them."""
+    sigma = 0.03
+    before = np.resize([0.5, -0.5], 25) * sigma
+    after = np.insert(np.linspace(-0.1, 0.1, 13), [5, 9], 1.0) * sigma - 8 * sigma
+    values = np.exp(np.r_[before, after, -8 * sigma])
+    judged = history.judge(values, _DATES[:len(values)])
+    assert [c.index for _, c in judged["changes"]] == [25], judged["changes"]
+    assert judged["band"] == history.band(values[25:-1], noise=1.0), judged["band"]  # a floor past every night
+    assert judged["band"] != history.band(values[25:-1]), "no longer a case where the level's own deviation drops"
+
+
 def test_a_drop_fewer_nights_old_than_a_change_needs_is_no_change_and_its_latest_night_says_no():
     """200 series of 30 to 400 nights whose last 1 to 4 moved 6 to 12 scatters: a change is named before the drop in
     at most 2 (here 0; other seeds 2 and 1), and the latest is outside the band of the level before in all but 2

@@ -90,7 +90,8 @@ def judge(values, dates: pd.Series) -> dict:
     latest = values[finite][-1] if finite.any() else float("nan")
     since = changes.regime(kept, found)
     return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
-            "band": band(since[:-1] if latest > 0 else since), "not_above_0": int((finite & ~keep).sum())}
+            "band": band(since[:-1] if latest > 0 else since, changes.noise(np.log(kept))),
+            "not_above_0": int((finite & ~keep).sum())}
 
 
 def inside(row: dict) -> str:
@@ -108,11 +109,11 @@ def inside(row: dict) -> str:
 ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured difference
 
 
-def band(values: list):
+def band(values: list, noise: float = 0.0):
     """(low, high) of an 80 % band for one new run from these runs' own scatter (geometric mean × e^(±t·sd·√(1 +
-    1/n))), its usual runs' (changes.usual: one contended night at half speed would widen it past a level's step),
-    or None for fewer than MIN_BAND_RUNS."""
-    logs = changes.usual([math.log(v) for v in values if v > 0])
+    1/n))), its usual runs' (changes.usual: one contended night at half speed would widen it past a level's step;
+    noise, the whole series' scatter, the least it takes for unusual), or None for fewer than MIN_BAND_RUNS."""
+    logs = changes.usual([math.log(v) for v in values if v > 0], noise)
     if len(logs) < MIN_BAND_RUNS:
         return None
     mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
