@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from scalelab.measure import changes
+from scalelab.measure import changes, outliers
 from scalelab.report import history
 
 _DATES = pd.Series(pd.date_range("2026-01-01", periods=2000, freq="D", tz="UTC"))
@@ -28,7 +28,7 @@ def _series(n: int, sigma: float, seed: int) -> np.ndarray:
        night=st.floats(0, 1), factor=st.sampled_from([0.2, 0.33, 0.5, 2.0, 3.0, 20.0]), seed=st.integers(0, 2**32 - 1))
 @example(n=120, at=0.75, step=6, down=True, night=0.3, factor=0.5, seed=3)  # the chapter's drop at night 90
 @example(n=60, at=0.203125, step=5.0, down=True, night=0.0, factor=2.0, seed=9598)  # its first night after it
-# judged against a median the wild night next to it pulled to the level before: named 3 nights late (changes.tamed)
+# judged against a median the wild night next to it pulled to the level before: named 3 nights late (outliers.tamed)
 def test_one_contended_night_after_a_change_neither_hides_it_nor_widens_the_band(n, at, step, down, night, factor,
                                                                                  seed):
     """A step of 5 to 10 scatters, and one night after it 0.2 to 20 times as fast: the step is named within one
@@ -65,7 +65,7 @@ def test_a_wild_night_is_put_at_its_own_level_and_no_other_night_moves(n, at, st
     logs = level + np.random.default_rng(seed).uniform(-sigma, sigma, n)
     odd = [i for i in range(n) if i not in (k - 1, k)][int(where * (n - 2.0001))]
     logs[odd] += wild if high else -wild
-    out = changes.tamed(logs)
+    out = outliers.tamed(logs)
     assert np.array_equal(np.delete(out, odd), np.delete(logs, odd)), np.flatnonzero(out != logs)
     assert abs(out[odd] - level[odd]) <= sigma, (out[odd], level[odd])
 
@@ -185,7 +185,7 @@ def test_the_changes_found_are_where_the_refit_and_the_step_rule_leave_them(leve
     values = values * np.exp(np.random.default_rng(seed).normal(0, sigma, len(values)))
     if step:
         values = np.maximum(np.round(values / step) * step, step)
-    logs = changes.tamed(np.log(values))
+    logs = outliers.tamed(np.log(values))
     found = [c.index for c in changes.find(values)]
     assert changes._large_enough(logs, changes._refit(logs, found)) == found
 

@@ -28,10 +28,10 @@ changes are as they were once before; and one at either end of the series is dro
 lasted fewer than MIN_SEGMENT runs (a drop in the last 4 nights was named the night before it began, and the latest
 judged inside a band that held both levels).
 
-A night far from its neighbours (a contended node at half speed) is set to their median first (`tamed`): least
-squares took one such night for a stretch, in the series and in every shuffle, and a step beside it was not
+A night far from its neighbours (a contended node at half speed) is set to their median first (outliers.tamed):
+least squares took one such night for a stretch, in the series and in every shuffle, and a step beside it was not
 significant (a 6-scatter step among 1 to 3 such nights missed in 386 of 600 series; now 1). A segment's scatter
-leaves such nights out as well (`usual`), and so does history.py's band for the latest.
+leaves such nights out as well (outliers.usual), and so does history.py's band for the latest.
 
 On change-free series, 3 of 2,400 name a change (3 % scatter, 30 to 400 runs; 4 before these rules), each a stretch
 of 5 runs some 2 scatters off; 0 of 600 at 1 to 10 % scatter, and 0 of 600 with 1 to 3 wild nights each;
@@ -48,18 +48,18 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-MIN_SEGMENT = 5  # runs on each side of a change: fewer is a bad night or two, not a lasting step
+from scalelab.measure.outliers import LEVEL, noise, tamed, usual
+
+MIN_SEGMENT = LEVEL  # runs on each side of a change: fewer is a bad night or two, not a lasting step
 ALPHA = 0.01  # the share of a change-free segment's shuffles allowed to reach the statistic (a false alarm)
 SHUFFLES = 199  # the shuffles a split is tested against: p = (1 + reached) / 200
 SHORT_RUNS, SHORT_SHUFFLES = 40, 999  # a segment this short is cheap to shuffle: p's steps 0.1 %, not 0.5 %
 # the shortest series judged: a perfect step's p at most ALPHA / 2, 2 of C(n, n/2) arrangements (the high runs first
 # or last; below 3 MIN_SEGMENT runs no stretch fits inside); at 10 runs, 0.8 %, it was found or not by the draw
 SHORTEST = next(n for n in range(2 * MIN_SEGMENT, 100) if 2 / comb(n, n // 2) <= ALPHA / 2)
-OUTLIER = 3.5  # a run this many robust sds (1.4826 × the median absolute deviation) from its level's median
 SEED = 20261202
 TIE = 1e-9  # statistics this close (relative) are one: rounding, never a difference a series shows
 STEP_SCATTERS = 2.0  # the least step named, in the segments' own run-to-run scatter (sd of log value)
-WILD = 5.0  # a night this many sds from its neighbours' median is no level's: one contended node, a failed link
 PRIOR_RUNS = 10  # the series' scatter counts as this many runs' in a step's (a short segment's own is a guess)
 EXTRA = 20.0  # what a short level found beside a change must explain more than the change alone, in runs' variance
 ARC_MAX = 200  # a segment of up to this many runs is searched for a stretch of any length unlike the rest
@@ -166,17 +166,6 @@ def scatter(logs: np.ndarray) -> float:
     return float(np.std(usual_, ddof=1)) if len(usual_) > 1 else 0.0
 
 
-def usual(logs, floor: float = 0.0) -> np.ndarray:
-    """A segment's runs but those OUTLIER robust sds (1.4826 × the median absolute deviation, or `floor` where that
-    is less: the whole series' noise) from its median, what a normal scatter gives once in 2,000 runs; all where
-    both are 0 (more than half the runs equal). A short segment's own deviation may be a fraction of its scatter by
-    chance: 7 of 9 nights close together left out 2 an ordinary scatter high, and its band was ±0.85 % at 3 %."""
-    logs = np.asarray(logs, dtype=float)
-    off = np.abs(logs - np.median(logs)) if len(logs) else logs
-    reach = OUTLIER * max(1.4826 * float(np.median(off)), floor) if len(logs) else 0.0
-    return logs[off <= reach] if reach > 0 else logs
-
-
 def find(values: Sequence[float]) -> list:
     """[Change] in the series (each value > 0, in time order), earliest first."""
     raw = np.log(np.asarray(values, dtype=float))
@@ -188,60 +177,6 @@ def find(values: Sequence[float]) -> list:
         been.add(tuple(found))
         found = _large_enough(logs, _refit(logs, found))
     return [Change(i, _level(raw, found, i, -1), _level(raw, found, i, +1)) for i in found]
-
-
-def tamed(logs: np.ndarray) -> np.ndarray:
-    """The series with each run WILD sds from the median of the 2 MIN_SEGMENT − 1 runs around it put at the median of
-    its window (the sd: the larger of noise's and the runs' distances from those medians'; noise's alone was a third
-    of the series' own in 1 of 44 of 17 to 60 runs). A level of MIN_SEGMENT runs is its runs' neighbours' median, so
-    only a night or a few move: least squares (and each shuffle) took one night at a fifth of the speed for a
-    stretch. A wild night is no other night's neighbour: of the nights far at first, the farthest within reach of
-    each other is set aside, and the others judged again in windows without it (their nearest others), until none
-    is far; each set aside goes to the median of itself and its 2 MIN_SEGMENT − 2 nearest others. Judged in one
-    pass, the first night after a change, a wild night the next, was judged against a median of the level before:
-    both moved, and the change was named 1 to 3 nights late."""
-    reach = MIN_SEGMENT - 1
-    if len(logs) <= 2 * reach:
-        return logs
-    off = np.abs(logs - _window(logs, np.arange(len(logs)), np.nanmedian))
-    sd = max(noise(logs), 1.4826 * float(np.median(off)) / 0.86)  # 0.86: that median's share of a normal sd
-    if not sd > 0:
-        return logs
-    wild, candidate = np.zeros(len(logs), dtype=bool), off > WILD * sd  # far at first: judged again and again,
-    while candidate.any():  # a level's edge might be eaten away a night at a time
-        kept = np.flatnonzero(~wild)
-        far = candidate[kept] & (off[kept] > WILD * sd)
-        candidate[kept[~far]] = False  # no longer far: stays as it is
-        at = np.flatnonzero(far)
-        score = np.where(far, off[kept], 0.0)
-        worst = kept[at[score[at] >= _window(score, at, np.nanmax)]]  # the farthest within reach
-        wild[worst], candidate[worst] = True, False
-        kept = np.flatnonzero(~wild)
-        places = np.searchsorted(kept, worst)  # the others judged again where one set aside was among their
-        moved = np.unique((places[:, None] + np.arange(-reach, reach)).ravel())  # nearest: only those windows
-        moved = moved[(moved >= 0) & (moved < len(kept))]  # (each pass over every window: 20 s for 1,000 in a row)
-        off[kept[moved]] = np.abs(logs[kept[moved]] - _window(logs[kept], moved, np.nanmedian))
-    if not wild.any():
-        return logs
-    kept, out = np.flatnonzero(~wild), logs.copy()
-    for night in np.flatnonzero(wild):
-        at = int(np.searchsorted(kept, night))
-        out[night] = np.median(logs[np.r_[kept[max(0, at - reach):at], night, kept[at:at + reach]]])
-    return out
-
-
-def _window(values: np.ndarray, at: np.ndarray, statistic) -> np.ndarray:
-    """statistic (np.nanmedian, np.nanmax) of the window of each place `at` in values: itself and the MIN_SEGMENT − 1
-    values on either side (fewer at the ends: those there are)."""
-    reach = MIN_SEGMENT - 1
-    padded = np.pad(values, reach, constant_values=np.nan)
-    return statistic(padded[at[:, None] + np.arange(2 * reach + 1)], axis=1)
-
-
-def noise(logs: np.ndarray) -> float:
-    """One run's scatter in a whole series, its changes and outliers aside: 1.4826 × the median distance between
-    neighbours ÷ √2 (a step moves one distance of many)."""
-    return 1.4826 * float(np.median(np.abs(np.diff(logs)))) / math.sqrt(2) if len(logs) > 1 else 0.0
 
 
 def _refit(logs: np.ndarray, found: list) -> list:

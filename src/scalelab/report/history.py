@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from scalelab.keys import CONFIGURATION, SCALE
-from scalelab.measure import changes
+from scalelab.measure import changes, outliers
 from scalelab.perfmodel.noise import Scatter
 from scalelab.report.cells import fmt_num, narrow, three_digits
 from scalelab.report.forecast_view import report_letters
@@ -90,7 +90,7 @@ def judge(values, dates: pd.Series) -> dict:
     latest = values[finite][-1] if finite.any() else float("nan")
     since = changes.regime(kept, found)
     return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
-            "band": band(since[:-1] if latest > 0 else since, changes.noise(np.log(kept))),
+            "band": band(since[:-1] if latest > 0 else since, outliers.noise(np.log(kept))),
             "not_above_0": int((finite & ~keep).sum())}
 
 
@@ -111,9 +111,9 @@ ROUNDING = 1e-12  # what exp(log(v)) may miss v by (a few ulps), not a measured 
 
 def band(values: list, noise: float = 0.0):
     """(low, high) of an 80 % band for one new run from these runs' own scatter (geometric mean × e^(±t·sd·√(1 +
-    1/n))), its usual runs' (changes.usual: one contended night at half speed would widen it past a level's step;
+    1/n))), its usual runs' (outliers.usual: one contended night at half speed would widen it past a level's step;
     noise, the whole series' scatter, the least it takes for unusual), or None for fewer than MIN_BAND_RUNS."""
-    logs = changes.usual([math.log(v) for v in values if v > 0], noise)
+    logs = outliers.usual([math.log(v) for v in values if v > 0], noise)
     if len(logs) < MIN_BAND_RUNS:
         return None
     mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
