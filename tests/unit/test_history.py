@@ -52,6 +52,25 @@ def test_a_bad_week_then_fixed_is_named_on_the_night_it_began_and_the_night_it_e
     assert -25 <= sizes[0] <= -15 and 18 <= sizes[1] <= 33, out  # 1 / 0.8 - 1 = +25 %
 
 
+def test_a_night_at_half_speed_is_named_as_taken_at_its_neighbours_median_not_as_a_change(tmp_path):
+    """60 nights, the 2-device run of night 30 (2026-07-01) at half speed: no change, and a line under the table
+    names that night and what it measured; before, the report left it out of the search and the band in silence."""
+    _site(tmp_path, 60)
+    path = next(tmp_path.glob("night0030-gpt-2x*/result.json"))
+    data = json.loads(path.read_text())
+    data["timing"]["tokens_per_s"] /= 2
+    data["timing"]["samples_per_s"] /= 2
+    path.write_text(json.dumps(data))
+    out = _report(tmp_path)
+    said = [line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): throughput: ")]
+    assert len(said) == 2 and "No change in any series" in out, out
+    assert said[0].endswith(" 1 run(s) over 5 scatters from the runs around them, taken at their neighbours' "
+                            f"median in the search for changes: 2026-07-01 "
+                            f"({history._cell(data['timing']['tokens_per_s'], 'throughput', 'tokens/s')})"), said
+    assert said[1].endswith(" 1 run(s) since the last change left out of the band: over 3.5 scatters from their "
+                            "median"), said
+
+
 def test_a_series_without_a_step_names_none(tmp_path):
     _site(tmp_path, 60)
     out = _report(tmp_path)

@@ -73,6 +73,26 @@ def test_a_steady_perflog_names_no_change_and_judges_its_latest(tmp_path):
     assert row["changes"] == [] and row["latest"] == pytest.approx(values[-1], rel=1e-5) and low < 41_900 < high
 
 
+def test_a_wild_night_and_a_night_left_out_of_the_band_are_each_said_with_what_they_measured(tmp_path):
+    """A perflog's series judged as the history's: one night at a third of the speed is named (its date and value)
+    as taken at its neighbours' median, and counted in perflog.csv's row; it and a night 4 scatters off (past
+    OUTLIER, short of WILD) are counted as left out of the band. Before, neither was said anywhere."""
+    values = 41_900 * np.exp(np.resize([0.01, -0.01, 0.02, -0.02, 0.0], 60))
+    values[20] /= 3
+    values[50] *= np.exp(4 * 0.02)
+    (row,), _ = _follow(tmp_path, [HEADER, *_lines(values, "mlp-cpu-1x1.throughput_per_device", "samples/s")])
+    assert [(when.strftime("%Y-%m-%d"), round(v)) for when, v in row["far"]] == [(_night(20), round(values[20]))]
+    assert row["left_out_of_band"] == 2 and row["changes"] == [], row
+    said = perflog.render([row], [])
+    assert f"  ScalelabReport mlp-cpu-1x1.throughput_per_device: 1 run(s) over 5 scatters from the runs around " \
+           f"them, taken at their neighbours' median in the search for changes: {_night(20)} " \
+           f"({cell(values[20], 'samples/s')})" in said, said
+    assert "  ScalelabReport mlp-cpu-1x1.throughput_per_device: 2 run(s) since the last change left out of the " \
+           "band: over 3.5 scatters from their median" in said, said
+    variables, _ = perflog.exported([row])
+    assert variables[["far_from_neighbours", "left_out_of_band"]].values.tolist() == [[1, 2]]
+
+
 UNIX = "job_completion_time_unix|display_name|perf_var|perf_value|perf_unit"
 
 

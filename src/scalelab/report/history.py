@@ -70,8 +70,7 @@ def follow(runs: pd.DataFrame) -> list:
             judged = judge(g[column].to_numpy(dtype=float), g["when"])
             out["changes"][column] = judged["changes"]
             if column == "throughput":  # the newest run that measured one is the latest judged (0 too)
-                out["latest"], out["band"], out["not_above_0"] = judged["latest"], judged["band"], \
-                    judged["not_above_0"]
+                out.update((k, judged[k]) for k in ("latest", "band", "not_above_0", "far", "left_out_of_band"))
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
 
@@ -80,18 +79,25 @@ def judge(values, dates: pd.Series) -> dict:
     """A series in time order (values, their dates): its changes [(date of the first value after, Change)] among
     its values above 0, its latest finite value (0 or below: a run that measured nothing, never inside a band) and
     the 80 % band for it from the values since the last change before it (None: too few); `not_above_0`: how many
-    finite values were 0 or below, left out of the changes and the band. The one rule for the report's series and a
-    perflog's (perflog.py)."""
+    finite values were 0 or below, left out of the changes and the band; `far`: [(date, value)] of those far from
+    the values around them, taken at their neighbours' median in the search for changes (outliers.tamed);
+    `left_out_of_band`: how many since the last change the band left out as unusual. The one rule for the report's
+    series and a perflog's (perflog.py)."""
     values = np.asarray(values, dtype=float)
     finite = np.isfinite(values)
     keep = finite & (values > 0)
     kept, at = values[keep], np.flatnonzero(keep)  # dates read only where a change is (not 100,000 objects each)
-    found = changes.find(kept) if len(kept) >= changes.SHORTEST else []
+    judged = len(kept) >= changes.SHORTEST
+    found = changes.find(kept) if judged else []
     latest = values[finite][-1] if finite.any() else float("nan")
-    since = changes.regime(kept, found)
+    since, noise = changes.regime(kept, found), outliers.noise(np.log(kept))
+    banded = np.log(since[:-1] if latest > 0 else since)
+    far = np.flatnonzero(outliers.tamed(np.log(kept)) != np.log(kept)) if judged else []  # as find took them
     return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
-            "band": band(since[:-1] if latest > 0 else since, outliers.noise(np.log(kept))),
-            "not_above_0": int((finite & ~keep).sum())}
+            "band": band(since[:-1] if latest > 0 else since, noise), "not_above_0": int((finite & ~keep).sum()),
+            "far": [(pd.Timestamp(dates.iloc[at[i]]), float(kept[i])) for i in far],
+            "left_out_of_band": len(banded) - len(outliers.usual(banded, noise)) if len(banded) >= MIN_BAND_RUNS
+            else 0}
 
 
 def inside(row: dict) -> str:
@@ -142,7 +148,8 @@ def change_lines(row: dict) -> list:
 
 # A judged series (judge's, with its runs, dates and unit) and a change as --export's CSVs hold them: raw numbers,
 # a change's size as a fraction, dates ISO 8601 (UTC); inside empty where there is no band, as the band's ends
-JUDGED = ["runs", "first", "last", "unit", "latest", "band_low", "band_high", "inside", "not_above_0"]
+JUDGED = ["runs", "first", "last", "unit", "latest", "band_low", "band_high", "inside", "not_above_0",
+          "far_from_neighbours", "left_out_of_band"]
 CHANGED = ["date", "size", "before", "after"]
 # history.csv (a configuration's series) and history_changes.csv (a change a row, in the unit its CSV holds:
 # efficiency as a fraction, compute and waited in seconds, as the runs' CSV holds them)
@@ -156,7 +163,26 @@ def judged_cells(row: dict) -> list:
     low, high = row["band"] or (None, None)
     said = inside(row)
     return [row["runs"], row["first"].isoformat(), row["last"].isoformat(), row["unit"], row["latest"], low, high,
-            None if said == "—" else said, row["not_above_0"]]
+            None if said == "—" else said, row["not_above_0"], len(row["far"]), row["left_out_of_band"]]
+
+
+def left_out_lines(row: dict, shown) -> list:
+    """What a judged series (judge's) took otherwise than as measured, a line each: its runs far from the runs
+    around them (each date and value, `shown` in its unit) and those its band left out."""
+    lines = []
+    if row["far"]:
+        named = ", ".join(f"{when.strftime('%Y-%m-%d')} ({shown(value)})" for when, value in row["far"][:FAR_NAMED])
+        more = len(row["far"]) - FAR_NAMED
+        lines.append(f"{len(row['far'])} run(s) over {outliers.WILD:g} scatters from the runs around them, taken at "
+                     f"their neighbours' median in the search for changes: {named}" +
+                     (f" and {more} more" if more > 0 else ""))
+    if row["left_out_of_band"]:
+        lines.append(f"{row['left_out_of_band']} run(s) since the last change left out of the band: over "
+                     f"{outliers.OUTLIER:g} scatters from their median")
+    return lines
+
+
+FAR_NAMED = 5  # the far runs a line names by date; the rest counted
 
 
 def change_cells(when, change) -> list:
@@ -197,6 +223,8 @@ def render(rows: list, fmt: str = "simple") -> list:
         if r["not_above_0"]:
             lines.append(f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {r['not_above_0']} "
                          "completed run(s) with a throughput of 0 or below, left out of its changes and band")
+        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): throughput: {line}"
+                  for line in left_out_lines(r, lambda v, unit=r["unit"]: _cell(v, "throughput", unit))]
     if not any(said):
         lines.append("  " + no_change(rows))
     return [*lines, ""]
