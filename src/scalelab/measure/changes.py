@@ -169,7 +169,13 @@ def scatter(logs: np.ndarray) -> float:
 def find(values: Sequence[float]) -> list:
     """[Change] in the series (each value > 0, in time order), earliest first."""
     raw = np.log(np.asarray(values, dtype=float))
-    logs, found = tamed(raw), []
+    return found_in(raw, tamed(raw))
+
+
+def found_in(raw: np.ndarray, logs: np.ndarray) -> list:
+    """find's changes in a series' log values (raw), searched as `tamed` took them (logs): for a caller that says
+    which nights were taken so (report/history.py), without taming the series twice."""
+    found = []
     _segment(logs, 0, found)
     found = _large_enough(logs, sorted(found))
     been = set()

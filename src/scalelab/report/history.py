@@ -87,17 +87,17 @@ def judge(values, dates: pd.Series) -> dict:
     finite = np.isfinite(values)
     keep = finite & (values > 0)
     kept, at = values[keep], np.flatnonzero(keep)  # dates read only where a change is (not 100,000 objects each)
-    judged = len(kept) >= changes.SHORTEST
-    found = changes.find(kept) if judged else []
+    judged, raw = len(kept) >= changes.SHORTEST, np.log(kept)
+    logs = outliers.tamed(raw) if judged else raw  # as the search takes them: once, for it and for `far`
+    found = changes.found_in(raw, logs) if judged else []
     latest = values[finite][-1] if finite.any() else float("nan")
-    since, noise = changes.regime(kept, found), outliers.noise(np.log(kept))
-    banded = np.log(since[:-1] if latest > 0 else since)
-    far = np.flatnonzero(outliers.tamed(np.log(kept)) != np.log(kept)) if judged else []  # as find took them
+    since, noise = changes.regime(kept, found), outliers.noise(raw)
+    banded = _logs(since[:-1] if latest > 0 else since)
+    used = outliers.usual(banded, noise)
     return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
-            "band": band(since[:-1] if latest > 0 else since, noise), "not_above_0": int((finite & ~keep).sum()),
-            "far": [(pd.Timestamp(dates.iloc[at[i]]), float(kept[i])) for i in far],
-            "left_out_of_band": len(banded) - len(outliers.usual(banded, noise)) if len(banded) >= MIN_BAND_RUNS
-            else 0}
+            "band": _band(used), "not_above_0": int((finite & ~keep).sum()),
+            "far": [(pd.Timestamp(dates.iloc[at[i]]), float(kept[i])) for i in np.flatnonzero(logs != raw)],
+            "left_out_of_band": len(banded) - len(used) if len(banded) >= MIN_BAND_RUNS else 0}
 
 
 def inside(row: dict) -> str:
@@ -119,7 +119,16 @@ def band(values: list, noise: float = 0.0):
     """(low, high) of an 80 % band for one new run from these runs' own scatter (geometric mean × e^(±t·sd·√(1 +
     1/n))), its usual runs' (outliers.usual: one contended night at half speed would widen it past a level's step;
     noise, the whole series' scatter, the least it takes for unusual), or None for fewer than MIN_BAND_RUNS."""
-    logs = outliers.usual([math.log(v) for v in values if v > 0], noise)
+    return _band(outliers.usual(_logs(values), noise))
+
+
+def _logs(values) -> list:
+    """The log of each value above 0 (a band's runs)."""
+    return [math.log(v) for v in values if v > 0]
+
+
+def _band(logs):
+    """band's (low, high) from the log values it keeps, or None for fewer than MIN_BAND_RUNS."""
     if len(logs) < MIN_BAND_RUNS:
         return None
     mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
