@@ -47,8 +47,8 @@ def tamed(logs: np.ndarray) -> np.ndarray:
     if not sd > 0:
         return logs
     wild, candidate = np.zeros(len(logs), dtype=bool), off > WILD * sd  # far at first: judged again and again,
-    while candidate.any():  # a level's edge might be eaten away a night at a time
-        kept = np.flatnonzero(~wild)
+    kept = np.arange(len(logs))  # a level's edge might be eaten away a night at a time
+    while candidate.any():
         far = candidate[kept] & (off[kept] > WILD * sd)
         candidate[kept[~far]] = False  # no longer far: stays as it is
         at = np.flatnonzero(far)
