@@ -10,8 +10,7 @@ instead of passing it by.
 Writing (`atomic_write_bytes`, `atomic_write_text`, `atomic_write_json`): into a temporary file beside the target,
 flushed to disk, then renamed over it, so no reader ever sees half a file; never over something that is not a
 regular file (a FIFO, a device, a symlink, a folder: NotAFile, an OSError); a failure (a full disk) names the file
-in one line. Torch-free: every reader and writer of the package
-imports it.
+in one line. Torch-free: every reader and writer of the package imports it.
 """
 
 import concurrent.futures
@@ -326,9 +325,10 @@ def atomic_write_text(path: str, text: str) -> str:
     return atomic_write_bytes(path, text.encode())
 
 
-def atomic_write_bytes(path: str, data: bytes) -> str:
+def atomic_write_bytes(path: str, data) -> str:
     """Write to a temporary file in the same folder, fsync, then rename over the target (a regular file or nothing:
-    a FIFO, a device, a symlink or a folder there is NotAFile, and stays as it was)."""
+    a FIFO, a device, a symlink or a folder there is NotAFile, and stays as it was). data: bytes, or a function
+    that writes them into the open file (a large file, never held whole)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     try:
@@ -347,7 +347,7 @@ def atomic_write_bytes(path: str, data: bytes) -> str:
     return path
 
 
-def synced_temp(folder: str, data: bytes, path: str) -> str:
+def synced_temp(folder: str, data, path: str) -> str:
     """data in a new hidden file in folder, on disk (fsync), for a rename to put in place: its path. An error names
     `path`, the file it was for (a full disk names the file it hit); nothing is left behind."""
     tmp = os.path.join(folder, f".tmp-{secrets.token_hex(8)}")
@@ -358,7 +358,7 @@ def synced_temp(folder: str, data: bytes, path: str) -> str:
         raise OSError(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            data(fh) if callable(data) else fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException as exc:

@@ -166,6 +166,34 @@ def test_little_changed_writes_a_delta_and_much_the_whole_again(tmp_path, monkey
     assert whole.read_bytes() != before and not os.path.exists(f"{whole}.delta")
 
 
+def test_a_disk_that_fills_as_the_whole_is_written_leaves_the_one_before_as_it_was(tmp_path, monkeypatch):
+    """The whole is pickled into its file as it is sealed (never held whole): a write that fails part-way (a full
+    disk) leaves the whole before it, byte for byte, and no temporary file; the next report reads it."""
+    out = _copy(tmp_path)
+    _through_kept(out)
+    whole, = _wholes(tmp_path)
+    before, writes = whole.read_bytes(), []
+
+    class Full:  # the seal's place written, the disk full as the pickle's first frame comes
+        def __init__(self, fh, sealed):
+            self.fh = fh
+
+        def write(self, data):
+            writes.append(self.fh.tell())
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kept, "_Sealed", Full)
+    monkeypatch.setattr(kept, "DELTA_MIN", 0)  # a result added: the whole written again, not a delta
+    monkeypatch.setattr(kept, "DELTA_SHARE", 0)
+    _change(out, "add", 0, 0)
+    assert _through_kept(out) == _truth(out)  # the report goes on from what it read
+    assert writes == [kept._SEAL_SIZE] and whole.read_bytes() == before
+    assert not [p for p in whole.parent.iterdir() if p.name.startswith(".tmp-")]
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert kept.load(str(out), index.code_version()).entries  # still sealed: taken by the next report
+
+
 def test_the_readings_of_the_folders_reported_on_last_are_kept_the_rest_dropped(tmp_path, monkeypatch):
     monkeypatch.setattr(kept, "KEEP_FOLDERS", 2)
     folders = [_copy(tmp_path, f"f{i}") for i in range(4)]

@@ -31,6 +31,7 @@ DELTA_MIN = 1000
 KEEP_FOLDERS, KEEP_BYTES = 64, 2**30
 TMP_AGE_S = 3600  # a temporary file this old is no report's that is still writing
 _WHAT = b"scalelab kept reading"
+_SEAL_SIZE = 32  # bytes of the seal that begins a kept file
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _read(path: str, key: bytes, version: str, root: str):
         raw = files.read_bytes(path, "kept reading")
     except ResultError:
         return None
-    seal, body = raw[:32], memoryview(raw)[32:]  # the body not copied (100 MB at 100,000 results)
+    seal, body = raw[:_SEAL_SIZE], memoryview(raw)[_SEAL_SIZE:]  # the body not copied (100 MB at 100,000 results)
     if not hmac.compare_digest(seal, _seal(key, body)):
         return None  # torn, another key's, or not ours at all: never unpickled
     try:
@@ -96,7 +97,13 @@ def _read(path: str, key: bytes, version: str, root: str):
 
 
 def _seal(key: bytes, body: bytes) -> bytes:
-    return hashlib.blake2b(body, key=key, digest_size=32, person=_WHAT[:16]).digest()
+    sealed = _sealer(key)
+    sealed.update(body)
+    return sealed.digest()
+
+
+def _sealer(key: bytes):
+    return hashlib.blake2b(key=key, digest_size=_SEAL_SIZE, person=_WHAT[:16])
 
 
 def save(root: str, version: str, before: Kept, entries: dict, folders: dict, reused: set) -> None:
@@ -127,8 +134,26 @@ def save(root: str, version: str, before: Kept, entries: dict, folders: dict, re
 
 
 def _write(path: str, key: bytes, data: dict) -> None:
-    body = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
-    files.atomic_write_bytes(path, _seal(key, body) + body)
+    """data pickled into path as it is sealed (_read's layout: the seal, then the pickle), the pickle never held
+    whole (100 MB at 100,000 results: a report's peak memory)."""
+    def write(fh):
+        fh.write(bytes(_SEAL_SIZE))  # the seal's place, filled once the pickle that follows is written
+        sealed = _sealer(key)
+        pickle.Pickler(_Sealed(fh, sealed), protocol=pickle.HIGHEST_PROTOCOL).dump(data)
+        fh.seek(0)
+        fh.write(sealed.digest())
+    files.atomic_write_bytes(path, write)
+
+
+class _Sealed:
+    """A file that seals what is written to it on the way (pickle.Pickler's file: it calls write, frame by frame)."""
+
+    def __init__(self, fh, sealed):
+        self.fh, self.sealed = fh, sealed
+
+    def write(self, data) -> int:
+        self.sealed.update(data)
+        return self.fh.write(data)
 
 
 def _prune(folder: str) -> None:
