@@ -412,6 +412,25 @@ def test_several_nodes_are_never_forecast_faster_than_one_full_node():
     assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))
 
 
+@settings(max_examples=40, deadline=None)
+@given(base=st.lists(st.floats(0.8, 1.25), min_size=1, max_size=3),
+       xs=st.lists(st.tuples(st.sampled_from([(2, 1), (2, 2), (4, 2)]), st.floats(-0.5, 4.0)), min_size=1, max_size=4))
+def test_a_predicted_efficiency_is_never_past_100_percent_only_its_band_is(base, xs):
+    """What the track record's line on a band past 100 % says (plausible.band_past_linear): the model's step, a
+    band's middle, is never shorter than the 1-device runs' median step, whatever the runs it was read from measured
+    (one faster at 2 devices than at 1 among them: a negative exposure, credited as none)."""
+    found = [run(f"one{i}", 1, 1, STEP1 * f) for i, f in enumerate(base)]
+    found += [run(f"r{i}", world, nodes, STEP1 + x * ring(world)) for i, ((world, nodes), x) in enumerate(xs)]
+    found += [bench(num_nodes=1), bench(num_nodes=2), bench(num_nodes=2, world=4)]
+    found[-3]["launch"]["link"] = None
+    _, runs, bench_rows = calibrated(found)
+    rows = forecast.track_record(forecast_view.records(runs), forecast_view.bench_points(bench_rows))
+    assert all(r["predicted_eff"] <= 1 + 1e-12 for r in rows), rows
+    for cal in forecast.calibrate_all(forecast_view.records(runs), forecast_view.bench_points(bench_rows)).values():
+        predicted, _ = forecast.forecast(cal, ("intra", "cpu", "cpu"), ("inter", "emulated 8 Gbit/s"), 2, (1, 2, 4))
+        assert all(f.efficiency.mid <= 1 + 1e-12 for f in predicted)
+
+
 def test_the_forecast_names_each_level_by_where_its_link_is():
     """Each fitted figure is printed under the level it was fitted at: one node's own link (β = 0.1 GB/s here) as
     "within a node", the network as "between nodes" and its link if emulated (β = 1 GB/s, the benchmark's stated
@@ -597,9 +616,12 @@ def test_a_band_too_wide_to_inform_is_said_so_and_not_counted_inside():
     assert alone.startswith("  0 of 0 inside the 80 % band (1 band(s) wider than 50 points") and \
         alone.endswith("narrow them (the demo's --repeats 3)); no error to state. `--forecast` forecasts the scales "
                        "not run."), alone
-    assert lines[3] == ("  The bands' run-to-run scatter (each band's without its own configuration's runs: not the "
+    assert lines[3].startswith("  1 band(s) reach past 100 % (A 2 devices on 1 node: 128 %): noise, not scaling past "
+                               "linear. The model's step (a band's middle) is never shorter than")
+    assert not [line for line in forecast_view.track_record(runs, track.iloc[1:], "simple") if "past 100" in line]
+    assert lines[4] == ("  The bands' run-to-run scatter (each band's without its own configuration's runs: not the "
                         "Scaling table's): A 2.5 % (repeats, 3 degree(s) of freedom)")
-    assert lines[4].startswith("  Here `measured` is each configuration's newest run (the 1-device runs' median "
+    assert lines[5].startswith("  Here `measured` is each configuration's newest run (the 1-device runs' median "
                                "step ÷ its median step), `predicted` is read from the other configurations' runs "
                                "only. The Scaling table's `efficiency` is from throughput instead")
     missed = dict(row, eff_low=0.03, predicted_eff=0.1, eff_high=0.56, measured_eff=0.6, inside=False)

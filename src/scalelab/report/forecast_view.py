@@ -144,7 +144,7 @@ def track_record(runs: pd.DataFrame, track: pd.DataFrame, fmt: str = "simple", d
                           "predicted step ms", "measured ms", "exposure from"][:None if details else -1], fmt),
             f"{said}; " + (f"median error {err:.1f} points" if counted else "no error to state") +
             ". `--forecast` forecasts the scales not run.",
-            *left_out(runs),
+            *left_out(runs), *plausible.band_past_linear(track, letters),
             "  The bands' run-to-run scatter (each band's without its own configuration's runs: not the Scaling "
             "table's): " + "; ".join(
                 f"{letters.get(g, '?')} {scatter_words(t)}" for g, t in track.groupby("group", sort=False)),

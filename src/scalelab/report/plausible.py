@@ -226,6 +226,19 @@ def left_out(flagged: pd.DataFrame, letters: dict, of: str) -> str:
             f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine.")
 
 
+def band_past_linear(track: pd.DataFrame, letters: dict) -> list:
+    """The line that says why a track-record band reaches past 100 % (the model's step is never shorter than the
+    1-device step: what passes it is noise), naming each such band's top; none where no band does."""
+    past = track[track["eff_high"] > 1]
+    if past.empty:
+        return []
+    named = "; ".join(f"{letters.get(r.group, '?')} {where(r)}: {r.eff_high * 100:.0f} %" for r in past.itertuples())
+    return [f"  {len(past)} band(s) reach past 100 % ({named}): noise, not scaling past linear. The model's step "
+            "(a band's middle) is never shorter than the 1-device runs' median step, so its efficiency is at most "
+            "100 %; a band's ends add the scatter of the 1-device runs, of the runs it was read from and of one new "
+            "run, and that reaches past it."]
+
+
 WHERE = ("world_size", "num_nodes", "link")  # what `where` reads of a row
 
 
