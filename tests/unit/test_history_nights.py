@@ -70,6 +70,33 @@ def test_a_wild_night_is_put_at_its_own_level_and_no_other_night_moves(n, at, st
     assert abs(out[odd] - level[odd]) <= sigma, (out[odd], level[odd])
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2 * changes.MIN_SEGMENT + 4, 150), at=st.floats(0, 1), step=st.floats(8, 20),
+       up=st.booleans(), where=st.floats(0, 1), wild=st.floats(math.log(3), 3), high=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+@example(n=48, at=0.5, step=8.0, up=False, where=0.0, wild=2.0, high=False, seed=300)  # the first night wild, and a
+# rare alarm 11 nights after the step: the level after it ends there
+def test_a_wild_night_moves_neither_level_of_a_change(n, at, step, up, where, wild, high, seed):
+    """A change's before and after are the medians of its levels' nights but a wild one: a night 3 to 20 times too
+    fast or too slow in either level pulled that level's median a night's worth toward it (6,397 where the folder
+    without that night gave 6,435)."""
+    sigma = 0.01
+    k = changes.MIN_SEGMENT + 2 + int(at * (n - 2 * changes.MIN_SEGMENT - 4))
+    logs = np.where(np.arange(n) >= k, (1 if up else -1) * step * sigma, 0.0)
+    logs = logs + np.random.default_rng(seed).uniform(-sigma, sigma, n)
+    odd = [i for i in range(n) if i not in (k - 1, k)][int(where * (n - 2.0001))]
+    good, nights = np.delete(logs, odd), np.delete(np.arange(n), odd)
+    logs[odd] += wild if high else -wild
+    found = changes.find(np.exp(logs))
+    at_k = [i for i, c in enumerate(found) if c.index == k]
+    assert at_k, (found, k)
+    cuts = [0, *(c.index for c in found), n]  # a level lies between a change and its neighbours (a rare alarm too)
+    start, end = cuts[at_k[0]], cuts[at_k[0] + 2]
+    change = found[at_k[0]]
+    assert change.before == pytest.approx(math.exp(np.median(good[(nights >= start) & (nights < k)])), rel=1e-12)
+    assert change.after == pytest.approx(math.exp(np.median(good[(nights >= k) & (nights < end)])), rel=1e-12)
+
+
 def test_a_wild_night_the_night_after_a_step_leaves_the_step_named_at_its_own_night():
     """200 series of 30 to 400 nights (1 to 6 % scatter), a step of 5 to 10 scatters, and the night after it 0.2 to
     3 times as fast: the step is named at its own night in at least 196 (here 199). The night before the wild one,

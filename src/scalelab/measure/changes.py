@@ -68,7 +68,7 @@ STRETCH_MAX = 30  # a longer one for steps and for stretches of up to this many 
 
 class Change(NamedTuple):
     """A lasting step: the first run after it (its index in the series), the level before and after (medians of
-    the segments either side), and the step as after ÷ before − 1."""
+    the segments either side, of their nights not set aside as wild), and the step as after ÷ before − 1."""
     index: int
     before: float
     after: float
@@ -182,7 +182,8 @@ def found_in(raw: np.ndarray, logs: np.ndarray) -> list:
     while tuple(found) not in been:  # until the refit and the step rule leave the changes as they were (or as once)
         been.add(tuple(found))
         found = _large_enough(logs, _refit(logs, found))
-    return [Change(i, _level(raw, found, i, -1), _level(raw, found, i, +1)) for i in found]
+    kept = raw == logs  # the nights taken as measured: a night set aside (outliers.tamed) is no level's
+    return [Change(i, _level(raw, kept, found, i, -1), _level(raw, kept, found, i, +1)) for i in found]
 
 
 def _refit(logs: np.ndarray, found: list) -> list:
@@ -363,10 +364,13 @@ def reaches(shuffled: float, stat: float) -> bool:
     return shuffled >= stat * (1 - TIE)
 
 
-def _level(logs: np.ndarray, found: list, i: int, side: int) -> float:
-    """The median value of the segment before (side −1) or after (+1) change i, between its neighbours."""
+def _level(logs: np.ndarray, kept: np.ndarray, found: list, i: int, side: int) -> float:
+    """The median value of the segment before (side −1) or after (+1) change i, between its neighbours, of its
+    nights kept (all of them where none is)."""
     start, end = _around(found, found.index(i), len(logs))
-    return float(np.exp(np.median(logs[start:i] if side < 0 else logs[i:end])))
+    part = slice(start, i) if side < 0 else slice(i, end)
+    mine = logs[part][kept[part]]
+    return float(np.exp(np.median(mine if len(mine) else logs[part])))
 
 
 def regime(values: Sequence[float], changes: list) -> list:
