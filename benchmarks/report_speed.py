@@ -7,9 +7,9 @@ Writes N synthetic results (one rank record per rank, 50 step times each) and ti
 --real DIR: DIR's results (a make demo output: 4-110 KB each) replicated N times instead, each with its own run id
 and date (one an hour), as a site's nightly folder grows. Timed, with each one's peak memory (the child's max RSS):
 a report that reads every file whole (--no_index), then the report twice (the first builds the index, the second
-reads what the first left); --add then writes one more result and times a third, and what any report there pays
-before it reads a result (its floor on this machine); --history (every run of the folder in its configuration's
-series at once) last:
+reads what the first left); --add then writes one more result and times a third, a fourth without what the third
+kept for this user (report/kept.py: a cache pruned or cleared), and what any report there pays before it reads a
+result (its floor on this machine); --history (every run of the folder in its configuration's series at once) last:
 
     python benchmarks/report_speed.py --files 100000 --real outputs --add
 """
@@ -100,6 +100,18 @@ def floor(folder: str) -> tuple:
     return imports, time.perf_counter() - start, len(paths)
 
 
+def kept_gone(folder: str) -> str:
+    """This user's kept reading of folder removed, as a cache pruned or cleared leaves it: what was removed."""
+    from scalelab.report import kept
+
+    removed = 0
+    for path in (kept._where(folder) or ())[:2]:  # the whole and its delta
+        if os.path.exists(path):
+            os.remove(path)
+            removed += 1
+    return f"{removed} file(s) removed" if removed else "none was kept"
+
+
 def at_scale(a) -> None:
     folder = tempfile.mkdtemp(prefix="scalelab-report-scale-")
     start = time.perf_counter()
@@ -113,6 +125,10 @@ def at_scale(a) -> None:
         replicate(a.real, os.path.join(folder, "added"), 1)
         took, rss, rc = timed_report(folder)
         print(f"  one result added, reported again: {took:.1f} s, peak RSS {rss:,.0f} MiB, exit {rc}")
+        gone = kept_gone(folder)
+        took, rss, rc = timed_report(folder)
+        print(f"  again, without what the last report kept ({gone}: the index read row by row): {took:.1f} s, "
+              f"peak RSS {rss:,.0f} MiB, exit {rc}")
         imports, stats, n = floor(folder)
         print(f"  before any result is read, here: {imports:.2f} s to start and import, {stats:.2f} s to stat each of "
               f"{n:,} folders and result files: {imports + stats:.2f} s")
