@@ -32,11 +32,11 @@ def test_a_planted_step_is_named_with_its_date_and_size(tmp_path):
     throughput, efficiency and busbw, and nothing for the 1-device runs."""
     _site(tmp_path, 80, planted=(50, -0.18))
     out = _report(tmp_path)
-    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s)")]
+    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): 20")]
     assert lines and all("2026-07-21" in line for line in lines), out
     said = lines[0]
-    for name in ("throughput", "efficiency", "busbw"):
-        size = int(said.split(f"{name} ")[1].split(" %")[0])
+    for name in ("throughput", "efficiency", "busbw"):  # efficiency in points (94 % → 77 %: -17 points)
+        size = int(said.split(f"{name} ")[1].split(" ")[0])
         assert -22 <= size <= -14, said
     assert not any(line.startswith("  A 1 device(s)") for line in out.splitlines()), out
 
@@ -46,7 +46,7 @@ def test_a_bad_week_then_fixed_is_named_on_the_night_it_began_and_the_night_it_e
     the first night after it, their sizes as the report prints them (searched for single steps, none was named)."""
     _site(tmp_path, 120, planted=(60, -0.2, 67))
     out = _report(tmp_path)
-    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s)")]
+    lines = [line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): 20")]
     assert [line.split(": ")[1] for line in lines] == ["2026-07-31", "2026-08-07"], out
     sizes = [int(line.split("throughput ")[1].split(" %")[0]) for line in lines]
     assert -25 <= sizes[0] <= -15 and 18 <= sizes[1] <= 33, out  # 1 / 0.8 - 1 = +25 %
@@ -62,13 +62,15 @@ def test_a_night_at_half_speed_is_named_as_taken_at_its_neighbours_median_not_as
     data["timing"]["samples_per_s"] /= 2
     path.write_text(json.dumps(data))
     out = _report(tmp_path)
-    said = [line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): throughput: ")]
+    said = [line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): throughput: ")
+            and ": the latest " not in line]  # (the latest night may lie outside its band by chance: said apart)
     assert len(said) == 2 and "No change in any series" in out, out
     assert said[0].endswith(" 1 run(s) over 5 scatters from the runs around them, taken at their neighbours' "
                             f"median in the search for changes: 2026-07-01 "
                             f"({history._cell(data['timing']['tokens_per_s'], 'throughput', 'tokens/s')})"), said
+    halved = history._cell(data["timing"]["tokens_per_s"], "throughput", "tokens/s")
     assert said[1].endswith(" 1 run(s) since the last change left out of the band: over 3.5 scatters from their "
-                            "median"), said
+                            f"median: 2026-07-01 ({halved})"), said
 
 
 def test_a_series_without_a_step_names_none(tmp_path):
@@ -86,10 +88,15 @@ def test_a_history_too_short_to_show_a_change_says_so_not_that_every_level_held(
     how many series were judged (unit: no_change)."""
     _site(tmp_path, nights)
     out = _report(tmp_path).split("History")[1]
-    assert said in out and ("every level held" in out) == (nights >= changes.SHORTEST), out
-    rows = [{"runs": 12}, {"runs": 3}, {"runs": 11}, {"runs": 10}]
+    held = "every level held" in out or "but the latest is outside its band" in out  # (its latest said apart)
+    assert said in out and held == (nights >= changes.SHORTEST), out
+    rows = [{"runs": n, "band": (90.0, 110.0), "latest": 100.0} for n in (12, 3, 11, 10)]
     assert history.no_change(rows) == ("No change in the 2 series of 11 runs or more: each level held within its "
                                        "own scatter; 2 shorter series not judged.")
+    rows[0]["latest"] = 80.0  # a latest below its band: no level held it
+    assert history.no_change(rows) == ("No change in the 2 series of 11 runs or more, but the latest is outside its "
+                                       "band in 1 of 4 (the lines above say how far and since when); 2 shorter "
+                                       "series not judged.")
 
 
 @pytest.mark.parametrize("n", range(changes.SHORTEST, 3 * changes.MIN_SEGMENT))
@@ -162,11 +169,12 @@ def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed
         assert r.inside in ("yes", "NO, below", "NO, above") or math.isnan(r.band_low)
     units = {"throughput": "tokens/s", "efficiency": "fraction", "busbw": "GB/s", "compute": "s", "waited": "s"}
     lines = [line for line in printed.splitlines() if line.startswith("  A ")]
-    assert len(said) == sum(line.count(" % (") for line in lines)
+    assert len(said) == sum(line.count(" % (") + line.count(" points (") for line in lines)
     for c in said.itertuples():
         line = next(line for line in lines if line.startswith(f"  {c.letter} {c.world_size} device(s)")
                     and f": {c.date[:10]}: " in line)
-        assert f"{c.metric} {c.size * 100:+.0f} % (" in line and c.unit == units[c.metric], (c, line)
+        size = f"{(c.after - c.before) * 100:+.0f} points" if c.metric == "efficiency" else f"{c.size * 100:+.0f} %"
+        assert f"{c.metric} {size} (" in line and c.unit == units[c.metric], (c, line)
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli.main(["--output_dir", str(folder), "--export", str(export / "plain")]) == 0
     assert not list((export / "plain").glob("history*"))
@@ -501,3 +509,42 @@ def test_a_section_with_nothing_to_say_leaves_no_blank_lines_behind(tmp_path, fl
     out = _report(tmp_path, *flags)
     assert "History (" in out and "\n\n\n" not in out, out
     assert (cli.FORECAST_NONE in out) is ("--forecast" in flags), out  # asked for, and nothing to forecast: said
+
+
+def test_a_configuration_that_stopped_running_says_so_one_that_runs_weekly_does_not(tmp_path):
+    """The 1-device runs of the last 20 of 60 nights gone: its latest is 20 nights old and its row said `yes` as if
+    it were last night's. A line now says since when it has not run (it ran every day); the 2-device series, and a
+    weekly one 10 days behind the newest run (within twice its own gap), say nothing of the kind."""
+    _site(tmp_path, 60)
+    for path in tmp_path.glob("night00[4-5]?-gpt-1x*"):
+        for inner in path.iterdir():
+            inner.unlink()
+        path.rmdir()
+    for index in range(0, 54, 7):  # a weekly 4-device configuration, its last run 10 days before the newest
+        _night(tmp_path, index, 4, 12000.0)
+    out = _report(tmp_path)
+    said = [line for line in out.splitlines() if "no run since" in line]
+    assert said == ["  A 1 device(s), 1 node(s): no run since 2026-07-10, where it ran every 1 day(s) and the "
+                    "folder's newest run is of 2026-07-30: its latest is not the newest night's"], out
+
+
+@pytest.mark.parametrize("scaling", ["weak", "strong"])
+def test_a_level_past_100_percent_efficiency_is_flagged_in_weak_scaling_and_said_in_points(tmp_path, scaling):
+    """The 2-device runs 50 % faster from night 60: efficiency 94 % → about 141 %, which weak scaling cannot reach
+    (each device does what one baseline device did); it printed as "+50 %" with nothing said. Its level is marked !
+    with a line saying why, and the change is said in points (the difference of the two levels); under strong
+    scaling (each device a smaller share: a faster memory may explain it) nothing is flagged."""
+    _site(tmp_path, 120, planted=(60, 0.5))
+    if scaling == "strong":
+        for path in tmp_path.glob("*/result.json"):
+            data = json.loads(path.read_text())
+            data["workload"]["scaling"] = "strong"
+            path.write_text(json.dumps(data))
+    out = _report(tmp_path)
+    line = next(line for line in out.splitlines() if line.startswith("  A 2 device(s), 1 node(s): 2026-07-31: "))
+    before, after = (int(v) for v in line.split("efficiency ")[1].split("(")[1].split(")")[0]
+                     .replace(" %", "").replace(" !", "").split(" → "))
+    assert f"efficiency {after - before:+d} points (" in line and after > 130, line
+    flagged = [x for x in out.splitlines() if x.startswith("  ! A 2 device(s), 1 node(s): efficiency ")]
+    assert (f"{after} % !" in line) == (scaling == "weak") and len(flagged) == (scaling == "weak"), out
+    assert not flagged or f"efficiency {after} % from 2026-07-31 cannot be weak scaling" in flagged[0], flagged

@@ -88,7 +88,8 @@ def test_a_wild_night_and_a_night_left_out_of_the_band_are_each_said_with_what_t
            f"them, taken at their neighbours' median in the search for changes: {_night(20)} " \
            f"({cell(values[20], 'samples/s')})" in said, said
     assert "  ScalelabReport mlp-cpu-1x1.throughput_per_device: 2 run(s) since the last change left out of the " \
-           "band: over 3.5 scatters from their median" in said, said
+           f"band: over 3.5 scatters from their median: {_night(20)} ({cell(values[20], 'samples/s')}), " \
+           f"{_night(50)} ({cell(values[50], 'samples/s')})" in said, said
     variables, _ = perflog.exported([row])
     assert variables[["far_from_neighbours", "left_out_of_band"]].values.tolist() == [[1, 2]]
 

@@ -24,9 +24,14 @@ def usual(logs, floor: float = 0.0) -> np.ndarray:
     both are 0 (more than half the runs equal). A short segment's own deviation may be a fraction of its scatter by
     chance: 7 of 9 nights close together left out 2 an ordinary scatter high, and its band was ±0.85 % at 3 %."""
     logs = np.asarray(logs, dtype=float)
+    return logs[usual_mask(logs, floor)]
+
+
+def usual_mask(logs: np.ndarray, floor: float = 0.0) -> np.ndarray:
+    """Which of a segment's runs `usual` keeps (True), in their order: what says which nights a band left out."""
     off = np.abs(logs - np.median(logs)) if len(logs) else logs
     reach = OUTLIER * max(1.4826 * float(np.median(off)), floor) if len(logs) else 0.0
-    return logs[off <= reach] if reach > 0 else logs
+    return off <= reach if reach > 0 else np.ones(len(logs), dtype=bool)
 
 
 def tamed(logs: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ import pandas as pd
 
 from scalelab.keys import CONFIGURATION, SCALE
 from scalelab.measure import changes, outliers
-from scalelab.perfmodel.noise import Scatter
+from scalelab.perfmodel.noise import COVERAGE, Scatter
+from scalelab.report import plausible
 from scalelab.report.cells import fmt_num, narrow, three_digits
 from scalelab.report.forecast_view import report_letters
 from scalelab.report.frames import THROUGHPUT_COLUMN
@@ -24,6 +25,8 @@ from scalelab.report.frames import THROUGHPUT_COLUMN
 METRICS = (("throughput", "throughput", None), ("efficiency", "efficiency", "%"), ("ddp_busbw_GBps", "busbw", "GB/s"),
            ("compute_s", "compute", "ms"), ("waited_s", "waited", "ms"))
 MIN_BAND_RUNS = 3  # runs since the last change a band for the latest needs (2 degrees of freedom)
+# what a configuration's row keeps of its throughput's judge (the latest judged is its throughput's)
+JUDGED_KEPT = ("latest", "band", "not_above_0", "far", "left_out", "left_out_of_band", "streak", "streak_from", "level")
 
 
 def series(runs: pd.DataFrame) -> pd.DataFrame:
@@ -65,12 +68,12 @@ def follow(runs: pd.DataFrame) -> list:
     for key, g in series(runs).groupby(CONFIGURATION, sort=False):
         out = dict(zip(CONFIGURATION, key), letter=letters.get(key[0], "?"), unit=g["unit"].iloc[-1],
                    runs=len(g), first=g["when"].iloc[0], last=g["when"].iloc[-1], changes={},
-                   dates=g["when"], throughput=g["throughput"])
+                   dates=g["when"], throughput=g["throughput"], scaling=g["scaling"].iloc[-1])
         for column, _, _ in METRICS:
             judged = judge(g[column].to_numpy(dtype=float), g["when"])
             out["changes"][column] = judged["changes"]
             if column == "throughput":  # the newest run that measured one is the latest judged (0 too)
-                out.update((k, judged[k]) for k in ("latest", "band", "not_above_0", "far", "left_out_of_band"))
+                out.update((k, judged[k]) for k in JUDGED_KEPT)
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
 
@@ -91,13 +94,31 @@ def judge(values, dates: pd.Series) -> dict:
     logs = outliers.tamed(raw) if judged else raw  # as the search takes them: once, for it and for `far`
     found = changes.found_in(raw, logs) if judged else []
     latest = values[finite][-1] if finite.any() else float("nan")
-    since, noise = changes.regime(kept, found), outliers.noise(raw)
-    banded = _logs(since[:-1] if latest > 0 else since)
-    used = outliers.usual(banded, noise)
+    start, noise = found[-1].index if found else 0, outliers.noise(raw)  # the level since the last change
+    banded = raw[start:-1] if latest > 0 else raw[start:]  # the latest judged, never its own band
+    usual = outliers.usual_mask(banded, noise)
+    band = _band(banded[usual])
+    left = start + np.flatnonzero(~usual) if len(banded) >= MIN_BAND_RUNS else []
     return {"changes": [(pd.Timestamp(dates.iloc[at[c.index]]), c) for c in found], "latest": latest,
-            "band": _band(used), "not_above_0": int((finite & ~keep).sum()),
+            "band": band, "not_above_0": int((finite & ~keep).sum()),
             "far": [(pd.Timestamp(dates.iloc[at[i]]), float(kept[i])) for i in np.flatnonzero(logs != raw)],
-            "left_out_of_band": len(banded) - len(used) if len(banded) >= MIN_BAND_RUNS else 0}
+            "left_out": [(pd.Timestamp(dates.iloc[at[i]]), float(kept[i])) for i in left],
+            "left_out_of_band": len(left), **_streak(values, np.flatnonzero(finite), dates, band)}
+
+
+def _streak(values: np.ndarray, finite: np.ndarray, dates: pd.Series, band) -> dict:
+    """`streak`: how many of the newest finite values (at `finite`) lie outside the band on the latest's side, one
+    after the other (0: the latest inside, or no band); `streak_from`: the date of the first; `level`: the band's
+    middle."""
+    if band is None or not len(finite):
+        return {"streak": 0, "streak_from": None, "level": None}
+    low, high = band
+    values = values[finite]
+    side = values < low * (1 - ROUNDING) if values[-1] < low * (1 - ROUNDING) else values > high * (1 + ROUNDING)
+    inside = np.flatnonzero(~side)
+    first = inside[-1] + 1 if len(inside) else 0
+    return {"streak": len(values) - first, "level": math.sqrt(low * high),
+            "streak_from": pd.Timestamp(dates.iloc[finite[first]]) if first < len(values) else None}
 
 
 def inside(row: dict) -> str:
@@ -145,13 +166,16 @@ def _cell(value: float, column: str, unit) -> str:
 
 
 def change_lines(row: dict) -> list:
-    """'2026-11-20: throughput −18 % (5,396 → 4,425 tokens/s), busbw −35 % (...)': one line per date."""
+    """'2026-11-20: throughput −18 % (5,396 → 4,425 tokens/s), efficiency −17 points (94 % → 77 %), ...': one line
+    per date; an efficiency in points (a percent of a percent reads as points), one past 100 % + noise marked !."""
     by_date = {}
+    limit = None if row.get("scaling") == "strong" else 1 + plausible.NOISE_FLOOR
     for column, name, unit in METRICS:
         for when, c in row["changes"][column]:
-            said = f"{name} {c.size * 100:+.0f} % ({_cell(c.before, column, unit or row['unit'])} → " \
-                   f"{_cell(c.after, column, unit or row['unit'])})"
-            by_date.setdefault(when.strftime("%Y-%m-%d"), []).append(said)
+            before, after = (_cell(v, column, unit or row["unit"]) + (" !" if column == "efficiency" and limit and
+                                                                      v > limit else "") for v in (c.before, c.after))
+            size = f"{(c.after - c.before) * 100:+.0f} points" if column == "efficiency" else f"{c.size * 100:+.0f} %"
+            by_date.setdefault(when.strftime("%Y-%m-%d"), []).append(f"{name} {size} ({before} → {after})")
     return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
 
 
@@ -180,15 +204,39 @@ def left_out_lines(row: dict, shown) -> list:
     around them (each date and value, `shown` in its unit) and those its band left out."""
     lines = []
     if row["far"]:
-        named = ", ".join(f"{when.strftime('%Y-%m-%d')} ({shown(value)})" for when, value in row["far"][:FAR_NAMED])
-        more = len(row["far"]) - FAR_NAMED
         lines.append(f"{len(row['far'])} run(s) over {outliers.WILD:g} scatters from the runs around them, taken at "
-                     f"their neighbours' median in the search for changes: {named}" +
-                     (f" and {more} more" if more > 0 else ""))
+                     f"their neighbours' median in the search for changes: {_dated(row['far'], shown)}")
     if row["left_out_of_band"]:
         lines.append(f"{row['left_out_of_band']} run(s) since the last change left out of the band: over "
-                     f"{outliers.OUTLIER:g} scatters from their median")
+                     f"{outliers.OUTLIER:g} scatters from their median: {_dated(row['left_out'], shown)}")
     return lines
+
+
+def _dated(runs: list, shown) -> str:
+    """'2026-09-26 (5,071 tokens/s), …': the first FAR_NAMED of [(date, value)], the rest counted."""
+    named = ", ".join(f"{when.strftime('%Y-%m-%d')} ({shown(value)})" for when, value in runs[:FAR_NAMED])
+    return named + (f" and {len(runs) - FAR_NAMED} more" if len(runs) > FAR_NAMED else "")
+
+
+def latest_lines(row: dict, shown) -> list:
+    """Where a judged series' latest lies outside its band: how far from its level, and how many runs in a row
+    (their first date): one night off, or a level too young to be named a change yet; none where it is inside."""
+    said = inside(row)
+    if not said.startswith("NO") or row.get("level") is None:
+        return []
+    side, k = said[4:], row["streak"]
+    line = (f"the latest {abs(row['latest'] / row['level'] - 1) * 100:.0f} % {side} its level ({shown(row['level'])}, "
+            f"its band's middle)")
+    if k < 2 and row["far"] and row["far"][-1][0] == row["streak_from"]:  # far from its neighbours too
+        return [line + "; one run so far, far from the runs around it: a night off (a node shared, a link lost?) "
+                       "until more runs hold it; a new level is named a change once it has held "
+                       f"{changes.MIN_SEGMENT} runs"]
+    if k < 2:  # as often as not an ordinary night: an 80 % band leaves one in five outside
+        return [line + f"; the run before it inside: one run in {1 / (1 - COVERAGE):.0f} lies outside an "
+                       f"{COVERAGE * 100:.0f} % band by chance"]
+    line += f"; {k} runs in a row {side} the band, since {row['streak_from'].strftime('%Y-%m-%d')}"
+    return [line + (f": a new level is named a change once it has held {changes.MIN_SEGMENT} runs"
+                    if k < changes.MIN_SEGMENT else "")]
 
 
 FAR_NAMED = 5  # the far runs a line names by date; the rest counted
@@ -227,29 +275,68 @@ def render(rows: list, fmt: str = "simple") -> list:
              "the first run after it)",
              narrow(table, ["group", "world size", "nodes", "runs", "from", "to", "latest", "80 % band",
                             "inside", "changes"], fmt)]
+    newest = max(r["last"] for r in rows)
     for r, dated in zip(rows, said):
-        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {line}" for line in dated]
-        if r["not_above_0"]:
-            lines.append(f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): {r['not_above_0']} "
-                         "completed run(s) with a throughput of 0 or below, left out of its changes and band")
-        lines += [f"  {r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): throughput: {line}"
-                  for line in left_out_lines(r, lambda v, unit=r["unit"]: _cell(v, "throughput", unit))]
+        lines += _row_lines(r, dated, newest)
     if not any(said):
         lines.append("  " + no_change(rows))
     return [*lines, ""]
 
 
+def _row_lines(r: dict, dated: list, newest) -> list:
+    """The lines under the history table for one configuration: its changes (a level that cannot be weak scaling
+    flagged), its runs that measured nothing, how far its latest lies outside its band, what its search and band
+    took otherwise than measured, and whether it ran at all lately (newest: the folder's newest run's date)."""
+    where, shown = f"{r['letter']} {r['world_size']} device(s), {_nodes(r)} node(s): ", \
+        lambda v, unit=r["unit"]: _cell(v, "throughput", unit)
+    lines = [f"  {where}{line}" for line in dated] + [f"  ! {where}{line}" for line in impossible(r)]
+    if r["not_above_0"]:
+        lines.append(f"  {where}{r['not_above_0']} completed run(s) with a throughput of 0 or below, left out of its "
+                     "changes and band")
+    lines += [f"  {where}throughput: {line}" for line in latest_lines(r, shown) + left_out_lines(r, shown)]
+    gap = r["dates"].diff().median() if r["runs"] > 1 else None
+    if gap is not None and newest - r["last"] > 2 * gap:  # stopped running: its latest is not last night's
+        lines.append(f"  {where}no run since {r['last'].strftime('%Y-%m-%d')}, where it ran every "
+                     f"{_days(gap)} and the folder's newest run is of {newest.strftime('%Y-%m-%d')}: its latest is "
+                     "not the newest night's")
+    return lines
+
+
+def _days(gap) -> str:
+    """A series' usual gap between runs in words: '1 day', '7 days', '6 hours'."""
+    hours = gap / pd.Timedelta(hours=1)
+    return f"{hours / 24:.3g} day(s)" if hours >= 24 else f"{hours:.3g} hour(s)"
+
+
+def impossible(row: dict) -> list:
+    """A line for each change whose level's efficiency is past 100 % + plausible.NOISE_FLOOR in a weak-scaling
+    configuration: each device does what one baseline device did, so N of them give at most N× its throughput."""
+    if row.get("scaling") == "strong":
+        return []
+    limit = 1 + plausible.NOISE_FLOOR
+    return [f"efficiency {level * 100:.0f} % {when_said} {when.strftime('%Y-%m-%d')} cannot be weak scaling: each "
+            f"device does what one baseline device did, so {row['world_size']} of them give at most "
+            f"{row['world_size']}× its throughput (100 % + {plausible.NOISE_FLOOR * 100:.0f} % noise); check the runs' "
+            "fingerprints and their baseline's (the Scaling table's checks)"
+            for when, c in row["changes"]["efficiency"]
+            for level, when_said in ((c.before, "before"), (c.after, "from")) if level > limit]
+
+
 def no_change(rows: list) -> str:
-    """What no change named means: every level held, or some series (or all) too short to show one."""
+    """What no change named means: every level held, or some series (or all) too short to show one; never that
+    every level held where a series' latest is outside its band."""
     need = changes.SHORTEST
     short = sum(r["runs"] < need for r in rows)
     if short == len(rows):
         return (f"No change can be named yet: a series is judged from {need} runs on (a change: {changes.MIN_SEGMENT} "
                 f"or more on each side); the longest here has {max(r['runs'] for r in rows)}.")
+    off = sum(inside(r).startswith("NO") for r in rows)  # a latest outside its band: no level held it
+    held = (f", but the latest is outside its band in {off} of {len(rows)} (the lines above say how far and since "
+            "when)") if off else ""
     if short:
-        return (f"No change in the {len(rows) - short} series of {need} runs or more: each level held within its "
-                f"own scatter; {short} shorter series not judged.")
-    return "No change in any series: every level held within its own scatter."
+        return (f"No change in the {len(rows) - short} series of {need} runs or more" +
+                (held or ": each level held within its own scatter") + f"; {short} shorter series not judged.")
+    return "No change in any series" + (held + "." if off else ": every level held within its own scatter.")
 
 
 def _nodes(r: dict) -> str:

@@ -152,8 +152,9 @@ def render(rows: list, skipped: list, fmt: str = "simple") -> list:
             if r["not_above_0"]:
                 lines.append(f"  {r['test']} {r['var']}: {r['not_above_0']} value(s) of 0 or below, left out of its "
                              "changes and band")
+            shown = lambda v, unit=r["unit"]: cell(v, unit)  # noqa: E731 - one value in its unit, for each line
             lines += [f"  {r['test']} {r['var']}: {line}"
-                      for line in history.left_out_lines(r, lambda v, unit=r["unit"]: cell(v, unit))]
+                      for line in history.latest_lines(r, shown) + history.left_out_lines(r, shown)]
     else:
         lines.append("ReFrame perflog: no dated value of any performance variable.")
     lines += [f"  skipped {path}: {why}" for path, why in skipped]
