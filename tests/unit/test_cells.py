@@ -3,6 +3,8 @@
 from types import SimpleNamespace
 
 import pandas as pd
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scalelab.report import cells
 
@@ -63,3 +65,15 @@ def test_the_nodes_cell_names_an_emulated_link():
     assert cells.nodes_cell(SimpleNamespace(num_nodes=2, link="")) == "2"
     assert cells.nodes_cell(SimpleNamespace(num_nodes=1, link=NAN)) == "1"  # a frame cell without a link
     assert cells.nodes_cell(SimpleNamespace(num_nodes=4)) == "4"
+
+
+@given(st.lists(st.sampled_from(["| a | b |", "|---|---|", "  a note", "text", "", "|x|"]), max_size=30))
+def test_markdown_blocks_end_each_table_before_the_line_under_it(lines):
+    """GitHub reads a line right under a table's last row as one more row (a report's notes under its tables became
+    rows): `blocks` puts a blank line there and changes nothing else."""
+    lines = "\n".join(lines).split("\n")  # the text's lines (none: one empty)
+    out = cells.blocks("\n".join(lines)).split("\n")
+    assert [x for x in out if x] == [x for x in lines if x]  # only blank lines added
+    assert len(out) - len(lines) == sum(a.startswith("|") and b.strip() != "" and not b.startswith("|")
+                                        for a, b in zip(lines, lines[1:]))
+    assert not any(a.startswith("|") and b.strip() and not b.startswith("|") for a, b in zip(out, out[1:]))

@@ -155,7 +155,7 @@ def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert cli.main(["--output_dir", str(folder), "--history", "--export", str(export), "--markdown"]) == 0
-    printed = out.getvalue().split("History (")[1].split("\n\n")[0]
+    printed = out.getvalue().split("History (")[1].split("\nwritten: ")[0].rstrip()  # its table and lines
     assert printed in (export / "report.md").read_text()
     rows, said = pd.read_csv(export / "history.csv"), pd.read_csv(export / "history_changes.csv")
     table = [[cell.strip() for cell in line.strip("|").split("|")] for line in printed.splitlines()[3:]
@@ -509,6 +509,18 @@ def test_a_section_with_nothing_to_say_leaves_no_blank_lines_behind(tmp_path, fl
     out = _report(tmp_path, *flags)
     assert "History (" in out and "\n\n\n" not in out, out
     assert (cli.FORECAST_NONE in out) is ("--forecast" in flags), out  # asked for, and nothing to forecast: said
+
+
+def test_markdown_and_report_md_end_each_table_before_the_notes_under_it(tmp_path):
+    """--markdown and --export's report.md: GitHub reads a line right under a table's last row as one more row, so
+    the history's change lines (and the Scaling table's notes) rendered as rows of the tables above them."""
+    _site(tmp_path, 60, planted=(40, -0.2))
+    out = _report(tmp_path, "--markdown", "--export", tmp_path / "export")
+    md = (tmp_path / "export" / "report.md").read_text()
+    for text in (out, md):
+        lines = text.splitlines()
+        assert "| group " in text and any(line.startswith("  A 2 device(s)") for line in lines), text
+        assert not any(a.startswith("|") and b.strip() and not b.startswith("|") for a, b in zip(lines, lines[1:]))
 
 
 def test_a_configuration_that_stopped_running_says_so_one_that_runs_weekly_does_not(tmp_path):

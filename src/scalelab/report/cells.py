@@ -111,3 +111,14 @@ def narrow(rows, headers, fmt: str) -> str:
         return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
     finally:
         tabulate_module.MIN_PADDING = padding
+
+
+def blocks(text: str) -> str:
+    """Markdown (GitHub's) with a blank line after each table: a line right under a table's last row is read as one
+    more row of it, and a report's notes under its tables rendered as rows."""
+    lines, out = text.split("\n"), []
+    for line, after in zip(lines, [*lines[1:], ""]):
+        out.append(line)
+        if line.startswith("|") and after.strip() and not after.startswith("|"):
+            out.append("")
+    return "\n".join(out)

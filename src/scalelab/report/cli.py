@@ -28,6 +28,7 @@ from scalelab.report import (
     reference,
     trace,
 )
+from scalelab.report.cells import blocks
 from scalelab.report.frames import read_runs, scaling_frame
 from scalelab.report.tables import render, terminal_width, wrap
 
@@ -212,23 +213,24 @@ def main(argv=None) -> int:
             results.ensure_output_dir(path, flag)
     max_runs = None if args.all_runs else 12
     width = terminal_width() if fmt == "simple" else 0
-    print(_header(report, args.output_dir, width))
-    print(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
+    show = print if fmt == "simple" else lambda text: print(blocks(text))  # Markdown: each table a block of its own
+    show(_header(report, args.output_dir, width))
+    show(render(runs, scaling, fmt=fmt, max_runs=max_runs, details=args.details or args.all_runs, width=width))
     track = forecast_view.track_record(runs, report.track_record, fmt, details=args.details or args.all_runs)
     for lines in ([wrap(line, width) for line in track], nccl_logs.render(bench, fmt)):  # a log's table unfolded
         if lines:  # a section with nothing to say prints no blank line either
-            print("\n".join(lines))
+            show("\n".join(lines))
     followed = history.follow(runs) if args.history else []
     if args.history:
-        print("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
+        show("\n".join(wrap(line, width) for line in history.render(followed, fmt)))
     logged, unread = [], []
     if args.perflog:
         logged = perflog.follow(perflog.read(args.perflog, unread))
-        print("\n".join(wrap(line, width) for line in perflog.render(logged, unread, fmt)))
+        show("\n".join(wrap(line, width) for line in perflog.render(logged, unread, fmt)))
     nodes = tuple(args.forecast_nodes or forecast_view.fc.DEFAULT_NODES)
     if args.forecast:  # asked for: said, even where there is nothing to forecast from
-        print("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget, args.gpu_hour_price,
-                                            args.link_gbit) or [FORECAST_NONE, ""]))
+        show("\n".join(forecast_view.render(runs, report.benches, nodes, fmt, args.token_budget, args.gpu_hour_price,
+                                           args.link_gbit) or [FORECAST_NONE, ""]))
     written = []
     if args.save_csv:
         written.append(results.atomic_write_text(args.save_csv, redaction.csv_text(scaling)))

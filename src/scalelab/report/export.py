@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from scalelab import __version__, redaction, results
 from scalelab.errors import UsageError
-from scalelab.report import columns, explain, history, perflog, plausible
+from scalelab.report import cells, columns, explain, history, perflog, plausible
 
 # CSV / summary.json columns: the frame's own names (report/columns.py's EXPORTED), times in seconds
 SCALING_COLUMNS = columns.exported("scaling")
@@ -92,7 +92,7 @@ def write_all(folder: str, runs: pd.DataFrame, scaling: pd.DataFrame, bench: pd.
         markdown += f"\n\n{heading}\n\n" + tabulate(
             table[["run_id", "world_size", "num_nodes", "backend", "bytes", "time_s", "algbw_GBps", "busbw_GBps",
                    "single_op_s", "wrong"]], headers="keys", tablefmt="github", showindex=False, floatfmt=".4g")
-    files["report.md"] = markdown.rstrip() + "\n"
+    files["report.md"] = cells.blocks(markdown.rstrip()) + "\n"  # a note under a table is no row of it
     files["summary.json"] = json.dumps(summary(scaling, bench, len(runs), output_dir), indent=2,
                                        allow_nan=False) + "\n"
     written = []
