@@ -442,16 +442,32 @@ def test_a_newest_run_without_a_throughput_is_not_judged(tmp_path):
 
 def test_each_groups_plot_names_its_own_unit():
     """Two groups in other units (samples/s, tokens/s): each history plot labels its own axis."""
+    dates = pd.to_datetime(["2026-06-01", "2026-06-02"], utc=True)
     rows = [dict(letter=letter, unit=unit, world_size=1, num_nodes=1, link="", changes={"throughput": []},
-                 dates=pd.to_datetime(["2026-06-01", "2026-06-02"], utc=True), throughput=[1.0, 2.0])
+                 dates=dates, throughput=[1.0, 2.0], band=None, far=[], last=dates[-1])
             for letter, unit in (("A", "samples/s"), ("B", "tokens/s"))]
     assert [fig.axes[0].get_ylabel() for _, fig in history.figures(rows)] == ["samples/s", "tokens/s"]
 
 
+def test_the_plot_draws_the_latest_s_band_and_the_nights_far_from_their_neighbours(tmp_path):
+    """What the table says of a series, drawn: its latest's band as a bar at its last date (where `inside` comes
+    from) and each night taken at its neighbours' median as an x at what it measured."""
+    _site(tmp_path, 60)
+    _night(tmp_path, 30, 2, 3200.0, busbw=0.6)  # night 30 at half speed: far from its neighbours
+    rows = history.follow(cli.build(str(tmp_path)).runs)
+    (_, fig), = history.figures(rows)
+    drawn = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    bar, far = drawn["80 % band for the latest"], drawn["far from its neighbours"]
+    first = rows[0]
+    assert list(bar.get_ydata()) == list(first["band"]) and len(set(bar.get_xdata())) == 1
+    assert list(far.get_ydata()) == [v for _, v in rows[1]["far"]] == [pytest.approx(3200.0)]
+
+
 def test_a_history_of_one_night_is_drawn_over_days_not_years():
     """matplotlib's own limits for a single date span four years (2024 to 2028 for one night of 2026)."""
+    dates = pd.to_datetime(["2026-06-01"], utc=True)
     row = dict(letter="A", unit="tokens/s", world_size=1, num_nodes=1, link="", changes={"throughput": []},
-               dates=pd.to_datetime(["2026-06-01"], utc=True), throughput=[1.0])
+               dates=dates, throughput=[1.0], band=None, far=[], last=dates[-1])
     (_, fig), = history.figures([row])
     low, high = fig.axes[0].get_xlim()
     assert 1.5 <= high - low <= 2.5, (low, high)  # days (matplotlib's date unit)

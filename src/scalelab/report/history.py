@@ -353,18 +353,25 @@ def figures(rows: list) -> list:
         fig = Figure(figsize=(9, 4.5))
         ax = fig.subplots()
         group = [r for r in rows if r["letter"] == letter]
-        for r in group:
+        for k, r in enumerate(group):
             line, = ax.plot(r["dates"], r["throughput"], marker=".", linewidth=0.8,
                             label=f"{r['world_size']} device(s), {_nodes(r)} node(s)")
-            for when, c in r["changes"]["throughput"]:
-                ax.axvline(when, color=line.get_color(), linestyle="--", linewidth=0.8)
-                ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97), xycoords=("data", "axes fraction"),
-                            color=line.get_color(), fontsize=8, ha="left", va="top", xytext=(3, 0),
+            color = line.get_color()
+            if r["band"] is not None:  # the latest against its band: where the table's `inside` comes from
+                ax.plot([r["last"]] * 2, r["band"], color=color, linewidth=4, alpha=0.35, solid_capstyle="butt",
+                        label="80 % band for the latest" if k == 0 else None)
+            if r["far"]:  # taken at their neighbours' median in the search for changes
+                ax.plot([w for w, _ in r["far"]], [v for _, v in r["far"]], "x", color=color, markersize=7,
+                        label="far from its neighbours" if not any(o["far"] for o in group[:k]) else None)
+            for j, (when, c) in enumerate(r["changes"]["throughput"]):  # labels a step apart: two changes a week
+                ax.axvline(when, color=color, linestyle="--", linewidth=0.8)  # apart would print over each other
+                ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97 - 0.07 * (j % 2)), xycoords=("data", "axes fraction"),
+                            color=color, fontsize=8, ha="left", va="top", xytext=(3, 0),
                             textcoords="offset points", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
         first, last = min(r["dates"].min() for r in group), max(r["dates"].max() for r in group)
         if first == last:  # one night: matplotlib's own limits for a single date span four years
             ax.set_xlim(first - pd.Timedelta(days=1), last + pd.Timedelta(days=1))
-        ax.set_title(f"Group {letter}: throughput by date (dashed: a change in its level)")
+        ax.set_title(f"Group {letter}: throughput by date (dashed: a change in its level; bar: the latest's band)")
         ax.set_ylabel(group[0]["unit"])  # the group's own: an MLP's samples/s beside a GPT's tokens/s
         ax.legend(fontsize=8)
         fig.autofmt_xdate()
