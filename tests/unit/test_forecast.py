@@ -412,6 +412,20 @@ def test_several_nodes_are_never_forecast_faster_than_one_full_node():
     assert (two.step.low, two.step.mid, two.step.high) == pytest.approx((node.step.low, node.step.mid, node.step.high))
 
 
+def test_each_band_reaching_past_100_percent_is_named_with_its_top_one_at_100_is_not():
+    from scalelab.report import plausible
+
+    row = dict(group="g", world_size=2, num_nodes=1, link="", eff_low=0.7, predicted_eff=0.9)
+    track = pd.DataFrame([dict(row, eff_high=1.28), dict(row, eff_high=1.0),
+                          dict(row, num_nodes=2, link="emulated 8 Gbit/s", eff_high=1.05)])
+    assert plausible.band_past_linear(track, {"g": "B"}) == [
+        "  2 band(s) reach past 100 % (B 2 devices on 1 node: 128 %; B 2 devices on 2 nodes (emulated 8 Gbit/s): "
+        "105 %): noise, not scaling past linear. The model's step (a band's middle) is never shorter than the "
+        "1-device runs' median step, so its efficiency is at most 100 %; a band's ends add the scatter of the "
+        "1-device runs, of the runs it was read from and of one new run, and that reaches past it."]
+    assert plausible.band_past_linear(track.iloc[1:2], {"g": "B"}) == []  # a top of 100 % exactly: not past it
+
+
 @settings(max_examples=40, deadline=None)
 @given(base=st.lists(st.floats(0.8, 1.25), min_size=1, max_size=3),
        xs=st.lists(st.tuples(st.sampled_from([(2, 1), (2, 2), (4, 2)]), st.floats(-0.5, 4.0)), min_size=1, max_size=4))

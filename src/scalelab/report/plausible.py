@@ -232,7 +232,7 @@ def band_past_linear(track: pd.DataFrame, letters: dict) -> list:
     past = track[track["eff_high"] > 1]
     if past.empty:
         return []
-    named = "; ".join(f"{letters.get(r.group, '?')} {where(r)}: {r.eff_high * 100:.0f} %" for r in past.itertuples())
+    named = "; ".join(f"{letters[r.group]} {where(r)}: {r.eff_high * 100:.0f} %" for r in past.itertuples())
     return [f"  {len(past)} band(s) reach past 100 % ({named}): noise, not scaling past linear. The model's step "
             "(a band's middle) is never shorter than the 1-device runs' median step, so its efficiency is at most "
             "100 %; a band's ends add the scatter of the 1-device runs, of the runs it was read from and of one new "
