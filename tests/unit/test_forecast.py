@@ -424,6 +424,19 @@ def test_each_band_reaching_past_100_percent_is_named_with_its_top_one_at_100_is
         "1-device runs' median step, so its efficiency is at most 100 %; a band's ends add the scatter of the "
         "1-device runs, of the runs it was read from and of one new run, and that reaches past it."]
     assert plausible.band_past_linear(track.iloc[1:2], {"g": "B"}) == []  # a top of 100 % exactly: not past it
+    assert plausible.band_past_linear(pd.DataFrame([dict(row, eff_high=1.004)]), {"g": "B"}) == []  # printed 100 %
+    assert "(B 2 devices on 1 node: 101 %)" in plausible.band_past_linear(pd.DataFrame([dict(row, eff_high=1.01)]),
+                                                                        {"g": "B"})[0]
+
+
+@pytest.mark.parametrize("efficiency, scaling, past", [(1.05, "weak", False), (1.0501, "weak", True),
+                                                       (0.99, "weak", False), (1.5, "strong", False),
+                                                       (float("nan"), "weak", False), (1.2, None, True)])
+def test_a_level_is_past_linear_beyond_100_percent_and_its_noise_floor_in_weak_scaling_only(efficiency, scaling,
+                                                                                             past):
+    from scalelab.report import plausible
+
+    assert plausible.past_linear(efficiency, scaling) is past
 
 
 @settings(max_examples=40, deadline=None)

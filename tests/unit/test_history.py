@@ -95,8 +95,11 @@ def test_a_history_too_short_to_show_a_change_says_so_not_that_every_level_held(
                                        "own scatter; 2 shorter series not judged.")
     rows[0]["latest"] = 80.0  # a latest below its band: no level held it
     assert history.no_change(rows) == ("No change in the 2 series of 11 runs or more, but the latest is outside its "
-                                       "band in 1 of 4 (the lines above say how far and since when); 2 shorter "
+                                       "band in 1 of them (the lines above say how far and since when); 2 shorter "
                                        "series not judged.")
+    rows[0]["latest"], rows[1]["latest"] = 100.0, 80.0  # a shorter series' latest below: not one of those judged
+    assert history.no_change(rows) == ("No change in the 2 series of 11 runs or more: each level held within its "
+                                       "own scatter; 2 shorter series not judged (the latest of 1 outside its band).")
 
 
 @pytest.mark.parametrize("n", range(changes.SHORTEST, 3 * changes.MIN_SEGMENT))
@@ -173,7 +176,8 @@ def test_history_exports_what_it_prints(tmp_path_factory, nights, at, step, seed
     for c in said.itertuples():
         line = next(line for line in lines if line.startswith(f"  {c.letter} {c.world_size} device(s)")
                     and f": {c.date[:10]}: " in line)
-        size = f"{(c.after - c.before) * 100:+.0f} points" if c.metric == "efficiency" else f"{c.size * 100:+.0f} %"
+        size = f"{int(f'{c.after * 100:.0f}') - int(f'{c.before * 100:.0f}'):+d} points" if c.metric == "efficiency" \
+            else f"{c.size * 100:+.0f} %"  # efficiency: the difference of the levels as printed
         assert f"{c.metric} {size} (" in line and c.unit == units[c.metric], (c, line)
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli.main(["--output_dir", str(folder), "--export", str(export / "plain")]) == 0
@@ -554,6 +558,28 @@ def test_a_configuration_that_stopped_running_says_so_one_that_runs_weekly_does_
     said = [line for line in out.splitlines() if "no run since" in line]
     assert said == ["  A 1 device(s), 1 node(s): no run since 2026-07-10, where it ran every 1 day(s) and the "
                     "folder's newest run is of 2026-07-30: its latest is not the newest night's"], out
+
+
+def test_a_configuration_run_several_times_a_night_is_not_taken_for_one_that_stopped():
+    """A review's case: 3 repeats a night minutes apart made the usual gap minutes, and a configuration that ended
+    a few minutes before the folder's newest run was said to have stopped; the gap is now between the days it ran."""
+    times = [pd.Timestamp("2026-12-01 18:43", tz="UTC") + pd.Timedelta(days=d, minutes=2 * m)
+             for d in range(10) for m in range(3)]
+    row = dict(letter="A", world_size=2, num_nodes=1, link="", unit="tokens/s", runs=30, dates=pd.Series(times),
+               last=times[-1], changes={column: [] for column, _, _ in history.METRICS}, scaling="weak",
+               not_above_0=0, band=None, latest=1.0, far=[], left_out=[], left_out_of_band=0)
+    assert not [line for line in history._row_lines(row, [], times[-1] + pd.Timedelta(minutes=8)) if "no run" in line]
+    said = history._row_lines(row, [], times[-1] + pd.Timedelta(days=3))
+    assert [line for line in said if "no run since 2026-12-10, where it ran every 1 day(s)" in line], said
+
+
+def test_a_series_at_141_percent_efficiency_throughout_is_flagged_though_it_names_no_change(tmp_path):
+    """The 2-device runs 1.5 times as fast on every night: no change, so no change's level to flag, and the
+    series' own efficiency (about 141 %) said nothing; weak scaling cannot reach it."""
+    _site(tmp_path, 30, planted=(0, 0.5))
+    out = _report(tmp_path)
+    flagged = [line for line in out.splitlines() if line.startswith("  ! A 2 device(s), 1 node(s): efficiency ")]
+    assert len(flagged) == 1 and " % over its 30 runs cannot be weak scaling" in flagged[0], out
 
 
 @pytest.mark.parametrize("scaling", ["weak", "strong"])

@@ -263,7 +263,10 @@ def test_no_change_never_says_every_level_held_where_a_latest_is_outside_its_ban
     row = {"runs": n, **history.judge(values, _DATES[:n])}
     steady = {"runs": 40, "band": (90.0, 110.0), "latest": 100.0}
     said, outside = history.no_change([row, steady]), history.inside(row).startswith("NO")
-    assert ("held" not in said) == outside and ("outside its band in 1 of 2" in said) == outside, (said, row)
+    judged = n >= changes.SHORTEST  # a shorter series is no level the summary says held: said apart
+    assert ("held" not in said) == (outside and judged), (said, row)
+    assert ("outside its band in 1 of them" in said) == (outside and judged), (said, row)
+    assert ("(the latest of 1 outside its band)" in said) == (outside and not judged), (said, row)
     latest = history.latest_lines(row, str)
     assert bool(latest) == outside
     if outside:
@@ -300,3 +303,23 @@ def _report(folder) -> str:
     with contextlib.redirect_stdout(out):
         assert cli.main(["--output_dir", str(folder), "--history"]) == 0
     return out.getvalue()
+
+
+def test_the_latest_s_line_says_where_the_run_before_it_lies_and_none_for_a_run_that_measured_nothing():
+    """A review's cases: the run before the latest above the band while the latest is below ("the run before it
+    inside" was said), and a latest of 0 (said "by chance": it measured nothing, and has a line of its own)."""
+    level = 100 * np.exp(np.resize([0.01, -0.01, 0.005, -0.005], 30))
+    row = history.judge(np.r_[level, 102.5, 97.5], _DATES[:32])
+    (line,) = history.latest_lines(row, lambda v: f"{v:.0f}")
+    assert history.inside(row) == "NO, below" and "; the run before it above it: one run in 5 lies outside" in line
+    row = history.judge(np.r_[level, 100.0, 97.5], _DATES[:32])
+    assert "; the run before it inside: " in history.latest_lines(row, str)[0]
+    row = history.judge(np.r_[level, 0.0], _DATES[:31])
+    assert history.inside(row) == "NO, below" and history.latest_lines(row, str) == [] and row["not_above_0"] == 1
+
+
+def test_a_change_in_efficiency_is_the_difference_of_the_levels_as_printed():
+    """94.4 % → 76.6 % printed as "-18 points (94 % → 77 %)": the points are now those of the two printed levels."""
+    row = {"changes": {column: [] for column, _, _ in history.METRICS}, "unit": "tokens/s", "scaling": "weak"}
+    row["changes"]["efficiency"] = [(pd.Timestamp("2026-07-01", tz="UTC"), changes.Change(10, 0.944, 0.766))]
+    assert history.change_lines(row) == ["2026-07-01: efficiency -17 points (94 % → 77 %)"]

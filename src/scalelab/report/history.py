@@ -26,7 +26,8 @@ METRICS = (("throughput", "throughput", None), ("efficiency", "efficiency", "%")
            ("compute_s", "compute", "ms"), ("waited_s", "waited", "ms"))
 MIN_BAND_RUNS = 3  # runs since the last change a band for the latest needs (2 degrees of freedom)
 # what a configuration's row keeps of its throughput's judge (the latest judged is its throughput's)
-JUDGED_KEPT = ("latest", "band", "not_above_0", "far", "left_out", "left_out_of_band", "streak", "streak_from", "level")
+JUDGED_KEPT = ("latest", "band", "not_above_0", "far", "left_out", "left_out_of_band", "streak", "streak_from", "level",
+               "before")
 
 
 def series(runs: pd.DataFrame) -> pd.DataFrame:
@@ -74,6 +75,8 @@ def follow(runs: pd.DataFrame) -> list:
             out["changes"][column] = judged["changes"]
             if column == "throughput":  # the newest run that measured one is the latest judged (0 too)
                 out.update((k, judged[k]) for k in JUDGED_KEPT)
+        efficiency = g["efficiency"][g["efficiency"].notna()]  # its level where it names no change (impossible)
+        out["efficiency_now"] = float(efficiency.median()) if len(efficiency) else None
         rows.append(out)
     return sorted(rows, key=lambda r: (r["letter"], r["world_size"], r["num_nodes"], r["link"]))
 
@@ -109,15 +112,16 @@ def judge(values, dates: pd.Series) -> dict:
 def _streak(values: np.ndarray, finite: np.ndarray, dates: pd.Series, band) -> dict:
     """`streak`: how many of the newest finite values (at `finite`) lie outside the band on the latest's side, one
     after the other (0: the latest inside, or no band); `streak_from`: the date of the first; `level`: the band's
-    middle."""
+    middle; `before`: where the run before them lies (inside, below, above; None: none)."""
     if band is None or not len(finite):
-        return {"streak": 0, "streak_from": None, "level": None}
+        return {"streak": 0, "streak_from": None, "level": None, "before": None}
     low, high = band
     values = values[finite]
-    side = values < low * (1 - ROUNDING) if values[-1] < low * (1 - ROUNDING) else values > high * (1 + ROUNDING)
-    inside = np.flatnonzero(~side)
+    below, above = values < low * (1 - ROUNDING), values > high * (1 + ROUNDING)
+    inside = np.flatnonzero(~(below if below[-1] else above))
     first = inside[-1] + 1 if len(inside) else 0
-    return {"streak": len(values) - first, "level": math.sqrt(low * high),
+    before = None if first == 0 else "below" if below[first - 1] else "above" if above[first - 1] else "inside"
+    return {"streak": len(values) - first, "level": math.sqrt(low * high), "before": before,
             "streak_from": pd.Timestamp(dates.iloc[finite[first]]) if first < len(values) else None}
 
 
@@ -169,12 +173,13 @@ def change_lines(row: dict) -> list:
     """'2026-11-20: throughput −18 % (5,396 → 4,425 tokens/s), efficiency −17 points (94 % → 77 %), ...': one line
     per date; an efficiency in points (a percent of a percent reads as points), one past 100 % + noise marked !."""
     by_date = {}
-    limit = None if row.get("scaling") == "strong" else 1 + plausible.NOISE_FLOOR
     for column, name, unit in METRICS:
         for when, c in row["changes"][column]:
-            before, after = (_cell(v, column, unit or row["unit"]) + (" !" if column == "efficiency" and limit and
-                                                                      v > limit else "") for v in (c.before, c.after))
-            size = f"{(c.after - c.before) * 100:+.0f} points" if column == "efficiency" else f"{c.size * 100:+.0f} %"
+            before, after = (_cell(v, column, unit or row["unit"]) + (
+                " !" if column == "efficiency" and plausible.past_linear(v, row["scaling"]) else "")
+                for v in (c.before, c.after))
+            size = f"{c.size * 100:+.0f} %" if column != "efficiency" else \
+                f"{_points(c.after) - _points(c.before):+d} points"  # of the levels as printed beside it
             by_date.setdefault(when.strftime("%Y-%m-%d"), []).append(f"{name} {size} ({before} → {after})")
     return [f"{date}: {', '.join(said)}" for date, said in sorted(by_date.items())]
 
@@ -222,8 +227,8 @@ def latest_lines(row: dict, shown) -> list:
     """Where a judged series' latest lies outside its band: how far from its level, and how many runs in a row
     (their first date): one night off, or a level too young to be named a change yet; none where it is inside."""
     said = inside(row)
-    if not said.startswith("NO") or row.get("level") is None:
-        return []
+    if not said.startswith("NO") or row.get("level") is None or not row["latest"] > 0:
+        return []  # (a latest of 0: a run that measured nothing, said in a line of its own)
     side, k = said[4:], row["streak"]
     line = (f"the latest {abs(row['latest'] / row['level'] - 1) * 100:.0f} % {side} its level ({shown(row['level'])}, "
             f"its band's middle)")
@@ -232,8 +237,8 @@ def latest_lines(row: dict, shown) -> list:
                        "until more runs hold it; a new level is named a change once it has held "
                        f"{changes.MIN_SEGMENT} runs"]
     if k < 2:  # as often as not an ordinary night: an 80 % band leaves one in five outside
-        return [line + f"; the run before it inside: one run in {1 / (1 - COVERAGE):.0f} lies outside an "
-                       f"{COVERAGE * 100:.0f} % band by chance"]
+        return [line + f"; the run before it {'inside' if row['before'] == 'inside' else row['before'] + ' it'}: one "
+                       f"run in {1 / (1 - COVERAGE):.0f} lies outside an {COVERAGE * 100:.0f} % band by chance"]
     line += f"; {k} runs in a row {side} the band, since {row['streak_from'].strftime('%Y-%m-%d')}"
     return [line + (f": a new level is named a change once it has held {changes.MIN_SEGMENT} runs"
                     if k < changes.MIN_SEGMENT else "")]
@@ -294,48 +299,49 @@ def _row_lines(r: dict, dated: list, newest) -> list:
         lines.append(f"  {where}{r['not_above_0']} completed run(s) with a throughput of 0 or below, left out of its "
                      "changes and band")
     lines += [f"  {where}throughput: {line}" for line in latest_lines(r, shown) + left_out_lines(r, shown)]
-    gap = r["dates"].diff().median() if r["runs"] > 1 else None
-    if gap is not None and newest - r["last"] > 2 * gap:  # stopped running: its latest is not last night's
-        lines.append(f"  {where}no run since {r['last'].strftime('%Y-%m-%d')}, where it ran every "
-                     f"{_days(gap)} and the folder's newest run is of {newest.strftime('%Y-%m-%d')}: its latest is "
-                     "not the newest night's")
+    days = r["dates"].dt.normalize().drop_duplicates()  # the days it ran (repeats, a job array: one day each)
+    gap = days.diff().median() if len(days) > 1 else None
+    if gap is not None and newest.normalize() - days.iloc[-1] > 2 * gap:  # stopped: its latest is not last night's
+        lines.append(f"  {where}no run since {r['last'].strftime('%Y-%m-%d')}, where it ran every {gap.days} day(s) "
+                     f"and the folder's newest run is of {newest.strftime('%Y-%m-%d')}: its latest is not the newest "
+                     "night's")
     return lines
 
 
-def _days(gap) -> str:
-    """A series' usual gap between runs in words: '1 day', '7 days', '6 hours'."""
-    hours = gap / pd.Timedelta(hours=1)
-    return f"{hours / 24:.3g} day(s)" if hours >= 24 else f"{hours:.3g} hour(s)"
-
-
 def impossible(row: dict) -> list:
-    """A line for each change whose level's efficiency is past 100 % + plausible.NOISE_FLOOR in a weak-scaling
-    configuration: each device does what one baseline device did, so N of them give at most N× its throughput."""
-    if row.get("scaling") == "strong":
-        return []
-    limit = 1 + plausible.NOISE_FLOOR
-    return [f"efficiency {level * 100:.0f} % {when_said} {when.strftime('%Y-%m-%d')} cannot be weak scaling: each "
-            f"device does what one baseline device did, so {row['world_size']} of them give at most "
-            f"{row['world_size']}× its throughput (100 % + {plausible.NOISE_FLOOR * 100:.0f} % noise); check the runs' "
+    """A line for each efficiency level past what weak scaling allows (plausible.past_linear): either side of a
+    change, or the series' own where it names none (efficiency_now)."""
+    levels = [(level, f"{when_said} {when.strftime('%Y-%m-%d')}") for when, c in row["changes"]["efficiency"]
+              for level, when_said in ((c.before, "before"), (c.after, "from"))]
+    if not levels and row.get("efficiency_now") is not None:
+        levels = [(row["efficiency_now"], f"over its {row['runs']} runs")]
+    return [f"efficiency {level * 100:.0f} % {when} cannot be weak scaling: each device does what one baseline "
+            f"device did, so none can pass 100 % (+ {plausible.NOISE_FLOOR * 100:.0f} % noise); check the runs' "
             "fingerprints and their baseline's (the Scaling table's checks)"
-            for when, c in row["changes"]["efficiency"]
-            for level, when_said in ((c.before, "before"), (c.after, "from")) if level > limit]
+            for level, when in levels if plausible.past_linear(level, row["scaling"])]
+
+
+def _points(fraction: float) -> int:
+    """An efficiency as the whole percent _cell prints: a change in points is the difference of those."""
+    return int(f"{fraction * 100:.0f}")
 
 
 def no_change(rows: list) -> str:
     """What no change named means: every level held, or some series (or all) too short to show one; never that
-    every level held where a series' latest is outside its band."""
+    every level held where a judged series' latest is outside its band (a shorter one's said apart)."""
     need = changes.SHORTEST
-    short = sum(r["runs"] < need for r in rows)
-    if short == len(rows):
+    short = [r for r in rows if r["runs"] < need]
+    if len(short) == len(rows):
         return (f"No change can be named yet: a series is judged from {need} runs on (a change: {changes.MIN_SEGMENT} "
                 f"or more on each side); the longest here has {max(r['runs'] for r in rows)}.")
-    off = sum(inside(r).startswith("NO") for r in rows)  # a latest outside its band: no level held it
-    held = (f", but the latest is outside its band in {off} of {len(rows)} (the lines above say how far and since "
-            "when)") if off else ""
+    off, off_short = (sum(inside(r).startswith("NO") for r in part) for part in ([r for r in rows if r["runs"] >= need],
+                                                                               short))
+    held = (f", but the latest is outside its band in {off} of them (the lines above say how far and since when)"
+            if off else "")
     if short:
-        return (f"No change in the {len(rows) - short} series of {need} runs or more" +
-                (held or ": each level held within its own scatter") + f"; {short} shorter series not judged.")
+        return (f"No change in the {len(rows) - len(short)} series of {need} runs or more" +
+                (held or ": each level held within its own scatter") + f"; {len(short)} shorter series not judged" +
+                (f" (the latest of {off_short} outside its band)" if off_short else "") + ".")
     return "No change in any series" + (held + "." if off else ": every level held within its own scatter.")
 
 
@@ -353,21 +359,25 @@ def figures(rows: list) -> list:
         fig = Figure(figsize=(9, 4.5))
         ax = fig.subplots()
         group = [r for r in rows if r["letter"] == letter]
-        for k, r in enumerate(group):
+        labels = 0  # each change's label a step below the last: two changes a week apart, or one night's in
+        for k, r in enumerate(group):  # each configuration, printed over each other
             line, = ax.plot(r["dates"], r["throughput"], marker=".", linewidth=0.8,
                             label=f"{r['world_size']} device(s), {_nodes(r)} node(s)")
-            color = line.get_color()
-            if r["band"] is not None:  # the latest against its band: where the table's `inside` comes from
-                ax.plot([r["last"]] * 2, r["band"], color=color, linewidth=4, alpha=0.35, solid_capstyle="butt",
-                        label="80 % band for the latest" if k == 0 else None)
+            color, measured = line.get_color(), np.isfinite(np.asarray(r["throughput"], dtype=float))
+            if r["band"] is not None and measured.any():  # the latest judged against its band (the table's inside)
+                ax.plot([r["dates"].iloc[np.flatnonzero(measured)[-1]]] * 2, r["band"], color=color, linewidth=4,
+                        alpha=0.35, solid_capstyle="butt", label=None if any(
+                            o["band"] is not None for o in group[:k]) else "80 % band for the latest")
             if r["far"]:  # taken at their neighbours' median in the search for changes
                 ax.plot([w for w, _ in r["far"]], [v for _, v in r["far"]], "x", color=color, markersize=7,
                         label="far from its neighbours" if not any(o["far"] for o in group[:k]) else None)
-            for j, (when, c) in enumerate(r["changes"]["throughput"]):  # labels a step apart: two changes a week
-                ax.axvline(when, color=color, linestyle="--", linewidth=0.8)  # apart would print over each other
-                ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97 - 0.07 * (j % 2)), xycoords=("data", "axes fraction"),
-                            color=color, fontsize=8, ha="left", va="top", xytext=(3, 0),
-                            textcoords="offset points", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+            for when, c in r["changes"]["throughput"]:
+                ax.axvline(when, color=color, linestyle="--", linewidth=0.8)
+                ax.annotate(f"{c.size * 100:+.0f} %", (when, 0.97 - 0.07 * (labels % 3)),
+                            xycoords=("data", "axes fraction"), color=color, fontsize=8, ha="left", va="top",
+                            xytext=(3, 0), textcoords="offset points",
+                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+                labels += 1
         first, last = min(r["dates"].min() for r in group), max(r["dates"].max() for r in group)
         if first == last:  # one night: matplotlib's own limits for a single date span four years
             ax.set_xlim(first - pd.Timedelta(days=1), last + pd.Timedelta(days=1))

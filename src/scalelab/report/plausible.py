@@ -226,10 +226,17 @@ def left_out(flagged: pd.DataFrame, letters: dict, of: str) -> str:
             f"{flagged['starved'].iloc[0]}); rerun them on a quiet machine.")
 
 
+def past_linear(efficiency: float, scaling) -> bool:
+    """Whether an efficiency level (a history's, a median of runs) is past what weak scaling allows: 100 % +
+    NOISE_FLOOR (a configuration's own noise is for a run against its baseline, not for a level); never under
+    strong scaling, where each device's smaller share may fit a faster memory."""
+    return scaling != "strong" and _ok(efficiency) and efficiency > 1 + NOISE_FLOOR
+
+
 def band_past_linear(track: pd.DataFrame, letters: dict) -> list:
     """The line that says why a track-record band reaches past 100 % (the model's step is never shorter than the
     1-device step: what passes it is noise), naming each such band's top; none where no band does."""
-    past = track[track["eff_high"] > 1]
+    past = track[np.round(track["eff_high"] * 100) > 100]  # past 100 % as printed (.0f: half to even, as np.round)
     if past.empty:
         return []
     named = "; ".join(f"{letters[r.group]} {where(r)}: {r.eff_high * 100:.0f} %" for r in past.itertuples())
