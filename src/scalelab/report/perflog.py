@@ -8,6 +8,7 @@ each lasting change with its date and size (history.judge: the rule the report's
 value of a variable is counted and said in one line per file, never guessed at.
 """
 
+import functools
 import os
 
 import pandas as pd
@@ -152,7 +153,7 @@ def render(rows: list, skipped: list, fmt: str = "simple") -> list:
             if r["not_above_0"]:
                 lines.append(f"  {r['test']} {r['var']}: {r['not_above_0']} value(s) of 0 or below, left out of its "
                              "changes and band")
-            shown = lambda v, unit=r["unit"]: cell(v, unit)  # noqa: E731 - one value in its unit, for each line
+            shown = functools.partial(cell, unit=r["unit"])  # one value in its unit, for each line
             lines += [f"  {r['test']} {r['var']}: {line}"
                       for line in history.latest_lines(r, shown) + history.left_out_lines(r, shown)]
     else:
